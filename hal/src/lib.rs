@@ -1,0 +1,80 @@
+//! # omega-hal: the platform contract
+//!
+//! The thin, unsafe layer between Omega's session and a device. Design choices:
+//!
+//! 1. **A table of services.** A [`Platform`] is a set of services — [`clock`], [`lock`], device-visible
+//!    [`memory`], the submission [`queue`], completion [`poll`], [`host`] memory, CPU/GPU [`visibility`]
+//!    sync and the [`device`] itself — one module per service. A platform may lack a service; the session
+//!    negotiates against [`Caps`] and a missing service is refused, never emulated.
+//! 2. **Contracts are `unsafe`.** Every method whose misuse could let the device touch freed memory, or the
+//!    CPU read through a dead view, is an `unsafe fn` whose `# Safety` list names the state the caller
+//!    must be in. This crate validates almost nothing: `omega` owns every check and all typestate.
+//! 3. **Errors are only what the caller cannot anticipate** ([`HalError`]): the driver said no, the device
+//!    is gone, memory ran out. Misuse is a broken `# Safety` promise, not an error value.
+//! 4. **Two backends, one set of file names.** [`sim`] (always compiled, deterministic, fault injection,
+//!    runs host implementations of kernels) and `nvidia` (Linux, NVIDIA's open kernel driver, no CUDA
+//!    library). Both have `mod.rs clock.rs memory.rs queue.rs poll.rs visibility.rs device.rs`.
+//! 5. **One `sync` facade** ([`sync`]): every lock and atomic comes from it, so `--cfg loom` model-checks
+//!    them all.
+
+#![warn(missing_docs)]
+
+pub mod caps;
+pub mod clock;
+pub mod device;
+pub mod error;
+pub mod handle;
+pub mod host;
+pub mod lock;
+pub mod memory;
+pub mod poll;
+pub mod queue;
+pub mod sync;
+pub mod visibility;
+
+pub mod sim;
+
+#[cfg(target_os = "linux")]
+pub mod nvidia;
+
+pub use caps::{
+    check_buffer, negotiate, BufferDesc, BufferKind, CachePolicy, Caps, Refusal, Rights, Services,
+    PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
+};
+pub use clock::Clock;
+pub use device::{Device, DeviceInfo};
+pub use error::HalError;
+pub use handle::{Handle, HandleError, HandleTable};
+pub use host::HostMemory;
+pub use lock::{ProcessLock, SESSION_LOCK_ID};
+pub use memory::{Allocation, DeviceMemory};
+pub use poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
+pub use queue::{LaunchDesc, Order, SubmitQueue, Submission};
+pub use visibility::Visibility;
+
+/// A platform: the service table behind one contract.
+///
+/// Each accessor returns `None` when the platform lacks that service; [`Caps::services`] says the same
+/// thing up front, and the session refuses (never emulates) what is missing.
+pub trait Platform: Send + Sync {
+    /// The platform's name as every report prints it: `"sim"` or `"nvidia"`.
+    fn name(&self) -> &'static str;
+    /// What it implements.
+    fn caps(&self) -> Caps;
+    /// The clock.
+    fn clock(&self) -> Option<&dyn Clock>;
+    /// The process-wide locks.
+    fn lock(&self) -> Option<&dyn ProcessLock>;
+    /// Device-visible memory.
+    fn memory(&self) -> Option<&dyn DeviceMemory>;
+    /// The submission queue.
+    fn queue(&self) -> Option<&dyn SubmitQueue>;
+    /// Completion polling.
+    fn poll(&self) -> Option<&dyn CompletionPoll>;
+    /// CPU-only memory.
+    fn host(&self) -> Option<&dyn HostMemory>;
+    /// CPU/GPU visibility sync.
+    fn visibility(&self) -> Option<&dyn Visibility>;
+    /// Device open, close and query.
+    fn device(&self) -> Option<&dyn Device>;
+}

@@ -1,0 +1,74 @@
+//! The submission-queue service: hands a batch of launches to the device, each followed by the
+//! completion markers the session polls.
+
+use crate::error::HalError;
+use crate::poll::MarkerSlot;
+
+/// What must finish before a launch may start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Waits for every earlier launch of the submission (the default: dependent launches never overlap).
+    AfterPrevious,
+    /// May overlap the launch before it.
+    Independent,
+    /// No ordering at all (test-only barrier mode).
+    Unordered,
+}
+
+/// One kernel launch, fully resolved: the platform only encodes it.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchDesc<'a> {
+    /// GPU address of the kernel's first instruction.
+    pub code_va: u64,
+    /// Bytes of code from `code_va` (for instruction prefetch; 0 = unknown).
+    pub code_bytes: u64,
+    /// Registers per thread, already rounded by the session.
+    pub gpr_count: u32,
+    /// Threads per block, x/y/z (each at least 1).
+    pub block: [u32; 3],
+    /// Blocks per grid, x/y/z (each at least 1).
+    pub grid: [u32; 3],
+    /// Shared memory per block, static plus dynamic, in bytes.
+    pub shared_bytes: u32,
+    /// The dynamic part of `shared_bytes`.
+    pub dynamic_shared_bytes: u32,
+    /// Local memory (stack) per thread, in bytes.
+    pub local_bytes_per_thread: u32,
+    /// Named barriers the kernel uses.
+    pub barrier_count: u32,
+    /// The contract's `num_elements` word, carried for identical descriptors.
+    pub num_elements: u32,
+    /// Parameter words, written at the architecture's parameter base of constant bank 0.
+    pub args: &'a [u32],
+    /// What must finish first.
+    pub order: Order,
+    /// Not submitted to the device at all (test-only `skip_launch`).
+    pub skip: bool,
+}
+
+/// A batch of launches with the two completion markers the session polls.
+#[derive(Clone, Copy, Debug)]
+pub struct Submission<'a> {
+    /// Launches in order; at least one.
+    pub launches: &'a [LaunchDesc<'a>],
+    /// Marker 0: released with `sequence` when the last launch's grid has completed.
+    /// Marker 1: released with `sequence` (and a timestamp) after the engine has gone idle.
+    pub markers: [MarkerSlot; 2],
+    /// The value both markers receive.
+    pub sequence: u32,
+    /// Where launch `i` releases `sequence` and its completion timestamp (16 bytes each), if anywhere.
+    pub stamps: Option<MarkerSlot>,
+}
+
+/// The submission queue.
+pub trait SubmitQueue: Send + Sync {
+    /// Submits `s` and returns without waiting.
+    ///
+    /// # Safety
+    /// - The device is open and the caller holds the session lock.
+    /// - Every address in `s` (code, arguments that are addresses, markers, stamps) lies in live
+    ///   allocations of this platform that stay allocated until both markers are observed, or forever
+    ///   if they never are.
+    /// - The previous submission's markers were both observed (one submission in flight at a time).
+    unsafe fn submit(&self, s: &Submission<'_>) -> Result<(), HalError>;
+}

@@ -1,0 +1,1 @@
+//! UI tests live in tests/ui.rs.
