@@ -1,1 +1,69 @@
-//! omega
+//! # Omega
+//!
+//! A GPU compute runtime that drives NVIDIA GPUs through the open kernel driver — no CUDA library at run
+//! time — behind the written contract `omega-runtime-api` 0.1. Design choices:
+//!
+//! 1. **Two layers.** [`omega_hal`] is the thin, unsafe platform layer (a table of services, backends
+//!    `sim` and `nvidia`). This crate owns every check and all typestate; the C layer sits on this crate,
+//!    never on the HAL.
+//! 2. **One runtime core, two shells.** [`session::Runtime`] implements the contract's semantics once,
+//!    checked at run time (it is what C callers get). The typed API is a shell over it whose types make
+//!    the misuse the runtime would refuse fail to compile instead.
+//! 3. **Tokens for the lock, the open device and the latch.** [`lock()`] gives `Locked<Closed>`;
+//!    `open()` gives `Locked<Open>`; an uncertain completion ends a scope in [`Latched`], which has no
+//!    launch, close or open. The tokens are zero-sized, not `Send`, released on drop.
+//! 4. **Buffers are bound to their scope** ([`Mem<'s, K>`]): they cannot outlive it, and their kind and
+//!    element type are part of their type. Launches are synchronous, so a scope's end means the device is
+//!    done with its buffers — or the process latched and they are parked forever.
+//! 5. **Errors name their stage** ([`Error::stage`]); nothing fails silently and nothing falls back.
+//! 6. **One `sync` facade**, so loom sees every lock and atomic.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dev = omega::lock().open()?;
+//! println!("platform {} device {}", dev.platform(), dev.device().name);
+//! let out = dev.scope(|s, gpu| -> Result<Vec<f32>, omega::Error> {
+//!     let a = s.alloc_from(&[1.0f32, 2.0, 3.0])?;
+//!     let b = s.alloc_from(&[10.0f32, 20.0, 30.0])?;
+//!     let mut c = s.alloc::<f32>(3)?;
+//!     let k = s.load("vector_add")?;
+//!     let l = omega::Launch::new(&k).grid([1, 1, 1]).block([32, 1, 1]).arg(&a).arg(&b).arg(&c).arg(3u32);
+//!     gpu.launch(&l)?;
+//!     c.to_vec()
+//! });
+//! println!("{:?}", out.value()?);
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod cubin_loader;
+pub mod error;
+pub mod kernel;
+pub mod kernels;
+pub mod launch;
+mod locked;
+pub mod mem;
+pub mod platform;
+mod scope;
+pub mod session;
+pub mod state;
+mod sync;
+
+pub use error::{Error, Result};
+pub use kernel::Kernel;
+pub use launch::{ArgBlock, KernelArg, Launch};
+pub use locked::{lock, try_lock, Latched, Locked, OpenError};
+pub use mem::Mem;
+pub use omega_hal::DeviceInfo;
+pub use platform::PlatformKind;
+pub use scope::{Gpu, LaunchError, Launched, Scope, Scoped};
+pub use state::{Cached, Closed, Code, Data, DeviceScalar, MemKind, Open};
+
+/// The library's version (the crate version; the contract's API version is [`API_VERSION`]).
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// The runtime API version this library implements, `(major, minor)`.
+pub const API_VERSION: (u32, u32) = (0, 1);

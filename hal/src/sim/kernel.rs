@@ -56,6 +56,10 @@ pub struct KernelCtx<'a> {
     pub dynamic_shared_bytes: u32,
     /// Parameter words as laid out in constant bank 0.
     pub args: &'a [u32],
+    /// Virtual time at which the launch starts (what `%globaltimer` would read).
+    pub start_ns: u64,
+    /// Virtual nanoseconds the launch is given.
+    pub launch_ns: u64,
     pub(crate) memory: &'a mut SimMemory,
 }
 

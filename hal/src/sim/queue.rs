@@ -62,6 +62,8 @@ impl SubmitQueue for Sim {
                 grid: l.grid,
                 dynamic_shared_bytes: l.dynamic_shared_bytes,
                 args: l.args,
+                start_ns: t,
+                launch_ns: self.config.launch_ns,
                 memory: &mut st.memory,
             };
             outcome = kernel(&mut ctx);

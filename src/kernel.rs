@@ -1,0 +1,85 @@
+//! Loaded kernels: the code buffer, the entry address and what every launch of the kernel needs.
+
+use crate::error::{Error, Result};
+use crate::mem::Mem;
+use crate::scope::Scope;
+use crate::session::{runtime, KernelMeta, ParamInfo};
+use crate::state::Code;
+
+/// A kernel resident in a code buffer of scope `'s`.
+pub struct Kernel<'s> {
+    code: Mem<'s, Code>,
+    entry_va: u64,
+    meta: KernelMeta,
+}
+
+impl core::fmt::Debug for Kernel<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Kernel").field("name", &self.meta.name).field("entry_va", &self.entry_va).finish()
+    }
+}
+
+impl<'s> Kernel<'s> {
+    /// Entry name.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// GPU address of the first instruction.
+    pub fn entry_va(&self) -> u64 {
+        self.entry_va
+    }
+
+    /// Registers, shared and local memory, and the parameter table.
+    pub fn meta(&self) -> &KernelMeta {
+        &self.meta
+    }
+
+    /// The parameter table the kernel declares.
+    pub fn params(&self) -> &[ParamInfo] {
+        &self.meta.params
+    }
+
+    /// The code buffer.
+    pub fn code(&self) -> &Mem<'s, Code> {
+        &self.code
+    }
+
+    pub(crate) fn load_named(scope: &'s Scope<'s>, name: &str) -> Result<Self> {
+        let installed = runtime().installed()?;
+        if installed.sim.is_some() {
+            let spec = crate::kernels::host_spec(name)
+                .ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
+            let image = omega_hal::sim::code_image(name);
+            let mut code = scope.alloc_code(image.len())?;
+            code.write_code(&image)?;
+            let params = spec.params();
+            let meta = KernelMeta {
+                name: name.to_owned(),
+                code_bytes: image.len() as u64,
+                registers: 32,
+                static_shared_bytes: spec.static_shared_bytes,
+                local_bytes_per_thread: spec.local_bytes_per_thread,
+                barriers: 0,
+                param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
+                params,
+                max_threads: None,
+            };
+            let entry_va = code.va();
+            runtime().register_kernel(entry_va, meta.clone());
+            return Ok(Kernel { code, entry_va, meta });
+        }
+        let cubin = crate::kernels::sm90_cubin(name).map_err(|why| Error::Load(format!("kernel `{name}`: {why}")))?;
+        Self::load_cubin(scope, cubin, name)
+    }
+
+    pub(crate) fn load_cubin(scope: &'s Scope<'s>, cubin: &[u8], entry: &str) -> Result<Self> {
+        let loaded = crate::cubin_loader::prepare(cubin, entry)?;
+        let mut code = scope.alloc_code(loaded.image_bytes)?;
+        let image = loaded.relocate(code.va())?;
+        code.write_code(&image)?;
+        let entry_va = code.va() + loaded.entry_offset;
+        runtime().register_kernel(entry_va, loaded.meta.clone());
+        Ok(Kernel { code, entry_va, meta: loaded.meta })
+    }
+}

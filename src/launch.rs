@@ -1,0 +1,218 @@
+//! The launch builder: grid, block, dynamic shared memory, timeout, spin window and the arguments,
+//! laid out as the contract says (each parameter at its natural alignment; a 64-bit GPU address is two
+//! words, low first) and checked against the kernel's own parameter table before anything runs.
+
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::mem::Mem;
+use crate::session::{runtime, LaunchCompletion, LaunchSpec, ParamInfo};
+use crate::state::{Data, DeviceScalar};
+
+/// Default completion limit per marker.
+pub const DEFAULT_TIMEOUT_MS: u32 = 5_000;
+
+/// A value a kernel can take as an argument.
+///
+/// Implemented for the device scalars and for device pointers borrowed from data buffers; not for host
+/// pointers, references or structs (derive `LaunchArgs` for a struct of these).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel argument",
+    note = "kernel arguments are device scalars (u32, f32, bf16, ...) or `&Mem<Data<T>>` device buffers"
+)]
+pub trait KernelArg {
+    /// Bytes (and alignment) of the parameter.
+    const SIZE: u32;
+    /// Writes the parameter's bytes.
+    fn write(&self, out: &mut [u8]);
+}
+
+macro_rules! scalar_args {
+    ($($t:ty),*) => {$(
+        impl KernelArg for $t {
+            const SIZE: u32 = size_of::<$t>() as u32;
+            fn write(&self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+scalar_args!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, half::bf16, half::f16);
+
+impl<T: DeviceScalar> KernelArg for &Mem<'_, Data<T>> {
+    const SIZE: u32 = 8;
+    fn write(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.va().to_le_bytes());
+    }
+}
+
+impl<T: DeviceScalar> KernelArg for &mut Mem<'_, Data<T>> {
+    const SIZE: u32 = 8;
+    fn write(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.va().to_le_bytes());
+    }
+}
+
+/// The parameter block being built.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArgBlock {
+    bytes: Vec<u8>,
+    params: Vec<ParamInfo>,
+}
+
+impl ArgBlock {
+    /// Appends `a` at its natural alignment.
+    pub fn push<A: KernelArg>(&mut self, a: A) {
+        self.push_raw(A::SIZE, |out| a.write(out));
+    }
+
+    /// Appends `size` bytes written by `write`, at alignment `size`.
+    pub fn push_raw(&mut self, size: u32, write: impl FnOnce(&mut [u8])) {
+        let offset = (self.bytes.len() as u32).next_multiple_of(size.max(1));
+        self.bytes.resize((offset + size) as usize, 0);
+        write(&mut self.bytes[offset as usize..]);
+        self.params.push(ParamInfo { ordinal: self.params.len() as u32, offset, size });
+    }
+
+    /// The layout so far.
+    pub fn params(&self) -> &[ParamInfo] {
+        &self.params
+    }
+
+    /// The block as argument words (at least one: the contract's launch takes 1 or more).
+    pub fn words(&self) -> Vec<u32> {
+        let mut w: Vec<u32> = self
+            .bytes
+            .chunks(4)
+            .map(|c| {
+                let mut b = [0u8; 4];
+                b[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(b)
+            })
+            .collect();
+        if w.is_empty() {
+            w.push(0);
+        }
+        w
+    }
+}
+
+/// Describes one launch of `kernel`.
+#[must_use = "a Launch does nothing until `Gpu::launch` runs it"]
+pub struct Launch<'k, 's> {
+    kernel: &'k Kernel<'s>,
+    grid: [u32; 3],
+    block: [u32; 3],
+    dynamic_shared_bytes: u32,
+    timeout_ms: u32,
+    spin_us: u32,
+    args: ArgBlock,
+}
+
+impl<'k, 's> Launch<'k, 's> {
+    /// A launch of one block of one thread, no arguments, the default timeout.
+    pub fn new(kernel: &'k Kernel<'s>) -> Self {
+        Launch {
+            kernel,
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            dynamic_shared_bytes: 0,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            spin_us: 0,
+            args: ArgBlock::default(),
+        }
+    }
+
+    /// Blocks per grid (`[x, y, z]`).
+    pub fn grid(mut self, grid: [u32; 3]) -> Self {
+        self.grid = grid;
+        self
+    }
+
+    /// Threads per block (`[x, y, z]`).
+    pub fn block(mut self, block: [u32; 3]) -> Self {
+        self.block = block;
+        self
+    }
+
+    /// Dynamic shared memory per block, in bytes.
+    pub fn dynamic_shared(mut self, bytes: u32) -> Self {
+        self.dynamic_shared_bytes = bytes;
+        self
+    }
+
+    /// Completion limit per marker; past it the process latches.
+    pub fn timeout_ms(mut self, ms: u32) -> Self {
+        self.timeout_ms = ms;
+        self
+    }
+
+    /// Spin-poll window before sleep-polling (0: the process-wide setting).
+    pub fn spin_us(mut self, us: u32) -> Self {
+        self.spin_us = us;
+        self
+    }
+
+    /// Appends an argument.
+    pub fn arg<A: KernelArg>(mut self, a: A) -> Self {
+        self.args.push(a);
+        self
+    }
+
+    /// Replaces the arguments with a prepared block (what `#[derive(LaunchArgs)]` produces).
+    pub fn arg_block(mut self, block: ArgBlock) -> Self {
+        self.args = block;
+        self
+    }
+
+    /// The arguments so far.
+    pub fn args(&self) -> &ArgBlock {
+        &self.args
+    }
+
+    fn check_against_kernel(&self) -> Result<()> {
+        let declared = &self.kernel.meta().params;
+        let given = self.args.params();
+        let name = self.kernel.name();
+        if declared.len() != given.len() {
+            return Err(Error::LaunchArguments(format!(
+                "kernel `{name}` takes {} parameters, the launch gives {}",
+                declared.len(),
+                given.len()
+            )));
+        }
+        for (d, g) in declared.iter().zip(given) {
+            if d.offset != g.offset || d.size != g.size {
+                return Err(Error::LaunchArguments(format!(
+                    "kernel `{name}` parameter {}: declared {} bytes at offset {}, given {} bytes at offset {}",
+                    d.ordinal, d.size, d.offset, g.size, g.offset
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn run(&self) -> Result<LaunchCompletion> {
+        let rt = runtime();
+        if let Err(e) = self.check_against_kernel() {
+            rt.set_error(&e);
+            return Err(e);
+        }
+        let max_words = rt.installed()?.platform.caps().max_param_bytes as usize / 4;
+        let words = self.args.words();
+        let meta = self.kernel.meta();
+        let spec = LaunchSpec {
+            code_va: self.kernel.entry_va(),
+            gpr_count: meta.registers,
+            block: self.block,
+            grid: self.grid,
+            num_elements: self.grid[0].saturating_mul(self.block[0]),
+            args: &words,
+            max_args: max_words,
+            timeout_ms: self.timeout_ms,
+            shared_bytes: 0,
+            dynamic_shared_bytes: self.dynamic_shared_bytes,
+            spin_us: self.spin_us,
+        };
+        rt.launch(&spec)
+    }
+}

@@ -1,0 +1,186 @@
+//! The lock token and its states: `Locked<Closed>` → `open()` → `Locked<Open>` → `scope(..)`, and
+//! `Latched`, the state an uncertain completion leaves the process in.
+//!
+//! The token is the session lock: zero-sized, released on drop, not `Send` (the lock belongs to the
+//! thread that took it). `let _ = omega::lock();` takes and immediately releases it — bind it to a name.
+//! It is not re-entrant: taking it again on the same thread waits forever, as the contract's lock does.
+
+use core::marker::PhantomData;
+
+use omega_hal::sim::Sim;
+use omega_hal::DeviceInfo;
+
+use crate::error::{Error, Result};
+use crate::platform::PlatformKind;
+use crate::session::{runtime, ParkStats};
+use crate::state::{Closed, DeviceState, Open};
+use crate::sync::Arc;
+use crate::Scope;
+use crate::{Gpu, Scoped};
+
+/// The session lock, held, with the device in state `S`.
+#[must_use = "the lock is released as soon as this token is dropped"]
+pub struct Locked<S: DeviceState> {
+    _state: PhantomData<S>,
+    _not_send: PhantomData<*const ()>,
+}
+
+static_assertions::assert_eq_size!(Locked<Open>, ());
+static_assertions::assert_not_impl_any!(Locked<Open>: Send, Sync);
+static_assertions::assert_not_impl_any!(Latched: Send, Sync);
+
+/// Takes the process-wide session lock, blocking until it is free.
+pub fn lock() -> Locked<Closed> {
+    runtime().lock();
+    Locked { _state: PhantomData, _not_send: PhantomData }
+}
+
+/// Takes the session lock if no one holds it.
+pub fn try_lock() -> Option<Locked<Closed>> {
+    runtime().try_lock().then_some(Locked { _state: PhantomData, _not_send: PhantomData })
+}
+
+impl<S: DeviceState> Locked<S> {
+    /// Moves the held lock into another state without releasing it.
+    fn into_state<T: DeviceState>(self) -> Locked<T> {
+        core::mem::forget(self);
+        Locked { _state: PhantomData, _not_send: PhantomData }
+    }
+
+    /// The installed platform's name ("sim" or "nvidia").
+    pub fn platform(&self) -> &'static str {
+        runtime().platform_name().unwrap_or("none")
+    }
+
+    /// The simulator behind the session, when the platform is the simulator (fault injection, kernels).
+    pub fn sim(&self) -> Option<Arc<Sim>> {
+        runtime().installed().ok().and_then(|i| i.sim)
+    }
+
+    /// True once an uncertain completion latched the process.
+    pub fn is_blocked(&self) -> bool {
+        runtime().is_blocked()
+    }
+
+    /// What the latch kept.
+    pub fn parked(&self) -> ParkStats {
+        runtime().parked()
+    }
+}
+
+impl<S: DeviceState> Drop for Locked<S> {
+    fn drop(&mut self) {
+        runtime().unlock();
+    }
+}
+
+/// Why `open` failed, with the lock handed back.
+#[derive(Debug)]
+pub struct OpenError {
+    /// The lock, still held.
+    pub lock: Locked<Closed>,
+    /// What failed (its text names the stage, and carries the driver's words for a driver refusal).
+    pub error: Error,
+}
+
+impl core::fmt::Debug for Locked<Closed> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Locked<Closed>")
+    }
+}
+
+impl core::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl Locked<Closed> {
+    /// Opens the device (or finds it open). Refused after a latch.
+    pub fn open(self) -> core::result::Result<Locked<Open>, OpenError> {
+        match runtime().open() {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(OpenError { lock: self, error }),
+        }
+    }
+
+    /// Chooses the platform for the next open (the device must be closed).
+    pub fn set_platform(&self, kind: PlatformKind) -> Result<()> {
+        runtime().set_platform(kind)
+    }
+
+    /// True while the device is open.
+    pub fn is_open(&self) -> bool {
+        runtime().is_open()
+    }
+}
+
+impl Locked<Open> {
+    /// What the device is.
+    pub fn device(&self) -> DeviceInfo {
+        runtime().device_info().expect("the token proves the device is open")
+    }
+
+    /// Runs `f` with the session's memory and its launch token.
+    ///
+    /// Buffers allocated in the scope cannot leave it, and the token cannot be used once a launch has
+    /// latched (that launch consumed it). Every launch is synchronous, so when the scope ends the device
+    /// is done with its buffers — unless a completion was uncertain, in which case the scope ends in
+    /// [`Scoped::Latched`] and every buffer it freed was parked, never released.
+    pub fn scope<R>(self, f: impl for<'s> FnOnce(&Scope<'s>, Gpu<'s>) -> R) -> Scoped<R> {
+        let scope = Scope::new();
+        let r = f(&scope, Gpu::new());
+        drop(scope);
+        if runtime().is_blocked() {
+            core::mem::forget(self);
+            Scoped::Latched(Latched::new(), r)
+        } else {
+            Scoped::Open(self, r)
+        }
+    }
+
+    /// Closes the device, freeing every session buffer; the lock stays held.
+    pub fn close(self) -> Locked<Closed> {
+        // Not latched (the token exists only while not latched), so close cannot be refused; the only
+        // failure is a platform with no device, which leaves it closed all the same.
+        let _ = runtime().close_locked();
+        self.into_state()
+    }
+}
+
+/// The process after an uncertain completion: the lock is held, and no launch, close or reopen can be
+/// written — this type has none of them. Its drop releases the lock; the process stays latched.
+#[must_use = "dropping the latch token releases the lock"]
+pub struct Latched {
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Latched {
+    fn new() -> Self {
+        Latched { _not_send: PhantomData }
+    }
+
+    /// What the latch kept.
+    pub fn parked(&self) -> ParkStats {
+        runtime().parked()
+    }
+
+    /// The stage of the failure that latched (the last error text).
+    pub fn cause(&self) -> String {
+        runtime().last_error()
+    }
+}
+
+impl core::fmt::Debug for Latched {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Latched").field("parked", &self.parked()).finish()
+    }
+}
+
+impl Drop for Latched {
+    fn drop(&mut self) {
+        runtime().unlock();
+    }
+}

@@ -1,0 +1,157 @@
+//! The allocation scope and the launch token.
+
+use core::marker::PhantomData;
+
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+use crate::launch::Launch;
+use crate::locked::{Latched, Locked};
+use crate::mem::Mem;
+use crate::session::{runtime, LaunchCompletion};
+use crate::state::{Cached, Code, Data, DeviceScalar, Open};
+
+/// The memory of one [`Locked::scope`]: every buffer allocated here lives no longer than the scope.
+pub struct Scope<'s> {
+    // Invariant in 's: a scope's buffers can never be passed off as another scope's.
+    _brand: PhantomData<fn(&'s ()) -> &'s ()>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'s> Scope<'s> {
+    pub(crate) fn new() -> Self {
+        Scope { _brand: PhantomData, _not_send: PhantomData }
+    }
+
+    /// A data buffer of `len` elements of `T`.
+    pub fn alloc<T: DeviceScalar>(&'s self, len: usize) -> Result<Mem<'s, Data<T>>> {
+        Mem::alloc(len)
+    }
+
+    /// A data buffer holding a copy of `src` (written and synced to the device).
+    pub fn alloc_from<T: DeviceScalar>(&'s self, src: &[T]) -> Result<Mem<'s, Data<T>>> {
+        let mut m = Mem::alloc(src.len())?;
+        m.write(src)?;
+        Ok(m)
+    }
+
+    /// A GPU-cached, GPU-read-only buffer of `len` elements (write it once with `write_once`).
+    pub fn alloc_cached<T: DeviceScalar>(&'s self, len: usize) -> Result<Mem<'s, Cached<T>>> {
+        Mem::alloc(len)
+    }
+
+    /// A code buffer of `bytes` bytes plus the zero-filled prefetch tail.
+    pub fn alloc_code(&'s self, bytes: usize) -> Result<Mem<'s, Code>> {
+        Mem::alloc(bytes)
+    }
+
+    /// Loads kernel `name` of the repository's kernels (the cubin on a GPU, the host reference on the
+    /// simulator).
+    pub fn load(&'s self, name: &str) -> Result<Kernel<'s>> {
+        Kernel::load_named(self, name)
+    }
+
+    /// Loads kernel `entry` from a cubin image.
+    pub fn load_cubin(&'s self, cubin: &[u8], entry: &str) -> Result<Kernel<'s>> {
+        Kernel::load_cubin(self, cubin, entry)
+    }
+
+    /// The platform's name.
+    pub fn platform(&self) -> &'static str {
+        runtime().platform_name().unwrap_or("none")
+    }
+}
+
+/// The right to launch in scope `'s`. There is one per scope; a launch consumes it and hands it back
+/// unless the launch latched the process — after which no launch can be written with it.
+pub struct Gpu<'s> {
+    _brand: PhantomData<fn(&'s ()) -> &'s ()>,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// A completed launch, and the token for the next.
+#[derive(Debug)]
+pub struct Launched<'s> {
+    /// The launch token, back.
+    pub gpu: Gpu<'s>,
+    /// Submit to second marker, nanoseconds on the platform clock.
+    pub elapsed_ns: u64,
+    /// The first marker word observed.
+    pub marker: u32,
+}
+
+/// A failed launch. `gpu` is the token back when the process is not latched (the failure was certain:
+/// refused arguments, a cancel before submit, a kernel fault); `None` when the completion was uncertain.
+#[derive(Debug)]
+pub struct LaunchError<'s> {
+    /// The token, when launching may go on.
+    pub gpu: Option<Gpu<'s>>,
+    /// What failed, naming its stage.
+    pub error: Error,
+}
+
+impl core::fmt::Display for LaunchError<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for LaunchError<'_> {}
+
+impl From<LaunchError<'_>> for Error {
+    fn from(e: LaunchError<'_>) -> Error {
+        e.error
+    }
+}
+
+impl core::fmt::Debug for Gpu<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Gpu")
+    }
+}
+
+impl<'s> Gpu<'s> {
+    pub(crate) fn new() -> Self {
+        Gpu { _brand: PhantomData, _not_send: PhantomData }
+    }
+
+    /// Runs `launch` to completion.
+    pub fn launch(self, launch: &Launch<'_, 's>) -> core::result::Result<Launched<'s>, LaunchError<'s>> {
+        match launch.run() {
+            Ok(LaunchCompletion { elapsed_ns, marker }) => Ok(Launched { gpu: self, elapsed_ns, marker }),
+            Err(error) if runtime().is_blocked() => Err(LaunchError { gpu: None, error }),
+            Err(error) => Err(LaunchError { gpu: Some(self), error }),
+        }
+    }
+}
+
+/// How a scope ended.
+#[derive(Debug)]
+pub enum Scoped<R> {
+    /// Every completion was certain: the device is open and the lock held.
+    Open(Locked<Open>, R),
+    /// A completion was uncertain: the process is latched.
+    Latched(Latched, R),
+}
+
+impl<R> Scoped<R> {
+    /// The open token and the scope's value; `Err` with the latch when the scope latched.
+    pub fn into_open(self) -> core::result::Result<(Locked<Open>, R), (Latched, R)> {
+        match self {
+            Scoped::Open(l, r) => Ok((l, r)),
+            Scoped::Latched(l, r) => Err((l, r)),
+        }
+    }
+
+    /// The scope's value, dropping the token (and so releasing the lock).
+    pub fn value(self) -> R {
+        match self {
+            Scoped::Open(_, r) | Scoped::Latched(_, r) => r,
+        }
+    }
+}
+
+impl core::fmt::Debug for Locked<Open> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Locked<Open>")
+    }
+}

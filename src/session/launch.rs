@@ -1,0 +1,346 @@
+//! Launch: the contract's argument checks, one submission, and the two-marker completion wait whose
+//! uncertainty latches the process.
+
+use omega_hal::{CompletionPoll, LaunchDesc, MarkerSlot, Order, Submission};
+
+use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS};
+use crate::error::{Error, Result};
+use crate::sync::{self, Ordering};
+
+/// One kernel parameter as the kernel's parameter table declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamInfo {
+    /// Position in the signature.
+    pub ordinal: u32,
+    /// Byte offset in the parameter block.
+    pub offset: u32,
+    /// Bytes.
+    pub size: u32,
+}
+
+/// What a loaded kernel needs from every launch of it, registered under its code address so that a C
+/// launch of the same code gets it too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelMeta {
+    /// Entry name.
+    pub name: String,
+    /// Bytes of code.
+    pub code_bytes: u64,
+    /// Registers per thread the kernel was built for.
+    pub registers: u32,
+    /// Static shared memory per block (including any system-reserved part).
+    pub static_shared_bytes: u32,
+    /// Local memory (stack) per thread.
+    pub local_bytes_per_thread: u32,
+    /// Named barriers used.
+    pub barriers: u32,
+    /// The parameter table.
+    pub params: Vec<ParamInfo>,
+    /// Bytes of parameters.
+    pub param_bytes: u32,
+    /// Largest block the kernel allows, if it says.
+    pub max_threads: Option<u32>,
+}
+
+/// A launch as the Rust API describes it: the C descriptor's fields plus what C cannot say.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchSpec<'a> {
+    /// Kernel code address.
+    pub code_va: u64,
+    /// Registers per thread (rounded by the session).
+    pub gpr_count: u32,
+    /// Block size.
+    pub block: [u32; 3],
+    /// Grid size.
+    pub grid: [u32; 3],
+    /// The `num_elements` word.
+    pub num_elements: u32,
+    /// Parameter words.
+    pub args: &'a [u32],
+    /// Most words this caller may pass (32 for C; the constant bank's limit for the Rust builder).
+    pub max_args: usize,
+    /// Completion poll limit per marker.
+    pub timeout_ms: u32,
+    /// Shared memory per block; 0 = the kernel's static size, or the default.
+    pub shared_bytes: u32,
+    /// Dynamic shared memory per block, added to the kernel's static size.
+    pub dynamic_shared_bytes: u32,
+    /// Spin window; 0 = process-wide setting.
+    pub spin_us: u32,
+}
+
+impl<'a> LaunchSpec<'a> {
+    /// The Rust form of a C descriptor. The argument pointer is read for `n_args` words.
+    ///
+    /// # Safety
+    /// - `l.args` is null or points to `l.n_args` readable words that stay valid for `'a`.
+    pub unsafe fn from_raw(l: &RawLaunch) -> Result<LaunchSpec<'a>> {
+        if l.args.is_null() {
+            return Err(Error::LaunchArguments("args is NULL".into()));
+        }
+        if l.n_args == 0 || l.n_args > MAX_ARGS {
+            return Err(Error::LaunchArguments(format!("n_args {} is not in 1..={MAX_ARGS}", l.n_args)));
+        }
+        // SAFETY: non-null (checked) and, by the caller's promise, `n_args` readable words for 'a.
+        let args = unsafe { std::slice::from_raw_parts(l.args, l.n_args as usize) };
+        Ok(LaunchSpec {
+            code_va: l.code_va,
+            gpr_count: l.gpr_count,
+            block: [l.threads_x, l.threads_y.max(1), 1],
+            grid: [l.grid_x, l.grid_y, 1],
+            num_elements: l.num_elements,
+            args,
+            max_args: MAX_ARGS as usize,
+            timeout_ms: l.timeout_ms,
+            shared_bytes: l.shared_bytes,
+            dynamic_shared_bytes: 0,
+            spin_us: l.spin_us,
+        })
+    }
+}
+
+/// What a completed launch reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// Submit to second marker, platform-clock nanoseconds.
+    pub elapsed_ns: u64,
+    /// The first marker word observed.
+    pub marker: u32,
+}
+
+/// Rounds a declared register count the way the contract says: a multiple of 8, at least 64.
+pub fn round_gpr(gpr: u32) -> u32 {
+    gpr.div_ceil(8).saturating_mul(8).max(64)
+}
+
+/// How long one sleep-poll sleeps.
+const SLEEP_POLL_US: u32 = 20;
+/// Spin iterations between looks at the channel's error notifier inside a spin window.
+const SPIN_FAULT_CHECK: u32 = 4096;
+
+impl Runtime {
+    fn check_spec(&self, spec: &LaunchSpec<'_>) -> Result<()> {
+        let bad = |m: String| Err(Error::LaunchArguments(m));
+        if spec.args.is_empty() || spec.args.len() > spec.max_args {
+            return bad(format!("n_args {} is not in 1..={}", spec.args.len(), spec.max_args));
+        }
+        if spec.block[0] == 0 {
+            return bad("threads_x is 0".into());
+        }
+        if spec.grid[0] == 0 || spec.grid[1] == 0 {
+            return bad(format!("grid {}x{} has a zero side", spec.grid[0], spec.grid[1]));
+        }
+        if spec.block[2] == 0 || spec.grid[2] == 0 {
+            return bad("a z dimension of 0".into());
+        }
+        let threads = spec.block.iter().map(|&b| b as u64).product::<u64>();
+        if threads > 1024 {
+            return bad(format!("{threads} threads per block (at most 1024)"));
+        }
+        Ok(())
+    }
+
+    /// Submits one launch and waits for both markers (caller holds the lock, device open, not latched).
+    pub fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Completion> {
+        let stage = "launch";
+        self.require_lock(stage)?;
+        if self.is_blocked() {
+            return self.fail(Error::Latched(stage));
+        }
+        if let Err(e) = self.check_spec(spec) {
+            return self.fail(e);
+        }
+        let i = self.installed()?;
+        let s = sync::lock(&self.session);
+        if s.device.is_none() {
+            drop(s);
+            return self.fail(Error::NotOpen(stage));
+        }
+        if let Some(f) = s.channel_fault.clone() {
+            drop(s);
+            return self.fail(Error::Fault(f));
+        }
+        // The code must lie in a live code buffer of this session: a launch of anything else would run
+        // whatever bytes sit there.
+        let code = s.buffers.iter().find(|(_, b)| {
+            b.kind == super::HANDLE_BUF_CODE && spec.code_va >= b.alloc.va && spec.code_va < b.alloc.va + b.alloc.bytes
+        });
+        let Some((_, code_buf)) = code else {
+            drop(s);
+            return self.fail(Error::LaunchArguments(format!(
+                "code_va {:#x} is not inside a code buffer of this session",
+                spec.code_va
+            )));
+        };
+        let code_bytes = code_buf.alloc.va + code_buf.alloc.bytes - spec.code_va;
+        let meta = s.templates.get(&spec.code_va).cloned().unwrap_or_default();
+        if let Some(max) = meta.max_threads {
+            let threads: u32 = spec.block.iter().product();
+            if threads > max {
+                drop(s);
+                return self.fail(Error::LaunchArguments(format!(
+                    "{threads} threads per block, kernel `{}` allows {max}",
+                    meta.name
+                )));
+            }
+        }
+        if meta.param_bytes > 0 && (spec.args.len() * 4) < meta.param_bytes as usize {
+            drop(s);
+            return self.fail(Error::LaunchArguments(format!(
+                "{} argument words, kernel `{}` takes {} bytes of parameters",
+                spec.args.len(),
+                meta.name,
+                meta.param_bytes
+            )));
+        }
+        let (_, markers) = s.markers.expect("open allocates the markers");
+        let shared = match spec.shared_bytes {
+            0 if meta.static_shared_bytes > 0 => meta.static_shared_bytes + spec.dynamic_shared_bytes,
+            0 => DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes),
+            n => n.max(meta.static_shared_bytes + spec.dynamic_shared_bytes),
+        };
+        drop(s);
+
+        if self.cancel.swap(false, Ordering::SeqCst) {
+            return self.fail(Error::CancelledBeforeSubmit);
+        }
+        let desc = LaunchDesc {
+            code_va: spec.code_va,
+            code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
+            gpr_count: round_gpr(spec.gpr_count.max(meta.registers)),
+            block: spec.block,
+            grid: spec.grid,
+            shared_bytes: shared,
+            dynamic_shared_bytes: spec.dynamic_shared_bytes,
+            local_bytes_per_thread: meta.local_bytes_per_thread,
+            barrier_count: meta.barriers,
+            num_elements: spec.num_elements,
+            args: spec.args,
+            order: Order::AfterPrevious,
+            skip: false,
+        };
+        let slots = marker_slots(&markers);
+        self.submit_and_wait(&i, &[desc], slots, None, spec.timeout_ms, spec.spin_us)
+    }
+
+    /// Submits `launches` as one unit and waits for its two markers. Used by single launches and lists.
+    pub(crate) fn submit_and_wait(
+        &self,
+        i: &crate::platform::Installed,
+        launches: &[LaunchDesc<'_>],
+        slots: [MarkerSlot; 2],
+        stamps: Option<MarkerSlot>,
+        timeout_ms: u32,
+        spin_us: u32,
+    ) -> Result<Completion> {
+        let poll = i.platform.poll().expect("negotiated at open");
+        let clock = i.platform.clock().expect("negotiated at open");
+        let queue = i.platform.queue().expect("negotiated at open");
+        let sequence = {
+            let mut s = sync::lock(&self.session);
+            s.sequence = s.sequence.wrapping_add(1).max(1);
+            s.sequence
+        };
+        let sub = Submission { launches, markers: slots, sequence, stamps };
+        let start = clock.now_ns();
+        // SAFETY: the lock is held; every address in `sub` is in live session buffers (code checked in
+        // `launch`, arguments are the caller's, markers are the session's own), which are only released by
+        // free/close under this same lock, after this wait, or parked forever if the wait latches; the
+        // previous submission's markers were observed (or the process latched and refuses launches).
+        if let Err(e) = unsafe { queue.submit(&sub) } {
+            return self.fail(Error::Submit(e));
+        }
+        let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
+        let mut first = 0;
+        for (which, slot) in slots.iter().enumerate() {
+            let word = self.wait_marker(poll, clock, slot, sequence, which as u8, timeout_ms, spin)?;
+            if which == 0 {
+                first = word;
+            }
+        }
+        Ok(Completion { elapsed_ns: clock.now_ns().saturating_sub(start), marker: first })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn wait_marker(
+        &self,
+        poll: &dyn CompletionPoll,
+        clock: &dyn omega_hal::Clock,
+        slot: &MarkerSlot,
+        sequence: u32,
+        which: u8,
+        timeout_ms: u32,
+        spin_us: u32,
+    ) -> Result<u32> {
+        let start = clock.now_ns();
+        let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
+        let spin_end = start.saturating_add(spin_us as u64 * 1_000);
+        let mut spins = 0u32;
+        loop {
+            // SAFETY: `slot` is in the session's marker buffer, live while the device is open and parked
+            // (never released) once latched.
+            let word = match unsafe { poll.poll(slot) } {
+                Ok(w) => w,
+                Err(e) => return self.latch(Error::PollRefused(e.0)),
+            };
+            if word == sequence {
+                return Ok(word);
+            }
+            if self.cancel.swap(false, Ordering::SeqCst) {
+                return self.latch(Error::CancelledAfterSubmit);
+            }
+            let now = clock.now_ns();
+            if now >= deadline {
+                return self.latch(Error::Timeout { marker: which, timeout_ms });
+            }
+            spins = spins.wrapping_add(1);
+            let slow = now >= spin_end;
+            if slow || spins % SPIN_FAULT_CHECK == 0 {
+                if let Some(f) = poll.channel_fault() {
+                    sync::lock(&self.session).channel_fault = Some(f.clone());
+                    return self.fail(Error::Fault(f));
+                }
+            }
+            if slow {
+                clock.sleep_us(SLEEP_POLL_US);
+            } else {
+                std::hint::spin_loop();
+                #[cfg(loom)]
+                crate::sync::thread::yield_now();
+            }
+        }
+    }
+
+    /// Latches the process: from now on nothing is released to the platform. The session's own launch
+    /// buffer is parked at once; every later free parks.
+    pub(crate) fn latch(&self, why: Error) -> Result<u32> {
+        self.latched.store(true, Ordering::SeqCst);
+        let mut s = sync::lock(&self.session);
+        if let Some((h, a)) = s.markers {
+            if let Ok(b) = s.buffers.check_mut(h) {
+                if !b.parked {
+                    b.parked = true;
+                    Self::park(&mut s, h, a.bytes);
+                }
+            }
+        }
+        drop(s);
+        self.fail(why)
+    }
+
+    /// Records what a loaded kernel needs, under its code address.
+    pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) {
+        sync::lock(&self.session).templates.insert(code_va, meta);
+    }
+
+    /// The marker slots of the session's launch buffer (for command lists).
+    pub(crate) fn session_markers(&self) -> Option<[MarkerSlot; 2]> {
+        sync::lock(&self.session).markers.map(|(_, a)| marker_slots(&a))
+    }
+}
+
+fn marker_slots(a: &omega_hal::Allocation) -> [MarkerSlot; 2] {
+    // The marker buffer is at least one page, so the second marker at +16 is inside it.
+    [MarkerSlot { va: a.va, cpu: a.cpu }, MarkerSlot { va: a.va + 16, cpu: a.cpu.wrapping_add(16) }]
+}
+

@@ -1,0 +1,304 @@
+//! Session memory: alloc, free (or park after a latch), visibility sync, scratch, the counters.
+
+use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, HandleError, Rights};
+
+use super::{AllocStats, Buf, GpuMem, ParkStats, Runtime, Scratch, CODE_PREFETCH_TAIL, PARK_MAX};
+use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA};
+use crate::error::{Error, Result};
+use crate::sync;
+
+/// Which kind of buffer to make (the typed API names it through its `MemKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocKind {
+    /// Data.
+    Data,
+    /// Code.
+    Code,
+    /// Cached.
+    Cached,
+}
+
+impl Runtime {
+    fn live_platform(&self, stage: &'static str) -> Result<crate::platform::Installed> {
+        self.require_lock(stage)?;
+        let i = self.installed()?;
+        if !self.is_open() {
+            return self.fail(Error::NotOpen(stage));
+        }
+        Ok(i)
+    }
+
+    /// A buffer of `kind` for `bytes` bytes (the typed API allocates through this).
+    pub fn alloc_kind(&self, bytes: usize, kind: AllocKind) -> Result<GpuMem> {
+        let stage = "alloc";
+        let i = self.live_platform(stage)?;
+        if self.is_blocked() {
+            return self.fail(Error::Latched(stage));
+        }
+        let page = i.platform.caps().page_bytes;
+        let want = match kind {
+            AllocKind::Code => bytes as u64 + CODE_PREFETCH_TAIL as u64,
+            _ => bytes as u64,
+        };
+        let rounded = want.max(1).div_ceil(page) * page;
+        let (rights, cache, hal_kind, c_kind) = match kind {
+            AllocKind::Data => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE,
+                CachePolicy::Uncached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+            ),
+            AllocKind::Code => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
+                CachePolicy::Uncached,
+                BufferKind::Code,
+                HANDLE_BUF_CODE,
+            ),
+            AllocKind::Cached => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
+                CachePolicy::Cached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+            ),
+        };
+        let desc = BufferDesc { bytes: rounded, rights, cache, kind: hal_kind };
+        if let Err(r) = check_buffer(&desc) {
+            return self.fail(Error::Refused(r));
+        }
+        let mem = i.platform.memory().expect("negotiated at open");
+        let mut s = sync::lock(&self.session);
+        // SAFETY: the lock is held and the device is open (checked above, and close needs the lock).
+        let a = match unsafe { mem.alloc(&desc) } {
+            Ok(a) => a,
+            Err(e) => {
+                s.stats.alloc_failures += 1;
+                drop(s);
+                return self.fail(Error::Alloc(e));
+            }
+        };
+        if kind == AllocKind::Code && !a.cpu.is_null() {
+            // The prefetch tail must read as zeros whatever the platform handed out.
+            // SAFETY: the code buffer's CPU view covers `a.bytes` bytes and nothing else references it yet.
+            unsafe { std::ptr::write_bytes(a.cpu.add(bytes), 0, a.bytes as usize - bytes) };
+        }
+        s.stats.allocs += 1;
+        s.stats.alloc_bytes += rounded;
+        let handle = s.buffers.open(Buf { alloc: a, kind: c_kind, desc, parked: false });
+        Ok(GpuMem { handle, kind: c_kind, cpu: a.cpu.cast(), va: a.va, size: rounded as usize })
+    }
+
+    /// A GPU-uncached data buffer, CPU and GPU read/write, rounded up to a page.
+    pub fn alloc(&self, bytes: usize) -> Result<GpuMem> {
+        self.alloc_kind(bytes, AllocKind::Data)
+    }
+
+    /// A code buffer for `code_size` bytes plus the zero-filled prefetch tail; at least one page.
+    pub fn alloc_code(&self, code_size: usize) -> Result<GpuMem> {
+        self.alloc_kind(code_size, AllocKind::Code)
+    }
+
+    /// A GPU-cached, GPU-read-only buffer for write-once weights.
+    pub fn alloc_cached(&self, bytes: usize) -> Result<GpuMem> {
+        self.alloc_kind(bytes, AllocKind::Cached)
+    }
+
+    /// Releases `m` and zeroes it. Latched: parks it instead (never released; `m` keeps its handle for
+    /// [`Runtime::is_parked`]). A stale handle or closed session: nothing released, counted, `m` zeroed.
+    pub fn free(&self, m: &mut GpuMem) -> Result<()> {
+        let stage = "free";
+        self.require_lock(stage)?;
+        if m.handle.is_none() {
+            *m = GpuMem::NONE;
+            return Ok(());
+        }
+        let i = self.installed()?;
+        let mut s = sync::lock(&self.session);
+        if s.device.is_none() {
+            s.stats.stale_refusals += 1;
+            *m = GpuMem::NONE;
+            drop(s);
+            return self.fail(Error::NotOpen(stage));
+        }
+        let latched = self.is_blocked();
+        let buf = match s.buffers.check_mut(m.handle) {
+            Ok(b) if b.alloc.va == m.va => b,
+            Ok(_) => {
+                s.stats.stale_refusals += 1;
+                *m = GpuMem::NONE;
+                drop(s);
+                return self.fail(Error::Handle { stage, source: HandleError::Zero });
+            }
+            Err(source) => {
+                s.stats.stale_refusals += 1;
+                *m = GpuMem::NONE;
+                drop(s);
+                return self.fail(Error::Handle { stage, source });
+            }
+        };
+        if latched {
+            if !buf.parked {
+                buf.parked = true;
+                let bytes = buf.alloc.bytes;
+                Self::park(&mut s, m.handle, bytes);
+            }
+            return Ok(());
+        }
+        let b = s.buffers.close(m.handle).expect("checked above");
+        let mem = i.platform.memory().expect("negotiated at open");
+        // SAFETY: not latched, so the last launch completed with both markers observed and nothing on the
+        // device can touch `b`; the lock is held; the handle was current, so it is freed exactly once.
+        unsafe { mem.free(&b.alloc) };
+        s.stats.frees += 1;
+        *m = GpuMem::NONE;
+        Ok(())
+    }
+
+    pub(crate) fn park(s: &mut super::Session, h: omega_hal::Handle, bytes: u64) {
+        s.park.buffers += 1;
+        s.park.bytes += bytes;
+        if s.parked_listed.len() < PARK_MAX {
+            s.parked_listed.push(h);
+        } else {
+            s.park.untracked += 1;
+        }
+    }
+
+    /// Parked buffers so far.
+    pub fn parked(&self) -> ParkStats {
+        sync::lock(&self.session).park
+    }
+
+    /// True when `h` is parked and listed.
+    pub fn is_parked(&self, h: omega_hal::Handle) -> bool {
+        !h.is_none() && sync::lock(&self.session).parked_listed.contains(&h)
+    }
+
+    /// The allocation counters.
+    pub fn alloc_stats(&self) -> AllocStats {
+        sync::lock(&self.session).stats
+    }
+
+    fn sync_dir(&self, m: &GpuMem, to_gpu: bool, offset: usize, len: usize) -> Result<()> {
+        let stage = "sync";
+        let i = self.live_platform(stage)?;
+        if self.is_blocked() {
+            return self.fail(Error::Latched(stage));
+        }
+        let s = sync::lock(&self.session);
+        let buf = match s.buffers.check(m.handle) {
+            Ok(b) => b,
+            Err(source) => {
+                drop(s);
+                return self.fail(Error::Handle { stage, source });
+            }
+        };
+        if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
+            drop(s);
+            return self.fail(Error::Setting { stage, detail: format!("range {offset}+{len} past the buffer") });
+        }
+        if buf.alloc.cpu.is_null() || len == 0 {
+            return Ok(());
+        }
+        let a = buf.alloc;
+        drop(s);
+        let vis = i.platform.visibility().expect("negotiated at open");
+        // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range is inside
+        // it, and no work is running (launches are synchronous and the lock serialises callers).
+        let r = unsafe {
+            if to_gpu {
+                vis.sync_to_gpu(&a, offset as u64, len as u64)
+            } else {
+                vis.sync_to_cpu(&a, offset as u64, len as u64)
+            }
+        };
+        r.or_else(|e| self.fail(Error::Sync(e)))
+    }
+
+    /// Makes CPU writes to the whole buffer visible to the device.
+    pub fn sync_to_gpu(&self, m: &GpuMem) -> Result<()> {
+        self.sync_dir(m, true, 0, self.buffer_bytes(m))
+    }
+
+    /// Makes device writes to the whole buffer visible to the CPU.
+    pub fn sync_to_cpu(&self, m: &GpuMem) -> Result<()> {
+        self.sync_dir(m, false, 0, self.buffer_bytes(m))
+    }
+
+    /// Makes CPU writes to `offset..offset+len` visible to the device.
+    pub fn sync_range_to_gpu(&self, m: &GpuMem, offset: usize, len: usize) -> Result<()> {
+        self.sync_dir(m, true, offset, len)
+    }
+
+    /// Makes device writes to `offset..offset+len` visible to the CPU.
+    pub fn sync_range_to_cpu(&self, m: &GpuMem, offset: usize, len: usize) -> Result<()> {
+        self.sync_dir(m, false, offset, len)
+    }
+
+    fn buffer_bytes(&self, m: &GpuMem) -> usize {
+        sync::lock(&self.session).buffers.check(m.handle).map(|b| b.alloc.bytes as usize).unwrap_or(0)
+    }
+
+    /// Makes `s.mem` at least `bytes` long (contents not kept). With a reservation active, a request past
+    /// the reserved size is refused with [`Error::ScratchReserved`] and allocates nothing.
+    pub fn scratch(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
+        if s.reserved != 0 && bytes > s.cap {
+            return self.fail(Error::ScratchReserved { requested: bytes, reserved: s.cap });
+        }
+        if bytes <= s.cap && !s.mem.handle.is_none() {
+            s.high_water = s.high_water.max(bytes);
+            return Ok(());
+        }
+        if !s.mem.handle.is_none() {
+            self.free(&mut s.mem)?;
+            s.cap = 0;
+        }
+        let m = self.alloc(bytes)?;
+        s.cap = m.size;
+        s.mem = m;
+        s.high_water = s.high_water.max(bytes);
+        Ok(())
+    }
+
+    /// Releases the scratch buffer and clears `s`.
+    pub fn scratch_free(&self, s: &mut Scratch) -> Result<()> {
+        let r = self.free(&mut s.mem);
+        *s = Scratch::default();
+        r
+    }
+
+    /// Grows `s` to `bytes` now and reserves it: later requests up to that size allocate nothing, past
+    /// it they are refused.
+    pub fn scratch_reserve(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
+        s.reserved = 0;
+        self.scratch(s, bytes)?;
+        s.reserved = 1;
+        Ok(())
+    }
+
+    /// Ends the reservation.
+    pub fn scratch_unreserve(&self, s: &mut Scratch) {
+        s.reserved = 0;
+    }
+
+    /// CPU-only memory from the platform HOST_MEM service.
+    pub fn host_alloc(&self, bytes: usize, zeroed: bool) -> *mut u8 {
+        let Ok(i) = self.installed() else { return std::ptr::null_mut() };
+        let Some(h) = i.platform.host() else { return std::ptr::null_mut() };
+        if zeroed {
+            h.calloc(bytes)
+        } else {
+            h.alloc(bytes)
+        }
+    }
+
+    /// Releases memory from [`Runtime::host_alloc`].
+    ///
+    /// # Safety
+    /// - `p` is null or came from `host_alloc` of this runtime's current platform and was not freed since.
+    pub unsafe fn host_free(&self, p: *mut u8) {
+        if let Some(h) = self.installed().ok().as_ref().and_then(|i| i.platform.host()) {
+            // SAFETY: forwarded from the caller.
+            unsafe { h.free(p) }
+        }
+    }
+}

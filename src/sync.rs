@@ -1,0 +1,5 @@
+//! The one place `omega` takes its locks, atomics and threads from, so `--cfg loom` model-checks every
+//! one of them (the facade shape of tokio's `loom` module). Nothing else in this crate imports
+//! `std::sync` or `std::thread` directly.
+
+pub(crate) use omega_hal::sync::{lock, thread, Arc, AtomicBool, AtomicU32, Mutex, Ordering};
