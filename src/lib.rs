@@ -37,8 +37,10 @@
 
 #![warn(missing_docs)]
 
+pub mod args;
 mod cubin_loader;
 pub mod error;
+pub mod ffi;
 pub mod kernel;
 pub mod kernels;
 pub mod launch;
@@ -49,6 +51,9 @@ mod scope;
 pub mod session;
 pub mod state;
 mod sync;
+
+#[cfg(all(test, loom))]
+mod loom_models;
 
 pub use error::{Error, Result};
 pub use kernel::Kernel;

@@ -129,10 +129,11 @@ impl Locked<Open> {
     /// latched (that launch consumed it). Every launch is synchronous, so when the scope ends the device
     /// is done with its buffers — unless a completion was uncertain, in which case the scope ends in
     /// [`Scoped::Latched`] and every buffer it freed was parked, never released.
-    pub fn scope<R>(self, f: impl for<'s> FnOnce(&Scope<'s>, Gpu<'s>) -> R) -> Scoped<R> {
-        let scope = Scope::new();
-        let r = f(&scope, Gpu::new());
-        drop(scope);
+    pub fn scope<R>(self, f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> Scoped<R> {
+        let r = {
+            let scope = Scope::new();
+            f(&scope, Gpu::new())
+        };
         if runtime().is_blocked() {
             core::mem::forget(self);
             Scoped::Latched(Latched::new(), r)

@@ -143,9 +143,10 @@ impl<T> HandleTable<T> {
 
     /// Live values with their handles.
     pub fn iter(&self) -> impl Iterator<Item = (Handle, &T)> {
-        self.slots.iter().enumerate().filter_map(|(i, s)| {
-            s.value.as_ref().map(|v| (Handle { index: i as u32, generation: s.generation }, v))
-        })
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.value.as_ref().map(|v| (Handle { index: i as u32, generation: s.generation }, v)))
     }
 }
 

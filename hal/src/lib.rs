@@ -38,8 +38,8 @@ pub mod sim;
 pub mod nvidia;
 
 pub use caps::{
-    check_buffer, negotiate, BufferDesc, BufferKind, CachePolicy, Caps, Refusal, Rights, Services,
-    PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
+    check_buffer, negotiate, BufferDesc, BufferKind, CachePolicy, Caps, Refusal, Rights, Services, PLATFORM_ABI_MAJOR,
+    PLATFORM_ABI_MINOR,
 };
 pub use clock::Clock;
 pub use device::{Device, DeviceInfo};
@@ -49,7 +49,7 @@ pub use host::HostMemory;
 pub use lock::{ProcessLock, SESSION_LOCK_ID};
 pub use memory::{Allocation, DeviceMemory};
 pub use poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
-pub use queue::{LaunchDesc, Order, SubmitQueue, Submission};
+pub use queue::{LaunchDesc, Order, Submission, SubmitQueue};
 pub use visibility::Visibility;
 
 /// A platform: the service table behind one contract.

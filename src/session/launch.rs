@@ -140,6 +140,21 @@ impl Runtime {
         Ok(())
     }
 
+    /// [`Runtime::launch`] of a C descriptor; a refused descriptor is recorded like any other failure.
+    ///
+    /// # Safety
+    /// - `l.args` is null or points to `l.n_args` readable words for the duration of the call.
+    pub unsafe fn launch_raw(&self, l: &RawLaunch) -> Result<Completion> {
+        // SAFETY: forwarded from the caller.
+        match unsafe { LaunchSpec::from_raw(l) } {
+            Ok(spec) => self.launch(&spec),
+            Err(e) => {
+                self.require_lock("launch")?;
+                self.fail(e)
+            }
+        }
+    }
+
     /// Submits one launch and waits for both markers (caller holds the lock, device open, not latched).
     pub fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Completion> {
         let stage = "launch";

@@ -83,7 +83,7 @@ impl Runtime {
         }
         s.stats.allocs += 1;
         s.stats.alloc_bytes += rounded;
-        let handle = s.buffers.open(Buf { alloc: a, kind: c_kind, desc, parked: false });
+        let handle = s.buffers.open(Buf { alloc: a, kind: c_kind, parked: false });
         Ok(GpuMem { handle, kind: c_kind, cpu: a.cpu.cast(), va: a.va, size: rounded as usize })
     }
 

@@ -31,8 +31,6 @@ pub type CloseHook = Box<dyn FnMut() + Send>;
 pub(crate) struct Buf {
     pub(crate) alloc: Allocation,
     pub(crate) kind: u32,
-    #[allow(dead_code)] // kept for the debugger-facing dump of the table
-    pub(crate) desc: BufferDesc,
     pub(crate) parked: bool,
 }
 
@@ -287,7 +285,7 @@ impl Runtime {
                 return self.fail(Error::Open(e));
             }
         };
-        let h = s.buffers.open(Buf { alloc: markers, kind: HANDLE_BUF_QUEUE, desc, parked: false });
+        let h = s.buffers.open(Buf { alloc: markers, kind: HANDLE_BUF_QUEUE, parked: false });
         s.markers = Some((h, markers));
         s.device = Some(info);
         s.channel_fault = None;

@@ -119,13 +119,7 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        Self {
-            services: Services::all(),
-            memory_bytes: 4 << 30,
-            launch_ns: 2_000,
-            idle_ns: 300,
-            tick_ns: 20,
-        }
+        Self { services: Services::all(), memory_bytes: 4 << 30, launch_ns: 2_000, idle_ns: 300, tick_ns: 20 }
     }
 }
 

@@ -4,7 +4,7 @@ use super::kernel::{parse_code_image, KernelCtx, KernelError};
 use super::{LaunchRecord, Sim, SimFault};
 use crate::error::HalError;
 use crate::poll::{xid_name, ChannelFault, MarkerSlot};
-use crate::queue::{SubmitQueue, Submission};
+use crate::queue::{Submission, SubmitQueue};
 use crate::sync;
 use crate::Clock;
 
@@ -39,9 +39,10 @@ impl SubmitQueue for Sim {
             if l.skip {
                 continue;
             }
-            let name = st.memory.find(l.code_va).and_then(|(a, off)| {
-                parse_code_image(&a.device.bytes()[off as usize..]).map(str::to_owned)
-            });
+            let name = st
+                .memory
+                .find(l.code_va)
+                .and_then(|(a, off)| parse_code_image(&a.device.bytes()[off as usize..]).map(str::to_owned));
             let Some(name) = name else {
                 outcome = Err(KernelError::Fault {
                     xid: 13,

@@ -1,0 +1,19 @@
+# The whole host test suite: what CI runs (README: "Run the tests").
+.PHONY: test test-rust test-loom hello
+
+LOOM_TARGET ?= target/loom
+
+test: test-rust test-loom test-c-layer
+	@echo "make test: every host suite passed"
+
+test-rust:
+	cargo test --workspace --no-fail-fast
+
+# loom models of the lock and the latch, release mode, bounded preemptions, their own target dir so the
+# `--cfg loom` build does not evict the normal one.
+test-loom:
+	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=$(LOOM_TARGET) \
+		cargo test -p omega --release --lib loom_models
+
+hello:
+	cargo run --release --example hello_gpu

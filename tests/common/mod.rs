@@ -1,0 +1,65 @@
+//! Helpers shared by the session tests: a private runtime on a fresh simulator, and a loaded kernel.
+#![allow(dead_code)]
+
+use omega::platform::Installed;
+use omega::session::{GpuMem, KernelMeta, RawLaunch, Runtime};
+use omega_hal::sim::Sim;
+use std::sync::Arc;
+
+/// A private runtime on its own simulator, locked and open.
+pub fn open_runtime() -> (Runtime, Arc<Sim>) {
+    let installed = Installed::sim();
+    let sim = installed.sim.clone().unwrap();
+    let rt = Runtime::with_platform(installed);
+    rt.lock();
+    rt.open().expect("sim opens");
+    (rt, sim)
+}
+
+/// Loads the host kernel `name` into a code buffer the way the typed API does.
+pub fn load(rt: &Runtime, name: &str) -> GpuMem {
+    let image = omega_hal::sim::code_image(name);
+    let code = rt.alloc_code(image.len()).unwrap();
+    // SAFETY: the code buffer's CPU view holds at least `image.len()` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), code.cpu.cast::<u8>(), image.len()) };
+    let spec = omega::kernels::host_spec(name).unwrap();
+    rt.register_kernel(code.va, KernelMeta { name: name.into(), params: spec.params(), ..Default::default() });
+    code
+}
+
+/// A C-style launch of `code` with `args`.
+pub fn raw_launch(code: &GpuMem, args: &[u32], threads: u32, grid: u32) -> RawLaunch {
+    RawLaunch {
+        code_va: code.va,
+        gpr_count: 10,
+        threads_x: threads,
+        threads_y: 0,
+        grid_x: grid,
+        grid_y: 1,
+        num_elements: threads * grid,
+        args: args.as_ptr(),
+        n_args: args.len() as u32,
+        timeout_ms: 100,
+        shared_bytes: 0,
+        spin_us: 0,
+    }
+}
+
+/// Splits a 64-bit GPU address into two argument words, low first.
+pub fn addr(va: u64) -> [u32; 2] {
+    [va as u32, (va >> 32) as u32]
+}
+
+/// Writes f32 values into a buffer's CPU view and syncs them to the device.
+pub fn put_f32(rt: &Runtime, m: &GpuMem, v: &[f32]) {
+    // SAFETY: the buffer's CPU view holds at least `v.len()` f32 (the tests allocate them so).
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), m.cpu.cast::<f32>(), v.len()) };
+    rt.sync_to_gpu(m).unwrap();
+}
+
+/// Syncs a buffer to the CPU and reads `n` f32.
+pub fn get_f32(rt: &Runtime, m: &GpuMem, n: usize) -> Vec<f32> {
+    rt.sync_to_cpu(m).unwrap();
+    // SAFETY: as above.
+    unsafe { std::slice::from_raw_parts(m.cpu.cast::<f32>(), n).to_vec() }
+}

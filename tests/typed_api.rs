@@ -1,0 +1,120 @@
+//! The typed API over the process's own runtime. Tests in this binary take turns on the one lock.
+
+use omega::{Error, Launch, Scoped};
+use rand::{Rng, SeedableRng};
+
+fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(-1e3f32..1e3)).collect()
+}
+
+#[test]
+fn vector_add_through_the_typed_api_matches_the_reference() {
+    let dev = omega::lock().open().expect("open");
+    assert_eq!(dev.platform(), "sim", "these tests run where there is no GPU");
+    let n = 4097;
+    let (a, b) = (random_f32(n, 1), random_f32(n, 2));
+    let result = dev.scope(|s, gpu| -> Result<Vec<f32>, Error> {
+        let da = s.alloc_from(&a)?;
+        let db = s.alloc_from(&b)?;
+        let mut dc = s.alloc::<f32>(n)?;
+        dc.fill(f32::NAN)?;
+        let k = s.load("vector_add")?;
+        let l = Launch::new(&k)
+            .grid([n.div_ceil(256) as u32, 1, 1])
+            .block([256, 1, 1])
+            .arg(&da)
+            .arg(&db)
+            .arg(&dc)
+            .arg(n as u32);
+        let done = gpu.launch(&l)?;
+        assert!(done.elapsed_ns > 0);
+        dc.to_vec()
+    });
+    let (_dev, out) = result.into_open().expect("no latch");
+    assert_eq!(out.unwrap(), omega::kernels::vector_add_ref(&a, &b));
+}
+
+#[test]
+fn a_launch_whose_arguments_do_not_match_the_kernel_is_refused_and_the_token_comes_back() {
+    let dev = omega::lock().open().unwrap();
+    let r = dev.scope(|s, gpu| {
+        let a = s.alloc::<f32>(8).unwrap();
+        let k = s.load("vector_add").unwrap();
+        let l = Launch::new(&k).block([8, 1, 1]).arg(&a).arg(8u32);
+        let e = gpu.launch(&l).unwrap_err();
+        assert_eq!(e.error.stage(), "launch arguments");
+        assert!(e.error.to_string().contains("takes 4 parameters, the launch gives 2"), "{}", e.error);
+        let gpu = e.gpu.expect("a refused launch does not latch");
+        let l = Launch::new(&k).block([8, 1, 1]).arg(&a).arg(&a).arg(1.0f32).arg(8u32);
+        let e = gpu.launch(&l).unwrap_err();
+        assert!(
+            e.error.to_string().contains("parameter 2: declared 8 bytes at offset 16, given 4 bytes at offset 16"),
+            "{}",
+            e.error
+        );
+    });
+    assert!(matches!(r, Scoped::Open(..)));
+}
+
+#[test]
+fn buffers_free_at_the_end_of_the_scope() {
+    let dev = omega::lock().open().unwrap();
+    let sim = dev.sim().expect("sim platform");
+    let live = sim.stats().live_allocations;
+    let dev = dev
+        .scope(|s, _gpu| {
+            let _a = s.alloc::<u32>(1 << 20).unwrap();
+            let _b = s.alloc_cached::<half::bf16>(100).unwrap();
+            assert_eq!(sim.stats().live_allocations, live + 2);
+        })
+        .into_open()
+        .unwrap()
+        .0;
+    assert_eq!(sim.stats().live_allocations, live);
+    drop(dev);
+}
+
+#[test]
+fn device_query_and_version() {
+    let dev = omega::lock().open().unwrap();
+    let info = dev.device();
+    assert!(info.name.contains("simulated"));
+    assert_eq!((info.arch_major, info.arch_minor), (9, 0));
+    assert!(info.sm_count > 0 && info.memory_bytes > 0);
+    assert!(!info.driver_version.is_empty());
+    assert_eq!(omega::version(), env!("CARGO_PKG_VERSION"));
+    assert_eq!(omega::API_VERSION, (0, 1));
+}
+
+#[test]
+fn kernels_using_2d_grids_shared_and_local_memory_match_their_references() {
+    let dev = omega::lock().open().unwrap();
+    dev.scope(|s, gpu| {
+        let (block, grid) = ([16u32, 8], [5u32, 3]);
+        let n = (block[0] * grid[0] * block[1] * grid[1]) as usize;
+        let mut out = s.alloc::<u32>(n).unwrap();
+        out.fill(u32::MAX).unwrap();
+        let k = s.load("grid_index").unwrap();
+        let gpu = gpu
+            .launch(&Launch::new(&k).grid([grid[0], grid[1], 1]).block([block[0], block[1], 1]).arg(&out))
+            .unwrap()
+            .gpu;
+        assert_eq!(out.to_vec().unwrap(), omega::kernels::grid_index_ref(block, grid));
+
+        let input = random_f32(128 * 4, 9);
+        let din = s.alloc_from(&input).unwrap();
+        let mut dout = s.alloc::<f32>(input.len()).unwrap();
+        dout.fill(f32::NAN).unwrap();
+        let k = s.load("shared_reverse").unwrap();
+        let l = Launch::new(&k).grid([4, 1, 1]).block([128, 1, 1]).dynamic_shared(128 * 4).arg(&din).arg(&dout);
+        let gpu = gpu.launch(&l).unwrap().gpu;
+        assert_eq!(dout.to_vec().unwrap(), omega::kernels::shared_reverse_ref(&input, 128));
+
+        let mut lout = s.alloc::<u32>(64 * 3).unwrap();
+        lout.fill(0xdead_beef).unwrap();
+        let k = s.load("local_array").unwrap();
+        gpu.launch(&Launch::new(&k).grid([3, 1, 1]).block([64, 1, 1]).arg(&lout).arg(12345u32)).unwrap();
+        assert_eq!(lout.to_vec().unwrap(), omega::kernels::local_array_ref(64, 3, 12345));
+    });
+}
