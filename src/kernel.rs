@@ -47,7 +47,9 @@ impl<'s> Kernel<'s> {
 
     pub(crate) fn load_named(scope: &'s Scope<'s>, name: &str) -> Result<Self> {
         let installed = runtime().installed()?;
-        if installed.sim.is_some() {
+        let cubin = crate::kernels::sm90_cubin(name);
+        if installed.sim.is_some() && cubin.is_err() {
+            // No ptxas at build time: the simulator still runs the host reference, described by hand.
             let spec = crate::kernels::host_spec(name)
                 .ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
             let image = omega_hal::sim::code_image(name);
@@ -69,8 +71,41 @@ impl<'s> Kernel<'s> {
             runtime().register_kernel(entry_va, meta.clone());
             return Ok(Kernel { code, entry_va, meta });
         }
-        let cubin = crate::kernels::sm90_cubin(name).map_err(|why| Error::Load(format!("kernel `{name}`: {why}")))?;
+        let cubin = cubin.map_err(|why| Error::Load(format!("kernel `{name}`: {why}")))?;
         Self::load_cubin(scope, cubin, name)
+    }
+
+    /// On the simulator: the host implementation registered with it under `name` (see
+    /// [`omega_hal::sim::Sim::register_kernel`]), declared with the parameter table `params`. It is how a
+    /// kernel without a repository host spec runs on the simulator (tests, typed handles of new PTX).
+    /// Refused with [`Error::Load`] on a GPU platform, or when no host implementation has that name.
+    pub fn load_host(scope: &'s Scope<'s>, name: &str, params: &[ParamInfo]) -> Result<Self> {
+        let installed = runtime().installed()?;
+        let fail = |why: String| {
+            let e = Error::Load(format!("kernel `{name}`: {why}"));
+            runtime().set_error(&e);
+            Err(e)
+        };
+        let Some(sim) = installed.sim else {
+            return fail(format!("host kernels run on the simulator only, the platform is {}", installed.platform.name()));
+        };
+        if !sim.has_kernel(name) {
+            return fail("no host implementation is registered with the simulator under that name".into());
+        }
+        let image = omega_hal::sim::code_image(name);
+        let mut code = scope.alloc_code(image.len())?;
+        code.write_code(&image)?;
+        let meta = KernelMeta {
+            name: name.to_owned(),
+            code_bytes: image.len() as u64,
+            registers: 32,
+            param_bytes: params.iter().map(|p| p.offset + p.size).max().unwrap_or(0),
+            params: params.to_vec(),
+            ..KernelMeta::default()
+        };
+        let entry_va = code.va();
+        runtime().register_kernel(entry_va, meta.clone());
+        Ok(Kernel { code, entry_va, meta })
     }
 
     pub(crate) fn load_cubin(scope: &'s Scope<'s>, cubin: &[u8], entry: &str) -> Result<Self> {

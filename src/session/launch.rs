@@ -5,7 +5,7 @@ use omega_hal::{CompletionPoll, LaunchDesc, MarkerSlot, Order, Submission};
 
 use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS};
 use crate::error::{Error, Result};
-use crate::sync::{self, Ordering};
+use crate::sync::{self, Arc, Ordering};
 
 /// One kernel parameter as the kernel's parameter table declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +108,19 @@ pub struct Completion {
     pub marker: u32,
 }
 
+/// What a launch of code no loader registered gets: nothing beyond the descriptor.
+static NO_TEMPLATE: KernelMeta = KernelMeta {
+    name: String::new(),
+    code_bytes: 0,
+    registers: 0,
+    static_shared_bytes: 0,
+    local_bytes_per_thread: 0,
+    barriers: 0,
+    params: Vec::new(),
+    param_bytes: 0,
+    max_threads: None,
+};
+
 /// Rounds a declared register count the way the contract says: a multiple of 8, at least 64.
 pub fn round_gpr(gpr: u32) -> u32 {
     gpr.div_ceil(8).saturating_mul(8).max(64)
@@ -177,18 +190,17 @@ impl Runtime {
         }
         // The code must lie in a live code buffer of this session: a launch of anything else would run
         // whatever bytes sit there.
-        let code = s.buffers.iter().find(|(_, b)| {
-            b.kind == super::HANDLE_BUF_CODE && spec.code_va >= b.alloc.va && spec.code_va < b.alloc.va + b.alloc.bytes
-        });
-        let Some((_, code_buf)) = code else {
+        let code = s.code_ranges.range(..=spec.code_va).next_back().filter(|(va, len)| spec.code_va < *va + *len);
+        let Some((code_base, code_len)) = code.map(|(va, len)| (*va, *len)) else {
             drop(s);
             return self.fail(Error::LaunchArguments(format!(
                 "code_va {:#x} is not inside a code buffer of this session",
                 spec.code_va
             )));
         };
-        let code_bytes = code_buf.alloc.va + code_buf.alloc.bytes - spec.code_va;
-        let meta = s.templates.get(&spec.code_va).cloned().unwrap_or_default();
+        let code_bytes = code_base + code_len - spec.code_va;
+        let template = s.templates.get(&spec.code_va).cloned();
+        let meta: &KernelMeta = template.as_deref().unwrap_or(&NO_TEMPLATE);
         if let Some(max) = meta.max_threads {
             let threads: u32 = spec.block.iter().product();
             if threads > max {
@@ -345,7 +357,7 @@ impl Runtime {
 
     /// Records what a loaded kernel needs, under its code address.
     pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) {
-        sync::lock(&self.session).templates.insert(code_va, meta);
+        sync::lock(&self.session).templates.insert(code_va, Arc::new(meta));
     }
 
     /// The marker slots of the session's launch buffer (for command lists).

@@ -83,6 +83,9 @@ impl Runtime {
         }
         s.stats.allocs += 1;
         s.stats.alloc_bytes += rounded;
+        if kind == AllocKind::Code {
+            s.code_ranges.insert(a.va, a.bytes);
+        }
         let handle = s.buffers.open(Buf { alloc: a, kind: c_kind, parked: false });
         Ok(GpuMem { handle, kind: c_kind, cpu: a.cpu.cast(), va: a.va, size: rounded as usize })
     }
@@ -144,6 +147,10 @@ impl Runtime {
             return Ok(());
         }
         let b = s.buffers.close(m.handle).expect("checked above");
+        if s.code_ranges.remove(&b.alloc.va).is_some() {
+            // Launch templates of kernels in this buffer die with it.
+            s.templates.retain(|va, _| *va < b.alloc.va || *va >= b.alloc.va + b.alloc.bytes);
+        }
         let mem = i.platform.memory().expect("negotiated at open");
         // SAFETY: not latched, so the last launch completed with both markers observed and nothing on the
         // device can touch `b`; the lock is held; the handle was current, so it is freed exactly once.

@@ -16,7 +16,7 @@ pub mod types;
 pub use launch::{round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchSpec, ParamInfo};
 pub use types::*;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Services};
 
@@ -45,7 +45,10 @@ pub(crate) struct Session {
     pub(crate) stats: AllocStats,
     pub(crate) park: ParkStats,
     pub(crate) parked_listed: Vec<omega_hal::Handle>,
-    pub(crate) templates: HashMap<u64, KernelMeta>,
+    /// What each loaded kernel needs, by entry address (shared, so a launch clones a pointer).
+    pub(crate) templates: HashMap<u64, Arc<KernelMeta>>,
+    /// Live code buffers by base address, with their length: a launch's code address must fall in one.
+    pub(crate) code_ranges: BTreeMap<u64, u64>,
     pub(crate) channel_fault: Option<omega_hal::ChannelFault>,
 }
 
@@ -92,6 +95,7 @@ impl Runtime {
                 park: ParkStats::default(),
                 parked_listed: Vec::new(),
                 templates: HashMap::new(),
+                code_ranges: BTreeMap::new(),
                 channel_fault: None,
             }),
             latched: AtomicBool::new(false),
@@ -352,6 +356,7 @@ impl Runtime {
         }
         s.markers = None;
         s.templates.clear();
+        s.code_ranges.clear();
         s.device = None;
         s.channel_fault = None;
         let dev = i.platform.device().expect("negotiated at open");

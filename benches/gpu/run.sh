@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One GPU job, run from the repository root on the GPU machine: the GPU suite, Omega's benchmarks and the
+# CUDA baseline (built here with nvcc), side by side. Binaries come from $BIN (built on a machine with
+# Rust and carried: see docs/gpu-workflow in README). Full logs go to $OUT; a short table is printed last.
+set -u
+BIN=${BIN:-.gpu}
+OUT=${OUT:-/tmp/omega-gpu}
+mkdir -p "$OUT"
+export OMEGA_PLATFORM=nvidia
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >"$OUT/smi.txt" 2>&1
+if [ -x "$BIN/doctor" ]; then "$BIN/doctor" >"$OUT/doctor.log" 2>&1 || status=1; fi
+"$BIN/hello_gpu" >"$OUT/hello.log" 2>&1 || status=1
+"$BIN/gpu_suite" >"$OUT/suite.log" 2>&1 || status=1
+if [ "${SUITE_ONLY:-0}" != 1 ]; then
+    /usr/local/cuda/bin/nvcc -O2 -arch=sm_90 -o /tmp/omega-cuda-baseline benches/cuda/baseline.cu >"$OUT/nvcc.log" 2>&1 || status=1
+    "$BIN/gpu_bench" ${QUICK:+--quick} >"$OUT/bench.log" 2>&1 || status=1
+    /tmp/omega-cuda-baseline ${QUICK:+--quick} >"$OUT/cuda.log" 2>&1 || status=1
+    nvidia-smi --query-gpu=clocks.sm --format=csv,noheader >>"$OUT/smi.txt" 2>&1
+fi
+
+echo "== doctor";  cat "$OUT/doctor.log" 2>/dev/null | tail -5
+echo "== hello";   cat "$OUT/hello.log"
+echo "== suite";   cat "$OUT/suite.log"
+if [ "${SUITE_ONLY:-0}" != 1 ]; then
+    echo "== benchmarks (omega vs cuda, same run)"
+    python3 - "$OUT/bench.log" "$OUT/cuda.log" <<'PY'
+import sys
+def load(p):
+    d = {}
+    for line in open(p, errors="replace"):
+        parts = line.split()
+        if len(parts) == 2 and "." in parts[0] and not line.startswith("#"):
+            try: d[parts[0].split(".", 1)[1]] = float(parts[1])
+            except ValueError: pass
+    return d
+o, c = load(sys.argv[1]), load(sys.argv[2])
+print(f"{'metric':34} {'omega':>10} {'cuda':>10} {'omega/cuda':>11}")
+for k in sorted(set(o) | set(c)):
+    ov, cv = o.get(k), c.get(k)
+    r = f"{ov / cv:.2f}" if ov is not None and cv else "-"
+    print(f"{k:34} {ov if ov is not None else '-':>10} {cv if cv is not None else '-':>10} {r:>11}")
+PY
+fi
+exit $status

@@ -1,0 +1,271 @@
+//! The GPU test suite: every case runs on the installed platform (the H200 through `make gpu-test`, or
+//! `sim` anywhere), checks its result against a CPU reference on fresh random inputs with the output
+//! poisoned first, and the run ends with `N passed, M failed`.
+//!
+//! Cases that latch or fault the process run in a child process of their own (`gpu_suite --case NAME`),
+//! so the parent stays usable and each child must exit cleanly.
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use omega::{Error, Launch, Scoped};
+use rand::{Rng, SeedableRng};
+
+type CaseResult = Result<String, String>;
+
+fn seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+}
+
+fn rng() -> rand::rngs::StdRng {
+    rand::rngs::StdRng::seed_from_u64(seed())
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Runs `f` in a scope of the open device; a latch is a failure here.
+fn with_scope<R>(f: impl for<'s> FnOnce(&'s omega::Scope<'s>, omega::Gpu<'s>) -> Result<R, String>) -> Result<R, String> {
+    let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
+    match dev.scope(f) {
+        Scoped::Open(_, r) => r,
+        Scoped::Latched(l, r) => Err(format!("latched ({}); case said {:?}", l.cause(), r.err())),
+    }
+}
+
+fn vector_add(n: usize) -> CaseResult {
+    let mut g = rng();
+    let a: Vec<f32> = (0..n).map(|_| g.random_range(-1e6f32..1e6)).collect();
+    let b: Vec<f32> = (0..n).map(|_| g.random_range(-1e6f32..1e6)).collect();
+    with_scope(|s, gpu| {
+        let da = s.alloc_from(&a).map_err(err)?;
+        let db = s.alloc_from(&b).map_err(err)?;
+        let mut dc = s.alloc::<f32>(n).map_err(err)?;
+        dc.fill(f32::NAN).map_err(err)?;
+        let k = s.load("vector_add").map_err(err)?;
+        let l = Launch::new(&k).grid([n.div_ceil(256) as u32, 1, 1]).block([256, 1, 1]).arg(&da).arg(&db).arg(&dc).arg(n as u32);
+        let done = gpu.launch(&l).map_err(err)?;
+        let c = dc.to_vec().map_err(err)?;
+        let want = omega::kernels::vector_add_ref(&a, &b);
+        let bad = (0..n).filter(|&i| c[i].to_bits() != want[i].to_bits()).count();
+        if bad > 0 {
+            return Err(format!("{bad} of {n} elements wrong"));
+        }
+        Ok(format!("{n} elements, {:.1} us", done.elapsed_ns as f64 / 1e3))
+    })
+}
+
+fn ten_thousand_launches() -> CaseResult {
+    with_scope(|s, gpu| {
+        let mut out = s.alloc::<u32>(1).map_err(err)?;
+        out.fill(u32::MAX).map_err(err)?;
+        let k = s.load("store_to").map_err(err)?;
+        let mut gpu = gpu;
+        let mut last_marker = 0;
+        let start = Instant::now();
+        for i in 0..10_000u32 {
+            let done = gpu.launch(&Launch::new(&k).arg(&out).arg(i)).map_err(|e| format!("launch {i}: {e}"))?;
+            if i > 0 && done.marker != last_marker.wrapping_add(1) {
+                return Err(format!("launch {i}: marker {} after {last_marker}", done.marker));
+            }
+            last_marker = done.marker;
+            gpu = done.gpu;
+        }
+        let per = start.elapsed().as_secs_f64() * 1e6 / 10_000.0;
+        let v = out.to_vec().map_err(err)?;
+        if v[0] != 9_999 {
+            return Err(format!("last store read {} (want 9999)", v[0]));
+        }
+        Ok(format!("10000 launches, {per:.1} us each"))
+    })
+}
+
+fn grid_2d() -> CaseResult {
+    let mut g = rng();
+    let block = [g.random_range(1..=32u32), g.random_range(1..=16u32)];
+    let grid = [g.random_range(1..=40u32), g.random_range(1..=20u32)];
+    with_scope(|s, gpu| {
+        let n = (block[0] * grid[0] * block[1] * grid[1]) as usize;
+        let mut out = s.alloc::<u32>(n).map_err(err)?;
+        out.fill(0xdead_beef).map_err(err)?;
+        let k = s.load("grid_index").map_err(err)?;
+        gpu.launch(&Launch::new(&k).grid([grid[0], grid[1], 1]).block([block[0], block[1], 1]).arg(&out)).map_err(err)?;
+        if out.to_vec().map_err(err)? != omega::kernels::grid_index_ref(block, grid) {
+            return Err(format!("grid {grid:?} of blocks {block:?}: wrong indices"));
+        }
+        Ok(format!("grid {grid:?} x block {block:?}"))
+    })
+}
+
+fn shared_memory() -> CaseResult {
+    let mut g = rng();
+    let (n, blocks) = (g.random_range(32..=256usize), g.random_range(1..=64usize));
+    let input: Vec<f32> = (0..n * blocks).map(|_| g.random_range(-1.0f32..1.0)).collect();
+    with_scope(|s, gpu| {
+        let din = s.alloc_from(&input).map_err(err)?;
+        let mut dout = s.alloc::<f32>(input.len()).map_err(err)?;
+        dout.fill(f32::NAN).map_err(err)?;
+        let k = s.load("shared_reverse").map_err(err)?;
+        let l = Launch::new(&k).grid([blocks as u32, 1, 1]).block([n as u32, 1, 1]).dynamic_shared((n * 4) as u32).arg(&din).arg(&dout);
+        gpu.launch(&l).map_err(err)?;
+        if dout.to_vec().map_err(err)? != omega::kernels::shared_reverse_ref(&input, n) {
+            return Err("block slices not reversed".into());
+        }
+        Ok(format!("{blocks} blocks of {n}: static 1 KiB + dynamic {} B", n * 4))
+    })
+}
+
+fn local_memory() -> CaseResult {
+    let mut g = rng();
+    let (threads, blocks, key) = (g.random_range(32..=512u32), g.random_range(1..=200u32), g.random::<u32>());
+    with_scope(|s, gpu| {
+        let mut out = s.alloc::<u32>((threads * blocks) as usize).map_err(err)?;
+        out.fill(0).map_err(err)?;
+        let k = s.load("local_array").map_err(err)?;
+        gpu.launch(&Launch::new(&k).grid([blocks, 1, 1]).block([threads, 1, 1]).arg(&out).arg(key)).map_err(err)?;
+        if out.to_vec().map_err(err)? != omega::kernels::local_array_ref(threads, blocks, key) {
+            return Err("stack array contents wrong".into());
+        }
+        Ok(format!("{blocks} x {threads} threads, {} B stack each", k.meta().local_bytes_per_thread))
+    })
+}
+
+fn four_threads() -> CaseResult {
+    let results: Vec<CaseResult> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4).map(|_| sc.spawn(|| (0..5).map(|_| vector_add(1 << 16)).collect::<Result<Vec<_>, _>>())).collect();
+        hs.into_iter().map(|h| h.join().map_err(|_| "thread panicked".to_string())?.map(|v| format!("{}", v.len()))).collect()
+    });
+    for r in &results {
+        r.clone()?;
+    }
+    Ok("4 threads x 5 checked vector adds".into())
+}
+
+/// Child: a kernel that never ends with a 100 ms timeout.
+fn hang_latches() -> CaseResult {
+    let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
+    let t0 = Instant::now();
+    let scoped = dev.scope(|s, gpu| -> Result<(), String> {
+        let mut flag = s.alloc::<u32>(1).map_err(err)?;
+        flag.fill(0).map_err(err)?;
+        let _other = s.alloc::<f32>(1 << 20).map_err(err)?;
+        let k = s.load("spin").map_err(err)?;
+        let e = gpu.launch(&Launch::new(&k).grid([132, 1, 1]).block([128, 1, 1]).timeout_ms(100).arg(&flag)).unwrap_err();
+        if e.gpu.is_some() || !matches!(e.error, Error::Timeout { .. }) {
+            return Err(format!("expected a latching timeout, got {}", e.error));
+        }
+        Ok(())
+    });
+    let Scoped::Latched(latched, r) = scoped else { return Err("scope did not end latched".into()) };
+    r?;
+    let p = latched.parked();
+    if p.buffers < 4 {
+        return Err(format!("only {} buffers parked", p.buffers));
+    }
+    drop(latched);
+    let again = omega::lock();
+    if !again.is_blocked() {
+        return Err("is_blocked is 0 after the latch".into());
+    }
+    let Err(e) = again.open() else { return Err("reopen accepted after the latch".into()) };
+    Ok(format!("latched after {} ms; {} buffers ({} bytes) parked; reopen refused: {}", t0.elapsed().as_millis(), p.buffers, p.bytes, e.error))
+}
+
+/// Child: a store to an unmapped address.
+fn mmu_fault() -> CaseResult {
+    let t0 = Instant::now();
+    let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
+    let r = dev.scope(|s, gpu| -> Result<String, String> {
+        let k = s.load("store_to").map_err(err)?;
+        // A typed launch only takes device buffers; the raw address goes in as a plain u64 on purpose.
+        let l = Launch::new(&k).timeout_ms(10_000).arg(0x7f00_0000_1000u64).arg(1u32);
+        match gpu.launch(&l) {
+            Err(e) if matches!(&e.error, Error::Fault(f) if f.xid == 31) => Ok(e.error.to_string()),
+            Err(e) => Err(format!("expected an Xid 31 fault, got {}", e.error)),
+            Ok(_) => Err("the store to an unmapped address completed".into()),
+        }
+    });
+    let msg = match r {
+        Scoped::Open(_, r) => r?,
+        Scoped::Latched(..) => return Err("a fault must not latch".into()),
+    };
+    if t0.elapsed().as_secs() >= 5 {
+        return Err(format!("fault seen only after {:?}", t0.elapsed()));
+    }
+    Ok(format!("{msg} (after {} ms)", t0.elapsed().as_millis()))
+}
+
+fn in_child(case: &str) -> CaseResult {
+    let exe = std::env::current_exe().map_err(err)?;
+    let out = Command::new(exe).args(["--case", case]).output().map_err(err)?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if out.status.success() {
+        Ok(format!("{text} [child exited cleanly]"))
+    } else {
+        Err(format!("child {}: {} {}", out.status, text, String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 3 && args[1] == "--case" {
+        let r = match args[2].as_str() {
+            "hang" => hang_latches(),
+            "fault" => mmu_fault(),
+            other => Err(format!("no case {other}")),
+        };
+        return match r {
+            Ok(m) => {
+                println!("{m}");
+                ExitCode::SUCCESS
+            }
+            Err(m) => {
+                println!("{m}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    {
+        let l = omega::lock();
+        let dev = match l.open() {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("gpu_suite: cannot open the device: {}", e.error);
+                return ExitCode::FAILURE;
+            }
+        };
+        let info = dev.device();
+        println!("gpu_suite on platform {}: {} (sm_{}{}, {} SMs), driver {}", dev.platform(), info.name, info.arch_major, info.arch_minor, info.sm_count, info.driver_version);
+    }
+    let cases: Vec<(&str, fn() -> CaseResult)> = vec![
+        ("hello vector add (1M random f32)", || vector_add(1 << 20)),
+        ("10,000 launches", ten_thousand_launches),
+        ("blockDim/gridDim in a 2-D grid", grid_2d),
+        ("static + dynamic shared memory", shared_memory),
+        ("local memory (stack)", local_memory),
+        ("four threads taking turns on the lock", four_threads),
+        ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
+        ("store to an unmapped address: MMU fault", || in_child("fault")),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, case) in cases {
+        let t = Instant::now();
+        match case() {
+            Ok(m) => {
+                passed += 1;
+                println!("PASS  {name}: {m} ({:.2} s)", t.elapsed().as_secs_f64());
+            }
+            Err(m) => {
+                failed += 1;
+                println!("FAIL  {name}: {m}");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,16 @@
+# The GPU suite and benchmarks. On a machine with Rust they are built first; on the GPU machine (no Rust)
+# BIN points at carried binaries.
+.PHONY: gpu-test gpu-bench gpu-binaries
+
+BIN ?= $(if $(shell command -v cargo 2>/dev/null),target/release/examples,.gpu)
+
+gpu-binaries:
+	@if command -v cargo >/dev/null 2>&1; then cargo build --release --examples; fi
+
+# Every GPU test; prints "N passed, M failed".
+gpu-test: gpu-binaries
+	OMEGA_PLATFORM=nvidia $(BIN)/gpu_suite
+
+# The suite, Omega's benchmarks and the CUDA baseline in one run (needs nvcc).
+gpu-bench: gpu-binaries
+	BIN=$(BIN) benches/gpu/run.sh
