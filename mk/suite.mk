@@ -14,3 +14,13 @@ gpu-test: gpu-binaries
 # The suite, Omega's benchmarks and the CUDA baseline in one run (needs nvcc).
 gpu-bench: gpu-binaries
 	BIN=$(BIN) benches/gpu/run.sh
+
+# Builds the GPU programs here and copies them into .gpu/ (git-ignored), the folder a GPU machine
+# without Rust runs them from.
+.PHONY: gpu-pack
+gpu-pack:
+	cargo build --release --examples
+	mkdir -p .gpu
+	for b in hello_gpu gpu_suite gpu_bench doctor; do \
+		f=target/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ || true; done
+	ls -la .gpu

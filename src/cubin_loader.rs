@@ -10,26 +10,32 @@ use omega_hal::nvidia::cubin::Module;
 use crate::error::{Error, Result};
 use crate::session::{runtime, KernelMeta, ParamInfo};
 
-/// A parsed cubin, ready to be placed at an address.
+/// What goes into the code buffer.
+enum Image {
+    /// Machine code, relocated for its load address.
+    Cubin(Module),
+    /// The same bytes wherever it lands (the simulator's code image).
+    Fixed(Vec<u8>),
+}
+
+/// A kernel ready to be placed at an address.
 pub(crate) struct Prepared {
-    module: Module,
+    image: Image,
     /// Bytes to allocate for the code buffer.
     pub(crate) image_bytes: usize,
     /// Offset of the entry's first instruction in the image.
     pub(crate) entry_offset: u64,
     /// What every launch of the entry needs.
     pub(crate) meta: KernelMeta,
-    /// On the simulator: the code image to write instead of the machine code.
-    sim_image: Option<Vec<u8>>,
 }
 
 impl Prepared {
     /// The bytes to write at the code buffer's start for a load at `va`, relocations applied.
     pub(crate) fn relocate(&self, va: u64) -> Result<Vec<u8>> {
-        if let Some(img) = &self.sim_image {
-            return Ok(img.clone());
+        match &self.image {
+            Image::Fixed(bytes) => Ok(bytes.clone()),
+            Image::Cubin(m) => m.relocate(va).map_err(|e| Error::Load(format!("kernel `{}`: {e}", self.meta.name))),
         }
-        self.module.relocate(va).map_err(|e| Error::Load(format!("kernel `{}`: {e}", self.meta.name)))
     }
 }
 
@@ -63,12 +69,39 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
         param_bytes: k.param_bytes,
         max_threads: k.max_threads,
     };
-    let sim = runtime().installed()?.sim.is_some();
-    let (image_bytes, entry_offset, sim_image) = if sim {
+    if runtime().installed()?.sim.is_some() {
         let img = omega_hal::sim::code_image(entry);
-        (img.len(), 0, Some(img))
-    } else {
-        (module.alloc_bytes() as usize, k.code_offset, None)
-    };
-    Ok(Prepared { module, image_bytes, entry_offset, meta, sim_image })
+        return Ok(Prepared { image_bytes: img.len(), entry_offset: 0, meta, image: Image::Fixed(img) });
+    }
+    let (image_bytes, entry_offset) = (module.alloc_bytes() as usize, k.code_offset);
+    Ok(Prepared { image: Image::Cubin(module), image_bytes, entry_offset, meta })
+}
+
+/// Prepares repository kernel `name` (`kernels/<name>.ptx`): its cubin, or — on the simulator in a build
+/// without ptxas — its host reference, described by the repository's host spec.
+pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
+    let cubin = crate::kernels::sm90_cubin(name);
+    let sim = runtime().installed()?.sim.is_some();
+    match cubin {
+        Ok(c) => prepare(c, name),
+        Err(_) if sim => {
+            let spec = crate::kernels::host_spec(name)
+                .ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
+            let img = omega_hal::sim::code_image(name);
+            let params = spec.params();
+            let meta = KernelMeta {
+                name: name.to_owned(),
+                code_bytes: img.len() as u64,
+                registers: 32,
+                static_shared_bytes: spec.static_shared_bytes,
+                local_bytes_per_thread: spec.local_bytes_per_thread,
+                barriers: 0,
+                param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
+                params,
+                max_threads: None,
+            };
+            Ok(Prepared { image_bytes: img.len(), entry_offset: 0, meta, image: Image::Fixed(img) })
+        }
+        Err(why) => Err(Error::Load(format!("kernel `{name}`: {why}"))),
+    }
 }

@@ -46,33 +46,8 @@ impl<'s> Kernel<'s> {
     }
 
     pub(crate) fn load_named(scope: &'s Scope<'s>, name: &str) -> Result<Self> {
-        let installed = runtime().installed()?;
-        let cubin = crate::kernels::sm90_cubin(name);
-        if installed.sim.is_some() && cubin.is_err() {
-            // No ptxas at build time: the simulator still runs the host reference, described by hand.
-            let spec = crate::kernels::host_spec(name)
-                .ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
-            let image = omega_hal::sim::code_image(name);
-            let mut code = scope.alloc_code(image.len())?;
-            code.write_code(&image)?;
-            let params = spec.params();
-            let meta = KernelMeta {
-                name: name.to_owned(),
-                code_bytes: image.len() as u64,
-                registers: 32,
-                static_shared_bytes: spec.static_shared_bytes,
-                local_bytes_per_thread: spec.local_bytes_per_thread,
-                barriers: 0,
-                param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
-                params,
-                max_threads: None,
-            };
-            let entry_va = code.va();
-            runtime().register_kernel(entry_va, meta.clone());
-            return Ok(Kernel { code, entry_va, meta });
-        }
-        let cubin = cubin.map_err(|why| Error::Load(format!("kernel `{name}`: {why}")))?;
-        Self::load_cubin(scope, cubin, name)
+        let prepared = crate::cubin_loader::prepare_named(name).or_else(|e| runtime().fail(e))?;
+        Self::place(scope, prepared)
     }
 
     /// On the simulator: the host implementation registered with it under `name` (see
@@ -87,7 +62,10 @@ impl<'s> Kernel<'s> {
             Err(e)
         };
         let Some(sim) = installed.sim else {
-            return fail(format!("host kernels run on the simulator only, the platform is {}", installed.platform.name()));
+            return fail(format!(
+                "host kernels run on the simulator only, the platform is {}",
+                installed.platform.name()
+            ));
         };
         if !sim.has_kernel(name) {
             return fail("no host implementation is registered with the simulator under that name".into());
@@ -109,12 +87,16 @@ impl<'s> Kernel<'s> {
     }
 
     pub(crate) fn load_cubin(scope: &'s Scope<'s>, cubin: &[u8], entry: &str) -> Result<Self> {
-        let loaded = crate::cubin_loader::prepare(cubin, entry)?;
-        let mut code = scope.alloc_code(loaded.image_bytes)?;
-        let image = loaded.relocate(code.va())?;
+        let prepared = crate::cubin_loader::prepare(cubin, entry).or_else(|e| runtime().fail(e))?;
+        Self::place(scope, prepared)
+    }
+
+    fn place(scope: &'s Scope<'s>, prepared: crate::cubin_loader::Prepared) -> Result<Self> {
+        let mut code = scope.alloc_code(prepared.image_bytes)?;
+        let image = prepared.relocate(code.va())?;
         code.write_code(&image)?;
-        let entry_va = code.va() + loaded.entry_offset;
-        runtime().register_kernel(entry_va, loaded.meta.clone());
-        Ok(Kernel { code, entry_va, meta: loaded.meta })
+        let entry_va = code.va() + prepared.entry_offset;
+        runtime().register_kernel(entry_va, prepared.meta.clone());
+        Ok(Kernel { code, entry_va, meta: prepared.meta })
     }
 }

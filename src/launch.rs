@@ -60,6 +60,11 @@ pub struct ArgBlock {
 }
 
 impl ArgBlock {
+    /// An empty block with room for `params` parameters of `bytes` bytes in all.
+    pub fn with_capacity(params: usize, bytes: usize) -> Self {
+        ArgBlock { bytes: Vec::with_capacity(bytes), params: Vec::with_capacity(params) }
+    }
+
     /// Appends `a` at its natural alignment.
     pub fn push<A: KernelArg>(&mut self, a: A) {
         self.push_raw(A::SIZE, |out| a.write(out));
@@ -152,9 +157,17 @@ impl<'k, 's> Launch<'k, 's> {
         self
     }
 
-    /// Appends an argument.
-    pub fn arg<A: KernelArg>(mut self, a: A) -> Self {
+    /// Appends an argument. A borrowed buffer stays borrowed for as long as the launch lives (`A: 'k`),
+    /// so a launch cannot name a buffer that was freed before it runs.
+    pub fn arg<A: KernelArg + 'k>(mut self, a: A) -> Self {
         self.args.push(a);
+        self
+    }
+
+    /// Replaces the arguments with those of a `#[derive(LaunchArgs)]` struct, borrowed for as long as the
+    /// launch lives (and so are the buffers the struct borrows).
+    pub fn args<A: crate::args::LaunchArgs>(mut self, a: &'k A) -> Self {
+        self.args = a.block();
         self
     }
 
@@ -165,7 +178,7 @@ impl<'k, 's> Launch<'k, 's> {
     }
 
     /// The arguments so far.
-    pub fn args(&self) -> &ArgBlock {
+    pub fn arguments(&self) -> &ArgBlock {
         &self.args
     }
 
@@ -192,13 +205,35 @@ impl<'k, 's> Launch<'k, 's> {
     }
 
     pub(crate) fn run(&self) -> Result<LaunchCompletion> {
+        self.with_spec(|spec| runtime().launch(spec))
+    }
+
+    /// Checks the launch against its kernel and hands the resulting spec to `f` (a run launches it, a
+    /// command list records it). A refusal is recorded in last_error.
+    pub(crate) fn with_spec<R, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&LaunchSpec<'_>) -> core::result::Result<R, E>,
+    ) -> core::result::Result<R, E> {
         let rt = runtime();
+        // The Rust builder is not held to the C launch's 32 words: its limit is the constant bank's room
+        // for parameters on this architecture.
+        let max_bytes = rt.installed()?.platform.caps().max_param_bytes;
+        let words = self.args.words();
+        if words.len() * 4 > max_bytes as usize {
+            let e = Error::LaunchArguments(format!(
+                "{} bytes of arguments ({} words) for kernel `{}`; the constant bank takes at most {max_bytes} bytes",
+                words.len() * 4,
+                words.len(),
+                self.kernel.name()
+            ));
+            rt.set_error(&e);
+            return Err(e.into());
+        }
         if let Err(e) = self.check_against_kernel() {
             rt.set_error(&e);
-            return Err(e);
+            return Err(e.into());
         }
-        let max_words = rt.installed()?.platform.caps().max_param_bytes as usize / 4;
-        let words = self.args.words();
+        let max_words = max_bytes as usize / 4;
         let meta = self.kernel.meta();
         let spec = LaunchSpec {
             code_va: self.kernel.entry_va(),
@@ -213,6 +248,6 @@ impl<'k, 's> Launch<'k, 's> {
             dynamic_shared_bytes: self.dynamic_shared_bytes,
             spin_us: self.spin_us,
         };
-        rt.launch(&spec)
+        f(&spec)
     }
 }

@@ -37,8 +37,13 @@
 
 #![warn(missing_docs)]
 
+// The derives and `kernel!` expand to `::omega::...` paths; this makes them resolve inside omega too.
+extern crate self as omega;
+
 pub mod args;
+pub mod cmdlist;
 mod cubin_loader;
+pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod kernel;
@@ -55,12 +60,17 @@ mod sync;
 #[cfg(all(test, loom))]
 mod loom_models;
 
+pub use args::LaunchArgs;
 pub use error::{Error, Result};
+/// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
+pub use half;
 pub use kernel::Kernel;
 pub use launch::{ArgBlock, KernelArg, Launch};
 pub use locked::{lock, try_lock, Latched, Locked, OpenError};
 pub use mem::Mem;
 pub use omega_hal::DeviceInfo;
+/// `#[derive(LaunchArgs)]` and `kernel!`: see [`args`].
+pub use omega_macros::{kernel, LaunchArgs};
 pub use platform::PlatformKind;
 pub use scope::{Gpu, LaunchError, Launched, Scope, Scoped};
 pub use state::{Cached, Closed, Code, Data, DeviceScalar, MemKind, Open};

@@ -77,13 +77,13 @@ impl Installed {
     }
 }
 
-#[cfg(all(target_os = "linux", omega_nvidia_backend))]
+#[cfg(target_os = "linux")]
 fn nvidia() -> Result<Installed> {
     let nv = omega_hal::nvidia::Nvidia::probe().map_err(|e| Error::Platform(format!("nvidia: {e}")))?;
     Ok(Installed { platform: nv, sim: None })
 }
 
-#[cfg(not(all(target_os = "linux", omega_nvidia_backend)))]
+#[cfg(not(target_os = "linux"))]
 fn nvidia() -> Result<Installed> {
-    Err(Error::Platform("nvidia: the open-driver backend is not part of this build".into()))
+    Err(Error::Platform("nvidia: the open-driver backend exists only on Linux".into()))
 }

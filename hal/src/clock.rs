@@ -20,6 +20,13 @@ impl Clock for MonotonicClock {
     }
 
     fn sleep_us(&self, us: u32) {
+        // loom has no timed sleep; in a model a sleep is a yield (the other threads get to run).
+        #[cfg(loom)]
+        {
+            let _ = us;
+            crate::sync::thread::yield_now();
+        }
+        #[cfg(not(loom))]
         crate::sync::thread::sleep(std::time::Duration::from_micros(us as u64));
     }
 }

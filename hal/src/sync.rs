@@ -5,10 +5,15 @@
 #[cfg(loom)]
 pub use loom::sync::{
     atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-    Arc, Condvar, Mutex, MutexGuard,
+    Condvar, Mutex, MutexGuard,
 };
 #[cfg(loom)]
 pub use loom::thread;
+// std's Arc even under loom: the platform table is `Arc<dyn Platform>` and host kernels are
+// `Arc<dyn Fn ..>`, and loom's Arc cannot coerce to a trait object (`CoerceUnsized` is unstable). Reference
+// counts synchronise nothing the models check; every lock and atomic inside is still loom's.
+#[cfg(loom)]
+pub use std::sync::Arc;
 
 #[cfg(not(loom))]
 pub use std::sync::{

@@ -170,7 +170,27 @@ impl Runtime {
 
     /// Submits one launch and waits for both markers (caller holds the lock, device open, not latched).
     pub fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Completion> {
-        let stage = "launch";
+        self.launch_each(spec, [spec.timeout_ms; 2], &mut 0)
+    }
+
+    /// [`Runtime::launch`] with a limit per completion wait (marker 0, marker 1). `seen` counts the markers
+    /// observed, so a caller knows which wait a failure ended (the job engine names it).
+    pub(crate) fn launch_each(&self, spec: &LaunchSpec<'_>, limits: [u32; 2], seen: &mut u8) -> Result<Completion> {
+        let (i, desc, slots) = self.resolve_launch(spec, "launch")?;
+        if self.cancel.swap(false, Ordering::SeqCst) {
+            return self.fail(Error::CancelledBeforeSubmit);
+        }
+        self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.spin_us, seen)
+    }
+
+    /// Every check [`Runtime::launch`] makes, and the descriptor it would submit (in `AfterPrevious` order,
+    /// not skipped) with the session's marker slots; nothing is submitted. A refusal is recorded and names
+    /// `stage` (command lists record launches through this).
+    pub(crate) fn resolve_launch<'a>(
+        &self,
+        spec: &LaunchSpec<'a>,
+        stage: &'static str,
+    ) -> Result<(crate::platform::Installed, LaunchDesc<'a>, [MarkerSlot; 2])> {
         self.require_lock(stage)?;
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
@@ -227,10 +247,6 @@ impl Runtime {
             n => n.max(meta.static_shared_bytes + spec.dynamic_shared_bytes),
         };
         drop(s);
-
-        if self.cancel.swap(false, Ordering::SeqCst) {
-            return self.fail(Error::CancelledBeforeSubmit);
-        }
         let desc = LaunchDesc {
             code_va: spec.code_va,
             code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
@@ -246,8 +262,7 @@ impl Runtime {
             order: Order::AfterPrevious,
             skip: false,
         };
-        let slots = marker_slots(&markers);
-        self.submit_and_wait(&i, &[desc], slots, None, spec.timeout_ms, spec.spin_us)
+        Ok((i, desc, marker_slots(&markers)))
     }
 
     /// Submits `launches` as one unit and waits for its two markers. Used by single launches and lists.
@@ -260,6 +275,22 @@ impl Runtime {
         timeout_ms: u32,
         spin_us: u32,
     ) -> Result<Completion> {
+        self.submit_and_wait_each(i, launches, slots, stamps, [timeout_ms; 2], spin_us, &mut 0)
+    }
+
+    /// [`Runtime::submit_and_wait`] with a limit per marker; `seen` counts the markers observed.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn submit_and_wait_each(
+        &self,
+        i: &crate::platform::Installed,
+        launches: &[LaunchDesc<'_>],
+        slots: [MarkerSlot; 2],
+        stamps: Option<MarkerSlot>,
+        limits: [u32; 2],
+        spin_us: u32,
+        seen: &mut u8,
+    ) -> Result<Completion> {
+        *seen = 0;
         let poll = i.platform.poll().expect("negotiated at open");
         let clock = i.platform.clock().expect("negotiated at open");
         let queue = i.platform.queue().expect("negotiated at open");
@@ -271,7 +302,7 @@ impl Runtime {
         let sub = Submission { launches, markers: slots, sequence, stamps };
         let start = clock.now_ns();
         // SAFETY: the lock is held; every address in `sub` is in live session buffers (code checked in
-        // `launch`, arguments are the caller's, markers are the session's own), which are only released by
+        // `resolve_launch`, and again by a command list's submit; arguments are the caller's, markers are the session's own), which are only released by
         // free/close under this same lock, after this wait, or parked forever if the wait latches; the
         // previous submission's markers were observed (or the process latched and refuses launches).
         if let Err(e) = unsafe { queue.submit(&sub) } {
@@ -280,7 +311,8 @@ impl Runtime {
         let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
         let mut first = 0;
         for (which, slot) in slots.iter().enumerate() {
-            let word = self.wait_marker(poll, clock, slot, sequence, which as u8, timeout_ms, spin)?;
+            let word = self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], spin)?;
+            *seen = which as u8 + 1;
             if which == 0 {
                 first = word;
             }

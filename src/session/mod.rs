@@ -399,7 +399,10 @@ impl Runtime {
     /// Asks the launch in progress (or the next one) to stop: before submit it returns CANCELLED and runs
     /// nothing; after submit the chip cannot be stopped, so the process latches. Any thread, no lock.
     pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::SeqCst);
+        // A read-modify-write rather than a store: the same on hardware, and loom (0.7) models a plain
+        // store racing the launch's `swap` wrongly (it can lose the store; tokio-rs/loom#254), which would
+        // make the cancel model report a lost cancel that cannot happen.
+        self.cancel.fetch_or(true, Ordering::SeqCst);
     }
 }
 

@@ -37,7 +37,7 @@ pub const HANDLE_BUF_QUEUE: u32 = omega_hal::BufferKind::Queue as u32;
 pub struct GpuMem {
     /// Index and generation.
     pub handle: Handle,
-    /// `HANDLE_BUF_DATA`, `_CODE` or `_QUEUE`.
+    /// `OMEGA_GPU_HANDLE_BUF_DATA`, `_BUF_CODE` or `_BUF_QUEUE`.
     pub kind: u32,
     /// CPU view; null when there is none.
     pub cpu: *mut c_void,
@@ -94,7 +94,7 @@ pub struct AllocStats {
 pub struct ParkStats {
     /// Parked buffers, listed plus untracked.
     pub buffers: u64,
-    /// Parked past the listed `PARK_MAX`.
+    /// Parked past the listed `OMEGA_GPU_SESSION_PARK_MAX`.
     pub untracked: u64,
     /// Their bytes.
     pub bytes: u64,
@@ -120,11 +120,11 @@ pub struct RawLaunch {
     pub num_elements: u32,
     /// Argument words for constant bank 0.
     pub args: *const u32,
-    /// How many (1 to `MAX_ARGS`).
+    /// How many (1 to `OMEGA_GPU_SESSION_MAX_ARGS`).
     pub n_args: u32,
     /// Completion poll limit per marker, ms. 0 runs out at once and latches.
     pub timeout_ms: u32,
-    /// Shared memory per block; 0 = `DEFAULT_SHARED_BYTES`.
+    /// Shared memory per block; 0 = the default of 1024 bytes.
     pub shared_bytes: u32,
     /// Spin window before sleep-polling; 0 = the process-wide setting.
     pub spin_us: u32,

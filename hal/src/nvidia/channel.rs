@@ -1,0 +1,251 @@
+//! The GPFIFO channel, the doorbell, and the command arena where pushbuffers, QMDs and constant banks are
+//! written for the GPU.
+//!
+//! Everything the GPU fetches to run work lives in video memory and is written by the CPU through a
+//! write-combined BAR1 view, never read back (a BAR1 read costs about a microsecond). Write-combined
+//! stores may reach the GPU in any order, so a store fence separates the commands from the GPFIFO
+//! entry, the entry from GPPut, and GPPut from the doorbell.
+
+use std::ptr;
+
+use super::memory::{Mem, MemKind, MemSpec, PAGE};
+use super::push::{gpfifo_entry, Push};
+use super::sys::{self, userd, NvNotification};
+use super::Open;
+use crate::clock::Clock;
+use crate::error::HalError;
+use crate::poll::xid_name;
+
+/// Orders every earlier store (write-combined ones included) before every later one, as the GPU sees them.
+#[inline]
+pub(crate) fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no preconditions; SSE is part of the x86-64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: `dsb st` only waits for earlier stores to complete; it touches no memory.
+    unsafe {
+        core::arch::asm!("dsb st", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The compute channel: its ring and USERD block, error notifier, engines and work-submit token.
+pub(crate) struct Channel {
+    /// The copy-engine class bound to subchannel 4.
+    pub(crate) copy_class: u32,
+    /// Ring at offset 0, USERD at `userd_offset`; video memory, write-combined CPU view.
+    pub(crate) gpfifo: Mem,
+    pub(crate) userd_offset: u64,
+    pub(crate) entries: u32,
+    /// Entries written so far (GPPut is this modulo `entries`).
+    pub(crate) put: u64,
+    pub(crate) token: u32,
+    /// The driver's error notifier (system memory, CPU-mapped): entry 0 is the channel error.
+    pub(crate) notifier: Mem,
+}
+
+impl Channel {
+    /// Bytes of the GPFIFO area for `entries` entries: the ring, then one page of USERD.
+    pub(crate) fn area_bytes(entries: u32) -> (u64, u64) {
+        let ring = (entries as u64 * 8).div_ceil(PAGE) * PAGE;
+        (ring, ring + PAGE)
+    }
+
+    /// Hands `dwords` of pushbuffer at `va` to the GPU.
+    ///
+    /// # Safety
+    /// - `doorbell` is the mapped usermode page of this channel's GPU.
+    /// - The pushbuffer at `va` is completely written (a store fence here orders it before the entry).
+    /// - Fewer than `entries` entries are outstanding (every earlier submission has completed).
+    pub(crate) unsafe fn kick(&mut self, doorbell: *mut u8, va: u64, dwords: u32) {
+        let slot = (self.put % self.entries as u64) as usize;
+        let ring = self.gpfifo.cpu as *mut u64;
+        store_fence();
+        // SAFETY: `slot < entries`, and the ring's `entries` u64 words are mapped at `gpfifo.cpu`.
+        unsafe { ring.add(slot).write_volatile(gpfifo_entry(va, dwords)) };
+        self.put += 1;
+        store_fence();
+        let gp_put = (self.put % self.entries as u64) as u32;
+        // SAFETY: USERD lies inside the same mapping, `userd::BYTES` bytes from `userd_offset`.
+        unsafe { (self.gpfifo.cpu.add(self.userd_offset as usize + userd::GP_PUT) as *mut u32).write_volatile(gp_put) };
+        store_fence();
+        // SAFETY: the caller vouches for the usermode mapping, which is `USERMODE_BYTES` long.
+        unsafe { (doorbell.add(userd::DOORBELL) as *mut u32).write_volatile(self.token) };
+    }
+
+    /// The channel's error, if the driver reported one in notifier entry 0.
+    pub(crate) fn error(&self) -> Option<NvNotification> {
+        // SAFETY: the notifier mapping is at least one page and lives as long as the channel.
+        let n = unsafe { (self.notifier.cpu as *const NvNotification).read_volatile() };
+        (n.status != 0 || n.info32 != 0).then_some(n)
+    }
+}
+
+/// Text for a notifier entry that reports an error.
+pub(crate) fn describe_error(n: &NvNotification) -> String {
+    format!("channel error Xid {} ({}): {}", n.info32, xid_name(n.info32), notifier_detail(n))
+}
+
+/// What the notifier entry says beyond the Xid.
+pub(crate) fn notifier_detail(n: &NvNotification) -> String {
+    format!("error notifier entry 0: info16 {}, status {:#x}", n.info16, n.status)
+}
+
+/// A ring of video memory the CPU writes commands into (write-combined), reused from the start when the
+/// tail is too short. Reuse is safe because nothing written here is still needed when it is reused: a
+/// reservation is only made when no earlier work is in flight.
+pub(crate) struct Arena {
+    pub(crate) mem: Mem,
+    pub(crate) head: u64,
+}
+
+impl Arena {
+    /// `len` bytes aligned to `align` (at most a page), or `None` when `len` exceeds the arena.
+    pub(crate) fn reserve(&mut self, len: u64, align: u64) -> Option<(u64, *mut u8)> {
+        let mut at = self.head.next_multiple_of(align);
+        if at + len > self.mem.bytes {
+            at = 0;
+        }
+        if len > self.mem.bytes {
+            return None;
+        }
+        self.head = at + len;
+        // SAFETY: `at + len <= bytes`, inside the arena's CPU mapping.
+        Some((self.mem.va + at, unsafe { self.mem.cpu.add(at as usize) }))
+    }
+}
+
+/// Copies `words` to a write-combined view.
+///
+/// # Safety
+/// - `dst` is valid for `4 * words.len()` bytes of writes and 4-byte aligned.
+pub(crate) unsafe fn write_words(dst: *mut u8, words: &[u32]) {
+    // SAFETY: the caller vouches for the destination; the source is a live slice that cannot overlap a
+    // device mapping.
+    unsafe { ptr::copy_nonoverlapping(words.as_ptr(), dst as *mut u32, words.len()) };
+}
+
+/// The slot of the internal semaphore page the backend's own waits use.
+pub(crate) const SEM_WAIT: u64 = 0;
+/// The slot barrier releases write to (nobody reads it).
+pub(crate) const SEM_BARRIER: u64 = 16;
+
+impl Open {
+    /// The next value of the internal wait semaphore, and its GPU address.
+    pub(crate) fn next_wait(&mut self) -> (u64, u32) {
+        self.sem_value = self.sem_value.wrapping_add(1).max(1);
+        (self.sems.va + SEM_WAIT, self.sem_value)
+    }
+
+    /// Makes sure the arena holds `len` bytes in one piece, replacing it by a larger one if not.
+    pub(crate) fn arena_reserve(&mut self, len: u64, align: u64) -> Result<(u64, *mut u8), HalError> {
+        if let Some(r) = self.arena.reserve(len, align) {
+            return Ok(r);
+        }
+        let bytes = (len * 2).next_power_of_two();
+        let spec = MemSpec {
+            kind: MemKind::Vid,
+            bytes,
+            page: PAGE,
+            contiguous: false,
+            cpu_map: Some(sys::map_caching::WRITE_COMBINED),
+            low_va: true,
+        };
+        let mem = self.base.new_mem(spec, "grow the command arena")?;
+        let old = std::mem::replace(&mut self.arena, Arena { mem, head: 0 });
+        self.base.drop_mem(old.mem);
+        self.arena.reserve(len, align).ok_or(HalError::OutOfMemory { bytes: len })
+    }
+
+    /// Writes `push` into the arena and rings the doorbell.
+    pub(crate) fn send(&mut self, push: &Push) -> Result<(), HalError> {
+        let (va, cpu) = self.arena_reserve(push.bytes(), 256)?;
+        // SAFETY: the reservation is `push.bytes()` long and 256-byte aligned.
+        unsafe { write_words(cpu, push.words()) };
+        // SAFETY: the usermode page is this device's; the pushbuffer was just written; the backend's
+        // waits and the session's contract keep at most one submission in flight.
+        unsafe { self.channel.kick(self.usermode, va, push.words().len() as u32) };
+        Ok(())
+    }
+
+    /// Waits until the word at `cpu` reads `value`, ending early with the channel's error or at
+    /// `timeout_ns` with a timeout naming `what`.
+    ///
+    /// # Safety
+    /// - `cpu` points to a live, 4-byte aligned word the GPU releases to.
+    pub(crate) unsafe fn wait_word(
+        &self,
+        cpu: *const u32,
+        value: u32,
+        timeout_ns: u64,
+        clock: &dyn Clock,
+        what: &'static str,
+    ) -> Result<(), HalError> {
+        let start = clock.now_ns();
+        let mut spins = 0u32;
+        loop {
+            // SAFETY: the caller vouches for the word.
+            if unsafe { cpu.read_volatile() } == value {
+                return Ok(());
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                if let Some(n) = self.channel.error() {
+                    return Err(HalError::Lost(format!("{what}: {}", describe_error(&n))));
+                }
+                let waited = clock.now_ns().saturating_sub(start);
+                if waited > timeout_ns {
+                    return Err(HalError::Lost(format!(
+                        "{what}: no completion after {} ms (semaphore reads {:#x}, expected {value:#x})",
+                        waited / 1_000_000,
+                        // SAFETY: as above.
+                        unsafe { cpu.read_volatile() }
+                    )));
+                }
+                if waited > 200_000 {
+                    clock.sleep_us(20);
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Sends `push` (which must end by releasing `value` at the internal wait semaphore) and waits.
+    pub(crate) fn run(
+        &mut self,
+        push: &Push,
+        value: u32,
+        timeout_ns: u64,
+        clock: &dyn Clock,
+        what: &'static str,
+    ) -> Result<(), HalError> {
+        self.send(push)?;
+        let word = (self.sems.cpu as u64 + SEM_WAIT) as *const u32;
+        // SAFETY: the internal semaphore page is mapped for as long as the device is open.
+        unsafe { self.wait_word(word, value, timeout_ns, clock, what) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpfifo_area_is_the_ring_then_a_page_of_userd() {
+        assert_eq!(Channel::area_bytes(1024), (8192, 12288));
+        assert_eq!(Channel::area_bytes(100), (4096, 8192));
+        assert!(userd::GP_PUT < userd::BYTES as usize);
+    }
+
+    #[test]
+    fn error_text_names_the_xid() {
+        let n = NvNotification { time_stamp: 5, info32: 31, info16: 1, status: 0xffff };
+        let t = describe_error(&n);
+        assert!(t.contains("Xid 31 (MMU fault)"), "{t}");
+        assert!(t.contains("0xffff"), "{t}");
+    }
+}

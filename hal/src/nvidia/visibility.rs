@@ -1,0 +1,99 @@
+//! Visibility: moving bytes between a data buffer's CPU view (pinned host staging) and its video memory.
+//!
+//! Both directions use the copy engine on the compute channel, finished by a copy-engine semaphore
+//! release (flushed) that the CPU waits for. Small syncs to the GPU are CPU stores through the buffer's
+//! write-combined BAR1 view instead, which skips the round trip; nothing is ever read through BAR1.
+//! Other placements need no bytes moved: polled and queue memory is one set of pages, and code is
+//! written through BAR1 directly (a store fence makes it visible).
+
+use std::ptr;
+
+use super::channel::store_fence;
+use super::memory::Placement;
+use super::push::Push;
+use super::{Nvidia, Open};
+use crate::clock::Clock;
+use crate::error::HalError;
+use crate::memory::Allocation;
+use crate::sync;
+use crate::Visibility;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    ToGpu,
+    ToCpu,
+}
+
+impl Open {
+    #[allow(clippy::too_many_arguments)] // Private; the settings are passed apart so the state lock is not held twice.
+    fn sync(
+        &mut self,
+        a: &Allocation,
+        offset: u64,
+        len: u64,
+        dir: Direction,
+        bar1_max: u64,
+        chunk: u64,
+        timeout_ms: u64,
+        clock: &dyn Clock,
+    ) -> Result<(), HalError> {
+        let na = self
+            .allocs
+            .get(&a.id)
+            .ok_or_else(|| HalError::Lost(format!("nvidia: sync of unknown buffer {} at {:#x}", a.id, a.va)))?;
+        if len == 0 {
+            return Ok(());
+        }
+        match na.placement {
+            Placement::VidmemStaged => {}
+            Placement::VidmemBar1 | Placement::SysmemPolled => {
+                store_fence();
+                return Ok(());
+            }
+            Placement::VidmemOnly => return Ok(()),
+        }
+        let staging = na.staging.as_ref().expect("a staged buffer has staging");
+        if dir == Direction::ToGpu && len <= bar1_max {
+            if let Some(bar1) = na.bar1 {
+                // SAFETY: both views cover the buffer and `offset + len <= bytes` (the caller's promise);
+                // the BAR1 view is write-combined device memory that is only written, never read.
+                unsafe {
+                    ptr::copy_nonoverlapping(staging.cpu.add(offset as usize), bar1.add(offset as usize), len as usize)
+                };
+                store_fence();
+                return Ok(());
+            }
+        }
+        let (src, dst) = match dir {
+            Direction::ToGpu => (staging.va + offset, na.primary.va + offset),
+            Direction::ToCpu => (na.primary.va + offset, staging.va + offset),
+        };
+        let mut push = Push::new();
+        push.copy_chunked(src, dst, len, chunk);
+        let (sem, value) = self.next_wait();
+        push.copy_release(sem, value);
+        // Allow 1 ns per byte (1 GB/s, far below PCIe) on top of the fixed limit.
+        let timeout_ns = timeout_ms * 1_000_000 + len;
+        let what = if dir == Direction::ToGpu { "sync to GPU (copy engine)" } else { "sync to CPU (copy engine)" };
+        self.run(&push, value, timeout_ns, clock, what)
+    }
+}
+
+impl Nvidia {
+    fn sync(&self, a: &Allocation, offset: u64, len: u64, dir: Direction) -> Result<(), HalError> {
+        let mut st = sync::lock(&self.state);
+        let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
+        let c = self.config();
+        open.sync(a, offset, len, dir, c.bar1_sync_max, c.copy_chunk_bytes, c.internal_timeout_ms, &self.clock)
+    }
+}
+
+impl Visibility for Nvidia {
+    unsafe fn sync_to_gpu(&self, a: &Allocation, offset: u64, len: u64) -> Result<(), HalError> {
+        self.sync(a, offset, len, Direction::ToGpu)
+    }
+
+    unsafe fn sync_to_cpu(&self, a: &Allocation, offset: u64, len: u64) -> Result<(), HalError> {
+        self.sync(a, offset, len, Direction::ToCpu)
+    }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Tools the C layer's checks need on a fresh machine (.ci/run calls this): the pinned cbindgen for
+# `tools/gen_headers.sh --check` (cargo install, about one minute on two cores), a C compiler, nm and
+# pkg-config for the C consumer tests and `make test-install`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+command -v nm >/dev/null 2>&1 || missing+=(binutils)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+if [ "${#missing[@]}" -gt 0 ]; then
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+fi
+tools/gen_headers.sh --install

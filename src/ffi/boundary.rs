@@ -1,0 +1,131 @@
+//! The boundary every C call crosses: panics caught, core errors turned into the contract's return codes,
+//! and the one process-wide text buffer that `omega_gpu_session_last_error` points into.
+//!
+//! The panic boundary is rustls-ffi's shape (`ffi_panic_boundary!`), written as a function: a panic must
+//! never unwind into C (that aborts the process), so it becomes the function's failure value and a last
+//! error that names the function.
+
+use core::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::Error;
+use crate::session::{runtime, CANCELLED, SCRATCH_RESERVED};
+use crate::sync::{self, Mutex};
+
+/// Bytes of the last-error buffer, the terminating NUL included. Longer texts are cut at a character
+/// boundary; every stage name is at the front of its text, so a cut never loses the stage.
+pub const ERROR_TEXT_BYTES: usize = 1024;
+
+/// The one process-wide buffer `omega_gpu_session_last_error` returns. A C caller reads it under the
+/// session lock and before its next call, as the contract says; the mutex only orders our own writes.
+static ERROR_TEXT: Mutex<[u8; ERROR_TEXT_BYTES]> = Mutex::new([0; ERROR_TEXT_BYTES]);
+
+/// Runs `body` for the C function `name`; a panic becomes `fallback`, with the last error
+/// `internal: panic in <name>`.
+pub fn guard<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(_) => {
+            runtime().set_error(&format_args!("internal: panic in {name}"));
+            fallback
+        }
+    }
+}
+
+/// The contract's return code for a failure: `OMEGA_GPU_SESSION_SCRATCH_RESERVED` (-2) for a request
+/// past a reservation, `OMEGA_GPU_SESSION_CANCELLED` (-3) for a launch that saw a cancel request, else -1.
+pub fn code(e: &Error) -> c_int {
+    match e {
+        Error::ScratchReserved { .. } => SCRATCH_RESERVED,
+        Error::CancelledBeforeSubmit | Error::CancelledAfterSubmit => CANCELLED,
+        _ => -1,
+    }
+}
+
+/// 0 for success, else [`code`]. The core already recorded the error text.
+pub fn rc(r: crate::Result<()>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => code(&e),
+    }
+}
+
+/// Records `stage: detail` as the last error and returns -1 (a NULL or out-of-range argument).
+pub fn refuse(stage: &'static str, detail: impl Into<String>) -> c_int {
+    runtime().set_error(&Error::Setting { stage, detail: detail.into() });
+    -1
+}
+
+/// Copies the runtime's last error into the process-wide buffer and returns a pointer to it.
+pub fn last_error_ptr() -> *const c_char {
+    let text = runtime().last_error();
+    let mut buf = sync::lock(&ERROR_TEXT);
+    let n = fit(&text, ERROR_TEXT_BYTES - 1);
+    for (dst, &b) in buf.iter_mut().zip(text.as_bytes()[..n].iter()) {
+        // A NUL inside the text would end it early in C; no stage text has one, but driver text might.
+        *dst = if b == 0 { b' ' } else { b };
+    }
+    buf[n] = 0;
+    // The buffer is static, so the pointer outlives the guard; the contract makes the caller read it
+    // before its next call, which is what keeps our next write from racing its read.
+    buf.as_ptr().cast()
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+pub fn fit(s: &str, max: usize) -> usize {
+    if s.len() <= max {
+        return s.len();
+    }
+    (0..=max).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)
+}
+
+/// Copies `s` into a fixed C char array, cut to fit and NUL-terminated.
+pub fn copy_c_text(dst: &mut [c_char], s: &str) {
+    let Some(last) = dst.len().checked_sub(1) else { return };
+    let n = fit(s, last);
+    for (d, &b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = if b == 0 { b' ' } else { b } as c_char;
+    }
+    for d in &mut dst[n..] {
+        *d = 0;
+    }
+}
+
+/// Reads a C string argument as UTF-8, or records why not (`stage: <what> is NULL` or not UTF-8).
+///
+/// # Safety
+/// - `p` is NULL or points to a NUL-terminated string that stays valid and unchanged during the call.
+pub unsafe fn c_str<'a>(stage: &'static str, what: &str, p: *const c_char) -> Result<&'a str, c_int> {
+    if p.is_null() {
+        return Err(refuse(stage, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null (checked) and, by the caller's promise, a live NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map_err(|_| refuse(stage, format!("{what} is not UTF-8")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_follow_the_contract() {
+        assert_eq!(code(&Error::ScratchReserved { requested: 2, reserved: 1 }), -2);
+        assert_eq!(code(&Error::CancelledBeforeSubmit), -3);
+        assert_eq!(code(&Error::CancelledAfterSubmit), -3);
+        assert_eq!(code(&Error::LaunchArguments("x".into())), -1);
+        assert_eq!(rc(Ok(())), 0);
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary() {
+        let s = "é".repeat(10); // 20 bytes
+        assert_eq!(fit(&s, 5), 4);
+        let mut dst = [1 as c_char; 6];
+        copy_c_text(&mut dst, &s);
+        assert_eq!(dst[4], 0);
+        assert_eq!(dst[5], 0);
+        let mut empty: [c_char; 0] = [];
+        copy_c_text(&mut empty, "x");
+    }
+}

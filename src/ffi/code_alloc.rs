@@ -1,0 +1,39 @@
+//! `omega_gpu_code_alloc.h`: how big a code buffer is. The GPU prefetches instructions past the end of a
+//! kernel, so every code buffer carries a zero-filled tail after the code, and the whole is rounded up to
+//! the platform's page.
+
+use super::boundary::{guard, refuse};
+use crate::session::runtime;
+
+/// Zero-filled bytes after kernel code in every code buffer, for instruction prefetch.
+pub const OMEGA_GPU_CODE_PREFETCH_TAIL: usize = 2048;
+
+const _: () = assert!(OMEGA_GPU_CODE_PREFETCH_TAIL == crate::session::CODE_PREFETCH_TAIL);
+
+/// EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus
+/// `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to the installed platform's page, at least one page. Installs
+/// the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
+/// installed or the size overflows. Any thread, no lock.
+#[no_mangle]
+pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
+    guard("omega_gpu_code_alloc_bytes", 0, || {
+        let page = match runtime().installed() {
+            Ok(i) => i.platform.caps().page_bytes,
+            Err(e) => {
+                runtime().set_error(&e);
+                return 0;
+            }
+        };
+        let bytes = (code_size as u64)
+            .checked_add(OMEGA_GPU_CODE_PREFETCH_TAIL as u64)
+            .and_then(|b| b.max(1).checked_next_multiple_of(page))
+            .and_then(|b| usize::try_from(b).ok());
+        match bytes {
+            Some(b) => b,
+            None => {
+                refuse("code alloc", format!("code size {code_size} overflows"));
+                0
+            }
+        }
+    })
+}

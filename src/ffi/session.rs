@@ -1,0 +1,718 @@
+//! `omega_gpu_session.h`: the session — lock, open and close, memory, launch, errors, the latch and its
+//! parked buffers — over [`crate::session::Runtime`].
+//!
+//! Every function is a thin shell: pointer checks, one call into the core, the contract's return code.
+//! The structs are the core's own `#[repr(C)]` types (`src/session/types.rs`), renamed for C by cbindgen.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::ptr;
+
+use omega_hal::{Handle, Services};
+
+use super::boundary::{c_str, code, copy_c_text, guard, last_error_ptr, rc, refuse};
+use crate::error::Error;
+use crate::platform::PlatformKind;
+use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, ParkStats, RawLaunch, Scratch};
+use crate::sync::{self, Mutex};
+
+/// The session lock's id in the platform LOCK service.
+pub const OMEGA_GPU_SESSION_LOCK_ID: u32 = 0;
+/// Most argument words one launch passes (`OmegaGpuLaunch.n_args`).
+pub const OMEGA_GPU_SESSION_MAX_ARGS: u32 = 32;
+/// Largest marker-poll spin window in microseconds (`omega_gpu_session_set_spin_us`).
+pub const OMEGA_GPU_SESSION_MAX_SPIN_US: u32 = 100000;
+/// Parked buffers listed by handle; later ones are only counted (`OmegaGpuParkStats.untracked`).
+pub const OMEGA_GPU_SESSION_PARK_MAX: u32 = 512;
+/// `omega_gpu_session_scratch`: a request past an active reservation; nothing was allocated.
+pub const OMEGA_GPU_SESSION_SCRATCH_RESERVED: c_int = -2;
+/// `omega_gpu_session_launch`: the launch saw a cancel request.
+pub const OMEGA_GPU_SESSION_CANCELLED: c_int = -3;
+/// Shared memory per block a launch gets when its `shared_bytes` is 0.
+pub const OMEGA_GPU_SESSION_DEFAULT_SHARED_BYTES: u32 = 1024;
+/// INTERNAL. Most hooks `omega_gpu_session_on_close` takes.
+pub const OMEGA_GPU_SESSION_ON_CLOSE_MAX: u32 = 8;
+
+/// `omega_gpu_session_completion_mode`: no platform, or one without the POLL service; launches are refused.
+pub const OMEGA_GPU_COMPLETION_NONE: u32 = 0;
+/// `omega_gpu_session_completion_mode`: the platform's sleep-poll of the completion word.
+pub const OMEGA_GPU_COMPLETION_SLEEP_POLL: u32 = 1;
+/// `omega_gpu_session_completion_mode`: a spin-poll window (`omega_gpu_session_set_spin_us`), then the
+/// platform's sleep-poll. Completion is never an interrupt.
+pub const OMEGA_GPU_COMPLETION_SPIN_POLL: u32 = 2;
+
+const _: () = {
+    use crate::session as core;
+    assert!(OMEGA_GPU_SESSION_LOCK_ID == core::LOCK_ID);
+    assert!(OMEGA_GPU_SESSION_MAX_ARGS == core::MAX_ARGS);
+    assert!(OMEGA_GPU_SESSION_MAX_SPIN_US == core::MAX_SPIN_US);
+    assert!(OMEGA_GPU_SESSION_PARK_MAX as usize == core::PARK_MAX);
+    assert!(OMEGA_GPU_SESSION_SCRATCH_RESERVED == core::SCRATCH_RESERVED);
+    assert!(OMEGA_GPU_SESSION_CANCELLED == core::CANCELLED);
+    assert!(OMEGA_GPU_SESSION_DEFAULT_SHARED_BYTES == core::DEFAULT_SHARED_BYTES);
+    assert!(OMEGA_GPU_SESSION_ON_CLOSE_MAX as usize == core::ON_CLOSE_MAX);
+};
+
+/// EXPERIMENTAL fields. What `omega_gpu_session_open` points to while the device is open: the session's
+/// own launch buffer. A caller needs none of it; treat the pointer as "the device is open".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OmegaGpuSession {
+    /// The launch buffer the session polls: two completion markers (an `OMEGA_GPU_HANDLE_BUF_QUEUE`
+    /// buffer). Parked, never released, once the process latches.
+    pub launch_buffer: GpuMem,
+    /// Device opens in this process so far, this one included.
+    pub open_count: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+static_assertions::assert_eq_size!(OmegaGpuSession, [u64; 6]);
+
+/// EXPERIMENTAL. What the open device reports (`omega_gpu_device_query`). Texts are NUL-terminated and cut
+/// to fit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OmegaGpuDeviceInfo {
+    /// Marketing name ("NVIDIA H200", or the simulator's name).
+    pub name: [c_char; 64],
+    /// Kernel driver version ("580.159.04"), or the simulator's version.
+    pub driver_version: [c_char; 32],
+    /// PCI location and ids ("0000:00:05.0 10de:2335"); empty where there is no bus.
+    pub pci: [c_char; 64],
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Compute capability major (9 for Hopper).
+    pub arch_major: u32,
+    /// Compute capability minor.
+    pub arch_minor: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Device memory in bytes.
+    pub memory_bytes: u64,
+}
+
+static_assertions::assert_eq_size!(OmegaGpuDeviceInfo, [u64; 23]);
+
+/// The object `omega_gpu_session_open` points to. Raw pointers are not `Send`; this one is only an address
+/// handed to C, never dereferenced by Rust, so sharing it between threads is sound.
+struct SessionCell(OmegaGpuSession);
+
+// SAFETY: the only non-Send field is `launch_buffer.cpu`, an address Rust never dereferences through this
+// cell; C reads it under the session lock as the contract requires.
+unsafe impl Send for SessionCell {}
+
+static SESSION: Mutex<SessionCell> =
+    Mutex::new(SessionCell(OmegaGpuSession { launch_buffer: GpuMem::NONE, open_count: 0, reserved: 0 }));
+
+/// A close hook registered from C: the function and its context pointer.
+struct CHook {
+    hook: unsafe extern "C" fn(*mut c_void),
+    ctx: *mut c_void,
+}
+
+// SAFETY: the context pointer is the C caller's; close runs the hook on whichever thread calls close, and
+// `omega_gpu_session_on_close` documents that the context must be usable from any thread.
+unsafe impl Send for CHook {}
+
+// ----- lock ----------------------------------------------------------------------------------------------
+
+/// STABLE. Takes the process-wide session lock (platform LOCK service, id `OMEGA_GPU_SESSION_LOCK_ID`),
+/// blocking until it is free. Does not touch the device. Not recursive: taking it twice on one thread waits
+/// forever. With no platform installable it does nothing, and the open that follows refuses.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_lock() {
+    guard("omega_gpu_session_lock", (), || runtime().lock())
+}
+
+/// STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the
+/// lock is left as it was.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_unlock() {
+    guard("omega_gpu_session_unlock", (), || runtime().unlock())
+}
+
+// ----- open / close --------------------------------------------------------------------------------------
+
+/// STABLE. Opens the device on first use; later calls find it open. Caller holds the lock. Returns a
+/// non-NULL pointer while the device is open (its fields are EXPERIMENTAL), or NULL when the process is
+/// latched, no platform is installed, the caller does not hold the lock, or the open failed; the stage
+/// is in `omega_gpu_session_last_error()`, with the driver's own text for a driver refusal.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_open() -> *mut OmegaGpuSession {
+    guard("omega_gpu_session_open", ptr::null_mut(), || {
+        let rt = runtime();
+        if rt.open().is_err() {
+            return ptr::null_mut();
+        }
+        let launch_buffer = sync::lock(&rt.session)
+            .markers
+            .map(|(handle, a)| GpuMem {
+                handle,
+                kind: crate::session::HANDLE_BUF_QUEUE,
+                cpu: a.cpu.cast(),
+                va: a.va,
+                size: a.bytes as usize,
+            })
+            .unwrap_or(GpuMem::NONE);
+        let mut cell = sync::lock(&SESSION);
+        cell.0 = OmegaGpuSession { launch_buffer, open_count: rt.open_count(), reserved: 0 };
+        // The cell is a static, so the pointer outlives the guard. Only a caller holding the session lock
+        // gets here (open checked it), so no other open rewrites the cell while that caller reads it.
+        &mut cell.0 as *mut OmegaGpuSession
+    })
+}
+
+/// STABLE. True while the device is open. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_is_open() -> bool {
+    guard("omega_gpu_session_is_open", false, || runtime().is_open())
+}
+
+/// STABLE. 1 once an uncertain completion (a completion wait that ran out, a refused completion poll, a
+/// cancel after submit) has latched this process, else 0. One atomic load: any thread, no lock.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_is_blocked() -> c_int {
+    guard("omega_gpu_session_is_blocked", 1, || c_int::from(runtime().is_blocked()))
+}
+
+/// STABLE. Closes the device and frees every session buffer (running the on-close hooks first). Takes the
+/// lock itself: call it without the lock (a caller that holds it is refused, stage `lock`, instead of
+/// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`). The next open
+/// reopens; every handle of the closed device is stale from then on.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_close() {
+    guard("omega_gpu_session_close", (), || {
+        let _ = runtime().close();
+    })
+}
+
+/// STABLE. Device opens so far in this process (a persistent session shows 1). Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_open_count() -> u32 {
+    guard("omega_gpu_session_open_count", 0, || runtime().open_count())
+}
+
+/// STABLE. Sets the process-wide marker-poll spin window in microseconds, used by every launch whose own
+/// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll. Returns 0, or -1 (stage `set spin`,
+/// setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_set_spin_us(us: u32) -> c_int {
+    guard("omega_gpu_session_set_spin_us", -1, || rc(runtime().set_spin_us(us)))
+}
+
+/// STABLE. The process-wide spin window set by `omega_gpu_session_set_spin_us`. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_spin_us() -> u32 {
+    guard("omega_gpu_session_spin_us", 0, || runtime().spin_us())
+}
+
+// ----- memory --------------------------------------------------------------------------------------------
+
+/// Allocates through `alloc` into `*out` (zeroed on failure).
+///
+/// # Safety
+/// - `out` is NULL or points to a writable `OmegaGpuMem`.
+unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce() -> crate::Result<GpuMem>) -> c_int {
+    // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMem.
+    let Some(out) = (unsafe { out.as_mut() }) else { return refuse(stage, "out is NULL") };
+    match alloc() {
+        Ok(m) => {
+            *out = m;
+            0
+        }
+        Err(e) => {
+            *out = GpuMem::NONE;
+            code(&e)
+        }
+    }
+}
+
+/// STABLE. A GPU-uncached DATA buffer of at least `bytes` bytes (rounded up to a page; 0 gets one page),
+/// CPU and GPU read/write, written to `*out`. Caller holds the lock, device open, not latched. Returns 0;
+/// -1 with the stage named on failure (`*out` zeroed). A driver refusal is counted in
+/// `OmegaGpuAllocStats.alloc_failures`.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem) -> c_int {
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_session_alloc", -1, || unsafe { alloc_into("alloc", out, || runtime().alloc(bytes)) })
+}
+
+/// STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
+/// zero-filled `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to a page (`omega_gpu_code_alloc_bytes`). The
+/// caller writes the code to `out->cpu` and calls `omega_gpu_session_sync_to_gpu`. Same rules and return
+/// values as `omega_gpu_session_alloc`.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mut GpuMem) -> c_int {
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_session_alloc_code", -1, || unsafe {
+        alloc_into("alloc", out, || runtime().alloc_code(code_size))
+    })
+}
+
+/// EXPERIMENTAL. A GPU-cached DATA buffer for write-once, GPU-read-only, never-polled contents (weights):
+/// the GPU may not write it. The API cannot check that the contents stay unchanged after the first launch
+/// that reads them; the caller must. Same rules and return values as `omega_gpu_session_alloc`.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut GpuMem) -> c_int {
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_session_alloc_cached", -1, || unsafe {
+        alloc_into("alloc", out, || runtime().alloc_cached(bytes))
+    })
+}
+
+/// STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
+/// completion the buffer is parked instead: kept allocated, never released, counted by
+/// `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
+/// handle (freed already, or from a closed device) or a closed session is refused: nothing is released,
+/// the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is in
+/// `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
+///
+/// # Safety
+/// - `m` is NULL (refused) or points to a writable `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
+    guard("omega_gpu_session_free", (), || {
+        // SAFETY: by the caller's promise `m` is NULL or points to a writable OmegaGpuMem.
+        match unsafe { m.as_mut() } {
+            Some(m) => {
+                let _ = runtime().free(m);
+            }
+            None => {
+                refuse("free", "m is NULL");
+            }
+        }
+    })
+}
+
+/// STABLE. Makes CPU writes to the whole buffer visible to the device (platform SYNC). Caller holds the
+/// lock. Returns 0, also for a buffer with no CPU view; -1 with the stage named when refused (a stale
+/// handle, a latched process) or when there is no device.
+///
+/// # Safety
+/// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_int {
+    guard("omega_gpu_session_sync_to_gpu", -1, || {
+        // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
+        match unsafe { m.as_ref() } {
+            Some(m) => rc(runtime().sync_to_gpu(m)),
+            None => refuse("sync", "m is NULL"),
+        }
+    })
+}
+
+/// STABLE. Makes device writes to the whole buffer visible to the CPU. Same rules and return values as
+/// `omega_gpu_session_sync_to_gpu`.
+///
+/// # Safety
+/// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_int {
+    guard("omega_gpu_session_sync_to_cpu", -1, || {
+        // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
+        match unsafe { m.as_ref() } {
+            Some(m) => rc(runtime().sync_to_cpu(m)),
+            None => refuse("sync", "m is NULL"),
+        }
+    })
+}
+
+/// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows, contents not kept. `*s` must
+/// be zero-initialised before first use. Caller holds the lock. Returns 0 or -1; with a reservation
+/// active, a request past the reserved size returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates
+/// nothing.
+///
+/// # Safety
+/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch` that is zeroed or was only changed
+///   by these calls.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize) -> c_int {
+    guard("omega_gpu_session_scratch", -1, || {
+        // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
+        match unsafe { s.as_mut() } {
+            Some(s) => rc(runtime().scratch(s, bytes)),
+            None => refuse("scratch", "s is NULL"),
+        }
+    })
+}
+
+/// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`.
+///
+/// # Safety
+/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
+    guard("omega_gpu_session_scratch_free", (), || {
+        // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
+        match unsafe { s.as_mut() } {
+            Some(s) => {
+                let _ = runtime().scratch_free(s);
+            }
+            None => {
+                refuse("scratch", "s is NULL");
+            }
+        }
+    })
+}
+
+/// EXPERIMENTAL. Grows `s` to `bytes` now and reserves it: later `omega_gpu_session_scratch` requests up
+/// to that size allocate nothing, past it they return `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving
+/// loop that must make no driver call after warm-up. Returns 0 or -1 (nothing reserved).
+///
+/// # Safety
+/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`, zeroed or changed only by these calls.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, bytes: usize) -> c_int {
+    guard("omega_gpu_session_scratch_reserve", -1, || {
+        // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
+        match unsafe { s.as_mut() } {
+            Some(s) => rc(runtime().scratch_reserve(s, bytes)),
+            None => refuse("scratch", "s is NULL"),
+        }
+    })
+}
+
+/// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays.
+///
+/// # Safety
+/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
+    guard("omega_gpu_session_scratch_unreserve", (), || {
+        // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
+        match unsafe { s.as_mut() } {
+            Some(s) => runtime().scratch_unreserve(s),
+            None => {
+                refuse("scratch", "s is NULL");
+            }
+        }
+    })
+}
+
+/// STABLE. Copies the session layer's allocation counters (since the process started) to `*out`.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuAllocStats`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
+    guard("omega_gpu_session_alloc_stats", (), || {
+        // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuAllocStats.
+        match unsafe { out.as_mut() } {
+            Some(out) => *out = runtime().alloc_stats(),
+            None => {
+                refuse("alloc stats", "out is NULL");
+            }
+        }
+    })
+}
+
+// ----- launch --------------------------------------------------------------------------------------------
+
+/// STABLE. Submits one launch and polls both completion markers, so it returns when the chip is done.
+/// Caller holds the lock, device open, not latched. Returns 0; -1 with the stage named on failure (stage
+/// `launch arguments` when `L` fails the checks and nothing ran); `OMEGA_GPU_SESSION_CANCELLED` when a
+/// cancel request was seen (before submit nothing ran; after submit the process latched). A marker
+/// timeout latches the process. On success `*elapsed_ns` (when given) is added to, not set, and
+/// `*marker_out` (when given) receives the first marker word observed.
+///
+/// # Safety
+/// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
+///   points to `n_args` readable words.
+/// - `elapsed_ns` and `marker_out` are each NULL or point to a writable object of their type.
+#[no_mangle]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn omega_gpu_session_launch(
+    L: *const RawLaunch,
+    elapsed_ns: *mut u64,
+    marker_out: *mut u32,
+) -> c_int {
+    guard("omega_gpu_session_launch", -1, || {
+        let rt = runtime();
+        // The core's order: the lock, then the latch, then the arguments.
+        if let Err(e) = rt.require_lock("launch") {
+            return code(&e);
+        }
+        if rt.is_blocked() {
+            let e = Error::Latched("launch");
+            rt.set_error(&e);
+            return code(&e);
+        }
+        // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
+        let Some(l) = (unsafe { L.as_ref() }) else {
+            let e = Error::LaunchArguments("L is NULL".into());
+            rt.set_error(&e);
+            return code(&e);
+        };
+        // SAFETY: by the caller's promise `l.args` is NULL or points to `l.n_args` words, valid for this
+        // call (the spec does not outlive it).
+        let spec = match unsafe { LaunchSpec::from_raw(l) } {
+            Ok(s) => s,
+            Err(e) => {
+                rt.set_error(&e);
+                return code(&e);
+            }
+        };
+        match rt.launch(&spec) {
+            Ok(c) => {
+                // SAFETY: by the caller's promise each is NULL or points to a writable object of its type.
+                unsafe {
+                    if let Some(e) = elapsed_ns.as_mut() {
+                        *e = e.wrapping_add(c.elapsed_ns);
+                    }
+                    if let Some(m) = marker_out.as_mut() {
+                        *m = c.marker;
+                    }
+                }
+                0
+            }
+            Err(e) => code(&e),
+        }
+    })
+}
+
+/// EXPERIMENTAL. Asks the launch in progress, or the next one, to stop: before submit it returns
+/// `OMEGA_GPU_SESSION_CANCELLED` and runs nothing; after submit the chip cannot be stopped, so the launch
+/// returns `OMEGA_GPU_SESSION_CANCELLED` and the process latches. Any thread, no lock.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_cancel() {
+    guard("omega_gpu_session_cancel", (), || runtime().cancel())
+}
+
+// ----- errors and the latch ------------------------------------------------------------------------------
+
+/// STABLE. The stage and text of the most recent failure of any call in the process, "" if none. Points
+/// into one process-wide buffer that the next call to this function overwrites: read it under the lock,
+/// before the next call.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_last_error() -> *const c_char {
+    guard("omega_gpu_session_last_error", c"internal: panic in omega_gpu_session_last_error".as_ptr(), last_error_ptr)
+}
+
+/// STABLE. Copies the parked-buffer report to `*out`: buffers kept allocated after an uncertain
+/// completion, never returned to the platform. The session's own launch buffer is parked at the latch and
+/// every later free parks too.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuParkStats`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_parked(out: *mut ParkStats) {
+    guard("omega_gpu_session_parked", (), || {
+        // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuParkStats.
+        match unsafe { out.as_mut() } {
+            Some(out) => *out = runtime().parked(),
+            None => {
+                refuse("parked", "out is NULL");
+            }
+        }
+    })
+}
+
+/// STABLE. 1 if this handle is parked and listed (one of the first `OMEGA_GPU_SESSION_PARK_MAX`), else 0.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_is_parked(h: Handle) -> c_int {
+    guard("omega_gpu_session_is_parked", 0, || c_int::from(runtime().is_parked(h)))
+}
+
+// ----- platform ------------------------------------------------------------------------------------------
+
+/// EXPERIMENTAL. Chooses the platform for the next open: `name` is `"sim"` or `"nvidia"`. Caller holds the
+/// lock, the device is closed and the process is not latched. Returns 0, or -1 with the stage named (an
+/// unknown name is stage `platform`).
+///
+/// # Safety
+/// - `name` is NULL (refused) or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char) -> c_int {
+    guard("omega_gpu_session_set_platform", -1, || {
+        // SAFETY: forwarded from the caller.
+        let name = match unsafe { c_str("set platform", "name", name) } {
+            Ok(n) => n,
+            Err(rc) => return rc,
+        };
+        let rt = runtime();
+        match PlatformKind::parse(name) {
+            Ok(kind) => rc(rt.set_platform(kind)),
+            Err(e) => {
+                rt.set_error(&e);
+                code(&e)
+            }
+        }
+    })
+}
+
+/// EXPERIMENTAL. The installed platform's name (`"sim"` or `"nvidia"`), installing the environment's
+/// choice first (`OMEGA_PLATFORM`, else `nvidia` where `/dev/nvidiactl` exists, else `sim`). NULL when
+/// none can be installed (stage `platform`). The string is static. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_platform() -> *const c_char {
+    guard("omega_gpu_session_platform", ptr::null(), || match runtime().installed() {
+        Ok(i) => match i.name() {
+            "sim" => c"sim".as_ptr(),
+            "nvidia" => c"nvidia".as_ptr(),
+            _ => c"unknown".as_ptr(),
+        },
+        Err(e) => {
+            runtime().set_error(&e);
+            ptr::null()
+        }
+    })
+}
+
+/// EXPERIMENTAL. Argument words that precede a launch's own in constant bank 0: the launch's `args` are
+/// written at word `omega_gpu_session_submit_prefix_words()` of the bank (132, byte 0x210, on Hopper). A
+/// program that builds its own machine code reads its parameters from there. 0 with no platform.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_submit_prefix_words() -> u32 {
+    guard("omega_gpu_session_submit_prefix_words", 0, || {
+        runtime().installed().map(|i| i.platform.caps().param_base / 4).unwrap_or(0)
+    })
+}
+
+/// EXPERIMENTAL. How a launch learns its completion (`OMEGA_GPU_COMPLETION_*`): by polling a marker word,
+/// with or without a spin window first, never by an interrupt. `OMEGA_GPU_COMPLETION_NONE` with no
+/// platform or one without the POLL service. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_completion_mode() -> u32 {
+    guard("omega_gpu_session_completion_mode", OMEGA_GPU_COMPLETION_NONE, || {
+        let rt = runtime();
+        match rt.installed() {
+            Ok(i) if i.platform.caps().services.contains(Services::POLL) => {
+                if rt.spin_us() > 0 {
+                    OMEGA_GPU_COMPLETION_SPIN_POLL
+                } else {
+                    OMEGA_GPU_COMPLETION_SLEEP_POLL
+                }
+            }
+            _ => OMEGA_GPU_COMPLETION_NONE,
+        }
+    })
+}
+
+/// EXPERIMENTAL. Nanoseconds on the platform clock, the one launches are timed with (virtual on the
+/// simulator); 0 with no platform. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_session_now_ns() -> u64 {
+    guard("omega_gpu_session_now_ns", 0, || runtime().now_ns())
+}
+
+/// EXPERIMENTAL. What the open device reports, copied to `*out`. Returns 0, or -1 (stage `device query`)
+/// when the device is not open. Any thread; the answer is about the device open at the time of the call.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuDeviceInfo`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) -> c_int {
+    guard("omega_gpu_device_query", -1, || {
+        // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuDeviceInfo.
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("device query", "out is NULL") };
+        let Some(d) = runtime().device_info() else {
+            let e = Error::NotOpen("device query");
+            runtime().set_error(&e);
+            return code(&e);
+        };
+        copy_c_text(&mut out.name, &d.name);
+        copy_c_text(&mut out.driver_version, &d.driver_version);
+        copy_c_text(&mut out.pci, &d.pci);
+        out.sm_count = d.sm_count;
+        out.arch_major = d.arch_major;
+        out.arch_minor = d.arch_minor;
+        out.reserved = 0;
+        out.memory_bytes = d.memory_bytes;
+        0
+    })
+}
+
+// ----- host memory ---------------------------------------------------------------------------------------
+
+fn host(stage: &'static str, bytes: usize, zeroed: bool) -> *mut c_void {
+    let p = runtime().host_alloc(bytes, zeroed);
+    if p.is_null() {
+        refuse(stage, format!("{bytes} bytes: no memory, or no platform with the HOST_MEM service"));
+    }
+    p.cast()
+}
+
+/// EXPERIMENTAL. `bytes` of uninitialised CPU-only memory from the platform HOST_MEM service, aligned for
+/// any scalar; NULL (stage `host alloc`) on failure. Release with `omega_gpu_host_free`. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_host_alloc(bytes: usize) -> *mut c_void {
+    guard("omega_gpu_host_alloc", ptr::null_mut(), || host("host alloc", bytes, false))
+}
+
+/// EXPERIMENTAL. `count * size` bytes of zeroed CPU-only memory from the platform HOST_MEM service; NULL
+/// (stage `host alloc`) on failure or when the product overflows. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_host_calloc(count: usize, size: usize) -> *mut c_void {
+    guard("omega_gpu_host_calloc", ptr::null_mut(), || match count.checked_mul(size) {
+        Some(bytes) => host("host alloc", bytes, true),
+        None => {
+            refuse("host alloc", format!("{count} * {size} bytes overflows"));
+            ptr::null_mut()
+        }
+    })
+}
+
+/// EXPERIMENTAL. Releases memory from `omega_gpu_host_alloc` or `omega_gpu_host_calloc`; NULL is a no-op.
+///
+/// # Safety
+/// - `p` is NULL or came from `omega_gpu_host_alloc`/`omega_gpu_host_calloc` under the platform installed
+///   now, and was not released since.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_host_free(p: *mut c_void) {
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_host_free", (), || unsafe { runtime().host_free(p.cast()) })
+}
+
+// ----- INTERNAL ------------------------------------------------------------------------------------------
+
+/// INTERNAL. Sets the process-wide error text that `omega_gpu_session_last_error` returns: a library names
+/// its failure stage through it (`"matmul: ..."`). NULL sets "".
+///
+/// # Safety
+/// - `text` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_set_error(text: *const c_char) {
+    guard("omega_gpu_session_set_error", (), || {
+        if text.is_null() {
+            runtime().set_error(&"");
+            return;
+        }
+        // SAFETY: non-null (checked) and, by the caller's promise, NUL-terminated.
+        let t = unsafe { core::ffi::CStr::from_ptr(text) };
+        runtime().set_error(&t.to_string_lossy());
+    })
+}
+
+/// INTERNAL. Registers `hook(ctx)` to run when the device closes, before any buffer is released (a library
+/// drops its resident kernels there); it runs once, on the thread that calls close, with the lock held.
+/// Up to `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a
+/// NULL hook.
+///
+/// # Safety
+/// - `hook` is NULL (refused) or a function that may be called once with `ctx` from any thread, under the
+///   session lock, and that does not take the lock or close the device.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_on_close(
+    hook: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
+    ctx: *mut c_void,
+) -> c_int {
+    guard("omega_gpu_session_on_close", -1, || {
+        let Some(hook) = hook else { return refuse("on close", "hook is NULL") };
+        let h = CHook { hook, ctx };
+        rc(runtime().on_close(Box::new(move || {
+            let h = &h;
+            // SAFETY: the registrant promised `hook` may be called once with `ctx` from this thread under
+            // the lock; close runs every hook once.
+            unsafe { (h.hook)(h.ctx) }
+        })))
+    })
+}

@@ -1,0 +1,259 @@
+//! The C interface as a C program sees it. Each test compiles C sources (`tests/c/*.c`,
+//! `examples/c/hello.c`) with `cc -std=c11 -Wall -Wextra -Werror -Iinclude` against the library cargo built
+//! for this very test run (`libomega.so`, or `libomega.a` for the worked example), runs the program on the
+//! simulator (`OMEGA_PLATFORM=sim`) and requires it to pass its own checks. Every latch scenario runs in a
+//! process of its own, because a latch lasts for the rest of the process.
+//!
+//! The library is the one in this test binary's own `deps/` directory: cargo builds the crate's cdylib and
+//! staticlib alongside the rlib the tests link, so they are always of the same source as the test.
+
+use std::collections::BTreeMap;
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use omega::ffi::kernel::OmegaGpuKernel;
+use omega::ffi::platform::{OmegaGpuDeviceHandle, OmegaGpuQueueHandle};
+use omega::ffi::session::{OmegaGpuDeviceInfo, OmegaGpuSession};
+use omega::session::{AllocStats, GpuMem, Handle, ParkStats, RawLaunch, Scratch};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The directory holding the `libomega.so` and `libomega.a` cargo built in this test run: the test
+/// binary's own `target/<profile>/deps/` (cargo copies them up to `target/<profile>/` only when the library
+/// itself is what was asked for, so the copies there may be older than this test).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().expect("target/<profile>/deps/<test>").to_path_buf();
+    for lib in ["libomega.so", "libomega.a"] {
+        assert!(dir.join(lib).exists(), "{} not built next to the test binary ({})", lib, dir.display());
+    }
+    dir
+}
+
+enum Link {
+    Shared,
+    Static,
+}
+
+/// Compiles `sources` into a program named `name` and returns its path.
+fn build(name: &str, sources: &[&str], link: Link) -> PathBuf {
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-api");
+    std::fs::create_dir_all(&out_dir).expect("the C test output directory");
+    let exe = out_dir.join(name);
+    let lib = lib_dir();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.current_dir(ROOT).args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-Iinclude", "-Itests/c", "-g"]);
+    cmd.args(sources).arg("-o").arg(&exe);
+    match link {
+        Link::Shared => {
+            cmd.arg(format!("-L{}", lib.display()))
+                .arg("-lomega")
+                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                .arg("-lpthread");
+        }
+        Link::Static => {
+            // What a Rust staticlib needs from the system on Linux (`rustc --print native-static-libs`).
+            cmd.arg(lib.join("libomega.a")).args(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"]);
+        }
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(out.status.success(), "compiling {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+fn run(exe: &Path, args: &[&str]) -> Output {
+    let out = Command::new(exe)
+        .args(args)
+        .env("OMEGA_PLATFORM", "sim")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{} {:?} failed ({}):\n{text}", exe.display(), args, out.status);
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_worked_example_adds_vectors_through_the_static_library() {
+    let exe = build("hello", &["examples/c/hello.c"], Link::Static);
+    let out = stdout(&run(&exe, &[]));
+    assert!(out.contains("platform sim"), "{out}");
+    // c[i] = i + i/2 over 1000 elements; the last is 999 * 1.5.
+    assert!(out.contains("1000 sums correct, c[999] = 1498.5"), "{out}");
+}
+
+#[test]
+fn session_entries_return_their_documented_values_and_stages() {
+    let exe = build("session_api", &["tests/c/session_api.c"], Link::Shared);
+    assert!(stdout(&run(&exe, &[])).contains("session_api: ok"));
+}
+
+#[test]
+fn pthreads_take_turns_on_the_session_lock() {
+    let exe = build("threads", &["tests/c/threads.c"], Link::Shared);
+    assert!(stdout(&run(&exe, &[])).contains("threads: ok"));
+}
+
+fn latch(scenario: &str) {
+    let exe = build(&format!("latch_{scenario}"), &["tests/c/latch.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("latch {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn latch_after_a_completion_timeout() {
+    latch("hang");
+}
+
+#[test]
+fn latch_after_a_refused_completion_poll() {
+    latch("refuse_poll");
+}
+
+#[test]
+fn latch_after_a_cancel_once_submitted() {
+    latch("cancel");
+}
+
+#[test]
+fn c_sees_the_same_struct_layout_and_constants_as_rust() {
+    let exe = build("layout", &["tests/c/layout.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[]));
+    let c: BTreeMap<&str, i64> = out
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once(' ').expect("`name value`");
+            (k, v.parse().expect("a number"))
+        })
+        .collect();
+
+    macro_rules! rust {
+        ($($key:literal => $val:expr),* $(,)?) => { BTreeMap::from([$(($key, ($val) as i64)),*]) };
+    }
+    use omega::ffi::{code_alloc as ca, platform as p, runtime_api as ra, session as s};
+    let rust: BTreeMap<&str, i64> = rust! {
+        "OmegaGpuBufferHandle" => size_of::<Handle>(),
+        "OmegaGpuBufferHandle.index" => offset_of!(Handle, index),
+        "OmegaGpuBufferHandle.generation" => offset_of!(Handle, generation),
+        "OmegaGpuDeviceHandle" => size_of::<OmegaGpuDeviceHandle>(),
+        "OmegaGpuQueueHandle" => size_of::<OmegaGpuQueueHandle>(),
+        "OmegaGpuMem" => size_of::<GpuMem>(),
+        "OmegaGpuMem.handle" => offset_of!(GpuMem, handle),
+        "OmegaGpuMem.kind" => offset_of!(GpuMem, kind),
+        "OmegaGpuMem.cpu" => offset_of!(GpuMem, cpu),
+        "OmegaGpuMem.va" => offset_of!(GpuMem, va),
+        "OmegaGpuMem.size" => offset_of!(GpuMem, size),
+        "OmegaGpuScratch" => size_of::<Scratch>(),
+        "OmegaGpuScratch.mem" => offset_of!(Scratch, mem),
+        "OmegaGpuScratch.cap" => offset_of!(Scratch, cap),
+        "OmegaGpuScratch.high_water" => offset_of!(Scratch, high_water),
+        "OmegaGpuScratch.reserved" => offset_of!(Scratch, reserved),
+        "OmegaGpuAllocStats" => size_of::<AllocStats>(),
+        "OmegaGpuAllocStats.allocs" => offset_of!(AllocStats, allocs),
+        "OmegaGpuAllocStats.alloc_bytes" => offset_of!(AllocStats, alloc_bytes),
+        "OmegaGpuAllocStats.alloc_failures" => offset_of!(AllocStats, alloc_failures),
+        "OmegaGpuAllocStats.frees" => offset_of!(AllocStats, frees),
+        "OmegaGpuAllocStats.stale_refusals" => offset_of!(AllocStats, stale_refusals),
+        "OmegaGpuParkStats" => size_of::<ParkStats>(),
+        "OmegaGpuParkStats.buffers" => offset_of!(ParkStats, buffers),
+        "OmegaGpuParkStats.untracked" => offset_of!(ParkStats, untracked),
+        "OmegaGpuParkStats.bytes" => offset_of!(ParkStats, bytes),
+        "OmegaGpuLaunch" => size_of::<RawLaunch>(),
+        "OmegaGpuLaunch.code_va" => offset_of!(RawLaunch, code_va),
+        "OmegaGpuLaunch.gpr_count" => offset_of!(RawLaunch, gpr_count),
+        "OmegaGpuLaunch.threads_x" => offset_of!(RawLaunch, threads_x),
+        "OmegaGpuLaunch.threads_y" => offset_of!(RawLaunch, threads_y),
+        "OmegaGpuLaunch.grid_x" => offset_of!(RawLaunch, grid_x),
+        "OmegaGpuLaunch.grid_y" => offset_of!(RawLaunch, grid_y),
+        "OmegaGpuLaunch.num_elements" => offset_of!(RawLaunch, num_elements),
+        "OmegaGpuLaunch.args" => offset_of!(RawLaunch, args),
+        "OmegaGpuLaunch.n_args" => offset_of!(RawLaunch, n_args),
+        "OmegaGpuLaunch.timeout_ms" => offset_of!(RawLaunch, timeout_ms),
+        "OmegaGpuLaunch.shared_bytes" => offset_of!(RawLaunch, shared_bytes),
+        "OmegaGpuLaunch.spin_us" => offset_of!(RawLaunch, spin_us),
+        "OmegaGpuSession" => size_of::<OmegaGpuSession>(),
+        "OmegaGpuSession.launch_buffer" => offset_of!(OmegaGpuSession, launch_buffer),
+        "OmegaGpuSession.open_count" => offset_of!(OmegaGpuSession, open_count),
+        "OmegaGpuDeviceInfo" => size_of::<OmegaGpuDeviceInfo>(),
+        "OmegaGpuDeviceInfo.name" => offset_of!(OmegaGpuDeviceInfo, name),
+        "OmegaGpuDeviceInfo.driver_version" => offset_of!(OmegaGpuDeviceInfo, driver_version),
+        "OmegaGpuDeviceInfo.pci" => offset_of!(OmegaGpuDeviceInfo, pci),
+        "OmegaGpuDeviceInfo.sm_count" => offset_of!(OmegaGpuDeviceInfo, sm_count),
+        "OmegaGpuDeviceInfo.memory_bytes" => offset_of!(OmegaGpuDeviceInfo, memory_bytes),
+        "OmegaGpuKernel" => size_of::<OmegaGpuKernel>(),
+        "OmegaGpuKernel.code" => offset_of!(OmegaGpuKernel, code),
+        "OmegaGpuKernel.entry_va" => offset_of!(OmegaGpuKernel, entry_va),
+        "OmegaGpuKernel.gpr_count" => offset_of!(OmegaGpuKernel, gpr_count),
+        "OmegaGpuKernel.param_bytes" => offset_of!(OmegaGpuKernel, param_bytes),
+        "OMEGA_GPU_SESSION_LOCK_ID" => omega::session::LOCK_ID,
+        "OMEGA_GPU_SESSION_MAX_ARGS" => omega::session::MAX_ARGS,
+        "OMEGA_GPU_SESSION_MAX_SPIN_US" => omega::session::MAX_SPIN_US,
+        "OMEGA_GPU_SESSION_PARK_MAX" => omega::session::PARK_MAX,
+        "OMEGA_GPU_SESSION_SCRATCH_RESERVED" => omega::session::SCRATCH_RESERVED,
+        "OMEGA_GPU_SESSION_CANCELLED" => omega::session::CANCELLED,
+        "OMEGA_GPU_SESSION_DEFAULT_SHARED_BYTES" => omega::session::DEFAULT_SHARED_BYTES,
+        "OMEGA_GPU_SESSION_ON_CLOSE_MAX" => omega::session::ON_CLOSE_MAX,
+        "OMEGA_GPU_HANDLE_BUF_DATA" => omega::session::HANDLE_BUF_DATA,
+        "OMEGA_GPU_HANDLE_BUF_CODE" => omega::session::HANDLE_BUF_CODE,
+        "OMEGA_GPU_HANDLE_BUF_QUEUE" => omega::session::HANDLE_BUF_QUEUE,
+        "OMEGA_GPU_CODE_PREFETCH_TAIL" => omega::session::CODE_PREFETCH_TAIL,
+        "OMEGA_GPU_PLATFORM_ABI_MAJOR" => omega_hal::PLATFORM_ABI_MAJOR,
+        "OMEGA_GPU_PLATFORM_ABI_MINOR" => omega_hal::PLATFORM_ABI_MINOR,
+        "OMEGA_RUNTIME_API_VERSION_MAJOR" => omega::API_VERSION.0,
+        "OMEGA_RUNTIME_API_VERSION_MINOR" => omega::API_VERSION.1,
+    };
+    assert_eq!(c, rust, "C (left) and Rust (right) disagree");
+    // The C layer's own spellings are the core's values too (also asserted at compile time).
+    assert_eq!(s::OMEGA_GPU_SESSION_MAX_ARGS, omega::session::MAX_ARGS);
+    assert_eq!(ca::OMEGA_GPU_CODE_PREFETCH_TAIL, omega::session::CODE_PREFETCH_TAIL);
+    assert_eq!(p::OMEGA_GPU_PLATFORM_ABI_MAJOR, omega_hal::PLATFORM_ABI_MAJOR);
+    assert_eq!((ra::OMEGA_RUNTIME_API_VERSION_MAJOR, ra::OMEGA_RUNTIME_API_VERSION_MINOR), omega::API_VERSION);
+}
+
+/// The manifest's functions plus the INTERNAL ones: exactly what the shared library exports.
+#[test]
+fn the_shared_library_exports_exactly_the_contract_names() {
+    let manifest =
+        std::fs::read_to_string(Path::new(ROOT).join("docs/runtime/omega_runtime_api.manifest")).expect("the manifest");
+    let mut want: Vec<String> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("fn "))
+        .map(|l| l.split_whitespace().next().expect("a name").to_owned())
+        .collect();
+    want.extend(
+        ["omega_gpu_session_set_error", "omega_gpu_session_on_close", "omega_gpu_platform_refusal_name"]
+            .map(String::from),
+    );
+    want.sort();
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib_dir().join("libomega.so"))
+        .output()
+        .expect("nm (binutils) runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut have: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (_addr, kind, name) = (w.next()?, w.next()?, w.next()?);
+            (kind == "T").then(|| name.to_owned())
+        })
+        .collect();
+    have.sort();
+    assert_eq!(have, want, "exported (left) vs the manifest's functions and the INTERNAL ones (right)");
+}
+
+#[test]
+fn a_panic_becomes_the_failure_value_and_names_the_function() {
+    let v = omega::ffi::boundary::guard("omega_test_panicking_call", -1, || -> i32 { panic!("a bug") });
+    assert_eq!(v, -1);
+    // This process runs no other session call, so the text is still ours.
+    // SAFETY: the function returns a NUL-terminated string in a static buffer, read before any other call.
+    let text = unsafe { std::ffi::CStr::from_ptr(omega::ffi::session::omega_gpu_session_last_error()) };
+    assert_eq!(text.to_str().unwrap(), "internal: panic in omega_test_panicking_call");
+}

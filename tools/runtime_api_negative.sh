@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Proves the runtime API check catches what it claims to: copies include/, the document and the manifest to
+# a temporary directory, breaks the copy in each of the nine ways the contract lists, and requires
+# tools/runtime_api_check.sh to fail every time. Prints PASS/FAIL per case; exits non-zero if the check
+# missed any breakage (or if an unbroken copy does not pass).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tmp="$(mktemp -d -t omega-api-negative-XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+
+fresh() {
+    rm -rf "$tmp/case" && mkdir -p "$tmp/case"
+    cp -r "$root/include" "$tmp/case/include"
+    cp "$root/docs/runtime/omega_runtime_api.md" "$tmp/case/doc.md"
+    cp "$root/docs/runtime/omega_runtime_api.manifest" "$tmp/case/manifest"
+}
+
+# break FILE PYTHON-EXPR: applies a text edit to a file of the copy; the edit must change the file.
+edit() {
+    python3 - "$tmp/case/$1" "$2" <<'PY'
+import sys
+path, code = sys.argv[1], sys.argv[2]
+text = open(path).read()
+new = eval(code, {"text": text})
+if new == text:
+    sys.exit(f"negative test: the edit did not change {path}: {code}")
+open(path, "w").write(new)
+PY
+}
+
+check() {
+    "$root/tools/runtime_api_check.sh" --include "$tmp/case/include" --doc "$tmp/case/doc.md" \
+        --manifest "$tmp/case/manifest" >"$tmp/out" 2>&1
+}
+
+missed=0
+total=0
+expect_fail() {
+    local name="$1" file="$2" code="$3"
+    total=$((total + 1))
+    fresh
+    if ! edit "$file" "$code"; then
+        echo "FAIL  $name (could not apply the breakage)"
+        missed=$((missed + 1))
+        return
+    fi
+    if check; then
+        echo "FAIL  $name: the check passed a broken copy"
+        missed=$((missed + 1))
+    else
+        echo "PASS  $name: $(grep -m1 'FAIL:' "$tmp/out" | sed 's/^runtime_api_check: FAIL: //' | cut -c1-110)"
+    fi
+}
+
+fresh
+if check; then
+    echo "PASS  unbroken copy passes"
+else
+    echo "FAIL  unbroken copy does not pass:"; cat "$tmp/out"; exit 1
+fi
+
+expect_fail "removed function" include/omega_gpu_session.h \
+    'text.replace("uint32_t omega_gpu_session_spin_us(void);\n", "")'
+expect_fail "missing version macro" include/omega_runtime_api.h \
+    '"\n".join(l for l in text.split("\n") if not l.startswith("#define OMEGA_RUNTIME_API_VERSION_MINOR "))'
+expect_fail "changed function signature" include/omega_gpu_session.h \
+    'text.replace("int omega_gpu_session_set_spin_us(uint32_t us);", "int omega_gpu_session_set_spin_us(uint64_t us);")'
+expect_fail "changed struct" include/omega_gpu_session.h \
+    'text.replace("    uint64_t untracked;", "    uint32_t untracked;")'
+expect_fail "changed constant" include/omega_gpu_session.h \
+    'text.replace("#define OMEGA_GPU_SESSION_MAX_ARGS 32", "#define OMEGA_GPU_SESSION_MAX_ARGS 64")'
+expect_fail "document version line disagrees with the macro" doc.md \
+    'text.replace("Omega Runtime API version: 0.1", "Omega Runtime API version: 0.2", 1)'
+expect_fail "quoted signature no header has" doc.md \
+    'text + "\n```c\nint omega_gpu_session_reset(void);\n```\n"'
+expect_fail "quoted signature only inside a longer one (int32_t in uint32_t)" doc.md \
+    'text + "\nThe spin window: `int32_t omega_gpu_session_spin_us(void);`\n"'
+expect_fail "STABLE entry with no section" doc.md \
+    'text.replace("#### omega_gpu_session_open_count\n", "")'
+
+echo "runtime_api_negative: $((total - missed)) of $total breakages caught"
+[ "$missed" -eq 0 ]
