@@ -40,6 +40,28 @@ fn main() -> Result<(), Error> {
         println!("omega.roundtrip_p50_us {:.2}", percentile(&mut rt, 0.50));
         println!("omega.roundtrip_p99_us {:.2}", percentile(&mut rt, 0.99));
 
+        // Per-launch cost inside one command list: 1000 dependent launches (a barrier before each, the
+        // CUDA graph's chain) and 1000 independent ones, one submission each, best of 20 after warm-up.
+        for (name, independent) in [("cmdlist_1000_dependent_per_launch_us", false), ("cmdlist_1000_independent_per_launch_us", true)] {
+            let mut list = s.cmdlist()?;
+            for i in 0..1000 {
+                if independent && i > 0 {
+                    list.add_independent(&launch)?;
+                } else {
+                    list.add(&launch)?;
+                }
+            }
+            let mut per = Vec::new();
+            for rep in 0..(if quick { 5 } else { 23 }) {
+                let t = Instant::now();
+                gpu = gpu.submit(&mut list).map_err(Error::from)?.gpu;
+                if rep >= 3 {
+                    per.push(t.elapsed().as_secs_f64() * 1e6 / 1000.0);
+                }
+            }
+            println!("omega.{name} {:.3}", percentile(&mut per, 0.5));
+        }
+
         let mut m = s.alloc::<u8>(big)?;
         m.fill(0x5a)?;
         for (name, to_gpu) in [("to_gpu", true), ("to_cpu", false)] {

@@ -62,7 +62,7 @@ fn ten_thousand_launches() -> CaseResult {
         out.fill(u32::MAX).map_err(err)?;
         let k = s.load("store_to").map_err(err)?;
         let mut gpu = gpu;
-        let mut last_marker = 0;
+        let mut last_marker = 0u32;
         let start = Instant::now();
         for i in 0..10_000u32 {
             let done = gpu.launch(&Launch::new(&k).arg(&out).arg(i)).map_err(|e| format!("launch {i}: {e}"))?;
@@ -140,6 +140,78 @@ fn four_threads() -> CaseResult {
         r.clone()?;
     }
     Ok("4 threads x 5 checked vector adds".into())
+}
+
+/// Dependent launches of a command list must not overlap: each launch of the `timestamps` kernel records
+/// every block's start and end, and every block of launch i+1 must start after every block of launch i
+/// ended. Independent launches are also run, and whether they overlapped is reported.
+fn cmdlist_ordering() -> CaseResult {
+    let launches = 8usize;
+    let blocks = 264u32; // two per SM: the whole chip is busy, so an overlap would show
+    let spin_ns = 20_000u64;
+    with_scope(|s, gpu| {
+        let k = s.load("timestamps").map_err(err)?;
+        let mut stamps = Vec::new();
+        for _ in 0..2 * launches {
+            let mut m = s.alloc::<u64>(2 * blocks as usize).map_err(err)?;
+            m.fill(0).map_err(err)?;
+            stamps.push(m);
+        }
+        let mut gpu = gpu;
+        let mut report = String::new();
+        for (round, independent) in [(0usize, false), (1, true)] {
+            let mut list = s.cmdlist().map_err(err)?;
+            let ls: Vec<Launch> = (0..launches)
+                .map(|i| Launch::new(&k).grid([blocks, 1, 1]).block([32, 1, 1]).arg(&stamps[round * launches + i]).arg(spin_ns))
+                .collect();
+            for (i, l) in ls.iter().enumerate() {
+                if independent && i > 0 {
+                    list.add_independent(l).map_err(err)?;
+                } else {
+                    list.add(l).map_err(err)?;
+                }
+            }
+            gpu = gpu.submit(&mut list).map_err(err)?.gpu;
+            let got: Vec<Vec<u64>> = (0..launches).map(|i| stamps[round * launches + i].to_vec()).collect::<Result<_, _>>().map_err(err)?;
+            if !independent {
+                for i in 1..launches {
+                    omega::cmdlist::check_no_overlap(&got[i - 1], &got[i]).map_err(|e| format!("launches {} and {i}: {e}", i - 1))?;
+                }
+                report += &format!("{launches} dependent launches of {blocks} blocks x {} us: no overlap", spin_ns / 1000);
+            } else {
+                let overlapped = (1..launches).filter(|&i| omega::cmdlist::check_no_overlap(&got[i - 1], &got[i]).is_err()).count();
+                report += &format!("; independent: {overlapped} of {} pairs overlapped", launches - 1);
+            }
+        }
+        Ok(report)
+    })
+}
+
+/// The job engine's VECTOR_1D job on the process's device, against a CPU reference.
+fn engine_vector_job() -> CaseResult {
+    let mut g = rng();
+    let n = g.random_range(1_000..200_000usize);
+    let a: Vec<f32> = (0..n).map(|_| g.random_range(-1e3f32..1e3)).collect();
+    let b: Vec<f32> = (0..n).map(|_| g.random_range(-1e3f32..1e3)).collect();
+    let mut out = vec![f32::NAN; n];
+    let lock = omega::lock();
+    let r = {
+        let job = omega::engine::Job::vector_1d(&a, &b, &mut out).map_err(err)?;
+        omega::engine::execute(&job)
+    };
+    drop(lock);
+    if r.failure != 0 {
+        return Err(format!(
+            "failure {} at step {} (wait {})",
+            omega::engine::failure_name(r.failure),
+            omega::engine::step_name(r.step),
+            omega::engine::wait_name(r.wait)
+        ));
+    }
+    if out != omega::kernels::vector_add_ref(&a, &b) {
+        return Err("output differs from the reference".into());
+    }
+    Ok(format!("{n} elements, state {}", omega::engine::state_name(r.state)))
 }
 
 /// Child: a kernel that never ends with a 100 ms timeout.
@@ -245,6 +317,8 @@ fn main() -> ExitCode {
         ("static + dynamic shared memory", shared_memory),
         ("local memory (stack)", local_memory),
         ("four threads taking turns on the lock", four_threads),
+        ("command list: dependent launches never overlap", cmdlist_ordering),
+        ("job engine: VECTOR_1D job", engine_vector_job),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
     ];

@@ -24,3 +24,15 @@ gpu-pack:
 	for b in hello_gpu gpu_suite gpu_bench doctor; do \
 		f=target/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ || true; done
 	ls -la .gpu
+
+# Preflight: kernel module version and flavour, driver ABI table, device files and permissions, the PCI
+# device, then an open through Omega. Exits non-zero naming the reason Omega cannot run.
+.PHONY: doctor hello-gpu
+doctor:
+	@if command -v cargo >/dev/null 2>&1; then cargo build --release --example doctor -q; fi
+	$(BIN)/doctor
+
+# The doctor first, then hello_gpu on the GPU.
+hello-gpu: doctor
+	@if command -v cargo >/dev/null 2>&1; then cargo build --release --example hello_gpu -q; fi
+	OMEGA_PLATFORM=nvidia $(BIN)/hello_gpu

@@ -44,6 +44,8 @@ pub mod args;
 pub mod cmdlist;
 mod cubin_loader;
 pub mod engine;
+#[cfg(target_os = "linux")]
+pub mod doctor;
 pub mod error;
 pub mod ffi;
 pub mod kernel;

@@ -15,8 +15,10 @@ fn workspace() -> PathBuf {
 }
 
 fn golden(name: &str, tokens: proc_macro2::TokenStream) {
-    let file: syn::File = syn::parse2(tokens).expect("the expansion parses as items");
-    let text = prettyplease::unparse(&file).replace(&workspace().display().to_string(), "$WORKSPACE");
+    // The checkout's path replaced before formatting, so line breaks do not depend on where it is.
+    let tokens = tokens.to_string().replace(&workspace().display().to_string(), "$WORKSPACE");
+    let file: syn::File = syn::parse_str(&tokens).expect("the expansion parses as items");
+    let text = prettyplease::unparse(&file);
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/expansion_tests").join(format!("{name}.expected.rs"));
     if std::env::var_os("OMEGA_BLESS").is_some() {
         std::fs::write(&path, &text).unwrap();

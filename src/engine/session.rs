@@ -57,7 +57,8 @@ impl SessionBackend {
         let rt = self.rt;
         let installed = rt.installed()?;
         if installed.sim.is_some() {
-            // The simulator runs the host reference named by a code image.
+            // The simulator runs the host reference named by a code image. Described by the host spec, not the
+            // shared loader, because that loader consults the process's runtime and this one may be private.
             let spec = crate::kernels::host_spec(KERNEL).ok_or_else(|| Error::Load(format!("no kernel `{KERNEL}`")))?;
             let image = omega_hal::sim::code_image(KERNEL);
             let code = rt.alloc_code(image.len())?;
@@ -78,9 +79,8 @@ impl SessionBackend {
             );
             return Ok(code.va);
         }
-        let cubin =
-            crate::kernels::sm90_cubin(KERNEL).map_err(|why| Error::Load(format!("kernel `{KERNEL}`: {why}")))?;
-        let loaded = crate::cubin_loader::prepare(cubin, KERNEL)?;
+        // The repository's loader; it reads the process runtime's device, the only one on a GPU platform.
+        let loaded = crate::cubin_loader::prepare_named(KERNEL)?;
         let code = rt.alloc_code(loaded.image_bytes)?;
         self.code = Some(code);
         self.diag.buffers += 1;

@@ -242,6 +242,29 @@ mod tests {
     }
 
     #[test]
+    fn the_arena_aligns_wraps_and_refuses_what_cannot_fit() {
+        let mut backing = vec![0u8; 4096];
+        let mem = Mem {
+            handle: 1,
+            kind: MemKind::Vid,
+            va: 0x10_0000_0000,
+            bytes: 4096,
+            cpu: backing.as_mut_ptr(),
+            low_va: true,
+        };
+        let mut a = Arena { mem, head: 0 };
+        let (va, cpu) = a.reserve(100, 256).unwrap();
+        assert_eq!((va, cpu), (0x10_0000_0000, backing.as_mut_ptr()));
+        let (va, _) = a.reserve(1000, 256).unwrap();
+        assert_eq!(va, 0x10_0000_0100, "aligned after the first reservation");
+        // 0x100 + 1000 = 0x4e8 -> next at 0x500; 3000 bytes do not fit before 4096: wrap to the start.
+        let (va, _) = a.reserve(3000, 256).unwrap();
+        assert_eq!(va, 0x10_0000_0000);
+        assert!(a.reserve(4097, 256).is_none());
+        assert_eq!(a.reserve(4096, 256).map(|r| r.0), Some(0x10_0000_0000));
+    }
+
+    #[test]
     fn error_text_names_the_xid() {
         let n = NvNotification { time_stamp: 5, info32: 31, info16: 1, status: 0xffff };
         let t = describe_error(&n);

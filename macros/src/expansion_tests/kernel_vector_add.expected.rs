@@ -6,7 +6,9 @@ impl<'s> VectorAdd<'s> {
     /// The entry's name in the PTX.
     pub const ENTRY: &'static str = "vector_add";
     /// The PTX the handle was generated from (read at compile time; a change rebuilds the caller).
-    pub const PTX: &'static str = ::core::include_str!("$WORKSPACE/kernels/vector_add.ptx");
+    pub const PTX: &'static str = ::core::include_str!(
+        "$WORKSPACE/kernels/vector_add.ptx"
+    );
     /// The parameter layout of the entry, as the contract lays it out.
     pub const LAYOUT: &'static [::omega::session::ParamInfo] = &[
         ::omega::session::ParamInfo {

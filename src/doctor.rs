@@ -1,0 +1,216 @@
+//! The preflight check behind `make doctor`: is this machine one Omega's nvidia platform can run on?
+//!
+//! It reads what the driver publishes (`/proc/driver/nvidia`), the device files and the PCI device, picks
+//! the driver ABI table entry, and finally opens the device through Omega itself. Every check says what
+//! it found; the first that fails names the reason. All paths hang off a root so tests can point it at a
+//! fake tree.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// One line of the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// What was checked.
+    pub what: &'static str,
+    /// What was found (the reason, when it failed).
+    pub found: String,
+    /// Whether Omega can run as far as this check is concerned.
+    pub ok: bool,
+}
+
+/// What the doctor found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The checks in the order they ran.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    fn push(&mut self, what: &'static str, r: Result<String, String>) -> bool {
+        let ok = r.is_ok();
+        let found = r.unwrap_or_else(|e| e);
+        self.checks.push(Check { what, found, ok });
+        ok
+    }
+
+    /// True when every check passed.
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    /// The first failure, as "what: reason".
+    pub fn reason(&self) -> Option<String> {
+        self.checks.iter().find(|c| !c.ok).map(|c| format!("{}: {}", c.what, c.found))
+    }
+}
+
+/// The kernel module's version line: flavour ("open" or "proprietary") and version.
+pub fn module_version(root: &Path) -> Result<(String, String), String> {
+    let p = root.join("proc/driver/nvidia/version");
+    let text = fs::read_to_string(&p).map_err(|e| format!("no NVIDIA kernel module loaded ({}: {e})", p.display()))?;
+    let line = text.lines().find(|l| l.starts_with("NVRM version:")).ok_or("no `NVRM version:` line")?;
+    let flavour = if line.contains("Open Kernel Module") { "open" } else { "proprietary" };
+    let version = line
+        .split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .ok_or_else(|| format!("no version number in {line:?}"))?;
+    Ok((flavour.to_owned(), version.to_owned()))
+}
+
+fn device_file(root: &Path, name: &str) -> Result<String, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let p = root.join("dev").join(name);
+    let meta = fs::metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    if root == Path::new("/") && !meta.file_type().is_char_device() {
+        return Err(format!("{} is not a character device", p.display()));
+    }
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: `c` is a NUL-terminated path that lives across the call; access reads nothing else.
+    if unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        return Err(format!("{} is not readable and writable by this user", p.display()));
+    }
+    Ok(format!("{} rw", p.display()))
+}
+
+/// The GPUs the driver lists: (bus location, model).
+pub fn gpus(root: &Path) -> Vec<(String, String)> {
+    let dir = root.join("proc/driver/nvidia/gpus");
+    let mut out = Vec::new();
+    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let text = fs::read_to_string(entry.path().join("information")).unwrap_or_default();
+        let field = |k: &str| {
+            text.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_owned())).unwrap_or_default()
+        };
+        out.push((field("Bus Location:"), field("Model:")));
+    }
+    out.sort();
+    out
+}
+
+fn pci_ids(root: &Path, bus: &str) -> Result<String, String> {
+    let dev: PathBuf = root.join("sys/bus/pci/devices").join(bus.to_ascii_lowercase());
+    let read = |f: &str| fs::read_to_string(dev.join(f)).map(|s| s.trim().trim_start_matches("0x").to_owned());
+    let vendor = read("vendor").map_err(|e| format!("{}: {e}", dev.display()))?;
+    let device = read("device").map_err(|e| format!("{}: {e}", dev.display()))?;
+    if vendor != "10de" {
+        return Err(format!("PCI device {bus} has vendor {vendor}, not NVIDIA (10de)"));
+    }
+    Ok(format!("{bus} {vendor}:{device}"))
+}
+
+/// Runs every check under `root` ("/" for this machine). With `open_device`, the last check opens the
+/// device through Omega's nvidia platform and reports what it is.
+pub fn run(root: &Path, open_device: bool) -> Report {
+    let mut r = Report::default();
+    let module = module_version(root);
+    let version = module.as_ref().ok().map(|(_, v)| v.clone());
+    let flavour_ok = module.as_ref().is_ok_and(|(f, _)| f == "open");
+    if !r.push(
+        "kernel module",
+        module.and_then(|(f, v)| {
+            if flavour_ok {
+                Ok(format!("NVIDIA open kernel module {v}"))
+            } else {
+                Err(format!("the {f} kernel module {v} is loaded; Omega is verified on the open module only"))
+            }
+        }),
+    ) {
+        return r;
+    }
+    let version = version.unwrap_or_default();
+    r.push(
+        "driver ABI table",
+        omega_hal::nvidia::abi::lookup(&version)
+            .map(|a| format!("branch {}.x ({:?}, verified with {})", a.major, a.status, a.verified_with))
+            .map_err(|e| e.to_string()),
+    );
+    for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
+        r.push("device file", device_file(root, f));
+    }
+    let gpus = gpus(root);
+    if gpus.is_empty() {
+        r.push("PCI device", Err("the driver lists no GPU under /proc/driver/nvidia/gpus".into()));
+    }
+    for (bus, model) in &gpus {
+        r.push("PCI device", pci_ids(root, bus).map(|ids| format!("{ids} {model}")));
+    }
+    if open_device && r.ok() {
+        r.push("open", open_nvidia());
+    }
+    r
+}
+
+fn open_nvidia() -> Result<String, String> {
+    let installed = crate::platform::Installed::new(crate::PlatformKind::Nvidia).map_err(|e| e.to_string())?;
+    let rt = crate::session::Runtime::with_platform(installed);
+    rt.lock();
+    let r = rt.open().map(|()| rt.device_info().expect("open"));
+    rt.unlock();
+    let info = r.map_err(|e| e.to_string())?;
+    let _ = rt.close();
+    Ok(format!(
+        "{} sm_{}{}, {} SMs, {} MiB, driver {}, {}",
+        info.name,
+        info.arch_major,
+        info.arch_minor,
+        info.sm_count,
+        info.memory_bytes >> 20,
+        info.driver_version,
+        info.pci
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(version_line: &str, perms: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("omega-doctor-{}-{}", std::process::id(), perms));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:00:06.0")).unwrap();
+        fs::create_dir_all(root.join("dev")).unwrap();
+        fs::create_dir_all(root.join("sys/bus/pci/devices/0000:00:06.0")).unwrap();
+        fs::write(root.join("proc/driver/nvidia/version"), format!("{version_line}\nGCC version: 13\n")).unwrap();
+        fs::write(
+            root.join("proc/driver/nvidia/gpus/0000:00:06.0/information"),
+            "Model: \t\t NVIDIA H200\nBus Location: \t 0000:00:06.0\n",
+        )
+        .unwrap();
+        fs::write(root.join("sys/bus/pci/devices/0000:00:06.0/vendor"), "0x10de\n").unwrap();
+        fs::write(root.join("sys/bus/pci/devices/0000:00:06.0/device"), "0x2335\n").unwrap();
+        for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
+            let p = root.join("dev").join(f);
+            fs::write(&p, "").unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(perms)).unwrap();
+        }
+        root
+    }
+
+    const OPEN_580: &str =
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)";
+
+    #[test]
+    fn a_supported_machine_passes_every_check() {
+        let r = run(&tree(OPEN_580, 0o666), false);
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(module_version(&tree(OPEN_580, 0o666)).unwrap(), ("open".into(), "580.159.04".into()));
+        assert!(r.checks.iter().any(|c| c.found.contains("10de:2335 NVIDIA H200")));
+    }
+
+    #[test]
+    fn each_failure_is_named() {
+        let r = run(&tree(&OPEN_580.replace("580.159.04", "575.51.03"), 0o666), false);
+        assert!(r.reason().unwrap().starts_with("driver ABI table: unsupported driver: kernel driver 575.51.03"));
+        let r = run(&tree(&OPEN_580.replace("Open Kernel Module", "Kernel Module"), 0o666), false);
+        assert!(r.reason().unwrap().contains("proprietary kernel module"), "{:?}", r.reason());
+        let r = run(Path::new("/nonexistent-root"), false);
+        assert!(r.reason().unwrap().starts_with("kernel module: no NVIDIA kernel module loaded"));
+        if unsafe { libc::geteuid() } != 0 {
+            // root passes access() regardless of mode bits.
+            let r = run(&tree(OPEN_580, 0o600), false);
+            assert!(r.ok());
+        }
+    }
+}
