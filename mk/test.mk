@@ -8,6 +8,7 @@ test: test-rust test-loom test-c-layer
 
 test-rust:
 	cargo test --workspace --no-fail-fast
+	cargo bench --workspace --no-run
 
 # loom models of the lock and the latch, release mode, bounded preemptions, their own target dir so the
 # `--cfg loom` build does not evict the normal one.

@@ -167,7 +167,9 @@ mod tests {
 
     fn tree(version_line: &str, perms: u32) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        let root = std::env::temp_dir().join(format!("omega-doctor-{}-{}", std::process::id(), perms));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let root = std::env::temp_dir().join(format!("omega-doctor-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:00:06.0")).unwrap();
         fs::create_dir_all(root.join("dev")).unwrap();

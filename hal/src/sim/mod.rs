@@ -130,8 +130,12 @@ pub(crate) struct State {
     pub(crate) pending: Option<queue::Pending>,
     pub(crate) channel_fault: Option<ChannelFault>,
     pub(crate) stats: SimStats,
-    pub(crate) launches: Vec<LaunchRecord>,
+    /// The most recent launches, at most [`LAUNCH_RECORDS`] (so long runs do not grow without bound).
+    pub(crate) launches: VecDeque<LaunchRecord>,
 }
+
+/// How many launch records the simulator keeps.
+pub const LAUNCH_RECORDS: usize = 4096;
 
 impl State {
     /// Removes and returns the first queued fault that `pick` accepts.
@@ -171,7 +175,7 @@ impl Sim {
                 pending: None,
                 channel_fault: None,
                 stats: SimStats::default(),
-                launches: Vec::new(),
+                launches: VecDeque::new(),
             }),
             kernels: Mutex::new(HashMap::new()),
         })
@@ -211,9 +215,9 @@ impl Sim {
         stats
     }
 
-    /// Every launch run so far, oldest first.
+    /// The most recent launches (up to [`LAUNCH_RECORDS`]), oldest first.
     pub fn launches(&self) -> Vec<LaunchRecord> {
-        sync::lock(&self.state).launches.clone()
+        sync::lock(&self.state).launches.iter().cloned().collect()
     }
 
     /// The settings.

@@ -70,7 +70,10 @@ impl SubmitQueue for Sim {
             outcome = kernel(&mut ctx);
             let end = t + self.config.launch_ns;
             st.stats.launches += 1;
-            st.launches.push(LaunchRecord {
+            if st.launches.len() == super::LAUNCH_RECORDS {
+                st.launches.pop_front();
+            }
+            st.launches.push_back(LaunchRecord {
                 kernel: name,
                 code_va: l.code_va,
                 gpr_count: l.gpr_count,
