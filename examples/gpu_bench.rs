@@ -22,7 +22,12 @@ fn main() -> Result<(), Error> {
     let (warm, iters, big) = if quick { (10, 200, 64usize << 20) } else { (1_000, 10_000, 1usize << 30) };
     let dev = omega::lock().open().map_err(|e| e.error)?;
     let info = dev.device();
-    println!("# omega gpu_bench platform={} device=\"{}\" driver={} quick={quick}", dev.platform(), info.name, info.driver_version);
+    println!(
+        "# omega gpu_bench platform={} device=\"{}\" driver={} quick={quick}",
+        dev.platform(),
+        info.name,
+        info.driver_version
+    );
     let r = dev.scope(|s, gpu| -> Result<(), Error> {
         let k = s.load("empty")?;
         let launch = Launch::new(&k).spin_us(100_000).timeout_ms(5_000);
@@ -42,7 +47,9 @@ fn main() -> Result<(), Error> {
 
         // Per-launch cost inside one command list: 1000 dependent launches (a barrier before each, the
         // CUDA graph's chain) and 1000 independent ones, one submission each, best of 20 after warm-up.
-        for (name, independent) in [("cmdlist_1000_dependent_per_launch_us", false), ("cmdlist_1000_independent_per_launch_us", true)] {
+        for (name, independent) in
+            [("cmdlist_1000_dependent_per_launch_us", false), ("cmdlist_1000_independent_per_launch_us", true)]
+        {
             let mut list = s.cmdlist()?;
             for i in 0..1000 {
                 if independent && i > 0 {

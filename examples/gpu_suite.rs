@@ -13,6 +13,17 @@ use rand::{Rng, SeedableRng};
 
 type CaseResult = Result<String, String>;
 
+omega::kernel!(VectorAdd = "kernels/vector_add.ptx", params(a: &f32, b: &f32, c: &mut f32, n: u32));
+omega::kernel!(ScaleCopy = "kernels/scale_copy.ptx", params(src: &f32, dst: &mut f32, alpha: f32, n: u32));
+
+#[derive(omega::LaunchArgs)]
+struct ScaleCopyArgs<'a, 's> {
+    src: &'a omega::Mem<'s, omega::Data<f32>>,
+    dst: &'a mut omega::Mem<'s, omega::Data<f32>>,
+    alpha: f32,
+    n: u32,
+}
+
 fn seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
 }
@@ -26,7 +37,9 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Runs `f` in a scope of the open device; a latch is a failure here.
-fn with_scope<R>(f: impl for<'s> FnOnce(&'s omega::Scope<'s>, omega::Gpu<'s>) -> Result<R, String>) -> Result<R, String> {
+fn with_scope<R>(
+    f: impl for<'s> FnOnce(&'s omega::Scope<'s>, omega::Gpu<'s>) -> Result<R, String>,
+) -> Result<R, String> {
     let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
     match dev.scope(f) {
         Scoped::Open(_, r) => r,
@@ -44,7 +57,13 @@ fn vector_add(n: usize) -> CaseResult {
         let mut dc = s.alloc::<f32>(n).map_err(err)?;
         dc.fill(f32::NAN).map_err(err)?;
         let k = s.load("vector_add").map_err(err)?;
-        let l = Launch::new(&k).grid([n.div_ceil(256) as u32, 1, 1]).block([256, 1, 1]).arg(&da).arg(&db).arg(&dc).arg(n as u32);
+        let l = Launch::new(&k)
+            .grid([n.div_ceil(256) as u32, 1, 1])
+            .block([256, 1, 1])
+            .arg(&da)
+            .arg(&db)
+            .arg(&dc)
+            .arg(n as u32);
         let done = gpu.launch(&l).map_err(err)?;
         let c = dc.to_vec().map_err(err)?;
         let want = omega::kernels::vector_add_ref(&a, &b);
@@ -90,7 +109,8 @@ fn grid_2d() -> CaseResult {
         let mut out = s.alloc::<u32>(n).map_err(err)?;
         out.fill(0xdead_beef).map_err(err)?;
         let k = s.load("grid_index").map_err(err)?;
-        gpu.launch(&Launch::new(&k).grid([grid[0], grid[1], 1]).block([block[0], block[1], 1]).arg(&out)).map_err(err)?;
+        gpu.launch(&Launch::new(&k).grid([grid[0], grid[1], 1]).block([block[0], block[1], 1]).arg(&out))
+            .map_err(err)?;
         if out.to_vec().map_err(err)? != omega::kernels::grid_index_ref(block, grid) {
             return Err(format!("grid {grid:?} of blocks {block:?}: wrong indices"));
         }
@@ -107,7 +127,12 @@ fn shared_memory() -> CaseResult {
         let mut dout = s.alloc::<f32>(input.len()).map_err(err)?;
         dout.fill(f32::NAN).map_err(err)?;
         let k = s.load("shared_reverse").map_err(err)?;
-        let l = Launch::new(&k).grid([blocks as u32, 1, 1]).block([n as u32, 1, 1]).dynamic_shared((n * 4) as u32).arg(&din).arg(&dout);
+        let l = Launch::new(&k)
+            .grid([blocks as u32, 1, 1])
+            .block([n as u32, 1, 1])
+            .dynamic_shared((n * 4) as u32)
+            .arg(&din)
+            .arg(&dout);
         gpu.launch(&l).map_err(err)?;
         if dout.to_vec().map_err(err)? != omega::kernels::shared_reverse_ref(&input, n) {
             return Err("block slices not reversed".into());
@@ -133,8 +158,11 @@ fn local_memory() -> CaseResult {
 
 fn four_threads() -> CaseResult {
     let results: Vec<CaseResult> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..4).map(|_| sc.spawn(|| (0..5).map(|_| vector_add(1 << 16)).collect::<Result<Vec<_>, _>>())).collect();
-        hs.into_iter().map(|h| h.join().map_err(|_| "thread panicked".to_string())?.map(|v| format!("{}", v.len()))).collect()
+        let hs: Vec<_> =
+            (0..4).map(|_| sc.spawn(|| (0..5).map(|_| vector_add(1 << 16)).collect::<Result<Vec<_>, _>>())).collect();
+        hs.into_iter()
+            .map(|h| h.join().map_err(|_| "thread panicked".to_string())?.map(|v| format!("{}", v.len())))
+            .collect()
     });
     for r in &results {
         r.clone()?;
@@ -162,7 +190,13 @@ fn cmdlist_ordering() -> CaseResult {
         for (round, independent) in [(0usize, false), (1, true)] {
             let mut list = s.cmdlist().map_err(err)?;
             let ls: Vec<Launch> = (0..launches)
-                .map(|i| Launch::new(&k).grid([blocks, 1, 1]).block([32, 1, 1]).arg(&stamps[round * launches + i]).arg(spin_ns))
+                .map(|i| {
+                    Launch::new(&k)
+                        .grid([blocks, 1, 1])
+                        .block([32, 1, 1])
+                        .arg(&stamps[round * launches + i])
+                        .arg(spin_ns)
+                })
                 .collect();
             for (i, l) in ls.iter().enumerate() {
                 if independent && i > 0 {
@@ -172,14 +206,18 @@ fn cmdlist_ordering() -> CaseResult {
                 }
             }
             gpu = gpu.submit(&mut list).map_err(err)?.gpu;
-            let got: Vec<Vec<u64>> = (0..launches).map(|i| stamps[round * launches + i].to_vec()).collect::<Result<_, _>>().map_err(err)?;
+            let got: Vec<Vec<u64>> =
+                (0..launches).map(|i| stamps[round * launches + i].to_vec()).collect::<Result<_, _>>().map_err(err)?;
             if !independent {
                 for i in 1..launches {
-                    omega::cmdlist::check_no_overlap(&got[i - 1], &got[i]).map_err(|e| format!("launches {} and {i}: {e}", i - 1))?;
+                    omega::cmdlist::check_no_overlap(&got[i - 1], &got[i])
+                        .map_err(|e| format!("launches {} and {i}: {e}", i - 1))?;
                 }
-                report += &format!("{launches} dependent launches of {blocks} blocks x {} us: no overlap", spin_ns / 1000);
+                report +=
+                    &format!("{launches} dependent launches of {blocks} blocks x {} us: no overlap", spin_ns / 1000);
             } else {
-                let overlapped = (1..launches).filter(|&i| omega::cmdlist::check_no_overlap(&got[i - 1], &got[i]).is_err()).count();
+                let overlapped =
+                    (1..launches).filter(|&i| omega::cmdlist::check_no_overlap(&got[i - 1], &got[i]).is_err()).count();
                 report += &format!("; independent: {overlapped} of {} pairs overlapped", launches - 1);
             }
         }
@@ -214,6 +252,40 @@ fn engine_vector_job() -> CaseResult {
     Ok(format!("{n} elements, state {}", omega::engine::state_name(r.state)))
 }
 
+/// Typed launches: handles generated by `omega::kernel!` from the PTX (checked at load against the cubin's
+/// own parameter table) and a `#[derive(LaunchArgs)]` struct.
+fn typed_handles() -> CaseResult {
+    let mut g = rng();
+    let n = g.random_range(1..=(1usize << 20));
+    let (x, y, alpha) = (
+        (0..n).map(|_| g.random_range(-1e3f32..1e3)).collect::<Vec<_>>(),
+        (0..n).map(|_| g.random_range(-1e3f32..1e3)).collect::<Vec<_>>(),
+        g.random_range(-4.0f32..4.0),
+    );
+    with_scope(|s, gpu| {
+        let a = s.alloc_from(&x).map_err(err)?;
+        let b = s.alloc_from(&y).map_err(err)?;
+        let mut c = s.alloc::<f32>(n).map_err(err)?;
+        c.fill(f32::NAN).map_err(err)?;
+        let va = VectorAdd::load(s).map_err(err)?;
+        let blocks = (n as u32).div_ceil(256);
+        let gpu =
+            gpu.launch(&va.launch(&a, &b, &mut c, n as u32).grid([blocks, 1, 1]).block([256, 1, 1])).map_err(err)?.gpu;
+        if c.to_vec().map_err(err)? != omega::kernels::vector_add_ref(&x, &y) {
+            return Err("kernel! vector_add: wrong result".into());
+        }
+        let sc = ScaleCopy::load(s).map_err(err)?;
+        let mut d = s.alloc::<f32>(n).map_err(err)?;
+        d.fill(f32::NAN).map_err(err)?;
+        let args = ScaleCopyArgs { src: &a, dst: &mut d, alpha, n: n as u32 };
+        gpu.launch(&Launch::new(sc.kernel()).grid([264, 1, 1]).block([256, 1, 1]).args(&args)).map_err(err)?;
+        if d.to_vec().map_err(err)? != omega::kernels::scale_copy_ref(&x, alpha) {
+            return Err("derived args scale_copy: wrong result".into());
+        }
+        Ok(format!("kernel! vector_add and derive(LaunchArgs) scale_copy, {n} elements"))
+    })
+}
+
 /// Child: a kernel that never ends with a 100 ms timeout.
 fn hang_latches() -> CaseResult {
     let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
@@ -223,7 +295,8 @@ fn hang_latches() -> CaseResult {
         flag.fill(0).map_err(err)?;
         let _other = s.alloc::<f32>(1 << 20).map_err(err)?;
         let k = s.load("spin").map_err(err)?;
-        let e = gpu.launch(&Launch::new(&k).grid([132, 1, 1]).block([128, 1, 1]).timeout_ms(100).arg(&flag)).unwrap_err();
+        let e =
+            gpu.launch(&Launch::new(&k).grid([132, 1, 1]).block([128, 1, 1]).timeout_ms(100).arg(&flag)).unwrap_err();
         if e.gpu.is_some() || !matches!(e.error, Error::Timeout { .. }) {
             return Err(format!("expected a latching timeout, got {}", e.error));
         }
@@ -241,7 +314,13 @@ fn hang_latches() -> CaseResult {
         return Err("is_blocked is 0 after the latch".into());
     }
     let Err(e) = again.open() else { return Err("reopen accepted after the latch".into()) };
-    Ok(format!("latched after {} ms; {} buffers ({} bytes) parked; reopen refused: {}", t0.elapsed().as_millis(), p.buffers, p.bytes, e.error))
+    Ok(format!(
+        "latched after {} ms; {} buffers ({} bytes) parked; reopen refused: {}",
+        t0.elapsed().as_millis(),
+        p.buffers,
+        p.bytes,
+        e.error
+    ))
 }
 
 /// Child: a store to an unmapped address.
@@ -308,11 +387,20 @@ fn main() -> ExitCode {
             }
         };
         let info = dev.device();
-        println!("gpu_suite on platform {}: {} (sm_{}{}, {} SMs), driver {}", dev.platform(), info.name, info.arch_major, info.arch_minor, info.sm_count, info.driver_version);
+        println!(
+            "gpu_suite on platform {}: {} (sm_{}{}, {} SMs), driver {}",
+            dev.platform(),
+            info.name,
+            info.arch_major,
+            info.arch_minor,
+            info.sm_count,
+            info.driver_version
+        );
     }
     let cases: Vec<(&str, fn() -> CaseResult)> = vec![
         ("hello vector add (1M random f32)", || vector_add(1 << 20)),
         ("10,000 launches", ten_thousand_launches),
+        ("typed launches (kernel! and derive(LaunchArgs))", typed_handles),
         ("blockDim/gridDim in a 2-D grid", grid_2d),
         ("static + dynamic shared memory", shared_memory),
         ("local memory (stack)", local_memory),

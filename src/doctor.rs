@@ -79,9 +79,8 @@ pub fn gpus(root: &Path) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
         let text = fs::read_to_string(entry.path().join("information")).unwrap_or_default();
-        let field = |k: &str| {
-            text.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_owned())).unwrap_or_default()
-        };
+        let field =
+            |k: &str| text.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_owned())).unwrap_or_default();
         out.push((field("Bus Location:"), field("Model:")));
     }
     out.sort();

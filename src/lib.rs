@@ -43,9 +43,9 @@ extern crate self as omega;
 pub mod args;
 pub mod cmdlist;
 mod cubin_loader;
-pub mod engine;
 #[cfg(target_os = "linux")]
 pub mod doctor;
+pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod kernel;

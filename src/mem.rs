@@ -22,10 +22,9 @@ pub struct Mem<'s, K: MemKind> {
 
 impl<'s, K: MemKind> Mem<'s, K> {
     pub(crate) fn alloc(len: usize) -> Result<Self> {
-        let bytes = len.checked_mul(size_of::<K::Elem>()).ok_or(Error::Setting {
-            stage: "alloc",
-            detail: format!("{len} elements overflow the address space"),
-        })?;
+        let bytes = len
+            .checked_mul(size_of::<K::Elem>())
+            .ok_or(Error::Setting { stage: "alloc", detail: format!("{len} elements overflow the address space") })?;
         let raw = runtime().alloc_kind(bytes, K::ALLOC)?;
         Ok(Mem { raw, len, _scope: PhantomData, _kind: PhantomData })
     }

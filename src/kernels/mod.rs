@@ -63,14 +63,56 @@ impl HostSpec {
 
 /// Every kernel's host reference.
 pub const HOST_SPECS: &[HostSpec] = &[
-    HostSpec { name: "vector_add", param_sizes: &[8, 8, 8, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run: vector_add },
-    HostSpec { name: "grid_index", param_sizes: &[8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: grid_index },
-    HostSpec { name: "local_array", param_sizes: &[8, 4], static_shared_bytes: 0, local_bytes_per_thread: 256, run: local_array },
-    HostSpec { name: "scale_copy", param_sizes: &[8, 8, 4, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run: scale_copy },
-    HostSpec { name: "shared_reverse", param_sizes: &[8, 8], static_shared_bytes: 1024, local_bytes_per_thread: 0, run: shared_reverse },
+    HostSpec {
+        name: "vector_add",
+        param_sizes: &[8, 8, 8, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: vector_add,
+    },
+    HostSpec {
+        name: "grid_index",
+        param_sizes: &[8],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: grid_index,
+    },
+    HostSpec {
+        name: "local_array",
+        param_sizes: &[8, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 256,
+        run: local_array,
+    },
+    HostSpec {
+        name: "scale_copy",
+        param_sizes: &[8, 8, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: scale_copy,
+    },
+    HostSpec {
+        name: "shared_reverse",
+        param_sizes: &[8, 8],
+        static_shared_bytes: 1024,
+        local_bytes_per_thread: 0,
+        run: shared_reverse,
+    },
     HostSpec { name: "spin", param_sizes: &[8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: spin },
-    HostSpec { name: "store_to", param_sizes: &[8, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run: store_to },
-    HostSpec { name: "timestamps", param_sizes: &[8, 8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: timestamps },
+    HostSpec {
+        name: "store_to",
+        param_sizes: &[8, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: store_to,
+    },
+    HostSpec {
+        name: "timestamps",
+        param_sizes: &[8, 8],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: timestamps,
+    },
     HostSpec { name: "empty", param_sizes: &[], static_shared_bytes: 0, local_bytes_per_thread: 0, run: empty },
 ];
 
@@ -182,10 +224,8 @@ fn timestamps(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (stamps, spin_ns) = (ctx.u64_at(0), ctx.u64_at(2));
     let blocks = ctx.grid.iter().product::<u32>() as usize;
     let end = ctx.start_ns + spin_ns.min(ctx.launch_ns);
-    let words: Vec<u32> = (0..blocks)
-        .flat_map(|_| [ctx.start_ns, end])
-        .flat_map(|t| [t as u32, (t >> 32) as u32])
-        .collect();
+    let words: Vec<u32> =
+        (0..blocks).flat_map(|_| [ctx.start_ns, end]).flat_map(|t| [t as u32, (t >> 32) as u32]).collect();
     ctx.write_u32s(stamps, &words)
 }
 

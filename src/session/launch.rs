@@ -402,4 +402,3 @@ fn marker_slots(a: &omega_hal::Allocation) -> [MarkerSlot; 2] {
     // The marker buffer is at least one page, so the second marker at +16 is inside it.
     [MarkerSlot { va: a.va, cpu: a.cpu }, MarkerSlot { va: a.va + 16, cpu: a.cpu.wrapping_add(16) }]
 }
-

@@ -405,6 +405,3 @@ impl Runtime {
         self.cancel.fetch_or(true, Ordering::SeqCst);
     }
 }
-
-#[cfg(test)]
-mod tests;
