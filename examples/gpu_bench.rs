@@ -4,17 +4,133 @@
 //! - `roundtrip_p10/p50/p99_us`: an empty kernel, launch to both markers observed, 10,000 iterations
 //!   after 1,000 warm-up, with a spin window (no sleep-poll);
 //! - `sync_1g_to_gpu_gbps`, `sync_1g_to_cpu_gbps`: a 1 GiB buffer made visible each way (best of 5);
-//! - `sync_4k_to_gpu_p50_us`, `sync_4k_to_cpu_p50_us`: 4 KiB syncs, 10,000 each.
+//! - `sync_4k_to_gpu_p50_us`, `sync_4k_to_cpu_p50_us`: 4 KiB syncs, 10,000 each;
+//! - `layer_*`: the same empty launch through each layer in this one process — the typed API, the session's
+//!   `Runtime::launch` with a prepared spec, and the HAL's submit plus a poll of both markers — so the
+//!   cost of each layer is the difference; and `clock_read_ns`, what one `Instant::now` costs here.
 //!
 //! `gpu_bench [--quick]` (quick: fewer iterations, for a smoke run on sim).
 
 use std::time::Instant;
 
 use omega::{Error, Launch};
+use omega_hal::{BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Rights, Submission};
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// One `Instant::now` (a `clock_gettime`: a vDSO read or, in some VMs, a system call), ns.
+fn clock_read_ns() -> f64 {
+    let n = 200_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(Instant::now());
+    }
+    t.elapsed().as_secs_f64() * 1e9 / n as f64
+}
+
+/// The empty launch through each layer, interleaved in rounds so drifts hit every layer alike.
+fn layers<'s>(
+    k: &omega::Kernel<'s>,
+    mut gpu: omega::Gpu<'s>,
+    launch: &Launch<'_, 's>,
+    warm: usize,
+    iters: usize,
+) -> Result<omega::Gpu<'s>, Error> {
+    let rt = omega::session::runtime();
+    let meta = k.meta();
+    let words = launch.arguments().words();
+    let spec = omega::session::LaunchSpec {
+        code_va: k.entry_va(),
+        gpr_count: meta.registers,
+        block: [1, 1, 1],
+        grid: [1, 1, 1],
+        num_elements: 1,
+        args: &words,
+        max_args: words.len(),
+        timeout_ms: 5_000,
+        shared_bytes: 0,
+        dynamic_shared_bytes: 0,
+        spin_us: 100_000,
+    };
+    // The HAL level: our own marker pair, the descriptor the session would build.
+    let platform = rt.installed()?.platform;
+    let desc = BufferDesc {
+        bytes: 4096,
+        rights: Rights::HOST_POLLED | Rights::GPU_WRITE | Rights::CPU_READ | Rights::CPU_WRITE,
+        cache: CachePolicy::Uncached,
+        kind: BufferKind::Queue,
+    };
+    let mem = platform.memory().expect("memory service");
+    // SAFETY: the scope holds the session lock and the device is open.
+    let markers = unsafe { mem.alloc(&desc) }.map_err(Error::Alloc)?;
+    // SAFETY: the marker buffer is a page; both slots lie inside it.
+    let slots = [MarkerSlot { va: markers.va, cpu: markers.cpu }, MarkerSlot { va: markers.va + 16, cpu: unsafe { markers.cpu.add(16) } }];
+    let hal_desc = LaunchDesc {
+        code_va: k.entry_va(),
+        code_bytes: meta.code_bytes,
+        gpr_count: omega::session::round_gpr(meta.registers),
+        block: [1, 1, 1],
+        grid: [1, 1, 1],
+        shared_bytes: meta.static_shared_bytes.max(1024),
+        dynamic_shared_bytes: 0,
+        local_bytes_per_thread: meta.local_bytes_per_thread,
+        barrier_count: meta.barriers,
+        num_elements: 1,
+        args: &words,
+        order: Order::AfterPrevious,
+        skip: false,
+    };
+    let queue = platform.queue().expect("queue service");
+    let poll = platform.poll().expect("poll service");
+    let mut seq = 0u32;
+    let hal = |seq: &mut u32| -> Result<(), Error> {
+        *seq = seq.wrapping_add(1).max(1);
+        let sub = Submission { launches: std::slice::from_ref(&hal_desc), markers: slots, sequence: *seq, stamps: None };
+        // SAFETY: lock held; code, markers and arguments are live; the previous submission completed.
+        unsafe { queue.submit(&sub) }.map_err(Error::Submit)?;
+        let t = Instant::now();
+        for (which, m) in slots.iter().enumerate() {
+            let mut spins = 0u32;
+            // SAFETY: both slots lie in the live HOST_POLLED marker buffer.
+            while unsafe { poll.poll(m) }.map_err(|e| Error::PollRefused(e.0))? != *seq {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) && t.elapsed().as_secs() > 5 {
+                    return Err(Error::Timeout { marker: which as u8, timeout_ms: 5_000 });
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    };
+    let (mut typed, mut runtime, mut hal_t) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..(warm + iters) / 100 {
+        for _ in 0..100 {
+            let t = Instant::now();
+            gpu = gpu.launch(launch)?.gpu;
+            let a = t.elapsed().as_secs_f64() * 1e6;
+            let t = Instant::now();
+            rt.launch(&spec)?;
+            let b = t.elapsed().as_secs_f64() * 1e6;
+            let t = Instant::now();
+            hal(&mut seq)?;
+            let c = t.elapsed().as_secs_f64() * 1e6;
+            if round * 100 >= warm {
+                typed.push(a);
+                runtime.push(b);
+                hal_t.push(c);
+            }
+        }
+    }
+    // SAFETY: every submission naming the markers completed.
+    unsafe { mem.free(&markers) };
+    println!("omega.clock_read_ns {:.1}", clock_read_ns());
+    println!("omega.layer_typed_p50_us {:.2}", percentile(&mut typed, 0.5));
+    println!("omega.layer_runtime_p50_us {:.2}", percentile(&mut runtime, 0.5));
+    println!("omega.layer_hal_p50_us {:.2}", percentile(&mut hal_t, 0.5));
+    Ok(gpu)
 }
 
 fn main() -> Result<(), Error> {
@@ -44,6 +160,7 @@ fn main() -> Result<(), Error> {
         println!("omega.roundtrip_p10_us {:.2}", percentile(&mut rt, 0.10));
         println!("omega.roundtrip_p50_us {:.2}", percentile(&mut rt, 0.50));
         println!("omega.roundtrip_p99_us {:.2}", percentile(&mut rt, 0.99));
+        gpu = layers(&k, gpu, &launch, warm, iters)?;
 
         // Per-launch cost inside one command list: 1000 dependent launches (a barrier before each, the
         // CUDA graph's chain) and 1000 independent ones, one submission each, best of 20 after warm-up.
@@ -70,9 +187,12 @@ fn main() -> Result<(), Error> {
         }
 
         let mut m = s.alloc::<u8>(big)?;
+        let t = Instant::now();
         m.fill(0x5a)?;
+        println!("# 1 GiB fill + first sync to GPU: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
         for (name, to_gpu) in [("to_gpu", true), ("to_cpu", false)] {
             let mut best = f64::MAX;
+            let mut each = Vec::new();
             for _ in 0..5 {
                 let t = Instant::now();
                 if to_gpu {
@@ -81,7 +201,9 @@ fn main() -> Result<(), Error> {
                     omega::session::runtime().sync_to_cpu(m.raw())?;
                 }
                 best = best.min(t.elapsed().as_secs_f64());
+                each.push(format!("{:.1}", big as f64 / t.elapsed().as_secs_f64() / 1e9));
             }
+            println!("# sync {name} each copy, GB/s: {}", each.join(" "));
             println!("omega.sync_{}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, name, big as f64 / best / 1e9);
         }
         drop(m);

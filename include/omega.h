@@ -8,5 +8,7 @@
 #include "omega_gpu_platform.h"
 #include "omega_gpu_session.h"
 #include "omega_gpu_kernel.h"
+#include "omega_gpu_cmdlist.h"
+#include "omega_gpu_engine.h"
 
 #endif /* OMEGA_H */

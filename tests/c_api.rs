@@ -12,6 +12,8 @@ use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use omega::cmdlist::{CmdListOpts, CmdListStats};
+use omega::engine::{BackendDiag, BackendTable, Job, JobResult, LaunchReport, Timeouts};
 use omega::ffi::kernel::OmegaGpuKernel;
 use omega::ffi::platform::{OmegaGpuDeviceHandle, OmegaGpuQueueHandle};
 use omega::ffi::session::{OmegaGpuDeviceInfo, OmegaGpuSession};
@@ -120,6 +122,38 @@ fn latch_after_a_cancel_once_submitted() {
     latch("cancel");
 }
 
+fn cmdlist(scenario: &str) {
+    let exe = build(&format!("cmdlist_{scenario}"), &["tests/c/cmdlist.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("cmdlist {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn a_command_list_of_vector_adds_matches_the_cpu_and_refuses_dead_handles() {
+    cmdlist("run");
+}
+
+#[test]
+fn a_command_list_that_times_out_latches_itself_then_the_process() {
+    cmdlist("hang");
+}
+
+fn engine(scenario: &str) {
+    let exe = build(&format!("engine_{scenario}"), &["tests/c/engine.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("engine {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn the_vector_job_runs_through_every_state_and_every_name_is_fixed() {
+    engine("run");
+}
+
+#[test]
+fn an_uncertain_job_completion_blocks_every_later_run() {
+    engine("hang");
+}
+
 #[test]
 fn c_sees_the_same_struct_layout_and_constants_as_rust() {
     let exe = build("layout", &["tests/c/layout.c"], Link::Shared);
@@ -190,6 +224,54 @@ fn c_sees_the_same_struct_layout_and_constants_as_rust() {
         "OmegaGpuKernel.entry_va" => offset_of!(OmegaGpuKernel, entry_va),
         "OmegaGpuKernel.gpr_count" => offset_of!(OmegaGpuKernel, gpr_count),
         "OmegaGpuKernel.param_bytes" => offset_of!(OmegaGpuKernel, param_bytes),
+        "OmegaGpuCmdListOpts" => size_of::<CmdListOpts>(),
+        "OmegaGpuCmdListOpts.barrier" => offset_of!(CmdListOpts, barrier),
+        "OmegaGpuCmdListOpts.skip_launch" => offset_of!(CmdListOpts, skip_launch),
+        "OmegaGpuCmdListOpts.timeout_ms" => offset_of!(CmdListOpts, timeout_ms),
+        "OmegaGpuCmdListOpts.spin_us" => offset_of!(CmdListOpts, spin_us),
+        "OmegaGpuCmdListStats" => size_of::<CmdListStats>(),
+        "OmegaGpuCmdListStats.launches" => offset_of!(CmdListStats, launches),
+        "OmegaGpuCmdListStats.last_submit_ns" => offset_of!(CmdListStats, last_submit_ns),
+        "OmegaGpuCmdListStats.refusals" => offset_of!(CmdListStats, refusals),
+        "OmegaGpuJob" => size_of::<Job<'static>>(),
+        "OmegaGpuJob.timeouts" => offset_of!(Job<'static>, timeouts),
+        "OmegaGpuTimeouts" => size_of::<Timeouts>(),
+        "OmegaGpuTimeouts.kernel_done_ms" => offset_of!(Timeouts, kernel_done_ms),
+        "OmegaGpuTimeouts.engine_idle_ms" => offset_of!(Timeouts, engine_idle_ms),
+        "OmegaGpuTimeouts.spin_us" => offset_of!(Timeouts, spin_us),
+        "OmegaGpuResult" => size_of::<JobResult>(),
+        "OmegaGpuResult.failure" => offset_of!(JobResult, failure),
+        "OmegaGpuResult.states" => offset_of!(JobResult, states),
+        "OmegaGpuResult.entered_ns" => offset_of!(JobResult, entered_ns),
+        "OmegaGpuResult.started_ns" => offset_of!(JobResult, started_ns),
+        "OmegaGpuResult.finished_ns" => offset_of!(JobResult, finished_ns),
+        "OmegaGpuResult.diag" => offset_of!(JobResult, diag),
+        "OmegaGpuResult.detail" => offset_of!(JobResult, detail),
+        "OmegaGpuBackendDiag" => size_of::<BackendDiag>(),
+        "OmegaGpuBackendDiag.kernel_ns" => offset_of!(BackendDiag, kernel_ns),
+        "OmegaGpuLaunchReport" => size_of::<LaunchReport>(),
+        "OmegaGpuLaunchReport.kernel_ns" => offset_of!(LaunchReport, kernel_ns),
+        "OmegaGpuBackend" => size_of::<BackendTable>(),
+        "OmegaGpuBackend.ctx" => offset_of!(BackendTable, ctx),
+        "OmegaGpuBackend.now_ns" => offset_of!(BackendTable, now_ns),
+        "OmegaGpuBackend.launch" => offset_of!(BackendTable, launch),
+        "OmegaGpuBackend.release" => offset_of!(BackendTable, release),
+        "OMEGA_GPU_CMDLIST_MAX_LAUNCHES" => omega::cmdlist::MAX_LAUNCHES,
+        "OMEGA_GPU_CMDLIST_BARRIER_DEFAULT" => omega::cmdlist::BARRIER_DEFAULT,
+        "OMEGA_GPU_CMDLIST_BARRIER_NONE" => omega::cmdlist::BARRIER_NONE,
+        "OMEGA_GPU_LAYOUT_VECTOR_1D" => omega::engine::LAYOUT_VECTOR_1D,
+        "OMEGA_GPU_ENGINE_JOB_MAX_ELEMENTS" => omega::engine::JOB_MAX_ELEMENTS,
+        "OMEGA_GPU_ENGINE_DETAIL_BYTES" => omega::engine::DETAIL_BYTES,
+        "OMEGA_GPU_ENGINE_FAILURE_COUNT" => omega::engine::FAILURE_COUNT,
+        "OMEGA_GPU_ENGINE_STATE_COUNT" => omega::engine::STATE_COUNT,
+        "OMEGA_GPU_ENGINE_STEP_COUNT" => omega::engine::STEP_COUNT,
+        "OMEGA_GPU_ENGINE_WAIT_COUNT" => omega::engine::WAIT_COUNT,
+        "OMEGA_GPU_ENGINE_UNCERTAIN_COMPLETION_BLOCKED" => omega::engine::Failure::UncertainCompletionBlocked,
+        "OMEGA_GPU_ENGINE_STATE_FAILED" => omega::engine::State::Failed,
+        "OMEGA_GPU_ENGINE_STEP_READBACK" => omega::engine::Step::Readback,
+        "OMEGA_GPU_ENGINE_WAIT_ENGINE_IDLE" => omega::engine::Wait::EngineIdle,
+        "OMEGA_GPU_BACKEND_STEP_LATCHED" => omega::engine::STEP_LATCHED,
+        "OMEGA_GPU_BACKEND_LAUNCH_FAULT" => omega::engine::LAUNCH_FAULT,
         "OMEGA_GPU_SESSION_LOCK_ID" => omega::session::LOCK_ID,
         "OMEGA_GPU_SESSION_MAX_ARGS" => omega::session::MAX_ARGS,
         "OMEGA_GPU_SESSION_MAX_SPIN_US" => omega::session::MAX_SPIN_US,
@@ -226,8 +308,15 @@ fn the_shared_library_exports_exactly_the_contract_names() {
         .map(|l| l.split_whitespace().next().expect("a name").to_owned())
         .collect();
     want.extend(
-        ["omega_gpu_session_set_error", "omega_gpu_session_on_close", "omega_gpu_platform_refusal_name"]
-            .map(String::from),
+        [
+            "omega_gpu_session_set_error",
+            "omega_gpu_session_on_close",
+            "omega_gpu_platform_refusal_name",
+            "omega_gpu_engine_test_reset_block",
+            "omega_gpu_engine_test_force_block",
+            "omega_gpu_engine_test_set_clock",
+        ]
+        .map(String::from),
     );
     want.sort();
     let out = Command::new("nm")

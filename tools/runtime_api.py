@@ -102,8 +102,9 @@ def parse_manifest(path, fail):
                 else:
                     entry["size"] = int(sm.group(1))
                     fields = []
-                    for part in [p.strip() for p in sm.group(2).split(",") if p.strip()]:
-                        # A field type may itself hold a comma-free array: `[c_char; 64]`.
+                    # A field type may hold an array (`[c_char; 64]`) or a function pointer whose parameter
+                    # list has commas of its own (`fn(*mut c_void, u32) -> i32`): split outside parentheses.
+                    for part in split_top(sm.group(2), ","):
                         fm = re.match(r"^(\w+):\s*(\d+)\s+(.+)$", part)
                         if not fm:
                             fail.add(f"manifest:{n}: {name}: cannot read field `{part}`")
@@ -222,7 +223,7 @@ def parse_header(path):
             if sm:
                 fields = []
                 for fdecl in split_top(sm.group(1)):
-                    fields.append(parse_field(norm(fdecl)))
+                    fields.append(parse_field(norm(fdecl), macros))
                 h["structs"][sm.group(2)] = fields
             continue
         if d.startswith("typedef"):
@@ -234,10 +235,18 @@ def parse_header(path):
     return h
 
 
-def parse_field(fdecl):
-    am = re.match(r"^(.*?)\s*\b(\w+)\s*\[(\d+)\]$", fdecl)
+def parse_field(fdecl, macros=None):
+    # A function pointer, `RET (*name)(PARAMS)`: spelled as the function's own signature.
+    pm = re.match(r"^(.*?)\(\s*\*\s*(\w+)\s*\)\s*\((.*)\)$", fdecl)
+    if pm:
+        return (pm.group(2), rust_signature({"ret": pm.group(1).strip(), "params": pm.group(3).strip()}))
+    # An array whose length is a number or an object-like macro of the same header (its value).
+    am = re.match(r"^(.*?)\s*\b(\w+)\s*\[(\w+)\]$", fdecl)
     if am:
-        return (am.group(2), f"[{rust_type(am.group(1))}; {am.group(3)}]")
+        n = am.group(3)
+        if not n.isdigit() and re.fullmatch(r"\d+", (macros or {}).get(n, "")):
+            n = (macros or {})[n]
+        return (am.group(2), f"[{rust_type(am.group(1))}; {n}]")
     fm = re.match(r"^(.*?)\s*\b(\w+)$", fdecl)
     if not fm:
         return (fdecl, "?")
@@ -275,8 +284,10 @@ def param_type(p):
     p = norm(p)
     if p in ("void", ""):
         return None
-    if "(*" in p:
-        return "fn-pointer"
+    fp = re.match(r"^(.*?)\(\s*\*\s*\w*\s*\)\s*\((.*)\)$", p)
+    if fp:
+        # A function pointer parameter, spelled as the function's own signature.
+        return rust_signature({"ret": fp.group(1).strip(), "params": fp.group(2).strip()})
     am = re.match(r"^(.*?)\s*\b(\w+)\s*\[(\d*)\]$", p)
     if am:
         return "*mut " + rust_type(am.group(1))

@@ -25,7 +25,9 @@
 #![cfg(not(loom))]
 
 pub mod boundary;
+pub mod cmdlist;
 pub mod code_alloc;
+pub mod engine;
 pub mod kernel;
 pub mod platform;
 pub mod runtime_api;

@@ -331,6 +331,15 @@ impl Runtime {
         timeout_ms: u32,
         spin_us: u32,
     ) -> Result<u32> {
+        // One look before the clock is read: marker 1 is usually released by the time marker 0 is seen,
+        // and a clock read is the dearest part of an iteration where it is a system call.
+        // SAFETY: `slot` is in the session's marker buffer, live while the device is open and parked
+        // (never released) once latched.
+        match unsafe { poll.poll(slot) } {
+            Ok(w) if w == sequence => return Ok(w),
+            Ok(_) => {}
+            Err(e) => return self.latch(Error::PollRefused(e.0)),
+        }
         let start = clock.now_ns();
         let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
         let spin_end = start.saturating_add(spin_us as u64 * 1_000);

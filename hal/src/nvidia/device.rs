@@ -14,6 +14,7 @@ use super::arch::{self, Arch};
 use super::channel::{Arena, Channel};
 use super::memory::{Mem, MemKind, MemSpec, VaRange, HIGH_VA, HUGE_FROM, HUGE_PAGE, LOW_VA, PAGE};
 use super::push::{Push, SUBC_COMPUTE, SUBC_COPY};
+use super::queue::{PreparedPool, PREPARED_POOL_BYTES};
 use super::rm::{unmap, MapVia, Rm};
 use super::sys::{self, class, gr_info, userd};
 use super::uvm::Uvm;
@@ -186,7 +187,7 @@ impl Open {
             copy_class,
             &mut objects,
         );
-        let (channel, arena, sems) = match parts {
+        let (channel, arena, sems, pool) = match parts {
             Ok(p) => p,
             Err(e) => {
                 for m in made {
@@ -215,6 +216,8 @@ impl Open {
             next_id: 1,
             submissions: 0,
             qmd_cache: HashMap::new(),
+            prepared: PreparedPool::new(pool),
+            code_dirty: true,
         });
         if let Err(e) = open.setup(clock, config) {
             open.teardown();
@@ -236,7 +239,7 @@ impl Open {
         channel_classes: &[u32],
         copy_class: u32,
         objects: &mut Vec<(u32, u32, &'static str)>,
-    ) -> Result<(Channel, Arena, Mem), HalError> {
+    ) -> Result<(Channel, Arena, Mem, Mem), HalError> {
         let client = base.rm.client;
         let mut gp = sys::ChannelGroupAlloc { engine_type: sys::ENGINE_TYPE_GRAPHICS, ..Default::default() };
         let tsg = base.rm.alloc(base.device, class::CHANNEL_GROUP, Some(&mut gp), "RM_ALLOC channel group")?;
@@ -255,6 +258,12 @@ impl Open {
         made.push(base.new_mem(spec(MemKind::Sys, NOTIFIER_BYTES, false, cached), "allocate error notifier")?);
         made.push(base.new_mem(spec(MemKind::Sys, PAGE, false, cached), "allocate internal semaphores")?);
         made.push(base.new_mem(spec(MemKind::Vid, ARENA_BYTES, false, wc), "allocate command arena")?);
+        // Huge pages keep a long list's QMDs under few GPU TLB entries; small pages if the driver refuses.
+        let pool = MemSpec { page: HUGE_PAGE, ..spec(MemKind::Vid, PREPARED_POOL_BYTES, false, wc) };
+        let pool = base.new_mem(pool, "allocate prepared-submission pool").or_else(|_| {
+            base.new_mem(spec(MemKind::Vid, PREPARED_POOL_BYTES, false, wc), "allocate prepared-submission pool")
+        })?;
+        made.push(pool);
         let (gpfifo, notifier, sems) = (&made[0], &made[1], &made[2]);
         // SAFETY: both are fresh CPU mappings of the sizes given; nothing else has them yet. The driver
         // writes the notifier only after the channel exists; the GPU reads USERD only after it exists.
@@ -304,12 +313,13 @@ impl Open {
         base.uvm.register_channel(base.uuid, base.rm.ctl_fd(), client, channel, reserve, CHANNEL_UVM_RESERVE)?;
         base.rm.schedule(tsg)?;
 
+        let pool = made.pop().expect("prepared pool");
         let arena = made.pop().expect("arena");
         let sems = made.pop().expect("semaphores");
         let notifier = made.pop().expect("notifier");
         let gpfifo = made.pop().expect("gpfifo");
         let channel = Channel { copy_class, gpfifo, userd_offset: ring_bytes, entries, put: 0, token, notifier };
-        Ok((channel, Arena { mem: arena, head: 0 }, sems))
+        Ok((channel, Arena { mem: arena, head: 0 }, sems, pool))
     }
 
     /// Binds the engines, programs the memory windows and the first SLM backing store, and waits for the
@@ -367,9 +377,9 @@ impl Open {
                 rest.push((parent, handle, what));
             }
         }
-        let Open { mut base, channel, arena, sems, slm, usermode, .. } = *self;
-        for m in [Some(channel.gpfifo), Some(channel.notifier), Some(arena.mem), Some(sems), slm].into_iter().flatten()
-        {
+        let Open { mut base, channel, arena, sems, slm, usermode, prepared, .. } = *self;
+        let parts = [Some(channel.gpfifo), Some(channel.notifier), Some(arena.mem), Some(sems), Some(prepared.mem), slm];
+        for m in parts.into_iter().flatten() {
             base.drop_mem(m);
         }
         // SAFETY: the usermode mapping made at open; the channel that used it is gone.

@@ -356,6 +356,11 @@ impl Open {
         };
         let cpu = staging.as_ref().map_or(primary.cpu, |s| s.cpu);
         let cpu = if desc.rights.intersects(Rights::CPU_READ | Rights::CPU_WRITE) { cpu } else { ptr::null_mut() };
+        if p.placement == Placement::VidmemBar1 {
+            // New code memory may sit where freed code was: the next submission invalidates the
+            // instruction cache.
+            self.code_dirty = true;
+        }
         let id = self.next_id;
         self.next_id += 1;
         let a = Allocation { id, cpu, va: primary.va, bytes: desc.bytes };
@@ -366,6 +371,9 @@ impl Open {
     /// Frees the buffer `id`.
     pub(crate) fn free_buffer(&mut self, id: u64) {
         if let Some(a) = self.allocs.remove(&id) {
+            if a.placement == Placement::VidmemBar1 {
+                self.code_dirty = true;
+            }
             if let Some(b) = a.bar1 {
                 // SAFETY: the BAR1 view made for this buffer; the buffer is being freed.
                 unsafe { unmap(b, a.primary.bytes) };

@@ -60,9 +60,9 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-pub use clock::NvidiaClock;
+pub use clock::{ClockSource, NvidiaClock};
 pub use memory::{plan, Placement, Plan, VaRange};
-pub use queue::Barrier;
+pub use queue::{Barrier, LaunchTuning};
 
 use crate::caps::{Caps, Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR};
 use crate::device::DeviceInfo;
@@ -98,6 +98,8 @@ pub struct NvidiaConfig {
     pub vaspace_flags: u32,
     /// Allocate a GT200_DEBUGGER object bound to the compute engine at open (applies from the next open).
     pub debugger: bool,
+    /// How launches are encoded (the defaults are the measured best; see [`LaunchTuning`]).
+    pub tuning: LaunchTuning,
 }
 
 impl Default for NvidiaConfig {
@@ -112,6 +114,7 @@ impl Default for NvidiaConfig {
             copy_chunk_bytes: 64 << 20,
             vaspace_flags: sys::VASPACE_FLAGS,
             debugger: false,
+            tuning: LaunchTuning::default(),
         }
     }
 }
@@ -180,6 +183,10 @@ pub(crate) struct Open {
     pub(crate) submissions: u64,
     /// Encoded QMD templates (see `queue.rs`).
     pub(crate) qmd_cache: HashMap<queue::QmdKey, [u32; qmd::QMD_WORDS]>,
+    /// Submissions already encoded, for reuse (see `queue.rs`).
+    pub(crate) prepared: queue::PreparedPool,
+    /// Code memory was allocated, written or freed since the last instruction-cache invalidation.
+    pub(crate) code_dirty: bool,
 }
 
 // SAFETY: the raw pointers in `Open` (the usermode page, CPU views) are mappings owned by it; every access
@@ -226,7 +233,7 @@ impl Nvidia {
     pub fn with_config(config: NvidiaConfig) -> Nvidia {
         Nvidia {
             config: Mutex::new(config),
-            clock: NvidiaClock,
+            clock: NvidiaClock::new(),
             lock: PlainLock::new(),
             heap: LibcHeap,
             state: Mutex::new(None),
@@ -280,6 +287,17 @@ impl Nvidia {
         let get =
             unsafe { (c.gpfifo.cpu.add(c.userd_offset as usize + sys::userd::GP_GET) as *const u32).read_volatile() };
         Some((entries, get, (c.put % c.entries as u64) as u32))
+    }
+
+    /// Which source the platform clock reads (the TSC where `CLOCK_MONOTONIC` is a system call), and what
+    /// one `CLOCK_MONOTONIC` read cost when the platform was made, in ns.
+    pub fn clock_source(&self) -> (ClockSource, u64) {
+        (self.clock.source(), self.clock.monotonic_read_ns())
+    }
+
+    /// Submissions sent from a prepared encoding and ones encoded afresh since open ((0, 0) while closed).
+    pub fn prepared_stats(&self) -> (u64, u64) {
+        crate::sync::lock(&self.state).as_ref().map_or((0, 0), |o| (o.prepared.hits, o.prepared.misses))
     }
 
     /// Per-thread local memory the SLM backing currently covers, in bytes (0 while closed).

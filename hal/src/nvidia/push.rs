@@ -111,6 +111,11 @@ impl Push {
         Self::default()
     }
 
+    /// An empty pushbuffer with room for `words` dwords.
+    pub fn with_capacity(words: usize) -> Self {
+        Push { words: Vec::with_capacity(words) }
+    }
+
     /// The dwords so far.
     pub fn words(&self) -> &[u32] {
         &self.words
@@ -162,11 +167,16 @@ impl Push {
         )
     }
 
-    /// Launches the QMD at `qmd_va` (256-byte aligned, below 2^40).
+    /// Launches the QMD at `qmd_va` (256-byte aligned, below 2^40), dropping any cached copy of it first.
     pub fn send_pcas(&mut self, qmd_va: u64) -> &mut Self {
+        self.send_pcas_with(qmd_va, compute::PCAS_INVALIDATE_PREFETCH_COPY_SCHEDULE)
+    }
+
+    /// Launches the QMD at `qmd_va` with PCAS action `action`.
+    pub fn send_pcas_with(&mut self, qmd_va: u64, action: u32) -> &mut Self {
         debug_assert!(qmd_va.is_multiple_of(256) && qmd_va < (1 << 40), "QMD VA {qmd_va:#x} not encodable");
         self.methods(SUBC_COMPUTE, compute::SEND_PCAS_A, &[(qmd_va >> 8) as u32]);
-        self.methods(SUBC_COMPUTE, compute::SEND_SIGNALING_PCAS2_B, &[compute::PCAS_INVALIDATE_PREFETCH_COPY_SCHEDULE])
+        self.methods(SUBC_COMPUTE, compute::SEND_SIGNALING_PCAS2_B, &[action])
     }
 
     /// Invalidates the instruction, global-data and constant caches without waiting for idle.

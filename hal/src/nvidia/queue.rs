@@ -18,13 +18,16 @@
 //!   host semaphore release with wait-for-idle to a scratch word; the PBDMA processes nothing after it
 //!   until the engine is idle. Independent launches are consecutive SEND_PCAS pairs and may overlap.
 
+use std::collections::HashMap;
+
 use super::channel::{write_words, SEM_BARRIER};
 use super::device::{LOCAL_WINDOW, SHARED_WINDOW};
+use super::memory::Mem;
 use super::push::{host, Push};
 use super::qmd::{self, Cbuf0Params, DependentAction, QmdParams, QMD_WORDS};
-use super::{Nvidia, Open};
+use super::{Nvidia, NvidiaConfig, Open};
 use crate::error::HalError;
-use crate::queue::{Order, Submission, SubmitQueue};
+use crate::queue::{LaunchDesc, Order, Submission, SubmitQueue};
 use crate::sync;
 
 /// How `Order::AfterPrevious` is enforced.
@@ -34,6 +37,43 @@ pub enum Barrier {
     Auto,
     /// Always an idle-waiting host release before a dependent launch.
     IdleRelease,
+}
+
+/// Encoding choices that were measured on the H200 (`docs/perf/2026-11-29-launch-path.md`). The defaults
+/// are the fastest settings that keep every guarantee; the others stay selectable so that a probe can
+/// measure them again on another chip or driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchTuning {
+    /// Reuse the QMDs and constant banks already encoded for a submission identical to an earlier one
+    /// (same launches, arguments, markers and stamps; only the sequence payloads are patched), the way a
+    /// CUDA graph is instantiated once and replayed.
+    pub prepared: bool,
+    /// `DEPENDENT_QMD_ACTION` of a chained launch.
+    pub chain_action: DependentAction,
+    /// `DEPENDENT_QMD_PREFETCH` of a chained launch.
+    pub chain_prefetch: bool,
+    /// The action of `SEND_SIGNALING_PCAS2_B` (3, 9 and 0xa all run).
+    pub pcas_action: u32,
+    /// `INVALIDATE_SHADER_CACHES_NO_WFI` in front of every submission; `false`: only in front of the first
+    /// one after code memory was allocated, written or freed (every QMD invalidates the data and constant
+    /// caches itself, so the instruction cache is the only one this covers).
+    pub invalidate_every_submission: bool,
+    /// `CWD_MEMBAR_TYPE` of every QMD (1 = L1_SYSMEMBAR, what libcuda writes).
+    pub cwd_membar: u32,
+}
+
+impl Default for LaunchTuning {
+    fn default() -> Self {
+        LaunchTuning {
+            prepared: true,
+            // A reused QMD is patched in place, so its dependent must be re-read, never a cached copy.
+            chain_action: DependentAction::InvalidateCopySchedule,
+            chain_prefetch: true,
+            pcas_action: super::push::compute::PCAS_INVALIDATE_PREFETCH_COPY_SCHEDULE,
+            invalidate_every_submission: false,
+            cwd_membar: 1,
+        }
+    }
 }
 
 /// Bytes of one launch's slot in the arena: the QMD (384 bytes), then constant bank 0 (64-byte aligned),
@@ -65,7 +105,7 @@ const QMD_CACHE_MAX: usize = 4096;
 /// The QMD for `p`, from the template for its key (encoded on first use) plus the per-launch fields.
 pub(crate) fn qmd_from_template(
     arch: &super::arch::Arch,
-    cache: &mut std::collections::HashMap<QmdKey, [u32; QMD_WORDS]>,
+    cache: &mut HashMap<QmdKey, [u32; QMD_WORDS]>,
     p: &QmdParams,
 ) -> Result<[u32; QMD_WORDS], qmd::QmdError> {
     let key = QmdKey {
@@ -100,8 +140,136 @@ pub(crate) fn qmd_from_template(
 
 /// Whether a submission can be one QMD chain: more than one live launch and each after the first waiting
 /// for its predecessor.
-pub(crate) fn is_chain(orders: &[Order]) -> bool {
-    orders.len() > 1 && orders[1..].iter().all(|&o| o == Order::AfterPrevious)
+pub(crate) fn is_chain(orders: impl IntoIterator<Item = Order>) -> bool {
+    let mut rest = orders.into_iter().skip(1).peekable();
+    rest.peek().is_some() && rest.all(|o| o == Order::AfterPrevious)
+}
+
+/// Bytes of the prepared-submission pool (video memory, write-combined CPU view). A submission whose
+/// QMDs and constant banks do not fit is encoded into the command arena and not kept.
+pub(crate) const PREPARED_POOL_BYTES: u64 = 32 << 20;
+/// Prepared submissions kept at most; the pool is emptied when it would hold more (or runs out of room).
+const PREPARED_MAX: usize = 1024;
+
+/// A submission's QMDs and constant banks as they lie in memory, and what its pushbuffer needs.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// QMD address of each live launch, in order.
+    qmds: Vec<u64>,
+    /// Per live launch: an idle release goes in front of its SEND_PCAS.
+    barrier_before: Vec<bool>,
+    /// The launches are one QMD chain (only the first is sent).
+    chain: bool,
+    /// CPU addresses (as offsets from the region's CPU base) of the payload words that carry the sequence:
+    /// the last QMD's release 0 (marker 0) and every QMD's release 1 (its stamp).
+    payload_offsets: Vec<u64>,
+    /// The sequence those words hold.
+    sequence: u32,
+}
+
+/// A prepared submission: its key (everything its encoding depends on except the sequence) and plan.
+#[derive(Debug)]
+struct Prepared {
+    key: Vec<u32>,
+    offset: u64,
+    plan: Plan,
+}
+
+/// Encoded submissions kept for reuse (see [`LaunchTuning::prepared`]).
+pub(crate) struct PreparedPool {
+    pub(crate) mem: Mem,
+    head: u64,
+    entries: HashMap<u64, Prepared>,
+    /// Scratch: the key of the submission being sent, and a constant bank being built.
+    key: Vec<u32>,
+    cbuf: Vec<u32>,
+    /// Submissions sent from a prepared encoding, and ones encoded afresh.
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+}
+
+impl PreparedPool {
+    pub(crate) fn new(mem: Mem) -> Self {
+        PreparedPool {
+            mem,
+            head: 0,
+            entries: HashMap::new(),
+            key: Vec::new(),
+            cbuf: Vec::new(),
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    /// `len` bytes, 256-byte aligned, forgetting every prepared submission when the pool is full; `None`
+    /// when `len` is larger than the pool. Only called with no work in flight.
+    fn reserve(&mut self, len: u64) -> Option<u64> {
+        if len > self.mem.bytes {
+            return None;
+        }
+        let mut at = self.head.next_multiple_of(256);
+        if at + len > self.mem.bytes || self.entries.len() >= PREPARED_MAX {
+            self.entries.clear();
+            at = 0;
+        }
+        self.head = at + len;
+        Some(at)
+    }
+}
+
+/// Appends everything the encoding of `s` depends on, except the sequence, to `key`.
+fn submission_key(s: &Submission<'_>, chain: bool, slm_per_thread: u32, t: &LaunchTuning, key: &mut Vec<u32>) {
+    let u64s = |key: &mut Vec<u32>, v: u64| key.extend_from_slice(&[v as u32, (v >> 32) as u32]);
+    key.clear();
+    u64s(key, s.markers[0].va);
+    u64s(key, s.stamps.map_or(u64::MAX, |m| m.va));
+    key.extend_from_slice(&[
+        chain as u32,
+        slm_per_thread,
+        t.chain_action.value(),
+        t.chain_prefetch as u32,
+        t.cwd_membar,
+        s.launches.len() as u32,
+    ]);
+    for l in s.launches {
+        if l.skip {
+            key.push(u32::MAX);
+            continue;
+        }
+        u64s(key, l.code_va);
+        u64s(key, l.code_bytes);
+        let order = match l.order {
+            Order::AfterPrevious => 0,
+            Order::Independent => 1,
+            Order::Unordered => 2,
+        };
+        key.extend_from_slice(&[
+            l.gpr_count,
+            l.block[0],
+            l.block[1],
+            l.block[2],
+            l.grid[0],
+            l.grid[1],
+            l.grid[2],
+            l.shared_bytes,
+            l.dynamic_shared_bytes,
+            l.local_bytes_per_thread,
+            l.barrier_count,
+            order,
+            l.args.len() as u32,
+        ]);
+        key.extend_from_slice(l.args);
+    }
+}
+
+/// A fast 64-bit hash of the key words (FxHash's mix); equality is checked on the words themselves.
+fn key_hash(key: &[u32]) -> u64 {
+    key.iter().fold(key.len() as u64, |h, &w| (h.rotate_left(5) ^ w as u64).wrapping_mul(0x517c_c1b7_2722_0a95))
+}
+
+/// Words of constant bank 0 for `args` (what [`qmd::fill_cbuf0`] produces).
+fn cbuf_words(arch: &super::arch::Arch, args: usize) -> u64 {
+    ((arch.param_base / 4) as usize + args).next_multiple_of(4) as u64
 }
 
 impl Open {
@@ -109,102 +277,203 @@ impl Open {
         HalError::Unsupported(format!("launch {i}: {e}"))
     }
 
-    pub(crate) fn submit(&mut self, s: &Submission<'_>, barrier: Barrier) -> Result<(), HalError> {
+    /// Encodes the live launches of `s` (indices `live`) into the region at `base_va` / `base_cpu`, laid
+    /// out by `offsets`, and returns the plan.
+    #[allow(clippy::too_many_arguments)] // Private; one caller.
+    fn encode_into(
+        &mut self,
+        s: &Submission<'_>,
+        live: &[usize],
+        offsets: &[u64],
+        chain: bool,
+        t: &LaunchTuning,
+        base_va: u64,
+        base_cpu: *mut u8,
+    ) -> Result<Plan, HalError> {
+        let arch = self.arch;
+        let cbuf_off = (arch.qmd_bytes as u64).next_multiple_of(64);
+        let l = qmd::layout(arch.qmd_version);
+        let payload0 = qmd::release_payload_word(arch, 0).expect("release 0 exists") as u64 * 4;
+        let payload1 = qmd::release_payload_word(arch, 1).expect("release 1 exists") as u64 * 4;
+        let mut plan = Plan { chain, sequence: s.sequence, ..Plan::default() };
+        plan.qmds.reserve(live.len());
+        plan.barrier_before.reserve(live.len());
+        let mut cbuf = std::mem::take(&mut self.prepared.cbuf);
+        for (k, &i) in live.iter().enumerate() {
+            let d: &LaunchDesc<'_> = &s.launches[i];
+            let qmd_va = base_va + offsets[k];
+            let cbuf_va = qmd_va + cbuf_off;
+            let last = k + 1 == live.len();
+            let p = Cbuf0Params {
+                block: d.block,
+                grid: d.grid,
+                shared_window: SHARED_WINDOW,
+                local_window: LOCAL_WINDOW,
+                dynamic_shared_bytes: d.dynamic_shared_bytes,
+            };
+            qmd::fill_cbuf0(arch, &p, d.args, &mut cbuf);
+            let params = QmdParams {
+                program_va: d.code_va,
+                program_bytes: d.code_bytes,
+                registers: d.gpr_count,
+                block: d.block,
+                grid: d.grid,
+                shared_bytes: d.shared_bytes,
+                local_bytes_per_thread: self.slm_per_thread,
+                barrier_count: d.barrier_count,
+                cbuf0_va: cbuf_va,
+                cbuf0_bytes: cbuf.len() as u32 * 4,
+                release0: last.then_some((s.markers[0].va, s.sequence)),
+                release1: s.stamps.map(|st| (st.va + 16 * i as u64, s.sequence)),
+                dependent: (chain && !last).then(|| (base_va + offsets[k + 1], t.chain_action)),
+            };
+            let mut q = match qmd_from_template(arch, &mut self.qmd_cache, &params) {
+                Ok(q) => q,
+                Err(e) => {
+                    self.prepared.cbuf = cbuf;
+                    return Err(Self::encode_error(i, e));
+                }
+            };
+            let tuned = (|| {
+                if params.dependent.is_some() && !t.chain_prefetch {
+                    qmd::set_field(&mut q, l.dependent_prefetch, 0)?;
+                }
+                if t.cwd_membar != 1 {
+                    qmd::set_field(&mut q, l.cwd_membar_type, u64::from(t.cwd_membar))?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = tuned {
+                self.prepared.cbuf = cbuf;
+                return Err(Self::encode_error(i, e));
+            }
+            // SAFETY: the slot lies inside the region (offsets were laid out for these launches by the
+            // caller, who reserved their sum), 256-byte aligned.
+            unsafe {
+                let slot = base_cpu.add(offsets[k] as usize);
+                write_words(slot, &q);
+                write_words(slot.add(cbuf_off as usize), &cbuf);
+            }
+            if last {
+                plan.payload_offsets.push(offsets[k] + payload0);
+            }
+            if s.stamps.is_some() {
+                plan.payload_offsets.push(offsets[k] + payload1);
+            }
+            plan.qmds.push(qmd_va);
+            plan.barrier_before.push(!chain && k > 0 && d.order == Order::AfterPrevious);
+        }
+        self.prepared.cbuf = cbuf;
+        Ok(plan)
+    }
+
+    pub(crate) fn submit(&mut self, s: &Submission<'_>, config: &NvidiaConfig) -> Result<(), HalError> {
         if let Some(n) = self.channel.error() {
             return Err(HalError::Lost(super::channel::describe_error(&n)));
         }
+        let t = config.tuning;
         let arch = self.arch;
         let live: Vec<usize> = (0..s.launches.len()).filter(|&i| !s.launches[i].skip).collect();
-        let mut push = Push::new();
+        let mut push = Push::with_capacity(24 + 10 * live.len());
 
         let need = live.iter().map(|&i| s.launches[i].local_bytes_per_thread).max().unwrap_or(0);
         if need > 0 {
             // The session may count the 0x240 bytes above the stack top or not; cover both.
             self.ensure_slm(need + arch.stack_headroom, &mut push)?;
         }
-        push.invalidate_shader_caches();
-
-        // Constant banks first: their sizes fix the slot layout.
-        let mut cbufs: Vec<Vec<u32>> = Vec::with_capacity(live.len());
-        for &i in &live {
-            let l = &s.launches[i];
-            let mut words = Vec::new();
-            let p = Cbuf0Params {
-                block: l.block,
-                grid: l.grid,
-                shared_window: SHARED_WINDOW,
-                local_window: LOCAL_WINDOW,
-                dynamic_shared_bytes: l.dynamic_shared_bytes,
-            };
-            qmd::fill_cbuf0(arch, &p, l.args, &mut words);
-            cbufs.push(words);
+        let invalidate = t.invalidate_every_submission || self.code_dirty;
+        if invalidate {
+            push.invalidate_shader_caches();
         }
-        let qmd_bytes = arch.qmd_bytes as u64;
-        let mut offsets = Vec::with_capacity(live.len());
-        let mut total = 0u64;
-        for c in &cbufs {
-            offsets.push(total);
-            total += slot_bytes(qmd_bytes, c.len() as u64 * 4);
-        }
-        let push_room = push.bytes() + 256 + 64 * live.len() as u64;
-        let (base_va, base_cpu) = self.arena_reserve(total + push_room, 256)?;
+        let chain = config.barrier == Barrier::Auto && is_chain(live.iter().map(|&i| s.launches[i].order));
 
-        let orders: Vec<Order> = live.iter().map(|&i| s.launches[i].order).collect();
-        let chain = barrier == Barrier::Auto && is_chain(&orders);
-        let cbuf_off = qmd_bytes.next_multiple_of(64);
-        let barrier_va = self.sems.va + SEM_BARRIER;
-        for (k, &i) in live.iter().enumerate() {
-            let l = &s.launches[i];
-            let qmd_va = base_va + offsets[k];
-            let cbuf_va = qmd_va + cbuf_off;
-            let last = k + 1 == live.len();
-            let params = QmdParams {
-                program_va: l.code_va,
-                program_bytes: l.code_bytes,
-                registers: l.gpr_count,
-                block: l.block,
-                grid: l.grid,
-                shared_bytes: l.shared_bytes,
-                local_bytes_per_thread: self.slm_per_thread,
-                barrier_count: l.barrier_count,
-                cbuf0_va: cbuf_va,
-                cbuf0_bytes: cbufs[k].len() as u32 * 4,
-                release0: last.then_some((s.markers[0].va, s.sequence)),
-                release1: s.stamps.map(|st| (st.va + 16 * i as u64, s.sequence)),
-                dependent: (chain && !last).then(|| (base_va + offsets[k + 1], DependentAction::Schedule)),
-            };
-            let q = qmd_from_template(arch, &mut self.qmd_cache, &params).map_err(|e| Self::encode_error(i, e))?;
-            // SAFETY: the slot lies inside the reservation (offsets sum to `total`), 256-byte aligned.
-            unsafe {
-                let slot = base_cpu.add(offsets[k] as usize);
-                write_words(slot, &q);
-                write_words(slot.add(cbuf_off as usize), &cbufs[k]);
+        // A submission identical to a prepared one reuses its encoding; only the sequence changes.
+        let mut key = std::mem::take(&mut self.prepared.key);
+        let mut hash = 0;
+        let mut reused = None;
+        if t.prepared && !live.is_empty() {
+            submission_key(s, chain, self.slm_per_thread, &t, &mut key);
+            hash = key_hash(&key);
+            if let Some(e) = self.prepared.entries.get_mut(&hash).filter(|e| e.key == key) {
+                if e.plan.sequence != s.sequence {
+                    for &off in &e.plan.payload_offsets {
+                        // SAFETY: the payload words lie inside the entry's region of the pool, whose CPU view is
+                        // mapped for as long as the device is open; no submission is in flight.
+                        unsafe {
+                            (self.prepared.mem.cpu.add((e.offset + off) as usize) as *mut u32).write_volatile(s.sequence)
+                        };
+                    }
+                    e.plan.sequence = s.sequence;
+                }
+                reused = Some(hash);
             }
-            if k == 0 || !chain {
-                if k > 0 && l.order == Order::AfterPrevious {
+        }
+        let fresh;
+        let plan: &Plan = match reused {
+            Some(h) => {
+                self.prepared.hits += 1;
+                &self.prepared.entries[&h].plan
+            }
+            None if live.is_empty() => {
+                fresh = Plan::default();
+                &fresh
+            }
+            None => {
+                self.prepared.misses += 1;
+                let qmd_bytes = arch.qmd_bytes as u64;
+                let mut offsets = Vec::with_capacity(live.len());
+                let mut total = 0u64;
+                for &i in &live {
+                    offsets.push(total);
+                    total += slot_bytes(qmd_bytes, cbuf_words(arch, s.launches[i].args.len()) * 4);
+                }
+                let pooled = if t.prepared { self.prepared.reserve(total) } else { None };
+                match pooled {
+                    Some(at) => {
+                        let (va, cpu) = (self.prepared.mem.va + at, self.prepared.mem.cpu);
+                        // SAFETY: `at + total` lies inside the pool (reserve checked it).
+                        let cpu = unsafe { cpu.add(at as usize) };
+                        let plan = self.encode_into(s, &live, &offsets, chain, &t, va, cpu)?;
+                        let entry = Prepared { key: key.clone(), offset: at, plan };
+                        self.prepared.entries.insert(hash, entry);
+                        &self.prepared.entries[&hash].plan
+                    }
+                    None => {
+                        let (va, cpu) = self.arena_reserve(total, 256)?;
+                        fresh = self.encode_into(s, &live, &offsets, chain, &t, va, cpu)?;
+                        &fresh
+                    }
+                }
+            }
+        };
+
+        let barrier_va = self.sems.va + SEM_BARRIER;
+        for (k, &qmd_va) in plan.qmds.iter().enumerate() {
+            if k == 0 || !plan.chain {
+                if plan.barrier_before[k] {
                     push.release_after_idle(barrier_va, k as u32);
                 }
-                push.send_pcas(qmd_va);
+                push.send_pcas_with(qmd_va, t.pcas_action);
             }
         }
-        if live.is_empty() {
+        if plan.qmds.is_empty() {
             push.release_after_idle(s.markers[0].va, s.sequence);
-        } else if chain {
+        } else if plan.chain {
             // Hold the idle release until the chain's last launch has released marker 0.
             push.host_semaphore(s.markers[0].va, s.sequence as u64, host::SEM_OP_ACQ_CIRC_GEQ);
         }
         push.release_after_idle(s.markers[1].va, s.sequence);
-        if push.bytes() > push_room {
-            return Err(HalError::Unsupported(format!(
-                "pushbuffer of {} bytes outgrew its {push_room}-byte reservation",
-                push.bytes()
-            )));
-        }
-        // SAFETY: the pushbuffer goes after the slots, inside the reservation (checked just above).
-        unsafe { write_words(base_cpu.add(total as usize), push.words()) };
-        // SAFETY: the doorbell is this device's; the commands are written; the session's contract keeps one
+        self.prepared.key = key;
+        let (va, cpu) = self.arena_reserve(push.bytes(), 256)?;
+        // SAFETY: the reservation is `push.bytes()` long and 256-byte aligned.
+        unsafe { write_words(cpu, push.words()) };
+        // SAFETY: the doorbell is this device's; the commands are written (the kick's store fence orders
+        // them, the patched payloads included, before the GPFIFO entry); the session's contract keeps one
         // submission in flight.
-        unsafe { self.channel.kick(self.usermode, base_va + total, push.words().len() as u32) };
+        unsafe { self.channel.kick(self.usermode, va, push.words().len() as u32) };
+        if invalidate {
+            self.code_dirty = false;
+        }
         self.submissions += 1;
         Ok(())
     }
@@ -212,9 +481,10 @@ impl Open {
 
 impl SubmitQueue for Nvidia {
     unsafe fn submit(&self, s: &Submission<'_>) -> Result<(), HalError> {
+        let config = self.config();
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
-        open.submit(s, self.config().barrier)
+        open.submit(s, &config)
     }
 }
 
@@ -275,10 +545,11 @@ mod tests {
     #[test]
     fn only_pure_dependency_chains_are_chained() {
         use Order::*;
-        assert!(!is_chain(&[AfterPrevious]), "one launch needs no chain");
-        assert!(is_chain(&[AfterPrevious, AfterPrevious, AfterPrevious]));
-        assert!(is_chain(&[Independent, AfterPrevious]), "the first launch's order is moot");
-        assert!(!is_chain(&[AfterPrevious, Independent, AfterPrevious]));
-        assert!(!is_chain(&[AfterPrevious, Unordered]));
+        assert!(!is_chain([AfterPrevious]), "one launch needs no chain");
+        assert!(!is_chain([]), "nor does none");
+        assert!(is_chain([AfterPrevious, AfterPrevious, AfterPrevious]));
+        assert!(is_chain([Independent, AfterPrevious]), "the first launch's order is moot");
+        assert!(!is_chain([AfterPrevious, Independent, AfterPrevious]));
+        assert!(!is_chain([AfterPrevious, Unordered]));
     }
 }

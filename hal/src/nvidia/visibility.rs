@@ -46,7 +46,13 @@ impl Open {
         }
         match na.placement {
             Placement::VidmemStaged => {}
-            Placement::VidmemBar1 | Placement::SysmemPolled => {
+            Placement::VidmemBar1 => {
+                // Code: the next submission invalidates the instruction cache.
+                self.code_dirty = true;
+                store_fence();
+                return Ok(());
+            }
+            Placement::SysmemPolled => {
                 store_fence();
                 return Ok(());
             }

@@ -1,0 +1,516 @@
+//! Performance probe of the `nvidia` platform at the HAL level: what each encoding choice costs on the
+//! device, measured in one process so the variants share the GPU's state.
+//!
+//! ```text
+//! nv_probe [DIR] [copies|launch|chain|all]   (DIR holds the cubins, default .gpu; default all)
+//! ```
+//!
+//! - `copies`: the 1 GiB copy timeline — every copy timed on its own, on one buffer, again after two
+//!   seconds idle, then on a fresh buffer — to tell a per-buffer warm-up from a GPU-wide one.
+//! - `launch`: the empty-kernel round trip per variant of `LaunchTuning`, split into the host's submit
+//!   call, marker 0 seen and marker 1 seen; and the semaphore-only round trip.
+//! - `chain`: 1000 launches in one submission per variant (stamps none / system memory / video memory,
+//!   dependent action and prefetch, membar, idle releases, independent), host per-launch time and the
+//!   GPU's own per-launch time from the stamps; plus a check that a resubmitted (prepared) ordering
+//!   submission still never overlaps and releases every new sequence.
+//!
+//! Times are read with a TSC timer calibrated against `Instant` (so a costly `clock_gettime` in a VM does
+//! not inflate sub-microsecond phases). Prints `probe.<metric> <value>` lines.
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("nv_probe needs Linux and NVIDIA's open kernel driver");
+}
+
+#[cfg(target_os = "linux")]
+fn main() {
+    linux::main();
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use omega_hal::nvidia::cubin::{KernelInfo, Module};
+    use omega_hal::nvidia::qmd::DependentAction;
+    use omega_hal::nvidia::{Barrier, Nvidia, NvidiaConfig};
+    use omega_hal::{
+        Allocation, BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights, Submission,
+    };
+
+    const DATA: Rights = Rights::CPU_READ.union(Rights::CPU_WRITE).union(Rights::GPU_READ).union(Rights::GPU_WRITE);
+    const POLLED: Rights = DATA.union(Rights::HOST_POLLED);
+    const CODE: Rights = Rights::CPU_WRITE.union(Rights::GPU_READ).union(Rights::GPU_EXEC);
+
+    /// TSC ticks to microseconds.
+    struct Timer {
+        us_per_tick: f64,
+    }
+
+    impl Timer {
+        fn calibrate() -> Timer {
+            let (t0, c0) = (Instant::now(), tsc());
+            std::thread::sleep(Duration::from_millis(50));
+            let (dt, dc) = (t0.elapsed(), tsc() - c0);
+            Timer { us_per_tick: dt.as_secs_f64() * 1e6 / dc as f64 }
+        }
+        fn us(&self, ticks: u64) -> f64 {
+            ticks as f64 * self.us_per_tick
+        }
+    }
+
+    fn tsc() -> u64 {
+        // SAFETY: RDTSC has no preconditions on x86-64.
+        #[allow(unused_unsafe)]
+        unsafe {
+            core::arch::x86_64::_rdtsc()
+        }
+    }
+
+    fn pct(v: &mut [f64], p: f64) -> f64 {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    }
+
+    struct Kernel {
+        code: Allocation,
+        info: KernelInfo,
+    }
+
+    struct Probe {
+        nv: Arc<Nvidia>,
+        dir: PathBuf,
+        timer: Timer,
+        seq: u32,
+        markers: Allocation,
+        failures: u32,
+    }
+
+    fn metric(name: &str, value: f64) {
+        println!("probe.{name} {value:.3}");
+    }
+
+    impl Probe {
+        fn alloc(&self, bytes: u64, rights: Rights, kind: BufferKind) -> Allocation {
+            let desc = BufferDesc { bytes: bytes.div_ceil(4096) * 4096, rights, cache: CachePolicy::Uncached, kind };
+            // SAFETY: the device is open and this single-threaded program is its only user.
+            unsafe { self.nv.memory().unwrap().alloc(&desc) }.expect("alloc")
+        }
+        fn free(&self, a: &Allocation) {
+            // SAFETY: every submission touching `a` has completed.
+            unsafe { self.nv.memory().unwrap().free(a) }
+        }
+        fn to_gpu(&self, a: &Allocation, len: u64) {
+            // SAFETY: `a` is live, `len <= a.bytes`, nothing is running.
+            unsafe { self.nv.visibility().unwrap().sync_to_gpu(a, 0, len) }.expect("sync to GPU")
+        }
+        fn to_cpu(&self, a: &Allocation, len: u64) {
+            // SAFETY: as for to_gpu.
+            unsafe { self.nv.visibility().unwrap().sync_to_cpu(a, 0, len) }.expect("sync to CPU")
+        }
+        #[allow(clippy::mut_from_ref)]
+        fn bytes<'a>(&self, a: &'a Allocation) -> &'a mut [u8] {
+            // SAFETY: the CPU view of a live allocation; one slice of it at a time.
+            unsafe { std::slice::from_raw_parts_mut(a.cpu, a.bytes as usize) }
+        }
+        fn slot(&self, off: u64) -> MarkerSlot {
+            // SAFETY: offsets inside the 64 KiB marker buffer.
+            MarkerSlot { va: self.markers.va + off, cpu: unsafe { self.markers.cpu.add(off as usize) } }
+        }
+
+        fn load(&mut self, name: &str) -> Kernel {
+            let bytes = std::fs::read(self.dir.join(format!("{name}.cubin"))).expect("cubin");
+            let arch = self.nv.arch().expect("open");
+            let module = Module::parse(&bytes, arch).expect("parse");
+            let info = module.kernel(name).expect("kernel").clone();
+            let code = self.alloc(module.alloc_bytes(), CODE, BufferKind::Code);
+            let image = module.relocate(code.va).expect("relocate");
+            let view = self.bytes(&code);
+            view.fill(0);
+            view[..image.len()].copy_from_slice(&image);
+            self.to_gpu(&code, code.bytes);
+            Kernel { code, info }
+        }
+
+        fn desc<'a>(k: &Kernel, args: &'a [u32], block: [u32; 3], grid: [u32; 3], order: Order) -> LaunchDesc<'a> {
+            LaunchDesc {
+                code_va: k.code.va + k.info.code_offset,
+                code_bytes: k.info.code_bytes,
+                gpr_count: k.info.registers.next_multiple_of(8).max(64),
+                block,
+                grid,
+                shared_bytes: k.info.shared_bytes,
+                dynamic_shared_bytes: 0,
+                local_bytes_per_thread: k.info.local_bytes_per_thread,
+                barrier_count: k.info.barriers,
+                num_elements: 0,
+                args,
+                order,
+                skip: false,
+            }
+        }
+
+        fn tune(&self, f: impl FnOnce(&mut NvidiaConfig)) {
+            let mut c = NvidiaConfig::default();
+            f(&mut c);
+            self.nv.set_config(c);
+        }
+
+        /// Submits and waits for marker 0 then marker 1; returns (submit call, marker 0 seen, marker 1 seen)
+        /// in ticks from just before the submit.
+        fn run(&mut self, launches: &[LaunchDesc<'_>], stamps: Option<MarkerSlot>) -> Result<[u64; 3], String> {
+            let (m0, m1) = (self.slot(0), self.slot(16));
+            self.seq = self.seq.wrapping_add(1).max(1);
+            let s = Submission { launches, markers: [m0, m1], sequence: self.seq, stamps };
+            let poll = self.nv.poll().unwrap();
+            let t0 = tsc();
+            // SAFETY: every address in `s` lies in live allocations; the previous submission completed.
+            unsafe { self.nv.queue().unwrap().submit(&s) }.map_err(|e| format!("submit: {e}"))?;
+            let t1 = tsc();
+            let mut seen = [0u64; 2];
+            let deadline = Instant::now() + Duration::from_secs(3);
+            for (i, m) in [m0, m1].iter().enumerate() {
+                let mut n = 0u32;
+                loop {
+                    // SAFETY: the markers live in the HOST_POLLED marker buffer.
+                    if unsafe { poll.poll(m) }.map_err(|e| e.to_string())? == self.seq {
+                        seen[i] = tsc();
+                        break;
+                    }
+                    n = n.wrapping_add(1);
+                    if n.is_multiple_of(4096) {
+                        if let Some(f) = poll.channel_fault() {
+                            return Err(format!("channel fault: {f}"));
+                        }
+                        if Instant::now() > deadline {
+                            return Err(format!("marker {i} not released in 3 s"));
+                        }
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            Ok([t1 - t0, seen[0] - t0, seen[1] - t0])
+        }
+
+        fn fail(&mut self, what: &str, e: impl std::fmt::Display) {
+            println!("[FAIL] {what}: {e}");
+            self.failures += 1;
+        }
+
+        // ----- copies --------------------------------------------------------------------------------
+
+        fn copies(&mut self) {
+            let big = 1u64 << 30;
+            let gbps = |t: Instant| big as f64 / t.elapsed().as_secs_f64() / 1e9;
+            let t = Instant::now();
+            let x = self.alloc(big, DATA, BufferKind::Data);
+            metric("copy_alloc_1g_ms", t.elapsed().as_secs_f64() * 1e3);
+            self.bytes(&x).fill(0x3c);
+            let mut line = Vec::new();
+            for _ in 0..14 {
+                let t = Instant::now();
+                self.to_gpu(&x, big);
+                line.push(gbps(t));
+            }
+            println!("probe.copy_timeline_x_to_gpu {}", fmt_list(&line));
+            let mut back = Vec::new();
+            for _ in 0..4 {
+                let t = Instant::now();
+                self.to_cpu(&x, big);
+                back.push(gbps(t));
+            }
+            println!("probe.copy_timeline_x_to_cpu {}", fmt_list(&back));
+            std::thread::sleep(Duration::from_secs(2));
+            let mut again = Vec::new();
+            for _ in 0..6 {
+                let t = Instant::now();
+                self.to_gpu(&x, big);
+                again.push(gbps(t));
+            }
+            println!("probe.copy_timeline_x_after_2s_idle {}", fmt_list(&again));
+            let y = self.alloc(big, DATA, BufferKind::Data);
+            self.bytes(&y).fill(0x4d);
+            let mut fresh = Vec::new();
+            for _ in 0..6 {
+                let t = Instant::now();
+                self.to_gpu(&y, big);
+                fresh.push(gbps(t));
+            }
+            println!("probe.copy_timeline_y_fresh_to_gpu {}", fmt_list(&fresh));
+            // One piece per copy: does the split matter once warm?
+            for chunk in [1u64 << 30, 16 << 20] {
+                let mut c = self.nv.config();
+                c.copy_chunk_bytes = chunk;
+                self.nv.set_config(c);
+                let mut v = Vec::new();
+                for _ in 0..4 {
+                    let t = Instant::now();
+                    self.to_gpu(&y, big);
+                    v.push(gbps(t));
+                }
+                println!("probe.copy_y_chunk{}m {}", chunk >> 20, fmt_list(&v));
+            }
+            self.tune(|_| {});
+            self.free(&x);
+            self.free(&y);
+        }
+
+        // ----- launch round trip ---------------------------------------------------------------------
+
+        fn launch(&mut self, k: &Kernel) {
+            type Tune = fn(&mut NvidiaConfig);
+            let variants: [(&str, Tune); 7] = [
+                ("default", |_| {}),
+                ("not_prepared", |c| c.tuning.prepared = false),
+                ("invalidate_each", |c| c.tuning.invalidate_every_submission = true),
+                ("pcas9", |c| c.tuning.pcas_action = 9),
+                ("pcas3", |c| c.tuning.pcas_action = 3),
+                ("membar0", |c| c.tuning.cwd_membar = 0),
+                ("default_again", |_| {}),
+            ];
+            let args = [0u32];
+            for (name, f) in variants {
+                self.tune(f);
+                let l = Self::desc(k, &args, [1, 1, 1], [1, 1, 1], Order::AfterPrevious);
+                let mut ph = [Vec::new(), Vec::new(), Vec::new()];
+                for i in 0..3300 {
+                    match self.run(&[l], None) {
+                        Ok(t) if i >= 300 => {
+                            for p in 0..3 {
+                                ph[p].push(self.timer.us(t[p]));
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.fail(&format!("launch {name}"), e);
+                            break;
+                        }
+                    }
+                }
+                if ph[2].is_empty() {
+                    continue;
+                }
+                metric(&format!("rt_{name}_submit_p50_us"), pct(&mut ph[0], 0.5));
+                metric(&format!("rt_{name}_m0_p50_us"), pct(&mut ph[1], 0.5));
+                metric(&format!("rt_{name}_m1_p10_us"), pct(&mut ph[2], 0.1));
+                metric(&format!("rt_{name}_m1_p50_us"), pct(&mut ph[2], 0.5));
+                metric(&format!("rt_{name}_m1_p99_us"), pct(&mut ph[2], 0.99));
+            }
+            self.tune(|_| {});
+            let (hits, misses) = self.nv.prepared_stats();
+            metric("prepared_hits", hits as f64);
+            metric("prepared_misses", misses as f64);
+            // Semaphore-only: no kernel, the idle release alone.
+            let skip = LaunchDesc { skip: true, ..Self::desc(k, &args, [1; 3], [1; 3], Order::AfterPrevious) };
+            let mut v = Vec::new();
+            for i in 0..3300 {
+                match self.run(&[skip], None) {
+                    Ok(t) if i >= 300 => v.push(self.timer.us(t[2])),
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.fail("semaphore only", e);
+                        break;
+                    }
+                }
+            }
+            if !v.is_empty() {
+                metric("rt_semaphore_only_p50_us", pct(&mut v, 0.5));
+            }
+        }
+
+        // ----- chains ------------------------------------------------------------------------------------
+
+        fn chain(&mut self, k: &Kernel, ts: &Kernel) {
+            let n = 1000usize;
+            let sys_stamps = self.alloc(n as u64 * 16, POLLED, BufferKind::Queue);
+            let vid_stamps = self.alloc(n as u64 * 16, DATA, BufferKind::Data);
+            let sys = MarkerSlot { va: sys_stamps.va, cpu: sys_stamps.cpu };
+            let vid = MarkerSlot { va: vid_stamps.va, cpu: std::ptr::null_mut() };
+            type Tune = fn(&mut NvidiaConfig);
+            #[derive(Clone, Copy, PartialEq)]
+            enum St {
+                None,
+                Sys,
+                Vid,
+            }
+            let variants: [(&str, Tune, St, Order); 13] = [
+                ("dep_nostamps", |_| {}, St::None, Order::AfterPrevious),
+                ("dep_sysstamps", |_| {}, St::Sys, Order::AfterPrevious),
+                ("dep_vidstamps", |_| {}, St::Vid, Order::AfterPrevious),
+                ("dep_nostamps_not_prepared", |c| c.tuning.prepared = false, St::None, Order::AfterPrevious),
+                ("dep_sysstamps_not_prepared", |c| c.tuning.prepared = false, St::Sys, Order::AfterPrevious),
+                ("dep_nostamps_schedule", |c| c.tuning.chain_action = DependentAction::Schedule, St::None, Order::AfterPrevious),
+                ("dep_nostamps_noprefetch", |c| c.tuning.chain_prefetch = false, St::None, Order::AfterPrevious),
+                ("dep_nostamps_membar0", |c| c.tuning.cwd_membar = 0, St::None, Order::AfterPrevious),
+                ("dep_vidstamps_membar0", |c| c.tuning.cwd_membar = 0, St::Vid, Order::AfterPrevious),
+                ("dep_nostamps_idlerelease", |c| c.barrier = Barrier::IdleRelease, St::None, Order::AfterPrevious),
+                ("indep_nostamps", |_| {}, St::None, Order::Independent),
+                ("indep_sysstamps", |_| {}, St::Sys, Order::Independent),
+                ("indep_nostamps_not_prepared", |c| c.tuning.prepared = false, St::None, Order::Independent),
+            ];
+            let args = [0u32];
+            for (name, f, st, order) in variants {
+                self.tune(f);
+                let ls: Vec<LaunchDesc<'_>> = (0..n).map(|_| Self::desc(k, &args, [32, 1, 1], [1, 1, 1], order)).collect();
+                let stamps = match st {
+                    St::None => None,
+                    St::Sys => Some(sys),
+                    St::Vid => Some(vid),
+                };
+                let mut host = Vec::new();
+                let mut submit = Vec::new();
+                let mut gpu = Vec::new();
+                for rep in 0..14 {
+                    match self.run(&ls, stamps) {
+                        Ok(t) => {
+                            if rep >= 2 {
+                                host.push(self.timer.us(t[2]) / n as f64);
+                                submit.push(self.timer.us(t[0]));
+                            }
+                        }
+                        Err(e) => {
+                            self.fail(&format!("chain {name}"), e);
+                            break;
+                        }
+                    }
+                    if rep >= 2 && st != St::None {
+                        let stamp = |i: usize| -> u64 {
+                            if st == St::Sys {
+                                // SAFETY: inside the stamp buffer.
+                                unsafe { (sys_stamps.cpu.add(16 * i + 8) as *const u64).read_volatile() }
+                            } else {
+                                let v = self.bytes(&vid_stamps);
+                                u64::from_le_bytes(v[16 * i + 8..16 * i + 16].try_into().unwrap())
+                            }
+                        };
+                        if st == St::Vid {
+                            self.to_cpu(&vid_stamps, n as u64 * 16);
+                        }
+                        let (a, b) = (stamp(0), stamp(n - 1));
+                        if b > a {
+                            gpu.push((b - a) as f64 / 1e3 / (n - 1) as f64);
+                        }
+                    }
+                }
+                if host.is_empty() {
+                    continue;
+                }
+                metric(&format!("chain_{name}_per_launch_us"), pct(&mut host, 0.5));
+                metric(&format!("chain_{name}_submit_us"), pct(&mut submit, 0.5));
+                if !gpu.is_empty() {
+                    metric(&format!("chain_{name}_gpu_per_launch_us"), pct(&mut gpu, 0.5));
+                }
+            }
+            self.tune(|_| {});
+            self.free(&sys_stamps);
+            self.free(&vid_stamps);
+            self.resubmitted_ordering(ts);
+        }
+
+        /// The same six dependent launches of `timestamps` (264 blocks x 20 us) submitted three times: the
+        /// second and third are sent from the prepared encoding. Each must show no overlap, and every stamp
+        /// and both markers must carry that submission's sequence.
+        fn resubmitted_ordering(&mut self, ts: &Kernel) {
+            let (launches, blocks) = (6usize, 264u32);
+            let per = blocks as u64 * 16;
+            let buf = self.alloc(per * launches as u64, DATA, BufferKind::Data);
+            let stamps = self.alloc(launches as u64 * 16, POLLED, BufferKind::Queue);
+            let args: Vec<Vec<u32>> = (0..launches)
+                .map(|i| {
+                    let va = buf.va + per * i as u64;
+                    vec![va as u32, (va >> 32) as u32, 20_000, 0]
+                })
+                .collect();
+            let ls: Vec<LaunchDesc<'_>> =
+                args.iter().map(|a| Self::desc(ts, a, [32, 1, 1], [blocks, 1, 1], Order::AfterPrevious)).collect();
+            let (h0, _) = self.nv.prepared_stats();
+            for round in 0..3 {
+                self.bytes(&buf).fill(0);
+                self.to_gpu(&buf, buf.bytes);
+                let slot = MarkerSlot { va: stamps.va, cpu: stamps.cpu };
+                if let Err(e) = self.run(&ls, Some(slot)) {
+                    self.fail("resubmitted ordering", e);
+                    break;
+                }
+                self.to_cpu(&buf, buf.bytes);
+                let v = self.bytes(&buf);
+                let word = |i: usize| u64::from_le_bytes(v[8 * i..8 * i + 8].try_into().unwrap());
+                let mut spans = Vec::new();
+                let mut missing = 0;
+                for l in 0..launches {
+                    let (mut lo, mut hi) = (u64::MAX, 0u64);
+                    for b in 0..blocks as usize {
+                        let base = (l * blocks as usize + b) * 2;
+                        let (s, e) = (word(base), word(base + 1));
+                        if s == 0 || e < s {
+                            missing += 1;
+                        }
+                        lo = lo.min(s);
+                        hi = hi.max(e);
+                    }
+                    spans.push((lo, hi));
+                }
+                let overlaps = spans.windows(2).filter(|w| w[1].0 < w[0].1).count();
+                let seq_ok = (0..launches).all(|i| {
+                    // SAFETY: inside the stamp buffer.
+                    unsafe { (stamps.cpu.add(16 * i) as *const u32).read_volatile() == self.seq }
+                });
+                let ok = overlaps == 0 && missing == 0 && seq_ok;
+                println!(
+                    "[{}] resubmitted ordering round {round}: overlapping pairs {overlaps}, blocks without stamps {missing}, stamps carry the sequence: {seq_ok}",
+                    if ok { "ok" } else { "FAIL" }
+                );
+                if !ok {
+                    self.failures += 1;
+                }
+            }
+            let (h1, _) = self.nv.prepared_stats();
+            println!("probe.resubmitted_ordering_prepared_hits {}", h1 - h0);
+            self.free(&buf);
+            self.free(&stamps);
+        }
+    }
+
+    fn fmt_list(v: &[f64]) -> String {
+        v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" ")
+    }
+
+    pub fn main() {
+        let args: Vec<String> = std::env::args().collect();
+        let dir = PathBuf::from(args.get(1).cloned().unwrap_or_else(|| ".gpu".into()));
+        let what = args.get(2).cloned().unwrap_or_else(|| "all".into());
+        let nv = Nvidia::probe().expect("probe");
+        // SAFETY: single-threaded; the device is closed.
+        let info = unsafe { nv.device().unwrap().open() }.expect("open");
+        let (src, mono_ns) = nv.clock_source();
+        println!("# nv_probe device=\"{}\" driver={} clock={src:?} clock_gettime={mono_ns} ns", info.name, info.driver_version);
+        let timer = Timer::calibrate();
+        let desc = BufferDesc { bytes: 1 << 16, rights: POLLED, cache: CachePolicy::Uncached, kind: BufferKind::Queue };
+        // SAFETY: open, single-threaded.
+        let markers = unsafe { nv.memory().unwrap().alloc(&desc) }.expect("markers");
+        let mut p = Probe { nv: nv.clone(), dir, timer, seq: 0, markers, failures: 0 };
+        if what == "all" || what == "copies" {
+            p.copies();
+        }
+        let empty = p.load("empty");
+        let ts = p.load("timestamps");
+        if what == "all" || what == "launch" {
+            p.launch(&empty);
+        }
+        if what == "all" || what == "chain" {
+            p.chain(&empty, &ts);
+        }
+        let (hits, misses) = nv.prepared_stats();
+        println!("# prepared submissions: {hits} hits, {misses} misses; failures {}", p.failures);
+        p.free(&empty.code);
+        p.free(&ts.code);
+        p.free(&p.markers);
+        // SAFETY: nothing running; every allocation freed.
+        unsafe { nv.device().unwrap().close() };
+        if p.failures > 0 {
+            std::process::exit(1);
+        }
+    }
+}

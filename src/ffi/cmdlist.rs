@@ -1,0 +1,310 @@
+//! `omega_gpu_cmdlist.h`: command lists — many launches, one submission, one completion wait — over
+//! [`crate::cmdlist::CmdList`] on the process's runtime.
+//!
+//! Every function is a shell around one core call, as in `session.rs`. What C adds is the handle: C gets an
+//! opaque `OmegaGpuCmdList *` that is a key, never an address. Live lists sit in a registry under keys that
+//! are never reused in the process, so a freed, foreign or made-up pointer is refused by name (stage
+//! `cmdlist <call>`) instead of being dereferenced: a double free or a use after free is a named failure,
+//! and a stale key can never name a later list. Each list has its own mutex, so calls on different lists
+//! from different threads do not wait for each other; calls on one list take turns.
+
+use core::ffi::{c_char, c_int};
+use core::ptr;
+use std::collections::BTreeMap;
+
+use super::boundary::{code, guard, refuse};
+use super::engine::static_name;
+use crate::cmdlist::{self as core_list, CmdList, CmdListError, CmdListOpts, CmdListStats};
+use crate::error::Error;
+use crate::session::{runtime, RawLaunch};
+use crate::sync::{self, Arc, Mutex};
+
+/// Most launches one list holds; the next add is refused (`cmdlist add: OMEGA_GPU_CMDLIST_FULL`).
+pub const OMEGA_GPU_CMDLIST_MAX_LAUNCHES: u32 = 2048;
+/// `OmegaGpuCmdListOpts.barrier`: a barrier before each launch not marked independent, so dependent
+/// launches never overlap (the default).
+pub const OMEGA_GPU_CMDLIST_BARRIER_DEFAULT: u32 = 0;
+/// `OmegaGpuCmdListOpts.barrier`: no ordering at all. TEST ONLY: launches may overlap and race.
+pub const OMEGA_GPU_CMDLIST_BARRIER_NONE: u32 = 1;
+
+const _: () = {
+    assert!(OMEGA_GPU_CMDLIST_MAX_LAUNCHES == core_list::MAX_LAUNCHES);
+    assert!(OMEGA_GPU_CMDLIST_BARRIER_DEFAULT == core_list::BARRIER_DEFAULT);
+    assert!(OMEGA_GPU_CMDLIST_BARRIER_NONE == core_list::BARRIER_NONE);
+};
+
+/// EXPERIMENTAL. A command list, opaque to C: create it with `omega_gpu_cmdlist_create`, release it with
+/// `omega_gpu_cmdlist_free`. The pointer is a key into the library's list of live lists, never dereferenced.
+pub struct OmegaGpuCmdList {
+    _opaque: [u8; 0],
+}
+
+type Shared = Arc<Mutex<CmdList<'static>>>;
+
+struct Registry {
+    /// The next key; keys only grow, so a freed key is never handed out again.
+    next: usize,
+    lists: BTreeMap<usize, Shared>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { next: 1, lists: BTreeMap::new() });
+
+/// Keys are spaced 16 apart so that the pointer C holds is as aligned as any object's would be.
+const KEY_STRIDE: usize = 16;
+
+fn register(list: CmdList<'static>) -> *mut OmegaGpuCmdList {
+    let mut r = sync::lock(&REGISTRY);
+    let key = r.next * KEY_STRIDE;
+    r.next += 1;
+    r.lists.insert(key, Arc::new(Mutex::new(list)));
+    ptr::without_provenance_mut(key)
+}
+
+/// The live list `list` names, or the refusal (recorded) of a NULL or unknown pointer.
+fn find(stage: &'static str, list: *const OmegaGpuCmdList) -> Result<Shared, c_int> {
+    if list.is_null() {
+        return Err(refuse(stage, "list is NULL"));
+    }
+    match sync::lock(&REGISTRY).lists.get(&list.addr()) {
+        Some(l) => Ok(l.clone()),
+        None => Err(unknown(stage, list)),
+    }
+}
+
+fn unknown(stage: &'static str, list: *const OmegaGpuCmdList) -> c_int {
+    refuse(stage, format!("{list:p} is not a live command list (never created, or freed already)"))
+}
+
+/// The contract's return code for a list failure (the core recorded its text).
+fn list_code(e: &CmdListError) -> c_int {
+    match e {
+        CmdListError::Session(e) => code(e),
+        _ => -1,
+    }
+}
+
+fn list_rc<T>(r: Result<T, CmdListError>) -> c_int {
+    match r {
+        Ok(_) => 0,
+        Err(e) => list_code(&e),
+    }
+}
+
+/// EXPERIMENTAL. Creates an empty command list with `*opts` (NULL: the defaults, as an all-zero
+/// `OmegaGpuCmdListOpts`) and writes its handle to `*out`. Takes the session lock itself: call it WITHOUT
+/// the lock (a caller that holds it is refused, stage `lock`, where the lock would deadlock). The device
+/// must be open and the process not latched. Allocates the list's stamp area (16 bytes per launch, for
+/// `OMEGA_GPU_CMDLIST_MAX_LAUNCHES`). Returns 0, or -1 with the stage named and `*out` set to NULL
+/// (`cmdlist create` for an unknown barrier mode or a NULL `out`).
+///
+/// # Safety
+/// - `opts` is NULL or points to a readable `OmegaGpuCmdListOpts`.
+/// - `out` is NULL (refused) or points to a writable `OmegaGpuCmdList *`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out: *mut *mut OmegaGpuCmdList) -> c_int {
+    guard("omega_gpu_cmdlist_create", -1, || {
+        // SAFETY: by the caller's promise `out` is NULL or points to a writable pointer.
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("cmdlist create", "out is NULL") };
+        *out = ptr::null_mut();
+        // SAFETY: by the caller's promise `opts` is NULL or points to a readable OmegaGpuCmdListOpts.
+        let opts = unsafe { opts.as_ref() };
+        match CmdList::create(runtime(), opts) {
+            Ok(list) => {
+                *out = register(list);
+                0
+            }
+            Err(e) => list_code(&e),
+        }
+    })
+}
+
+/// EXPERIMENTAL. Releases the list and its stamp area; the handle is invalid from then on (every later call
+/// with it, a second free included, is refused by name). Takes the session lock itself: call it WITHOUT the
+/// lock; a caller that holds it is refused (stage `lock`) and the list stays as it was, so it can be freed
+/// properly afterwards. After an uncertain completion the stamp area is parked (kept allocated, never
+/// released), since the device may still write it. NULL is a no-op returning 0. Returns 0, or -1 with the
+/// stage named (`cmdlist free` for a pointer that is not a live list).
+#[no_mangle]
+pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
+    guard("omega_gpu_cmdlist_free", -1, || {
+        if list.is_null() {
+            return 0;
+        }
+        let rt = runtime();
+        if rt.holds_lock() {
+            let e = Error::Lock("cmdlist free takes the session lock itself: call it without the lock");
+            rt.set_error(&e);
+            return code(&e);
+        }
+        let Some(shared) = sync::lock(&REGISTRY).lists.remove(&list.addr()) else {
+            return unknown("cmdlist free", list);
+        };
+        match Arc::try_unwrap(shared) {
+            Ok(m) => list_rc(m.into_inner().unwrap_or_else(|p| p.into_inner()).free()),
+            // Another thread is inside a call on this list; it holds the last reference and releases the
+            // list (under the session lock) when that call returns. The handle is already gone.
+            Err(shared) => {
+                drop(shared);
+                0
+            }
+        }
+    })
+}
+
+/// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Refused on a latched list
+/// (stage `cmdlist reset`). Returns 0 or -1.
+#[no_mangle]
+pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
+    guard("omega_gpu_cmdlist_reset", -1, || match find("cmdlist reset", list) {
+        Ok(l) => list_rc(sync::lock(&l).reset()),
+        Err(rc) => rc,
+    })
+}
+
+/// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list.
+#[no_mangle]
+pub extern "C" fn omega_gpu_cmdlist_count(list: *const OmegaGpuCmdList) -> u32 {
+    guard("omega_gpu_cmdlist_count", 0, || match find("cmdlist count", list) {
+        Ok(l) => sync::lock(&l).count(),
+        Err(_) => 0,
+    })
+}
+
+/// EXPERIMENTAL. Records launch `*L` (its argument words are copied) after the checks
+/// `omega_gpu_session_launch` makes (a refusal names stage `launch arguments`; nothing is recorded), and
+/// writes its index to `*index_out` when given. Caller holds the lock; the device is open. Refused past
+/// `OMEGA_GPU_CMDLIST_MAX_LAUNCHES` (`cmdlist add: OMEGA_GPU_CMDLIST_FULL`) and on a latched list. Returns 0
+/// or -1.
+///
+/// # Safety
+/// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
+///   points to `n_args` readable words.
+/// - `index_out` is NULL or points to a writable `uint32_t`.
+#[no_mangle]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn omega_gpu_cmdlist_add(
+    list: *mut OmegaGpuCmdList,
+    L: *const RawLaunch,
+    index_out: *mut u32,
+) -> c_int {
+    guard("omega_gpu_cmdlist_add", -1, || {
+        let stage = "cmdlist add";
+        let l = match find(stage, list) {
+            Ok(l) => l,
+            Err(rc) => return rc,
+        };
+        let rt = runtime();
+        if let Err(e) = rt.require_lock(stage) {
+            return code(&e);
+        }
+        // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
+        let Some(launch) = (unsafe { L.as_ref() }) else {
+            let e = Error::LaunchArguments("L is NULL".into());
+            rt.set_error(&e);
+            return code(&e);
+        };
+        // SAFETY: by the caller's promise `launch.args` is NULL or points to `launch.n_args` words, read (and
+        // copied) during this call only.
+        let added = unsafe { sync::lock(&l).add_raw(launch) };
+        match added {
+            Ok(i) => {
+                // SAFETY: by the caller's promise `index_out` is NULL or points to a writable u32.
+                if let Some(o) = unsafe { index_out.as_mut() } {
+                    *o = i;
+                }
+                0
+            }
+            Err(e) => list_code(&e),
+        }
+    })
+}
+
+/// EXPERIMENTAL. Lets launch `index` overlap the launch before it (no barrier before it). Refused (stage
+/// `cmdlist mark independent`) for an index the list does not hold and on a latched list. Returns 0 or -1.
+#[no_mangle]
+pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList, index: u32) -> c_int {
+    guard("omega_gpu_cmdlist_mark_independent", -1, || match find("cmdlist mark independent", list) {
+        Ok(l) => list_rc(sync::lock(&l).mark_independent(index)),
+        Err(rc) => rc,
+    })
+}
+
+/// EXPERIMENTAL. Submits every recorded launch as one submission and waits once for its two completion
+/// markers, so it returns when the chip is done. Caller holds the lock, device open, not latched. Each wait's
+/// limit is `OmegaGpuCmdListOpts.timeout_ms`, or the sum of the launches' own `timeout_ms` when that is 0.
+/// `*stats` (when given) receives the list's statistics after the call, whatever it returned. Returns 0;
+/// -1 with the stage named (`cmdlist submit` for an empty list, a list of a device closed since create, or
+/// a launch whose code was freed since the add; nothing is submitted); `OMEGA_GPU_SESSION_CANCELLED` when
+/// a cancel request was seen. An uncertain completion (a marker timeout, a refused poll, a cancel after
+/// submit) latches the list and then the process: `omega_gpu_cmdlist_is_latched` and
+/// `omega_gpu_session_is_blocked` return 1.
+///
+/// # Safety
+/// - `stats` is NULL or points to a writable `OmegaGpuCmdListStats`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, stats: *mut CmdListStats) -> c_int {
+    guard("omega_gpu_cmdlist_submit", -1, || {
+        let l = match find("cmdlist submit", list) {
+            Ok(l) => l,
+            Err(rc) => return rc,
+        };
+        let mut g = sync::lock(&l);
+        let r = g.submit();
+        // SAFETY: by the caller's promise `stats` is NULL or points to a writable OmegaGpuCmdListStats.
+        if let Some(s) = unsafe { stats.as_mut() } {
+            *s = g.stats();
+        }
+        list_rc(r)
+    })
+}
+
+/// EXPERIMENTAL. 1 once an uncertain completion latched this list, 0 if not; -1 (stage named) for a pointer
+/// that is not a live list. A latched list refuses everything but free and the queries. No lock needed.
+#[no_mangle]
+pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> c_int {
+    guard("omega_gpu_cmdlist_is_latched", -1, || match find("cmdlist is latched", list) {
+        Ok(l) => c_int::from(sync::lock(&l).is_latched()),
+        Err(rc) => rc,
+    })
+}
+
+/// EXPERIMENTAL. Copies the completion timestamps (platform-clock ns) of the launches of the last completed
+/// submission, in list order, to `out[0..]`, at most `max` of them; returns how many were written (0 before
+/// the first submission, after a reset, or for a failed one). A launch that released no stamp reads 0. No
+/// lock needed. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
+/// above 0.
+///
+/// # Safety
+/// - `out` is NULL (refused unless `max` is 0) or points to `max` writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_cmdlist_stamps(list: *const OmegaGpuCmdList, out: *mut u64, max: usize) -> usize {
+    guard("omega_gpu_cmdlist_stamps", 0, || {
+        let stage = "cmdlist stamps";
+        let l = match find(stage, list) {
+            Ok(l) => l,
+            Err(_) => return 0,
+        };
+        if max == 0 {
+            return 0;
+        }
+        if out.is_null() {
+            refuse(stage, format!("out is NULL (max {max})"));
+            return 0;
+        }
+        // SAFETY: non-null (checked) and, by the caller's promise, valid for `max` writable u64 that nothing
+        // else uses during the call.
+        let out = unsafe { core::slice::from_raw_parts_mut(out, max) };
+        let written = sync::lock(&l).stamps(out);
+        written
+    })
+}
+
+/// EXPERIMENTAL. The fixed name of a barrier mode: `"OMEGA_GPU_CMDLIST_BARRIER_DEFAULT"`,
+/// `"OMEGA_GPU_CMDLIST_BARRIER_NONE"`, or `"OMEGA_GPU_CMDLIST_BARRIER_UNKNOWN"` for a value no mode has. A
+/// static string. Any thread.
+#[no_mangle]
+pub extern "C" fn omega_gpu_cmdlist_barrier_name(mode: u32) -> *const c_char {
+    guard("omega_gpu_cmdlist_barrier_name", c"OMEGA_GPU_CMDLIST_BARRIER_UNKNOWN".as_ptr(), || {
+        static_name(core_list::barrier_name(mode))
+    })
+}
