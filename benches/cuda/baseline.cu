@@ -24,7 +24,28 @@ static double pct(std::vector<double> v, double p) {
     return v[(size_t)((v.size() - 1) * p + 0.5)];
 }
 
+// `--copy-timeline`: every 1 GiB pinned copy to the GPU timed on its own from the start of the process, to see
+// whether CUDA's first copies run cold as well (diagnosis only; the figures below do not use it).
+static int copy_timeline() {
+    size_t big = 1ull << 30;
+    void *h, *d;
+    CK(cudaMallocHost(&h, big));
+    CK(cudaMalloc(&d, big));
+    memset(h, 0x5a, big);
+    printf("cuda.copy_timeline_to_gpu");
+    for (int i = 0; i < 14; i++) {
+        double t = now_us();
+        CK(cudaMemcpy(d, h, big, cudaMemcpyHostToDevice));
+        printf(" %.1f", big / (now_us() - t) / 1e3);
+    }
+    printf("\n");
+    CK(cudaFreeHost(h));
+    CK(cudaFree(d));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && std::string(argv[1]) == "--copy-timeline") return copy_timeline();
     bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     int warm = quick ? 10 : 1000, iters = quick ? 200 : 10000;
     size_t big = quick ? (64ull << 20) : (1ull << 30);

@@ -389,7 +389,13 @@ impl<'r> CmdList<'r> {
     /// Every launch's code must still lie in a live code buffer: it may have been freed since the add.
     fn check_code_live(&self) -> Result<()> {
         let s = sync::lock(&self.rt.session);
+        // Lists mostly repeat a few kernels: look each run of one code address up once.
+        let mut checked = None;
         for (k, l) in self.launches.iter().enumerate() {
+            if checked == Some(l.code_va) {
+                continue;
+            }
+            checked = Some(l.code_va);
             let live = s.code_ranges.range(..=l.code_va).next_back().is_some_and(|(va, len)| l.code_va < va + len);
             if !live {
                 return Err(CmdListError::Stale(format!(

@@ -134,19 +134,8 @@ impl Runtime {
 
     /// Replaces the platform. Caller holds the lock; the device must be closed and the process not latched.
     pub fn set_platform(&self, kind: PlatformKind) -> Result<()> {
-        self.require_lock("set platform")?;
-        if self.is_blocked() {
-            return self.fail(Error::Latched("set platform"));
-        }
-        if self.is_open() {
-            return self.fail(Error::Setting { stage: "set platform", detail: "close the device first".into() });
-        }
-        let i = match Installed::new(kind) {
-            Ok(i) => i,
-            Err(e) => return self.fail(e),
-        };
-        *sync::lock(&self.installed) = Some(i);
-        Ok(())
+        let i = Installed::new(kind).or_else(|e| self.fail(e))?;
+        self.install(i)
     }
 
     /// Installs a given platform (a configured simulator, say). Same rules as [`Runtime::set_platform`].
