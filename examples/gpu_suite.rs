@@ -12,6 +12,7 @@ use omega::{Error, Launch, Scoped};
 use rand::{Rng, SeedableRng};
 
 type CaseResult = Result<String, String>;
+type Case = (&'static str, fn() -> CaseResult);
 
 omega::kernel!(VectorAdd = "kernels/vector_add.ptx", params(a: &f32, b: &f32, c: &mut f32, n: u32));
 omega::kernel!(ScaleCopy = "kernels/scale_copy.ptx", params(src: &f32, dst: &mut f32, alpha: f32, n: u32));
@@ -397,7 +398,7 @@ fn main() -> ExitCode {
             info.driver_version
         );
     }
-    let cases: Vec<(&str, fn() -> CaseResult)> = vec![
+    let cases: Vec<Case> = vec![
         ("hello vector add (1M random f32)", || vector_add(1 << 20)),
         ("10,000 launches", ten_thousand_launches),
         ("typed launches (kernel! and derive(LaunchArgs))", typed_handles),

@@ -363,7 +363,7 @@ impl Runtime {
             }
             spins = spins.wrapping_add(1);
             let slow = now >= spin_end;
-            if slow || spins % SPIN_FAULT_CHECK == 0 {
+            if slow || spins.is_multiple_of(SPIN_FAULT_CHECK) {
                 if let Some(f) = poll.channel_fault() {
                     sync::lock(&self.session).channel_fault = Some(f.clone());
                     return self.fail(Error::Fault(f));

@@ -543,6 +543,107 @@ mod tests {
     }
 
     #[test]
+    fn payload_words_are_where_the_encoder_puts_the_payloads() {
+        use super::super::arch::HOPPER;
+        let p = QmdParams {
+            program_va: 0x10_0004_0000,
+            program_bytes: 512,
+            registers: 16,
+            block: [32, 1, 1],
+            grid: [1, 1, 1],
+            shared_bytes: 1024,
+            local_bytes_per_thread: 0x240,
+            barrier_count: 1,
+            cbuf0_va: 0x10_0000_0180,
+            cbuf0_bytes: 0x220,
+            release0: Some((0x10_0001_0000, 0xdead_beef)),
+            release1: Some((0x10_0001_0040, 0x1234_5678)),
+            dependent: None,
+        };
+        let q = qmd::encode(&HOPPER, &p).unwrap();
+        assert_eq!(q[qmd::release_payload_word(&HOPPER, 0).unwrap()], 0xdead_beef);
+        assert_eq!(q[qmd::release_payload_word(&HOPPER, 1).unwrap()], 0x1234_5678);
+        assert_eq!(qmd::release_payload_word(&HOPPER, 3), None);
+        // Patching that word is the same as encoding with the new payload.
+        let mut patched = q;
+        patched[qmd::release_payload_word(&HOPPER, 0).unwrap()] = 7;
+        patched[qmd::release_payload_word(&HOPPER, 1).unwrap()] = 7;
+        let fresh = qmd::encode(
+            &HOPPER,
+            &QmdParams { release0: Some((0x10_0001_0000, 7)), release1: Some((0x10_0001_0040, 7)), ..p },
+        )
+        .unwrap();
+        assert_eq!(patched, fresh);
+    }
+
+    #[test]
+    fn constant_bank_sizes_match_what_fill_cbuf0_builds() {
+        use super::super::arch::HOPPER;
+        for n in [0usize, 1, 3, 4, 5, 31] {
+            let mut out = Vec::new();
+            let p = Cbuf0Params {
+                block: [1; 3],
+                grid: [1; 3],
+                shared_window: SHARED_WINDOW,
+                local_window: LOCAL_WINDOW,
+                dynamic_shared_bytes: 0,
+            };
+            qmd::fill_cbuf0(&HOPPER, &p, &vec![9; n], &mut out);
+            assert_eq!(out.len() as u64, cbuf_words(&HOPPER, n), "{n} arguments");
+        }
+    }
+
+    #[test]
+    fn the_prepared_key_ignores_the_sequence_and_nothing_else() {
+        use crate::poll::MarkerSlot;
+        let args = [1u32, 2];
+        let l = LaunchDesc {
+            code_va: 0x10_0004_0000,
+            code_bytes: 512,
+            gpr_count: 64,
+            block: [32, 1, 1],
+            grid: [4, 1, 1],
+            shared_bytes: 1024,
+            dynamic_shared_bytes: 0,
+            local_bytes_per_thread: 0,
+            barrier_count: 1,
+            num_elements: 0,
+            args: &args,
+            order: Order::AfterPrevious,
+            skip: false,
+        };
+        let m = |va| MarkerSlot { va, cpu: core::ptr::null_mut() };
+        let base = [l, l];
+        let sub = Submission { launches: &base, markers: [m(0x1000), m(0x1010)], sequence: 5, stamps: None };
+        let t = LaunchTuning::default();
+        let key = |s: &Submission<'_>, t: &LaunchTuning| {
+            let mut k = Vec::new();
+            submission_key(s, true, 0x240, t, &mut k);
+            k
+        };
+        let k0 = key(&sub, &t);
+        assert_eq!(k0, key(&Submission { sequence: 6, ..sub }, &t), "the sequence is patched, not keyed");
+        let other_args = [1u32, 3];
+        let changed = [l, LaunchDesc { args: &other_args, ..l }];
+        let independent = [l, LaunchDesc { order: Order::Independent, ..l }];
+        let skipped = [l, LaunchDesc { skip: true, ..l }];
+        let longer = [l, l, l];
+        for (what, s) in [
+            ("arguments", Submission { launches: &changed, ..sub }),
+            ("order", Submission { launches: &independent, ..sub }),
+            ("skip", Submission { launches: &skipped, ..sub }),
+            ("count", Submission { launches: &longer, ..sub }),
+            ("marker 0", Submission { markers: [m(0x2000), m(0x1010)], ..sub }),
+            ("stamps", Submission { stamps: Some(m(0x3000)), ..sub }),
+        ] {
+            assert_ne!(key(&s, &t), k0, "{what} must change the key");
+        }
+        let other = LaunchTuning { chain_action: DependentAction::Schedule, ..t };
+        assert_ne!(key(&sub, &other), k0, "the tuning must change the key");
+        assert_ne!(key_hash(&k0), key_hash(&key(&Submission { launches: &changed, ..sub }, &t)));
+    }
+
+    #[test]
     fn only_pure_dependency_chains_are_chained() {
         use Order::*;
         assert!(!is_chain([AfterPrevious]), "one launch needs no chain");
