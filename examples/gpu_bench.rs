@@ -66,8 +66,9 @@ fn layers<'s>(
     let mem = platform.memory().expect("memory service");
     // SAFETY: the scope holds the session lock and the device is open.
     let markers = unsafe { mem.alloc(&desc) }.map_err(Error::Alloc)?;
-    // SAFETY: the marker buffer is a page; both slots lie inside it.
-    let slots = [MarkerSlot { va: markers.va, cpu: markers.cpu }, MarkerSlot { va: markers.va + 16, cpu: unsafe { markers.cpu.add(16) } }];
+    // SAFETY: the marker buffer is a page; the second slot at +16 lies inside it.
+    let second = unsafe { markers.cpu.add(16) };
+    let slots = [MarkerSlot { va: markers.va, cpu: markers.cpu }, MarkerSlot { va: markers.va + 16, cpu: second }];
     let hal_desc = LaunchDesc {
         code_va: k.entry_va(),
         code_bytes: meta.code_bytes,
@@ -88,7 +89,8 @@ fn layers<'s>(
     let mut seq = 0u32;
     let hal = |seq: &mut u32| -> Result<(), Error> {
         *seq = seq.wrapping_add(1).max(1);
-        let sub = Submission { launches: std::slice::from_ref(&hal_desc), markers: slots, sequence: *seq, stamps: None };
+        let sub =
+            Submission { launches: std::slice::from_ref(&hal_desc), markers: slots, sequence: *seq, stamps: None };
         // SAFETY: lock held; code, markers and arguments are live; the previous submission completed.
         unsafe { queue.submit(&sub) }.map_err(Error::Submit)?;
         let t = Instant::now();

@@ -11,6 +11,9 @@ use crate::state::{Data, DeviceScalar};
 /// Default completion limit per marker.
 pub const DEFAULT_TIMEOUT_MS: u32 = 5_000;
 
+/// Argument words a launch builds on the stack (longer blocks allocate).
+const SMALL_ARG_WORDS: usize = 64;
+
 /// A value a kernel can take as an argument.
 ///
 /// Implemented for the device scalars and for device pointers borrowed from data buffers; not for host
@@ -81,6 +84,23 @@ impl ArgBlock {
     /// The layout so far.
     pub fn params(&self) -> &[ParamInfo] {
         &self.params
+    }
+
+    /// [`ArgBlock::words`] into `buf` when they fit, without allocating; `None` when they do not.
+    fn words_into<'b>(&self, buf: &'b mut [u32; SMALL_ARG_WORDS]) -> Option<&'b [u32]> {
+        let n = self.bytes.len().div_ceil(4).max(1);
+        if n > buf.len() {
+            return None;
+        }
+        for (w, c) in buf.iter_mut().zip(self.bytes.chunks(4)) {
+            let mut b = [0u8; 4];
+            b[..c.len()].copy_from_slice(c);
+            *w = u32::from_le_bytes(b);
+        }
+        if self.bytes.is_empty() {
+            buf[0] = 0;
+        }
+        Some(&buf[..n])
     }
 
     /// The block as argument words (at least one: the contract's launch takes 1 or more).
@@ -217,8 +237,17 @@ impl<'k, 's> Launch<'k, 's> {
         let rt = runtime();
         // The Rust builder is not held to the C launch's 32 words: its limit is the constant bank's room
         // for parameters on this architecture.
-        let max_bytes = rt.installed()?.platform.caps().max_param_bytes;
-        let words = self.args.words();
+        let max_bytes = rt.max_param_bytes()?;
+        // Small blocks (nearly all) go through the stack: no allocation per launch.
+        let mut small = [0u32; SMALL_ARG_WORDS];
+        let owned;
+        let words: &[u32] = match self.args.words_into(&mut small) {
+            Some(w) => w,
+            None => {
+                owned = self.args.words();
+                &owned
+            }
+        };
         if words.len() * 4 > max_bytes as usize {
             let e = Error::LaunchArguments(format!(
                 "{} bytes of arguments ({} words) for kernel `{}`; the constant bank takes at most {max_bytes} bytes",
@@ -241,7 +270,7 @@ impl<'k, 's> Launch<'k, 's> {
             block: self.block,
             grid: self.grid,
             num_elements: self.grid[0].saturating_mul(self.block[0]),
-            args: &words,
+            args: words,
             max_args: max_words,
             timeout_ms: self.timeout_ms,
             shared_bytes: 0,
@@ -249,5 +278,33 @@ impl<'k, 's> Launch<'k, 's> {
             spin_us: self.spin_us,
         };
         f(&spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_words_equal_allocated_words() {
+        let mut b = ArgBlock::default();
+        let mut buf = [0xdead_beef; SMALL_ARG_WORDS];
+        assert_eq!(b.words_into(&mut buf).map(<[u32]>::to_vec), Some(b.words()), "empty block: one zero word");
+        b.push(7u8);
+        b.push(0x1234_5678_9abc_def0u64);
+        b.push(3u16);
+        let mut buf = [0xdead_beef; SMALL_ARG_WORDS];
+        assert_eq!(b.words_into(&mut buf).map(<[u32]>::to_vec), Some(b.words()));
+        let mut big = ArgBlock::default();
+        for i in 0..SMALL_ARG_WORDS as u32 + 1 {
+            big.push(i);
+        }
+        assert_eq!(big.words_into(&mut [0; SMALL_ARG_WORDS]), None, "too long for the stack");
+        let mut exact = ArgBlock::default();
+        for i in 0..SMALL_ARG_WORDS as u32 {
+            exact.push(i);
+        }
+        let mut buf = [0; SMALL_ARG_WORDS];
+        assert_eq!(exact.words_into(&mut buf).map(<[u32]>::to_vec), Some(exact.words()));
     }
 }

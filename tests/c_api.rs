@@ -66,9 +66,13 @@ fn build(name: &str, sources: &[&str], link: Link) -> PathBuf {
 }
 
 fn run(exe: &Path, args: &[&str]) -> Output {
+    // cargo's LD_LIBRARY_PATH puts target/<profile>/ first, where an older libomega.so from a plain
+    // `cargo build` may sit; it would win over the rpath, so the library of this run goes first.
+    let search = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
     let out = Command::new(exe)
         .args(args)
         .env("OMEGA_PLATFORM", "sim")
+        .env("LD_LIBRARY_PATH", format!("{}:{search}", lib_dir().display()))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

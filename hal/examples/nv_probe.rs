@@ -35,7 +35,7 @@ mod linux {
 
     use omega_hal::nvidia::cubin::{KernelInfo, Module};
     use omega_hal::nvidia::qmd::DependentAction;
-    use omega_hal::nvidia::{Barrier, Nvidia, NvidiaConfig};
+    use omega_hal::nvidia::{Barrier, Marker1, Nvidia, NvidiaConfig};
     use omega_hal::{
         Allocation, BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights, Submission,
     };
@@ -202,73 +202,134 @@ mod linux {
         // ----- copies --------------------------------------------------------------------------------
 
         fn copies(&mut self) {
+            println!("# copies: {}", self.nv.copy_engine());
+            type Tune = fn(&mut NvidiaConfig);
+            let variants: [(&str, Tune); 3] =
+                [("grce", |_| {}), ("async", |c| c.async_copy = true), ("grce_huge", |c| c.huge_staging = true)];
+            for (i, (tag, f)) in variants.into_iter().enumerate() {
+                if i > 0 {
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+                self.tune(f);
+                self.copy_timeline(tag);
+            }
+            self.tune(|_| {});
+            let small = self.alloc(4096, DATA, BufferKind::Data);
+            for (name, async_copy, bar1) in [("grce", false, true), ("grce_ce", false, false)] {
+                self.tune(|c| {
+                    c.async_copy = async_copy;
+                    c.bar1_sync_max = if bar1 { 64 << 10 } else { 0 };
+                });
+                for (dir, to_gpu) in [("to_gpu", true), ("to_cpu", false)] {
+                    if !bar1 && !to_gpu {
+                        continue;
+                    }
+                    let mut v = Vec::new();
+                    for i in 0..6000 {
+                        let t = tsc();
+                        if to_gpu {
+                            self.to_gpu(&small, 4096);
+                        } else {
+                            self.to_cpu(&small, 4096);
+                        }
+                        if i >= 1000 {
+                            v.push(self.timer.us(tsc() - t));
+                        }
+                    }
+                    metric(&format!("sync4k_{dir}_{name}_p50_us"), pct(&mut v, 0.5));
+                }
+            }
+            self.tune(|_| {});
+            self.free(&small);
+        }
+
+        fn copy_timeline(&mut self, tag: &str) {
             let big = 1u64 << 30;
             let gbps = |t: Instant| big as f64 / t.elapsed().as_secs_f64() / 1e9;
             let t = Instant::now();
             let x = self.alloc(big, DATA, BufferKind::Data);
-            metric("copy_alloc_1g_ms", t.elapsed().as_secs_f64() * 1e3);
+            metric(&format!("copy_{tag}_alloc_1g_ms"), t.elapsed().as_secs_f64() * 1e3);
             self.bytes(&x).fill(0x3c);
             let mut line = Vec::new();
-            for _ in 0..14 {
+            for _ in 0..6 {
                 let t = Instant::now();
                 self.to_gpu(&x, big);
                 line.push(gbps(t));
             }
-            println!("probe.copy_timeline_x_to_gpu {}", fmt_list(&line));
+            // The copies must move the bytes: poison the staging, bring them back, compare.
+            self.bytes(&x).fill(0xa5);
             let mut back = Vec::new();
-            for _ in 0..4 {
+            for _ in 0..3 {
                 let t = Instant::now();
                 self.to_cpu(&x, big);
                 back.push(gbps(t));
             }
-            println!("probe.copy_timeline_x_to_cpu {}", fmt_list(&back));
-            std::thread::sleep(Duration::from_secs(2));
-            let mut again = Vec::new();
-            for _ in 0..6 {
-                let t = Instant::now();
-                self.to_gpu(&x, big);
-                again.push(gbps(t));
+            let v = self.bytes(&x);
+            let intact = v.iter().all(|&b| b == 0x3c);
+            println!("probe.copy_{tag}_to_gpu {}", fmt_list(&line));
+            println!("probe.copy_{tag}_to_cpu {} (bytes back intact: {intact})", fmt_list(&back));
+            if !intact {
+                self.failures += 1;
             }
-            println!("probe.copy_timeline_x_after_2s_idle {}", fmt_list(&again));
-            let y = self.alloc(big, DATA, BufferKind::Data);
-            self.bytes(&y).fill(0x4d);
-            let mut fresh = Vec::new();
-            for _ in 0..6 {
-                let t = Instant::now();
-                self.to_gpu(&y, big);
-                fresh.push(gbps(t));
-            }
-            println!("probe.copy_timeline_y_fresh_to_gpu {}", fmt_list(&fresh));
-            // One piece per copy: does the split matter once warm?
-            for chunk in [1u64 << 30, 16 << 20] {
-                let mut c = self.nv.config();
-                c.copy_chunk_bytes = chunk;
-                self.nv.set_config(c);
-                let mut v = Vec::new();
-                for _ in 0..4 {
-                    let t = Instant::now();
-                    self.to_gpu(&y, big);
-                    v.push(gbps(t));
-                }
-                println!("probe.copy_y_chunk{}m {}", chunk >> 20, fmt_list(&v));
-            }
-            self.tune(|_| {});
             self.free(&x);
-            self.free(&y);
+        }
+
+        /// What write-combined stores to video memory through BAR1 and the store fence cost here.
+        fn wc_costs(&mut self) {
+            let buf = self.alloc(1 << 16, CODE, BufferKind::Code);
+            let words = [0x1234_5678u32; 64];
+            let fence = || {
+                // SAFETY: SFENCE has no preconditions.
+                unsafe { core::arch::x86_64::_mm_sfence() }
+            };
+            for (name, n) in [("sfence_only", 0usize), ("wc8_sfence", 2), ("wc64_sfence", 16), ("wc256_sfence", 64)] {
+                let mut v = Vec::new();
+                for i in 0..20_000 {
+                    let t = tsc();
+                    // SAFETY: inside the 64 KiB write-combined view; rotating offsets, 256-byte aligned.
+                    unsafe {
+                        let dst = buf.cpu.add((i % 128) * 256) as *mut u32;
+                        std::ptr::copy_nonoverlapping(words.as_ptr(), dst, n);
+                    }
+                    fence();
+                    if i >= 2000 {
+                        v.push(self.timer.us(tsc() - t) * 1e3);
+                    }
+                }
+                metric(&format!("{name}_p50_ns"), pct(&mut v, 0.5));
+            }
+            self.free(&buf);
         }
 
         // ----- launch round trip ---------------------------------------------------------------------
 
         fn launch(&mut self, k: &Kernel) {
             type Tune = fn(&mut NvidiaConfig);
-            let variants: [(&str, Tune); 7] = [
+            let variants: [(&str, Tune); 14] = [
                 ("default", |_| {}),
+                ("inv_sdata_const", |c| c.tuning.qmd_invalidate = 0x28),
+                ("inv_none", |c| c.tuning.qmd_invalidate = 0),
                 ("not_prepared", |c| c.tuning.prepared = false),
                 ("invalidate_each", |c| c.tuning.invalidate_every_submission = true),
                 ("pcas9", |c| c.tuning.pcas_action = 9),
-                ("pcas3", |c| c.tuning.pcas_action = 3),
-                ("membar0", |c| c.tuning.cwd_membar = 0),
+                ("membar0", |c| c.tuning.last_cwd_membar = 0),
+                ("membar3", |c| c.tuning.last_cwd_membar = 3),
+                ("membar3_relsys", |c| {
+                    c.tuning.last_cwd_membar = 3;
+                    c.tuning.release_sysmembar = true;
+                }),
+                ("membar0_relsys", |c| {
+                    c.tuning.last_cwd_membar = 0;
+                    c.tuning.release_sysmembar = true;
+                }),
+                ("m1compute", |c| c.tuning.marker1 = Marker1::ComputeReport),
+                ("m1compute_membar3_relsys", |c| {
+                    c.tuning.marker1 = Marker1::ComputeReport;
+                    c.tuning.last_cwd_membar = 3;
+                    c.tuning.release_sysmembar = true;
+                }),
                 ("default_again", |_| {}),
+                ("m1compute_again", |c| c.tuning.marker1 = Marker1::ComputeReport),
             ];
             let args = [0u32];
             for (name, f) in variants {
@@ -335,16 +396,60 @@ mod linux {
                 Sys,
                 Vid,
             }
-            let variants: [(&str, Tune, St, Order); 13] = [
+            let variants: [(&str, Tune, St, Order); 22] = [
+                ("dep_sysstamps_inv_sdata_const", |c| c.tuning.qmd_invalidate = 0x28, St::Sys, Order::AfterPrevious),
+                (
+                    "dep_sysstamps_inv_tdata_sdata_const",
+                    |c| c.tuning.qmd_invalidate = 0x2c,
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                ("dep_sysstamps_inv_none", |c| c.tuning.qmd_invalidate = 0, St::Sys, Order::AfterPrevious),
                 ("dep_nostamps", |_| {}, St::None, Order::AfterPrevious),
                 ("dep_sysstamps", |_| {}, St::Sys, Order::AfterPrevious),
                 ("dep_vidstamps", |_| {}, St::Vid, Order::AfterPrevious),
                 ("dep_nostamps_not_prepared", |c| c.tuning.prepared = false, St::None, Order::AfterPrevious),
                 ("dep_sysstamps_not_prepared", |c| c.tuning.prepared = false, St::Sys, Order::AfterPrevious),
-                ("dep_nostamps_schedule", |c| c.tuning.chain_action = DependentAction::Schedule, St::None, Order::AfterPrevious),
+                (
+                    "dep_nostamps_schedule",
+                    |c| c.tuning.chain_action = DependentAction::Schedule,
+                    St::None,
+                    Order::AfterPrevious,
+                ),
                 ("dep_nostamps_noprefetch", |c| c.tuning.chain_prefetch = false, St::None, Order::AfterPrevious),
                 ("dep_nostamps_membar0", |c| c.tuning.cwd_membar = 0, St::None, Order::AfterPrevious),
                 ("dep_vidstamps_membar0", |c| c.tuning.cwd_membar = 0, St::Vid, Order::AfterPrevious),
+                ("dep_nostamps_membar3", |c| c.tuning.cwd_membar = 3, St::None, Order::AfterPrevious),
+                ("dep_sysstamps_membar3", |c| c.tuning.cwd_membar = 3, St::Sys, Order::AfterPrevious),
+                (
+                    "dep_sysstamps_membar3_all_relsys",
+                    |c| {
+                        c.tuning.cwd_membar = 3;
+                        c.tuning.last_cwd_membar = 3;
+                        c.tuning.release_sysmembar = true;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                (
+                    "dep_sysstamps_membar3_m1compute",
+                    |c| {
+                        c.tuning.cwd_membar = 3;
+                        c.tuning.marker1 = Marker1::ComputeReport;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                (
+                    "dep_sysstamps_membar0_all",
+                    |c| {
+                        c.tuning.cwd_membar = 0;
+                        c.tuning.last_cwd_membar = 0;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                ("indep_sysstamps_membar3", |c| c.tuning.cwd_membar = 3, St::Sys, Order::Independent),
                 ("dep_nostamps_idlerelease", |c| c.barrier = Barrier::IdleRelease, St::None, Order::AfterPrevious),
                 ("indep_nostamps", |_| {}, St::None, Order::Independent),
                 ("indep_sysstamps", |_| {}, St::Sys, Order::Independent),
@@ -353,7 +458,8 @@ mod linux {
             let args = [0u32];
             for (name, f, st, order) in variants {
                 self.tune(f);
-                let ls: Vec<LaunchDesc<'_>> = (0..n).map(|_| Self::desc(k, &args, [32, 1, 1], [1, 1, 1], order)).collect();
+                let ls: Vec<LaunchDesc<'_>> =
+                    (0..n).map(|_| Self::desc(k, &args, [32, 1, 1], [1, 1, 1], order)).collect();
                 let stamps = match st {
                     St::None => None,
                     St::Sys => Some(sys),
@@ -406,13 +512,90 @@ mod linux {
             self.tune(|_| {});
             self.free(&sys_stamps);
             self.free(&vid_stamps);
-            self.resubmitted_ordering(ts);
+            type T2 = fn(&mut NvidiaConfig);
+            let checks: [(&str, T2); 4] = [
+                ("default", |_| {}),
+                ("membar3", |c| c.tuning.cwd_membar = 3),
+                ("membar3_relsys_m1compute", |c| {
+                    c.tuning.cwd_membar = 3;
+                    c.tuning.last_cwd_membar = 3;
+                    c.tuning.release_sysmembar = true;
+                    c.tuning.marker1 = Marker1::ComputeReport;
+                }),
+                ("idlerelease_m1compute", |c| {
+                    c.barrier = Barrier::IdleRelease;
+                    c.tuning.marker1 = Marker1::ComputeReport;
+                }),
+            ];
+            for (name, f) in checks {
+                self.tune(f);
+                self.resubmitted_ordering(ts, name);
+                self.visibility(ts, name);
+            }
+            self.tune(|_| {});
+        }
+
+        /// A kernel's stores to GPU-uncached system memory are all visible to the CPU once both markers
+        /// are: 300 launches of `timestamps` (264 blocks) into a polled buffer zeroed before each.
+        fn visibility(&mut self, ts: &Kernel, name: &str) {
+            let blocks = 264u32;
+            let out = self.alloc(blocks as u64 * 16, POLLED, BufferKind::Queue);
+            let args = [out.va as u32, (out.va >> 32) as u32, 0, 0];
+            let l = Self::desc(ts, &args, [32, 1, 1], [blocks, 1, 1], Order::AfterPrevious);
+            let words = blocks as usize * 2;
+            let mut bad = 0;
+            let mut m0_late = 0;
+            for _ in 0..300 {
+                // SAFETY: the polled buffer's CPU view, `words` u64s; nothing is running.
+                unsafe { std::ptr::write_bytes(out.cpu, 0, words * 8) };
+                match self.run_m1_first(&[l]) {
+                    Ok(m0_seen) => m0_late += (!m0_seen) as u32,
+                    Err(e) => {
+                        self.fail(&format!("visibility {name}"), e);
+                        break;
+                    }
+                }
+                // SAFETY: as above.
+                let zeros =
+                    (0..words).filter(|&i| unsafe { (out.cpu as *const u64).add(i).read_volatile() } == 0).count();
+                bad += (zeros > 0) as u32;
+            }
+            let ok = bad == 0 && m0_late == 0;
+            println!(
+                "[{}] visibility {name}: 300 launches, {bad} with stores not yet visible at marker 1, {m0_late} with marker 1 before marker 0",
+                if ok { "ok" } else { "FAIL" }
+            );
+            if !ok {
+                self.failures += 1;
+            }
+            self.free(&out);
+        }
+
+        /// Submits and waits for marker 1 first; returns whether marker 0 was already released then.
+        fn run_m1_first(&mut self, launches: &[LaunchDesc<'_>]) -> Result<bool, String> {
+            let (m0, m1) = (self.slot(0), self.slot(16));
+            self.seq = self.seq.wrapping_add(1).max(1);
+            let s = Submission { launches, markers: [m0, m1], sequence: self.seq, stamps: None };
+            let poll = self.nv.poll().unwrap();
+            // SAFETY: every address in `s` lies in live allocations; the previous submission completed.
+            unsafe { self.nv.queue().unwrap().submit(&s) }.map_err(|e| format!("submit: {e}"))?;
+            let deadline = Instant::now() + Duration::from_secs(3);
+            // SAFETY: the markers live in the HOST_POLLED marker buffer.
+            while unsafe { poll.poll(&m1) }.map_err(|e| e.to_string())? != self.seq {
+                if Instant::now() > deadline {
+                    return Err("marker 1 not released in 3 s".into());
+                }
+                std::hint::spin_loop();
+            }
+            // SAFETY: as above.
+            let m0_seen = unsafe { poll.poll(&m0) }.map_err(|e| e.to_string())? == self.seq;
+            Ok(m0_seen)
         }
 
         /// The same six dependent launches of `timestamps` (264 blocks x 20 us) submitted three times: the
         /// second and third are sent from the prepared encoding. Each must show no overlap, and every stamp
         /// and both markers must carry that submission's sequence.
-        fn resubmitted_ordering(&mut self, ts: &Kernel) {
+        fn resubmitted_ordering(&mut self, ts: &Kernel, tag: &str) {
             let (launches, blocks) = (6usize, 264u32);
             let per = blocks as u64 * 16;
             let buf = self.alloc(per * launches as u64, DATA, BufferKind::Data);
@@ -459,7 +642,7 @@ mod linux {
                 });
                 let ok = overlaps == 0 && missing == 0 && seq_ok;
                 println!(
-                    "[{}] resubmitted ordering round {round}: overlapping pairs {overlaps}, blocks without stamps {missing}, stamps carry the sequence: {seq_ok}",
+                    "[{}] resubmitted ordering {tag} round {round}: overlapping pairs {overlaps}, blocks without stamps {missing}, stamps carry the sequence: {seq_ok}",
                     if ok { "ok" } else { "FAIL" }
                 );
                 if !ok {
@@ -467,7 +650,7 @@ mod linux {
                 }
             }
             let (h1, _) = self.nv.prepared_stats();
-            println!("probe.resubmitted_ordering_prepared_hits {}", h1 - h0);
+            println!("probe.resubmitted_ordering_{tag}_prepared_hits {}", h1 - h0);
             self.free(&buf);
             self.free(&stamps);
         }
@@ -481,11 +664,20 @@ mod linux {
         let args: Vec<String> = std::env::args().collect();
         let dir = PathBuf::from(args.get(1).cloned().unwrap_or_else(|| ".gpu".into()));
         let what = args.get(2).cloned().unwrap_or_else(|| "all".into());
-        let nv = Nvidia::probe().expect("probe");
+        // The asynchronous copy channel is made at open only when asked for; the copy variants use it.
+        // OMEGA_NV_NO_BOOST=1: without the performance boost, to measure the idle-clock state.
+        let perf_boost = std::env::var("OMEGA_NV_NO_BOOST").map_or(true, |v| v != "1");
+        let nv = Nvidia::probe_with(NvidiaConfig { async_copy: true, perf_boost, ..NvidiaConfig::default() })
+            .expect("probe");
         // SAFETY: single-threaded; the device is closed.
         let info = unsafe { nv.device().unwrap().open() }.expect("open");
         let (src, mono_ns) = nv.clock_source();
-        println!("# nv_probe device=\"{}\" driver={} clock={src:?} clock_gettime={mono_ns} ns", info.name, info.driver_version);
+        println!(
+            "# nv_probe device=\"{}\" driver={} clock={src:?} clock_gettime={mono_ns} ns; {}",
+            info.name,
+            info.driver_version,
+            nv.perf_boost()
+        );
         let timer = Timer::calibrate();
         let desc = BufferDesc { bytes: 1 << 16, rights: POLLED, cache: CachePolicy::Uncached, kind: BufferKind::Queue };
         // SAFETY: open, single-threaded.
@@ -497,6 +689,7 @@ mod linux {
         let empty = p.load("empty");
         let ts = p.load("timestamps");
         if what == "all" || what == "launch" {
+            p.wc_costs();
             p.launch(&empty);
         }
         if what == "all" || what == "chain" {

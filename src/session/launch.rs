@@ -128,8 +128,12 @@ pub fn round_gpr(gpr: u32) -> u32 {
 
 /// How long one sleep-poll sleeps.
 const SLEEP_POLL_US: u32 = 20;
-/// Spin iterations between looks at the channel's error notifier inside a spin window.
+/// Spin iterations between looks at the channel's error notifier inside a spin window (a multiple of
+/// [`SPIN_CLOCK_EVERY`]).
 const SPIN_FAULT_CHECK: u32 = 4096;
+/// Polls between looks at the clock and the cancel flag inside a spin window. Every poll under loom, whose
+/// models count on each iteration reaching the cancel check.
+const SPIN_CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 16 };
 
 impl Runtime {
     fn check_spec(&self, spec: &LaunchSpec<'_>) -> Result<()> {
@@ -311,7 +315,10 @@ impl Runtime {
         let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
         let mut first = 0;
         for (which, slot) in slots.iter().enumerate() {
-            let word = self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], spin)?;
+            // Marker 0's wait starts with the submission (the clock was just read); marker 1's reads the
+            // clock only if its first look fails.
+            let since = (which == 0).then_some(start);
+            let word = self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], spin, since)?;
             *seen = which as u8 + 1;
             if which == 0 {
                 first = word;
@@ -330,6 +337,7 @@ impl Runtime {
         which: u8,
         timeout_ms: u32,
         spin_us: u32,
+        since: Option<u64>,
     ) -> Result<u32> {
         // One look before the clock is read: marker 1 is usually released by the time marker 0 is seen,
         // and a clock read is the dearest part of an iteration where it is a system call.
@@ -340,10 +348,14 @@ impl Runtime {
             Ok(_) => {}
             Err(e) => return self.latch(Error::PollRefused(e.0)),
         }
-        let start = clock.now_ns();
+        let start = since.unwrap_or_else(|| clock.now_ns());
         let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
         let spin_end = start.saturating_add(spin_us as u64 * 1_000);
         let mut spins = 0u32;
+        // Inside the spin window the cancel flag and the clock are looked at every SPIN_CLOCK_EVERY polls
+        // (a poll is a cached read; the clock and the atomic swap cost more than it), once past it at
+        // every poll, as before each sleep.
+        let mut slow = spin_us == 0;
         loop {
             // SAFETY: `slot` is in the session's marker buffer, live while the device is open and parked
             // (never released) once latched.
@@ -354,19 +366,21 @@ impl Runtime {
             if word == sequence {
                 return Ok(word);
             }
-            if self.cancel.swap(false, Ordering::SeqCst) {
-                return self.latch(Error::CancelledAfterSubmit);
-            }
-            let now = clock.now_ns();
-            if now >= deadline {
-                return self.latch(Error::Timeout { marker: which, timeout_ms });
-            }
             spins = spins.wrapping_add(1);
-            let slow = now >= spin_end;
-            if slow || spins.is_multiple_of(SPIN_FAULT_CHECK) {
-                if let Some(f) = poll.channel_fault() {
-                    sync::lock(&self.session).channel_fault = Some(f.clone());
-                    return self.fail(Error::Fault(f));
+            if slow || spins.is_multiple_of(SPIN_CLOCK_EVERY) {
+                if self.cancel.swap(false, Ordering::SeqCst) {
+                    return self.latch(Error::CancelledAfterSubmit);
+                }
+                let now = clock.now_ns();
+                if now >= deadline {
+                    return self.latch(Error::Timeout { marker: which, timeout_ms });
+                }
+                slow = now >= spin_end;
+                if slow || spins.is_multiple_of(SPIN_FAULT_CHECK) {
+                    if let Some(f) = poll.channel_fault() {
+                        sync::lock(&self.session).channel_fault = Some(f.clone());
+                        return self.fail(Error::Fault(f));
+                    }
                 }
             }
             if slow {

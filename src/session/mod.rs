@@ -50,6 +50,8 @@ pub(crate) struct Session {
     /// Live code buffers by base address, with their length: a launch's code address must fall in one.
     pub(crate) code_ranges: BTreeMap<u64, u64>,
     pub(crate) channel_fault: Option<omega_hal::ChannelFault>,
+    /// The open platform's `caps().max_param_bytes` (0 while closed), so a launch need not ask for it.
+    pub(crate) max_param_bytes: u32,
 }
 
 /// The process-wide session.
@@ -97,6 +99,7 @@ impl Runtime {
                 templates: HashMap::new(),
                 code_ranges: BTreeMap::new(),
                 channel_fault: None,
+                max_param_bytes: 0,
             }),
             latched: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
@@ -149,6 +152,16 @@ impl Runtime {
         }
         *sync::lock(&self.installed) = Some(installed);
         Ok(())
+    }
+
+    /// The most bytes of parameters a launch may pass on the installed platform: the value cached at open
+    /// while the device is open, else the platform's caps.
+    pub(crate) fn max_param_bytes(&self) -> Result<u32> {
+        let cached = sync::lock(&self.session).max_param_bytes;
+        if cached != 0 {
+            return Ok(cached);
+        }
+        Ok(self.installed()?.platform.caps().max_param_bytes)
     }
 
     /// Nanoseconds on the platform clock (0 with no platform).
@@ -282,6 +295,7 @@ impl Runtime {
         s.markers = Some((h, markers));
         s.device = Some(info);
         s.channel_fault = None;
+        s.max_param_bytes = i.platform.caps().max_param_bytes;
         drop(s);
         self.open_count.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -348,6 +362,7 @@ impl Runtime {
         s.code_ranges.clear();
         s.device = None;
         s.channel_fault = None;
+        s.max_param_bytes = 0;
         let dev = i.platform.device().expect("negotiated at open");
         // SAFETY: lock held, device open, nothing in flight (synchronous launches, not latched), every
         // allocation freed above.

@@ -43,6 +43,8 @@ pub(crate) struct Channel {
     pub(crate) entries: u32,
     /// Entries written so far (GPPut is this modulo `entries`).
     pub(crate) put: u64,
+    /// The ring as last written, so an entry goes out with the rest of its 64-byte line.
+    pub(crate) shadow: Vec<u64>,
     pub(crate) token: u32,
     /// The driver's error notifier (system memory, CPU-mapped): entry 0 is the channel error.
     pub(crate) notifier: Mem,
@@ -59,14 +61,21 @@ impl Channel {
     ///
     /// # Safety
     /// - `doorbell` is the mapped usermode page of this channel's GPU.
-    /// - The pushbuffer at `va` is completely written (a store fence here orders it before the entry).
+    /// - The pushbuffer at `va` is completely written (the store fence before GPPut orders it, and the
+    ///   entry, before the GPU can see either).
     /// - Fewer than `entries` entries are outstanding (every earlier submission has completed).
     pub(crate) unsafe fn kick(&mut self, doorbell: *mut u8, va: u64, dwords: u32) {
         let slot = (self.put % self.entries as u64) as usize;
         let ring = self.gpfifo.cpu as *mut u64;
-        store_fence();
-        // SAFETY: `slot < entries`, and the ring's `entries` u64 words are mapped at `gpfifo.cpu`.
-        unsafe { ring.add(slot).write_volatile(gpfifo_entry(va, dwords)) };
+        // No fence between the commands and the entry: the GPU reads an entry only once GPPut covers
+        // it, and reads the commands only through the entry, so the one fence before GPPut orders both.
+        // The whole line: entries before `slot` were consumed (rewritten unchanged), those after it lie
+        // past GPPut and are not read.
+        self.shadow[slot] = gpfifo_entry(va, dwords);
+        let line = slot / 8 * 8;
+        // SAFETY: `entries` is a power of two of at least 16, so the 8-entry line holding `slot` is inside
+        // the ring's `entries` u64 words mapped at `gpfifo.cpu` (page-aligned); the shadow has `entries`.
+        unsafe { ptr::copy_nonoverlapping(self.shadow.as_ptr().add(line), ring.add(line), 8) };
         self.put += 1;
         store_fence();
         let gp_put = (self.put % self.entries as u64) as u32;
@@ -129,10 +138,41 @@ pub(crate) unsafe fn write_words(dst: *mut u8, words: &[u32]) {
     unsafe { ptr::copy_nonoverlapping(words.as_ptr(), dst as *mut u32, words.len()) };
 }
 
+/// Dwords in one 64-byte line.
+pub(crate) const LINE_WORDS: usize = 16;
+
+/// Copies `words` to a write-combined view in whole 64-byte lines, the last one padded with zeros.
+///
+/// A write-combining buffer that is full goes out as one burst; a partly filled one is flushed in
+/// pieces at the next fence, which cost ~110 ns each on the H200's host against ~27 ns for whole
+/// lines (docs/perf/2026-11-29-launch-path.md). The padding lands in memory nothing reads.
+///
+/// # Safety
+/// - `dst` is 64-byte aligned and valid for `4 * words.len()` bytes rounded up to 64.
+pub(crate) unsafe fn write_lines(dst: *mut u8, words: &[u32]) {
+    let whole = words.len() / LINE_WORDS * LINE_WORDS;
+    // SAFETY: the caller vouches for the destination, whole lines included.
+    unsafe { write_words(dst, &words[..whole]) };
+    let rest = &words[whole..];
+    if !rest.is_empty() {
+        let mut line = [0u32; LINE_WORDS];
+        line[..rest.len()].copy_from_slice(rest);
+        // SAFETY: the padded last line lies inside the caller's rounded-up region.
+        unsafe { write_words(dst.add(whole * 4), &line) };
+    }
+}
+
+/// `bytes` rounded up to whole 64-byte lines.
+pub(crate) fn line_bytes(bytes: u64) -> u64 {
+    bytes.next_multiple_of(64)
+}
+
 /// The slot of the internal semaphore page the backend's own waits use.
 pub(crate) const SEM_WAIT: u64 = 0;
 /// The slot barrier releases write to (nobody reads it).
 pub(crate) const SEM_BARRIER: u64 = 16;
+/// How long the backend's own waits spin-poll before sleep-polling, unless told otherwise.
+pub(crate) const INTERNAL_SPIN_NS: u64 = 200_000;
 
 impl Open {
     /// The next value of the internal wait semaphore, and its GPU address.
@@ -161,27 +201,40 @@ impl Open {
         self.arena.reserve(len, align).ok_or(HalError::OutOfMemory { bytes: len })
     }
 
-    /// Writes `push` into the arena and rings the doorbell.
-    pub(crate) fn send(&mut self, push: &Push) -> Result<(), HalError> {
-        let (va, cpu) = self.arena_reserve(push.bytes(), 256)?;
-        // SAFETY: the reservation is `push.bytes()` long and 256-byte aligned.
-        unsafe { write_words(cpu, push.words()) };
+    /// Writes `push` into the arena and rings the doorbell of the compute channel, or of the copy
+    /// channel with `copy` (which must exist).
+    pub(crate) fn send_on(&mut self, copy: bool, push: &Push) -> Result<(), HalError> {
+        let (va, cpu) = self.arena_reserve(line_bytes(push.bytes()), 256)?;
+        // SAFETY: the reservation is `push.bytes()` rounded to lines long and 256-byte aligned.
+        unsafe { write_lines(cpu, push.words()) };
+        let channel = match (copy, self.copy.as_mut()) {
+            (true, Some(c)) => &mut c.channel,
+            (true, None) => return Err(HalError::Unsupported("nvidia: no asynchronous copy channel".into())),
+            (false, _) => &mut self.channel,
+        };
         // SAFETY: the usermode page is this device's; the pushbuffer was just written; the backend's
-        // waits and the session's contract keep at most one submission in flight.
-        unsafe { self.channel.kick(self.usermode, va, push.words().len() as u32) };
+        // waits and the session's contract keep at most one submission in flight on either channel.
+        unsafe { channel.kick(self.usermode, va, push.words().len() as u32) };
         Ok(())
     }
 
+    /// The first error either channel's notifier reports.
+    pub(crate) fn any_channel_error(&self) -> Option<NvNotification> {
+        self.channel.error().or_else(|| self.copy.as_ref().and_then(|c| c.channel.error()))
+    }
+
     /// Waits until the word at `cpu` reads `value`, ending early with the channel's error or at
-    /// `timeout_ns` with a timeout naming `what`.
+    /// `timeout_ns` with a timeout naming `what`. Spin-polls for the first `spin_ns`, then sleep-polls.
     ///
     /// # Safety
     /// - `cpu` points to a live, 4-byte aligned word the GPU releases to.
+    #[allow(clippy::too_many_arguments)] // Private to the backend; each is one knob of the wait.
     pub(crate) unsafe fn wait_word(
         &self,
         cpu: *const u32,
         value: u32,
         timeout_ns: u64,
+        spin_ns: u64,
         clock: &dyn Clock,
         what: &'static str,
     ) -> Result<(), HalError> {
@@ -194,7 +247,7 @@ impl Open {
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) {
-                if let Some(n) = self.channel.error() {
+                if let Some(n) = self.any_channel_error() {
                     return Err(HalError::Lost(format!("{what}: {}", describe_error(&n))));
                 }
                 let waited = clock.now_ns().saturating_sub(start);
@@ -206,7 +259,7 @@ impl Open {
                         unsafe { cpu.read_volatile() }
                     )));
                 }
-                if waited > 200_000 {
+                if waited > spin_ns {
                     clock.sleep_us(20);
                 }
             }
@@ -214,7 +267,8 @@ impl Open {
         }
     }
 
-    /// Sends `push` (which must end by releasing `value` at the internal wait semaphore) and waits.
+    /// Sends `push` (which must end by releasing `value` at the internal wait semaphore) on the compute
+    /// channel and waits.
     pub(crate) fn run(
         &mut self,
         push: &Push,
@@ -223,10 +277,25 @@ impl Open {
         clock: &dyn Clock,
         what: &'static str,
     ) -> Result<(), HalError> {
-        self.send(push)?;
+        self.run_on(false, push, value, timeout_ns, INTERNAL_SPIN_NS, clock, what)
+    }
+
+    /// [`Open::run`] on the copy channel with `copy`, spin-polling for the first `spin_ns`.
+    #[allow(clippy::too_many_arguments)] // Private to the backend; each is one knob of the wait.
+    pub(crate) fn run_on(
+        &mut self,
+        copy: bool,
+        push: &Push,
+        value: u32,
+        timeout_ns: u64,
+        spin_ns: u64,
+        clock: &dyn Clock,
+        what: &'static str,
+    ) -> Result<(), HalError> {
+        self.send_on(copy, push)?;
         let word = (self.sems.cpu as u64 + SEM_WAIT) as *const u32;
         // SAFETY: the internal semaphore page is mapped for as long as the device is open.
-        unsafe { self.wait_word(word, value, timeout_ns, clock, what) }
+        unsafe { self.wait_word(word, value, timeout_ns, spin_ns, clock, what) }
     }
 }
 
@@ -262,6 +331,20 @@ mod tests {
         assert_eq!(va, 0x10_0000_0000);
         assert!(a.reserve(4097, 256).is_none());
         assert_eq!(a.reserve(4096, 256).map(|r| r.0), Some(0x10_0000_0000));
+    }
+
+    #[test]
+    fn whole_lines_pad_the_last_with_zeros_and_stop_there() {
+        let mut dst = vec![0xffff_ffffu32; 64];
+        let words: Vec<u32> = (1..=20).collect();
+        // SAFETY: `dst` is 256 bytes; 20 words round up to 32 (128 bytes). A Vec<u32> is only 4-byte
+        // aligned, which is all a host-memory copy needs.
+        unsafe { write_lines(dst.as_mut_ptr() as *mut u8, &words) };
+        assert_eq!(&dst[..20], &words[..]);
+        assert!(dst[20..32].iter().all(|&w| w == 0), "the last line is padded");
+        assert!(dst[32..].iter().all(|&w| w == 0xffff_ffff), "nothing past it is written");
+        assert_eq!(line_bytes(80), 128);
+        assert_eq!(line_bytes(128), 128);
     }
 
     #[test]

@@ -18,11 +18,14 @@ use super::queue::{PreparedPool, PREPARED_POOL_BYTES};
 use super::rm::{unmap, MapVia, Rm};
 use super::sys::{self, class, gr_info, userd};
 use super::uvm::Uvm;
-use super::{Base, GrInfo, Nvidia, NvidiaConfig, Open};
+use super::{Base, CopyChannel, GrInfo, Nvidia, NvidiaConfig, Open};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceInfo};
 use crate::error::HalError;
 use crate::sync;
+
+/// Driver objects in creation order: (parent, handle, what), freed in reverse at close.
+type Objects = Vec<(u32, u32, &'static str)>;
 
 /// Generic-address window of shared memory (tinygrad's choice; clear of every allocation range).
 pub(crate) const SHARED_WINDOW: u64 = 0x7294_0000_0000;
@@ -142,6 +145,17 @@ impl Open {
             pci: pci_text(&card),
         };
 
+        // What libcuda asks for every context: the highest performance state while the client lives. A
+        // refusal only costs speed, so it is noted, not fatal.
+        let (boost, boost_note) = if config.perf_boost {
+            let flags = sys::perf_boost::CMD_BOOST_TO_MAX | sys::perf_boost::CUDA | sys::perf_boost::CUDA_PRIORITY_HIGH;
+            match rm.perf_boost(subdevice, flags, sys::perf_boost::DURATION_INFINITE) {
+                Ok(()) => (Some(subdevice), "boosted to the highest performance state".to_string()),
+                Err(e) => (None, format!("no boost: {e}")),
+            }
+        } else {
+            (None, "no boost (perf_boost off)".to_string())
+        };
         let usermode = rm.alloc::<sys::Nv2080Alloc>(subdevice, arch.usermode_class, None, "RM_ALLOC usermode")?;
         objects.push((subdevice, usermode, "usermode"));
         let mut vs = sys::VaSpaceAlloc {
@@ -198,6 +212,20 @@ impl Open {
                 return Err(e);
             }
         };
+        // The asynchronous copy engine is an optimisation: without one (or when the driver refuses it)
+        // syncs use the compute channel's graphics copy engine, and the reason is kept.
+        let (copy, copy_note) = if config.async_copy {
+            match Self::create_copy_channel(&mut base, subdevice, config, arch, vaspace, &channel_classes, copy_class) {
+                Ok((c, mut objs)) => {
+                    let note = format!("asynchronous copy engine {:#x} (NV2080_ENGINE_TYPE)", c.engine_type);
+                    objects.append(&mut objs);
+                    (Some(c), note)
+                }
+                Err(e) => (None, format!("graphics copy engine (no asynchronous one: {e})")),
+            }
+        } else {
+            (None, "graphics copy engine (async_copy off)".into())
+        };
         let mut open = Box::new(Open {
             base,
             abi,
@@ -218,6 +246,11 @@ impl Open {
             qmd_cache: HashMap::new(),
             prepared: PreparedPool::new(pool),
             code_dirty: true,
+            copy,
+            copy_note,
+            copy_broken: false,
+            boost,
+            boost_note,
         });
         if let Err(e) = open.setup(clock, config) {
             open.teardown();
@@ -318,8 +351,129 @@ impl Open {
         let sems = made.pop().expect("semaphores");
         let notifier = made.pop().expect("notifier");
         let gpfifo = made.pop().expect("gpfifo");
-        let channel = Channel { copy_class, gpfifo, userd_offset: ring_bytes, entries, put: 0, token, notifier };
+        let shadow = vec![0; entries as usize];
+        let channel =
+            Channel { copy_class, gpfifo, userd_offset: ring_bytes, entries, put: 0, shadow, token, notifier };
         Ok((channel, Arena { mem: arena, head: 0 }, sems, pool))
+    }
+
+    /// A channel group and channel of their own on the first asynchronous (non-graphics) copy engine
+    /// that takes one, with a copy object bound: where syncs go. Returns the channel and the objects to
+    /// free at close (in creation order). Whatever a failed attempt made is released before the next.
+    #[allow(clippy::too_many_arguments)] // One call site, as `create_channel`.
+    fn create_copy_channel(
+        base: &mut Base,
+        subdevice: u32,
+        config: &NvidiaConfig,
+        arch: &'static Arch,
+        vaspace: u32,
+        channel_classes: &[u32],
+        copy_class: u32,
+    ) -> Result<(CopyChannel, Objects), HalError> {
+        let _ = arch;
+        let mut last = HalError::Unsupported("the device lists no asynchronous copy engine".into());
+        for i in 0..20 {
+            let engine = sys::engine_type_copy(i);
+            match base.rm.ce_is_grce(subdevice, engine) {
+                Ok(false) => {}
+                // A graphics copy engine, or no engine of that number.
+                Ok(true) | Err(_) => continue,
+            }
+            match Self::try_copy_channel(base, config, vaspace, channel_classes, copy_class, engine) {
+                Ok(r) => return Ok(r),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn try_copy_channel(
+        base: &mut Base,
+        config: &NvidiaConfig,
+        vaspace: u32,
+        channel_classes: &[u32],
+        copy_class: u32,
+        engine: u32,
+    ) -> Result<(CopyChannel, Objects), HalError> {
+        let entries = config.gpfifo_entries.next_power_of_two().max(16);
+        let (ring_bytes, area_bytes) = Channel::area_bytes(entries);
+        let spec =
+            |kind, bytes, contiguous, cpu_map| MemSpec { kind, bytes, page: PAGE, contiguous, cpu_map, low_va: true };
+        let wc = Some(sys::map_caching::WRITE_COMBINED);
+        let cached = Some(sys::map_caching::CACHED);
+        let gpfifo = base.new_mem(spec(MemKind::Vid, area_bytes, true, wc), "allocate copy GPFIFO ring and USERD")?;
+        let notifier = match base.new_mem(spec(MemKind::Sys, NOTIFIER_BYTES, false, cached), "allocate copy notifier") {
+            Ok(n) => n,
+            Err(e) => {
+                base.drop_mem(gpfifo);
+                return Err(e);
+            }
+        };
+        // SAFETY: fresh CPU mappings of these sizes; nothing else has them yet.
+        unsafe {
+            std::ptr::write_bytes(notifier.cpu, 0, NOTIFIER_BYTES as usize);
+            std::ptr::write_bytes(gpfifo.cpu.add(ring_bytes as usize), 0, PAGE as usize);
+        }
+        let mut objects: Vec<(u32, u32, &'static str)> = Vec::new();
+        let made = (|| -> Result<(u32, u32), HalError> {
+            let mut gp = sys::ChannelGroupAlloc { engine_type: engine, h_va_space: vaspace, ..Default::default() };
+            let tsg = base.rm.alloc(base.device, class::CHANNEL_GROUP, Some(&mut gp), "RM_ALLOC copy channel group")?;
+            objects.push((base.device, tsg, "copy channel group"));
+            let mut cp = sys::ChannelAlloc::new_zeroed();
+            cp.h_object_error = notifier.handle;
+            cp.h_object_buffer = gpfifo.handle;
+            cp.gp_fifo_offset = gpfifo.va;
+            cp.gp_fifo_entries = entries;
+            cp.h_userd_memory[0] = gpfifo.handle;
+            cp.userd_offset[0] = ring_bytes;
+            cp.engine_type = engine;
+            let mut channel = Err(HalError::Unsupported("no channel class".into()));
+            for &c in channel_classes {
+                channel = base.rm.alloc(tsg, c, Some(&mut cp), "RM_ALLOC copy GPFIFO channel");
+                if channel.is_ok() {
+                    break;
+                }
+            }
+            let channel = channel?;
+            objects.push((tsg, channel, "copy GPFIFO channel"));
+            let mut ca = sys::CopyAlloc { version: 1, engine_type: engine };
+            let copy = base.rm.alloc(channel, copy_class, Some(&mut ca), "RM_ALLOC asynchronous copy object")?;
+            objects.push((channel, copy, "asynchronous copy object"));
+            let token = base.rm.work_submit_token(channel)?;
+            let reserve = base
+                .va_low
+                .alloc(CHANNEL_UVM_RESERVE, 2 << 20)
+                .ok_or(HalError::OutOfMemory { bytes: CHANNEL_UVM_RESERVE })?;
+            base.uvm.register_channel(
+                base.uuid,
+                base.rm.ctl_fd(),
+                base.rm.client,
+                channel,
+                reserve,
+                CHANNEL_UVM_RESERVE,
+            )?;
+            if base.rm.schedule(tsg).is_err() {
+                base.rm.bind(tsg, engine)?;
+                base.rm.schedule(tsg)?;
+            }
+            Ok((channel, token))
+        })();
+        match made {
+            Ok((_, token)) => {
+                let shadow = vec![0; entries as usize];
+                let channel =
+                    Channel { copy_class, gpfifo, userd_offset: ring_bytes, entries, put: 0, shadow, token, notifier };
+                Ok((CopyChannel { channel, engine_type: engine }, objects))
+            }
+            Err(e) => {
+                for &(parent, handle, _) in objects.iter().rev() {
+                    let _ = base.rm.free(parent, handle, "RM_FREE copy channel object");
+                }
+                base.drop_mem(notifier);
+                base.drop_mem(gpfifo);
+                Err(e)
+            }
+        }
     }
 
     /// Binds the engines, programs the memory windows and the first SLM backing store, and waits for the
@@ -332,7 +486,21 @@ impl Open {
         self.ensure_slm(self.arch.stack_headroom, &mut push)?;
         let (va, value) = self.next_wait();
         push.release_after_idle(va, value);
-        self.run(&push, value, config.internal_timeout_ms * 1_000_000, clock, "channel setup")
+        self.run(&push, value, config.internal_timeout_ms * 1_000_000, clock, "channel setup")?;
+        if let Some(copy_class) = self.copy.as_ref().map(|c| c.channel.copy_class) {
+            let mut push = Push::new();
+            push.set_object(SUBC_COPY, copy_class);
+            let (va, value) = self.next_wait();
+            push.copy_release(va, value);
+            let timeout = config.internal_timeout_ms * 1_000_000;
+            let spin = super::channel::INTERNAL_SPIN_NS;
+            if let Err(e) = self.run_on(true, &push, value, timeout, spin, clock, "copy channel setup") {
+                // Syncs fall back to the graphics copy engine; the channel stays until close.
+                self.copy_note = format!("graphics copy engine (the asynchronous one failed its setup: {e})");
+                self.copy_broken = true;
+            }
+        }
+        Ok(())
     }
 
     /// Makes the SLM backing store cover `per_thread` bytes of local memory per thread, adding the
@@ -362,11 +530,23 @@ impl Open {
     /// and channel registrations), then the remaining objects; closing the control fd frees the client.
     pub(crate) fn teardown(mut self: Box<Self>) -> Vec<String> {
         let mut errors = Vec::new();
+        if let Some(subdevice) = self.boost.take() {
+            if let Err(e) = self.base.rm.perf_boost(subdevice, sys::perf_boost::CMD_CLEAR, 0) {
+                errors.push(format!("clear performance boost: {e}"));
+            }
+        }
         let ids: Vec<u64> = self.allocs.keys().copied().collect();
         for id in ids {
             self.free_buffer(id);
         }
-        let channel_objects = ["debugger", "copy object", "compute object", "GPFIFO channel"];
+        let channel_objects = [
+            "asynchronous copy object",
+            "copy GPFIFO channel",
+            "debugger",
+            "copy object",
+            "compute object",
+            "GPFIFO channel",
+        ];
         let mut rest = Vec::new();
         for &(parent, handle, what) in self.objects.iter().rev() {
             if channel_objects.contains(&what) {
@@ -377,8 +557,18 @@ impl Open {
                 rest.push((parent, handle, what));
             }
         }
-        let Open { mut base, channel, arena, sems, slm, usermode, prepared, .. } = *self;
-        let parts = [Some(channel.gpfifo), Some(channel.notifier), Some(arena.mem), Some(sems), Some(prepared.mem), slm];
+        let Open { mut base, channel, arena, sems, slm, usermode, prepared, copy, .. } = *self;
+        let (copy_ring, copy_notifier) = copy.map(|c| (c.channel.gpfifo, c.channel.notifier)).unzip();
+        let parts = [
+            Some(channel.gpfifo),
+            Some(channel.notifier),
+            copy_ring,
+            copy_notifier,
+            Some(arena.mem),
+            Some(sems),
+            Some(prepared.mem),
+            slm,
+        ];
         for m in parts.into_iter().flatten() {
             base.drop_mem(m);
         }

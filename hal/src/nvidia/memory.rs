@@ -224,13 +224,15 @@ impl Base {
                 let mut flags = mem_attr::FLAGS_IGNORE_BANK_PLACEMENT
                     | mem_attr::FLAGS_MEMORY_HANDLE_PROVIDED
                     | mem_attr::FLAGS_MAP_NOT_REQUIRED;
+                if huge {
+                    // System memory too: the driver then hands out 2 MiB pieces, and the GPU's page
+                    // tables map them with 2 MiB entries instead of 512 entries of 4 KiB each.
+                    attr |= mem_attr::ATTR_PAGE_SIZE_HUGE;
+                    attr2 |= mem_attr::ATTR2_PAGE_SIZE_HUGE_2MB;
+                }
                 if vid {
                     attr2 |= mem_attr::ATTR2_GPU_CACHEABLE_YES;
                     flags |= mem_attr::FLAGS_ALIGNMENT_FORCE | mem_attr::FLAGS_PERSISTENT_VIDMEM;
-                    if huge {
-                        attr |= mem_attr::ATTR_PAGE_SIZE_HUGE;
-                        attr2 |= mem_attr::ATTR2_PAGE_SIZE_HUGE_2MB;
-                    }
                 } else {
                     attr |= mem_attr::ATTR_LOCATION_PCI;
                     attr2 |= mem_attr::ATTR2_GPU_CACHEABLE_NO;
@@ -312,7 +314,12 @@ impl Base {
 
 impl Open {
     /// Allocates a buffer as [`plan`] decides.
-    pub(crate) fn alloc_buffer(&mut self, desc: &BufferDesc, bar1_sync_max: u64) -> Result<Allocation, HalError> {
+    pub(crate) fn alloc_buffer(
+        &mut self,
+        desc: &BufferDesc,
+        bar1_sync_max: u64,
+        huge_staging: bool,
+    ) -> Result<Allocation, HalError> {
         let p = plan(desc);
         let spec =
             |kind, cpu_map, low_va| MemSpec { kind, bytes: p.bytes, page: p.page, contiguous: false, cpu_map, low_va };
@@ -331,7 +338,17 @@ impl Open {
             Placement::VidmemStaged => {
                 let vid = b.new_mem(spec(MemKind::Vid, None, p.low_va), "allocate data vidmem")?;
                 let host_spec = MemSpec { page: PAGE, ..spec(MemKind::Host, None, p.low_va) };
-                let staging = match b.new_mem(host_spec, "allocate staging host memory") {
+                // Large staging as driver-owned system memory in 2 MiB pages when asked (see
+                // `NvidiaConfig::huge_staging`); this process's own pages when that is refused.
+                let huge = (huge_staging && p.page == HUGE_PAGE).then(|| {
+                    let cached = Some(sys::map_caching::CACHED);
+                    let sys_spec = MemSpec { page: HUGE_PAGE, ..spec(MemKind::Sys, cached, p.low_va) };
+                    b.new_mem(sys_spec, "allocate staging system memory (2 MiB pages)")
+                });
+                let staging = match huge
+                    .and_then(Result::ok)
+                    .map_or_else(|| b.new_mem(host_spec, "allocate staging host memory"), Ok)
+                {
                     Ok(s) => s,
                     Err(e) => {
                         b.drop_mem(vid);
@@ -390,8 +407,8 @@ impl DeviceMemory for Nvidia {
     unsafe fn alloc(&self, desc: &BufferDesc) -> Result<Allocation, HalError> {
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
-        let bar1_max = self.config().bar1_sync_max;
-        open.alloc_buffer(desc, bar1_max)
+        let c = self.config();
+        open.alloc_buffer(desc, c.bar1_sync_max, c.huge_staging)
     }
 
     unsafe fn free(&self, a: &Allocation) {

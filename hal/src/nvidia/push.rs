@@ -63,6 +63,12 @@ pub mod compute {
     pub const SET_SHADER_LOCAL_MEMORY_A: u32 = 0x790;
     /// SET_SHADER_LOCAL_MEMORY_WINDOW_A (upper), _B (lower).
     pub const SET_SHADER_LOCAL_MEMORY_WINDOW_A: u32 = 0x7b0;
+    /// WAIT_FOR_IDLE.
+    pub const WAIT_FOR_IDLE: u32 = 0x110;
+    /// SET_REPORT_SEMAPHORE_A (upper address), _B (lower), _C (payload), _D (operation and flags).
+    pub const SET_REPORT_SEMAPHORE_A: u32 = 0x1b00;
+    /// SET_REPORT_SEMAPHORE_D: RELEASE, four words (payload, timestamp at +8), flushed, no reduction.
+    pub const REPORT_RELEASE_FOUR_WORDS: u32 = 0;
     /// INVALIDATE_SHADER_CACHES_NO_WFI.
     pub const INVALIDATE_SHADER_CACHES_NO_WFI: u32 = 0x1698;
     /// INVALIDATE_SHADER_CACHES_NO_WFI bits: instruction (0), global data (4), constant (12).
@@ -79,8 +85,13 @@ pub mod copy {
     pub const LAUNCH_DMA: u32 = 0x300;
     /// OFFSET_IN_UPPER, _LOWER, OFFSET_OUT_UPPER, _LOWER.
     pub const OFFSET_IN_UPPER: u32 = 0x400;
+    /// PITCH_IN, PITCH_OUT, LINE_LENGTH_IN, LINE_COUNT (a copy of LINE_COUNT lines).
+    pub const PITCH_IN: u32 = 0x410;
     /// LINE_LENGTH_IN (bytes of a one-line copy).
     pub const LINE_LENGTH_IN: u32 = 0x418;
+    /// LAUNCH_DMA MULTI_LINE_ENABLE (bit 9): LINE_COUNT lines of LINE_LENGTH_IN bytes, PITCH_IN / PITCH_OUT
+    /// apart.
+    pub const MULTI_LINE: u32 = 1 << 9;
     /// LAUNCH_DMA for a plain copy: non-pipelined transfer (waits for earlier copies), pitch source and
     /// destination.
     pub const LAUNCH_COPY: u32 = 0x182;
@@ -114,6 +125,11 @@ impl Push {
     /// An empty pushbuffer with room for `words` dwords.
     pub fn with_capacity(words: usize) -> Self {
         Push { words: Vec::with_capacity(words) }
+    }
+
+    /// Empties the pushbuffer, keeping its room.
+    pub fn clear(&mut self) {
+        self.words.clear();
     }
 
     /// The dwords so far.
@@ -167,6 +183,17 @@ impl Push {
         )
     }
 
+    /// The compute engine waits until it is idle, then releases `payload` at `va` (timestamp at `va + 8`)
+    /// after flushing its writes: marker 1 without the round trip through the host.
+    pub fn compute_release_after_idle(&mut self, va: u64, payload: u32) -> &mut Self {
+        self.methods(SUBC_COMPUTE, compute::WAIT_FOR_IDLE, &[0]);
+        self.methods(
+            SUBC_COMPUTE,
+            compute::SET_REPORT_SEMAPHORE_A,
+            &[hi(va), lo(va), payload, compute::REPORT_RELEASE_FOUR_WORDS],
+        )
+    }
+
     /// Launches the QMD at `qmd_va` (256-byte aligned, below 2^40), dropping any cached copy of it first.
     pub fn send_pcas(&mut self, qmd_va: u64) -> &mut Self {
         self.send_pcas_with(qmd_va, compute::PCAS_INVALIDATE_PREFETCH_COPY_SCHEDULE)
@@ -209,16 +236,47 @@ impl Push {
     /// waits for earlier work, the last for every piece before it, so a release after it covers the whole
     /// copy); the pieces between are pipelined, which keeps more transfers in flight.
     pub fn copy_chunked(&mut self, src: u64, dst: u64, len: u64, chunk: u64) -> &mut Self {
+        self.copy_lines(src, dst, len, chunk, 0)
+    }
+
+    /// [`Push::copy_chunked`] with each piece of at least `line` bytes sent as a multi-line copy of
+    /// `line`-byte lines (a whole number of them; any rest as one more line), which the copy engine can
+    /// spread over more of its units than one long line. `line` 0: every piece is one line.
+    pub fn copy_lines(&mut self, src: u64, dst: u64, len: u64, chunk: u64, line: u64) -> &mut Self {
         let chunk = chunk.clamp(4096, copy::MAX_LINE);
         let mut off = 0;
         while off < len {
             let n = (len - off).min(chunk);
-            let (s, d) = (src + off, dst + off);
-            let edge = off == 0 || off + n == len;
-            self.methods(SUBC_COPY, copy::OFFSET_IN_UPPER, &[hi(s), lo(s), hi(d), lo(d)]);
-            self.methods(SUBC_COPY, copy::LINE_LENGTH_IN, &[n as u32]);
-            let launch = if edge { copy::LAUNCH_COPY } else { copy::LAUNCH_COPY_PIPELINED };
-            self.methods(SUBC_COPY, copy::LAUNCH_DMA, &[launch]);
+            let last_piece = off + n == len;
+            let lines = if line > 0 && line <= u32::MAX as u64 { n / line } else { 0 };
+            let mut parts = [(0u64, 0u64, 1u64); 2];
+            let mut count = 0;
+            if lines > 1 {
+                parts[count] = (0, line, lines);
+                count += 1;
+            }
+            let done = if lines > 1 { lines * line } else { 0 };
+            if done < n {
+                parts[count] = (done, n - done, 1);
+                count += 1;
+            }
+            for (k, &(at, length, count_lines)) in parts[..count].iter().enumerate() {
+                let (s, d) = (src + off + at, dst + off + at);
+                let edge = (off == 0 && k == 0) || (last_piece && k + 1 == count);
+                let mut launch = if edge { copy::LAUNCH_COPY } else { copy::LAUNCH_COPY_PIPELINED };
+                self.methods(SUBC_COPY, copy::OFFSET_IN_UPPER, &[hi(s), lo(s), hi(d), lo(d)]);
+                if count_lines > 1 {
+                    launch |= copy::MULTI_LINE;
+                    self.methods(
+                        SUBC_COPY,
+                        copy::PITCH_IN,
+                        &[length as u32, length as u32, length as u32, count_lines as u32],
+                    );
+                } else {
+                    self.methods(SUBC_COPY, copy::LINE_LENGTH_IN, &[length as u32]);
+                }
+                self.methods(SUBC_COPY, copy::LAUNCH_DMA, &[launch]);
+            }
             off += n;
         }
         self
@@ -324,6 +382,33 @@ mod tests {
         let mut q = Push::new();
         q.copy_chunked(0, 0x1000, 100, 1 << 20);
         assert_eq!(q.words()[8], copy::LAUNCH_COPY);
+    }
+
+    #[test]
+    fn multi_line_pieces_carry_pitches_and_counts_and_keep_the_edges_non_pipelined() {
+        let mut p = Push::new();
+        // 1 MiB pieces: two of sixteen 64 KiB lines, then a 5-byte third piece as one line.
+        p.copy_lines(0x1000_0000, 0x2000_0000, (2 << 20) + 5, 1 << 20, 64 << 10);
+        let w = p.words();
+        // Multi-line group: offsets (5) + pitches, length and count (5) + launch (2) = 12 words; one line: 9.
+        assert_eq!(w.len(), 12 + 12 + 9);
+        assert_eq!(&w[6..10], &[64 << 10, 64 << 10, 64 << 10, 16]);
+        assert_eq!(w[11], copy::LAUNCH_COPY | copy::MULTI_LINE, "first piece: non-pipelined");
+        assert_eq!(w[23], copy::LAUNCH_COPY_PIPELINED | copy::MULTI_LINE);
+        assert_eq!((w[24 + 6], w[24 + 8]), (5, copy::LAUNCH_COPY), "last piece: non-pipelined");
+        // A piece that is not a whole number of lines: the lines, then the rest as one more line.
+        let mut q = Push::new();
+        q.copy_lines(0x1000_0000, 0x2000_0000, (1 << 20) + 5, 2 << 20, 64 << 10);
+        let w = q.words();
+        assert_eq!(w.len(), 12 + 9);
+        assert_eq!(w[11], copy::LAUNCH_COPY | copy::MULTI_LINE);
+        assert_eq!(&w[12 + 1..12 + 5], &[0, 0x1010_0000, 0, 0x2010_0000], "the rest starts after the lines");
+        assert_eq!((w[12 + 6], w[12 + 8]), (5, copy::LAUNCH_COPY));
+        // line 0 is the one-line form.
+        let (mut a, mut b) = (Push::new(), Push::new());
+        a.copy_lines(0, 0x1000, 100, 1 << 20, 0);
+        b.copy_chunked(0, 0x1000, 100, 1 << 20);
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -1,5 +1,10 @@
-//! Submission: each launch becomes a QMD V04 and a constant bank 0 in the command arena (video memory,
-//! written through BAR1), handed to the compute engine with SEND_PCAS; the two completion markers follow.
+//! Submission: each launch becomes a QMD V04 and a constant bank 0 in video memory (written through BAR1),
+//! handed to the compute engine with SEND_PCAS; the two completion markers follow.
+//!
+//! **Prepared submissions.** The QMDs and constant banks of a submission are kept (in a pool of their own)
+//! under a key of everything they depend on except the sequence. A later submission with the same key
+//! (a command list submitted again, a launch repeated) patches only the sequence payloads, one 64-byte line
+//! per QMD, and sends a fresh pushbuffer: the encoding is done once and replayed, as a CUDA graph is.
 //!
 //! - Marker 0: release semaphore 0 of the last launch's QMD (payload = sequence, four words with the
 //!   completion timestamp).
@@ -10,8 +15,9 @@
 //! `Order::AfterPrevious` needs launch `i` to start only after every earlier launch finished. Two ways:
 //!
 //! - **QMD chain** ([`Barrier::Auto`], when every launch after the first depends on the one before):
-//!   each QMD names the next as its dependent with action SCHEDULE, so the compute engine itself starts
-//!   launch `i + 1` when launch `i` completes; only the first is sent with SEND_PCAS. Nothing waits on
+//!   each QMD names the next as its dependent (action INVALIDATE_COPY_SCHEDULE by default, so a patched,
+//!   reused QMD is re-read), so the compute engine itself starts launch `i + 1` when launch `i` completes;
+//!   only the first is sent with SEND_PCAS. Nothing waits on
 //!   the host side between launches. Marker 1 then first acquires marker 0 (the chain's last release), so
 //!   it cannot overtake a chain the idle wait might not see.
 //! - **Idle release** (any other mix, or [`Barrier::IdleRelease`]): before each launch that must wait, a
@@ -20,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use super::channel::{write_words, SEM_BARRIER};
+use super::channel::{line_bytes, write_lines, write_words, LINE_WORDS, SEM_BARRIER};
 use super::device::{LOCAL_WINDOW, SHARED_WINDOW};
 use super::memory::Mem;
 use super::push::{host, Push};
@@ -58,8 +64,27 @@ pub struct LaunchTuning {
     /// one after code memory was allocated, written or freed (every QMD invalidates the data and constant
     /// caches itself, so the instruction cache is the only one this covers).
     pub invalidate_every_submission: bool,
-    /// `CWD_MEMBAR_TYPE` of every QMD (1 = L1_SYSMEMBAR, what libcuda writes).
+    /// `CWD_MEMBAR_TYPE` of every QMD but a submission's last (0 L1_NONE, 1 L1_SYSMEMBAR as libcuda writes,
+    /// 3 L1_MEMBAR as tinygrad writes): what a block's exit waits for before the grid counts as done.
     pub cwd_membar: u32,
+    /// `CWD_MEMBAR_TYPE` of a submission's last QMD.
+    pub last_cwd_membar: u32,
+    /// `RELEASE_MEMBAR_TYPE` of marker 0's release: a system-wide memory barrier before it is written.
+    pub release_sysmembar: bool,
+    /// How marker 1 is released.
+    pub marker1: Marker1,
+    /// The QMD's cache invalidations at launch, bit i = the i-th of texture header, sampler, texture
+    /// data, shader data, instruction, shader constant (libcuda's: all but instruction, 0x2f).
+    pub qmd_invalidate: u8,
+}
+
+/// How marker 1 ("the engine has gone idle") is released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker1 {
+    /// A host semaphore release with wait-for-idle (what the PBDMA does once the engine is idle).
+    HostIdleRelease,
+    /// The compute engine's own WAIT_FOR_IDLE, then its report-semaphore release (flushed).
+    ComputeReport,
 }
 
 impl Default for LaunchTuning {
@@ -72,6 +97,10 @@ impl Default for LaunchTuning {
             pcas_action: super::push::compute::PCAS_INVALIDATE_PREFETCH_COPY_SCHEDULE,
             invalidate_every_submission: false,
             cwd_membar: 1,
+            last_cwd_membar: 1,
+            release_sysmembar: false,
+            marker1: Marker1::HostIdleRelease,
+            qmd_invalidate: QMD_INVALIDATE_LIBCUDA,
         }
     }
 }
@@ -145,11 +174,19 @@ pub(crate) fn is_chain(orders: impl IntoIterator<Item = Order>) -> bool {
     rest.peek().is_some() && rest.all(|o| o == Order::AfterPrevious)
 }
 
+/// The cache invalidations `qmd::encode` writes (libcuda's).
+const QMD_INVALIDATE_LIBCUDA: u8 = 0x2f;
+
+/// `RELEASE_MEMBAR_TYPE(0)` of QMD V04 (1 = FE_SYSMEMBAR; READ OGD `clcbc0qmd.h`, bit 323).
+const RELEASE0_MEMBAR_TYPE_BIT: u32 = 323;
+
 /// Bytes of the prepared-submission pool (video memory, write-combined CPU view). A submission whose
 /// QMDs and constant banks do not fit is encoded into the command arena and not kept.
 pub(crate) const PREPARED_POOL_BYTES: u64 = 32 << 20;
 /// Prepared submissions kept at most; the pool is emptied when it would hold more (or runs out of room).
 const PREPARED_MAX: usize = 1024;
+/// Prepared submissions kept per hash bucket; the oldest goes first.
+const BUCKET_MAX: usize = 4;
 
 /// A submission's QMDs and constant banks as they lie in memory, and what its pushbuffer needs.
 #[derive(Debug, Default)]
@@ -160,11 +197,39 @@ pub(crate) struct Plan {
     barrier_before: Vec<bool>,
     /// The launches are one QMD chain (only the first is sent).
     chain: bool,
-    /// CPU addresses (as offsets from the region's CPU base) of the payload words that carry the sequence:
-    /// the last QMD's release 0 (marker 0) and every QMD's release 1 (its stamp).
-    payload_offsets: Vec<u64>,
+    /// The 64-byte lines holding the payload words that carry the sequence (the last QMD's release 0,
+    /// marker 0, and every QMD's release 1, its stamp), as written, so a patch rewrites whole lines.
+    patches: Vec<Patch>,
     /// The sequence those words hold.
     sequence: u32,
+}
+
+/// One 64-byte line of a QMD whose payload words are patched with each new sequence.
+#[derive(Debug)]
+struct Patch {
+    /// Offset of the line from the region's base.
+    offset: u64,
+    /// The line as last written.
+    words: [u32; LINE_WORDS],
+    /// Which of its words are payloads (bit i: word i).
+    payloads: u16,
+}
+
+impl Patch {
+    /// Records that word `word` of the QMD at `qmd_offset` carries the sequence, in `q`.
+    fn add(patches: &mut Vec<Patch>, qmd_offset: u64, q: &[u32; QMD_WORDS], word: usize) {
+        let line = word / LINE_WORDS * LINE_WORDS;
+        let offset = qmd_offset + line as u64 * 4;
+        let bit = 1u16 << (word - line);
+        match patches.last_mut() {
+            Some(p) if p.offset == offset => p.payloads |= bit,
+            _ => {
+                let mut words = [0; LINE_WORDS];
+                words.copy_from_slice(&q[line..line + LINE_WORDS]);
+                patches.push(Patch { offset, words, payloads: bit });
+            }
+        }
+    }
 }
 
 /// A prepared submission: its key (everything its encoding depends on except the sequence) and plan.
@@ -179,10 +244,16 @@ struct Prepared {
 pub(crate) struct PreparedPool {
     pub(crate) mem: Mem,
     head: u64,
-    entries: HashMap<u64, Prepared>,
+    /// Prepared submissions by key hash; keys that hash alike share a (short) bucket.
+    entries: HashMap<u64, Vec<Prepared>>,
+    /// Prepared submissions held.
+    count: usize,
     /// Scratch: the key of the submission being sent, and a constant bank being built.
     key: Vec<u32>,
     cbuf: Vec<u32>,
+    /// Scratch: the live launches' indices and the pushbuffer of the submission being sent.
+    live: Vec<usize>,
+    push: Push,
     /// Submissions sent from a prepared encoding, and ones encoded afresh.
     pub(crate) hits: u64,
     pub(crate) misses: u64,
@@ -194,8 +265,11 @@ impl PreparedPool {
             mem,
             head: 0,
             entries: HashMap::new(),
+            count: 0,
             key: Vec::new(),
             cbuf: Vec::new(),
+            live: Vec::new(),
+            push: Push::new(),
             hits: 0,
             misses: 0,
         }
@@ -208,8 +282,9 @@ impl PreparedPool {
             return None;
         }
         let mut at = self.head.next_multiple_of(256);
-        if at + len > self.mem.bytes || self.entries.len() >= PREPARED_MAX {
+        if at + len > self.mem.bytes || self.count >= PREPARED_MAX {
             self.entries.clear();
+            self.count = 0;
             at = 0;
         }
         self.head = at + len;
@@ -229,6 +304,9 @@ fn submission_key(s: &Submission<'_>, chain: bool, slm_per_thread: u32, t: &Laun
         t.chain_action.value(),
         t.chain_prefetch as u32,
         t.cwd_membar,
+        t.last_cwd_membar,
+        t.release_sysmembar as u32,
+        t.qmd_invalidate as u32,
         s.launches.len() as u32,
     ]);
     for l in s.launches {
@@ -262,9 +340,18 @@ fn submission_key(s: &Submission<'_>, chain: bool, slm_per_thread: u32, t: &Laun
     }
 }
 
-/// A fast 64-bit hash of the key words (FxHash's mix); equality is checked on the words themselves.
+/// Key words hashed at most: a 1000-launch list's key is ~18,000 words, and hashing them all cost ~20 us
+/// per submission (the multiply chain), ten times building and comparing them.
+const KEY_HASH_SAMPLES: usize = 512;
+
+/// A fast 64-bit hash (FxHash's mix) of the key's length and an even sample of its words. Keys that hash
+/// alike share a bucket; the words themselves decide equality.
 fn key_hash(key: &[u32]) -> u64 {
-    key.iter().fold(key.len() as u64, |h, &w| (h.rotate_left(5) ^ w as u64).wrapping_mul(0x517c_c1b7_2722_0a95))
+    let step = (key.len() / KEY_HASH_SAMPLES).max(1);
+    let mix = |h: u64, w: u32| (h.rotate_left(5) ^ w as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    let h = key.iter().step_by(step).fold(key.len() as u64, |h, &w| mix(h, w));
+    // The tail too, where a list's last launches differ.
+    key[key.len().saturating_sub(16)..].iter().fold(h, |h, &w| mix(h, w))
 }
 
 /// Words of constant bank 0 for `args` (what [`qmd::fill_cbuf0`] produces).
@@ -293,8 +380,8 @@ impl Open {
         let arch = self.arch;
         let cbuf_off = (arch.qmd_bytes as u64).next_multiple_of(64);
         let l = qmd::layout(arch.qmd_version);
-        let payload0 = qmd::release_payload_word(arch, 0).expect("release 0 exists") as u64 * 4;
-        let payload1 = qmd::release_payload_word(arch, 1).expect("release 1 exists") as u64 * 4;
+        let payload0 = qmd::release_payload_word(arch, 0).expect("release 0 exists");
+        let payload1 = qmd::release_payload_word(arch, 1).expect("release 1 exists");
         let mut plan = Plan { chain, sequence: s.sequence, ..Plan::default() };
         plan.qmds.reserve(live.len());
         plan.barrier_before.reserve(live.len());
@@ -338,8 +425,18 @@ impl Open {
                 if params.dependent.is_some() && !t.chain_prefetch {
                     qmd::set_field(&mut q, l.dependent_prefetch, 0)?;
                 }
-                if t.cwd_membar != 1 {
-                    qmd::set_field(&mut q, l.cwd_membar_type, u64::from(t.cwd_membar))?;
+                let membar = if last { t.last_cwd_membar } else { t.cwd_membar };
+                if membar != 1 {
+                    qmd::set_field(&mut q, l.cwd_membar_type, u64::from(membar))?;
+                }
+                if t.qmd_invalidate != QMD_INVALIDATE_LIBCUDA {
+                    for bit in 0..6 {
+                        let on = (t.qmd_invalidate >> bit) & 1;
+                        qmd::set_field(&mut q, l.invalidate_caches.nth(bit, 1), u64::from(on))?;
+                    }
+                }
+                if last && t.release_sysmembar {
+                    qmd::set_bits(&mut q, RELEASE0_MEMBAR_TYPE_BIT, RELEASE0_MEMBAR_TYPE_BIT, 1)?;
                 }
                 Ok(())
             })();
@@ -348,17 +445,23 @@ impl Open {
                 return Err(Self::encode_error(i, e));
             }
             // SAFETY: the slot lies inside the region (offsets were laid out for these launches by the
-            // caller, who reserved their sum), 256-byte aligned.
+            // caller, who reserved their sum), 256-byte aligned; the bank's padding to whole lines is
+            // inside the slot (`slot_bytes` rounds the bank to 64 bytes).
             unsafe {
                 let slot = base_cpu.add(offsets[k] as usize);
                 write_words(slot, &q);
-                write_words(slot.add(cbuf_off as usize), &cbuf);
+                write_lines(slot.add(cbuf_off as usize), &cbuf);
             }
+            let mut words = [None, None];
             if last {
-                plan.payload_offsets.push(offsets[k] + payload0);
+                words[0] = Some(payload0);
             }
             if s.stamps.is_some() {
-                plan.payload_offsets.push(offsets[k] + payload1);
+                words[1] = Some(payload1);
+            }
+            words.sort_unstable();
+            for w in words.into_iter().flatten() {
+                Patch::add(&mut plan.patches, offsets[k], &q, w);
             }
             plan.qmds.push(qmd_va);
             plan.barrier_before.push(!chain && k > 0 && d.order == Order::AfterPrevious);
@@ -373,8 +476,12 @@ impl Open {
         }
         let t = config.tuning;
         let arch = self.arch;
-        let live: Vec<usize> = (0..s.launches.len()).filter(|&i| !s.launches[i].skip).collect();
-        let mut push = Push::with_capacity(24 + 10 * live.len());
+        // Both reused across submissions (a launch allocates nothing once warm).
+        let mut live = std::mem::take(&mut self.prepared.live);
+        live.clear();
+        live.extend((0..s.launches.len()).filter(|&i| !s.launches[i].skip));
+        let mut push = std::mem::take(&mut self.prepared.push);
+        push.clear();
 
         let need = live.iter().map(|&i| s.launches[i].local_bytes_per_thread).max().unwrap_or(0);
         if need > 0 {
@@ -394,25 +501,31 @@ impl Open {
         if t.prepared && !live.is_empty() {
             submission_key(s, chain, self.slm_per_thread, &t, &mut key);
             hash = key_hash(&key);
-            if let Some(e) = self.prepared.entries.get_mut(&hash).filter(|e| e.key == key) {
+            let found = self.prepared.entries.get_mut(&hash).and_then(|b| b.iter_mut().position(|e| e.key == key));
+            if let Some(pos) = found {
+                let e = &mut self.prepared.entries.get_mut(&hash).expect("found above")[pos];
                 if e.plan.sequence != s.sequence {
-                    for &off in &e.plan.payload_offsets {
-                        // SAFETY: the payload words lie inside the entry's region of the pool, whose CPU view is
-                        // mapped for as long as the device is open; no submission is in flight.
-                        unsafe {
-                            (self.prepared.mem.cpu.add((e.offset + off) as usize) as *mut u32).write_volatile(s.sequence)
-                        };
+                    for p in e.plan.patches.iter_mut() {
+                        for (i, w) in p.words.iter_mut().enumerate() {
+                            if p.payloads & (1 << i) != 0 {
+                                *w = s.sequence;
+                            }
+                        }
+                        // SAFETY: the line lies inside the entry's region of the pool (64-byte aligned: QMDs
+                        // are 256-byte aligned), whose CPU view is mapped while the device is open; no
+                        // submission is in flight.
+                        unsafe { write_words(self.prepared.mem.cpu.add((e.offset + p.offset) as usize), &p.words) };
                     }
                     e.plan.sequence = s.sequence;
                 }
-                reused = Some(hash);
+                reused = Some((hash, pos));
             }
         }
         let fresh;
         let plan: &Plan = match reused {
-            Some(h) => {
+            Some((h, pos)) => {
                 self.prepared.hits += 1;
-                &self.prepared.entries[&h].plan
+                &self.prepared.entries[&h][pos].plan
             }
             None if live.is_empty() => {
                 fresh = Plan::default();
@@ -435,8 +548,14 @@ impl Open {
                         let cpu = unsafe { cpu.add(at as usize) };
                         let plan = self.encode_into(s, &live, &offsets, chain, &t, va, cpu)?;
                         let entry = Prepared { key: key.clone(), offset: at, plan };
-                        self.prepared.entries.insert(hash, entry);
-                        &self.prepared.entries[&hash].plan
+                        let bucket = self.prepared.entries.entry(hash).or_default();
+                        if bucket.len() >= BUCKET_MAX {
+                            bucket.remove(0);
+                        } else {
+                            self.prepared.count += 1;
+                        }
+                        bucket.push(entry);
+                        &bucket.last().expect("just pushed").plan
                     }
                     None => {
                         let (va, cpu) = self.arena_reserve(total, 256)?;
@@ -462,11 +581,14 @@ impl Open {
             // Hold the idle release until the chain's last launch has released marker 0.
             push.host_semaphore(s.markers[0].va, s.sequence as u64, host::SEM_OP_ACQ_CIRC_GEQ);
         }
-        push.release_after_idle(s.markers[1].va, s.sequence);
+        match t.marker1 {
+            Marker1::HostIdleRelease => push.release_after_idle(s.markers[1].va, s.sequence),
+            Marker1::ComputeReport => push.compute_release_after_idle(s.markers[1].va, s.sequence),
+        };
         self.prepared.key = key;
-        let (va, cpu) = self.arena_reserve(push.bytes(), 256)?;
-        // SAFETY: the reservation is `push.bytes()` long and 256-byte aligned.
-        unsafe { write_words(cpu, push.words()) };
+        let (va, cpu) = self.arena_reserve(line_bytes(push.bytes()), 256)?;
+        // SAFETY: the reservation is `push.bytes()` rounded to lines long and 256-byte aligned.
+        unsafe { write_lines(cpu, push.words()) };
         // SAFETY: the doorbell is this device's; the commands are written (the kick's store fence orders
         // them, the patched payloads included, before the GPFIFO entry); the session's contract keeps one
         // submission in flight.
@@ -475,6 +597,8 @@ impl Open {
             self.code_dirty = false;
         }
         self.submissions += 1;
+        self.prepared.live = live;
+        self.prepared.push = push;
         Ok(())
     }
 }
@@ -574,6 +698,63 @@ mod tests {
         )
         .unwrap();
         assert_eq!(patched, fresh);
+    }
+
+    #[test]
+    fn one_patch_line_carries_both_payloads_of_a_qmd() {
+        use super::super::arch::HOPPER;
+        let p = QmdParams {
+            program_va: 0x10_0004_0000,
+            program_bytes: 512,
+            registers: 16,
+            block: [32, 1, 1],
+            grid: [1, 1, 1],
+            shared_bytes: 1024,
+            local_bytes_per_thread: 0,
+            barrier_count: 1,
+            cbuf0_va: 0x10_0000_0180,
+            cbuf0_bytes: 0x220,
+            release0: Some((0x10_0001_0000, 5)),
+            release1: Some((0x10_0001_0040, 5)),
+            dependent: None,
+        };
+        let q = qmd::encode(&HOPPER, &p).unwrap();
+        let (w0, w1) = (qmd::release_payload_word(&HOPPER, 0).unwrap(), qmd::release_payload_word(&HOPPER, 1).unwrap());
+        let mut patches = Vec::new();
+        Patch::add(&mut patches, 0x400, &q, w0);
+        Patch::add(&mut patches, 0x400, &q, w1);
+        Patch::add(&mut patches, 0x800, &q, w1);
+        assert_eq!(patches.len(), 2, "both payloads of one QMD share a line; the next QMD has its own");
+        let line = w0 / LINE_WORDS * LINE_WORDS;
+        assert_eq!(patches[0].offset, 0x400 + 4 * line as u64);
+        assert_eq!(patches[0].words[..], q[line..line + LINE_WORDS]);
+        assert_eq!(patches[0].payloads, (1 << (w0 - line)) | (1 << (w1 - line)));
+        assert_eq!(patches[1].payloads, 1 << (w1 - line));
+        // Patching the shadow line and writing it back is encoding with the new payloads.
+        let mut patched = q;
+        let mut words = patches[0].words;
+        for (i, w) in words.iter_mut().enumerate() {
+            if patches[0].payloads & (1 << i) != 0 {
+                *w = 9;
+            }
+        }
+        patched[line..line + LINE_WORDS].copy_from_slice(&words);
+        let fresh = qmd::encode(
+            &HOPPER,
+            &QmdParams { release0: Some((0x10_0001_0000, 9)), release1: Some((0x10_0001_0040, 9)), ..p },
+        )
+        .unwrap();
+        assert_eq!(patched, fresh);
+    }
+
+    #[test]
+    fn sampled_hashes_see_the_tail_and_the_length() {
+        let a: Vec<u32> = (0..20_000).collect();
+        let mut b = a.clone();
+        *b.last_mut().unwrap() += 1;
+        assert_ne!(key_hash(&a), key_hash(&b), "the last words are always hashed");
+        assert_ne!(key_hash(&a), key_hash(&a[..19_999]));
+        assert_eq!(key_hash(&a), key_hash(&a.clone()));
     }
 
     #[test]

@@ -218,6 +218,26 @@ impl Rm {
         Ok(p.work_submit_token)
     }
 
+    /// Whether copy engine `engine_type` is a graphics copy engine (on the graphics runlist); an error
+    /// when the device has no such engine.
+    pub(crate) fn ce_is_grce(&self, subdevice: u32, engine_type: u32) -> Result<bool, HalError> {
+        let mut p = sys::CeGetCapsV2 { ce_engine_type: engine_type, ..Default::default() };
+        self.control(subdevice, ctrl::CE_GET_CAPS_V2, &mut p, "CE_GET_CAPS_V2")?;
+        Ok(p.caps_tbl[0] & sys::CE_CAPS_GRCE != 0)
+    }
+
+    /// NV2080_CTRL_CMD_PERF_BOOST on `subdevice` with `flags` for `duration` seconds.
+    pub(crate) fn perf_boost(&self, subdevice: u32, flags: u32, duration: u32) -> Result<(), HalError> {
+        let mut p = sys::PerfBoost { flags, duration };
+        self.control(subdevice, ctrl::PERF_BOOST, &mut p, "PERF_BOOST")
+    }
+
+    /// Binds a channel group to the runlist of `engine_type`.
+    pub(crate) fn bind(&self, tsg: u32, engine_type: u32) -> Result<(), HalError> {
+        let mut p = sys::BindParams { engine_type };
+        self.control(tsg, ctrl::TSG_BIND, &mut p, "TSG BIND")
+    }
+
     /// Puts a channel group on the runlist.
     pub(crate) fn schedule(&self, tsg: u32) -> Result<(), HalError> {
         let mut p = sys::GpfifoSchedule { b_enable: 1, ..Default::default() };

@@ -123,6 +123,12 @@ pub mod ctrl {
     pub const GPFIFO_GET_WORK_SUBMIT_TOKEN: u32 = 0xc36f_0108;
     /// NVA06C_CTRL_CMD_GPFIFO_SCHEDULE (channel group).
     pub const TSG_GPFIFO_SCHEDULE: u32 = 0xa06c_0101;
+    /// NVA06C_CTRL_CMD_BIND (channel group): binds the group to an engine's runlist.
+    pub const TSG_BIND: u32 = 0xa06c_0102;
+    /// NV2080_CTRL_CMD_CE_GET_CAPS_V2 (subdevice).
+    pub const CE_GET_CAPS_V2: u32 = 0x2080_2a03;
+    /// NV2080_CTRL_CMD_PERF_BOOST (subdevice).
+    pub const PERF_BOOST: u32 = 0x2080_200a;
 }
 
 /// GR_GET_INFO indices (ctrl0080gr.h).
@@ -209,6 +215,19 @@ pub const VASPACE_SIZE: u64 = 0x1_ffff_fb00_0000;
 pub const MEMORY_VIRTUAL_LIMIT: u64 = 0x1_ffff_ffff_ffff;
 /// NV2080_ENGINE_TYPE_GRAPHICS: the channel group runs on the graphics/compute runlist.
 pub const ENGINE_TYPE_GRAPHICS: u32 = 1;
+
+/// NV2080_ENGINE_TYPE_COPY(i) (cl2080_notification.h): COPY0..COPY9 are 0x09..0x12, COPY10.. start at
+/// 0x34 (READ open-gpu-kernel-modules).
+pub const fn engine_type_copy(i: u32) -> u32 {
+    if i < 10 {
+        0x09 + i
+    } else {
+        0x34 + (i - 10)
+    }
+}
+
+/// NV2080_CTRL_CE_CAPS_CE_GRCE (byte 0, bit 0): the copy engine belongs to the graphics runlist.
+pub const CE_CAPS_GRCE: u8 = 0x01;
 /// NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC.
 pub const CTXSHARE_ASYNC: u32 = 1;
 /// GPU_GET_GID_INFO flags: binary format.
@@ -624,6 +643,53 @@ pub struct WorkSubmitToken {
     pub work_submit_token: u32,
 }
 
+/// NV2080_CTRL_CE_GET_CAPS_V2_PARAMS: an engine type in, two bytes of capability bits out.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CeGetCapsV2 {
+    pub ce_engine_type: u32,
+    pub caps_tbl: [u8; 2],
+    pub _pad: [u8; 2],
+}
+
+/// NVB0B5_ALLOCATION_PARAMETERS: which copy-engine instance a copy object (and its channel) runs on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CopyAlloc {
+    pub version: u32,
+    pub engine_type: u32,
+}
+
+/// NV2080_CTRL_PERF_BOOST_PARAMS.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct PerfBoost {
+    pub flags: u32,
+    pub duration: u32,
+}
+
+/// NV2080_CTRL_PERF_BOOST flags and duration (ctrl2080perf.h, READ open-gpu-kernel-modules; the values
+/// libcuda and tinygrad send).
+pub mod perf_boost {
+    /// FLAGS_CMD (1:0) = CLEAR.
+    pub const CMD_CLEAR: u32 = 0;
+    /// FLAGS_CMD (1:0) = BOOST_TO_MAX.
+    pub const CMD_BOOST_TO_MAX: u32 = 2;
+    /// FLAGS_CUDA (4:4) = YES.
+    pub const CUDA: u32 = 1 << 4;
+    /// FLAGS_CUDA_PRIORITY (7:6) = HIGH.
+    pub const CUDA_PRIORITY_HIGH: u32 = 1 << 6;
+    /// DURATION_INFINITE: until cleared (or the client goes).
+    pub const DURATION_INFINITE: u32 = 0xffff_ffff;
+}
+
+/// NVA06F_CTRL_BIND_PARAMS (also NVA06C's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct BindParams {
+    pub engine_type: u32,
+}
+
 /// NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS (three booleans, 3 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -746,6 +812,10 @@ pub struct UvmFree {
 // ---------------------------------------------------------------------------------------------------------
 
 const_assert_eq!(size_of::<NvOs21>(), 32);
+const_assert_eq!(size_of::<CeGetCapsV2>(), 8);
+const_assert_eq!(size_of::<CopyAlloc>(), 8);
+const_assert_eq!(size_of::<BindParams>(), 4);
+const_assert_eq!(size_of::<PerfBoost>(), 8);
 const_assert_eq!(offset_of!(NvOs21, p_alloc_parms), 16);
 const_assert_eq!(offset_of!(NvOs21, status), 28);
 const_assert_eq!(size_of::<NvOs54>(), 32);

@@ -9,9 +9,10 @@
 use std::ptr;
 
 use super::channel::store_fence;
+use super::channel::INTERNAL_SPIN_NS;
 use super::memory::Placement;
 use super::push::Push;
-use super::{Nvidia, Open};
+use super::{Nvidia, NvidiaConfig, Open};
 use crate::clock::Clock;
 use crate::error::HalError;
 use crate::memory::Allocation;
@@ -25,16 +26,13 @@ enum Direction {
 }
 
 impl Open {
-    #[allow(clippy::too_many_arguments)] // Private; the settings are passed apart so the state lock is not held twice.
     fn sync(
         &mut self,
         a: &Allocation,
         offset: u64,
         len: u64,
         dir: Direction,
-        bar1_max: u64,
-        chunk: u64,
-        timeout_ms: u64,
+        c: &NvidiaConfig,
         clock: &dyn Clock,
     ) -> Result<(), HalError> {
         let na = self
@@ -59,7 +57,7 @@ impl Open {
             Placement::VidmemOnly => return Ok(()),
         }
         let staging = na.staging.as_ref().expect("a staged buffer has staging");
-        if dir == Direction::ToGpu && len <= bar1_max {
+        if dir == Direction::ToGpu && len <= c.bar1_sync_max {
             if let Some(bar1) = na.bar1 {
                 // SAFETY: both views cover the buffer and `offset + len <= bytes` (the caller's promise);
                 // the BAR1 view is write-combined device memory that is only written, never read.
@@ -74,14 +72,15 @@ impl Open {
             Direction::ToGpu => (staging.va + offset, na.primary.va + offset),
             Direction::ToCpu => (na.primary.va + offset, staging.va + offset),
         };
+        // Allow 1 ns per byte (1 GB/s, far below PCIe) on top of the fixed limit.
+        let timeout_ns = c.internal_timeout_ms * 1_000_000 + len;
+        let what = if dir == Direction::ToGpu { "sync to GPU (copy engine)" } else { "sync to CPU (copy engine)" };
+        let on_copy = c.async_copy && self.copy.is_some() && !self.copy_broken;
         let mut push = Push::new();
-        push.copy_chunked(src, dst, len, chunk);
+        push.copy_lines(src, dst, len, c.copy_chunk_bytes, c.copy_line_bytes);
         let (sem, value) = self.next_wait();
         push.copy_release(sem, value);
-        // Allow 1 ns per byte (1 GB/s, far below PCIe) on top of the fixed limit.
-        let timeout_ns = timeout_ms * 1_000_000 + len;
-        let what = if dir == Direction::ToGpu { "sync to GPU (copy engine)" } else { "sync to CPU (copy engine)" };
-        self.run(&push, value, timeout_ns, clock, what)
+        self.run_on(on_copy, &push, value, timeout_ns, INTERNAL_SPIN_NS, clock, what)
     }
 }
 
@@ -89,8 +88,7 @@ impl Nvidia {
     fn sync(&self, a: &Allocation, offset: u64, len: u64, dir: Direction) -> Result<(), HalError> {
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
-        let c = self.config();
-        open.sync(a, offset, len, dir, c.bar1_sync_max, c.copy_chunk_bytes, c.internal_timeout_ms, &self.clock)
+        open.sync(a, offset, len, dir, &self.config(), &self.clock)
     }
 }
 
