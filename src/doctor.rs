@@ -164,11 +164,10 @@ fn open_nvidia() -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn tree(version_line: &str, perms: u32) -> PathBuf {
+    /// A fake root named by `tag` (unique per call site, so tests running in parallel never share one).
+    fn tree(tag: &str, version_line: &str, perms: u32) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let root = std::env::temp_dir().join(format!("omega-doctor-{}-{n}", std::process::id()));
+        let root = std::env::temp_dir().join(format!("omega-doctor-{}-{tag}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:00:06.0")).unwrap();
         fs::create_dir_all(root.join("dev")).unwrap();
@@ -194,17 +193,18 @@ mod tests {
 
     #[test]
     fn a_supported_machine_passes_every_check() {
-        let r = run(&tree(OPEN_580, 0o666), false);
+        let root = tree("ok", OPEN_580, 0o666);
+        let r = run(&root, false);
         assert!(r.ok(), "{r:?}");
-        assert_eq!(module_version(&tree(OPEN_580, 0o666)).unwrap(), ("open".into(), "580.159.04".into()));
+        assert_eq!(module_version(&root).unwrap(), ("open".into(), "580.159.04".into()));
         assert!(r.checks.iter().any(|c| c.found.contains("10de:2335 NVIDIA H200")));
     }
 
     #[test]
     fn each_failure_is_named() {
-        let r = run(&tree(&OPEN_580.replace("580.159.04", "575.51.03"), 0o666), false);
+        let r = run(&tree("old-branch", &OPEN_580.replace("580.159.04", "575.51.03"), 0o666), false);
         assert!(r.reason().unwrap().starts_with("driver ABI table: unsupported driver: kernel driver 575.51.03"));
-        let r = run(&tree(&OPEN_580.replace("Open Kernel Module", "Kernel Module"), 0o666), false);
+        let r = run(&tree("proprietary", &OPEN_580.replace("Open Kernel Module", "Kernel Module"), 0o666), false);
         assert!(r.reason().unwrap().contains("proprietary kernel module"), "{:?}", r.reason());
         let r = run(Path::new("/nonexistent-root"), false);
         assert!(r.reason().unwrap().starts_with("kernel module: no NVIDIA kernel module loaded"));
@@ -212,7 +212,7 @@ mod tests {
         let is_root = unsafe { libc::geteuid() } == 0;
         if !is_root {
             // Root passes access() whatever the mode bits say, so only an ordinary user can see this one.
-            let r = run(&tree(OPEN_580, 0o400), false);
+            let r = run(&tree("read-only", OPEN_580, 0o400), false);
             assert!(r.reason().unwrap().contains("not readable and writable"), "{:?}", r.reason());
         }
     }

@@ -10,6 +10,8 @@
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p omega --release --lib loom_models`
 //! (add `-- --nocapture` to see how many interleavings each model explored).
 
+// Outcome counters live outside the models on purpose: they tally across loom's interleavings, which loom's
+// own atomics (reset with every run) cannot.
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use loom::cell::UnsafeCell;

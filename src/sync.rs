@@ -3,3 +3,7 @@
 //! `std::sync` or `std::thread` directly.
 
 pub(crate) use omega_hal::sync::{lock, thread, Arc, AtomicBool, AtomicU32, Mutex, Ordering};
+
+/// Process singletons (the runtime `runtime()` returns, the engine's globals). loom cannot model a static's
+/// one-time initialisation; the models build their own `Runtime` instead.
+pub(crate) use std::sync::OnceLock;

@@ -64,7 +64,7 @@ struct Globals {
 }
 
 fn globals() -> &'static Globals {
-    static GLOBALS: std::sync::OnceLock<Globals> = std::sync::OnceLock::new();
+    static GLOBALS: sync::OnceLock<Globals> = sync::OnceLock::new();
     GLOBALS.get_or_init(|| Globals {
         blocked: AtomicBool::new(false),
         engine: Mutex::new(Engine { backend: None, clock: Clock::Backend }),

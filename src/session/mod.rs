@@ -71,7 +71,7 @@ pub struct Runtime {
 
 /// The process's runtime.
 pub fn runtime() -> &'static Runtime {
-    static RUNTIME: std::sync::OnceLock<Runtime> = std::sync::OnceLock::new();
+    static RUNTIME: sync::OnceLock<Runtime> = sync::OnceLock::new();
     RUNTIME.get_or_init(Runtime::new)
 }
 
