@@ -81,6 +81,7 @@ fn layers<'s>(
         barrier_count: meta.barriers,
         num_elements: 1,
         args: &words,
+        const_banks: &[],
         order: Order::AfterPrevious,
         skip: false,
     };

@@ -226,6 +226,110 @@ fn cmdlist_ordering() -> CaseResult {
     })
 }
 
+/// A kernel that reads module data: a `__constant__` table (constant bank 3) and an initialised
+/// `__device__` counter whose address is in constant bank 4. Unbound banks read zeros, so every element
+/// would come out 0. Run as a single launch twice (the second replays the prepared encoding, with the
+/// output poisoned again in between) and as a dependent command list with a different scale per launch.
+fn module_data() -> CaseResult {
+    let mut g = rng();
+    let n = g.random_range(1_000..=300_000usize);
+    let scales: Vec<f32> = (0..4).map(|_| g.random_range(-4.0f32..4.0)).collect();
+    let grid = [n.div_ceil(256).min(528) as u32, 1, 1];
+    let check = |got: &[f32], scale: f32, what: &str| -> Result<(), String> {
+        let want = omega::kernels::module_data_ref(scale, n);
+        let bad: Vec<usize> = (0..n).filter(|&i| got[i].to_bits() != want[i].to_bits()).collect();
+        match bad.first() {
+            None => Ok(()),
+            Some(&i) => Err(format!("{what}: {} of {n} wrong, [{i}] = {} (want {})", bad.len(), got[i], want[i])),
+        }
+    };
+    with_scope(|s, gpu| {
+        let k = s.load("module_data").map_err(err)?;
+        let banks: Vec<u32> = k.meta().const_banks.iter().map(|b| b.index).collect();
+        let mut out = s.alloc::<f32>(n).map_err(err)?;
+        let mut gpu = gpu;
+        for round in 0..2 {
+            out.fill(f32::NAN).map_err(err)?;
+            let l = Launch::new(&k).grid(grid).block([256, 1, 1]).arg(&out).arg(scales[0]).arg(n as u32);
+            gpu = gpu.launch(&l).map_err(err)?.gpu;
+            check(&out.to_vec().map_err(err)?, scales[0], &format!("launch {round}"))?;
+        }
+        let mut outs = Vec::new();
+        for _ in 1..scales.len() {
+            let mut m = s.alloc::<f32>(n).map_err(err)?;
+            m.fill(f32::NAN).map_err(err)?;
+            outs.push(m);
+        }
+        {
+            let mut list = s.cmdlist().map_err(err)?;
+            let ls: Vec<Launch> = outs
+                .iter()
+                .zip(&scales[1..])
+                .map(|(o, &sc)| Launch::new(&k).grid(grid).block([256, 1, 1]).arg(o).arg(sc).arg(n as u32))
+                .collect();
+            for l in &ls {
+                list.add(l).map_err(err)?;
+            }
+            gpu.submit(&mut list).map_err(err)?;
+        }
+        for (i, (o, &sc)) in outs.iter_mut().zip(&scales[1..]).enumerate() {
+            check(&o.to_vec().map_err(err)?, sc, &format!("list launch {i}"))?;
+        }
+        Ok(format!("{n} elements, banks {banks:?}, 2 launches + a 3-launch list"))
+    })
+}
+
+/// What launch i writes, launch i + 1 reads: a dependent command list of `scale_copy` launches that
+/// ping-pong between two buffers spread over the whole chip, against the same chain on the CPU. Both
+/// buffers are checked (the last launch's output and the one before it).
+fn chain_visibility() -> CaseResult {
+    let mut g = rng();
+    let launches = 64usize;
+    let n = g.random_range((1 << 20)..=(1 << 21));
+    let x: Vec<f32> = (0..n).map(|_| g.random_range(-1e3f32..1e3)).collect();
+    let alphas: Vec<f32> = (0..launches).map(|_| g.random_range(0.5f32..2.0)).collect();
+    let mut want = [x.clone(), x.clone()];
+    for (i, &a) in alphas.iter().enumerate() {
+        want[(i + 1) % 2] = omega::kernels::scale_copy_ref(&want[i % 2], a);
+    }
+    with_scope(|s, gpu| {
+        let k = s.load("scale_copy").map_err(err)?;
+        let mut bufs = [s.alloc_from(&x).map_err(err)?, {
+            let mut b = s.alloc::<f32>(n).map_err(err)?;
+            b.fill(f32::NAN).map_err(err)?;
+            b
+        }];
+        {
+            let mut list = s.cmdlist().map_err(err)?;
+            let ls: Vec<Launch> = alphas
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| {
+                    Launch::new(&k)
+                        .grid([528, 1, 1])
+                        .block([256, 1, 1])
+                        .arg(&bufs[i % 2])
+                        .arg(&bufs[(i + 1) % 2])
+                        .arg(a)
+                        .arg(n as u32)
+                })
+                .collect();
+            for l in &ls {
+                list.add(l).map_err(err)?;
+            }
+            gpu.submit(&mut list).map_err(err)?;
+        }
+        for (b, w) in bufs.iter_mut().zip(&want) {
+            let got = b.to_vec().map_err(err)?;
+            let bad = (0..n).filter(|&i| got[i].to_bits() != w[i].to_bits()).count();
+            if bad > 0 {
+                return Err(format!("{bad} of {n} elements differ from the CPU chain"));
+            }
+        }
+        Ok(format!("{launches} dependent launches over {n} elements ping-ponged, both buffers exact"))
+    })
+}
+
 /// The job engine's VECTOR_1D job on the process's device, against a CPU reference.
 fn engine_vector_job() -> CaseResult {
     let mut g = rng();
@@ -407,6 +511,8 @@ fn main() -> ExitCode {
         ("local memory (stack)", local_memory),
         ("four threads taking turns on the lock", four_threads),
         ("command list: dependent launches never overlap", cmdlist_ordering),
+        ("command list: launch i+1 reads what launch i wrote", chain_visibility),
+        ("module data: __constant__ table and __device__ counter", module_data),
         ("job engine: VECTOR_1D job", engine_vector_job),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),

@@ -2,7 +2,8 @@
 # BIN points at carried binaries.
 .PHONY: gpu-test gpu-bench gpu-binaries
 
-BIN ?= $(if $(shell command -v cargo 2>/dev/null),target/release/examples,.gpu)
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+BIN ?= $(if $(shell command -v cargo 2>/dev/null),$(TARGET_DIR)/release/examples,.gpu)
 
 gpu-binaries:
 	@if command -v cargo >/dev/null 2>&1; then cargo build --release --examples; fi
@@ -22,7 +23,8 @@ gpu-pack:
 	cargo build --release --examples
 	mkdir -p .gpu
 	for b in hello_gpu gpu_suite gpu_bench doctor; do \
-		f=target/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ || true; done
+		f=$(TARGET_DIR)/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ || true; done
+	strip .gpu/*
 	ls -la .gpu
 
 # Preflight: kernel module version and flavour, driver ABI table, device files and permissions, the PCI

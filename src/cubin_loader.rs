@@ -5,7 +5,7 @@
 //! simulator's code image naming the entry, which runs the host reference of that kernel.
 
 use omega_hal::nvidia::arch::{self, Arch};
-use omega_hal::nvidia::cubin::Module;
+use omega_hal::nvidia::cubin::{ConstBank, Module};
 
 use crate::error::{Error, Result};
 use crate::session::{runtime, KernelMeta, ParamInfo};
@@ -25,11 +25,24 @@ pub(crate) struct Prepared {
     pub(crate) image_bytes: usize,
     /// Offset of the entry's first instruction in the image.
     pub(crate) entry_offset: u64,
-    /// What every launch of the entry needs.
-    pub(crate) meta: KernelMeta,
+    /// What every launch of the entry needs, but its constant banks (see [`Prepared::meta_at`]).
+    meta: KernelMeta,
+    /// The entry's constant banks other than 0, as offsets in the image.
+    banks: Vec<ConstBank>,
 }
 
 impl Prepared {
+    /// What every launch of the entry needs once the image lies at `va`: its constant banks are the
+    /// image's own bytes (relocated, GPU-readable in the code buffer), at `va` plus their offsets.
+    pub(crate) fn meta_at(&self, va: u64) -> KernelMeta {
+        let const_banks = self
+            .banks
+            .iter()
+            .map(|b| omega_hal::ConstBank { index: b.index, va: va + b.offset, bytes: b.bytes })
+            .collect();
+        KernelMeta { const_banks, ..self.meta.clone() }
+    }
+
     /// The bytes to write at the code buffer's start for a load at `va`, relocations applied.
     pub(crate) fn relocate(&self, va: u64) -> Result<Vec<u8>> {
         match &self.image {
@@ -68,13 +81,21 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
         params: k.params.iter().map(|p| ParamInfo { ordinal: p.ordinal, offset: p.offset, size: p.size }).collect(),
         param_bytes: k.param_bytes,
         max_threads: k.max_threads,
+        const_banks: Vec::new(),
     };
     if runtime().installed()?.sim.is_some() {
+        // The simulator's kernel is a host function holding its module data itself: no banks to bind.
         let img = omega_hal::sim::code_image(entry);
-        return Ok(Prepared { image_bytes: img.len(), entry_offset: 0, meta, image: Image::Fixed(img) });
+        return Ok(Prepared {
+            image_bytes: img.len(),
+            entry_offset: 0,
+            meta,
+            banks: Vec::new(),
+            image: Image::Fixed(img),
+        });
     }
-    let (image_bytes, entry_offset) = (module.alloc_bytes() as usize, k.code_offset);
-    Ok(Prepared { image: Image::Cubin(module), image_bytes, entry_offset, meta })
+    let (image_bytes, entry_offset, banks) = (module.alloc_bytes() as usize, k.code_offset, k.const_banks.clone());
+    Ok(Prepared { image: Image::Cubin(module), image_bytes, entry_offset, meta, banks })
 }
 
 /// Prepares repository kernel `name` (`kernels/<name>.ptx`): its cubin, or — on the simulator in a build
@@ -99,8 +120,9 @@ pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
                 param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
                 params,
                 max_threads: None,
+                const_banks: Vec::new(),
             };
-            Ok(Prepared { image_bytes: img.len(), entry_offset: 0, meta, image: Image::Fixed(img) })
+            Ok(Prepared { image_bytes: img.len(), entry_offset: 0, meta, banks: Vec::new(), image: Image::Fixed(img) })
         }
         Err(why) => Err(Error::Load(format!("kernel `{name}`: {why}"))),
     }

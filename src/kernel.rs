@@ -96,7 +96,8 @@ impl<'s> Kernel<'s> {
         let image = prepared.relocate(code.va())?;
         code.write_code(&image)?;
         let entry_va = code.va() + prepared.entry_offset;
-        runtime().register_kernel(entry_va, prepared.meta.clone());
-        Ok(Kernel { code, entry_va, meta: prepared.meta })
+        let meta = prepared.meta_at(code.va());
+        runtime().register_kernel(entry_va, meta.clone());
+        Ok(Kernel { code, entry_va, meta })
     }
 }

@@ -11,8 +11,10 @@
 //!   call, marker 0 seen and marker 1 seen; and the semaphore-only round trip.
 //! - `chain`: 1000 launches in one submission per variant (stamps none / system memory / video memory,
 //!   dependent action and prefetch, membar, idle releases, independent), host per-launch time and the
-//!   GPU's own per-launch time from the stamps; plus a check that a resubmitted (prepared) ordering
-//!   submission still never overlaps and releases every new sequence.
+//!   GPU's own per-launch time from the stamps; plus, per tuning that could weaken ordering, a check that
+//!   a resubmitted (prepared) ordering submission still never overlaps and releases every new sequence,
+//!   and (with `scale_copy.cubin` in DIR) that each launch of a 64-launch chain reads what the one
+//!   before it wrote.
 //!
 //! Times are read with a TSC timer calibrated against `Instant` (so a costly `clock_gettime` in a VM does
 //! not inflate sub-microsecond phases). Prints `probe.<metric> <value>` lines.
@@ -147,6 +149,7 @@ mod linux {
                 barrier_count: k.info.barriers,
                 num_elements: 0,
                 args,
+                const_banks: &[],
                 order,
                 skip: false,
             }
@@ -383,7 +386,7 @@ mod linux {
 
         // ----- chains ------------------------------------------------------------------------------------
 
-        fn chain(&mut self, k: &Kernel, ts: &Kernel) {
+        fn chain(&mut self, k: &Kernel, ts: &Kernel, sc: Option<&Kernel>) {
             let n = 1000usize;
             let sys_stamps = self.alloc(n as u64 * 16, POLLED, BufferKind::Queue);
             let vid_stamps = self.alloc(n as u64 * 16, DATA, BufferKind::Data);
@@ -396,7 +399,32 @@ mod linux {
                 Sys,
                 Vid,
             }
-            let variants: [(&str, Tune, St, Order); 22] = [
+            fn sysmembar(c: &mut NvidiaConfig, chasing: bool) {
+                c.tuning.cwd_membar = 1;
+                c.tuning.membar_task_chasing = chasing;
+            }
+            fn membar3(c: &mut NvidiaConfig, chasing: bool) {
+                c.tuning.cwd_membar = 3;
+                c.tuning.membar_task_chasing = chasing;
+            }
+            let variants: [(&str, Tune, St, Order); 29] = [
+                // The chain's block-exit barrier, each setting spelled out (the default is L1_MEMBAR with
+                // task chasing), measured next to each other.
+                ("dep_sysstamps_base", |_| {}, St::Sys, Order::AfterPrevious),
+                ("dep_sysstamps_sysmembar", |c| sysmembar(c, false), St::Sys, Order::AfterPrevious),
+                ("dep_sysstamps_sysmembar_chasing", |c| sysmembar(c, true), St::Sys, Order::AfterPrevious),
+                ("dep_sysstamps_membar3_nochasing", |c| membar3(c, false), St::Sys, Order::AfterPrevious),
+                ("dep_sysstamps_membar3_chasing", |c| membar3(c, true), St::Sys, Order::AfterPrevious),
+                (
+                    "dep_sysstamps_sysmembar_latch",
+                    |c| {
+                        sysmembar(c, false);
+                        c.tuning.arrive_at_latch = true;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                ("dep_sysstamps_latch", |c| c.tuning.arrive_at_latch = true, St::Sys, Order::AfterPrevious),
                 ("dep_sysstamps_inv_sdata_const", |c| c.tuning.qmd_invalidate = 0x28, St::Sys, Order::AfterPrevious),
                 (
                     "dep_sysstamps_inv_tdata_sdata_const",
@@ -513,9 +541,12 @@ mod linux {
             self.free(&sys_stamps);
             self.free(&vid_stamps);
             type T2 = fn(&mut NvidiaConfig);
-            let checks: [(&str, T2); 4] = [
+            let checks: [(&str, T2); 7] = [
                 ("default", |_| {}),
-                ("membar3", |c| c.tuning.cwd_membar = 3),
+                ("sysmembar", |c| sysmembar(c, false)),
+                ("sysmembar_chasing", |c| sysmembar(c, true)),
+                ("membar3_nochasing", |c| membar3(c, false)),
+                ("latch", |c| c.tuning.arrive_at_latch = true),
                 ("membar3_relsys_m1compute", |c| {
                     c.tuning.cwd_membar = 3;
                     c.tuning.last_cwd_membar = 3;
@@ -531,8 +562,70 @@ mod linux {
                 self.tune(f);
                 self.resubmitted_ordering(ts, name);
                 self.visibility(ts, name);
+                if let Some(sc) = sc {
+                    self.chain_data(sc, name);
+                }
             }
             self.tune(|_| {});
+        }
+
+        /// What launch i writes, launch i + 1 reads: 64 dependent `scale_copy` launches (528 blocks of 256
+        /// threads, the whole chip) ping-pong 2^20 floats between two video-memory buffers, in one chained
+        /// submission, sent three times (the later two from the prepared encoding); both buffers must
+        /// equal the same chain computed on the CPU, bit for bit, each time.
+        fn chain_data(&mut self, sc: &Kernel, tag: &str) {
+            let (n, launches) = (1usize << 20, 64usize);
+            let bytes = n as u64 * 4;
+            let bufs = [self.alloc(bytes, DATA, BufferKind::Data), self.alloc(bytes, DATA, BufferKind::Data)];
+            let mut x = 0x9e37_79b9u32 ^ tag.len() as u32;
+            let input: Vec<f32> = (0..n)
+                .map(|_| {
+                    x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (x >> 8) as f32 / (1 << 16) as f32 - 128.0
+                })
+                .collect();
+            let alphas: Vec<f32> = (0..launches).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+            let mut want = [input.clone(), input.clone()];
+            for (i, &a) in alphas.iter().enumerate() {
+                want[(i + 1) % 2] = want[i % 2].iter().map(|v| v * a).collect();
+            }
+            let args: Vec<[u32; 6]> = (0..launches)
+                .map(|i| {
+                    let (s, d) = (bufs[i % 2].va, bufs[(i + 1) % 2].va);
+                    [s as u32, (s >> 32) as u32, d as u32, (d >> 32) as u32, alphas[i].to_bits(), n as u32]
+                })
+                .collect();
+            let ls: Vec<LaunchDesc<'_>> =
+                args.iter().map(|a| Self::desc(sc, a, [256, 1, 1], [528, 1, 1], Order::AfterPrevious)).collect();
+            for round in 0..3 {
+                let v = self.bytes(&bufs[0]);
+                for (c, f) in v.chunks_exact_mut(4).zip(&input) {
+                    c.copy_from_slice(&f.to_le_bytes());
+                }
+                self.to_gpu(&bufs[0], bytes);
+                self.bytes(&bufs[1]).fill(0xff);
+                self.to_gpu(&bufs[1], bytes);
+                if let Err(e) = self.run(&ls, None) {
+                    self.fail(&format!("chain data {tag}"), e);
+                    break;
+                }
+                let mut bad = 0;
+                for (b, w) in bufs.iter().zip(&want) {
+                    self.to_cpu(b, bytes);
+                    let v = self.bytes(b);
+                    bad += v.chunks_exact(4).zip(w).filter(|(c, f)| c != &f.to_le_bytes().as_slice()).count();
+                }
+                println!(
+                    "[{}] chain data {tag} round {round}: {launches} dependent scale_copy launches, {bad} of {} floats differ from the CPU chain",
+                    if bad == 0 { "ok" } else { "FAIL" },
+                    2 * n
+                );
+                if bad > 0 {
+                    self.failures += 1;
+                }
+            }
+            self.free(&bufs[0]);
+            self.free(&bufs[1]);
         }
 
         /// A kernel's stores to GPU-uncached system memory are all visible to the CPU once both markers
@@ -692,13 +785,18 @@ mod linux {
             p.wc_costs();
             p.launch(&empty);
         }
+        // Optional: an older .gpu/ may lack it; the data-visibility checks are skipped then.
+        let sc = p.dir.join("scale_copy.cubin").exists().then(|| p.load("scale_copy"));
         if what == "all" || what == "chain" {
-            p.chain(&empty, &ts);
+            p.chain(&empty, &ts, sc.as_ref());
         }
         let (hits, misses) = nv.prepared_stats();
         println!("# prepared submissions: {hits} hits, {misses} misses; failures {}", p.failures);
         p.free(&empty.code);
         p.free(&ts.code);
+        if let Some(sc) = &sc {
+            p.free(&sc.code);
+        }
         p.free(&p.markers);
         // SAFETY: nothing running; every allocation freed.
         unsafe { nv.device().unwrap().close() };

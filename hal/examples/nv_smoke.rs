@@ -197,6 +197,7 @@ mod linux {
                 barrier_count: k.info.barriers,
                 num_elements: 0,
                 args,
+                const_banks: &[],
                 order,
                 skip: false,
             }
@@ -358,6 +359,7 @@ mod linux {
                 barrier_count: 0,
                 num_elements: 0,
                 args: &[],
+                const_banks: &[],
                 order: Order::AfterPrevious,
                 skip: true,
             };

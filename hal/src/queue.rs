@@ -15,6 +15,19 @@ pub enum Order {
     Unordered,
 }
 
+/// A constant bank other than 0 that a launch binds: the kernel's `c[index][...]` reads come from `bytes`
+/// bytes at `va`. Kernels that use module data need them: `__constant__` data is bank 3 and the addresses
+/// of `__device__` data are bank 4 (both inside the loaded image, which relocation already patched).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConstBank {
+    /// Bank index, 1..8 (0 is the platform's own parameter bank and is refused).
+    pub index: u32,
+    /// GPU address of the bank's first byte (64-byte aligned on the nvidia backend).
+    pub va: u64,
+    /// Its size in bytes (the platform may round it up to 16).
+    pub bytes: u32,
+}
+
 /// One kernel launch, fully resolved: the platform only encodes it.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchDesc<'a> {
@@ -40,6 +53,9 @@ pub struct LaunchDesc<'a> {
     pub num_elements: u32,
     /// Parameter words, written at the architecture's parameter base of constant bank 0.
     pub args: &'a [u32],
+    /// Constant banks other than 0 to bind (empty for a kernel without module data). The simulator
+    /// ignores them; its kernels are host functions.
+    pub const_banks: &'a [ConstBank],
     /// What must finish first.
     pub order: Order,
     /// Not submitted to the device at all (test-only `skip_launch`).
@@ -69,6 +85,8 @@ pub trait SubmitQueue: Send + Sync {
     /// - Every address in `s` (code, arguments that are addresses, markers, stamps) lies in live
     ///   allocations of this platform that stay allocated until both markers are observed, or forever
     ///   if they never are.
+    /// - So does every byte of every launch's `const_banks` ranges (`va .. va + bytes`, rounded up to 16),
+    ///   and those bytes are GPU-readable: the kernel reads them as constants for the whole launch.
     /// - The previous submission's markers were both observed (one submission in flight at a time).
     unsafe fn submit(&self, s: &Submission<'_>) -> Result<(), HalError>;
 }

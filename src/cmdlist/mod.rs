@@ -36,7 +36,7 @@ pub use check::check_no_overlap;
 pub use typed::{CmdListBuilder, SubmitError, Submitted};
 pub use types::*;
 
-use omega_hal::{LaunchDesc, Order};
+use omega_hal::{ConstBank, LaunchDesc, Order};
 
 use crate::error::Error;
 use crate::session::{GpuMem, LaunchSpec, RawLaunch, Runtime};
@@ -60,6 +60,8 @@ struct Recorded {
     num_elements: u32,
     /// Range in the list's argument arena.
     args: (usize, usize),
+    /// Range in the list's constant-bank arena.
+    banks: (usize, usize),
     independent: bool,
     timeout_ms: u32,
     spin_us: u32,
@@ -72,6 +74,8 @@ pub struct CmdList<'r> {
     mode: BarrierMode,
     launches: Vec<Recorded>,
     args: Vec<u32>,
+    /// The launches' constant banks other than 0 (module data), back to back.
+    banks: Vec<ConstBank>,
     stamps: GpuMem,
     stats: CmdListStats,
     latched: bool,
@@ -134,6 +138,7 @@ impl<'r> CmdList<'r> {
             mode,
             launches: Vec::new(),
             args: Vec::new(),
+            banks: Vec::new(),
             stamps,
             stats: CmdListStats::default(),
             latched: false,
@@ -176,6 +181,7 @@ impl<'r> CmdList<'r> {
         }
         self.launches.clear();
         self.args.clear();
+        self.banks.clear();
         self.submitted = 0;
         Ok(())
     }
@@ -215,7 +221,9 @@ impl<'r> CmdList<'r> {
         if self.launches.len() >= MAX_LAUNCHES as usize {
             return self.refuse(CmdListError::Full);
         }
-        let desc = match self.rt.resolve_launch(spec, stage) {
+        // Allocates nothing for a kernel without module data.
+        let mut resolved_banks = Vec::new();
+        let desc = match self.rt.resolve_launch(spec, &mut resolved_banks, stage) {
             Ok((_, desc, _)) => desc,
             Err(e) => {
                 self.stats.refusals += 1;
@@ -224,6 +232,8 @@ impl<'r> CmdList<'r> {
         };
         let start = self.args.len();
         self.args.extend_from_slice(desc.args);
+        let banks_start = self.banks.len();
+        self.banks.extend_from_slice(desc.const_banks);
         self.launches.push(Recorded {
             code_va: desc.code_va,
             code_bytes: desc.code_bytes,
@@ -236,6 +246,7 @@ impl<'r> CmdList<'r> {
             barrier_count: desc.barrier_count,
             num_elements: desc.num_elements,
             args: (start, desc.args.len()),
+            banks: (banks_start, desc.const_banks.len()),
             independent: false,
             timeout_ms: spec.timeout_ms,
             spin_us: spec.spin_us,
@@ -335,6 +346,7 @@ impl<'r> CmdList<'r> {
                 barrier_count: l.barrier_count,
                 num_elements: l.num_elements,
                 args: &self.args[l.args.0..l.args.0 + l.args.1],
+                const_banks: &self.banks[l.banks.0..l.banks.0 + l.banks.1],
                 order: self.mode.order(l.independent),
                 skip,
             })

@@ -87,7 +87,7 @@ impl SessionBackend {
         let image = loaded.relocate(code.va)?;
         write_and_sync(rt, &code, &image)?;
         let entry = code.va + loaded.entry_offset;
-        rt.register_kernel(entry, loaded.meta.clone());
+        rt.register_kernel(entry, loaded.meta_at(code.va));
         Ok(entry)
     }
 }

@@ -39,7 +39,7 @@ fn place(
     size: usize,
     build: impl FnOnce(u64) -> Result<Vec<u8>>,
     entry_offset: u64,
-    meta: KernelMeta,
+    meta: impl FnOnce(u64) -> KernelMeta,
 ) -> Result<OmegaGpuKernel> {
     let rt = runtime();
     let mut mem = rt.alloc_code(size)?;
@@ -59,6 +59,7 @@ fn place(
         return Err(e);
     }
     let entry_va = mem.va + entry_offset;
+    let meta = meta(mem.va);
     let k = OmegaGpuKernel {
         code: mem,
         entry_va,
@@ -75,8 +76,7 @@ fn load(name: &str) -> Result<OmegaGpuKernel> {
     let rt = runtime();
     rt.require_lock("load")?;
     let prepared = crate::cubin_loader::prepare_named(name).or_else(|e| rt.fail(e))?;
-    let meta = prepared.meta.clone();
-    place(prepared.image_bytes, |va| prepared.relocate(va), prepared.entry_offset, meta)
+    place(prepared.image_bytes, |va| prepared.relocate(va), prepared.entry_offset, |va| prepared.meta_at(va))
 }
 
 /// EXPERIMENTAL. Loads repository kernel `name` (`"vector_add"`, ...; the files of `kernels/`) into a new

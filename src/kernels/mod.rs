@@ -92,6 +92,13 @@ pub const HOST_SPECS: &[HostSpec] = &[
         run: scale_copy,
     },
     HostSpec {
+        name: "module_data",
+        param_sizes: &[8, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: module_data,
+    },
+    HostSpec {
         name: "shared_reverse",
         param_sizes: &[8, 8],
         static_shared_bytes: 1024,
@@ -188,6 +195,41 @@ fn scale_copy(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (src, dst, alpha, n) = (ctx.u64_at(0), ctx.u64_at(2), f32::from_bits(ctx.word(4)), ctx.word(5) as usize);
     let x = ctx.read_f32s(src, n)?;
     ctx.write_f32s(dst, &scale_copy_ref(&x, alpha))
+}
+
+/// `module_data`'s `__constant__` table (bank 3), as the PTX spells its bits.
+pub const MODULE_DATA_TABLE: [u32; 16] = [
+    0x3F80_0000,
+    0x4000_0000,
+    0x4040_0000,
+    0x4080_0000,
+    0x40A0_0000,
+    0x40C0_0000,
+    0x40E0_0000,
+    0x4100_0000,
+    0xBF00_0000,
+    0xBE80_0000,
+    0x3E00_0000,
+    0x4120_0000,
+    0xC170_0000,
+    0x42C8_0000,
+    0x3DCC_CCCD,
+    0xC049_0FDB,
+];
+
+/// `module_data`'s initialised `__device__` counter.
+pub const MODULE_DATA_COUNTER: u32 = 7;
+
+/// Reference of `module_data`: `out[i] = table[i % 16] * scale + counter` for `i < n`, each operation
+/// rounded on its own (as the PTX's `mul.rn` / `add.rn`).
+pub fn module_data_ref(scale: f32, n: usize) -> Vec<f32> {
+    let counter = MODULE_DATA_COUNTER as f32;
+    (0..n).map(|i| f32::from_bits(MODULE_DATA_TABLE[i % 16]) * scale + counter).collect()
+}
+
+fn module_data(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (out, scale, n) = (ctx.u64_at(0), f32::from_bits(ctx.word(2)), ctx.word(3) as usize);
+    ctx.write_f32s(out, &module_data_ref(scale, n))
 }
 
 /// Reference of `shared_reverse` with blocks of `n` threads: each block's slice reversed.

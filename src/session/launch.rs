@@ -1,7 +1,7 @@
 //! Launch: the contract's argument checks, one submission, and the two-marker completion wait whose
 //! uncertainty latches the process.
 
-use omega_hal::{CompletionPoll, LaunchDesc, MarkerSlot, Order, Submission};
+use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, MarkerSlot, Order, Submission};
 
 use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS};
 use crate::error::{Error, Result};
@@ -40,6 +40,9 @@ pub struct KernelMeta {
     pub param_bytes: u32,
     /// Largest block the kernel allows, if it says.
     pub max_threads: Option<u32>,
+    /// Constant banks other than 0 that every launch binds (module data: `__constant__` data in bank 3,
+    /// addresses of `__device__` data in bank 4), at their addresses inside the loaded image.
+    pub const_banks: Vec<ConstBank>,
 }
 
 /// A launch as the Rust API describes it: the C descriptor's fields plus what C cannot say.
@@ -119,6 +122,7 @@ static NO_TEMPLATE: KernelMeta = KernelMeta {
     params: Vec::new(),
     param_bytes: 0,
     max_threads: None,
+    const_banks: Vec::new(),
 };
 
 /// Rounds a declared register count the way the contract says: a multiple of 8, at least 64.
@@ -180,7 +184,8 @@ impl Runtime {
     /// [`Runtime::launch`] with a limit per completion wait (marker 0, marker 1). `seen` counts the markers
     /// observed, so a caller knows which wait a failure ended (the job engine names it).
     pub(crate) fn launch_each(&self, spec: &LaunchSpec<'_>, limits: [u32; 2], seen: &mut u8) -> Result<Completion> {
-        let (i, desc, slots) = self.resolve_launch(spec, "launch")?;
+        let mut banks = Vec::new();
+        let (i, desc, slots) = self.resolve_launch(spec, &mut banks, "launch")?;
         if self.cancel.swap(false, Ordering::SeqCst) {
             return self.fail(Error::CancelledBeforeSubmit);
         }
@@ -189,10 +194,13 @@ impl Runtime {
 
     /// Every check [`Runtime::launch`] makes, and the descriptor it would submit (in `AfterPrevious` order,
     /// not skipped) with the session's marker slots; nothing is submitted. A refusal is recorded and names
-    /// `stage` (command lists record launches through this).
+    /// `stage` (command lists record launches through this). The kernel's constant banks are copied into
+    /// `banks` (emptied first; no allocation for a kernel without module data), which the descriptor
+    /// borrows.
     pub(crate) fn resolve_launch<'a>(
         &self,
         spec: &LaunchSpec<'a>,
+        banks: &'a mut Vec<ConstBank>,
         stage: &'static str,
     ) -> Result<(crate::platform::Installed, LaunchDesc<'a>, [MarkerSlot; 2])> {
         self.require_lock(stage)?;
@@ -251,6 +259,9 @@ impl Runtime {
             n => n.max(meta.static_shared_bytes + spec.dynamic_shared_bytes),
         };
         drop(s);
+        banks.clear();
+        banks.extend_from_slice(&meta.const_banks);
+        let banks: &'a [ConstBank] = banks;
         let desc = LaunchDesc {
             code_va: spec.code_va,
             code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
@@ -263,6 +274,7 @@ impl Runtime {
             barrier_count: meta.barriers,
             num_elements: spec.num_elements,
             args: spec.args,
+            const_banks: banks,
             order: Order::AfterPrevious,
             skip: false,
         };
@@ -306,7 +318,9 @@ impl Runtime {
         let sub = Submission { launches, markers: slots, sequence, stamps };
         let start = clock.now_ns();
         // SAFETY: the lock is held; every address in `sub` is in live session buffers (code checked in
-        // `resolve_launch`, and again by a command list's submit; arguments are the caller's, markers are the session's own), which are only released by
+        // `resolve_launch`, and again by a command list's submit; constant banks come from the template
+        // registered for that code address, lie in the same code buffer as the entry, and die with it;
+        // arguments are the caller's, markers are the session's own), which are only released by
         // free/close under this same lock, after this wait, or parked forever if the wait latches; the
         // previous submission's markers were observed (or the process latched and refuses launches).
         if let Err(e) = unsafe { queue.submit(&sub) } {

@@ -137,7 +137,7 @@ impl Default for NvidiaConfig {
             copy_chunk_bytes: 64 << 20,
             vaspace_flags: sys::VASPACE_FLAGS,
             debugger: false,
-            tuning: LaunchTuning::default(),
+            tuning: tuning_from_env(LaunchTuning::default()),
             // Measured on the H200: no faster than the graphics copy engine (both 44 GB/s from a sleeping
             // host, 55 from a spinning one), so off; kept for copies that overlap compute.
             async_copy: false,
@@ -149,6 +149,24 @@ impl Default for NvidiaConfig {
             perf_boost: std::env::var("OMEGA_NVIDIA_PERF_BOOST").map_or(true, |v| v != "0"),
         }
     }
+}
+
+/// The launch tuning with the overrides a GPU job may set, so that the suite and benchmarks can run
+/// under another block-exit barrier without a rebuild (and a user can go back to libcuda's):
+/// `OMEGA_NVIDIA_CHAIN_MEMBAR` = 1 (L1_SYSMEMBAR) or 3 (L1_MEMBAR) for `cwd_membar`, and
+/// `OMEGA_NVIDIA_MEMBAR_TASK_CHASING` = 0 or 1. Other values are ignored.
+fn tuning_from_env(mut t: LaunchTuning) -> LaunchTuning {
+    match std::env::var("OMEGA_NVIDIA_CHAIN_MEMBAR").as_deref() {
+        Ok("1") => t.cwd_membar = 1,
+        Ok("3") => t.cwd_membar = 3,
+        _ => {}
+    }
+    match std::env::var("OMEGA_NVIDIA_MEMBAR_TASK_CHASING").as_deref() {
+        Ok("0") => t.membar_task_chasing = false,
+        Ok("1") => t.membar_task_chasing = true,
+        _ => {}
+    }
+    t
 }
 
 /// The GR figures that size local memory.

@@ -64,10 +64,15 @@ pub struct LaunchTuning {
     /// one after code memory was allocated, written or freed (every QMD invalidates the data and constant
     /// caches itself, so the instruction cache is the only one this covers).
     pub invalidate_every_submission: bool,
-    /// `CWD_MEMBAR_TYPE` of every QMD but a submission's last (0 L1_NONE, 1 L1_SYSMEMBAR as libcuda writes,
-    /// 3 L1_MEMBAR as tinygrad writes): what a block's exit waits for before the grid counts as done.
+    /// `CWD_MEMBAR_TYPE` of every QMD of a QMD chain but its last, on QMD V04 (0 L1_NONE, 1 L1_SYSMEMBAR
+    /// as libcuda writes, 3 L1_MEMBAR as tinygrad writes; values READ OGD `clcbc0qmd.h`): what a block's
+    /// exit waits for before the grid counts as done, and so before the next launch of the chain starts.
+    /// L1_MEMBAR (the default) is a GPU-scope barrier, which is what ordering one launch's video-memory
+    /// stores before the next launch's loads on the same GPU needs; the chain's last QMD keeps
+    /// L1_SYSMEMBAR in front of the completion release the CPU polls.
     pub cwd_membar: u32,
-    /// `CWD_MEMBAR_TYPE` of a submission's last QMD.
+    /// `CWD_MEMBAR_TYPE` of every other QMD: a chain's last, every QMD of a submission that is not one
+    /// chain, and every QMD of a layout other than V04 (not measured there).
     pub last_cwd_membar: u32,
     /// `RELEASE_MEMBAR_TYPE` of marker 0's release: a system-wide memory barrier before it is written.
     pub release_sysmembar: bool,
@@ -76,6 +81,14 @@ pub struct LaunchTuning {
     /// The QMD's cache invalidations at launch, bit i = the i-th of texture header, sampler, texture
     /// data, shader data, instruction, shader constant (libcuda's: all but instruction, 0x2f).
     pub qmd_invalidate: u8,
+    /// `CWD_MEMBAR_TASK_CHASING_ENABLE` (V04 bit 382) on the QMDs that get [`LaunchTuning::cwd_membar`].
+    /// With L1_MEMBAR it took a chained launch from 0.71 to 0.60 us on the H200 (with L1_SYSMEMBAR it
+    /// changed nothing); the block-exit barrier still runs, and the suite's ordering and
+    /// launch-to-launch visibility checks pass with it (docs/perf/2026-11-29-chain-membar.md).
+    pub membar_task_chasing: bool,
+    /// `ARRIVE_AT_LATCH_VALID` with `ARRIVE_AT_LATCH_ID` 8 on every QMD, as libcuda's captured launch
+    /// carried it (V04 only). Off by default (probe only; no `WAIT_ON_LATCH` is ever set).
+    pub arrive_at_latch: bool,
 }
 
 /// How marker 1 ("the engine has gone idle") is released.
@@ -96,11 +109,15 @@ impl Default for LaunchTuning {
             chain_prefetch: true,
             pcas_action: super::push::compute::PCAS_INVALIDATE_PREFETCH_COPY_SCHEDULE,
             invalidate_every_submission: false,
-            cwd_membar: 1,
+            // Measured on the H200 (docs/perf/2026-11-29-chain-membar.md): L1_MEMBAR with task chasing
+            // on a chain's inner launches, 0.75 -> 0.64-0.66 us per dependent launch.
+            cwd_membar: 3,
             last_cwd_membar: 1,
             release_sysmembar: false,
             marker1: Marker1::HostIdleRelease,
             qmd_invalidate: QMD_INVALIDATE_LIBCUDA,
+            membar_task_chasing: true,
+            arrive_at_latch: false,
         }
     }
 }
@@ -167,6 +184,21 @@ pub(crate) fn qmd_from_template(
     Ok(q)
 }
 
+/// `CWD_MEMBAR_TYPE` and `CWD_MEMBAR_TASK_CHASING_ENABLE` of a QMD: the tuned barrier on a chain's inner
+/// launches on V04 (where it was measured), the other everywhere else.
+pub(crate) fn block_exit_barrier(
+    t: &LaunchTuning,
+    chain: bool,
+    last: bool,
+    version: super::arch::QmdVersion,
+) -> (u32, bool) {
+    if chain && !last && version == super::arch::QmdVersion::V04_00 {
+        (t.cwd_membar, t.membar_task_chasing)
+    } else {
+        (t.last_cwd_membar, false)
+    }
+}
+
 /// Whether a submission can be one QMD chain: more than one live launch and each after the first waiting
 /// for its predecessor.
 pub(crate) fn is_chain(orders: impl IntoIterator<Item = Order>) -> bool {
@@ -179,6 +211,13 @@ const QMD_INVALIDATE_LIBCUDA: u8 = 0x2f;
 
 /// `RELEASE_MEMBAR_TYPE(0)` of QMD V04 (1 = FE_SYSMEMBAR; READ OGD `clcbc0qmd.h`, bit 323).
 const RELEASE0_MEMBAR_TYPE_BIT: u32 = 323;
+/// `CWD_MEMBAR_TASK_CHASING_ENABLE` of QMD V04 (READ OGD `clcbc0qmd.h`, bit 382).
+const V04_MEMBAR_TASK_CHASING_BIT: u32 = 382;
+/// `ARRIVE_AT_LATCH_VALID` of QMD V04 (READ OGD `clcbc0qmd.h`, bit 28) and `ARRIVE_AT_LATCH_ID` (1503:1472).
+const V04_ARRIVE_AT_LATCH_VALID_BIT: u32 = 28;
+const V04_ARRIVE_AT_LATCH_ID: (u32, u32) = (1503, 1472);
+/// The latch id libcuda's captured launch arrived at.
+const LIBCUDA_LATCH_ID: u64 = 8;
 
 /// Bytes of the prepared-submission pool (video memory, write-combined CPU view). A submission whose
 /// QMDs and constant banks do not fit is encoded into the command arena and not kept.
@@ -307,6 +346,8 @@ fn submission_key(s: &Submission<'_>, chain: bool, slm_per_thread: u32, t: &Laun
         t.last_cwd_membar,
         t.release_sysmembar as u32,
         t.qmd_invalidate as u32,
+        t.membar_task_chasing as u32,
+        t.arrive_at_latch as u32,
         s.launches.len() as u32,
     ]);
     for l in s.launches {
@@ -335,8 +376,14 @@ fn submission_key(s: &Submission<'_>, chain: bool, slm_per_thread: u32, t: &Laun
             l.barrier_count,
             order,
             l.args.len() as u32,
+            l.const_banks.len() as u32,
         ]);
         key.extend_from_slice(l.args);
+        for b in l.const_banks {
+            key.push(b.index);
+            u64s(key, b.va);
+            key.push(b.bytes);
+        }
     }
 }
 
@@ -421,11 +468,18 @@ impl Open {
                     return Err(Self::encode_error(i, e));
                 }
             };
+            let (membar, chasing) = block_exit_barrier(t, chain, last, arch.qmd_version);
             let tuned = (|| {
+                // The template holds bank 0 only; every other bank is this launch's (module data).
+                for b in d.const_banks {
+                    if b.index == 0 {
+                        return Err(qmd::QmdError::NoSuchCbuf { index: 0 });
+                    }
+                    qmd::set_const_bank(arch, &mut q, b.index, b.va, b.bytes)?;
+                }
                 if params.dependent.is_some() && !t.chain_prefetch {
                     qmd::set_field(&mut q, l.dependent_prefetch, 0)?;
                 }
-                let membar = if last { t.last_cwd_membar } else { t.cwd_membar };
                 if membar != 1 {
                     qmd::set_field(&mut q, l.cwd_membar_type, u64::from(membar))?;
                 }
@@ -437,6 +491,14 @@ impl Open {
                 }
                 if last && t.release_sysmembar {
                     qmd::set_bits(&mut q, RELEASE0_MEMBAR_TYPE_BIT, RELEASE0_MEMBAR_TYPE_BIT, 1)?;
+                }
+                if chasing {
+                    qmd::set_bits(&mut q, V04_MEMBAR_TASK_CHASING_BIT, V04_MEMBAR_TASK_CHASING_BIT, 1)?;
+                }
+                if arch.qmd_version == super::arch::QmdVersion::V04_00 && t.arrive_at_latch {
+                    qmd::set_bits(&mut q, V04_ARRIVE_AT_LATCH_VALID_BIT, V04_ARRIVE_AT_LATCH_VALID_BIT, 1)?;
+                    let (hi, lo) = V04_ARRIVE_AT_LATCH_ID;
+                    qmd::set_bits(&mut q, hi, lo, LIBCUDA_LATCH_ID)?;
                 }
                 Ok(())
             })();
@@ -758,6 +820,17 @@ mod tests {
     }
 
     #[test]
+    fn only_a_chains_inner_launches_on_v04_get_the_tuned_block_exit_barrier() {
+        use super::super::arch::QmdVersion::{V04_00, V05_00};
+        let t = LaunchTuning::default();
+        assert_eq!((t.cwd_membar, t.membar_task_chasing, t.last_cwd_membar), (3, true, 1));
+        assert_eq!(block_exit_barrier(&t, true, false, V04_00), (3, true), "inner launch of a chain");
+        assert_eq!(block_exit_barrier(&t, true, true, V04_00), (1, false), "the last keeps L1_SYSMEMBAR");
+        assert_eq!(block_exit_barrier(&t, false, false, V04_00), (1, false), "idle releases or independent");
+        assert_eq!(block_exit_barrier(&t, true, false, V05_00), (1, false), "not measured on Blackwell");
+    }
+
+    #[test]
     fn constant_bank_sizes_match_what_fill_cbuf0_builds() {
         use super::super::arch::HOPPER;
         for n in [0usize, 1, 3, 4, 5, 31] {
@@ -790,6 +863,7 @@ mod tests {
             barrier_count: 1,
             num_elements: 0,
             args: &args,
+            const_banks: &[],
             order: Order::AfterPrevious,
             skip: false,
         };
@@ -809,7 +883,14 @@ mod tests {
         let independent = [l, LaunchDesc { order: Order::Independent, ..l }];
         let skipped = [l, LaunchDesc { skip: true, ..l }];
         let longer = [l, l, l];
+        let bank = [crate::queue::ConstBank { index: 4, va: 0x10_0004_0200, bytes: 8 }];
+        let moved = [crate::queue::ConstBank { va: 0x10_0004_0240, ..bank[0] }];
+        let banked = [l, LaunchDesc { const_banks: &bank, ..l }];
+        let rebanked = [l, LaunchDesc { const_banks: &moved, ..l }];
+        let banked_key = key(&Submission { launches: &banked, ..sub }, &t);
+        assert_ne!(key(&Submission { launches: &rebanked, ..sub }, &t), banked_key, "bank address must change the key");
         for (what, s) in [
+            ("constant banks", Submission { launches: &banked, ..sub }),
             ("arguments", Submission { launches: &changed, ..sub }),
             ("order", Submission { launches: &independent, ..sub }),
             ("skip", Submission { launches: &skipped, ..sub }),
@@ -819,8 +900,14 @@ mod tests {
         ] {
             assert_ne!(key(&s, &t), k0, "{what} must change the key");
         }
-        let other = LaunchTuning { chain_action: DependentAction::Schedule, ..t };
-        assert_ne!(key(&sub, &other), k0, "the tuning must change the key");
+        for other in [
+            LaunchTuning { chain_action: DependentAction::Schedule, ..t },
+            LaunchTuning { cwd_membar: 1, ..t },
+            LaunchTuning { membar_task_chasing: false, ..t },
+            LaunchTuning { arrive_at_latch: true, ..t },
+        ] {
+            assert_ne!(key(&sub, &other), k0, "the tuning must change the key: {other:?}");
+        }
         assert_ne!(key_hash(&k0), key_hash(&key(&Submission { launches: &changed, ..sub }, &t)));
     }
 

@@ -58,6 +58,8 @@ impl SubmitQueue for Sim {
                 });
                 break;
             };
+            // `l.const_banks` is not read: a simulated kernel is a host function that holds its module
+            // data itself.
             let mut ctx = KernelCtx {
                 block: l.block,
                 grid: l.grid,
