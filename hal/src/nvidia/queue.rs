@@ -728,24 +728,29 @@ mod tests {
         assert_eq!(again, qmd::encode(&HOPPER, &variants[1]).unwrap());
     }
 
-    #[test]
-    fn payload_words_are_where_the_encoder_puts_the_payloads() {
-        use super::super::arch::HOPPER;
-        let p = QmdParams {
+    /// A one-block launch whose two release semaphores carry `payload0` and `payload1`.
+    fn with_payloads(payload0: u32, payload1: u32) -> QmdParams {
+        QmdParams {
             program_va: 0x10_0004_0000,
             program_bytes: 512,
             registers: 16,
             block: [32, 1, 1],
             grid: [1, 1, 1],
             shared_bytes: 1024,
-            local_bytes_per_thread: 0x240,
+            local_bytes_per_thread: 0,
             barrier_count: 1,
             cbuf0_va: 0x10_0000_0180,
             cbuf0_bytes: 0x220,
-            release0: Some((0x10_0001_0000, 0xdead_beef)),
-            release1: Some((0x10_0001_0040, 0x1234_5678)),
+            release0: Some((0x10_0001_0000, payload0)),
+            release1: Some((0x10_0001_0040, payload1)),
             dependent: None,
-        };
+        }
+    }
+
+    #[test]
+    fn payload_words_are_where_the_encoder_puts_the_payloads() {
+        use super::super::arch::HOPPER;
+        let p = QmdParams { local_bytes_per_thread: 0x240, ..with_payloads(0xdead_beef, 0x1234_5678) };
         let q = qmd::encode(&HOPPER, &p).unwrap();
         assert_eq!(q[qmd::release_payload_word(&HOPPER, 0).unwrap()], 0xdead_beef);
         assert_eq!(q[qmd::release_payload_word(&HOPPER, 1).unwrap()], 0x1234_5678);
@@ -765,21 +770,7 @@ mod tests {
     #[test]
     fn one_patch_line_carries_both_payloads_of_a_qmd() {
         use super::super::arch::HOPPER;
-        let p = QmdParams {
-            program_va: 0x10_0004_0000,
-            program_bytes: 512,
-            registers: 16,
-            block: [32, 1, 1],
-            grid: [1, 1, 1],
-            shared_bytes: 1024,
-            local_bytes_per_thread: 0,
-            barrier_count: 1,
-            cbuf0_va: 0x10_0000_0180,
-            cbuf0_bytes: 0x220,
-            release0: Some((0x10_0001_0000, 5)),
-            release1: Some((0x10_0001_0040, 5)),
-            dependent: None,
-        };
+        let p = with_payloads(5, 5);
         let q = qmd::encode(&HOPPER, &p).unwrap();
         let (w0, w1) = (qmd::release_payload_word(&HOPPER, 0).unwrap(), qmd::release_payload_word(&HOPPER, 1).unwrap());
         let mut patches = Vec::new();
