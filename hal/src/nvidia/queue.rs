@@ -696,19 +696,12 @@ mod tests {
         use super::super::arch::HOPPER;
         let mut cache = std::collections::HashMap::new();
         let base = QmdParams {
-            program_va: 0x10_0004_0000,
-            program_bytes: 512,
-            registers: 16,
             block: [256, 1, 1],
             grid: [4097, 1, 1],
-            shared_bytes: 1024,
             local_bytes_per_thread: 0x240,
-            barrier_count: 1,
-            cbuf0_va: 0x10_0000_0180,
             cbuf0_bytes: 0x230,
-            release0: Some((0x10_0001_0000, 7)),
-            release1: Some((0x10_0001_0040, 7)),
             dependent: Some((0x10_0000_0400, DependentAction::Schedule)),
+            ..with_payloads(7, 7)
         };
         let variants = [
             base,
