@@ -163,7 +163,8 @@ extern "C" {
 
 // STABLE. Takes the process-wide session lock (platform LOCK service, id `OMEGA_GPU_SESSION_LOCK_ID`),
 // blocking until it is free. Does not touch the device. Not recursive: taking it twice on one thread waits
-// forever. With no platform installable it does nothing, and the open that follows refuses.
+// forever. With no platform installable it does nothing, and the open that follows refuses with stage
+// `platform` and the reason (as do the unlock, close and every call after it that needs the lock).
 void omega_gpu_session_lock(void);
 
 // STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the

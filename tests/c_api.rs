@@ -66,12 +66,17 @@ fn build(name: &str, sources: &[&str], link: Link) -> PathBuf {
 }
 
 fn run(exe: &Path, args: &[&str]) -> Output {
+    run_on("sim", exe, args)
+}
+
+/// Runs `exe` with `OMEGA_PLATFORM=platform` and requires it to succeed.
+fn run_on(platform: &str, exe: &Path, args: &[&str]) -> Output {
     // cargo's LD_LIBRARY_PATH puts target/<profile>/ first, where an older libomega.so from a plain
     // `cargo build` may sit; it would win over the rpath, so the library of this run goes first.
     let search = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
     let out = Command::new(exe)
         .args(args)
-        .env("OMEGA_PLATFORM", "sim")
+        .env("OMEGA_PLATFORM", platform)
         .env("LD_LIBRARY_PATH", format!("{}:{search}", lib_dir().display()))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
@@ -97,6 +102,27 @@ fn the_worked_example_adds_vectors_through_the_static_library() {
 fn session_entries_return_their_documented_values_and_stages() {
     let exe = build("session_api", &["tests/c/session_api.c"], Link::Shared);
     assert!(stdout(&run(&exe, &[])).contains("session_api: ok"));
+}
+
+#[test]
+fn an_unknown_platform_fails_the_open_with_its_name_and_no_lock_error_follows() {
+    let exe = build("no_platform", &["tests/c/no_platform.c"], Link::Shared);
+    let out = stdout(&run_on("bogus", &exe, &["unknown platform `bogus` (expected `sim` or `nvidia`)"]));
+    assert!(out.contains("no_platform: ok"), "{out}");
+}
+
+#[test]
+fn forcing_nvidia_without_a_gpu_fails_the_open_with_what_is_missing() {
+    let exe = build("no_platform_nvidia", &["tests/c/no_platform.c"], Link::Shared);
+    let expect = if !Path::new("/proc/driver/nvidia/version").exists() {
+        "nvidia: no NVIDIA kernel module loaded"
+    } else if !Path::new("/dev/nvidiactl").exists() {
+        "/dev/nvidiactl"
+    } else {
+        "ok"
+    };
+    let out = stdout(&run_on("nvidia", &exe, &[expect]));
+    assert!(out.contains("no_platform: ok"), "{out}");
 }
 
 #[test]

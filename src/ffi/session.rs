@@ -118,7 +118,8 @@ unsafe impl Send for CHook {}
 
 /// STABLE. Takes the process-wide session lock (platform LOCK service, id `OMEGA_GPU_SESSION_LOCK_ID`),
 /// blocking until it is free. Does not touch the device. Not recursive: taking it twice on one thread waits
-/// forever. With no platform installable it does nothing, and the open that follows refuses.
+/// forever. With no platform installable it does nothing, and the open that follows refuses with stage
+/// `platform` and the reason (as do the unlock, close and every call after it that needs the lock).
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_lock() {
     guard("omega_gpu_session_lock", (), || runtime().lock())

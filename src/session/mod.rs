@@ -18,7 +18,9 @@ pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
 
-use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Services};
+use omega_hal::{
+    check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Refusal, Services,
+};
 
 use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};
@@ -172,7 +174,8 @@ impl Runtime {
     // ----- lock -----------------------------------------------------------------------------------
 
     /// Takes the session lock (blocking). Non-recursive: a thread that holds it and takes it again waits
-    /// forever, as the contract documents. With no platform, or one without a LOCK service, does nothing.
+    /// forever, as the contract documents. With no platform, or one without a LOCK service, does nothing;
+    /// every call that needs the lock then reports why there is none ([`Runtime::lock_unavailable`]).
     pub fn lock(&self) {
         let Ok(i) = self.installed() else { return };
         let Some(l) = i.platform.lock() else { return };
@@ -193,10 +196,14 @@ impl Runtime {
         true
     }
 
-    /// Releases the session lock. Refused (recorded in last_error) from a thread that does not hold it.
+    /// Releases the session lock. Refused (recorded in last_error) from a thread that does not hold it;
+    /// where there is no lock to hold, the record is why (the platform's failure), not a lock misuse.
     pub fn unlock(&self) {
         if !self.holds_lock() {
-            self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock"));
+            match self.lock_unavailable() {
+                Some(e) => self.set_error(&e),
+                None => self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock")),
+            }
             return;
         }
         *sync::lock(&self.owner) = None;
@@ -215,11 +222,37 @@ impl Runtime {
 
     pub(crate) fn require_lock(&self, stage: &'static str) -> Result<()> {
         if self.holds_lock() {
-            Ok(())
-        } else {
-            let _ = stage;
-            self.fail(Error::Lock("the calling thread does not hold the session lock (take it first)"))
+            return Ok(());
         }
+        let _ = stage;
+        match self.lock_unavailable() {
+            Some(e) => self.fail(e),
+            None => self.fail(Error::Lock("the calling thread does not hold the session lock (take it first)")),
+        }
+    }
+
+    /// Why [`Runtime::lock`] cannot take a lock at all: no platform installs (stage `platform`, with the
+    /// platform's own reason), or the installed one has no LOCK service. `None` when there is a lock.
+    pub(crate) fn lock_unavailable(&self) -> Option<Error> {
+        match self.installed() {
+            Err(e) => Some(e),
+            Ok(i) if i.platform.lock().is_none() => Some(Error::Refused(Refusal::MissingService(Services::LOCK))),
+            Ok(_) => None,
+        }
+    }
+
+    /// For the calls that take the lock themselves (close, command-list create): refuses a caller that
+    /// already holds it with `holder_refusal` (the contract's non-recursive lock would deadlock), reports
+    /// the platform's failure when there is no lock to take, and otherwise takes the lock.
+    pub(crate) fn lock_itself(&self, holder_refusal: &'static str) -> Result<()> {
+        if self.holds_lock() {
+            return self.fail(Error::Lock(holder_refusal));
+        }
+        if let Some(e) = self.lock_unavailable() {
+            return self.fail(e);
+        }
+        self.lock();
+        Ok(())
     }
 
     // ----- errors ---------------------------------------------------------------------------------
@@ -324,11 +357,8 @@ impl Runtime {
     /// Closes the device and frees every session buffer. Takes the lock itself: call it without the lock.
     /// Refused (a no-op, recorded) after a latch.
     pub fn close(&self) -> Result<()> {
-        if self.holds_lock() {
-            // The contract's C lock would deadlock here; in Rust we say so instead of hanging.
-            return self.fail(Error::Lock("close takes the session lock itself: call it without the lock"));
-        }
-        self.lock();
+        // The contract's C lock would deadlock for a holder; in Rust we say so instead of hanging.
+        self.lock_itself("close takes the session lock itself: call it without the lock")?;
         let r = self.close_locked();
         self.unlock();
         r
