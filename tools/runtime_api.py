@@ -15,8 +15,9 @@ check fails (exit 1) unless:
     named somewhere in the document;
   - every function, struct and constant the headers define is in the manifest or in the document's
     INTERNAL list;
-  - every C declaration quoted in the document (a line ending in `);` in a code span or block that
-    declares a function) is, whitespace aside, a whole declaration of some header.
+  - every C declaration quoted in the document (a function declaration: a line ending in `);` in a
+    code span or block; a typedef: `typedef ...;` in a code span or block, over as many lines of the block
+    as it takes) is, whitespace aside, a whole declaration of some header.
 bless rewrites the manifest's signatures, fields, sizes and values from the headers and the probe,
 keeping each line's kind, name, tier and header, and dropping entries no header has any more. It never
 adds an entry (that takes a decision on the tier) and never changes the version.
@@ -184,6 +185,9 @@ def preprocess(text):
 
 def norm(s):
     s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"\{\s*", "{ ", s)  # `{uint32_t x;` and `{  uint32_t x;` -> `{ uint32_t x;`
+    s = re.sub(r";?\s*\}", "; }", s)  # `x; }`, `x;}` and `x }` -> `x; }`
+    s = re.sub(r"\{ ; \}", "{ }", s)
     s = re.sub(r"\s*\*\s*", lambda mm: " *", s)  # `T* x`, `T *x`, `T * x` -> `T *x`
     s = re.sub(r"\* (?=[\w*])", "*", s)
     s = re.sub(r"\(\s+", "(", s)
@@ -218,6 +222,9 @@ def parse_header(path):
     h = {"functions": {}, "structs": {}, "macros": macros, "decls": []}
     for decl in split_top(body):
         d = norm(decl)
+        if d.startswith("typedef"):
+            # Every typedef is a declaration the document may quote: structs and aliases alike.
+            h["decls"].append(d)
         if d.startswith("typedef struct") or d.startswith("struct"):
             sm = re.match(r"^typedef struct(?:\s+\w+)?\s*\{(.*)\}\s*(\w+)$", d)
             if sm:
@@ -388,24 +395,49 @@ def internal_names(doc_lines):
     return names
 
 
+def typedef_ends(text):
+    """True when `text`, the start of a quoted typedef, is a whole one: its braces closed, then `;`."""
+    return text.endswith(";") and text.count("{") == text.count("}")
+
+
 def quoted_declarations(doc_lines):
-    """Candidate C declarations quoted in the document: lines ending in `);` in fenced blocks, and code
-    spans ending in `);`."""
+    """Candidate C declarations quoted in the document: function declarations (lines ending in `);` in
+    fenced blocks, and code spans ending in `);`) and typedefs (a fenced `typedef ...;`, one line or
+    several up to the line that ends it, and code spans `typedef ...;`)."""
     out = []
     fence = False
+    typedef = None  # (first line, text so far) of a fenced typedef that spans lines
     for n, ln in enumerate(doc_lines, 1):
         if ln.startswith("```"):
             fence = not fence
+            if typedef:
+                out.append(typedef)  # a typedef the fence cut off: checked as it stands, so it fails
+                typedef = None
             continue
         if fence:
-            if ln.rstrip().endswith(");"):
-                out.append((n, ln.strip()))
+            s = ln.strip()
+            if typedef:
+                typedef = (typedef[0], typedef[1] + " " + s)
+                if typedef_ends(typedef[1]):
+                    out.append(typedef)
+                    typedef = None
+            elif s.startswith("typedef "):
+                if typedef_ends(s):
+                    out.append((n, s))
+                else:
+                    typedef = (n, s)
+            elif s.endswith(");"):
+                out.append((n, s))
             continue
         for span in re.findall(r"`([^`]+)`", ln):
-            if span.strip().endswith(");"):
-                out.append((n, span.strip()))
+            span = span.strip()
+            if span.endswith(");") or (span.startswith("typedef ") and span.endswith(";")):
+                out.append((n, span))
     decls = []
     for n, text in out:
+        if text.startswith("typedef "):
+            decls.append((n, text))
+            continue
         head = text.split("(", 1)[0].strip()
         if "=" in text.split("(", 1)[0]:
             continue
