@@ -9,11 +9,12 @@ check fails (exit 1) unless:
   - every manifest struct is defined in its header with the manifest's fields and field types, and a
     compiled probe finds the manifest's size and field offsets;
   - every manifest constant is a macro of its header and the probe finds the manifest's value;
+  - every manifest type is a typedef of its header that names the manifest's type;
   - the version macros (omega_runtime_api.h), the manifest's `version` line and the document's first
     line agree;
   - every STABLE entry has a #### section in the document that names it, and every EXPERIMENTAL one is
     named somewhere in the document;
-  - every function, struct and constant the headers define is in the manifest or in the document's
+  - every function, struct, type and constant the headers define is in the manifest or in the document's
     INTERNAL list;
   - every C declaration quoted in the document (a function declaration: a line ending in `);` in a
     code span or block; a typedef: `typedef ...;` in a code span or block, over as many lines of the block
@@ -69,7 +70,7 @@ class Failures:
 
 # ----- the manifest -------------------------------------------------------------------------------------
 
-MANIFEST_LINE = re.compile(r"^(fn|struct|const)\s+(\w+)\s+(\w+)\s+(\S+\.h)(?:\s+(.*))?$")
+MANIFEST_LINE = re.compile(r"^(fn|struct|const|type)\s+(\w+)\s+(\w+)\s+(\S+\.h)(?:\s+(.*))?$")
 
 
 def parse_manifest(path, fail):
@@ -112,6 +113,12 @@ def parse_manifest(path, fail):
                             continue
                         fields.append((fm.group(1), int(fm.group(2)), fm.group(3).strip()))
                     entry["fields"] = fields
+            if kind == "type" and rest:
+                tm = re.match(r"^=\s*(.+)$", rest)
+                if not tm:
+                    fail.add(f"manifest:{n}: {name}: expected `= TYPE`")
+                else:
+                    entry["target"] = tm.group(1).strip()
             if kind == "const" and rest:
                 cm = re.match(r"^=\s*(-?\d+)$", rest)
                 if not cm:
@@ -219,7 +226,7 @@ FUNC = re.compile(r"^(.*?)\b(\w+)\s*\((.*)\)$")
 def parse_header(path):
     text = open(path).read()
     body, macros = preprocess(text)
-    h = {"functions": {}, "structs": {}, "macros": macros, "decls": []}
+    h = {"functions": {}, "structs": {}, "types": {}, "macros": macros, "decls": []}
     for decl in split_top(body):
         d = norm(decl)
         if d.startswith("typedef"):
@@ -234,6 +241,11 @@ def parse_header(path):
                 h["structs"][sm.group(2)] = fields
             continue
         if d.startswith("typedef"):
+            # An alias of a scalar or pointer type, `typedef uint64_t OmegaGpuVa` (an opaque struct's
+            # `typedef struct X X` declares no alias of its own).
+            am = re.match(r"^typedef (?!struct\b)(.*?)\s*\b(\w+)$", d)
+            if am and "(" not in d:
+                h["types"][am.group(2)] = rust_type(am.group(1))
             continue
         fm = FUNC.match(d)
         if fm and fm.group(2) and not fm.group(1).strip().startswith("typedef"):
@@ -490,6 +502,14 @@ def check(args, bless=False):
                         f"{', '.join(f'{n}: {t}' for n, t in want)}"
                     )
             structs.append({"name": e["name"], "fields": [(n, 0, t) for n, t in fields]})
+        elif e["kind"] == "type":
+            target = h["types"].get(e["name"])
+            if target is None:
+                fail.add(f"{e['name']}: type missing from {e['header']}")
+                continue
+            results[e["name"]] = target
+            if not bless and e.get("target") != target:
+                fail.add(f"{e['name']}: {e['header']} makes it `{target}`, the manifest says `{e.get('target')}`")
         else:
             if e["name"] not in h["macros"]:
                 fail.add(f"{e['name']}: constant missing from {e['header']}")
@@ -560,7 +580,8 @@ def check(args, bless=False):
 
     listed = {e["name"] for e in manifest["entries"]}
     for hname, h in headers.items():
-        for kind, names in (("function", h["functions"]), ("struct", h["structs"]), ("constant", h["macros"])):
+        kinds = (("function", h["functions"]), ("struct", h["structs"]), ("type", h["types"]), ("constant", h["macros"]))
+        for kind, names in kinds:
             for name in names:
                 if kind == "constant" and (name == hname.upper().replace(".", "_") or name in VERSION_MACROS):
                     continue
@@ -601,6 +622,8 @@ def bless(args):
         r = results[name]
         if kind == "fn":
             out.append(f"fn {name} {tier} {header} {r}")
+        elif kind == "type":
+            out.append(f"type {name} {tier} {header} = {r}")
         elif kind == "struct":
             size, offs = r
             fields = ", ".join(f"{n}: {o} {t}" for n, o, t in offs)
