@@ -10,8 +10,8 @@ check fails (exit 1) unless:
     compiled probe finds the manifest's size and field offsets;
   - every manifest constant is a macro of its header and the probe finds the manifest's value;
   - every manifest type is a typedef of its header that names the manifest's type;
-  - the version macros (omega_runtime_api.h), the manifest's `version` line and the document's first
-    line agree;
+  - the version macros (omega_runtime_api.h), the manifest's `version` line, the document's first
+    line and `API_VERSION` in the crate root (--lib) agree, and OMEGA_RUNTIME_API_VERSION encodes them;
   - every STABLE entry has a #### section in the document that names it, and every EXPERIMENTAL one is
     named somewhere in the document;
   - every function, struct, type and constant the headers define is in the manifest or in the document's
@@ -35,6 +35,8 @@ TIERS = ("STABLE", "EXPERIMENTAL")
 VERSION_HEADER = "omega_runtime_api.h"
 VERSION_MACROS = ("OMEGA_RUNTIME_API_VERSION_MAJOR", "OMEGA_RUNTIME_API_VERSION_MINOR")
 DOC_VERSION = re.compile(r"^Omega Runtime API version: (\d+)\.(\d+)\s*$")
+LIB_VERSION = re.compile(r"pub const API_VERSION: \(u32, u32\) = \((\d+), (\d+)\);")
+ENCODED_VERSION = "OMEGA_RUNTIME_API_VERSION"
 
 C_TO_RUST = {
     "void": "c_void",
@@ -561,6 +563,16 @@ def check(args, bless=False):
         fail.add(f"version: {VERSION_HEADER} says {hv[0]}.{hv[1]}, the document says {dv[0]}.{dv[1]}")
     if mv is not None and dv is not None and mv != dv:
         fail.add(f"version: the manifest says {mv[0]}.{mv[1]}, the document says {dv[0]}.{dv[1]}")
+    lm = LIB_VERSION.search(open(args.lib).read()) if os.path.exists(args.lib) else None
+    if not lm:
+        fail.add(f"version: {args.lib} has no `pub const API_VERSION: (u32, u32) = (MAJOR, MINOR);`")
+    else:
+        lv = (int(lm.group(1)), int(lm.group(2)))
+        if None not in hv and hv != lv:
+            fail.add(f"version: {VERSION_HEADER} says {hv[0]}.{hv[1]}, API_VERSION in {args.lib} says {lv[0]}.{lv[1]}")
+    enc = probe.get(("const", ENCODED_VERSION)) if probe else None
+    if None not in hv and enc is not None and enc != (hv[0] << 16) | hv[1]:
+        fail.add(f"version: {ENCODED_VERSION} is {enc:#x}, not (MAJOR << 16) | MINOR of {hv[0]}.{hv[1]}")
 
     # The document: sections, names, quoted declarations.
     secs = doc_sections(doc_lines)
@@ -644,6 +656,7 @@ def main():
     ap.add_argument("--include", required=True)
     ap.add_argument("--doc", required=True)
     ap.add_argument("--manifest", required=True)
+    ap.add_argument("--lib", required=True, help="the Rust crate root holding API_VERSION (src/lib.rs)")
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
     args = ap.parse_args()
     if args.mode == "bless":
