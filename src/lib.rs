@@ -78,6 +78,11 @@ pub use platform::PlatformKind;
 pub use scope::{Gpu, LaunchError, Launched, Scope, Scoped};
 pub use state::{Cached, Closed, Code, Data, DeviceScalar, MemKind, Open};
 
+/// The README's Rust program, compiled and run as a doctest so that it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeProgram;
+
 /// The library's version (the crate version; the contract's API version is [`API_VERSION`]).
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
