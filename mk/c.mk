@@ -10,7 +10,7 @@ C_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 C_HEADERS := $(wildcard include/*.h)
 CC ?= cc
 
-# Regenerate include/*.h from src/ffi/ (pinned cbindgen, installed on first use).
+# Regenerate include/*.h from src/ffi/ (pinned cbindgen, installed into .tools/ on first use).
 headers:
 	tools/gen_headers.sh
 
@@ -27,6 +27,8 @@ test-runtime-api:
 c-lib:
 	cargo build --$(C_PROFILE) -p omega --lib
 
+# Headers, libomega.so, libomega.a and the pkg-config modules omega and omega-static into $(PREFIX)
+# (default /usr/local; docs/c-api.md).
 install: c-lib
 	install -d $(DESTDIR)$(PREFIX)/include/omega $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(C_HEADERS) $(DESTDIR)$(PREFIX)/include/omega/

@@ -5,6 +5,7 @@
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 BIN ?= $(if $(shell command -v cargo 2>/dev/null),$(TARGET_DIR)/release/examples,.gpu)
 
+# The GPU programs (examples), built where cargo exists.
 gpu-binaries:
 	@if command -v cargo >/dev/null 2>&1; then cargo build --release --examples; fi
 

@@ -111,6 +111,10 @@ fn the_worked_example_adds_vectors_through_the_static_library() {
     assert!(out.contains("platform sim"), "{out}");
     // c[i] = i + i/2 over 1000 elements; the last is 999 * 1.5.
     assert!(out.contains("1000 sums correct, c[999] = 1498.5"), "{out}");
+    assert!(
+        out.contains(" ns of simulated time (the sim platform's virtual clock)"),
+        "the time says what it is: {out}"
+    );
 }
 
 #[test]
