@@ -112,7 +112,9 @@ typedef struct {
     uint32_t grid_x;
     // Grid size y.
     uint32_t grid_y;
-    // The QMD config word `num_elements`, kept for identical descriptors.
+    // A word carried unchanged to the platform's launch descriptor (the simulator records it with the
+    // launch). The H200's QMD (V04_00) has no such word, so on the GPU it reaches no kernel: pass an
+    // element count the kernel needs as an argument.
     uint32_t num_elements;
     // Argument words for constant bank 0.
     const uint32_t *args;

@@ -49,7 +49,9 @@ pub struct LaunchDesc<'a> {
     pub local_bytes_per_thread: u32,
     /// Named barriers the kernel uses.
     pub barrier_count: u32,
-    /// The contract's `num_elements` word, carried for identical descriptors.
+    /// The contract's `num_elements` word (`OmegaGpuLaunch.num_elements`), handed to the platform
+    /// unchanged. No QMD generation the nvidia backend encodes (V04_00 on Hopper, V05_00 on Blackwell) has
+    /// a word for it, so that backend writes it nowhere; the simulator records it with the launch.
     pub num_elements: u32,
     /// Parameter words, written at the architecture's parameter base of constant bank 0.
     pub args: &'a [u32],

@@ -116,7 +116,9 @@ pub struct RawLaunch {
     pub grid_x: u32,
     /// Grid size y.
     pub grid_y: u32,
-    /// The QMD config word `num_elements`, kept for identical descriptors.
+    /// A word carried unchanged to the platform's launch descriptor (the simulator records it with the
+    /// launch). The H200's QMD (V04_00) has no such word, so on the GPU it reaches no kernel: pass an
+    /// element count the kernel needs as an argument.
     pub num_elements: u32,
     /// Argument words for constant bank 0.
     pub args: *const u32,

@@ -446,6 +446,8 @@ impl Open {
                 dynamic_shared_bytes: d.dynamic_shared_bytes,
             };
             qmd::fill_cbuf0(arch, &p, d.args, &mut cbuf);
+            // `d.num_elements` is not encoded: neither QMD V04_00 nor V05_00 has a word for it (see
+            // `LaunchDesc::num_elements`), and nothing else the kernel reads carries it.
             let params = QmdParams {
                 program_va: d.code_va,
                 program_bytes: d.code_bytes,

@@ -71,6 +71,8 @@ pub struct LaunchRecord {
     pub dynamic_shared_bytes: u32,
     /// Local bytes per thread.
     pub local_bytes_per_thread: u32,
+    /// The descriptor's `num_elements` word, as the session handed it over.
+    pub num_elements: u32,
     /// Parameter words.
     pub args: Vec<u32>,
     /// Its ordering against the launch before.

@@ -84,6 +84,7 @@ impl SubmitQueue for Sim {
                 shared_bytes: l.shared_bytes,
                 dynamic_shared_bytes: l.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
+                num_elements: l.num_elements,
                 args: l.args.to_vec(),
                 order: l.order,
                 start_ns: t,
