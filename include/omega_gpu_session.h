@@ -102,7 +102,8 @@ typedef struct {
 typedef struct {
     // GPU address of the kernel code.
     uint64_t code_va;
-    // Registers per thread (rounded up to a multiple of 8, at least 64).
+    // Registers per thread (rounded up to a multiple of 8, at least 64). Refused when the rounded count is
+    // past what the architecture has (255 on sm_90, so at most 248 before rounding).
     uint32_t gpr_count;
     // Block size x.
     uint32_t threads_x;
@@ -122,9 +123,11 @@ typedef struct {
     uint32_t n_args;
     // Completion poll limit per marker, ms. 0 runs out at once and latches.
     uint32_t timeout_ms;
-    // Shared memory per block; 0 = the default of 1024 bytes.
+    // Shared memory per block; 0 = the default of 1024 bytes. At most what the architecture allows per
+    // block, the system's reserve included (233472 bytes on sm_90: 227 KiB plus the 1 KiB reserve).
     uint32_t shared_bytes;
-    // Spin window before sleep-polling; 0 = the process-wide setting.
+    // Spin window before sleep-polling; 0 = the process-wide setting. At most
+    // `OMEGA_GPU_SESSION_MAX_SPIN_US`.
     uint32_t spin_us;
 } OmegaGpuLaunch;
 

@@ -61,6 +61,10 @@ pub enum Error {
     /// The platform refused a completion poll: the process latched.
     #[error("launch: completion poll refused ({0}); process latched")]
     PollRefused(String),
+    /// Code panicked after the submit (the platform's submit or poll, a simulated kernel, the wait): the
+    /// device may hold the work, so the completion is uncertain and the process latched.
+    #[error("launch: panic after submit ({0}); completion uncertain, process latched")]
+    PanicAfterSubmit(String),
     /// The channel reported an error (the kernel faulted); the channel is dead until close and reopen.
     #[error("launch: kernel fault: {0}")]
     Fault(ChannelFault),
@@ -102,6 +106,7 @@ impl Error {
             | Error::CancelledAfterSubmit
             | Error::Timeout { .. }
             | Error::PollRefused(_)
+            | Error::PanicAfterSubmit(_)
             | Error::Fault(_) => "launch",
             Error::ScratchReserved { .. } => "scratch",
             Error::Load(_) => "load",
@@ -111,7 +116,10 @@ impl Error {
 
     /// True when this failure latched the process.
     pub fn latched_the_process(&self) -> bool {
-        matches!(self, Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_))
+        matches!(
+            self,
+            Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
+        )
     }
 }
 

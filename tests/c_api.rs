@@ -142,6 +142,17 @@ fn a_command_list_that_times_out_latches_itself_then_the_process() {
     cmdlist("hang");
 }
 
+fn hostile(scenario: &str) {
+    let exe = build(&format!("hostile_{scenario}"), &["tests/c/hostile.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("hostile {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn hostile_launch_descriptors_are_refused_or_stopped_never_aborted() {
+    hostile("launch");
+}
+
 fn engine(scenario: &str) {
     let exe = build(&format!("engine_{scenario}"), &["tests/c/engine.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));

@@ -187,6 +187,9 @@ impl Backend for SessionBackend {
                 Err(LaunchFailure::Timeout(if marker == 0 { Wait::KernelDone } else { Wait::EngineIdle }))
             }
             Err(Error::PollRefused(why)) => Err(LaunchFailure::PollRefused(wait(seen), why)),
+            // The completion could not be observed (a panic in the platform or the wait): uncertain, as a
+            // refused poll is.
+            Err(e @ Error::PanicAfterSubmit(_)) => Err(LaunchFailure::PollRefused(wait(seen), e.to_string())),
             Err(Error::CancelledAfterSubmit) => Err(LaunchFailure::Cancelled(wait(seen))),
             Err(Error::Fault(f)) => {
                 self.diag.xid = f.xid;

@@ -1,9 +1,11 @@
 //! Launch: the contract's argument checks, one submission, and the two-marker completion wait whose
 //! uncertainty latches the process.
 
-use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, MarkerSlot, Order, Submission};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS};
+use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission};
+
+use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
 use crate::error::{Error, Result};
 use crate::sync::{self, Arc, Ordering};
 
@@ -158,6 +160,12 @@ impl Runtime {
         if threads > 1024 {
             return bad(format!("{threads} threads per block (at most 1024)"));
         }
+        if spec.spin_us > MAX_SPIN_US {
+            return bad(format!(
+                "spin_us {} is above the maximum of {MAX_SPIN_US} us (OMEGA_GPU_SESSION_MAX_SPIN_US)",
+                spec.spin_us
+            ));
+        }
         Ok(())
     }
 
@@ -253,22 +261,43 @@ impl Runtime {
             )));
         }
         let (_, markers) = s.markers.expect("open allocates the markers");
+        let limits = s.launch_limits.expect("open records the launch limits");
+        // In 64 bits: a static size plus a hostile dynamic one must be refused, not wrap.
+        let kernel_shared = u64::from(meta.static_shared_bytes) + u64::from(spec.dynamic_shared_bytes);
         let shared = match spec.shared_bytes {
-            0 if meta.static_shared_bytes > 0 => meta.static_shared_bytes + spec.dynamic_shared_bytes,
-            0 => DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes),
-            n => n.max(meta.static_shared_bytes + spec.dynamic_shared_bytes),
+            0 if meta.static_shared_bytes > 0 => kernel_shared,
+            0 => u64::from(DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes)),
+            n => u64::from(n).max(kernel_shared),
         };
         drop(s);
+        if shared > u64::from(limits.max_shared_bytes) {
+            let e = LimitError::Shared {
+                bytes: shared,
+                max: limits.max_shared_bytes,
+                reserved: limits.reserved_shared_bytes,
+                sm: limits.sm,
+            };
+            return self.fail(Error::LaunchArguments(e.to_string()));
+        }
+        let gpr_count = round_gpr(spec.gpr_count.max(meta.registers));
+        if gpr_count > limits.max_registers {
+            let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
+            return self.fail(Error::LaunchArguments(format!(
+                "gpr_count {} (the kernel's own {}, rounded up to a multiple of 8 and to at least 64): {e}",
+                spec.gpr_count, meta.registers
+            )));
+        }
         banks.clear();
         banks.extend_from_slice(&meta.const_banks);
         let banks: &'a [ConstBank] = banks;
         let desc = LaunchDesc {
             code_va: spec.code_va,
             code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
-            gpr_count: round_gpr(spec.gpr_count.max(meta.registers)),
+            gpr_count,
             block: spec.block,
             grid: spec.grid,
-            shared_bytes: shared,
+            // At most the limit, checked above.
+            shared_bytes: shared as u32,
             dynamic_shared_bytes: spec.dynamic_shared_bytes,
             local_bytes_per_thread: meta.local_bytes_per_thread,
             barrier_count: meta.barriers,
@@ -278,6 +307,10 @@ impl Runtime {
             order: Order::AfterPrevious,
             skip: false,
         };
+        // The architecture's shape limits (block and grid sides), the same the platform would refuse.
+        if let Err(e) = limits.check(&desc) {
+            return self.fail(Error::LaunchArguments(e.to_string()));
+        }
         Ok((i, desc, marker_slots(&markers)))
     }
 
@@ -316,6 +349,27 @@ impl Runtime {
             s.sequence
         };
         let sub = Submission { launches, markers: slots, sequence, stamps };
+        // From the submit on, the device may hold the work. A panic from there (in the platform's submit or
+        // poll, a simulated kernel, this wait) is an uncertain completion like a timeout: it latches before
+        // the failure is returned, so no unwinding releases buffers the device may still be using.
+        let waited =
+            catch_unwind(AssertUnwindSafe(|| self.submit_then_wait(poll, clock, queue, &sub, limits, spin_us, seen)));
+        waited.unwrap_or_else(|panic| self.latch(Error::PanicAfterSubmit(panic_text(panic.as_ref()))))
+    }
+
+    /// The submit and the two marker waits of [`Runtime::submit_and_wait_each`].
+    #[allow(clippy::too_many_arguments)]
+    fn submit_then_wait(
+        &self,
+        poll: &dyn CompletionPoll,
+        clock: &dyn omega_hal::Clock,
+        queue: &dyn omega_hal::SubmitQueue,
+        sub: &Submission<'_>,
+        limits: [u32; 2],
+        spin_us: u32,
+        seen: &mut u8,
+    ) -> Result<Completion> {
+        let sequence = sub.sequence;
         let start = clock.now_ns();
         // SAFETY: the lock is held; every address in `sub` is in live session buffers (code checked in
         // `resolve_launch`, and again by a command list's submit; constant banks come from the template
@@ -323,12 +377,12 @@ impl Runtime {
         // arguments are the caller's, markers are the session's own), which are only released by
         // free/close under this same lock, after this wait, or parked forever if the wait latches; the
         // previous submission's markers were observed (or the process latched and refuses launches).
-        if let Err(e) = unsafe { queue.submit(&sub) } {
+        if let Err(e) = unsafe { queue.submit(sub) } {
             return self.fail(Error::Submit(e));
         }
         let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
         let mut first = 0;
-        for (which, slot) in slots.iter().enumerate() {
+        for (which, slot) in sub.markers.iter().enumerate() {
             // Marker 0's wait starts with the submission (the clock was just read); marker 1's reads the
             // clock only if its first look fails.
             let since = (which == 0).then_some(start);
@@ -409,7 +463,7 @@ impl Runtime {
 
     /// Latches the process: from now on nothing is released to the platform. The session's own launch
     /// buffer is parked at once; every later free parks.
-    pub(crate) fn latch(&self, why: Error) -> Result<u32> {
+    pub(crate) fn latch<T>(&self, why: Error) -> Result<T> {
         self.latched.store(true, Ordering::SeqCst);
         let mut s = sync::lock(&self.session);
         if let Some((h, a)) = s.markers {
@@ -432,6 +486,15 @@ impl Runtime {
     /// The marker slots of the session's launch buffer (for command lists).
     pub(crate) fn session_markers(&self) -> Option<[MarkerSlot; 2]> {
         sync::lock(&self.session).markers.map(|(_, a)| marker_slots(&a))
+    }
+}
+
+/// The message a panic carried.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_owned(),
     }
 }
 

@@ -52,6 +52,8 @@ pub(crate) struct Session {
     pub(crate) channel_fault: Option<omega_hal::ChannelFault>,
     /// The open platform's `caps().max_param_bytes` (0 while closed), so a launch need not ask for it.
     pub(crate) max_param_bytes: u32,
+    /// The open platform's `caps().launch` (`None` while closed): what one launch may ask of the device.
+    pub(crate) launch_limits: Option<omega_hal::LaunchLimits>,
 }
 
 /// The process-wide session.
@@ -100,6 +102,7 @@ impl Runtime {
                 code_ranges: BTreeMap::new(),
                 channel_fault: None,
                 max_param_bytes: 0,
+                launch_limits: None,
             }),
             latched: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
@@ -296,6 +299,7 @@ impl Runtime {
         s.device = Some(info);
         s.channel_fault = None;
         s.max_param_bytes = i.platform.caps().max_param_bytes;
+        s.launch_limits = Some(i.platform.caps().launch);
         drop(s);
         self.open_count.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -363,6 +367,7 @@ impl Runtime {
         s.device = None;
         s.channel_fault = None;
         s.max_param_bytes = 0;
+        s.launch_limits = None;
         let dev = i.platform.device().expect("negotiated at open");
         // SAFETY: lock held, device open, nothing in flight (synchronous launches, not latched), every
         // allocation freed above.

@@ -106,7 +106,8 @@ pub struct ParkStats {
 pub struct RawLaunch {
     /// GPU address of the kernel code.
     pub code_va: u64,
-    /// Registers per thread (rounded up to a multiple of 8, at least 64).
+    /// Registers per thread (rounded up to a multiple of 8, at least 64). Refused when the rounded count is
+    /// past what the architecture has (255 on sm_90, so at most 248 before rounding).
     pub gpr_count: u32,
     /// Block size x.
     pub threads_x: u32,
@@ -126,9 +127,11 @@ pub struct RawLaunch {
     pub n_args: u32,
     /// Completion poll limit per marker, ms. 0 runs out at once and latches.
     pub timeout_ms: u32,
-    /// Shared memory per block; 0 = the default of 1024 bytes.
+    /// Shared memory per block; 0 = the default of 1024 bytes. At most what the architecture allows per
+    /// block, the system's reserve included (233472 bytes on sm_90: 227 KiB plus the 1 KiB reserve).
     pub shared_bytes: u32,
-    /// Spin window before sleep-polling; 0 = the process-wide setting.
+    /// Spin window before sleep-polling; 0 = the process-wide setting. At most
+    /// `OMEGA_GPU_SESSION_MAX_SPIN_US`.
     pub spin_us: u32,
 }
 
