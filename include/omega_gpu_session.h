@@ -211,7 +211,7 @@ uint32_t omega_gpu_session_spin_us(void);
 // `OmegaGpuAllocStats.alloc_failures`.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc(size_t bytes, OmegaGpuMem *out);
 
 // STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
@@ -220,7 +220,7 @@ int omega_gpu_session_alloc(size_t bytes, OmegaGpuMem *out);
 // values as `omega_gpu_session_alloc`.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc_code(size_t code_size, OmegaGpuMem *out);
 
 // EXPERIMENTAL. A GPU-cached DATA buffer for write-once, GPU-read-only, never-polled contents (weights):
@@ -228,18 +228,19 @@ int omega_gpu_session_alloc_code(size_t code_size, OmegaGpuMem *out);
 // that reads them; the caller must. Same rules and return values as `omega_gpu_session_alloc`.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc_cached(size_t bytes, OmegaGpuMem *out);
 
 // STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
 // completion the buffer is parked instead: kept allocated, never released, counted by
 // `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
-// handle (freed already, or from a closed device) or a closed session is refused: nothing is released,
-// the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is in
-// `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
+// handle (freed already, or from a closed device), a live handle whose `va` is not its buffer's
+// (`free: handle ... is live but names the buffer at ...`) or a closed session is refused: nothing is
+// released, the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is
+// in `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
 //
 // # Safety
-// - `m` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `m` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 void omega_gpu_session_free(OmegaGpuMem *m);
 
 // STABLE. Makes CPU writes to the whole buffer visible to the device (platform SYNC). Caller holds the
@@ -247,14 +248,14 @@ void omega_gpu_session_free(OmegaGpuMem *m);
 // handle, a latched process) or when there is no device.
 //
 // # Safety
-// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 int omega_gpu_session_sync_to_gpu(const OmegaGpuMem *m);
 
 // STABLE. Makes device writes to the whole buffer visible to the CPU. Same rules and return values as
 // `omega_gpu_session_sync_to_gpu`.
 //
 // # Safety
-// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 int omega_gpu_session_sync_to_cpu(const OmegaGpuMem *m);
 
 // STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows, contents not kept. `*s` must
@@ -263,14 +264,14 @@ int omega_gpu_session_sync_to_cpu(const OmegaGpuMem *m);
 // nothing.
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch` that is zeroed or was only changed
-//   by these calls.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch` that is zeroed or was only
+//   changed by these calls.
 int omega_gpu_session_scratch(OmegaGpuScratch *s, size_t bytes);
 
 // STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`.
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 void omega_gpu_session_scratch_free(OmegaGpuScratch *s);
 
 // EXPERIMENTAL. Grows `s` to `bytes` now and reserves it: later `omega_gpu_session_scratch` requests up
@@ -278,19 +279,20 @@ void omega_gpu_session_scratch_free(OmegaGpuScratch *s);
 // loop that must make no driver call after warm-up. Returns 0 or -1 (nothing reserved).
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`, zeroed or changed only by these calls.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`, zeroed or changed only by
+//   these calls.
 int omega_gpu_session_scratch_reserve(OmegaGpuScratch *s, size_t bytes);
 
 // EXPERIMENTAL. Ends the reservation of `s`; the buffer stays.
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 void omega_gpu_session_scratch_unreserve(OmegaGpuScratch *s);
 
 // STABLE. Copies the session layer's allocation counters (since the process started) to `*out`.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuAllocStats`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuAllocStats`.
 void omega_gpu_session_alloc_stats(OmegaGpuAllocStats *out);
 
 // STABLE. Submits one launch and polls both completion markers, so it returns when the chip is done.
@@ -301,9 +303,9 @@ void omega_gpu_session_alloc_stats(OmegaGpuAllocStats *out);
 // `*marker_out` (when given) receives the first marker word observed.
 //
 // # Safety
-// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-//   points to `n_args` readable words.
-// - `elapsed_ns` and `marker_out` are each NULL or point to a writable object of their type.
+// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+//   or points to `n_args` readable, aligned `uint32_t` words.
+// - `elapsed_ns` and `marker_out` are each NULL or point to a writable, aligned object of their type.
 int omega_gpu_session_launch(const OmegaGpuLaunch *L, uint64_t *elapsed_ns, uint32_t *marker_out);
 
 // EXPERIMENTAL. Asks the launch in progress, or the next one, to stop: before submit it returns
@@ -321,7 +323,7 @@ const char *omega_gpu_session_last_error(void);
 // every later free parks too.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuParkStats`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuParkStats`.
 void omega_gpu_session_parked(OmegaGpuParkStats *out);
 
 // STABLE. 1 if this handle is parked and listed (one of the first `OMEGA_GPU_SESSION_PARK_MAX`), else 0.
@@ -358,7 +360,7 @@ uint64_t omega_gpu_session_now_ns(void);
 // when the device is not open. Any thread; the answer is about the device open at the time of the call.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuDeviceInfo`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDeviceInfo`.
 int omega_gpu_device_query(OmegaGpuDeviceInfo *out);
 
 // EXPERIMENTAL. `bytes` of uninitialised CPU-only memory from the platform HOST_MEM service, aligned for
@@ -391,6 +393,9 @@ void omega_gpu_session_set_error(const char *text);
 // # Safety
 // - `hook` is NULL (refused) or a function that may be called once with `ctx` from any thread, under the
 //   session lock, and that does not take the lock or close the device.
+// - `hook` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
+// - `ctx` is whatever `hook` needs it to be until `hook` has run (at the next close) or the process ends;
+//   Omega only passes it on, and never reads or frees it.
 int omega_gpu_session_on_close(void (*hook)(void *ctx), void *ctx);
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 //! Errors of the session layer. Every failure names its stage: the stage is the first words of the text
 //! (the contract's `omega_gpu_session_last_error`), and [`Error::stage`] returns it alone.
 
-use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
+use omega_hal::{ChannelFault, HalError, Handle, HandleError, Refusal};
 
 /// A session-layer failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +34,23 @@ pub enum Error {
         stage: &'static str,
         /// Why.
         source: HandleError,
+    },
+    /// A live handle given with another buffer's address: the `GpuMem` was changed or assembled by hand.
+    /// Nothing is released.
+    #[error(
+        "{stage}: handle (index {}, generation {}) is live but names the buffer at {live_va:#x}, not {va:#x}",
+        .handle.index,
+        .handle.generation
+    )]
+    ForeignAddress {
+        /// The call.
+        stage: &'static str,
+        /// The handle given, which is live.
+        handle: Handle,
+        /// The address given with it.
+        va: u64,
+        /// The address of the buffer the handle names.
+        live_va: u64,
     },
     /// A visibility sync failed.
     #[error("sync: {0}")]
@@ -98,7 +115,7 @@ impl Error {
             Error::Open(_) => "open",
             Error::NotOpen(s) | Error::Latched(s) => s,
             Error::Alloc(_) => "alloc",
-            Error::Handle { stage, .. } => stage,
+            Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => stage,
             Error::Sync(_) => "sync",
             Error::LaunchArguments(_) => "launch arguments",
             Error::Submit(_)

@@ -149,6 +149,11 @@ fn hostile(scenario: &str) {
 }
 
 #[test]
+fn made_up_list_pointers_and_forged_handles_are_refused_by_name() {
+    hostile("handles");
+}
+
+#[test]
 fn hostile_launch_descriptors_are_refused_or_stopped_never_aborted() {
     hostile("launch");
 }

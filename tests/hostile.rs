@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use omega::session::{GpuMem, RawLaunch, Runtime, MAX_SPIN_US};
+use omega::session::{GpuMem, RawLaunch, Runtime, Scratch, MAX_SPIN_US};
 use omega::Error;
-use omega_hal::sim::{code_image, KernelCtx, KernelError, Sim};
+use omega_hal::sim::{code_image, KernelCtx, KernelError, Sim, SimFault};
 
 fn launch(rt: &Runtime, l: &RawLaunch) -> Result<omega::session::LaunchCompletion, Error> {
     // SAFETY: `l.args` points to `l.n_args` live words for the duration of the call.
@@ -277,6 +277,61 @@ fn num_elements_reaches_the_platforms_descriptor_from_a_launch_and_a_list() {
     list.submit().unwrap();
     let got: Vec<u32> = sim.launches().iter().rev().take(3).rev().map(|r| r.num_elements).collect();
     assert_eq!(got, [1, 77, u32::MAX]);
+    list.free_locked().unwrap();
+}
+
+// ----- item 10: handles and scratch -----------------------------------------------------------------------
+
+#[test]
+fn a_live_handle_with_another_address_is_refused_by_its_own_name() {
+    let (rt, _sim) = open_runtime();
+    let m = rt.alloc(4096).unwrap();
+    let mut forged = GpuMem { va: m.va + 4096, ..m };
+    let e = rt.free(&mut forged).expect_err("the address is not the handle's buffer");
+    assert_eq!(e.stage(), "free");
+    let text = e.to_string();
+    assert!(!text.contains("handle is zero"), "{text}");
+    assert!(text.contains(&format!("is live but names the buffer at {:#x}, not {:#x}", m.va, m.va + 4096)), "{text}");
+    assert_eq!(rt.alloc_stats().stale_refusals, 1);
+    let mut m = m;
+    rt.free(&mut m).expect("the buffer itself is untouched and frees");
+}
+
+#[test]
+fn a_scratch_grow_that_cannot_allocate_keeps_the_old_buffer() {
+    let (rt, sim) = open_runtime();
+    let mut s = Scratch::default();
+    rt.scratch(&mut s, 1000).unwrap();
+    let old = s;
+    let frees = rt.alloc_stats().frees;
+    sim.inject(SimFault::FailAlloc);
+    let e = rt.scratch(&mut s, 100_000).expect_err("the allocation fails");
+    assert_eq!(e.stage(), "alloc");
+    assert_eq!(s, old, "the old buffer, its capacity and high-water mark stay");
+    assert_eq!(rt.alloc_stats().frees, frees, "nothing was freed");
+    rt.sync_to_gpu(&s.mem).expect("the old buffer is still live");
+    // The next grow succeeds and releases the old buffer after the new one exists.
+    rt.scratch(&mut s, 100_000).unwrap();
+    assert!(s.cap >= 100_000 && s.mem.handle != old.mem.handle);
+    assert_eq!(rt.alloc_stats().frees, frees + 1);
+    rt.scratch_free(&mut s).unwrap();
+}
+
+#[test]
+fn resetting_a_list_needs_the_lock_as_adding_to_it_does() {
+    let (rt, _sim) = open_runtime();
+    let code = load(&rt, "empty");
+    let words = [0u32];
+    let mut list = omega::cmdlist::CmdList::create_locked(&rt, None).unwrap();
+    // SAFETY: `words` lives for the call; the list copies the words.
+    unsafe { list.add_raw(&raw_launch(&code, &words, 32, 1)) }.unwrap();
+    rt.unlock();
+    let e = list.reset().expect_err("reset without the lock");
+    assert!(e.to_string().starts_with("lock: "), "{e}");
+    assert_eq!(list.count(), 1, "nothing was forgotten");
+    rt.lock();
+    list.reset().unwrap();
+    assert_eq!(list.count(), 0);
     list.free_locked().unwrap();
 }
 

@@ -173,9 +173,10 @@ impl<'r> CmdList<'r> {
         self.rt
     }
 
-    /// `omega_gpu_cmdlist_reset`: forgets every recorded launch (statistics and options stay). Refused on a
-    /// latched list.
+    /// `omega_gpu_cmdlist_reset`: forgets every recorded launch (statistics and options stay). Caller holds
+    /// the lock, as for [`CmdList::add`]. Refused on a latched list.
     pub fn reset(&mut self) -> Result<()> {
+        self.rt.require_lock("cmdlist reset")?;
         if self.latched {
             return self.refuse(CmdListError::ListLatched("cmdlist reset"));
         }

@@ -2,13 +2,15 @@
 //! [`crate::cmdlist::CmdList`] on the process's runtime.
 //!
 //! Every function is a shell around one core call, as in `session.rs`. What C adds is the handle: C gets an
-//! opaque `OmegaGpuCmdList *` that is a key, never an address. Live lists sit in a registry under keys that
-//! are never reused in the process, so a freed, foreign or made-up pointer is refused by name (stage
-//! `cmdlist <call>`) instead of being dereferenced: a double free or a use after free is a named failure,
-//! and a stale key can never name a later list. Each list has its own mutex, so calls on different lists
+//! opaque `OmegaGpuCmdList *` that is a key, never dereferenced. Live lists sit in a registry under keys
+//! that are addresses inside blocks of address space the registry owns for the life of the process and
+//! hands out once each, so no pointer to any other object can equal a key, and a freed, foreign or made-up
+//! pointer (`(OmegaGpuCmdList *)0x10`) is refused by name (stage `cmdlist <call>`): a double free or a use
+//! after free is a named failure, and a stale key can never name a later list. Each list has its own mutex, so calls on different lists
 //! from different threads do not wait for each other; calls on one list take turns.
 
 use core::ffi::{c_char, c_int};
+use core::mem::MaybeUninit;
 use core::ptr;
 use std::collections::BTreeMap;
 
@@ -42,20 +44,34 @@ pub struct OmegaGpuCmdList {
 type Shared = Arc<Mutex<CmdList<'static>>>;
 
 struct Registry {
-    /// The next key; keys only grow, so a freed key is never handed out again.
+    /// The next key, and the end of the block of address space it comes from.
     next: usize,
+    end: usize,
+    /// Where keys come from: blocks the registry allocates, never touches and never frees, so no other
+    /// object of the process lies at a key and a freed key is never handed out again.
+    blocks: Vec<Box<[MaybeUninit<u8>]>>,
     lists: BTreeMap<usize, Shared>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { next: 1, lists: BTreeMap::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { next: 0, end: 0, blocks: Vec::new(), lists: BTreeMap::new() });
 
 /// Keys are spaced 16 apart so that the pointer C holds is as aligned as any object's would be.
 const KEY_STRIDE: usize = 16;
+/// Bytes of address space per block of keys: 65,536 lists. The block is never written, so it costs
+/// address space, not memory.
+const KEY_BLOCK: usize = 1 << 20;
 
 fn register(list: CmdList<'static>) -> *mut OmegaGpuCmdList {
     let mut r = sync::lock(&REGISTRY);
-    let key = r.next * KEY_STRIDE;
-    r.next += 1;
+    if r.end - r.next < KEY_STRIDE {
+        let block = Box::<[u8]>::new_uninit_slice(KEY_BLOCK);
+        let base = block.as_ptr().addr();
+        r.next = base.next_multiple_of(KEY_STRIDE);
+        r.end = base + KEY_BLOCK;
+        r.blocks.push(block);
+    }
+    let key = r.next;
+    r.next += KEY_STRIDE;
     r.lists.insert(key, Arc::new(Mutex::new(list)));
     ptr::without_provenance_mut(key)
 }
@@ -98,8 +114,8 @@ fn list_rc<T>(r: Result<T, CmdListError>) -> c_int {
 /// (`cmdlist create` for an unknown barrier mode or a NULL `out`).
 ///
 /// # Safety
-/// - `opts` is NULL or points to a readable `OmegaGpuCmdListOpts`.
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuCmdList *`.
+/// - `opts` is NULL or points to a readable, aligned `OmegaGpuCmdListOpts`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuCmdList *`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out: *mut *mut OmegaGpuCmdList) -> c_int {
     guard("omega_gpu_cmdlist_create", -1, || {
@@ -151,8 +167,9 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
     })
 }
 
-/// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Refused on a latched list
-/// (stage `cmdlist reset`). Returns 0 or -1.
+/// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Caller holds the lock, as
+/// for add (without it: -1, stage `lock`, and the list is unchanged). Refused on a latched list (stage
+/// `cmdlist reset`). Returns 0 or -1.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
     guard("omega_gpu_cmdlist_reset", -1, || match find("cmdlist reset", list) {
@@ -177,9 +194,9 @@ pub extern "C" fn omega_gpu_cmdlist_count(list: *const OmegaGpuCmdList) -> u32 {
 /// or -1.
 ///
 /// # Safety
-/// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-///   points to `n_args` readable words.
-/// - `index_out` is NULL or points to a writable `uint32_t`.
+/// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+///   or points to `n_args` readable, aligned `uint32_t` words.
+/// - `index_out` is NULL or points to a writable, aligned `uint32_t`.
 #[no_mangle]
 #[allow(non_snake_case)]
 pub unsafe extern "C" fn omega_gpu_cmdlist_add(
@@ -240,7 +257,7 @@ pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList,
 /// `omega_gpu_session_is_blocked` return 1.
 ///
 /// # Safety
-/// - `stats` is NULL or points to a writable `OmegaGpuCmdListStats`.
+/// - `stats` is NULL or points to a writable, aligned `OmegaGpuCmdListStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, stats: *mut CmdListStats) -> c_int {
     guard("omega_gpu_cmdlist_submit", -1, || {
@@ -275,7 +292,7 @@ pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> 
 /// above 0.
 ///
 /// # Safety
-/// - `out` is NULL (refused unless `max` is 0) or points to `max` writable `uint64_t`.
+/// - `out` is NULL (refused unless `max` is 0) or points to `max` writable, aligned `uint64_t`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_stamps(list: *const OmegaGpuCmdList, out: *mut u64, max: usize) -> usize {
     guard("omega_gpu_cmdlist_stamps", 0, || {

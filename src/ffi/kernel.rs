@@ -88,7 +88,7 @@ fn load(name: &str) -> Result<OmegaGpuKernel> {
 ///
 /// # Safety
 /// - `name` is NULL (refused) or a NUL-terminated string.
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuKernel`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuKernel`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_kernel_load(name: *const c_char, out: *mut OmegaGpuKernel) -> c_int {
     guard("omega_gpu_kernel_load", -1, || {

@@ -211,7 +211,7 @@ pub extern "C" fn omega_gpu_session_spin_us() -> u32 {
 /// Allocates through `alloc` into `*out` (zeroed on failure).
 ///
 /// # Safety
-/// - `out` is NULL or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL or points to a writable, aligned `OmegaGpuMem`.
 unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce() -> crate::Result<GpuMem>) -> c_int {
     // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMem.
     let Some(out) = (unsafe { out.as_mut() }) else { return refuse(stage, "out is NULL") };
@@ -233,7 +233,7 @@ unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce()
 /// `OmegaGpuAllocStats.alloc_failures`.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem)
 /// values as `omega_gpu_session_alloc`.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mu
 /// that reads them; the caller must. Same rules and return values as `omega_gpu_session_alloc`.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -272,12 +272,13 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut 
 /// STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
 /// completion the buffer is parked instead: kept allocated, never released, counted by
 /// `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
-/// handle (freed already, or from a closed device) or a closed session is refused: nothing is released,
-/// the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is in
-/// `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
+/// handle (freed already, or from a closed device), a live handle whose `va` is not its buffer's
+/// (`free: handle ... is live but names the buffer at ...`) or a closed session is refused: nothing is
+/// released, the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is
+/// in `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
 ///
 /// # Safety
-/// - `m` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `m` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
     guard("omega_gpu_session_free", (), || {
@@ -298,7 +299,7 @@ pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
 /// handle, a latched process) or when there is no device.
 ///
 /// # Safety
-/// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+/// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_int {
     guard("omega_gpu_session_sync_to_gpu", -1, || {
@@ -314,7 +315,7 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_in
 /// `omega_gpu_session_sync_to_gpu`.
 ///
 /// # Safety
-/// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+/// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_int {
     guard("omega_gpu_session_sync_to_cpu", -1, || {
@@ -332,8 +333,8 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_in
 /// nothing.
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch` that is zeroed or was only changed
-///   by these calls.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch` that is zeroed or was only
+///   changed by these calls.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize) -> c_int {
     guard("omega_gpu_session_scratch", -1, || {
@@ -348,7 +349,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize
 /// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`.
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
     guard("omega_gpu_session_scratch_free", (), || {
@@ -369,7 +370,8 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
 /// loop that must make no driver call after warm-up. Returns 0 or -1 (nothing reserved).
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`, zeroed or changed only by these calls.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`, zeroed or changed only by
+///   these calls.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, bytes: usize) -> c_int {
     guard("omega_gpu_session_scratch_reserve", -1, || {
@@ -384,7 +386,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, byte
 /// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays.
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
     guard("omega_gpu_session_scratch_unreserve", (), || {
@@ -401,7 +403,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
 /// STABLE. Copies the session layer's allocation counters (since the process started) to `*out`.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuAllocStats`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuAllocStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
     guard("omega_gpu_session_alloc_stats", (), || {
@@ -425,9 +427,9 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
 /// `*marker_out` (when given) receives the first marker word observed.
 ///
 /// # Safety
-/// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-///   points to `n_args` readable words.
-/// - `elapsed_ns` and `marker_out` are each NULL or point to a writable object of their type.
+/// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+///   or points to `n_args` readable, aligned `uint32_t` words.
+/// - `elapsed_ns` and `marker_out` are each NULL or point to a writable, aligned object of their type.
 #[no_mangle]
 #[allow(non_snake_case)]
 pub unsafe extern "C" fn omega_gpu_session_launch(
@@ -502,7 +504,7 @@ pub extern "C" fn omega_gpu_session_last_error() -> *const c_char {
 /// every later free parks too.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuParkStats`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuParkStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_parked(out: *mut ParkStats) {
     guard("omega_gpu_session_parked", (), || {
@@ -608,7 +610,7 @@ pub extern "C" fn omega_gpu_session_now_ns() -> u64 {
 /// when the device is not open. Any thread; the answer is about the device open at the time of the call.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuDeviceInfo`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDeviceInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) -> c_int {
     guard("omega_gpu_device_query", -1, || {
@@ -700,6 +702,9 @@ pub unsafe extern "C" fn omega_gpu_session_set_error(text: *const c_char) {
 /// # Safety
 /// - `hook` is NULL (refused) or a function that may be called once with `ctx` from any thread, under the
 ///   session lock, and that does not take the lock or close the device.
+/// - `hook` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
+/// - `ctx` is whatever `hook` needs it to be until `hook` has run (at the next close) or the process ends;
+///   Omega only passes it on, and never reads or frees it.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_on_close(
     hook: Option<unsafe extern "C" fn(ctx: *mut c_void)>,

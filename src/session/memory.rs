@@ -1,6 +1,6 @@
 //! Session memory: alloc, free (or park after a latch), visibility sync, scratch, the counters.
 
-use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, HandleError, Rights};
+use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, Rights};
 
 use super::{AllocStats, Buf, GpuMem, ParkStats, Runtime, Scratch, CODE_PREFETCH_TAIL, PARK_MAX};
 use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA};
@@ -125,11 +125,13 @@ impl Runtime {
         let latched = self.is_blocked();
         let buf = match s.buffers.check_mut(m.handle) {
             Ok(b) if b.alloc.va == m.va => b,
-            Ok(_) => {
+            Ok(b) => {
+                let live_va = b.alloc.va;
                 s.stats.stale_refusals += 1;
+                let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va };
                 *m = GpuMem::NONE;
                 drop(s);
-                return self.fail(Error::Handle { stage, source: HandleError::Zero });
+                return self.fail(e);
             }
             Err(source) => {
                 s.stats.stale_refusals += 1;
@@ -255,11 +257,15 @@ impl Runtime {
             s.high_water = s.high_water.max(bytes);
             return Ok(());
         }
+        // The new buffer first: when it cannot be had, the old one stays as it was.
+        let mut m = self.alloc(bytes)?;
         if !s.mem.handle.is_none() {
-            self.free(&mut s.mem)?;
-            s.cap = 0;
+            if let Err(e) = self.free(&mut s.mem) {
+                // The old buffer was refused (its handle is stale): give the new one back and report that.
+                let _ = self.free(&mut m);
+                return self.fail(e);
+            }
         }
-        let m = self.alloc(bytes)?;
         s.cap = m.size;
         s.mem = m;
         s.high_water = s.high_water.max(bytes);

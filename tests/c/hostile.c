@@ -1,4 +1,6 @@
 /* Hostile input from C, on the simulator. One scenario per process (argv[1]):
+ *   handles  made-up and foreign command-list pointers, a reset without the lock, a live handle with a
+ *            forged address: each refused by name, nothing else disturbed
  *   launch   launch descriptors past the architecture refused by name; grids and element counts that no
  *            buffer holds fault (Xid 31) instead of aborting the process; a kernel far longer than its
  *            timeout is stopped by it and latches the process
@@ -11,6 +13,89 @@ static OmegaGpuLaunch empty_launch(const OmegaGpuKernel *k, const uint32_t *word
     OmegaGpuLaunch L = {.code_va = k->entry_va, .gpr_count = k->gpr_count, .threads_x = 32, .grid_x = 1,
                         .grid_y = 1, .num_elements = 32, .args = words, .n_args = 1, .timeout_ms = 1000};
     return L;
+}
+
+/* Every list call refuses `p` by name and leaves the last error naming it. */
+static void refused_everywhere(OmegaGpuCmdList *p, const OmegaGpuLaunch *L) {
+    char want[64];
+    snprintf(want, sizeof want, "%p is not a live command list", (void *)p);
+    CHECK(omega_gpu_cmdlist_count(p) == 0);
+    CHECK_ERROR("cmdlist count: ");
+    CHECK_ERROR_HAS(want);
+    CHECK(omega_gpu_cmdlist_reset(p) == -1);
+    CHECK_ERROR("cmdlist reset: ");
+    CHECK(omega_gpu_cmdlist_add(p, L, NULL) == -1);
+    CHECK_ERROR("cmdlist add: ");
+    CHECK(omega_gpu_cmdlist_mark_independent(p, 0) == -1);
+    CHECK_ERROR("cmdlist mark independent: ");
+    CHECK(omega_gpu_cmdlist_is_latched(p) == -1);
+    CHECK_ERROR("cmdlist is latched: ");
+    uint64_t stamps[4];
+    CHECK(omega_gpu_cmdlist_stamps(p, stamps, 4) == 0);
+    CHECK_ERROR("cmdlist stamps: ");
+    CHECK(omega_gpu_cmdlist_submit(p, NULL) == -1);
+    CHECK_ERROR("cmdlist submit: ");
+}
+
+static int handles(void) {
+    omega_gpu_session_lock();
+    CHECK(omega_gpu_session_open() != NULL);
+    OmegaGpuKernel k;
+    CHECK(omega_gpu_kernel_load("empty", &k) == 0);
+    uint32_t words[1] = {0};
+    OmegaGpuLaunch L = empty_launch(&k, words);
+    omega_gpu_session_unlock();
+
+    /* ----- the process's first list, then pointers nobody was given ----- */
+    OmegaGpuCmdList *list = NULL;
+    CHECK(omega_gpu_cmdlist_create(NULL, &list) == 0);
+    omega_gpu_session_lock();
+    CHECK(omega_gpu_cmdlist_add(list, &L, NULL) == 0);
+    CHECK(omega_gpu_cmdlist_add(list, &L, NULL) == 0);
+    int local = 0;
+    OmegaGpuCmdList *made_up[] = {
+        (OmegaGpuCmdList *)(uintptr_t)0x10,                   /* a small made-up number */
+        (OmegaGpuCmdList *)(uintptr_t)0x20,
+        (OmegaGpuCmdList *)(void *)&local,                    /* a pointer to a foreign object */
+        (OmegaGpuCmdList *)(void *)&k,
+        (OmegaGpuCmdList *)((uintptr_t)list + 16),            /* the key after the live one */
+        (OmegaGpuCmdList *)((uintptr_t)list - 16),
+    };
+    for (size_t i = 0; i < sizeof made_up / sizeof made_up[0]; i++) refused_everywhere(made_up[i], &L);
+    CHECK(omega_gpu_cmdlist_count(list) == 2); /* the live list was not touched by any of that */
+
+    /* ----- reset needs the lock, as add does ----- */
+    omega_gpu_session_unlock();
+    CHECK(omega_gpu_cmdlist_reset(list) == -1);
+    CHECK_ERROR("lock: ");
+    CHECK(omega_gpu_cmdlist_count(list) == 2);
+    for (size_t i = 0; i < sizeof made_up / sizeof made_up[0]; i++) {
+        CHECK(omega_gpu_cmdlist_free(made_up[i]) == -1);
+        CHECK_ERROR("cmdlist free: ");
+    }
+    CHECK(omega_gpu_cmdlist_count(list) == 2);
+    omega_gpu_session_lock();
+    CHECK(omega_gpu_cmdlist_reset(list) == 0);
+    CHECK(omega_gpu_cmdlist_count(list) == 0);
+    omega_gpu_session_unlock();
+    CHECK(omega_gpu_cmdlist_free(list) == 0);
+    CHECK(omega_gpu_cmdlist_free(list) == -1);
+    CHECK_ERROR("cmdlist free: ");
+
+    /* ----- a live handle with another address: its own refusal, not "handle is zero" ----- */
+    omega_gpu_session_lock();
+    OmegaGpuMem m;
+    CHECK(omega_gpu_session_alloc(4096, &m) == 0);
+    OmegaGpuMem forged = m;
+    forged.va += 4096;
+    omega_gpu_session_free(&forged);
+    CHECK_ERROR("free: handle ");
+    CHECK_ERROR_HAS("is live but names the buffer at");
+    CHECK(forged.va == 0 && forged.handle.generation == 0);
+    omega_gpu_session_free(&m);
+    CHECK(m.va == 0); /* the real buffer was untouched and frees */
+    omega_gpu_session_unlock();
+    return check_done("hostile handles");
 }
 
 static void reopen(void) {
@@ -87,7 +172,8 @@ static int launch(void) {
 
 int main(int argc, char **argv) {
     const char *s = argc > 1 ? argv[1] : "";
+    if (strcmp(s, "handles") == 0) return handles();
     if (strcmp(s, "launch") == 0) return launch();
-    fprintf(stderr, "usage: hostile launch\n");
+    fprintf(stderr, "usage: hostile handles|launch\n");
     return 2;
 }
