@@ -4,7 +4,7 @@ use super::kernel::{parse_code_image, KernelCtx, KernelError};
 use super::{LaunchRecord, Sim, SimFault};
 use crate::error::HalError;
 use crate::poll::{xid_name, ChannelFault, MarkerSlot};
-use crate::queue::{Submission, SubmitQueue};
+use crate::queue::{QueueBuffer, Submission, SubmitQueue};
 use crate::sync;
 use crate::Clock;
 
@@ -107,6 +107,12 @@ impl SubmitQueue for Sim {
         };
         st.pending = Some(Pending { markers: s.markers, sequence: s.sequence, due, released: [false; 2] });
         Ok(())
+    }
+
+    fn in_flight_buffers(&self) -> Vec<QueueBuffer> {
+        // The simulator runs every launch on the host inside `submit` and keeps its pending markers in the
+        // session's own buffers: it has no ring, descriptors or constant banks in device memory.
+        Vec::new()
     }
 }
 
