@@ -318,7 +318,14 @@ pub extern "C" fn omega_gpu_engine_is_blocked() -> c_int {
 }
 
 /// EXPERIMENTAL. The clock the times in `OmegaGpuResult` are read from, in ns; NULL goes back to the
-/// backend's own clock (the platform clock for the session backend). Waits for a run in progress.
+/// backend's own clock (the platform clock for the session backend). Applies from the next run: a run reads
+/// the clock that was set when it started. Never waits for a run in progress, so the clock function itself
+/// may call it. Any thread, no lock.
+///
+/// # Safety (of `clock`, which C cannot mark)
+/// - `clock` may be called from any thread that calls `omega_gpu_execute`, during the run, several times; it
+///   must not call `omega_gpu_execute` or `omega_gpu_engine_set_backend` (the engine is busy: they wait
+///   forever), nor unlock the session lock (refused, stage `lock`).
 #[no_mangle]
 pub extern "C" fn omega_gpu_engine_set_clock(clock: Option<extern "C" fn() -> u64>) {
     guard("omega_gpu_engine_set_clock", (), || engine::set_clock(clock))

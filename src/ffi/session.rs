@@ -390,7 +390,9 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
     guard("omega_gpu_session_scratch_unreserve", (), || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
         match unsafe { s.as_mut() } {
-            Some(s) => runtime().scratch_unreserve(s),
+            Some(s) => {
+                let _ = runtime().scratch_unreserve(s);
+            }
             None => {
                 refuse("scratch", "s is NULL");
             }
