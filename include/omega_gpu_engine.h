@@ -298,8 +298,8 @@ extern "C" {
 //   the engine) or readable for `n` floats, and whose `out` is NULL (refused) or writable for `n` floats
 //   overlapping neither input nor anything else in use during the call.
 // - `result` is NULL (refused) or points to a writable `OmegaGpuResult`.
-// - Not called from inside a function of an installed `OmegaGpuBackend` (the engine is busy: it waits
-//   forever).
+// - Not called from inside a function of an installed `OmegaGpuBackend` or a clock function (the engine is
+//   busy: it waits forever).
 int omega_gpu_execute(const OmegaGpuJob *job, OmegaGpuResult *result);
 
 // EXPERIMENTAL. Installs the backend `*backend` (copied; its functions are called with its `ctx`) for every
@@ -318,7 +318,14 @@ int omega_gpu_engine_set_backend(const OmegaGpuBackend *backend);
 int omega_gpu_engine_is_blocked(void);
 
 // EXPERIMENTAL. The clock the times in `OmegaGpuResult` are read from, in ns; NULL goes back to the
-// backend's own clock (the platform clock for the session backend). Waits for a run in progress.
+// backend's own clock (the platform clock for the session backend). Applies from the next run: a run reads
+// the clock that was set when it started. Never waits for a run in progress, so the clock function itself
+// may call it. Any thread, no lock.
+//
+// The clock function is called several times during each run, on the thread that calls
+// `omega_gpu_execute`. It must not call `omega_gpu_execute` or `omega_gpu_engine_set_backend` (the engine
+// is busy: they would wait forever); an `omega_gpu_session_unlock` from it is refused (stage `lock`) while
+// the session backend holds the run's buffers.
 void omega_gpu_engine_set_clock(uint64_t (*clock)(void));
 
 // EXPERIMENTAL. The name of a failure code, the constant's own name (`"OMEGA_GPU_ENGINE_OK"`, ...);

@@ -262,8 +262,8 @@ fn null_job_result() -> JobResult {
 ///   the engine) or readable for `n` floats, and whose `out` is NULL (refused) or writable for `n` floats
 ///   overlapping neither input nor anything else in use during the call.
 /// - `result` is NULL (refused) or points to a writable `OmegaGpuResult`.
-/// - Not called from inside a function of an installed `OmegaGpuBackend` (the engine is busy: it waits
-///   forever).
+/// - Not called from inside a function of an installed `OmegaGpuBackend` or a clock function (the engine is
+///   busy: it waits forever).
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_execute(job: *const Job<'_>, result: *mut JobResult) -> c_int {
     guard("omega_gpu_execute", -1, || {
@@ -322,10 +322,10 @@ pub extern "C" fn omega_gpu_engine_is_blocked() -> c_int {
 /// the clock that was set when it started. Never waits for a run in progress, so the clock function itself
 /// may call it. Any thread, no lock.
 ///
-/// # Safety (of `clock`, which C cannot mark)
-/// - `clock` may be called from any thread that calls `omega_gpu_execute`, during the run, several times; it
-///   must not call `omega_gpu_execute` or `omega_gpu_engine_set_backend` (the engine is busy: they wait
-///   forever), nor unlock the session lock (refused, stage `lock`).
+/// The clock function is called several times during each run, on the thread that calls
+/// `omega_gpu_execute`. It must not call `omega_gpu_execute` or `omega_gpu_engine_set_backend` (the engine
+/// is busy: they would wait forever); an `omega_gpu_session_unlock` from it is refused (stage `lock`) while
+/// the session backend holds the run's buffers.
 #[no_mangle]
 pub extern "C" fn omega_gpu_engine_set_clock(clock: Option<extern "C" fn() -> u64>) {
     guard("omega_gpu_engine_set_clock", (), || engine::set_clock(clock))
