@@ -314,6 +314,7 @@ fn scratch_needs_the_lock_even_when_the_request_fits() {
     rt.unlock();
     assert_eq!(rt.scratch(&mut s, 10).unwrap_err().stage(), "lock");
     assert_eq!(rt.scratch_unreserve(&mut s).unwrap_err().stage(), "lock");
+    assert_eq!(rt.scratch_reserve(&mut s, 10).unwrap_err().stage(), "lock");
     assert_eq!(s, kept, "the reservation stays");
     assert_eq!(rt.scratch_free(&mut s).unwrap_err().stage(), "lock");
     assert_eq!(s, kept, "a refused free leaves the scratch as it was: nothing leaks");

@@ -397,6 +397,8 @@ impl Runtime {
     /// the page-rounded capacity) allocate nothing, past it they are refused. On failure nothing is
     /// reserved.
     pub fn scratch_reserve(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
+        // Refused without the lock before anything changes: the old reservation stays.
+        self.require_lock("scratch")?;
         self.set_reservation(&s.mem, None);
         s.reserved = 0;
         self.scratch_to(s, bytes, false)?;
