@@ -82,7 +82,8 @@ extern "C" {
 int omega_gpu_cmdlist_create(const OmegaGpuCmdListOpts *opts, OmegaGpuCmdList **out);
 
 // EXPERIMENTAL. Releases the list and its stamp area; the handle is invalid from then on (every later call
-// with it, a second free included, is refused by name). Takes the session lock itself: call it WITHOUT the
+// with it, a second free included, is refused by name). A call on the same list in progress on another
+// thread is waited for; one that starts after the handle went is refused. Takes the session lock itself: call it WITHOUT the
 // lock; a caller that holds it is refused (stage `lock`) and the list stays as it was, so it can be freed
 // properly afterwards. After an uncertain completion the stamp area is parked (kept allocated, never
 // released), since the device may still write it. NULL is a no-op returning 0. Returns 0, or -1 with the
@@ -94,7 +95,9 @@ int omega_gpu_cmdlist_free(OmegaGpuCmdList *list);
 // `cmdlist reset`). Returns 0 or -1.
 int omega_gpu_cmdlist_reset(OmegaGpuCmdList *list);
 
-// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list.
+// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list. No lock
+// needed; it never waits for the session lock (a free on another thread does not make it release the
+// list).
 uint32_t omega_gpu_cmdlist_count(const OmegaGpuCmdList *list);
 
 // EXPERIMENTAL. Records launch `*L` (its argument words are copied) after the checks
@@ -134,7 +137,7 @@ int omega_gpu_cmdlist_is_latched(const OmegaGpuCmdList *list);
 // EXPERIMENTAL. Copies the completion timestamps (platform-clock ns) of the launches of the last completed
 // submission, in list order, to `out[0..]`, at most `max` of them; returns how many were written (0 before
 // the first submission, after a reset, or for a failed one). A launch that released no stamp reads 0. No
-// lock needed. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
+// lock needed; it never waits for the session lock. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
 // above 0.
 //
 // # Safety

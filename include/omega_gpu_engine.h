@@ -298,8 +298,8 @@ extern "C" {
 //   (refused by the engine) or aligned and readable for `n` floats, and whose `out` is NULL (refused) or
 //   aligned and writable for `n` floats overlapping neither input nor anything else in use during the call.
 // - `result` is NULL (refused) or points to a writable, aligned `OmegaGpuResult`.
-// - Not called from inside a function of an installed `OmegaGpuBackend` (the engine is busy: it waits
-//   forever).
+// - Not called from inside a function of an installed `OmegaGpuBackend` or a clock function (the engine is
+//   busy: it waits forever).
 int omega_gpu_execute(const OmegaGpuJob *job, OmegaGpuResult *result);
 
 // EXPERIMENTAL. Installs the backend `*backend` (copied; its functions are called with its `ctx`) for every
@@ -321,7 +321,9 @@ int omega_gpu_engine_set_backend(const OmegaGpuBackend *backend);
 int omega_gpu_engine_is_blocked(void);
 
 // EXPERIMENTAL. The clock the times in `OmegaGpuResult` are read from, in ns; NULL goes back to the
-// backend's own clock (the platform clock for the session backend). Waits for a run in progress.
+// backend's own clock (the platform clock for the session backend). Applies from the next run: a run reads
+// the clock that was set when it started. Never waits for a run in progress, so the clock function itself
+// may call it. Any thread, no lock.
 //
 // # Safety
 // - `clock` is NULL or a function that may be called with no arguments from any thread, any number of
@@ -329,7 +331,8 @@ int omega_gpu_engine_is_blocked(void);
 //   `omega_gpu_execute`, during the run, to time each state.
 // - `clock` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
 // - `clock` does not call `omega_gpu_execute` or `omega_gpu_engine_set_backend`: both wait for the run
-//   in progress, which is waiting for the clock.
+//   in progress, which is waiting for the clock. An `omega_gpu_session_unlock` from it is refused (stage
+//   `lock`) while the session backend holds the run's buffers.
 void omega_gpu_engine_set_clock(uint64_t (*clock)(void));
 
 // EXPERIMENTAL. The name of a failure code, the constant's own name (`"OMEGA_GPU_ENGINE_OK"`, ...);

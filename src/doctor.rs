@@ -142,7 +142,7 @@ pub fn run(root: &Path, open_device: bool) -> Report {
 
 fn open_nvidia() -> Result<String, String> {
     let installed = crate::platform::Installed::new(crate::PlatformKind::Nvidia).map_err(|e| e.to_string())?;
-    let rt = crate::session::Runtime::with_platform(installed);
+    let rt = crate::session::Runtime::with_platform(installed).map_err(|e| e.to_string())?;
     rt.lock();
     let r = rt.open().map(|()| rt.device_info().expect("open"));
     rt.unlock();

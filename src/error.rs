@@ -15,6 +15,20 @@ pub enum Error {
     /// The lock was used against its discipline.
     #[error("lock: {0}")]
     Lock(&'static str),
+    /// An unlock while the library holds the lock across code it does not control (named).
+    #[error("lock: unlock refused: the lock is pinned by {0} on this thread, which releases it when it ends")]
+    LockPinned(&'static str),
+    /// A call an on-close hook may not make (a hook may only release buffers and read state).
+    #[error("on close: `{0}` refused inside an on-close hook (a hook may only release buffers and read state)")]
+    CloseHook(&'static str),
+    /// A release of a buffer the library owns and releases itself.
+    #[error("{stage}: the buffer is {owner}; nothing was released")]
+    NotCallers {
+        /// The call.
+        stage: &'static str,
+        /// Whose it is.
+        owner: &'static str,
+    },
     /// The device did not open; carries the driver's own text.
     #[error("open: {0}")]
     Open(HalError),
@@ -111,7 +125,9 @@ impl Error {
     pub fn stage(&self) -> &'static str {
         match self {
             Error::Platform(_) | Error::Refused(_) => "platform",
-            Error::Lock(_) => "lock",
+            Error::Lock(_) | Error::LockPinned(_) => "lock",
+            Error::CloseHook(_) => "on close",
+            Error::NotCallers { stage, .. } => stage,
             Error::Open(_) => "open",
             Error::NotOpen(s) | Error::Latched(s) => s,
             Error::Alloc(_) => "alloc",

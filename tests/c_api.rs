@@ -126,6 +126,16 @@ fn latch_after_a_cancel_once_submitted() {
     latch("cancel");
 }
 
+#[test]
+fn a_timeout_of_zero_runs_out_at_once_and_latches() {
+    latch("zero_timeout");
+}
+
+#[test]
+fn parked_buffers_past_the_listed_512_are_counted_untracked() {
+    latch("park_max");
+}
+
 fn cmdlist(scenario: &str) {
     let exe = build(&format!("cmdlist_{scenario}"), &["tests/c/cmdlist.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));
@@ -158,6 +168,11 @@ fn hostile_launch_descriptors_are_refused_or_stopped_never_aborted() {
     hostile("launch");
 }
 
+#[test]
+fn a_list_count_never_waits_for_the_session_lock_while_another_thread_frees_the_list() {
+    cmdlist("count_free");
+}
+
 fn engine(scenario: &str) {
     let exe = build(&format!("engine_{scenario}"), &["tests/c/engine.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));
@@ -172,6 +187,11 @@ fn the_vector_job_runs_through_every_state_and_every_name_is_fixed() {
 #[test]
 fn an_uncertain_job_completion_blocks_every_later_run() {
     engine("hang");
+}
+
+#[test]
+fn a_clock_function_may_set_the_engine_clock_inside_a_run() {
+    engine("clock_reset");
 }
 
 #[test]

@@ -200,7 +200,7 @@ fn the_simulator_itself_refuses_a_descriptor_past_its_limits() {
     // run and not an abort.
     let sim = Sim::new();
     let installed = omega::platform::Installed { platform: sim.clone(), sim: Some(sim.clone()) };
-    let rt = Runtime::with_platform(installed);
+    let rt = Runtime::with_platform(installed).expect("a fresh simulator belongs to no runtime yet");
     rt.lock();
     rt.open().unwrap();
     let code = load_unlisted(&rt, "empty");

@@ -200,6 +200,19 @@ pub struct Submission<'a> {
     pub stamps: Option<MarkerSlot>,
 }
 
+/// A buffer of the platform's own that submitted work reads or writes: a ring, pushbuffers, launch
+/// descriptors, constant banks, semaphores, local memory. It has no session handle; the platform allocated
+/// it and releases it at [`Device::close`](crate::device::Device::close).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueBuffer {
+    /// What it is, for reports ("GPFIFO ring and USERD").
+    pub what: &'static str,
+    /// GPU virtual address.
+    pub va: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
 /// The submission queue.
 pub trait SubmitQueue: Send + Sync {
     /// Submits `s` and returns without waiting.
@@ -213,4 +226,11 @@ pub trait SubmitQueue: Send + Sync {
     ///   and those bytes are GPU-readable: the kernel reads them as constants for the whole launch.
     /// - The previous submission's markers were both observed (one submission in flight at a time).
     unsafe fn submit(&self, s: &Submission<'_>) -> Result<(), HalError>;
+
+    /// Every buffer of the platform's own that work submitted since the device opened may still touch
+    /// (empty while the device is closed). The session asks once, at a latch, and counts them as parked:
+    /// after an uncertain completion the device is never closed, so they stay allocated, and a report of
+    /// what the latch kept must include them. A platform that keeps nothing of its own in device memory
+    /// returns an empty list.
+    fn in_flight_buffers(&self) -> Vec<QueueBuffer>;
 }

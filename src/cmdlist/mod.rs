@@ -434,6 +434,11 @@ impl<'r> CmdList<'r> {
         stamps::read(self.rt, &self.stamps, self.sequence, &mut out[..n])
     }
 
+    /// Stamps the last completed submission has: one per launch (0 before the first).
+    pub fn stamps_available(&self) -> usize {
+        self.submitted as usize
+    }
+
     /// The stamps of the last completed submission as a vector.
     pub fn stamps_vec(&self) -> Vec<u64> {
         let mut v = vec![0; self.submitted as usize];

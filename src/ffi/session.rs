@@ -58,7 +58,8 @@ const _: () = {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OmegaGpuSession {
     /// The launch buffer the session polls: two completion markers (an `OMEGA_GPU_HANDLE_BUF_QUEUE`
-    /// buffer). Parked, never released, once the process latches.
+    /// buffer). The session's own: `omega_gpu_session_free` refuses it. Parked, never released, once the
+    /// process latches.
     pub launch_buffer: GpuMem,
     /// Device opens in this process so far, this one included.
     pub open_count: u32,
@@ -125,7 +126,10 @@ pub extern "C" fn omega_gpu_session_lock() {
 }
 
 /// STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the
-/// lock is left as it was.
+/// lock is left as it was. Refused the same way while the library pins the lock, because it holds CPU
+/// views of session buffers across code it does not control and an unlock would let another thread close
+/// the device under them: during `omega_gpu_execute` on the session backend (a clock function calling
+/// it), inside an on-close hook, and under a Rust lock token.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_unlock() {
     guard("omega_gpu_session_unlock", (), || runtime().unlock())
@@ -177,8 +181,10 @@ pub extern "C" fn omega_gpu_session_is_blocked() -> c_int {
 
 /// STABLE. Closes the device and frees every session buffer (running the on-close hooks first). Takes the
 /// lock itself: call it without the lock (a caller that holds it is refused, stage `lock`, instead of
-/// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`). The next open
-/// reopens; every handle of the closed device is stale from then on.
+/// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`), checked again after
+/// the hooks. The next open reopens; every handle of the closed device is stale from then on. The lock is
+/// released when it returns, also after a hook panicked (`internal: panic in omega_gpu_session_close`,
+/// the device closed all the same).
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_close() {
     guard("omega_gpu_session_close", (), || {
@@ -230,7 +236,8 @@ unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce()
 /// STABLE. A GPU-uncached DATA buffer of at least `bytes` bytes (rounded up to a page; 0 gets one page),
 /// CPU and GPU read/write, written to `*out`. Caller holds the lock, device open, not latched. Returns 0;
 /// -1 with the stage named on failure (`*out` zeroed). A driver refusal is counted in
-/// `OmegaGpuAllocStats.alloc_failures`.
+/// `OmegaGpuAllocStats.alloc_failures`. A size whose rounding overflows or whose total passes
+/// `PTRDIFF_MAX` (`SIZE_MAX`, say) is refused (`platform: OMEGA_GPU_PLAT_OVERFLOW`) in every build.
 ///
 /// # Safety
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
@@ -243,7 +250,8 @@ pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem)
 /// STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
 /// zero-filled `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to a page (`omega_gpu_code_alloc_bytes`). The
 /// caller writes the code to `out->cpu` and calls `omega_gpu_session_sync_to_gpu`. Same rules and return
-/// values as `omega_gpu_session_alloc`.
+/// values as `omega_gpu_session_alloc`; a `code_size` whose sum with the tail overflows is refused too
+/// (`platform: OMEGA_GPU_PLAT_OVERFLOW`).
 ///
 /// # Safety
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
@@ -275,7 +283,9 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut 
 /// handle (freed already, or from a closed device), a live handle whose `va` is not its buffer's
 /// (`free: handle ... is live but names the buffer at ...`) or a closed session is refused: nothing is
 /// released, the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is
-/// in `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
+/// in `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op. The session's own buffers (the launch
+/// buffer of `OmegaGpuSession`, a command list's stamp area) are refused: nothing released or counted,
+/// `*m` left as it was. Without the lock: refused, `*m` left as it was. An on-close hook may call it.
 ///
 /// # Safety
 /// - `m` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
@@ -327,10 +337,13 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_in
     })
 }
 
-/// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows, contents not kept. `*s` must
-/// be zero-initialised before first use. Caller holds the lock. Returns 0 or -1; with a reservation
-/// active, a request past the reserved size returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates
-/// nothing.
+/// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows (the new buffer first, so a
+/// failed grow keeps the old one), contents not kept. `*s` must be zero-initialised before first use.
+/// Caller holds the lock, also for a request that fits; device open. Returns 0 or -1; with a reservation
+/// active, a request past the reserved size (the size given to `omega_gpu_session_scratch_reserve`, not
+/// the page it rounds to) returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates nothing. A buffer of a
+/// device closed since is never handed out again: it is replaced, or, under a reservation, refused (stage
+/// `scratch`); so is a parked one.
 ///
 /// # Safety
 /// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch` that is zeroed or was only
@@ -346,7 +359,9 @@ pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize
     })
 }
 
-/// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`.
+/// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`, unless the
+/// buffer is still there: a refused free (no lock) leaves `*s` as it was, and a parked one (after a latch)
+/// keeps `*s` and its handle for `omega_gpu_session_is_parked`.
 ///
 /// # Safety
 /// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
@@ -366,8 +381,9 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
 }
 
 /// EXPERIMENTAL. Grows `s` to `bytes` now and reserves it: later `omega_gpu_session_scratch` requests up
-/// to that size allocate nothing, past it they return `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving
-/// loop that must make no driver call after warm-up. Returns 0 or -1 (nothing reserved).
+/// to `bytes` (not the page-rounded capacity) allocate nothing, past it they return
+/// `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving loop that must make no driver call after warm-up.
+/// Caller holds the lock. Returns 0 or -1 (nothing reserved).
 ///
 /// # Safety
 /// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`, zeroed or changed only by
@@ -383,7 +399,8 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, byte
     })
 }
 
-/// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays.
+/// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays. Caller holds the lock: without it, refused
+/// (stage `lock`) and the reservation stays.
 ///
 /// # Safety
 /// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
@@ -392,7 +409,9 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
     guard("omega_gpu_session_scratch_unreserve", (), || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
         match unsafe { s.as_mut() } {
-            Some(s) => runtime().scratch_unreserve(s),
+            Some(s) => {
+                let _ = runtime().scratch_unreserve(s);
+            }
             None => {
                 refuse("scratch", "s is NULL");
             }
@@ -500,8 +519,10 @@ pub extern "C" fn omega_gpu_session_last_error() -> *const c_char {
 }
 
 /// STABLE. Copies the parked-buffer report to `*out`: buffers kept allocated after an uncertain
-/// completion, never returned to the platform. The session's own launch buffer is parked at the latch and
-/// every later free parks too.
+/// completion, never returned to the platform. At the latch the session parks what the device may still
+/// touch: its launch buffer and the stamp area of a command list whose submission latched (listed), and
+/// the platform's own queue buffers (ring, pushbuffers, QMDs, constant banks; counted in `untracked`, they
+/// have no handle). Every later free parks too.
 ///
 /// # Safety
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuParkStats`.
@@ -696,12 +717,16 @@ pub unsafe extern "C" fn omega_gpu_session_set_error(text: *const c_char) {
 
 /// INTERNAL. Registers `hook(ctx)` to run when the device closes, before any buffer is released (a library
 /// drops its resident kernels there); it runs once, on the thread that calls close, with the lock held.
-/// Up to `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a
-/// NULL hook.
+/// A hook may release buffers (`omega_gpu_session_free`, `omega_gpu_session_scratch_free`) and read state;
+/// every other call that needs the lock is refused inside it (stage `on close`), so it cannot launch or
+/// latch, taking the lock is refused instead of waiting forever, unlock is refused, and so is close. Up to
+/// `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a NULL
+/// hook.
 ///
 /// # Safety
 /// - `hook` is NULL (refused) or a function that may be called once with `ctx` from any thread, under the
-///   session lock, and that does not take the lock or close the device.
+///   session lock. It may release buffers and read state; every other call that needs the lock (a launch,
+///   an allocation, close, lock, unlock) is refused from inside it (stage `on close`).
 /// - `hook` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
 /// - `ctx` is whatever `hook` needs it to be until `hook` has run (at the next close) or the process ends;
 ///   Omega only passes it on, and never reads or frees it.

@@ -346,6 +346,8 @@ impl Runtime {
         let sequence = {
             let mut s = sync::lock(&self.session);
             s.sequence = s.sequence.wrapping_add(1).max(1);
+            // Set for every submission, so a latch parks the stamp area of this one and no other.
+            s.in_flight_stamps = stamps.map(|m| m.va);
             s.sequence
         };
         let sub = Submission { launches, markers: slots, sequence, stamps };
@@ -407,6 +409,11 @@ impl Runtime {
         spin_us: u32,
         since: Option<u64>,
     ) -> Result<u32> {
+        if timeout_ms == 0 {
+            // A limit of 0 has run out before the first look, whatever the marker says: the contract's
+            // "0 runs out at once and latches", on every platform and however fast the work was.
+            return self.latch(Error::Timeout { marker: which, timeout_ms });
+        }
         // One look before the clock is read: marker 1 is usually released by the time marker 0 is seen,
         // and a clock read is the dearest part of an iteration where it is a system call.
         // SAFETY: `slot` is in the session's marker buffer, live while the device is open and parked
@@ -461,26 +468,75 @@ impl Runtime {
         }
     }
 
-    /// Latches the process: from now on nothing is released to the platform. The session's own launch
-    /// buffer is parked at once; every later free parks.
+    /// Latches the process: from now on nothing is released to the platform. Every buffer the device may
+    /// still touch is parked at once: the session's launch buffer and the stamp area of the submission in
+    /// flight (listed by handle), and the platform's own buffers of the queue — its ring, descriptors,
+    /// constant banks (counted as untracked: they have no handle). Every later free parks.
     pub(crate) fn latch<T>(&self, why: Error) -> Result<T> {
-        self.latched.store(true, Ordering::SeqCst);
-        let mut s = sync::lock(&self.session);
-        if let Some((h, a)) = s.markers {
-            if let Ok(b) = s.buffers.check_mut(h) {
-                if !b.parked {
-                    b.parked = true;
-                    Self::park(&mut s, h, a.bytes);
+        if !self.latched.swap(true, Ordering::SeqCst) {
+            let platform_buffers = self
+                .installed()
+                .ok()
+                .and_then(|i| i.platform.queue().map(|q| q.in_flight_buffers()))
+                .unwrap_or_default();
+            let mut s = sync::lock(&self.session);
+            let stamps =
+                s.in_flight_stamps.and_then(|va| s.buffers.iter().find(|(_, b)| b.alloc.va == va).map(|(h, _)| h));
+            let markers = s.markers.map(|(h, _)| h);
+            for h in markers.into_iter().chain(stamps) {
+                if let Ok(b) = s.buffers.check_mut(h) {
+                    if !b.parked {
+                        b.parked = true;
+                        let bytes = b.alloc.bytes;
+                        Self::park(&mut s, h, bytes);
+                    }
                 }
             }
+            for b in platform_buffers {
+                s.park.buffers += 1;
+                s.park.untracked += 1;
+                s.park.bytes += b.bytes;
+            }
         }
-        drop(s);
         self.fail(why)
     }
 
-    /// Records what a loaded kernel needs, under its code address.
-    pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) {
-        sync::lock(&self.session).templates.insert(code_va, Arc::new(meta));
+    /// Records what a loaded kernel needs, under its code address. Caller holds the lock. Refused (stage
+    /// `load`) unless the entry, its code bytes and every constant bank lie inside the one live code buffer
+    /// that holds the entry: every launch of that address has the GPU fetch and read those ranges, so they
+    /// must stay mapped for as long as the record lives, and it dies with that buffer (free, close).
+    pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) -> Result<()> {
+        self.require_lock("load")?;
+        let mut s = sync::lock(&self.session);
+        let buffer = s.code_ranges.range(..=code_va).next_back().filter(|(va, len)| code_va - **va < **len);
+        let Some((base, end)) = buffer.map(|(va, len)| (*va, *va + *len)) else {
+            drop(s);
+            return self.fail(Error::Load(format!(
+                "kernel `{}`: entry {code_va:#x} is not inside a code buffer of this session",
+                meta.name
+            )));
+        };
+        if meta.code_bytes > end - code_va {
+            drop(s);
+            return self.fail(Error::Load(format!(
+                "kernel `{}`: {} bytes of code from {code_va:#x} run past its code buffer ({} bytes left)",
+                meta.name,
+                meta.code_bytes,
+                end - code_va
+            )));
+        }
+        for b in &meta.const_banks {
+            let bytes = u64::from(b.bytes).next_multiple_of(16);
+            if b.va < base || b.va.checked_add(bytes).is_none_or(|e| e > end) {
+                drop(s);
+                return self.fail(Error::Load(format!(
+                    "kernel `{}`: constant bank {} ({} bytes at {:#x}) lies outside the code buffer of its entry",
+                    meta.name, b.index, b.bytes, b.va
+                )));
+            }
+        }
+        s.templates.insert(code_va, Arc::new(meta));
+        Ok(())
     }
 
     /// The marker slots of the session's launch buffer (for command lists).

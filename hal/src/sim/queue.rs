@@ -7,7 +7,7 @@ use super::kernel::{parse_code_image, HostKernel, KernelCtx, KernelError};
 use super::{LaunchRecord, Sim, SimFault, State};
 use crate::error::HalError;
 use crate::poll::{xid_name, ChannelFault, MarkerSlot};
-use crate::queue::{Submission, SubmitQueue};
+use crate::queue::{QueueBuffer, Submission, SubmitQueue};
 use crate::sync;
 use crate::Clock;
 
@@ -112,6 +112,12 @@ impl SubmitQueue for Sim {
         }
         st.pending = Some(p);
         Ok(())
+    }
+
+    fn in_flight_buffers(&self) -> Vec<QueueBuffer> {
+        // The simulator keeps a submission's pending work and markers in host memory of its own and in
+        // the session's buffers: it has no ring, descriptors or constant banks in device memory.
+        Vec::new()
     }
 }
 
