@@ -416,6 +416,11 @@ fn hang_latches() -> CaseResult {
     if p.buffers < 4 {
         return Err(format!("only {} buffers parked", p.buffers));
     }
+    // The channel's own buffers the hung kernel's work may still touch, parked at the latch without a
+    // handle: the GPFIFO ring, the error notifier, the command arena, the prepared pool, the semaphores.
+    if p.untracked < 5 {
+        return Err(format!("only {} of the platform's own buffers counted as parked", p.untracked));
+    }
     drop(latched);
     let again = omega::lock();
     if !again.is_blocked() {
@@ -423,9 +428,10 @@ fn hang_latches() -> CaseResult {
     }
     let Err(e) = again.open() else { return Err("reopen accepted after the latch".into()) };
     Ok(format!(
-        "latched after {} ms; {} buffers ({} bytes) parked; reopen refused: {}",
+        "latched after {} ms; {} buffers ({} of the platform's own, {} bytes) parked; reopen refused: {}",
         t0.elapsed().as_millis(),
         p.buffers,
+        p.untracked,
         p.bytes,
         e.error
     ))

@@ -77,23 +77,27 @@ extern "C" {
 // (`cmdlist create` for an unknown barrier mode or a NULL `out`).
 //
 // # Safety
-// - `opts` is NULL or points to a readable `OmegaGpuCmdListOpts`.
-// - `out` is NULL (refused) or points to a writable `OmegaGpuCmdList *`.
+// - `opts` is NULL or points to a readable, aligned `OmegaGpuCmdListOpts`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuCmdList *`.
 int omega_gpu_cmdlist_create(const OmegaGpuCmdListOpts *opts, OmegaGpuCmdList **out);
 
 // EXPERIMENTAL. Releases the list and its stamp area; the handle is invalid from then on (every later call
-// with it, a second free included, is refused by name). Takes the session lock itself: call it WITHOUT the
+// with it, a second free included, is refused by name). A call on the same list in progress on another
+// thread is waited for; one that starts after the handle went is refused. Takes the session lock itself: call it WITHOUT the
 // lock; a caller that holds it is refused (stage `lock`) and the list stays as it was, so it can be freed
 // properly afterwards. After an uncertain completion the stamp area is parked (kept allocated, never
 // released), since the device may still write it. NULL is a no-op returning 0. Returns 0, or -1 with the
 // stage named (`cmdlist free` for a pointer that is not a live list).
 int omega_gpu_cmdlist_free(OmegaGpuCmdList *list);
 
-// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Refused on a latched list
-// (stage `cmdlist reset`). Returns 0 or -1.
+// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Caller holds the lock, as
+// for add (without it: -1, stage `lock`, and the list is unchanged). Refused on a latched list (stage
+// `cmdlist reset`). Returns 0 or -1.
 int omega_gpu_cmdlist_reset(OmegaGpuCmdList *list);
 
-// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list.
+// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list. No lock
+// needed; it never waits for the session lock (a free on another thread does not make it release the
+// list).
 uint32_t omega_gpu_cmdlist_count(const OmegaGpuCmdList *list);
 
 // EXPERIMENTAL. Records launch `*L` (its argument words are copied) after the checks
@@ -103,9 +107,9 @@ uint32_t omega_gpu_cmdlist_count(const OmegaGpuCmdList *list);
 // or -1.
 //
 // # Safety
-// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-//   points to `n_args` readable words.
-// - `index_out` is NULL or points to a writable `uint32_t`.
+// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+//   or points to `n_args` readable, aligned `uint32_t` words.
+// - `index_out` is NULL or points to a writable, aligned `uint32_t`.
 int omega_gpu_cmdlist_add(OmegaGpuCmdList *list, const OmegaGpuLaunch *L, uint32_t *index_out);
 
 // EXPERIMENTAL. Lets launch `index` overlap the launch before it (no barrier before it). Refused (stage
@@ -123,7 +127,7 @@ int omega_gpu_cmdlist_mark_independent(OmegaGpuCmdList *list, uint32_t index);
 // `omega_gpu_session_is_blocked` return 1.
 //
 // # Safety
-// - `stats` is NULL or points to a writable `OmegaGpuCmdListStats`.
+// - `stats` is NULL or points to a writable, aligned `OmegaGpuCmdListStats`.
 int omega_gpu_cmdlist_submit(OmegaGpuCmdList *list, OmegaGpuCmdListStats *stats);
 
 // EXPERIMENTAL. 1 once an uncertain completion latched this list, 0 if not; -1 (stage named) for a pointer
@@ -133,11 +137,11 @@ int omega_gpu_cmdlist_is_latched(const OmegaGpuCmdList *list);
 // EXPERIMENTAL. Copies the completion timestamps (platform-clock ns) of the launches of the last completed
 // submission, in list order, to `out[0..]`, at most `max` of them; returns how many were written (0 before
 // the first submission, after a reset, or for a failed one). A launch that released no stamp reads 0. No
-// lock needed. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
+// lock needed; it never waits for the session lock. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
 // above 0.
 //
 // # Safety
-// - `out` is NULL (refused unless `max` is 0) or points to `max` writable `uint64_t`.
+// - `out` is NULL (refused unless `max` is 0) or points to `max` writable, aligned `uint64_t`.
 size_t omega_gpu_cmdlist_stamps(const OmegaGpuCmdList *list, uint64_t *out, size_t max);
 
 // EXPERIMENTAL. The fixed name of a barrier mode: `"OMEGA_GPU_CMDLIST_BARRIER_DEFAULT"`,

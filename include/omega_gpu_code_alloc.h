@@ -19,7 +19,8 @@ extern "C" {
 // EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus
 // `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to the installed platform's page, at least one page. Installs
 // the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
-// installed or the size overflows. Any thread, no lock.
+// installed or the size is past what a platform can describe (the sum or the rounding overflows, or the
+// total passes `PTRDIFF_MAX`), the sizes `omega_gpu_session_alloc_code` refuses. Any thread, no lock.
 size_t omega_gpu_code_alloc_bytes(size_t code_size);
 
 #ifdef __cplusplus

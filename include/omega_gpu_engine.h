@@ -294,12 +294,12 @@ extern "C" {
 // `OMEGA_GPU_ENGINE_INVALID_JOB` at step VALIDATE.
 //
 // # Safety
-// - `job` is NULL (refused) or points to a readable `OmegaGpuJob` whose `a` and `b` are NULL (refused by
-//   the engine) or readable for `n` floats, and whose `out` is NULL (refused) or writable for `n` floats
-//   overlapping neither input nor anything else in use during the call.
-// - `result` is NULL (refused) or points to a writable `OmegaGpuResult`.
-// - Not called from inside a function of an installed `OmegaGpuBackend` (the engine is busy: it waits
-//   forever).
+// - `job` is NULL (refused) or points to a readable, aligned `OmegaGpuJob` whose `a` and `b` are NULL
+//   (refused by the engine) or aligned and readable for `n` floats, and whose `out` is NULL (refused) or
+//   aligned and writable for `n` floats overlapping neither input nor anything else in use during the call.
+// - `result` is NULL (refused) or points to a writable, aligned `OmegaGpuResult`.
+// - Not called from inside a function of an installed `OmegaGpuBackend` or a clock function (the engine is
+//   busy: it waits forever).
 int omega_gpu_execute(const OmegaGpuJob *job, OmegaGpuResult *result);
 
 // EXPERIMENTAL. Installs the backend `*backend` (copied; its functions are called with its `ctx`) for every
@@ -307,9 +307,12 @@ int omega_gpu_execute(const OmegaGpuJob *job, OmegaGpuResult *result);
 // step (`now_ns` NULL reads 0). Waits for a run in progress. Returns 0.
 //
 // # Safety
-// - `backend` is NULL or points to a readable `OmegaGpuBackend` whose every non-NULL function is sound to
-//   call with its `ctx` and the arguments the engine passes (pointers valid for `n` floats), from any
-//   thread, one call at a time, for as long as it stays installed.
+// - `backend` is NULL or points to a readable, aligned `OmegaGpuBackend` whose every non-NULL function is
+//   sound to call with its `ctx` and the arguments the engine passes (aligned pointers valid for `n`
+//   floats, an aligned `OmegaGpuLaunchReport` or `OmegaGpuBackendDiag`), from any thread, one call at a
+//   time, for as long as it stays installed.
+// - Every function of the table returns normally: none unwinds (a C++ exception) or `longjmp`s out
+//   through Omega.
 // - Not called from inside a backend function (the engine is busy: it waits forever).
 int omega_gpu_engine_set_backend(const OmegaGpuBackend *backend);
 
@@ -318,7 +321,18 @@ int omega_gpu_engine_set_backend(const OmegaGpuBackend *backend);
 int omega_gpu_engine_is_blocked(void);
 
 // EXPERIMENTAL. The clock the times in `OmegaGpuResult` are read from, in ns; NULL goes back to the
-// backend's own clock (the platform clock for the session backend). Waits for a run in progress.
+// backend's own clock (the platform clock for the session backend). Applies from the next run: a run reads
+// the clock that was set when it started. Never waits for a run in progress, so the clock function itself
+// may call it. Any thread, no lock.
+//
+// # Safety
+// - `clock` is NULL or a function that may be called with no arguments from any thread, any number of
+//   times, for as long as it stays installed: the engine calls it on the thread running
+//   `omega_gpu_execute`, during the run, to time each state.
+// - `clock` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
+// - `clock` does not call `omega_gpu_execute` or `omega_gpu_engine_set_backend`: both wait for the run
+//   in progress, which is waiting for the clock. An `omega_gpu_session_unlock` from it is refused (stage
+//   `lock`) while the session backend holds the run's buffers.
 void omega_gpu_engine_set_clock(uint64_t (*clock)(void));
 
 // EXPERIMENTAL. The name of a failure code, the constant's own name (`"OMEGA_GPU_ENGINE_OK"`, ...);

@@ -39,7 +39,7 @@ extern "C" {
 //
 // # Safety
 // - `name` is NULL (refused) or a NUL-terminated string.
-// - `out` is NULL (refused) or points to a writable `OmegaGpuKernel`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuKernel`.
 int omega_gpu_kernel_load(const char *name, OmegaGpuKernel *out);
 
 #ifdef __cplusplus

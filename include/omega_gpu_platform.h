@@ -180,6 +180,27 @@
 // Simulator fault: the next visibility sync fails.
 #define OMEGA_GPU_SIM_FAULT_FAIL_SYNC 6
 
+// What one launch descriptor may ask of the device: the shape, register and shared-memory limits the
+// session checks every launch against before anything is submitted.
+typedef struct {
+    // The compute capability the limits are of (9 and 0 for sm_90), for messages.
+    uint32_t sm_major;
+    // Its minor.
+    uint32_t sm_minor;
+    // Most threads per block along x, y and z (each at least 1).
+    uint32_t max_block[3];
+    // Most threads per block, all three sides together.
+    uint32_t max_threads_per_block;
+    // Most blocks per grid along x, y and z (each at least 1).
+    uint32_t max_grid[3];
+    // Most registers per thread a descriptor may declare.
+    uint32_t max_registers;
+    // Most shared memory per block in bytes, the system's reserved part included.
+    uint32_t max_shared_bytes;
+    // Shared memory the system reserves in every block (at most `max_shared_bytes`).
+    uint32_t reserved_shared_bytes;
+} OmegaGpuLaunchLimits;
+
 // What a platform declares about itself, beside the ABI numbers of `OmegaGpuPlatform`.
 typedef struct {
     // The services the table fills (`OMEGA_GPU_SVC_*` bits); every function of each is non-NULL.
@@ -194,6 +215,8 @@ typedef struct {
     uint64_t page_bytes;
     // Zero-filled bytes a code buffer holds after the code, for instruction prefetch.
     uint64_t code_prefetch_tail;
+    // What one launch may ask for.
+    OmegaGpuLaunchLimits launch;
 } OmegaGpuPlatformCaps;
 
 // The CLOCK service (`OMEGA_GPU_SVC_CLOCK`): the clock every timeout and spin window is measured on.
@@ -372,6 +395,17 @@ typedef struct {
     uint32_t reserved;
 } OmegaGpuSubmission;
 
+// A buffer of the platform's own that submitted work may touch (a ring, launch descriptors, constant
+// banks): what a latch must count as parked, because after an uncertain completion it is never released.
+typedef struct {
+    // Its GPU address.
+    OmegaGpuVa va;
+    // Its size in bytes.
+    uint64_t bytes;
+    // What it is, NUL-terminated ("GPFIFO ring and USERD"), for reports.
+    char what[64];
+} OmegaGpuQueueBuffer;
+
 // The SUBMIT service (`OMEGA_GPU_SVC_SUBMIT`): hands a batch of launches to the device.
 //
 // # Safety
@@ -383,9 +417,16 @@ typedef struct {
 //   are observed, or forever if they never are; constant banks are GPU-readable.
 // - `s` and everything it points to (launches, argument words, constant banks) is valid only during the
 //   call: copy what the device needs later.
+// - `in_flight_buffers` is called under the session lock, once, at a latch. It writes up to `max` of the
+//   platform's own buffers that work submitted since the device opened may still touch to `out` (`out`
+//   is NULL when `max` is 0) and returns how many there are, which may be more than `max` (the runtime
+//   then asks again with room for all). None while the device is closed; 0 for a platform that keeps
+//   nothing of its own in device memory.
 typedef struct {
     // Submits `s`.
     int (*submit)(void *ctx, const OmegaGpuSubmission *s, OmegaGpuPlatformError *err);
+    // The platform's own buffers submitted work may touch.
+    size_t (*in_flight_buffers)(void *ctx, OmegaGpuQueueBuffer *out, size_t max);
 } OmegaGpuSubmitService;
 
 // An error the channel reported (the driver's error notifier).
@@ -594,7 +635,8 @@ OmegaGpuPlatform omega_gpu_platform_sim(void);
 // `omega_gpu_session_last_error()`; -1 for a NULL `p`. Any thread, no lock.
 //
 // # Safety
-// - `p` is NULL or points to a readable `OmegaGpuPlatform`.
+// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called, so
+//   none of them needs to be one that returns normally for this call: only the table's fields are read.
 int omega_gpu_platform_negotiate(const OmegaGpuPlatform *p, uint32_t needed);
 
 // EXPERIMENTAL. Whether `*p` can serve `needed`: `omega_gpu_platform_negotiate`, then well-formed caps
@@ -605,14 +647,16 @@ int omega_gpu_platform_negotiate(const OmegaGpuPlatform *p, uint32_t needed);
 // Returns 0 or the refusal code, as `omega_gpu_platform_negotiate` does. Any thread, no lock.
 //
 // # Safety
-// - `p` is NULL or points to a readable `OmegaGpuPlatform`.
+// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called (each
+//   only has to be there), so none of them needs to be one that returns normally for this call.
 int omega_gpu_platform_check_for(const OmegaGpuPlatform *p, uint32_t needed);
 
 // EXPERIMENTAL. `omega_gpu_platform_check_for(p, OMEGA_GPU_SVC_SESSION)`: exactly the check
 // `omega_gpu_session_set_platform` makes before it installs a table.
 //
 // # Safety
-// - `p` is NULL or points to a readable `OmegaGpuPlatform`.
+// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called, so
+//   none of them needs to be one that returns normally for this call.
 int omega_gpu_platform_check(const OmegaGpuPlatform *p);
 
 // EXPERIMENTAL. The contract's buffer rules, applied before any platform sees a descriptor: a length
@@ -623,7 +667,7 @@ int omega_gpu_platform_check(const OmegaGpuPlatform *p);
 // Any thread, no lock.
 //
 // # Safety
-// - `d` is NULL or points to a readable `OmegaGpuBufferDesc`.
+// - `d` is NULL or points to a readable, aligned `OmegaGpuBufferDesc`.
 int omega_gpu_platform_check_buffer(const OmegaGpuBufferDesc *d);
 
 // EXPERIMENTAL. Makes `*t` a handle table over `capacity` slots of the caller's storage: `generations`
@@ -631,8 +675,9 @@ int omega_gpu_platform_check_buffer(const OmegaGpuBufferDesc *d);
 // NULL pointer or a capacity of 0. Any thread; one call at a time per table.
 //
 // # Safety
-// - `t` is NULL or writable; `generations` and `values` are NULL or each point to `capacity` writable
-//   elements that only this table uses, for as long as it is used.
+// - `t` is NULL or points to a writable, aligned `OmegaGpuHandleTable`; `generations` and `values` are
+//   NULL or each point to `capacity` writable, aligned elements that only this table uses, for as long as
+//   it is used.
 int omega_gpu_handles_init(OmegaGpuHandleTable *t, uint32_t *generations, void **values, uint32_t capacity);
 
 // EXPERIMENTAL. Stores `value` (not NULL: NULL marks a free slot) in the first free slot of `*t` and
@@ -640,8 +685,9 @@ int omega_gpu_handles_init(OmegaGpuHandleTable *t, uint32_t *generations, void *
 // `OMEGA_GPU_HANDLE_ERR_FULL`, or `OMEGA_GPU_HANDLE_ERR_NULL` (`*out` zeroed where it can be).
 //
 // # Safety
-// - `t` is NULL or a table `omega_gpu_handles_init` made, whose storage is still the table's; `out` is
-//   NULL or writable. No other call on `*t` runs meanwhile.
+// - `t` is NULL or points to a writable, aligned table `omega_gpu_handles_init` made, whose storage is
+//   still the table's; `out` is NULL or points to a writable, aligned `OmegaGpuBufferHandle`. No other
+//   call on `*t` runs meanwhile.
 int omega_gpu_handles_open(OmegaGpuHandleTable *t, void *value, OmegaGpuBufferHandle *out);
 
 // EXPERIMENTAL. The value behind `h` in `*t`, to `*value` when `value` is not NULL. Returns 0, or
@@ -649,7 +695,9 @@ int omega_gpu_handles_open(OmegaGpuHandleTable *t, void *value, OmegaGpuBufferHa
 // `_NULL`, with `*value` NULL.
 //
 // # Safety
-// - As for `omega_gpu_handles_open`; `value` is NULL or writable.
+// - `t` is NULL or points to a readable, aligned table `omega_gpu_handles_init` made, whose storage is
+//   still the table's, and no other call on `*t` runs meanwhile; `value` is NULL or points to a
+//   writable, aligned `void *`.
 int omega_gpu_handles_check(const OmegaGpuHandleTable *t, OmegaGpuBufferHandle h, void **value);
 
 // EXPERIMENTAL. Removes the value behind `h` from `*t` (to `*value` when `value` is not NULL): every copy
@@ -657,7 +705,9 @@ int omega_gpu_handles_check(const OmegaGpuHandleTable *t, OmegaGpuBufferHandle h
 // 0 or the error codes of `omega_gpu_handles_check`.
 //
 // # Safety
-// - As for `omega_gpu_handles_check`, with `t` writable.
+// - `t` is NULL or points to a writable, aligned table `omega_gpu_handles_init` made, whose storage is
+//   still the table's, and no other call on `*t` runs meanwhile; `value` is NULL or points to a
+//   writable, aligned `void *`.
 int omega_gpu_handles_close(OmegaGpuHandleTable *t, OmegaGpuBufferHandle h, void **value);
 
 // EXPERIMENTAL, test hook. Queues fault `fault` (`OMEGA_GPU_SIM_FAULT_*`) on the simulated platform; it

@@ -64,7 +64,8 @@ typedef struct {
 // own launch buffer. A caller needs none of it; treat the pointer as "the device is open".
 typedef struct {
     // The launch buffer the session polls: two completion markers (an `OMEGA_GPU_HANDLE_BUF_QUEUE`
-    // buffer). Parked, never released, once the process latches.
+    // buffer). The session's own: `omega_gpu_session_free` refuses it. Parked, never released, once the
+    // process latches.
     OmegaGpuMem launch_buffer;
     // Device opens in this process so far, this one included.
     uint32_t open_count;
@@ -102,7 +103,8 @@ typedef struct {
 typedef struct {
     // GPU address of the kernel code.
     uint64_t code_va;
-    // Registers per thread (rounded up to a multiple of 8, at least 64).
+    // Registers per thread (rounded up to a multiple of 8, at least 64). Refused when the rounded count is
+    // past what the architecture has (255 on sm_90, so at most 248 before rounding).
     uint32_t gpr_count;
     // Block size x.
     uint32_t threads_x;
@@ -112,7 +114,9 @@ typedef struct {
     uint32_t grid_x;
     // Grid size y.
     uint32_t grid_y;
-    // The QMD config word `num_elements`, kept for identical descriptors.
+    // A word carried unchanged to the platform's launch descriptor (the simulator records it with the
+    // launch). The H200's QMD (V04_00) has no such word, so on the GPU it reaches no kernel: pass an
+    // element count the kernel needs as an argument.
     uint32_t num_elements;
     // Argument words for constant bank 0.
     const uint32_t *args;
@@ -120,9 +124,11 @@ typedef struct {
     uint32_t n_args;
     // Completion poll limit per marker, ms. 0 runs out at once and latches.
     uint32_t timeout_ms;
-    // Shared memory per block; 0 = the default of 1024 bytes.
+    // Shared memory per block; 0 = the default of 1024 bytes. At most what the architecture allows per
+    // block, the system's reserve included (233472 bytes on sm_90: 227 KiB plus the 1 KiB reserve).
     uint32_t shared_bytes;
-    // Spin window before sleep-polling; 0 = the process-wide setting.
+    // Spin window before sleep-polling; 0 = the process-wide setting. At most
+    // `OMEGA_GPU_SESSION_MAX_SPIN_US`.
     uint32_t spin_us;
 } OmegaGpuLaunch;
 
@@ -147,7 +153,10 @@ extern "C" {
 void omega_gpu_session_lock(void);
 
 // STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the
-// lock is left as it was.
+// lock is left as it was. Refused the same way while the library pins the lock, because it holds CPU
+// views of session buffers across code it does not control and an unlock would let another thread close
+// the device under them: during `omega_gpu_execute` on the session backend (a clock function calling
+// it), inside an on-close hook, and under a Rust lock token.
 void omega_gpu_session_unlock(void);
 
 // STABLE. Opens the device on first use; later calls find it open. Caller holds the lock. Returns a
@@ -165,8 +174,10 @@ int omega_gpu_session_is_blocked(void);
 
 // STABLE. Closes the device and frees every session buffer (running the on-close hooks first). Takes the
 // lock itself: call it without the lock (a caller that holds it is refused, stage `lock`, instead of
-// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`). The next open
-// reopens; every handle of the closed device is stale from then on.
+// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`), checked again after
+// the hooks. The next open reopens; every handle of the closed device is stale from then on. The lock is
+// released when it returns, also after a hook panicked (`internal: panic in omega_gpu_session_close`,
+// the device closed all the same).
 void omega_gpu_session_close(void);
 
 // STABLE. Device opens so far in this process (a persistent session shows 1). Any thread.
@@ -183,19 +194,21 @@ uint32_t omega_gpu_session_spin_us(void);
 // STABLE. A GPU-uncached DATA buffer of at least `bytes` bytes (rounded up to a page; 0 gets one page),
 // CPU and GPU read/write, written to `*out`. Caller holds the lock, device open, not latched. Returns 0;
 // -1 with the stage named on failure (`*out` zeroed). A driver refusal is counted in
-// `OmegaGpuAllocStats.alloc_failures`.
+// `OmegaGpuAllocStats.alloc_failures`. A size whose rounding overflows or whose total passes
+// `PTRDIFF_MAX` (`SIZE_MAX`, say) is refused (`platform: OMEGA_GPU_PLAT_OVERFLOW`) in every build.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc(size_t bytes, OmegaGpuMem *out);
 
 // STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
 // zero-filled `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to a page (`omega_gpu_code_alloc_bytes`). The
 // caller writes the code to `out->cpu` and calls `omega_gpu_session_sync_to_gpu`. Same rules and return
-// values as `omega_gpu_session_alloc`.
+// values as `omega_gpu_session_alloc`; a `code_size` whose sum with the tail overflows is refused too
+// (`platform: OMEGA_GPU_PLAT_OVERFLOW`).
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc_code(size_t code_size, OmegaGpuMem *out);
 
 // EXPERIMENTAL. A GPU-cached DATA buffer for write-once, GPU-read-only, never-polled contents (weights):
@@ -203,18 +216,21 @@ int omega_gpu_session_alloc_code(size_t code_size, OmegaGpuMem *out);
 // that reads them; the caller must. Same rules and return values as `omega_gpu_session_alloc`.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc_cached(size_t bytes, OmegaGpuMem *out);
 
 // STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
 // completion the buffer is parked instead: kept allocated, never released, counted by
 // `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
-// handle (freed already, or from a closed device) or a closed session is refused: nothing is released,
-// the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is in
-// `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
+// handle (freed already, or from a closed device), a live handle whose `va` is not its buffer's
+// (`free: handle ... is live but names the buffer at ...`) or a closed session is refused: nothing is
+// released, the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is
+// in `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op. The session's own buffers (the launch
+// buffer of `OmegaGpuSession`, a command list's stamp area) are refused: nothing released or counted,
+// `*m` left as it was. Without the lock: refused, `*m` left as it was. An on-close hook may call it.
 //
 // # Safety
-// - `m` is NULL (refused) or points to a writable `OmegaGpuMem`.
+// - `m` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 void omega_gpu_session_free(OmegaGpuMem *m);
 
 // STABLE. Makes CPU writes to the whole buffer visible to the device (platform SYNC). Caller holds the
@@ -222,50 +238,58 @@ void omega_gpu_session_free(OmegaGpuMem *m);
 // handle, a latched process) or when there is no device.
 //
 // # Safety
-// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 int omega_gpu_session_sync_to_gpu(const OmegaGpuMem *m);
 
 // STABLE. Makes device writes to the whole buffer visible to the CPU. Same rules and return values as
 // `omega_gpu_session_sync_to_gpu`.
 //
 // # Safety
-// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 int omega_gpu_session_sync_to_cpu(const OmegaGpuMem *m);
 
-// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows, contents not kept. `*s` must
-// be zero-initialised before first use. Caller holds the lock. Returns 0 or -1; with a reservation
-// active, a request past the reserved size returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates
-// nothing.
+// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows (the new buffer first, so a
+// failed grow keeps the old one), contents not kept. `*s` must be zero-initialised before first use.
+// Caller holds the lock, also for a request that fits; device open. Returns 0 or -1; with a reservation
+// active, a request past the reserved size (the size given to `omega_gpu_session_scratch_reserve`, not
+// the page it rounds to) returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates nothing. A buffer of a
+// device closed since is never handed out again: it is replaced, or, under a reservation, refused (stage
+// `scratch`); so is a parked one.
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch` that is zeroed or was only changed
-//   by these calls.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch` that is zeroed or was only
+//   changed by these calls.
 int omega_gpu_session_scratch(OmegaGpuScratch *s, size_t bytes);
 
-// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`.
+// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`, unless the
+// buffer is still there: a refused free (no lock) leaves `*s` as it was, and a parked one (after a latch)
+// keeps `*s` and its handle for `omega_gpu_session_is_parked`.
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 void omega_gpu_session_scratch_free(OmegaGpuScratch *s);
 
 // EXPERIMENTAL. Grows `s` to `bytes` now and reserves it: later `omega_gpu_session_scratch` requests up
-// to that size allocate nothing, past it they return `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving
-// loop that must make no driver call after warm-up. Returns 0 or -1 (nothing reserved).
+// to `bytes` (not the page-rounded capacity) allocate nothing, past it they return
+// `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving loop that must make no driver call after warm-up.
+// Caller holds the lock. Returns 0 or -1 (nothing reserved).
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`, zeroed or changed only by these calls.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`, zeroed or changed only by
+//   these calls.
 int omega_gpu_session_scratch_reserve(OmegaGpuScratch *s, size_t bytes);
 
-// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays.
+// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays. Caller holds the lock: without it, refused
+// (stage `lock`) and the reservation stays.
 //
 // # Safety
-// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 void omega_gpu_session_scratch_unreserve(OmegaGpuScratch *s);
 
 // STABLE. Copies the session layer's allocation counters (since the process started) to `*out`.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuAllocStats`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuAllocStats`.
 void omega_gpu_session_alloc_stats(OmegaGpuAllocStats *out);
 
 // STABLE. Submits one launch and polls both completion markers, so it returns when the chip is done.
@@ -276,9 +300,9 @@ void omega_gpu_session_alloc_stats(OmegaGpuAllocStats *out);
 // `*marker_out` (when given) receives the first marker word observed.
 //
 // # Safety
-// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-//   points to `n_args` readable words.
-// - `elapsed_ns` and `marker_out` are each NULL or point to a writable object of their type.
+// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+//   or points to `n_args` readable, aligned `uint32_t` words.
+// - `elapsed_ns` and `marker_out` are each NULL or point to a writable, aligned object of their type.
 int omega_gpu_session_launch(const OmegaGpuLaunch *L, uint64_t *elapsed_ns, uint32_t *marker_out);
 
 // EXPERIMENTAL. Asks the launch in progress, or the next one, to stop: before submit it returns
@@ -292,11 +316,13 @@ void omega_gpu_session_cancel(void);
 const char *omega_gpu_session_last_error(void);
 
 // STABLE. Copies the parked-buffer report to `*out`: buffers kept allocated after an uncertain
-// completion, never returned to the platform. The session's own launch buffer is parked at the latch and
-// every later free parks too.
+// completion, never returned to the platform. At the latch the session parks what the device may still
+// touch: its launch buffer and the stamp area of a command list whose submission latched (listed), and
+// the platform's own queue buffers (ring, pushbuffers, QMDs, constant banks; counted in `untracked`, they
+// have no handle). Every later free parks too.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuParkStats`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuParkStats`.
 void omega_gpu_session_parked(OmegaGpuParkStats *out);
 
 // STABLE. 1 if this handle is parked and listed (one of the first `OMEGA_GPU_SESSION_PARK_MAX`), else 0.
@@ -315,8 +341,10 @@ int omega_gpu_session_is_parked(OmegaGpuBufferHandle h);
 //
 // # Safety
 // - `name` is NULL (refused) or a NUL-terminated string.
-// - `table` is NULL or points to a readable `OmegaGpuPlatform` that keeps the rules of its Safety section
-//   (and of each service struct's) for as long as it stays installed.
+// - `table` is NULL or points to a readable, aligned `OmegaGpuPlatform` that keeps the rules of its Safety
+//   section (and of each service struct's) for as long as it stays installed: every function it declares
+//   returns normally (no unwinding, no `longjmp` out of it), never calls back into the runtime, and may
+//   be called from any thread.
 int omega_gpu_session_set_platform(const char *name, const OmegaGpuPlatform *table);
 
 // EXPERIMENTAL. The installed platform's name (`"sim"`, `"nvidia"`, or the name a table was installed
@@ -343,7 +371,7 @@ uint64_t omega_gpu_session_now_ns(void);
 // when the device is not open. Any thread; the answer is about the device open at the time of the call.
 //
 // # Safety
-// - `out` is NULL (refused) or points to a writable `OmegaGpuDeviceInfo`.
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDeviceInfo`.
 int omega_gpu_device_query(OmegaGpuDeviceInfo *out);
 
 // EXPERIMENTAL. `bytes` of uninitialised CPU-only memory from the platform HOST_MEM service, aligned for
@@ -370,12 +398,19 @@ void omega_gpu_session_set_error(const char *text);
 
 // INTERNAL. Registers `hook(ctx)` to run when the device closes, before any buffer is released (a library
 // drops its resident kernels there); it runs once, on the thread that calls close, with the lock held.
-// Up to `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a
-// NULL hook.
+// A hook may release buffers (`omega_gpu_session_free`, `omega_gpu_session_scratch_free`) and read state;
+// every other call that needs the lock is refused inside it (stage `on close`), so it cannot launch or
+// latch, taking the lock is refused instead of waiting forever, unlock is refused, and so is close. Up to
+// `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a NULL
+// hook.
 //
 // # Safety
 // - `hook` is NULL (refused) or a function that may be called once with `ctx` from any thread, under the
-//   session lock, and that does not take the lock or close the device.
+//   session lock. It may release buffers and read state; every other call that needs the lock (a launch,
+//   an allocation, close, lock, unlock) is refused from inside it (stage `on close`).
+// - `hook` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
+// - `ctx` is whatever `hook` needs it to be until `hook` has run (at the next close) or the process ends;
+//   Omega only passes it on, and never reads or frees it.
 int omega_gpu_session_on_close(void (*hook)(void *ctx), void *ctx);
 
 #ifdef __cplusplus

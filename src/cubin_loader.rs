@@ -84,12 +84,13 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
         const_banks: Vec::new(),
     };
     if runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage {
-        // The simulator's kernel is a host function holding its module data itself: no banks to bind.
+        // The simulator's kernel is a host function holding its module data itself: no banks to bind, and
+        // the code the buffer holds is the code image, not the cubin's machine code.
         let img = omega_hal::sim::code_image(entry);
         return Ok(Prepared {
             image_bytes: img.len(),
             entry_offset: 0,
-            meta,
+            meta: KernelMeta { code_bytes: img.len() as u64, ..meta },
             banks: Vec::new(),
             image: Image::Fixed(img),
         });

@@ -169,9 +169,13 @@ pub fn run(root: &Path, open_device: bool, simulator: bool) -> Report {
 /// checked element by element.
 fn simulator_runs() -> Result<String, String> {
     use crate::engine::{execute_on, Job, SessionBackend};
-    // One simulator runtime per process: the engine's backend borrows it for good.
-    static SIM: crate::sync::OnceLock<crate::session::Runtime> = crate::sync::OnceLock::new();
-    let rt = SIM.get_or_init(|| crate::session::Runtime::with_platform(crate::platform::Installed::sim()));
+    // One simulator runtime per process: the engine's backend borrows it for good. Its simulator is a
+    // fresh instance, which no other runtime can hold.
+    static SIM: crate::sync::OnceLock<Option<crate::session::Runtime>> = crate::sync::OnceLock::new();
+    let rt = SIM
+        .get_or_init(|| crate::session::Runtime::with_platform(crate::platform::Installed::sim()).ok())
+        .as_ref()
+        .ok_or("a runtime over a fresh simulator could not be made")?;
     let n = 4096usize;
     let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let b: Vec<f32> = (0..n).map(|i| 0.5 * i as f32).collect();
@@ -195,7 +199,7 @@ fn simulator_runs() -> Result<String, String> {
 
 fn open_nvidia() -> Result<String, String> {
     let installed = crate::platform::Installed::new(crate::PlatformKind::Nvidia).map_err(|e| e.to_string())?;
-    let rt = crate::session::Runtime::with_platform(installed);
+    let rt = crate::session::Runtime::with_platform(installed).map_err(|e| e.to_string())?;
     rt.lock();
     let r = rt.open().map(|()| rt.device_info().expect("open"));
     rt.unlock();

@@ -1,7 +1,7 @@
 //! Errors of the session layer. Every failure names its stage: the stage is the first words of the text
 //! (the contract's `omega_gpu_session_last_error`), and [`Error::stage`] returns it alone.
 
-use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
+use omega_hal::{ChannelFault, HalError, Handle, HandleError, Refusal};
 
 /// A session-layer failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,6 +15,20 @@ pub enum Error {
     /// The lock was used against its discipline.
     #[error("lock: {0}")]
     Lock(&'static str),
+    /// An unlock while the library holds the lock across code it does not control (named).
+    #[error("lock: unlock refused: the lock is pinned by {0} on this thread, which releases it when it ends")]
+    LockPinned(&'static str),
+    /// A call an on-close hook may not make (a hook may only release buffers and read state).
+    #[error("on close: `{0}` refused inside an on-close hook (a hook may only release buffers and read state)")]
+    CloseHook(&'static str),
+    /// A release of a buffer the library owns and releases itself.
+    #[error("{stage}: the buffer is {owner}; nothing was released")]
+    NotCallers {
+        /// The call.
+        stage: &'static str,
+        /// Whose it is.
+        owner: &'static str,
+    },
     /// The device did not open; carries the driver's own text.
     #[error("open: {0}")]
     Open(HalError),
@@ -34,6 +48,23 @@ pub enum Error {
         stage: &'static str,
         /// Why.
         source: HandleError,
+    },
+    /// A live handle given with another buffer's address: the `GpuMem` was changed or assembled by hand.
+    /// Nothing is released.
+    #[error(
+        "{stage}: handle (index {}, generation {}) is live but names the buffer at {live_va:#x}, not {va:#x}",
+        .handle.index,
+        .handle.generation
+    )]
+    ForeignAddress {
+        /// The call.
+        stage: &'static str,
+        /// The handle given, which is live.
+        handle: Handle,
+        /// The address given with it.
+        va: u64,
+        /// The address of the buffer the handle names.
+        live_va: u64,
     },
     /// A visibility sync failed.
     #[error("sync: {0}")]
@@ -61,6 +92,10 @@ pub enum Error {
     /// The platform refused a completion poll: the process latched.
     #[error("launch: completion poll refused ({0}); process latched")]
     PollRefused(String),
+    /// Code panicked after the submit (the platform's submit or poll, a simulated kernel, the wait): the
+    /// device may hold the work, so the completion is uncertain and the process latched.
+    #[error("launch: panic after submit ({0}); completion uncertain, process latched")]
+    PanicAfterSubmit(String),
     /// The channel reported an error (the kernel faulted); the channel is dead until close and reopen.
     #[error("launch: kernel fault: {0}")]
     Fault(ChannelFault),
@@ -90,11 +125,13 @@ impl Error {
     pub fn stage(&self) -> &'static str {
         match self {
             Error::Platform(_) | Error::Refused(_) => "platform",
-            Error::Lock(_) => "lock",
+            Error::Lock(_) | Error::LockPinned(_) => "lock",
+            Error::CloseHook(_) => "on close",
+            Error::NotCallers { stage, .. } => stage,
             Error::Open(_) => "open",
             Error::NotOpen(s) | Error::Latched(s) => s,
             Error::Alloc(_) => "alloc",
-            Error::Handle { stage, .. } => stage,
+            Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => stage,
             Error::Sync(_) => "sync",
             Error::LaunchArguments(_) => "launch arguments",
             Error::Submit(_)
@@ -102,6 +139,7 @@ impl Error {
             | Error::CancelledAfterSubmit
             | Error::Timeout { .. }
             | Error::PollRefused(_)
+            | Error::PanicAfterSubmit(_)
             | Error::Fault(_) => "launch",
             Error::ScratchReserved { .. } => "scratch",
             Error::Load(_) => "load",
@@ -111,7 +149,10 @@ impl Error {
 
     /// True when this failure latched the process.
     pub fn latched_the_process(&self) -> bool {
-        matches!(self, Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_))
+        matches!(
+            self,
+            Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
+        )
     }
 }
 

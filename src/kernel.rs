@@ -82,7 +82,7 @@ impl<'s> Kernel<'s> {
             ..KernelMeta::default()
         };
         let entry_va = code.va();
-        runtime().register_kernel(entry_va, meta.clone());
+        runtime().register_kernel(entry_va, meta.clone())?;
         Ok(Kernel { code, entry_va, meta })
     }
 
@@ -97,7 +97,7 @@ impl<'s> Kernel<'s> {
         code.write_code(&image)?;
         let entry_va = code.va() + prepared.entry_offset;
         let meta = prepared.meta_at(code.va());
-        runtime().register_kernel(entry_va, meta.clone());
+        runtime().register_kernel(entry_va, meta.clone())?;
         Ok(Kernel { code, entry_va, meta })
     }
 }

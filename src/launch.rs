@@ -55,17 +55,28 @@ impl<T: DeviceScalar> KernelArg for &mut Mem<'_, Data<T>> {
     }
 }
 
+/// The largest parameter block [`ArgBlock`] builds: twice what any architecture's constant bank holds
+/// (32 KiB of parameters at most), so a block past it can never launch.
+pub const MAX_ARG_BLOCK_BYTES: u32 = 64 << 10;
+
 /// The parameter block being built.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ArgBlock {
     bytes: Vec<u8>,
     params: Vec<ParamInfo>,
+    /// A push would have passed [`MAX_ARG_BLOCK_BYTES`] (or the size arithmetic overflowed): it was not
+    /// written, and every launch of the block is refused.
+    oversized: Option<u64>,
 }
 
 impl ArgBlock {
     /// An empty block with room for `params` parameters of `bytes` bytes in all.
     pub fn with_capacity(params: usize, bytes: usize) -> Self {
-        ArgBlock { bytes: Vec::with_capacity(bytes), params: Vec::with_capacity(params) }
+        ArgBlock {
+            bytes: Vec::with_capacity(bytes.min(MAX_ARG_BLOCK_BYTES as usize)),
+            params: Vec::with_capacity(params),
+            oversized: None,
+        }
     }
 
     /// Appends `a` at its natural alignment.
@@ -73,12 +84,31 @@ impl ArgBlock {
         self.push_raw(A::SIZE, |out| a.write(out));
     }
 
-    /// Appends `size` bytes written by `write`, at alignment `size`.
+    /// Appends `size` bytes written by `write`, at alignment `size`. A parameter that would end past
+    /// [`MAX_ARG_BLOCK_BYTES`] is not written: the block is marked oversized and every launch of it is
+    /// refused (stage `launch arguments`), the same in debug and release builds.
     pub fn push_raw(&mut self, size: u32, write: impl FnOnce(&mut [u8])) {
-        let offset = (self.bytes.len() as u32).next_multiple_of(size.max(1));
-        self.bytes.resize((offset + size) as usize, 0);
+        let offset = (self.bytes.len() as u64).next_multiple_of(u64::from(size.max(1)));
+        let end = offset + u64::from(size);
+        if end > u64::from(MAX_ARG_BLOCK_BYTES) || self.oversized.is_some() {
+            self.oversized = Some(self.oversized.unwrap_or(0).max(end));
+            return;
+        }
+        self.bytes.resize(end as usize, 0);
         write(&mut self.bytes[offset as usize..]);
-        self.params.push(ParamInfo { ordinal: self.params.len() as u32, offset, size });
+        self.params.push(ParamInfo { ordinal: self.params.len() as u32, offset: offset as u32, size });
+    }
+
+    /// Why the block cannot launch: a parameter would have ended at byte `end`, past
+    /// [`MAX_ARG_BLOCK_BYTES`].
+    fn check_size(&self) -> Result<()> {
+        match self.oversized {
+            Some(end) => Err(Error::LaunchArguments(format!(
+                "a parameter would end at byte {end} of the block, past the {MAX_ARG_BLOCK_BYTES} bytes any launch \
+                 can pass"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The layout so far.
@@ -235,6 +265,10 @@ impl<'k, 's> Launch<'k, 's> {
         f: impl FnOnce(&LaunchSpec<'_>) -> core::result::Result<R, E>,
     ) -> core::result::Result<R, E> {
         let rt = runtime();
+        if let Err(e) = self.args.check_size() {
+            rt.set_error(&e);
+            return Err(e.into());
+        }
         // The Rust builder is not held to the C launch's 32 words: its limit is the constant bank's room
         // for parameters on this architecture.
         let max_bytes = rt.max_param_bytes()?;

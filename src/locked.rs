@@ -4,6 +4,9 @@
 //! The token is the session lock: zero-sized, released on drop, not `Send` (the lock belongs to the
 //! thread that took it). `let _ = omega::lock();` takes and immediately releases it — bind it to a name.
 //! It is not re-entrant: taking it again on the same thread waits forever, as the contract's lock does.
+//! While a token lives the lock is pinned: the raw `Runtime::unlock` (and `omega_gpu_session_unlock`) is
+//! refused on its thread, so no safe call can hand the lock to another thread that would close the device
+//! under the scope's buffers. Only the token's drop releases it.
 
 use core::marker::PhantomData;
 
@@ -12,7 +15,7 @@ use omega_hal::DeviceInfo;
 
 use crate::error::{Error, Result};
 use crate::platform::PlatformKind;
-use crate::session::{runtime, ParkStats};
+use crate::session::{runtime, ParkStats, PIN_TOKEN};
 use crate::state::{Closed, DeviceState, Open};
 use crate::sync::Arc;
 use crate::Scope;
@@ -31,13 +34,20 @@ static_assertions::assert_not_impl_any!(Latched: Send, Sync);
 
 /// Takes the process-wide session lock, blocking until it is free.
 pub fn lock() -> Locked<Closed> {
-    runtime().lock();
+    let rt = runtime();
+    rt.lock();
+    rt.pin_lock(PIN_TOKEN);
     Locked { _state: PhantomData, _not_send: PhantomData }
 }
 
 /// Takes the session lock if no one holds it.
 pub fn try_lock() -> Option<Locked<Closed>> {
-    runtime().try_lock().then_some(Locked { _state: PhantomData, _not_send: PhantomData })
+    let rt = runtime();
+    if !rt.try_lock() {
+        return None;
+    }
+    rt.pin_lock(PIN_TOKEN);
+    Some(Locked { _state: PhantomData, _not_send: PhantomData })
 }
 
 impl<S: DeviceState> Locked<S> {
@@ -70,7 +80,7 @@ impl<S: DeviceState> Locked<S> {
 
 impl<S: DeviceState> Drop for Locked<S> {
     fn drop(&mut self) {
-        runtime().unlock();
+        runtime().unlock_pinned(PIN_TOKEN);
     }
 }
 
@@ -190,6 +200,6 @@ impl core::fmt::Debug for Latched {
 
 impl Drop for Latched {
     fn drop(&mut self) {
-        runtime().unlock();
+        runtime().unlock_pinned(PIN_TOKEN);
     }
 }

@@ -71,7 +71,7 @@ impl Seen {
 fn sim_runtime(launch_ns: u64) -> (Arc<Runtime>, Arc<Sim>) {
     let sim = Sim::with_config(SimConfig { launch_ns, idle_ns: 0, tick_ns: 1, ..SimConfig::default() });
     crate::kernels::register_host_kernels(&sim);
-    let rt = Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) });
+    let rt = Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) }).unwrap();
     (Arc::new(rt), sim)
 }
 

@@ -4,12 +4,17 @@
 //! the end of a borrow"): launches are synchronous, so when a launch returns `Ok` the device is done with
 //! every buffer it was given, and dropping a `Mem` releases it. When a completion is uncertain the process
 //! latches first; from then on dropping a `Mem` parks it — the memory stays allocated for the rest of the
-//! process, because the device may still be writing it.
+//! process, because the device may still be writing it — and the CPU no longer touches it (`write`, `fill`
+//! and `read` are refused).
+//!
+//! The buffer is the library's ([`crate::session`]'s `TYPED_BUFFER` owner): the raw API's free and scratch
+//! calls refuse it whatever copy of its handle they get (from [`Mem::raw`], or guessed), so the CPU view
+//! this type dereferences stays mapped for as long as the `Mem` lives.
 
 use core::marker::PhantomData;
 
 use crate::error::{Error, Result};
-use crate::session::{runtime, GpuMem, Handle};
+use crate::session::{runtime, GpuMem, Handle, TYPED_BUFFER};
 use crate::state::{Cached, Code, Data, DeviceScalar, MemKind};
 
 /// A buffer of kind `K` that lives no longer than the scope `'s`.
@@ -22,10 +27,11 @@ pub struct Mem<'s, K: MemKind> {
 
 impl<'s, K: MemKind> Mem<'s, K> {
     pub(crate) fn alloc(len: usize) -> Result<Self> {
-        let bytes = len
-            .checked_mul(size_of::<K::Elem>())
-            .ok_or(Error::Setting { stage: "alloc", detail: format!("{len} elements overflow the address space") })?;
-        let raw = runtime().alloc_kind(bytes, K::ALLOC)?;
+        let rt = runtime();
+        let Some(bytes) = len.checked_mul(size_of::<K::Elem>()) else {
+            return rt.fail(Error::Refused(omega_hal::Refusal::Overflow));
+        };
+        let raw = rt.alloc_owned(bytes, K::ALLOC, TYPED_BUFFER)?;
         Ok(Mem { raw, len, _scope: PhantomData, _kind: PhantomData })
     }
 
@@ -49,7 +55,8 @@ impl<'s, K: MemKind> Mem<'s, K> {
         self.raw.handle
     }
 
-    /// The contract's view of this buffer.
+    /// The contract's view of this buffer (for the raw API's syncs, say). Its handle names a buffer this
+    /// `Mem` owns: the raw API's free and scratch calls refuse it.
     pub fn raw(&self) -> &GpuMem {
         &self.raw
     }
@@ -62,12 +69,26 @@ impl<'s, K: MemKind> Mem<'s, K> {
     fn cpu_elems(&mut self) -> &mut [K::Elem] {
         assert!(!self.raw.cpu.is_null(), "every typed buffer kind has a CPU view");
         // SAFETY: the CPU view covers `size >= len * size_of::<Elem>()` bytes, is page-aligned (so
-        // aligned for any scalar), stays mapped while this Mem lives (frees go through its drop), and
-        // `&mut self` makes this the only Rust reference into it. Every bit pattern is a valid Elem.
+        // aligned for any scalar), and stays mapped while this Mem lives: the buffer is TYPED_BUFFER's, so
+        // the raw free and scratch calls refuse it, only this Mem's drop releases it, and close, the other
+        // release, needs the lock, which the scope's token pins on this thread (no other thread can take it,
+        // and unlock is refused). `&mut self` makes this the only Rust reference into it, and no device
+        // work runs while we hold it: launches are synchronous, and after a latch (work may still run)
+        // every caller refuses first (`refuse_after_latch`). Every bit pattern is a valid Elem.
         unsafe { core::slice::from_raw_parts_mut(self.raw.cpu.cast::<K::Elem>(), self.len) }
     }
 
+    /// After a latch the device may still be writing the buffer: the CPU leaves it alone.
+    fn refuse_after_latch(stage: &'static str) -> Result<()> {
+        let rt = runtime();
+        if rt.is_blocked() {
+            return rt.fail(Error::Latched(stage));
+        }
+        Ok(())
+    }
+
     fn write_elems(&mut self, src: &[K::Elem]) -> Result<()> {
+        Self::refuse_after_latch("write")?;
         if src.len() > self.len {
             return Err(Error::Setting {
                 stage: "write",
@@ -87,6 +108,7 @@ impl<T: DeviceScalar> Mem<'_, Data<T>> {
 
     /// Fills the whole buffer with `value` (poisoning an output before a launch) and syncs it.
     pub fn fill(&mut self, value: T) -> Result<()> {
+        Self::refuse_after_latch("write")?;
         self.cpu_elems().fill(value);
         runtime().sync_to_gpu(&self.raw)
     }
@@ -96,6 +118,7 @@ impl<T: DeviceScalar> Mem<'_, Data<T>> {
         if dst.len() > self.len {
             return Err(Error::Setting { stage: "read", detail: format!("{} elements from {}", dst.len(), self.len) });
         }
+        // The sync is refused after a latch, before the CPU view is read.
         runtime().sync_range_to_cpu(&self.raw, 0, core::mem::size_of_val(dst))?;
         dst.copy_from_slice(&self.cpu_elems()[..dst.len()]);
         Ok(())
@@ -127,7 +150,7 @@ impl<K: MemKind> Drop for Mem<'_, K> {
     fn drop(&mut self) {
         // Latched: this parks instead of releasing. A failure here (closed device) is already recorded
         // in last_error and leaves nothing to release.
-        let _ = runtime().free(&mut self.raw);
+        let _ = runtime().release(&mut self.raw, TYPED_BUFFER);
     }
 }
 

@@ -6,7 +6,7 @@ use omega_hal::sim::Sim;
 use omega_hal::Platform;
 
 use crate::error::{Error, Result};
-use crate::sync::Arc;
+use crate::sync::{Arc, ProcessMutex, Weak};
 
 /// Which backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,4 +97,34 @@ fn nvidia() -> Result<Installed> {
 #[cfg(not(target_os = "linux"))]
 fn nvidia() -> Result<Installed> {
     Err(Error::Platform("nvidia: the open-driver backend exists only on Linux".into()))
+}
+
+/// Which runtime holds which platform instance, for as long as the instance exists.
+type Claims = Vec<(Weak<dyn Platform>, Weak<()>)>;
+
+/// Binds `platform` to the runtime whose identity is `owner`. A platform instance is the device: its open
+/// state, its buffers and the latch that keeps them are one runtime's, and a second runtime on it would open
+/// the open device again, miss the latch, and release the first one's parked buffers at its close. So the
+/// first runtime that takes an instance keeps it for as long as the instance exists, even after that
+/// runtime is gone (it may have left the device open or latched); any other is refused, stage `platform`.
+pub(crate) fn claim(platform: &Arc<dyn Platform>, owner: &Arc<()>) -> Result<()> {
+    static CLAIMS: ProcessMutex<Claims> = ProcessMutex::new(Vec::new());
+    let mut claims = CLAIMS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // An instance nothing refers to any more can never be reached again: forget it.
+    claims.retain(|(p, _)| p.strong_count() > 0);
+    let key = Arc::as_ptr(platform);
+    // The Weak entries keep each instance's and each identity's allocation, so an address seen here is
+    // never reused by another instance or runtime while its entry exists.
+    match claims.iter().find(|(p, _)| std::ptr::addr_eq(p.as_ptr(), key)) {
+        Some((_, o)) if std::ptr::eq(o.as_ptr(), Arc::as_ptr(owner)) => Ok(()),
+        Some(_) => Err(Error::Platform(format!(
+            "this `{}` platform instance belongs to another runtime of this process (one runtime per device: \
+             its latch and its buffers are that runtime's); use that runtime, or a platform instance of your own",
+            platform.name()
+        ))),
+        None => {
+            claims.push((Arc::downgrade(platform), Arc::downgrade(owner)));
+            Ok(())
+        }
+    }
 }

@@ -172,6 +172,12 @@ fn c_sees_the_platform_table_laid_out_as_rust_does() {
         "OmegaGpuPlatformCaps" => size_of::<OmegaGpuPlatformCaps>(),
         "OmegaGpuPlatformCaps.page_bytes" => offset_of!(OmegaGpuPlatformCaps, page_bytes),
         "OmegaGpuPlatformCaps.code_prefetch_tail" => offset_of!(OmegaGpuPlatformCaps, code_prefetch_tail),
+        "OmegaGpuPlatformCaps.launch" => offset_of!(OmegaGpuPlatformCaps, launch),
+        "OmegaGpuLaunchLimits" => size_of::<OmegaGpuLaunchLimits>(),
+        "OmegaGpuLaunchLimits.max_grid" => offset_of!(OmegaGpuLaunchLimits, max_grid),
+        "OmegaGpuLaunchLimits.reserved_shared_bytes" => offset_of!(OmegaGpuLaunchLimits, reserved_shared_bytes),
+        "OmegaGpuQueueBuffer" => size_of::<OmegaGpuQueueBuffer>(),
+        "OmegaGpuQueueBuffer.what" => offset_of!(OmegaGpuQueueBuffer, what),
         "OmegaGpuPlatformError" => size_of::<OmegaGpuPlatformError>(),
         "OmegaGpuPlatformError.text" => offset_of!(OmegaGpuPlatformError, text),
         "OmegaGpuBufferDesc" => size_of::<OmegaGpuBufferDesc>(),
@@ -236,6 +242,16 @@ fn latch_after_a_cancel_once_submitted() {
     latch("cancel");
 }
 
+#[test]
+fn a_timeout_of_zero_runs_out_at_once_and_latches() {
+    latch("zero_timeout");
+}
+
+#[test]
+fn parked_buffers_past_the_listed_512_are_counted_untracked() {
+    latch("park_max");
+}
+
 fn cmdlist(scenario: &str) {
     let exe = build(&format!("cmdlist_{scenario}"), &["tests/c/cmdlist.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));
@@ -252,6 +268,27 @@ fn a_command_list_that_times_out_latches_itself_then_the_process() {
     cmdlist("hang");
 }
 
+fn hostile(scenario: &str) {
+    let exe = build(&format!("hostile_{scenario}"), &["tests/c/hostile.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("hostile {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn made_up_list_pointers_and_forged_handles_are_refused_by_name() {
+    hostile("handles");
+}
+
+#[test]
+fn hostile_launch_descriptors_are_refused_or_stopped_never_aborted() {
+    hostile("launch");
+}
+
+#[test]
+fn a_list_count_never_waits_for_the_session_lock_while_another_thread_frees_the_list() {
+    cmdlist("count_free");
+}
+
 fn engine(scenario: &str) {
     let exe = build(&format!("engine_{scenario}"), &["tests/c/engine.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));
@@ -266,6 +303,11 @@ fn the_vector_job_runs_through_every_state_and_every_name_is_fixed() {
 #[test]
 fn an_uncertain_job_completion_blocks_every_later_run() {
     engine("hang");
+}
+
+#[test]
+fn a_clock_function_may_set_the_engine_clock_inside_a_run() {
+    engine("clock_reset");
 }
 
 #[test]

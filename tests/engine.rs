@@ -29,8 +29,9 @@ fn serial() -> MutexGuard<'static, ()> {
 fn private(config: SimConfig) -> (&'static Runtime, std::sync::Arc<Sim>) {
     let sim = Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
-    let rt: &'static Runtime =
-        Box::leak(Box::new(Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) })));
+    let rt: &'static Runtime = Box::leak(Box::new(
+        Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) }).unwrap(),
+    ));
     rt.lock();
     rt.open().expect("sim opens");
     (rt, sim)
@@ -410,6 +411,70 @@ fn the_engine_clock_is_settable_and_pinnable() {
     engine::set_clock(None);
     let (r, _, _) = run_vector(&mut fake, 4, 3, Timeouts::default());
     assert!(r.started_ns > 0 && r.finished_ns > r.started_ns, "the backend's own clock moves: {r:?}");
+}
+
+/// The runtime the meddling clock below reaches for, its simulator, and what its calls answered.
+static MEDDLED: std::sync::OnceLock<(&'static Runtime, std::sync::Arc<Sim>)> = std::sync::OnceLock::new();
+static MEDDLING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A clock callback that tries to take the run's buffers away while the run holds them (the simulator has
+/// more than the launch buffer live): it hands the lock back (so that another thread, or itself, could
+/// close the device) and closes.
+extern "C" fn meddling_clock() -> u64 {
+    let (rt, sim) = MEDDLED.get().expect("set before the run");
+    if sim.stats().live_allocations > 1 {
+        rt.unlock();
+        let unlocked = rt.last_error();
+        let closed = rt.close().map_err(|e| e.to_string());
+        MEDDLING.lock().unwrap().push(format!("{} | {unlocked} | {closed:?}", rt.holds_lock()));
+    }
+    rt.now_ns()
+}
+
+#[test]
+fn a_clock_callback_cannot_let_the_lock_go_under_a_session_run() {
+    let _g = serial();
+    let (rt, sim) = private(SimConfig::default());
+    assert!(MEDDLED.set((rt, sim.clone())).is_ok(), "one run of this test per process");
+    engine::set_clock(Some(meddling_clock));
+    let (r, out, want) = run_vector(&mut SessionBackend::on(rt), 300, 11, Timeouts::default());
+    engine::set_clock(None);
+    assert!(r.is_success(), "{r}");
+    assert_eq!(out, want);
+    let seen = MEDDLING.lock().unwrap().clone();
+    assert!(seen.len() >= 5, "ALLOCATED to READ_BACK read the clock while the run held its buffers: {seen:?}");
+    for s in &seen {
+        assert!(s.starts_with("true | lock: unlock refused: the lock is pinned by a job-engine run"), "{s}");
+        assert!(s.ends_with("\"lock: close takes the session lock itself: call it without the lock\")"), "{s}");
+    }
+    assert!(rt.is_open());
+    assert_eq!(sim.stats().live_allocations, 1, "the run released its buffers; only the launch buffer is left");
+    // Outside a run the raw lock is the caller's to release again.
+    rt.unlock();
+    assert!(!rt.holds_lock());
+}
+
+/// A clock callback that sets the clock: it must not wait for the run it is called from.
+extern "C" fn resetting_clock() -> u64 {
+    engine::set_clock(Some(counting_clock));
+    7
+}
+
+#[test]
+fn a_clock_callback_may_set_the_clock_for_the_next_run() {
+    let _g = serial();
+    let mut fake = FakeBackend::new();
+    engine::set_clock(Some(resetting_clock));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (r, _, _) = run_vector(&mut fake, 4, 1, Timeouts::default());
+        let (r2, _, _) = run_vector(&mut fake, 4, 2, Timeouts::default());
+        done_tx.send((r, r2)).unwrap();
+    });
+    let (r, r2) = done_rx.recv_timeout(std::time::Duration::from_secs(20)).expect("no deadlock in set_clock");
+    assert!(r.path().iter().all(|s| r.entered_ns[*s as usize] == 7), "a run keeps the clock it started with");
+    assert!(r2.entered_ns[State::Initial as usize] != 7, "the next run reads the clock set during the first");
+    engine::set_clock(None);
 }
 
 #[test]

@@ -23,7 +23,7 @@ fn through_the_table() -> (Runtime, Arc<Sim>) {
     // drops only its own hold on the simulator.
     let platform = unsafe { TablePlatform::new(&table, "sim-table") }.expect("the simulator's table is complete");
     platform.adopt();
-    let rt = Runtime::with_platform(Installed { platform, sim: None });
+    let rt = Runtime::with_platform(Installed { platform, sim: None }).expect("a fresh platform instance");
     rt.lock();
     rt.open().expect("the table opens the simulator");
     (rt, sim)

@@ -158,7 +158,7 @@ fn scratch_grows_to_its_high_water_and_a_reservation_refuses_past_it() {
     assert_eq!(omega::session::SCRATCH_RESERVED, -2);
     assert_eq!(rt.alloc_stats().allocs, allocs, "nothing allocated under the reservation");
     assert_eq!(sim.stats().live_allocations, live);
-    rt.scratch_unreserve(&mut s);
+    rt.scratch_unreserve(&mut s).unwrap();
     rt.scratch(&mut s, 30_000).unwrap();
     rt.scratch_free(&mut s).unwrap();
     assert_eq!(s, Scratch::default());
@@ -267,7 +267,8 @@ fn a_platform_missing_a_service_is_refused_at_open() {
         ..Default::default()
     });
     let rt =
-        omega::session::Runtime::with_platform(omega::platform::Installed { platform: sim.clone(), sim: Some(sim) });
+        omega::session::Runtime::with_platform(omega::platform::Installed { platform: sim.clone(), sim: Some(sim) })
+            .unwrap();
     rt.lock();
     let e = rt.open().unwrap_err();
     assert_eq!(e.stage(), "platform");
@@ -278,7 +279,7 @@ fn a_platform_missing_a_service_is_refused_at_open() {
 fn a_failed_open_carries_the_drivers_text() {
     let installed = omega::platform::Installed::sim();
     installed.sim.as_ref().unwrap().inject(SimFault::FailOpen("NV_ERR_INVALID_DEVICE from the driver".into()));
-    let rt = omega::session::Runtime::with_platform(installed);
+    let rt = omega::session::Runtime::with_platform(installed).unwrap();
     rt.lock();
     assert_eq!(rt.open().unwrap_err().stage(), "open");
     assert!(rt.last_error().contains("NV_ERR_INVALID_DEVICE from the driver"));
@@ -413,4 +414,51 @@ fn a_cancel_from_another_thread_after_submit_latches() {
     });
     assert!(rt.is_blocked(), "the chip cannot be stopped: completion is uncertain");
     assert_eq!(omega::session::CANCELLED, -3);
+}
+
+/// A private runtime on a simulator with `config`, locked and open.
+fn open_with(config: omega_hal::sim::SimConfig) -> (omega::session::Runtime, std::sync::Arc<omega_hal::sim::Sim>) {
+    let sim = omega_hal::sim::Sim::with_config(config);
+    omega::kernels::register_host_kernels(&sim);
+    let installed = omega::platform::Installed { platform: sim.clone(), sim: Some(sim.clone()) };
+    let rt = omega::session::Runtime::with_platform(installed).unwrap();
+    rt.lock();
+    rt.open().unwrap();
+    (rt, sim)
+}
+
+#[test]
+fn the_timeout_applies_to_each_marker_in_turn() {
+    // Marker 0 comes 70 ms after submit, marker 1 70 ms after that: 140 ms in all, each within 100 ms.
+    let ms = 1_000_000;
+    let (rt, _sim) =
+        open_with(omega_hal::sim::SimConfig { launch_ns: 70 * ms, idle_ns: 70 * ms, ..Default::default() });
+    let code = load(&rt, "empty");
+    let l = raw_launch(&code, &[0], 1, 1);
+    assert_eq!(l.timeout_ms, 100);
+    let done = launch(&rt, &l).expect("each marker arrived within its own 100 ms");
+    assert!(done.elapsed_ns >= 140 * ms, "{} ns: longer than one limit", done.elapsed_ns);
+    assert!(!rt.is_blocked());
+    // Marker 1 150 ms after marker 0: its own wait runs out, after marker 0 was seen.
+    let (rt, _sim) =
+        open_with(omega_hal::sim::SimConfig { launch_ns: 70 * ms, idle_ns: 150 * ms, ..Default::default() });
+    let code = load(&rt, "empty");
+    let e = launch(&rt, &raw_launch(&code, &[0], 1, 1)).unwrap_err();
+    assert_eq!(e, Error::Timeout { marker: 1, timeout_ms: 100 });
+    assert!(rt.is_blocked());
+}
+
+#[test]
+fn a_timeout_of_zero_latches_even_when_the_work_is_already_done() {
+    // Markers due at the moment of submit: the first look would see them. 0 still runs out at once.
+    let (rt, sim) = open_with(omega_hal::sim::SimConfig { launch_ns: 0, idle_ns: 0, ..Default::default() });
+    let code = load(&rt, "empty");
+    let mut l = raw_launch(&code, &[0], 1, 1);
+    l.timeout_ms = 0;
+    let e = launch(&rt, &l).unwrap_err();
+    assert_eq!(e, Error::Timeout { marker: 0, timeout_ms: 0 });
+    assert!(e.latched_the_process());
+    assert!(rt.is_blocked());
+    assert_eq!(sim.stats().submissions, 1, "it was submitted: the completion is what is uncertain");
+    assert_eq!(rt.parked().buffers, 1, "the launch buffer");
 }

@@ -122,3 +122,37 @@ fn kernels_using_2d_grids_shared_and_local_memory_match_their_references() {
         assert_eq!(lout.to_vec().unwrap(), omega::kernels::local_array_ref(64, 3, 12345));
     });
 }
+
+#[test]
+fn safe_code_can_neither_free_a_typed_buffer_nor_let_the_lock_go_under_it() {
+    use omega::session::{runtime, Scratch};
+    let dev = omega::lock().open().unwrap();
+    let r = dev.scope(|s, _gpu| {
+        let mut m = s.alloc_from(&[1u32, 2, 3, 4]).unwrap();
+        // A copy of the handle, from raw() or guessed, frees nothing: the buffer is the Mem's.
+        let mut copy = *m.raw();
+        let e = runtime().free(&mut copy).unwrap_err();
+        assert_eq!(e.stage(), "free");
+        assert!(e.to_string().contains("typed omega::Mem"), "{e}");
+        assert_eq!(copy, *m.raw());
+        let mut forged = Scratch { mem: copy, cap: 0, high_water: 0, reserved: 0 };
+        assert_eq!(runtime().scratch(&mut forged, 1 << 20).unwrap_err().stage(), "scratch");
+        assert!(runtime().scratch_free(&mut forged).is_err());
+        // The lock cannot be handed to another thread (which could close the device) while the scope lives.
+        runtime().unlock();
+        assert!(runtime().last_error().starts_with("lock: unlock refused: the lock is pinned by a typed lock token"));
+        omega::ffi::session::omega_gpu_session_unlock();
+        assert!(runtime().holds_lock());
+        assert_eq!(runtime().close().unwrap_err().stage(), "lock", "and close from here is refused");
+        // The buffer is intact and writable.
+        m.write(&[5, 6, 7, 8]).unwrap();
+        assert_eq!(m.to_vec().unwrap(), vec![5, 6, 7, 8]);
+        // Sizes past what a platform can describe are refused, not wrapped.
+        let e = s.alloc_code(usize::MAX).unwrap_err();
+        assert_eq!(e, Error::Refused(omega_hal::Refusal::Overflow));
+        assert!(s.alloc::<u64>(usize::MAX / 4).is_err(), "elements times their size overflows");
+    });
+    let (dev, ()) = r.into_open().expect("no latch");
+    drop(dev);
+    assert!(!runtime().holds_lock(), "the token's drop released it");
+}

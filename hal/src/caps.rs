@@ -141,6 +141,8 @@ pub struct Caps {
     pub param_base: u32,
     /// Largest parameter block in bytes the constant bank allows.
     pub max_param_bytes: u32,
+    /// What one launch descriptor may ask for (shape, registers, shared memory) on this device.
+    pub launch: crate::queue::LaunchLimits,
 }
 
 /// Why the platform contract refused something (`OMEGA_GPU_PLAT_*`). Each has a fixed name.
@@ -296,6 +298,7 @@ mod tests {
             code_prefetch_tail: 2048,
             param_base: 0x210,
             max_param_bytes: 4096,
+            launch: crate::queue::LaunchLimits::SM_90,
         }
     }
 

@@ -49,7 +49,9 @@ pub struct LaunchDesc<'a> {
     pub local_bytes_per_thread: u32,
     /// Named barriers the kernel uses.
     pub barrier_count: u32,
-    /// The contract's `num_elements` word, carried for identical descriptors.
+    /// The contract's `num_elements` word (`OmegaGpuLaunch.num_elements`), handed to the platform
+    /// unchanged. No QMD generation the nvidia backend encodes (V04_00 on Hopper, V05_00 on Blackwell) has
+    /// a word for it, so that backend writes it nowhere; the simulator records it with the launch.
     pub num_elements: u32,
     /// Parameter words, written at the architecture's parameter base of constant bank 0.
     pub args: &'a [u32],
@@ -60,6 +62,128 @@ pub struct LaunchDesc<'a> {
     pub order: Order,
     /// Not submitted to the device at all (test-only `skip_launch`).
     pub skip: bool,
+}
+
+/// What one launch descriptor may ask of an architecture: the shape, register and shared-memory limits the
+/// launch descriptor (the QMD on nvidia) can carry and the chip can run. A platform declares its own in
+/// [`crate::Caps::launch`]; the session refuses a launch past them before anything is submitted, so every
+/// platform refuses the same launches by the same name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchLimits {
+    /// The compute capability the limits are of, for messages: (9, 0) is sm_90.
+    pub sm: (u32, u32),
+    /// Most threads per block along x, y and z.
+    pub max_block: [u32; 3],
+    /// Most threads per block, all three sides together.
+    pub max_threads_per_block: u32,
+    /// Most blocks per grid along x, y and z.
+    pub max_grid: [u32; 3],
+    /// Most registers per thread a descriptor may declare (after the session's rounding).
+    pub max_registers: u32,
+    /// Most shared memory per block in bytes, the part the system reserves included.
+    pub max_shared_bytes: u32,
+    /// Shared memory the system reserves in every block (inside `max_shared_bytes`).
+    pub reserved_shared_bytes: u32,
+}
+
+impl LaunchLimits {
+    /// Hopper (sm_90), as the QMD V04_00 encoder and the H200 take them: blocks of 1024 threads at most
+    /// (1024 x 1024 x 64 per side), grids of 2^31 - 1 x 65535 x 65535 blocks, 255 registers per thread and
+    /// 228 KiB of shared memory per block, of which the system reserves 1 KiB (so 227 KiB for the kernel).
+    pub const SM_90: LaunchLimits = LaunchLimits {
+        sm: (9, 0),
+        max_block: [1024, 1024, 64],
+        max_threads_per_block: 1024,
+        max_grid: [0x7fff_ffff, 65535, 65535],
+        max_registers: 255,
+        max_shared_bytes: 228 * 1024,
+        reserved_shared_bytes: 1024,
+    };
+
+    /// Checks one descriptor against the limits; the error names the limit that was passed.
+    pub fn check(&self, d: &LaunchDesc<'_>) -> Result<(), LimitError> {
+        let sm = self.sm;
+        for (what, dims, max) in [("block", d.block, self.max_block), ("grid", d.grid, self.max_grid)] {
+            for (axis, (&n, max)) in dims.iter().zip(max).enumerate() {
+                if n == 0 || n > max {
+                    return Err(LimitError::Side { what, axis: AXES[axis], n, max, sm });
+                }
+            }
+        }
+        let threads = d.block.iter().map(|&b| u64::from(b)).product::<u64>();
+        if threads > u64::from(self.max_threads_per_block) {
+            return Err(LimitError::Threads { threads, max: self.max_threads_per_block, sm });
+        }
+        if d.gpr_count > self.max_registers {
+            return Err(LimitError::Registers { registers: d.gpr_count, max: self.max_registers, sm });
+        }
+        if d.shared_bytes > self.max_shared_bytes {
+            return Err(LimitError::Shared {
+                bytes: u64::from(d.shared_bytes),
+                max: self.max_shared_bytes,
+                reserved: self.reserved_shared_bytes,
+                sm,
+            });
+        }
+        Ok(())
+    }
+}
+
+const AXES: [char; 3] = ['x', 'y', 'z'];
+
+/// A launch descriptor past its architecture's [`LaunchLimits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// A block or grid side of 0 or past its limit.
+    #[error("{what} {axis} of {n} is not in 1..={max} (sm_{}{})", sm.0, sm.1)]
+    Side {
+        /// `"block"` (threads) or `"grid"` (blocks).
+        what: &'static str,
+        /// `'x'`, `'y'` or `'z'`.
+        axis: char,
+        /// The side asked for.
+        n: u32,
+        /// The largest the architecture allows.
+        max: u32,
+        /// Compute capability.
+        sm: (u32, u32),
+    },
+    /// More threads per block than the architecture runs.
+    #[error("{threads} threads per block, sm_{}{} allows at most {max}", sm.0, sm.1)]
+    Threads {
+        /// Threads asked for.
+        threads: u64,
+        /// The limit.
+        max: u32,
+        /// Compute capability.
+        sm: (u32, u32),
+    },
+    /// More registers per thread than the architecture has.
+    #[error("{registers} registers per thread, sm_{}{} allows at most {max}", sm.0, sm.1)]
+    Registers {
+        /// Registers asked for (after rounding).
+        registers: u32,
+        /// The limit.
+        max: u32,
+        /// Compute capability.
+        sm: (u32, u32),
+    },
+    /// More shared memory per block than the architecture has.
+    #[error(
+        "{bytes} bytes of shared memory per block, sm_{}{} allows at most {max} ({} KiB for the kernel plus the \
+         {reserved} bytes the system reserves)",
+        sm.0, sm.1, (max - reserved) / 1024
+    )]
+    Shared {
+        /// Bytes asked for, the system's reserve included.
+        bytes: u64,
+        /// The limit, the reserve included.
+        max: u32,
+        /// The system's reserve.
+        reserved: u32,
+        /// Compute capability.
+        sm: (u32, u32),
+    },
 }
 
 /// A batch of launches with the two completion markers the session polls.
@@ -76,6 +200,19 @@ pub struct Submission<'a> {
     pub stamps: Option<MarkerSlot>,
 }
 
+/// A buffer of the platform's own that submitted work reads or writes: a ring, pushbuffers, launch
+/// descriptors, constant banks, semaphores, local memory. It has no session handle; the platform allocated
+/// it and releases it at [`Device::close`](crate::device::Device::close).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueBuffer {
+    /// What it is, for reports ("GPFIFO ring and USERD").
+    pub what: &'static str,
+    /// GPU virtual address.
+    pub va: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
 /// The submission queue.
 pub trait SubmitQueue: Send + Sync {
     /// Submits `s` and returns without waiting.
@@ -89,4 +226,11 @@ pub trait SubmitQueue: Send + Sync {
     ///   and those bytes are GPU-readable: the kernel reads them as constants for the whole launch.
     /// - The previous submission's markers were both observed (one submission in flight at a time).
     unsafe fn submit(&self, s: &Submission<'_>) -> Result<(), HalError>;
+
+    /// Every buffer of the platform's own that work submitted since the device opened may still touch
+    /// (empty while the device is closed). The session asks once, at a latch, and counts them as parked:
+    /// after an uncertain completion the device is never closed, so they stay allocated, and a report of
+    /// what the latch kept must include them. A platform that keeps nothing of its own in device memory
+    /// returns an empty list.
+    fn in_flight_buffers(&self) -> Vec<QueueBuffer>;
 }

@@ -167,9 +167,10 @@ impl<'r> CmdList<'r> {
         self.rt
     }
 
-    /// `omega_gpu_cmdlist_reset`: forgets every recorded launch (statistics and options stay). Refused on a
-    /// latched list.
+    /// `omega_gpu_cmdlist_reset`: forgets every recorded launch (statistics and options stay). Caller holds
+    /// the lock, as for [`CmdList::add`]. Refused on a latched list.
     pub fn reset(&mut self) -> Result<()> {
+        self.rt.require_lock("cmdlist reset")?;
         if self.latched {
             return self.refuse(CmdListError::ListLatched("cmdlist reset"));
         }
@@ -425,6 +426,11 @@ impl<'r> CmdList<'r> {
     pub fn stamps(&self, out: &mut [u64]) -> usize {
         let n = (self.submitted as usize).min(out.len());
         stamps::read(self.rt, &self.stamps, self.sequence, &mut out[..n])
+    }
+
+    /// Stamps the last completed submission has: one per launch (0 before the first).
+    pub fn stamps_available(&self) -> usize {
+        self.submitted as usize
     }
 
     /// The stamps of the last completed submission as a vector.

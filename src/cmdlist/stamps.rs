@@ -6,7 +6,7 @@ use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, MarkerSlot, R
 
 use super::types::STAMP_BYTES;
 use crate::error::{Error, Result};
-use crate::session::{Buf, GpuMem, Runtime, HANDLE_BUF_QUEUE};
+use crate::session::{Buf, GpuMem, Runtime, HANDLE_BUF_QUEUE, STAMP_AREA};
 use crate::sync;
 
 /// Allocates a zeroed stamp area for `launches` launches. Caller holds the lock; the device is open.
@@ -48,7 +48,7 @@ pub(super) fn alloc(rt: &Runtime, launches: u32, stage: &'static str) -> Result<
     };
     // SAFETY: a QUEUE buffer has a CPU view of `a.bytes` bytes, and nothing else references it yet.
     unsafe { std::ptr::write_bytes(a.cpu, 0, a.bytes as usize) };
-    let handle = s.buffers.open(Buf { alloc: a, kind: HANDLE_BUF_QUEUE, parked: false });
+    let handle = s.buffers.open(Buf::new(a, HANDLE_BUF_QUEUE, STAMP_AREA));
     Ok(GpuMem { handle, kind: HANDLE_BUF_QUEUE, cpu: a.cpu.cast(), va: a.va, size: a.bytes as usize })
 }
 

@@ -17,10 +17,12 @@
 //!    simulator), with the repository's `vector_add` kernel. [`FakeBackend`] needs no runtime and fails on
 //!    request at any step; tests use it. A caller may install its own ([`set_backend`]); a C caller gives a
 //!    function table ([`BackendTable`], `OmegaGpuBackend`) wrapped by [`TableBackend`].
-//! 4. **One run at a time.** The engine's state (backend, clock) sits behind one mutex held for the whole
-//!    run; [`is_blocked`] is an atomic load, safe from any thread.
+//! 4. **One run at a time.** The installed backend sits behind one mutex held for the whole run;
+//!    [`is_blocked`] is an atomic load, safe from any thread.
 //! 5. **A settable clock.** Result times come from the backend's clock unless [`set_clock`] installs another
-//!    (or the TEST ONLY [`test_set_clock`] pins it).
+//!    (or the TEST ONLY [`test_set_clock`] pins it). The clock has a mutex of its own, never held during a
+//!    run: a run takes the clock in force when it starts, so setting it never waits for a run (a clock
+//!    callback may even set it) and applies from the next run.
 
 mod backend;
 mod fake;
@@ -55,20 +57,27 @@ enum Clock {
 struct Engine {
     /// `None`: the session backend on the process runtime, made on first use.
     backend: Option<Box<dyn Backend>>,
-    clock: Clock,
 }
 
 struct Globals {
     blocked: AtomicBool,
     engine: Mutex<Engine>,
+    /// Apart from `engine`, so that setting it never waits for a run (whose clock callback may set it).
+    clock: Mutex<Clock>,
 }
 
 fn globals() -> &'static Globals {
     static GLOBALS: sync::OnceLock<Globals> = sync::OnceLock::new();
     GLOBALS.get_or_init(|| Globals {
         blocked: AtomicBool::new(false),
-        engine: Mutex::new(Engine { backend: None, clock: Clock::Backend }),
+        engine: Mutex::new(Engine { backend: None }),
+        clock: Mutex::new(Clock::Backend),
     })
+}
+
+/// The clock a run starting now reads.
+fn current_clock() -> Clock {
+    *sync::lock(&globals().clock)
 }
 
 /// `omega_gpu_execute`: runs `job` on the installed backend (by default the session backend on the process
@@ -76,9 +85,8 @@ fn globals() -> &'static Globals {
 pub fn execute(job: &Job<'_>) -> JobResult {
     let g = globals();
     let mut e = sync::lock(&g.engine);
-    let clock = e.clock;
     let backend = e.backend.get_or_insert_with(|| Box::new(SessionBackend::process()));
-    run(&mut **backend, job, clock, &g.blocked)
+    run(&mut **backend, job, current_clock(), &g.blocked)
 }
 
 /// Runs `job` on `backend` instead of the installed one, under the same rules: one run at a time, the
@@ -86,14 +94,14 @@ pub fn execute(job: &Job<'_>) -> JobResult {
 pub fn execute_on(backend: &mut dyn Backend, job: &Job<'_>) -> JobResult {
     let g = globals();
     let e = sync::lock(&g.engine);
-    let clock = e.clock;
-    let r = run(backend, job, clock, &g.blocked);
+    let r = run(backend, job, current_clock(), &g.blocked);
     drop(e);
     r
 }
 
 /// `omega_gpu_engine_set_backend`: installs `backend` for [`execute`] (`None`: back to the session backend on
-/// the process runtime). Returns the one it replaces. Waits for a run in progress.
+/// the process runtime). Returns the one it replaces. Waits for a run in progress (so it must not be called
+/// from inside one: a backend function or a clock callback).
 pub fn set_backend(backend: Option<Box<dyn Backend>>) -> Option<Box<dyn Backend>> {
     std::mem::replace(&mut sync::lock(&globals().engine).backend, backend)
 }
@@ -103,9 +111,10 @@ pub fn is_blocked() -> bool {
     globals().blocked.load(Ordering::SeqCst)
 }
 
-/// `omega_gpu_engine_set_clock`: the clock result times are read from (`None`: the backend's own).
+/// `omega_gpu_engine_set_clock`: the clock result times are read from (`None`: the backend's own), from the
+/// next run on. Never waits for a run in progress, so a clock callback may call it too.
 pub fn set_clock(clock: Option<ClockFn>) {
-    sync::lock(&globals().engine).clock = clock.map_or(Clock::Backend, Clock::Fn);
+    *sync::lock(&globals().clock) = clock.map_or(Clock::Backend, Clock::Fn);
 }
 
 /// `omega_gpu_engine_test_reset_block`: clears the block. TEST ONLY (INTERNAL): a blocked process must stay
@@ -122,7 +131,7 @@ pub fn test_force_block() {
 /// `omega_gpu_engine_test_set_clock`: pins the engine clock at `now_ns` (it does not move until set again or
 /// [`set_clock`] is called). TEST ONLY (INTERNAL).
 pub fn test_set_clock(now_ns: u64) {
-    sync::lock(&globals().engine).clock = Clock::Fixed(now_ns);
+    *sync::lock(&globals().clock) = Clock::Fixed(now_ns);
 }
 
 /// The state machine of one run.

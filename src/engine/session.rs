@@ -5,7 +5,9 @@
 use super::backend::{Backend, LaunchFailure, Launched, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_SESSION};
 use crate::error::Error;
-use crate::session::{runtime, GpuMem, KernelMeta, LaunchSpec, Runtime, MAX_ARGS};
+use crate::session::{
+    runtime, AllocKind, GpuMem, KernelMeta, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE,
+};
 use crate::sync;
 
 /// The kernel every VECTOR_1D job runs.
@@ -17,12 +19,19 @@ const BLOCK: u32 = 256;
 ///
 /// The caller of [`super::execute`] holds that runtime's session lock, as for any call that touches the
 /// device; the backend opens the device if it is not open.
+///
+/// From a successful `prepare` to `release` the backend holds CPU views of its buffers across the engine's
+/// clock callback, which is caller code: so its buffers are the library's (`ENGINE_BUFFER`: the raw free
+/// refuses them) and the lock is pinned (the raw unlock is refused), so that no callback can release them
+/// or let another thread close the device under the run.
 pub struct SessionBackend {
     rt: &'static Runtime,
     /// a, b, out.
     data: Vec<GpuMem>,
     code: Option<GpuMem>,
     diag: BackendDiag,
+    /// The lock is pinned for the run in progress.
+    pinned: bool,
 }
 
 // SAFETY: the raw pointers in the held `GpuMem`s are CPU views of session buffers, mapped for the whole
@@ -49,6 +58,13 @@ impl SessionBackend {
             data: Vec::new(),
             code: None,
             diag: BackendDiag { backend: BACKEND_SESSION, ..Default::default() },
+            pinned: false,
+        }
+    }
+
+    fn unpin(&mut self) {
+        if std::mem::take(&mut self.pinned) {
+            self.rt.unpin_lock(PIN_ENGINE);
         }
     }
 
@@ -61,7 +77,7 @@ impl SessionBackend {
             // shared loader, because that loader consults the process's runtime and this one may be private.
             let spec = crate::kernels::host_spec(KERNEL).ok_or_else(|| Error::Load(format!("no kernel `{KERNEL}`")))?;
             let image = omega_hal::sim::code_image(KERNEL);
-            let code = rt.alloc_code(image.len())?;
+            let code = rt.alloc_owned(image.len(), AllocKind::Code, ENGINE_BUFFER)?;
             self.code = Some(code);
             self.diag.buffers += 1;
             write_and_sync(rt, &code, &image)?;
@@ -76,18 +92,18 @@ impl SessionBackend {
                     params,
                     ..KernelMeta::default()
                 },
-            );
+            )?;
             return Ok(code.va);
         }
         // The repository's loader; it reads the process runtime's device, the only one on a GPU platform.
         let loaded = crate::cubin_loader::prepare_named(KERNEL)?;
-        let code = rt.alloc_code(loaded.image_bytes)?;
+        let code = rt.alloc_owned(loaded.image_bytes, AllocKind::Code, ENGINE_BUFFER)?;
         self.code = Some(code);
         self.diag.buffers += 1;
         let image = loaded.relocate(code.va)?;
         write_and_sync(rt, &code, &image)?;
         let entry = code.va + loaded.entry_offset;
-        rt.register_kernel(entry, loaded.meta_at(code.va));
+        rt.register_kernel(entry, loaded.meta_at(code.va))?;
         Ok(entry)
     }
 }
@@ -120,6 +136,8 @@ impl Backend for SessionBackend {
     }
 
     fn prepare(&mut self) -> Result<(), Unready> {
+        // A run that ended in a panic never reached `release`.
+        self.unpin();
         self.diag = BackendDiag { backend: BACKEND_SESSION, ..Default::default() };
         let rt = self.rt;
         if !rt.holds_lock() {
@@ -134,12 +152,16 @@ impl Backend for SessionBackend {
         if let Some(f) = sync::lock(&rt.session).channel_fault.clone() {
             return Err(Unready::Unavailable(format!("the channel is dead until close and reopen ({f})")));
         }
+        // The engine calls `release` after anything from here on.
+        rt.pin_lock(PIN_ENGINE);
+        self.pinned = true;
         Ok(())
     }
 
     fn alloc(&mut self, n: usize) -> Result<(), String> {
         for _ in 0..3 {
-            let m = self.rt.alloc(n * 4).map_err(|e| e.to_string())?;
+            let bytes = n.checked_mul(4).ok_or_else(|| format!("{n} f32 overflow the address space"))?;
+            let m = self.rt.alloc_owned(bytes, AllocKind::Data, ENGINE_BUFFER).map_err(|e| e.to_string())?;
             self.data.push(m);
             self.diag.buffers += 1;
         }
@@ -187,6 +209,9 @@ impl Backend for SessionBackend {
                 Err(LaunchFailure::Timeout(if marker == 0 { Wait::KernelDone } else { Wait::EngineIdle }))
             }
             Err(Error::PollRefused(why)) => Err(LaunchFailure::PollRefused(wait(seen), why)),
+            // The completion could not be observed (a panic in the platform or the wait): uncertain, as a
+            // refused poll is.
+            Err(e @ Error::PanicAfterSubmit(_)) => Err(LaunchFailure::PollRefused(wait(seen), e.to_string())),
             Err(Error::CancelledAfterSubmit) => Err(LaunchFailure::Cancelled(wait(seen))),
             Err(Error::Fault(f)) => {
                 self.diag.xid = f.xid;
@@ -211,8 +236,9 @@ impl Backend for SessionBackend {
         // Latched, these park instead of releasing; a failure is recorded in last_error and leaves nothing
         // to release.
         for mut m in self.data.drain(..).chain(self.code.take()) {
-            let _ = self.rt.free(&mut m);
+            let _ = self.rt.release(&mut m, ENGINE_BUFFER);
         }
+        self.unpin();
     }
 
     fn diag(&self) -> BackendDiag {

@@ -2,13 +2,21 @@
 //! [`crate::cmdlist::CmdList`] on the process's runtime.
 //!
 //! Every function is a shell around one core call, as in `session.rs`. What C adds is the handle: C gets an
-//! opaque `OmegaGpuCmdList *` that is a key, never an address. Live lists sit in a registry under keys that
-//! are never reused in the process, so a freed, foreign or made-up pointer is refused by name (stage
-//! `cmdlist <call>`) instead of being dereferenced: a double free or a use after free is a named failure,
-//! and a stale key can never name a later list. Each list has its own mutex, so calls on different lists
+//! opaque `OmegaGpuCmdList *` that is a key, never dereferenced. Live lists sit in a registry under keys
+//! that are addresses inside blocks of address space the registry owns for the life of the process and
+//! hands out once each, so no pointer to any other object can equal a key, and a freed, foreign or made-up
+//! pointer (`(OmegaGpuCmdList *)0x10`) is refused by name (stage `cmdlist <call>`): a double free or a use
+//! after free is a named failure, and a stale key can never name a later list. Each list has its own mutex, so calls on different lists
 //! from different threads do not wait for each other; calls on one list take turns.
+//!
+//! Only `omega_gpu_cmdlist_free` releases a list (it takes the session lock itself, as the contract says).
+//! The registry holds each list in an `Option` that free empties under the list's mutex: a call that found
+//! the list just before free removed it sees `None` and refuses it, and dropping its reference afterwards
+//! releases nothing, so no call the contract lets run without the lock (`count`, `stamps`, ...) ever waits
+//! for it.
 
 use core::ffi::{c_char, c_int};
+use core::mem::MaybeUninit;
 use core::ptr;
 use std::collections::BTreeMap;
 
@@ -39,24 +47,39 @@ pub struct OmegaGpuCmdList {
     _opaque: [u8; 0],
 }
 
-type Shared = Arc<Mutex<CmdList<'static>>>;
+/// A live list, or `None` once free took it out.
+type Shared = Arc<Mutex<Option<CmdList<'static>>>>;
 
 struct Registry {
-    /// The next key; keys only grow, so a freed key is never handed out again.
+    /// The next key, and the end of the block of address space it comes from.
     next: usize,
+    end: usize,
+    /// Where keys come from: blocks the registry allocates, never touches and never frees, so no other
+    /// object of the process lies at a key and a freed key is never handed out again.
+    blocks: Vec<Box<[MaybeUninit<u8>]>>,
     lists: BTreeMap<usize, Shared>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { next: 1, lists: BTreeMap::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { next: 0, end: 0, blocks: Vec::new(), lists: BTreeMap::new() });
 
 /// Keys are spaced 16 apart so that the pointer C holds is as aligned as any object's would be.
 const KEY_STRIDE: usize = 16;
+/// Bytes of address space per block of keys: 65,536 lists. The block is never written, so it costs
+/// address space, not memory.
+const KEY_BLOCK: usize = 1 << 20;
 
 fn register(list: CmdList<'static>) -> *mut OmegaGpuCmdList {
     let mut r = sync::lock(&REGISTRY);
-    let key = r.next * KEY_STRIDE;
-    r.next += 1;
-    r.lists.insert(key, Arc::new(Mutex::new(list)));
+    if r.end - r.next < KEY_STRIDE {
+        let block = Box::<[u8]>::new_uninit_slice(KEY_BLOCK);
+        let base = block.as_ptr().addr();
+        r.next = base.next_multiple_of(KEY_STRIDE);
+        r.end = base + KEY_BLOCK;
+        r.blocks.push(block);
+    }
+    let key = r.next;
+    r.next += KEY_STRIDE;
+    r.lists.insert(key, Arc::new(Mutex::new(Some(list))));
     ptr::without_provenance_mut(key)
 }
 
@@ -73,6 +96,21 @@ fn find(stage: &'static str, list: *const OmegaGpuCmdList) -> Result<Shared, c_i
 
 fn unknown(stage: &'static str, list: *const OmegaGpuCmdList) -> c_int {
     refuse(stage, format!("{list:p} is not a live command list (never created, or freed already)"))
+}
+
+/// Runs `f` on the live list `list` names under its mutex, or returns the refusal (recorded) of a NULL,
+/// unknown or just freed pointer.
+fn with_list<R>(
+    stage: &'static str,
+    list: *const OmegaGpuCmdList,
+    f: impl FnOnce(&mut CmdList<'static>) -> R,
+) -> Result<R, c_int> {
+    let shared = find(stage, list)?;
+    let mut guard = sync::lock(&shared);
+    match guard.as_mut() {
+        Some(l) => Ok(f(l)),
+        None => Err(unknown(stage, list)),
+    }
 }
 
 /// The contract's return code for a list failure (the core recorded its text).
@@ -98,8 +136,8 @@ fn list_rc<T>(r: Result<T, CmdListError>) -> c_int {
 /// (`cmdlist create` for an unknown barrier mode or a NULL `out`).
 ///
 /// # Safety
-/// - `opts` is NULL or points to a readable `OmegaGpuCmdListOpts`.
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuCmdList *`.
+/// - `opts` is NULL or points to a readable, aligned `OmegaGpuCmdListOpts`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuCmdList *`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out: *mut *mut OmegaGpuCmdList) -> c_int {
     guard("omega_gpu_cmdlist_create", -1, || {
@@ -119,7 +157,8 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out:
 }
 
 /// EXPERIMENTAL. Releases the list and its stamp area; the handle is invalid from then on (every later call
-/// with it, a second free included, is refused by name). Takes the session lock itself: call it WITHOUT the
+/// with it, a second free included, is refused by name). A call on the same list in progress on another
+/// thread is waited for; one that starts after the handle went is refused. Takes the session lock itself: call it WITHOUT the
 /// lock; a caller that holds it is refused (stage `lock`) and the list stays as it was, so it can be freed
 /// properly afterwards. After an uncertain completion the stamp area is parked (kept allocated, never
 /// released), since the device may still write it. NULL is a no-op returning 0. Returns 0, or -1 with the
@@ -139,35 +178,35 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
         let Some(shared) = sync::lock(&REGISTRY).lists.remove(&list.addr()) else {
             return unknown("cmdlist free", list);
         };
-        match Arc::try_unwrap(shared) {
-            Ok(m) => list_rc(m.into_inner().unwrap_or_else(|p| p.into_inner()).free()),
-            // Another thread is inside a call on this list; it holds the last reference and releases the
-            // list (under the session lock) when that call returns. The handle is already gone.
-            Err(shared) => {
-                drop(shared);
-                0
-            }
+        // Waits for a call on this list that is in progress (calls on one list take turns), then takes the
+        // list out, so that the reference that call still holds releases nothing; the list is released here,
+        // under the session lock, after the list's mutex is let go (a call on the list that holds the
+        // session lock could otherwise wait for us while we wait for the lock).
+        let taken = sync::lock(&shared).take();
+        drop(shared);
+        match taken {
+            Some(l) => list_rc(l.free()),
+            None => unknown("cmdlist free", list),
         }
     })
 }
 
-/// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Refused on a latched list
-/// (stage `cmdlist reset`). Returns 0 or -1.
+/// EXPERIMENTAL. Forgets every recorded launch; the options and statistics stay. Caller holds the lock, as
+/// for add (without it: -1, stage `lock`, and the list is unchanged). Refused on a latched list (stage
+/// `cmdlist reset`). Returns 0 or -1.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
-    guard("omega_gpu_cmdlist_reset", -1, || match find("cmdlist reset", list) {
-        Ok(l) => list_rc(sync::lock(&l).reset()),
-        Err(rc) => rc,
+    guard("omega_gpu_cmdlist_reset", -1, || {
+        with_list("cmdlist reset", list, |l| list_rc(l.reset())).unwrap_or_else(|rc| rc)
     })
 }
 
-/// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list.
+/// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list. No lock
+/// needed; it never waits for the session lock (a free on another thread does not make it release the
+/// list).
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_count(list: *const OmegaGpuCmdList) -> u32 {
-    guard("omega_gpu_cmdlist_count", 0, || match find("cmdlist count", list) {
-        Ok(l) => sync::lock(&l).count(),
-        Err(_) => 0,
-    })
+    guard("omega_gpu_cmdlist_count", 0, || with_list("cmdlist count", list, |l| l.count()).unwrap_or(0))
 }
 
 /// EXPERIMENTAL. Records launch `*L` (its argument words are copied) after the checks
@@ -177,9 +216,9 @@ pub extern "C" fn omega_gpu_cmdlist_count(list: *const OmegaGpuCmdList) -> u32 {
 /// or -1.
 ///
 /// # Safety
-/// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-///   points to `n_args` readable words.
-/// - `index_out` is NULL or points to a writable `uint32_t`.
+/// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+///   or points to `n_args` readable, aligned `uint32_t` words.
+/// - `index_out` is NULL or points to a writable, aligned `uint32_t`.
 #[no_mangle]
 #[allow(non_snake_case)]
 pub unsafe extern "C" fn omega_gpu_cmdlist_add(
@@ -203,9 +242,12 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
             rt.set_error(&e);
             return code(&e);
         };
+        let mut g = sync::lock(&l);
+        let Some(cl) = g.as_mut() else { return unknown(stage, list) };
         // SAFETY: by the caller's promise `launch.args` is NULL or points to `launch.n_args` words, read (and
         // copied) during this call only.
-        let added = unsafe { sync::lock(&l).add_raw(launch) };
+        let added = unsafe { cl.add_raw(launch) };
+        drop(g);
         match added {
             Ok(i) => {
                 // SAFETY: by the caller's promise `index_out` is NULL or points to a writable u32.
@@ -223,9 +265,8 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
 /// `cmdlist mark independent`) for an index the list does not hold and on a latched list. Returns 0 or -1.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList, index: u32) -> c_int {
-    guard("omega_gpu_cmdlist_mark_independent", -1, || match find("cmdlist mark independent", list) {
-        Ok(l) => list_rc(sync::lock(&l).mark_independent(index)),
-        Err(rc) => rc,
+    guard("omega_gpu_cmdlist_mark_independent", -1, || {
+        with_list("cmdlist mark independent", list, |l| list_rc(l.mark_independent(index))).unwrap_or_else(|rc| rc)
     })
 }
 
@@ -240,21 +281,19 @@ pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList,
 /// `omega_gpu_session_is_blocked` return 1.
 ///
 /// # Safety
-/// - `stats` is NULL or points to a writable `OmegaGpuCmdListStats`.
+/// - `stats` is NULL or points to a writable, aligned `OmegaGpuCmdListStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, stats: *mut CmdListStats) -> c_int {
     guard("omega_gpu_cmdlist_submit", -1, || {
-        let l = match find("cmdlist submit", list) {
-            Ok(l) => l,
-            Err(rc) => return rc,
-        };
-        let mut g = sync::lock(&l);
-        let r = g.submit();
-        // SAFETY: by the caller's promise `stats` is NULL or points to a writable OmegaGpuCmdListStats.
-        if let Some(s) = unsafe { stats.as_mut() } {
-            *s = g.stats();
-        }
-        list_rc(r)
+        with_list("cmdlist submit", list, |l| {
+            let r = l.submit();
+            // SAFETY: by the caller's promise `stats` is NULL or points to a writable OmegaGpuCmdListStats.
+            if let Some(s) = unsafe { stats.as_mut() } {
+                *s = l.stats();
+            }
+            list_rc(r)
+        })
+        .unwrap_or_else(|rc| rc)
     })
 }
 
@@ -262,40 +301,40 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, st
 /// that is not a live list. A latched list refuses everything but free and the queries. No lock needed.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> c_int {
-    guard("omega_gpu_cmdlist_is_latched", -1, || match find("cmdlist is latched", list) {
-        Ok(l) => c_int::from(sync::lock(&l).is_latched()),
-        Err(rc) => rc,
+    guard("omega_gpu_cmdlist_is_latched", -1, || {
+        with_list("cmdlist is latched", list, |l| c_int::from(l.is_latched())).unwrap_or_else(|rc| rc)
     })
 }
 
 /// EXPERIMENTAL. Copies the completion timestamps (platform-clock ns) of the launches of the last completed
 /// submission, in list order, to `out[0..]`, at most `max` of them; returns how many were written (0 before
 /// the first submission, after a reset, or for a failed one). A launch that released no stamp reads 0. No
-/// lock needed. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
+/// lock needed; it never waits for the session lock. 0, with the stage named, for a pointer that is not a live list or a NULL `out` with `max`
 /// above 0.
 ///
 /// # Safety
-/// - `out` is NULL (refused unless `max` is 0) or points to `max` writable `uint64_t`.
+/// - `out` is NULL (refused unless `max` is 0) or points to `max` writable, aligned `uint64_t`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_stamps(list: *const OmegaGpuCmdList, out: *mut u64, max: usize) -> usize {
     guard("omega_gpu_cmdlist_stamps", 0, || {
         let stage = "cmdlist stamps";
-        let l = match find(stage, list) {
-            Ok(l) => l,
-            Err(_) => return 0,
-        };
-        if max == 0 {
-            return 0;
-        }
-        if out.is_null() {
-            refuse(stage, format!("out is NULL (max {max})"));
-            return 0;
-        }
-        // SAFETY: non-null (checked) and, by the caller's promise, valid for `max` writable u64 that nothing
-        // else uses during the call.
-        let out = unsafe { core::slice::from_raw_parts_mut(out, max) };
-        let written = sync::lock(&l).stamps(out);
-        written
+        with_list(stage, list, |l| {
+            if max == 0 {
+                return 0;
+            }
+            if out.is_null() {
+                refuse(stage, format!("out is NULL (max {max})"));
+                return 0;
+            }
+            // At most one stamp per launch of the last submission is written, so the slice is never longer
+            // than that (a `max` past what `out` can hold, `SIZE_MAX` say, names no more memory than this).
+            let n = max.min(l.stamps_available());
+            // SAFETY: non-null (checked) and, by the caller's promise, valid for `max >= n` writable u64 that
+            // nothing else uses during the call.
+            let out = unsafe { core::slice::from_raw_parts_mut(out, n) };
+            l.stamps(out)
+        })
+        .unwrap_or(0)
     })
 }
 

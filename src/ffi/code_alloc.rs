@@ -13,7 +13,8 @@ const _: () = assert!(OMEGA_GPU_CODE_PREFETCH_TAIL == crate::session::CODE_PREFE
 /// EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus
 /// `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to the installed platform's page, at least one page. Installs
 /// the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
-/// installed or the size overflows. Any thread, no lock.
+/// installed or the size is past what a platform can describe (the sum or the rounding overflows, or the
+/// total passes `PTRDIFF_MAX`), the sizes `omega_gpu_session_alloc_code` refuses. Any thread, no lock.
 #[no_mangle]
 pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
     guard("omega_gpu_code_alloc_bytes", 0, || {
@@ -24,9 +25,7 @@ pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
                 return 0;
             }
         };
-        let bytes = (code_size as u64)
-            .checked_add(OMEGA_GPU_CODE_PREFETCH_TAIL as u64)
-            .and_then(|b| b.max(1).checked_next_multiple_of(page))
+        let bytes = crate::session::buffer_bytes(code_size, crate::session::AllocKind::Code, page)
             .and_then(|b| usize::try_from(b).ok());
         match bytes {
             Some(b) => b,

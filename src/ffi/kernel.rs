@@ -34,7 +34,8 @@ pub struct OmegaGpuKernel {
 static_assertions::assert_eq_size!(OmegaGpuKernel, [u64; 8]);
 
 /// Places `image` (built for the buffer's address by `build`) in a fresh code buffer and registers `meta`
-/// under `entry_va = buffer + entry_offset`. Frees the buffer again on any failure after the allocation.
+/// under `entry_va = buffer + entry_offset`. Frees the buffer again on any failure after the allocation
+/// (the registration included).
 fn place(
     size: usize,
     build: impl FnOnce(u64) -> Result<Vec<u8>>,
@@ -43,7 +44,8 @@ fn place(
 ) -> Result<OmegaGpuKernel> {
     let rt = runtime();
     let mut mem = rt.alloc_code(size)?;
-    let written = (|| {
+    let entry_va = mem.va + entry_offset;
+    let placed = (|| {
         let image = build(mem.va)?;
         if mem.cpu.is_null() || image.len() > mem.size {
             return Err(Error::Load(format!("{} bytes of code do not fit the code buffer's CPU view", image.len())));
@@ -51,25 +53,24 @@ fn place(
         // SAFETY: the code buffer was just allocated with a CPU view of `mem.size >= image.len()` bytes, and
         // nothing else references it yet (no launch has its address).
         unsafe { core::ptr::copy_nonoverlapping(image.as_ptr(), mem.cpu.cast::<u8>(), image.len()) };
-        rt.sync_to_gpu(&mem)
+        rt.sync_to_gpu(&mem)?;
+        let meta = meta(mem.va);
+        let k = OmegaGpuKernel {
+            code: mem,
+            entry_va,
+            gpr_count: round_gpr(meta.registers),
+            shared_bytes: meta.static_shared_bytes,
+            local_bytes: meta.local_bytes_per_thread,
+            param_bytes: meta.param_bytes,
+        };
+        rt.register_kernel(entry_va, meta)?;
+        Ok(k)
     })();
-    if let Err(e) = written {
+    if let Err(e) = &placed {
         let _ = rt.free(&mut mem);
-        rt.set_error(&e);
-        return Err(e);
+        rt.set_error(e);
     }
-    let entry_va = mem.va + entry_offset;
-    let meta = meta(mem.va);
-    let k = OmegaGpuKernel {
-        code: mem,
-        entry_va,
-        gpr_count: round_gpr(meta.registers),
-        shared_bytes: meta.static_shared_bytes,
-        local_bytes: meta.local_bytes_per_thread,
-        param_bytes: meta.param_bytes,
-    };
-    rt.register_kernel(entry_va, meta);
-    Ok(k)
+    placed
 }
 
 fn load(name: &str) -> Result<OmegaGpuKernel> {
@@ -88,7 +89,7 @@ fn load(name: &str) -> Result<OmegaGpuKernel> {
 ///
 /// # Safety
 /// - `name` is NULL (refused) or a NUL-terminated string.
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuKernel`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuKernel`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_kernel_load(name: *const c_char, out: *mut OmegaGpuKernel) -> c_int {
     guard("omega_gpu_kernel_load", -1, || {

@@ -274,7 +274,8 @@ fn services(bits: u32) -> Result<Services, TableRefusal> {
 /// `omega_gpu_session_last_error()`; -1 for a NULL `p`. Any thread, no lock.
 ///
 /// # Safety
-/// - `p` is NULL or points to a readable `OmegaGpuPlatform`.
+/// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called, so
+///   none of them needs to be one that returns normally for this call: only the table's fields are read.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
     guard("omega_gpu_platform_negotiate", -1, || {
@@ -295,7 +296,8 @@ pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform
 /// Returns 0 or the refusal code, as `omega_gpu_platform_negotiate` does. Any thread, no lock.
 ///
 /// # Safety
-/// - `p` is NULL or points to a readable `OmegaGpuPlatform`.
+/// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called (each
+///   only has to be there), so none of them needs to be one that returns normally for this call.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_check_for(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
     guard("omega_gpu_platform_check_for", -1, || {
@@ -312,7 +314,8 @@ pub unsafe extern "C" fn omega_gpu_platform_check_for(p: *const OmegaGpuPlatform
 /// `omega_gpu_session_set_platform` makes before it installs a table.
 ///
 /// # Safety
-/// - `p` is NULL or points to a readable `OmegaGpuPlatform`.
+/// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called, so
+///   none of them needs to be one that returns normally for this call.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_check(p: *const OmegaGpuPlatform) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -327,7 +330,7 @@ pub unsafe extern "C" fn omega_gpu_platform_check(p: *const OmegaGpuPlatform) ->
 /// Any thread, no lock.
 ///
 /// # Safety
-/// - `d` is NULL or points to a readable `OmegaGpuBufferDesc`.
+/// - `d` is NULL or points to a readable, aligned `OmegaGpuBufferDesc`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_check_buffer(d: *const OmegaGpuBufferDesc) -> c_int {
     guard("omega_gpu_platform_check_buffer", -1, || {
@@ -419,8 +422,9 @@ fn handle_answer(r: Result<*mut c_void, HandleError>, out: Option<&mut *mut c_vo
 /// NULL pointer or a capacity of 0. Any thread; one call at a time per table.
 ///
 /// # Safety
-/// - `t` is NULL or writable; `generations` and `values` are NULL or each point to `capacity` writable
-///   elements that only this table uses, for as long as it is used.
+/// - `t` is NULL or points to a writable, aligned `OmegaGpuHandleTable`; `generations` and `values` are
+///   NULL or each point to `capacity` writable, aligned elements that only this table uses, for as long as
+///   it is used.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_handles_init(
     t: *mut OmegaGpuHandleTable,
@@ -445,8 +449,9 @@ pub unsafe extern "C" fn omega_gpu_handles_init(
 /// `OMEGA_GPU_HANDLE_ERR_FULL`, or `OMEGA_GPU_HANDLE_ERR_NULL` (`*out` zeroed where it can be).
 ///
 /// # Safety
-/// - `t` is NULL or a table `omega_gpu_handles_init` made, whose storage is still the table's; `out` is
-///   NULL or writable. No other call on `*t` runs meanwhile.
+/// - `t` is NULL or points to a writable, aligned table `omega_gpu_handles_init` made, whose storage is
+///   still the table's; `out` is NULL or points to a writable, aligned `OmegaGpuBufferHandle`. No other
+///   call on `*t` runs meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_handles_open(
     t: *mut OmegaGpuHandleTable,
@@ -476,7 +481,9 @@ pub unsafe extern "C" fn omega_gpu_handles_open(
 /// `_NULL`, with `*value` NULL.
 ///
 /// # Safety
-/// - As for `omega_gpu_handles_open`; `value` is NULL or writable.
+/// - `t` is NULL or points to a readable, aligned table `omega_gpu_handles_init` made, whose storage is
+///   still the table's, and no other call on `*t` runs meanwhile; `value` is NULL or points to a
+///   writable, aligned `void *`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_handles_check(
     t: *const OmegaGpuHandleTable,
@@ -497,7 +504,9 @@ pub unsafe extern "C" fn omega_gpu_handles_check(
 /// 0 or the error codes of `omega_gpu_handles_check`.
 ///
 /// # Safety
-/// - As for `omega_gpu_handles_check`, with `t` writable.
+/// - `t` is NULL or points to a writable, aligned table `omega_gpu_handles_init` made, whose storage is
+///   still the table's, and no other call on `*t` runs meanwhile; `value` is NULL or points to a
+///   writable, aligned `void *`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_handles_close(
     t: *mut OmegaGpuHandleTable,

@@ -59,7 +59,8 @@ const _: () = {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OmegaGpuSession {
     /// The launch buffer the session polls: two completion markers (an `OMEGA_GPU_HANDLE_BUF_QUEUE`
-    /// buffer). Parked, never released, once the process latches.
+    /// buffer). The session's own: `omega_gpu_session_free` refuses it. Parked, never released, once the
+    /// process latches.
     pub launch_buffer: GpuMem,
     /// Device opens in this process so far, this one included.
     pub open_count: u32,
@@ -106,7 +107,10 @@ pub extern "C" fn omega_gpu_session_lock() {
 }
 
 /// STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the
-/// lock is left as it was.
+/// lock is left as it was. Refused the same way while the library pins the lock, because it holds CPU
+/// views of session buffers across code it does not control and an unlock would let another thread close
+/// the device under them: during `omega_gpu_execute` on the session backend (a clock function calling
+/// it), inside an on-close hook, and under a Rust lock token.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_unlock() {
     guard("omega_gpu_session_unlock", (), || runtime().unlock())
@@ -158,8 +162,10 @@ pub extern "C" fn omega_gpu_session_is_blocked() -> c_int {
 
 /// STABLE. Closes the device and frees every session buffer (running the on-close hooks first). Takes the
 /// lock itself: call it without the lock (a caller that holds it is refused, stage `lock`, instead of
-/// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`). The next open
-/// reopens; every handle of the closed device is stale from then on.
+/// waiting forever). Refused, a no-op, after an uncertain completion (stage `close`), checked again after
+/// the hooks. The next open reopens; every handle of the closed device is stale from then on. The lock is
+/// released when it returns, also after a hook panicked (`internal: panic in omega_gpu_session_close`,
+/// the device closed all the same).
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_close() {
     guard("omega_gpu_session_close", (), || {
@@ -192,7 +198,7 @@ pub extern "C" fn omega_gpu_session_spin_us() -> u32 {
 /// Allocates through `alloc` into `*out` (zeroed on failure).
 ///
 /// # Safety
-/// - `out` is NULL or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL or points to a writable, aligned `OmegaGpuMem`.
 unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce() -> crate::Result<GpuMem>) -> c_int {
     // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMem.
     let Some(out) = (unsafe { out.as_mut() }) else { return refuse(stage, "out is NULL") };
@@ -211,10 +217,11 @@ unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce()
 /// STABLE. A GPU-uncached DATA buffer of at least `bytes` bytes (rounded up to a page; 0 gets one page),
 /// CPU and GPU read/write, written to `*out`. Caller holds the lock, device open, not latched. Returns 0;
 /// -1 with the stage named on failure (`*out` zeroed). A driver refusal is counted in
-/// `OmegaGpuAllocStats.alloc_failures`.
+/// `OmegaGpuAllocStats.alloc_failures`. A size whose rounding overflows or whose total passes
+/// `PTRDIFF_MAX` (`SIZE_MAX`, say) is refused (`platform: OMEGA_GPU_PLAT_OVERFLOW`) in every build.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -224,10 +231,11 @@ pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem)
 /// STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
 /// zero-filled `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to a page (`omega_gpu_code_alloc_bytes`). The
 /// caller writes the code to `out->cpu` and calls `omega_gpu_session_sync_to_gpu`. Same rules and return
-/// values as `omega_gpu_session_alloc`.
+/// values as `omega_gpu_session_alloc`; a `code_size` whose sum with the tail overflows is refused too
+/// (`platform: OMEGA_GPU_PLAT_OVERFLOW`).
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -241,7 +249,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mu
 /// that reads them; the caller must. Same rules and return values as `omega_gpu_session_alloc`.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -253,12 +261,15 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut 
 /// STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
 /// completion the buffer is parked instead: kept allocated, never released, counted by
 /// `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
-/// handle (freed already, or from a closed device) or a closed session is refused: nothing is released,
-/// the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is in
-/// `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op.
+/// handle (freed already, or from a closed device), a live handle whose `va` is not its buffer's
+/// (`free: handle ... is live but names the buffer at ...`) or a closed session is refused: nothing is
+/// released, the refusal is counted (`OmegaGpuAllocStats.stale_refusals`), `*m` is zeroed and the stage is
+/// in `omega_gpu_session_last_error()`. A zeroed `*m` is a no-op. The session's own buffers (the launch
+/// buffer of `OmegaGpuSession`, a command list's stamp area) are refused: nothing released or counted,
+/// `*m` left as it was. Without the lock: refused, `*m` left as it was. An on-close hook may call it.
 ///
 /// # Safety
-/// - `m` is NULL (refused) or points to a writable `OmegaGpuMem`.
+/// - `m` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
     guard("omega_gpu_session_free", (), || {
@@ -279,7 +290,7 @@ pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
 /// handle, a latched process) or when there is no device.
 ///
 /// # Safety
-/// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+/// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_int {
     guard("omega_gpu_session_sync_to_gpu", -1, || {
@@ -295,7 +306,7 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_in
 /// `omega_gpu_session_sync_to_gpu`.
 ///
 /// # Safety
-/// - `m` is NULL (refused) or points to a readable `OmegaGpuMem`.
+/// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_int {
     guard("omega_gpu_session_sync_to_cpu", -1, || {
@@ -307,14 +318,17 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_in
     })
 }
 
-/// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows, contents not kept. `*s` must
-/// be zero-initialised before first use. Caller holds the lock. Returns 0 or -1; with a reservation
-/// active, a request past the reserved size returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates
-/// nothing.
+/// STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows (the new buffer first, so a
+/// failed grow keeps the old one), contents not kept. `*s` must be zero-initialised before first use.
+/// Caller holds the lock, also for a request that fits; device open. Returns 0 or -1; with a reservation
+/// active, a request past the reserved size (the size given to `omega_gpu_session_scratch_reserve`, not
+/// the page it rounds to) returns `OMEGA_GPU_SESSION_SCRATCH_RESERVED` and allocates nothing. A buffer of a
+/// device closed since is never handed out again: it is replaced, or, under a reservation, refused (stage
+/// `scratch`); so is a parked one.
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch` that is zeroed or was only changed
-///   by these calls.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch` that is zeroed or was only
+///   changed by these calls.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize) -> c_int {
     guard("omega_gpu_session_scratch", -1, || {
@@ -326,10 +340,12 @@ pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize
     })
 }
 
-/// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`.
+/// STABLE. Releases the scratch buffer (as `omega_gpu_session_free` does) and zeroes `*s`, unless the
+/// buffer is still there: a refused free (no lock) leaves `*s` as it was, and a parked one (after a latch)
+/// keeps `*s` and its handle for `omega_gpu_session_is_parked`.
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
     guard("omega_gpu_session_scratch_free", (), || {
@@ -346,11 +362,13 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
 }
 
 /// EXPERIMENTAL. Grows `s` to `bytes` now and reserves it: later `omega_gpu_session_scratch` requests up
-/// to that size allocate nothing, past it they return `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving
-/// loop that must make no driver call after warm-up. Returns 0 or -1 (nothing reserved).
+/// to `bytes` (not the page-rounded capacity) allocate nothing, past it they return
+/// `OMEGA_GPU_SESSION_SCRATCH_RESERVED`. For a serving loop that must make no driver call after warm-up.
+/// Caller holds the lock. Returns 0 or -1 (nothing reserved).
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`, zeroed or changed only by these calls.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`, zeroed or changed only by
+///   these calls.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, bytes: usize) -> c_int {
     guard("omega_gpu_session_scratch_reserve", -1, || {
@@ -362,16 +380,19 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, byte
     })
 }
 
-/// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays.
+/// EXPERIMENTAL. Ends the reservation of `s`; the buffer stays. Caller holds the lock: without it, refused
+/// (stage `lock`) and the reservation stays.
 ///
 /// # Safety
-/// - `s` is NULL (refused) or points to a writable `OmegaGpuScratch`.
+/// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
     guard("omega_gpu_session_scratch_unreserve", (), || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
         match unsafe { s.as_mut() } {
-            Some(s) => runtime().scratch_unreserve(s),
+            Some(s) => {
+                let _ = runtime().scratch_unreserve(s);
+            }
             None => {
                 refuse("scratch", "s is NULL");
             }
@@ -382,7 +403,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
 /// STABLE. Copies the session layer's allocation counters (since the process started) to `*out`.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuAllocStats`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuAllocStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
     guard("omega_gpu_session_alloc_stats", (), || {
@@ -406,9 +427,9 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
 /// `*marker_out` (when given) receives the first marker word observed.
 ///
 /// # Safety
-/// - `L` is NULL (refused) or points to a readable `OmegaGpuLaunch` whose `args` is NULL (refused) or
-///   points to `n_args` readable words.
-/// - `elapsed_ns` and `marker_out` are each NULL or point to a writable object of their type.
+/// - `L` is NULL (refused) or points to a readable, aligned `OmegaGpuLaunch` whose `args` is NULL (refused)
+///   or points to `n_args` readable, aligned `uint32_t` words.
+/// - `elapsed_ns` and `marker_out` are each NULL or point to a writable, aligned object of their type.
 #[no_mangle]
 #[allow(non_snake_case)]
 pub unsafe extern "C" fn omega_gpu_session_launch(
@@ -479,11 +500,13 @@ pub extern "C" fn omega_gpu_session_last_error() -> *const c_char {
 }
 
 /// STABLE. Copies the parked-buffer report to `*out`: buffers kept allocated after an uncertain
-/// completion, never returned to the platform. The session's own launch buffer is parked at the latch and
-/// every later free parks too.
+/// completion, never returned to the platform. At the latch the session parks what the device may still
+/// touch: its launch buffer and the stamp area of a command list whose submission latched (listed), and
+/// the platform's own queue buffers (ring, pushbuffers, QMDs, constant banks; counted in `untracked`, they
+/// have no handle). Every later free parks too.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuParkStats`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuParkStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_parked(out: *mut ParkStats) {
     guard("omega_gpu_session_parked", (), || {
@@ -518,8 +541,10 @@ pub extern "C" fn omega_gpu_session_is_parked(h: Handle) -> c_int {
 ///
 /// # Safety
 /// - `name` is NULL (refused) or a NUL-terminated string.
-/// - `table` is NULL or points to a readable `OmegaGpuPlatform` that keeps the rules of its Safety section
-///   (and of each service struct's) for as long as it stays installed.
+/// - `table` is NULL or points to a readable, aligned `OmegaGpuPlatform` that keeps the rules of its Safety
+///   section (and of each service struct's) for as long as it stays installed: every function it declares
+///   returns normally (no unwinding, no `longjmp` out of it), never calls back into the runtime, and may
+///   be called from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char, table: *const OmegaGpuPlatform) -> c_int {
     guard("omega_gpu_session_set_platform", -1, || {
@@ -604,7 +629,7 @@ pub extern "C" fn omega_gpu_session_now_ns() -> u64 {
 /// when the device is not open. Any thread; the answer is about the device open at the time of the call.
 ///
 /// # Safety
-/// - `out` is NULL (refused) or points to a writable `OmegaGpuDeviceInfo`.
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDeviceInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) -> c_int {
     guard("omega_gpu_device_query", -1, || {
@@ -683,12 +708,19 @@ pub unsafe extern "C" fn omega_gpu_session_set_error(text: *const c_char) {
 
 /// INTERNAL. Registers `hook(ctx)` to run when the device closes, before any buffer is released (a library
 /// drops its resident kernels there); it runs once, on the thread that calls close, with the lock held.
-/// Up to `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a
-/// NULL hook.
+/// A hook may release buffers (`omega_gpu_session_free`, `omega_gpu_session_scratch_free`) and read state;
+/// every other call that needs the lock is refused inside it (stage `on close`), so it cannot launch or
+/// latch, taking the lock is refused instead of waiting forever, unlock is refused, and so is close. Up to
+/// `OMEGA_GPU_SESSION_ON_CLOSE_MAX` hooks; returns 0, or -1 (stage `on close`) past that or for a NULL
+/// hook.
 ///
 /// # Safety
 /// - `hook` is NULL (refused) or a function that may be called once with `ctx` from any thread, under the
-///   session lock, and that does not take the lock or close the device.
+///   session lock. It may release buffers and read state; every other call that needs the lock (a launch,
+///   an allocation, close, lock, unlock) is refused from inside it (stage `on close`).
+/// - `hook` returns normally: it does not unwind (a C++ exception) or `longjmp` out through Omega.
+/// - `ctx` is whatever `hook` needs it to be until `hook` has run (at the next close) or the process ends;
+///   Omega only passes it on, and never reads or frees it.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_on_close(
     hook: Option<unsafe extern "C" fn(ctx: *mut c_void)>,

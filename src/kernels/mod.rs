@@ -138,6 +138,11 @@ pub fn register_host_kernels(sim: &Sim) {
 }
 
 // ----- the references --------------------------------------------------------------------------------
+//
+// Each host kernel does what its PTX does, in the simulator's slices: it takes its part of the work
+// (`take`, `take_threads`, `take_blocks`) and loads and stores only that part, with the PTX's own 32-bit
+// index arithmetic, so a hostile grid or argument costs no more host memory than one slice and a store past
+// the output buffer faults where it would on the GPU.
 
 /// Reference of `vector_add`: `c[i] = a[i] + b[i]`.
 pub fn vector_add_ref(a: &[f32], b: &[f32]) -> Vec<f32> {
@@ -145,45 +150,62 @@ pub fn vector_add_ref(a: &[f32], b: &[f32]) -> Vec<f32> {
 }
 
 fn vector_add(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let (a, b, c, n) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.word(6) as usize);
-    let n = n.min(ctx.threads_x() as usize);
-    let (x, y) = (ctx.read_f32s(a, n)?, ctx.read_f32s(b, n)?);
-    ctx.write_f32s(c, &vector_add_ref(&x, &y))
+    let (a, b, c, n) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), u64::from(ctx.word(6)));
+    // One thread per element of a 1-D launch: the threads along x below n.
+    let part = ctx.take(n.min(ctx.threads_x()));
+    let (offset, len) = (part.start * 4, (part.end - part.start) as usize);
+    let x = ctx.read_f32s(a.wrapping_add(offset), len)?;
+    let y = ctx.read_f32s(b.wrapping_add(offset), len)?;
+    ctx.write_f32s(c.wrapping_add(offset), &vector_add_ref(&x, &y))
 }
 
 /// Reference of `grid_index` for a grid of `grid` blocks of `block` threads: word `i` holds `i`.
 pub fn grid_index_ref(block: [u32; 2], grid: [u32; 2]) -> Vec<u32> {
-    let n = block[0] * grid[0] * block[1] * grid[1];
-    (0..n).collect()
+    let n = [block[0], grid[0], block[1], grid[1]].iter().map(|&d| u64::from(d)).product::<u64>();
+    (0..n).map(|i| i as u32).collect()
 }
 
 fn grid_index(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let out = ctx.u64_at(0);
-    let v = grid_index_ref([ctx.block[0], ctx.block[1]], [ctx.grid[0], ctx.grid[1]]);
-    ctx.write_u32s(out, &v)
+    let shape = ctx.shape();
+    let (ntid, nctaid) = (shape.block, shape.grid);
+    // The PTX's arithmetic: 32-bit and wrapping (`mad.lo.s32`), then a 64-bit byte offset.
+    let width = nctaid[0].wrapping_mul(ntid[0]);
+    let stores = ctx.take_threads().map(|t| {
+        let (ctaid, tid) = shape.thread_id(t);
+        let x = ctaid[0].wrapping_mul(ntid[0]).wrapping_add(tid[0]);
+        let y = ctaid[1].wrapping_mul(ntid[1]).wrapping_add(tid[1]);
+        let i = y.wrapping_mul(width).wrapping_add(x);
+        (u64::from(i), i)
+    });
+    ctx.scatter_u32s(out, stores)
+}
+
+/// What `local_array` stores for thread `t` (its `tid.x`) with key `k`.
+fn local_array_value(t: u32, k: u32) -> u32 {
+    let mut buf = [0u32; 64];
+    let mut v = k.wrapping_add(t);
+    for i in 0..64u32 {
+        buf[(5u32.wrapping_mul(i).wrapping_add(t) & 63) as usize] = v;
+        v = v.wrapping_mul(1664525).wrapping_add(1013904223);
+    }
+    buf[(t.wrapping_mul(7).wrapping_add(k) & 63) as usize]
 }
 
 /// Reference of `local_array` for `threads` threads per block, `blocks` blocks and key `k`.
 pub fn local_array_ref(threads: u32, blocks: u32, k: u32) -> Vec<u32> {
-    let mut out = Vec::with_capacity((threads * blocks) as usize);
-    for _b in 0..blocks {
-        for t in 0..threads {
-            let mut buf = [0u32; 64];
-            let mut v = k.wrapping_add(t);
-            for i in 0..64u32 {
-                buf[((5 * i + t) & 63) as usize] = v;
-                v = v.wrapping_mul(1664525).wrapping_add(1013904223);
-            }
-            out.push(buf[((t * 7 + k) & 63) as usize]);
-        }
-    }
-    out
+    (0..blocks).flat_map(|_| (0..threads).map(move |t| local_array_value(t, k))).collect()
 }
 
 fn local_array(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (out, k) = (ctx.u64_at(0), ctx.word(2));
-    let v = local_array_ref(ctx.block[0], ctx.grid[0], k);
-    ctx.write_u32s(out, &v)
+    let shape = ctx.shape();
+    let stores = ctx.take_threads().map(|t| {
+        let (ctaid, tid) = shape.thread_id(t);
+        let g = ctaid[0].wrapping_mul(shape.block[0]).wrapping_add(tid[0]);
+        (u64::from(g), local_array_value(tid[0], k))
+    });
+    ctx.scatter_u32s(out, stores)
 }
 
 /// Reference of `scale_copy`.
@@ -192,9 +214,12 @@ pub fn scale_copy_ref(src: &[f32], alpha: f32) -> Vec<f32> {
 }
 
 fn scale_copy(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let (src, dst, alpha, n) = (ctx.u64_at(0), ctx.u64_at(2), f32::from_bits(ctx.word(4)), ctx.word(5) as usize);
-    let x = ctx.read_f32s(src, n)?;
-    ctx.write_f32s(dst, &scale_copy_ref(&x, alpha))
+    let (src, dst, alpha) = (ctx.u64_at(0), ctx.u64_at(2), f32::from_bits(ctx.word(4)));
+    // A grid-stride loop: every element below n, whatever the launch's shape.
+    let part = ctx.take(u64::from(ctx.word(5)));
+    let (offset, len) = (part.start * 4, (part.end - part.start) as usize);
+    let x = ctx.read_f32s(src.wrapping_add(offset), len)?;
+    ctx.write_f32s(dst.wrapping_add(offset), &scale_copy_ref(&x, alpha))
 }
 
 /// `module_data`'s `__constant__` table (bank 3), as the PTX spells its bits.
@@ -220,16 +245,23 @@ pub const MODULE_DATA_TABLE: [u32; 16] = [
 /// `module_data`'s initialised `__device__` counter.
 pub const MODULE_DATA_COUNTER: u32 = 7;
 
+/// Element `i` of `module_data`'s output.
+fn module_data_value(i: u64, scale: f32) -> f32 {
+    f32::from_bits(MODULE_DATA_TABLE[(i % 16) as usize]) * scale + MODULE_DATA_COUNTER as f32
+}
+
 /// Reference of `module_data`: `out[i] = table[i % 16] * scale + counter` for `i < n`, each operation
 /// rounded on its own (as the PTX's `mul.rn` / `add.rn`).
 pub fn module_data_ref(scale: f32, n: usize) -> Vec<f32> {
-    let counter = MODULE_DATA_COUNTER as f32;
-    (0..n).map(|i| f32::from_bits(MODULE_DATA_TABLE[i % 16]) * scale + counter).collect()
+    (0..n as u64).map(|i| module_data_value(i, scale)).collect()
 }
 
 fn module_data(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let (out, scale, n) = (ctx.u64_at(0), f32::from_bits(ctx.word(2)), ctx.word(3) as usize);
-    ctx.write_f32s(out, &module_data_ref(scale, n))
+    let (out, scale) = (ctx.u64_at(0), f32::from_bits(ctx.word(2)));
+    // A grid-stride loop: every element below n, whatever the launch's shape.
+    let part = ctx.take(u64::from(ctx.word(3)));
+    let values: Vec<f32> = part.clone().map(|i| module_data_value(i, scale)).collect();
+    ctx.write_f32s(out.wrapping_add(part.start * 4), &values)
 }
 
 /// Reference of `shared_reverse` with blocks of `n` threads: each block's slice reversed.
@@ -239,14 +271,19 @@ pub fn shared_reverse_ref(input: &[f32], n: usize) -> Vec<f32> {
 
 fn shared_reverse(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (input, out) = (ctx.u64_at(0), ctx.u64_at(2));
-    let n = ctx.block[0] as usize;
-    if ctx.dynamic_shared_bytes < (n * 4) as u32 {
+    let n = ctx.block[0];
+    if u64::from(ctx.dynamic_shared_bytes) < u64::from(n) * 4 {
         // On hardware the dynamic part would be read past its end: an out-of-range shared access.
         return Err(KernelError::Fault { xid: 13, detail: "shared_reverse: dynamic shared memory too small".into() });
     }
-    let total = n * ctx.grid[0] as usize;
-    let x = ctx.read_f32s(input, total)?;
-    ctx.write_f32s(out, &shared_reverse_ref(&x, n))
+    let shape = ctx.shape();
+    for b in ctx.take_blocks() {
+        // g = ctaid.x * ntid.x + tid.x, in 32 bits, then a 64-bit byte offset.
+        let first = u64::from(shape.block_id(b)[0].wrapping_mul(n)) * 4;
+        let x = ctx.read_f32s(input.wrapping_add(first), n as usize)?;
+        ctx.write_f32s(out.wrapping_add(first), &shared_reverse_ref(&x, n as usize))?;
+    }
+    Ok(())
 }
 
 fn spin(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
@@ -264,11 +301,16 @@ fn store_to(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 
 fn timestamps(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (stamps, spin_ns) = (ctx.u64_at(0), ctx.u64_at(2));
-    let blocks = ctx.grid.iter().product::<u32>() as usize;
-    let end = ctx.start_ns + spin_ns.min(ctx.launch_ns);
-    let words: Vec<u32> =
-        (0..blocks).flat_map(|_| [ctx.start_ns, end]).flat_map(|t| [t as u32, (t >> 32) as u32]).collect();
-    ctx.write_u32s(stamps, &words)
+    let (start, end) = (ctx.start_ns, ctx.start_ns.saturating_add(spin_ns.min(ctx.launch_ns)));
+    let shape = ctx.shape();
+    let words = [start as u32, (start >> 32) as u32, end as u32, (end >> 32) as u32];
+    let stores = ctx.take_blocks().flat_map(|b| {
+        // b = ctaid.x + nctaid.x * (ctaid.y + nctaid.y * ctaid.z), in 32 bits; 16 bytes per block.
+        let [x, y, z] = shape.block_id(b);
+        let id = shape.grid[0].wrapping_mul(shape.grid[1].wrapping_mul(z).wrapping_add(y)).wrapping_add(x);
+        (0..4).map(move |k| (u64::from(id) * 4 + k, words[k as usize]))
+    });
+    ctx.scatter_u32s(stamps, stores)
 }
 
 fn empty(_ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

@@ -1,9 +1,11 @@
 //! Launch: the contract's argument checks, one submission, and the two-marker completion wait whose
 //! uncertainty latches the process.
 
-use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, MarkerSlot, Order, Submission};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS};
+use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission};
+
+use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
 use crate::error::{Error, Result};
 use crate::sync::{self, Arc, Ordering};
 
@@ -158,6 +160,12 @@ impl Runtime {
         if threads > 1024 {
             return bad(format!("{threads} threads per block (at most 1024)"));
         }
+        if spec.spin_us > MAX_SPIN_US {
+            return bad(format!(
+                "spin_us {} is above the maximum of {MAX_SPIN_US} us (OMEGA_GPU_SESSION_MAX_SPIN_US)",
+                spec.spin_us
+            ));
+        }
         Ok(())
     }
 
@@ -253,22 +261,43 @@ impl Runtime {
             )));
         }
         let (_, markers) = s.markers.expect("open allocates the markers");
+        let limits = s.launch_limits.expect("open records the launch limits");
+        // In 64 bits: a static size plus a hostile dynamic one must be refused, not wrap.
+        let kernel_shared = u64::from(meta.static_shared_bytes) + u64::from(spec.dynamic_shared_bytes);
         let shared = match spec.shared_bytes {
-            0 if meta.static_shared_bytes > 0 => meta.static_shared_bytes + spec.dynamic_shared_bytes,
-            0 => DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes),
-            n => n.max(meta.static_shared_bytes + spec.dynamic_shared_bytes),
+            0 if meta.static_shared_bytes > 0 => kernel_shared,
+            0 => u64::from(DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes)),
+            n => u64::from(n).max(kernel_shared),
         };
         drop(s);
+        if shared > u64::from(limits.max_shared_bytes) {
+            let e = LimitError::Shared {
+                bytes: shared,
+                max: limits.max_shared_bytes,
+                reserved: limits.reserved_shared_bytes,
+                sm: limits.sm,
+            };
+            return self.fail(Error::LaunchArguments(e.to_string()));
+        }
+        let gpr_count = round_gpr(spec.gpr_count.max(meta.registers));
+        if gpr_count > limits.max_registers {
+            let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
+            return self.fail(Error::LaunchArguments(format!(
+                "gpr_count {} (the kernel's own {}, rounded up to a multiple of 8 and to at least 64): {e}",
+                spec.gpr_count, meta.registers
+            )));
+        }
         banks.clear();
         banks.extend_from_slice(&meta.const_banks);
         let banks: &'a [ConstBank] = banks;
         let desc = LaunchDesc {
             code_va: spec.code_va,
             code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
-            gpr_count: round_gpr(spec.gpr_count.max(meta.registers)),
+            gpr_count,
             block: spec.block,
             grid: spec.grid,
-            shared_bytes: shared,
+            // At most the limit, checked above.
+            shared_bytes: shared as u32,
             dynamic_shared_bytes: spec.dynamic_shared_bytes,
             local_bytes_per_thread: meta.local_bytes_per_thread,
             barrier_count: meta.barriers,
@@ -278,6 +307,10 @@ impl Runtime {
             order: Order::AfterPrevious,
             skip: false,
         };
+        // The architecture's shape limits (block and grid sides), the same the platform would refuse.
+        if let Err(e) = limits.check(&desc) {
+            return self.fail(Error::LaunchArguments(e.to_string()));
+        }
         Ok((i, desc, marker_slots(&markers)))
     }
 
@@ -313,9 +346,32 @@ impl Runtime {
         let sequence = {
             let mut s = sync::lock(&self.session);
             s.sequence = s.sequence.wrapping_add(1).max(1);
+            // Set for every submission, so a latch parks the stamp area of this one and no other.
+            s.in_flight_stamps = stamps.map(|m| m.va);
             s.sequence
         };
         let sub = Submission { launches, markers: slots, sequence, stamps };
+        // From the submit on, the device may hold the work. A panic from there (in the platform's submit or
+        // poll, a simulated kernel, this wait) is an uncertain completion like a timeout: it latches before
+        // the failure is returned, so no unwinding releases buffers the device may still be using.
+        let waited =
+            catch_unwind(AssertUnwindSafe(|| self.submit_then_wait(poll, clock, queue, &sub, limits, spin_us, seen)));
+        waited.unwrap_or_else(|panic| self.latch(Error::PanicAfterSubmit(panic_text(panic.as_ref()))))
+    }
+
+    /// The submit and the two marker waits of [`Runtime::submit_and_wait_each`].
+    #[allow(clippy::too_many_arguments)]
+    fn submit_then_wait(
+        &self,
+        poll: &dyn CompletionPoll,
+        clock: &dyn omega_hal::Clock,
+        queue: &dyn omega_hal::SubmitQueue,
+        sub: &Submission<'_>,
+        limits: [u32; 2],
+        spin_us: u32,
+        seen: &mut u8,
+    ) -> Result<Completion> {
+        let sequence = sub.sequence;
         let start = clock.now_ns();
         // SAFETY: the lock is held; every address in `sub` is in live session buffers (code checked in
         // `resolve_launch`, and again by a command list's submit; constant banks come from the template
@@ -323,12 +379,12 @@ impl Runtime {
         // arguments are the caller's, markers are the session's own), which are only released by
         // free/close under this same lock, after this wait, or parked forever if the wait latches; the
         // previous submission's markers were observed (or the process latched and refuses launches).
-        if let Err(e) = unsafe { queue.submit(&sub) } {
+        if let Err(e) = unsafe { queue.submit(sub) } {
             return self.fail(Error::Submit(e));
         }
         let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
         let mut first = 0;
-        for (which, slot) in slots.iter().enumerate() {
+        for (which, slot) in sub.markers.iter().enumerate() {
             // Marker 0's wait starts with the submission (the clock was just read); marker 1's reads the
             // clock only if its first look fails.
             let since = (which == 0).then_some(start);
@@ -353,6 +409,11 @@ impl Runtime {
         spin_us: u32,
         since: Option<u64>,
     ) -> Result<u32> {
+        if timeout_ms == 0 {
+            // A limit of 0 has run out before the first look, whatever the marker says: the contract's
+            // "0 runs out at once and latches", on every platform and however fast the work was.
+            return self.latch(Error::Timeout { marker: which, timeout_ms });
+        }
         // One look before the clock is read: marker 1 is usually released by the time marker 0 is seen,
         // and a clock read is the dearest part of an iteration where it is a system call.
         // SAFETY: `slot` is in the session's marker buffer, live while the device is open and parked
@@ -407,31 +468,89 @@ impl Runtime {
         }
     }
 
-    /// Latches the process: from now on nothing is released to the platform. The session's own launch
-    /// buffer is parked at once; every later free parks.
-    pub(crate) fn latch(&self, why: Error) -> Result<u32> {
-        self.latched.store(true, Ordering::SeqCst);
-        let mut s = sync::lock(&self.session);
-        if let Some((h, a)) = s.markers {
-            if let Ok(b) = s.buffers.check_mut(h) {
-                if !b.parked {
-                    b.parked = true;
-                    Self::park(&mut s, h, a.bytes);
+    /// Latches the process: from now on nothing is released to the platform. Every buffer the device may
+    /// still touch is parked at once: the session's launch buffer and the stamp area of the submission in
+    /// flight (listed by handle), and the platform's own buffers of the queue — its ring, descriptors,
+    /// constant banks (counted as untracked: they have no handle). Every later free parks.
+    pub(crate) fn latch<T>(&self, why: Error) -> Result<T> {
+        if !self.latched.swap(true, Ordering::SeqCst) {
+            let platform_buffers = self
+                .installed()
+                .ok()
+                .and_then(|i| i.platform.queue().map(|q| q.in_flight_buffers()))
+                .unwrap_or_default();
+            let mut s = sync::lock(&self.session);
+            let stamps =
+                s.in_flight_stamps.and_then(|va| s.buffers.iter().find(|(_, b)| b.alloc.va == va).map(|(h, _)| h));
+            let markers = s.markers.map(|(h, _)| h);
+            for h in markers.into_iter().chain(stamps) {
+                if let Ok(b) = s.buffers.check_mut(h) {
+                    if !b.parked {
+                        b.parked = true;
+                        let bytes = b.alloc.bytes;
+                        Self::park(&mut s, h, bytes);
+                    }
                 }
             }
+            for b in platform_buffers {
+                s.park.buffers += 1;
+                s.park.untracked += 1;
+                s.park.bytes += b.bytes;
+            }
         }
-        drop(s);
         self.fail(why)
     }
 
-    /// Records what a loaded kernel needs, under its code address.
-    pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) {
-        sync::lock(&self.session).templates.insert(code_va, Arc::new(meta));
+    /// Records what a loaded kernel needs, under its code address. Caller holds the lock. Refused (stage
+    /// `load`) unless the entry, its code bytes and every constant bank lie inside the one live code buffer
+    /// that holds the entry: every launch of that address has the GPU fetch and read those ranges, so they
+    /// must stay mapped for as long as the record lives, and it dies with that buffer (free, close).
+    pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) -> Result<()> {
+        self.require_lock("load")?;
+        let mut s = sync::lock(&self.session);
+        let buffer = s.code_ranges.range(..=code_va).next_back().filter(|(va, len)| code_va - **va < **len);
+        let Some((base, end)) = buffer.map(|(va, len)| (*va, *va + *len)) else {
+            drop(s);
+            return self.fail(Error::Load(format!(
+                "kernel `{}`: entry {code_va:#x} is not inside a code buffer of this session",
+                meta.name
+            )));
+        };
+        if meta.code_bytes > end - code_va {
+            drop(s);
+            return self.fail(Error::Load(format!(
+                "kernel `{}`: {} bytes of code from {code_va:#x} run past its code buffer ({} bytes left)",
+                meta.name,
+                meta.code_bytes,
+                end - code_va
+            )));
+        }
+        for b in &meta.const_banks {
+            let bytes = u64::from(b.bytes).next_multiple_of(16);
+            if b.va < base || b.va.checked_add(bytes).is_none_or(|e| e > end) {
+                drop(s);
+                return self.fail(Error::Load(format!(
+                    "kernel `{}`: constant bank {} ({} bytes at {:#x}) lies outside the code buffer of its entry",
+                    meta.name, b.index, b.bytes, b.va
+                )));
+            }
+        }
+        s.templates.insert(code_va, Arc::new(meta));
+        Ok(())
     }
 
     /// The marker slots of the session's launch buffer (for command lists).
     pub(crate) fn session_markers(&self) -> Option<[MarkerSlot; 2]> {
         sync::lock(&self.session).markers.map(|(_, a)| marker_slots(&a))
+    }
+}
+
+/// The message a panic carried.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_owned(),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Session memory: alloc, free (or park after a latch), visibility sync, scratch, the counters.
 
-use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, HandleError, Rights};
+use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, Rights};
 
-use super::{AllocStats, Buf, GpuMem, ParkStats, Runtime, Scratch, CODE_PREFETCH_TAIL, PARK_MAX};
+use super::{AllocStats, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, CODE_PREFETCH_TAIL, PARK_MAX};
 use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA};
 use crate::error::{Error, Result};
 use crate::sync;
@@ -18,6 +18,29 @@ pub enum AllocKind {
     Cached,
 }
 
+/// Bytes a buffer of `bytes` bytes of `kind` takes on a platform of `page`-byte pages: the request (plus the
+/// zero-filled prefetch tail for code), at least one byte, rounded up to a page. `None` when that is past
+/// what any platform can describe: the sum or the rounding overflows, or the total passes `isize::MAX`,
+/// the most one CPU view can span. The same in debug and release builds.
+pub(crate) fn buffer_bytes(bytes: usize, kind: AllocKind, page: u64) -> Option<u64> {
+    let want = match kind {
+        AllocKind::Code => bytes.checked_add(CODE_PREFETCH_TAIL)?,
+        AllocKind::Data | AllocKind::Cached => bytes,
+    };
+    let rounded = u64::try_from(want.max(1)).ok()?.checked_next_multiple_of(page)?;
+    (rounded <= isize::MAX as u64).then_some(rounded)
+}
+
+/// What a scratch's buffer is, as the session sees it.
+enum ScratchBuf {
+    /// No buffer yet.
+    Empty,
+    /// A live buffer of the session.
+    Live { bytes: u64, parked: bool, owner: Owner, reserved: Option<usize> },
+    /// A handle the session no longer has: freed, or its device was closed since.
+    Stale,
+}
+
 impl Runtime {
     fn live_platform(&self, stage: &'static str) -> Result<crate::platform::Installed> {
         self.require_lock(stage)?;
@@ -28,19 +51,23 @@ impl Runtime {
         Ok(i)
     }
 
-    /// A buffer of `kind` for `bytes` bytes (the typed API allocates through this).
+    /// A buffer of `kind` for `bytes` bytes (the typed API allocates through this). The caller owns it:
+    /// [`Runtime::free`] releases it.
     pub fn alloc_kind(&self, bytes: usize, kind: AllocKind) -> Result<GpuMem> {
+        self.alloc_owned(bytes, kind, Owner::Caller)
+    }
+
+    /// [`Runtime::alloc_kind`] for `owner`: a buffer only that owner releases (and close).
+    pub(crate) fn alloc_owned(&self, bytes: usize, kind: AllocKind, owner: Owner) -> Result<GpuMem> {
         let stage = "alloc";
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
         }
         let page = i.platform.caps().page_bytes;
-        let want = match kind {
-            AllocKind::Code => bytes as u64 + CODE_PREFETCH_TAIL as u64,
-            _ => bytes as u64,
+        let Some(rounded) = buffer_bytes(bytes, kind, page) else {
+            return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
         };
-        let rounded = want.max(1).div_ceil(page) * page;
         let (rights, cache, hal_kind, c_kind) = match kind {
             AllocKind::Data => (
                 Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE,
@@ -76,9 +103,19 @@ impl Runtime {
                 return self.fail(Error::Alloc(e));
             }
         };
+        if a.bytes < rounded {
+            // SAFETY: just allocated under the lock; nothing has its address yet.
+            unsafe { mem.free(&a) };
+            drop(s);
+            return self.fail(Error::Setting {
+                stage,
+                detail: format!("the platform handed out {} bytes for a request of {rounded}", a.bytes),
+            });
+        }
         if kind == AllocKind::Code && !a.cpu.is_null() {
             // The prefetch tail must read as zeros whatever the platform handed out.
-            // SAFETY: the code buffer's CPU view covers `a.bytes` bytes and nothing else references it yet.
+            // SAFETY: the code buffer's CPU view covers `a.bytes >= rounded > bytes` bytes (checked above)
+            // and nothing else references it yet.
             unsafe { std::ptr::write_bytes(a.cpu.add(bytes), 0, a.bytes as usize - bytes) };
         }
         s.stats.allocs += 1;
@@ -86,7 +123,7 @@ impl Runtime {
         if kind == AllocKind::Code {
             s.code_ranges.insert(a.va, a.bytes);
         }
-        let handle = s.buffers.open(Buf { alloc: a, kind: c_kind, parked: false });
+        let handle = s.buffers.open(Buf::new(a, c_kind, owner));
         Ok(GpuMem { handle, kind: c_kind, cpu: a.cpu.cast(), va: a.va, size: rounded as usize })
     }
 
@@ -107,9 +144,17 @@ impl Runtime {
 
     /// Releases `m` and zeroes it. Latched: parks it instead (never released; `m` keeps its handle for
     /// [`Runtime::is_parked`]). A stale handle or closed session: nothing released, counted, `m` zeroed.
+    /// A buffer the library owns (the session's launch buffer, a command list's stamp area, a typed
+    /// [`crate::Mem`], a job-engine run's) is refused whatever copy of its handle `m` is: nothing is
+    /// released or counted and `m` is left as it was.
     pub fn free(&self, m: &mut GpuMem) -> Result<()> {
+        self.release(m, Owner::Caller)
+    }
+
+    /// [`Runtime::free`] by `owner`, the only one (but close) that may release the buffer.
+    pub(crate) fn release(&self, m: &mut GpuMem, owner: Owner) -> Result<()> {
         let stage = "free";
-        self.require_lock(stage)?;
+        self.require_lock_to_release(stage)?;
         if m.handle.is_none() {
             *m = GpuMem::NONE;
             return Ok(());
@@ -125,11 +170,13 @@ impl Runtime {
         let latched = self.is_blocked();
         let buf = match s.buffers.check_mut(m.handle) {
             Ok(b) if b.alloc.va == m.va => b,
-            Ok(_) => {
+            Ok(b) => {
+                let live_va = b.alloc.va;
                 s.stats.stale_refusals += 1;
+                let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va };
                 *m = GpuMem::NONE;
                 drop(s);
-                return self.fail(Error::Handle { stage, source: HandleError::Zero });
+                return self.fail(e);
             }
             Err(source) => {
                 s.stats.stale_refusals += 1;
@@ -138,6 +185,11 @@ impl Runtime {
                 return self.fail(Error::Handle { stage, source });
             }
         };
+        if buf.owner != owner {
+            let Owner::Internal(whose) = buf.owner else { unreachable!("a caller's buffer matches Owner::Caller") };
+            drop(s);
+            return self.fail(Error::NotCallers { stage, owner: whose });
+        }
         if latched {
             if !buf.parked {
                 buf.parked = true;
@@ -245,46 +297,125 @@ impl Runtime {
         sync::lock(&self.session).buffers.check(m.handle).map(|b| b.alloc.bytes as usize).unwrap_or(0)
     }
 
-    /// Makes `s.mem` at least `bytes` long (contents not kept). With a reservation active, a request past
-    /// the reserved size is refused with [`Error::ScratchReserved`] and allocates nothing.
-    pub fn scratch(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
-        if s.reserved != 0 && bytes > s.cap {
-            return self.fail(Error::ScratchReserved { requested: bytes, reserved: s.cap });
+    fn scratch_buf(&self, m: &GpuMem) -> ScratchBuf {
+        if m.handle.is_none() {
+            return ScratchBuf::Empty;
         }
-        if bytes <= s.cap && !s.mem.handle.is_none() {
+        let s = sync::lock(&self.session);
+        match s.buffers.check(m.handle) {
+            Ok(b) if b.alloc.va == m.va => {
+                ScratchBuf::Live { bytes: b.alloc.bytes, parked: b.parked, owner: b.owner, reserved: b.reserved }
+            }
+            _ => ScratchBuf::Stale,
+        }
+    }
+
+    /// Sets the reservation recorded with `m`'s buffer, if it is live.
+    fn set_reservation(&self, m: &GpuMem, reserved: Option<usize>) {
+        let mut s = sync::lock(&self.session);
+        if let Ok(b) = s.buffers.check_mut(m.handle) {
+            if b.alloc.va == m.va {
+                b.reserved = reserved;
+            }
+        }
+    }
+
+    /// Makes `s.mem` at least `bytes` long (contents not kept). Caller holds the lock, device open.
+    ///
+    /// - A request the live buffer holds allocates nothing. With a reservation active, a request past the
+    ///   reserved size (not the page-rounded capacity) is refused with [`Error::ScratchReserved`] and
+    ///   allocates nothing.
+    /// - Growing allocates the new buffer first and frees the old one after, so a failed grow keeps the
+    ///   old buffer in `s`.
+    /// - A buffer the session no longer has (its device was closed since, or it was freed through its
+    ///   handle) is never reused: it is replaced by a new one, or, under a reservation, refused.
+    /// - A parked buffer (freed after a latch) is refused, and so is one the library owns.
+    pub fn scratch(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
+        self.scratch_to(s, bytes, s.reserved != 0)
+    }
+
+    fn scratch_to(&self, s: &mut Scratch, bytes: usize, reserved: bool) -> Result<()> {
+        let stage = "scratch";
+        self.live_platform(stage)?;
+        let now = self.scratch_buf(&s.mem);
+        if let ScratchBuf::Live { parked: true, .. } = now {
+            return self.fail(Error::Setting {
+                stage,
+                detail: "its buffer is parked (freed after the latch) and cannot be used again".into(),
+            });
+        }
+        if let ScratchBuf::Live { owner: Owner::Internal(whose), .. } = now {
+            return self.fail(Error::NotCallers { stage, owner: whose });
+        }
+        if reserved {
+            let ScratchBuf::Live { reserved: Some(bound), .. } = now else {
+                return self.fail(Error::Setting {
+                    stage,
+                    detail: "reserved is set but its buffer holds no reservation (its device was closed since, \
+                             it was freed, or the field was set by hand): scratch_free it and reserve again"
+                        .into(),
+                });
+            };
+            if bytes > bound {
+                return self.fail(Error::ScratchReserved { requested: bytes, reserved: bound });
+            }
             s.high_water = s.high_water.max(bytes);
             return Ok(());
         }
-        if !s.mem.handle.is_none() {
-            self.free(&mut s.mem)?;
-            s.cap = 0;
+        if let ScratchBuf::Live { bytes: have, .. } = now {
+            if bytes as u64 <= have {
+                s.high_water = s.high_water.max(bytes);
+                return Ok(());
+            }
         }
-        let m = self.alloc(bytes)?;
-        s.cap = m.size;
-        s.mem = m;
+        let mut grown = self.alloc(bytes)?;
+        if let ScratchBuf::Live { .. } = now {
+            if let Err(e) = self.free(&mut s.mem) {
+                // Cannot happen for a live buffer of the caller's under the lock before any latch (the
+                // alloc just succeeded); if it does, give the new buffer back and keep the old one.
+                let _ = self.free(&mut grown);
+                self.set_error(&e);
+                return Err(e);
+            }
+        }
+        s.cap = grown.size;
+        s.mem = grown;
         s.high_water = s.high_water.max(bytes);
         Ok(())
     }
 
-    /// Releases the scratch buffer and clears `s`.
+    /// Releases the scratch buffer as [`Runtime::free`] does and clears `s` — unless the buffer is still
+    /// there: a refused free (no lock, a buffer the library owns) leaves `s` as it was, and a parked one
+    /// keeps `s` with its handle, for [`Runtime::is_parked`].
     pub fn scratch_free(&self, s: &mut Scratch) -> Result<()> {
         let r = self.free(&mut s.mem);
-        *s = Scratch::default();
+        if s.mem.handle.is_none() {
+            *s = Scratch::default();
+        }
         r
     }
 
-    /// Grows `s` to `bytes` now and reserves it: later requests up to that size allocate nothing, past
-    /// it they are refused.
+    /// Grows `s` to `bytes` now and reserves it: later requests up to `bytes` (the size asked for here, not
+    /// the page-rounded capacity) allocate nothing, past it they are refused. On failure nothing is
+    /// reserved.
     pub fn scratch_reserve(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
+        // Refused without the lock before anything changes: the old reservation stays.
+        self.require_lock("scratch")?;
+        self.set_reservation(&s.mem, None);
         s.reserved = 0;
-        self.scratch(s, bytes)?;
+        self.scratch_to(s, bytes, false)?;
+        self.set_reservation(&s.mem, Some(bytes));
         s.reserved = 1;
         Ok(())
     }
 
-    /// Ends the reservation.
-    pub fn scratch_unreserve(&self, s: &mut Scratch) {
+    /// Ends the reservation; the buffer stays. Caller holds the lock (refused without it: the reservation
+    /// stays).
+    pub fn scratch_unreserve(&self, s: &mut Scratch) -> Result<()> {
+        self.require_lock("scratch")?;
+        self.set_reservation(&s.mem, None);
         s.reserved = 0;
+        Ok(())
     }
 
     /// CPU-only memory from the platform HOST_MEM service.

@@ -7,9 +7,21 @@
 //! Lock discipline (docs/lock-discipline.md): calls that touch the device need the caller to hold the
 //! session lock, and check that the calling thread does; [`Runtime::close`] takes the lock itself;
 //! [`Runtime::cancel`] and [`Runtime::is_blocked`] are atomics, safe from any thread.
+//!
+//! Why every public function here is safe, although a [`GpuMem`] is a plain copyable value with a raw CPU
+//! pointer: the only code that dereferences a CPU view without `unsafe` at the call site is the library's
+//! own (a typed [`crate::Mem`], a command list's stamp area, a job-engine run, the launch markers), and
+//! each of those buffers is tagged with its owner (`Owner::Internal`): the caller's [`Runtime::free`]
+//! and scratch calls refuse it, whatever copy of its handle they are given. The one other way to release
+//! memory, [`Runtime::close`], needs the session lock, and the library pins the lock while it holds CPU
+//! views across code it does not control: [`Runtime::unlock`] is refused while a typed lock token lives
+//! on the thread, during a job-engine run on the session backend, and inside the on-close hooks. A
+//! platform instance belongs to one runtime ([`Runtime::with_platform`]), so no second runtime can close
+//! a device under the first or miss its latch.
 
 mod launch;
 mod memory;
+pub(crate) use memory::buffer_bytes;
 pub use memory::AllocKind;
 pub mod types;
 
@@ -26,14 +38,52 @@ use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};
 use crate::sync::{self, thread, Arc, AtomicBool, AtomicU32, Mutex, Ordering};
 
-/// A hook run by close before the device goes away (lets a library drop its resident kernels).
+/// A hook run by close before the device goes away (lets a library drop its resident kernels). It runs on
+/// the closing thread with the lock held and may only release buffers and read state: every other call
+/// that needs the lock, and unlock, are refused inside it (stage `on close`). A hook that panics does not
+/// stop the close: the other hooks run, the buffers are released, the lock is released, and then the
+/// panic goes on.
 pub type CloseHook = Box<dyn FnMut() + Send>;
+
+/// Who may release a session buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// The caller's (C, or the raw [`Runtime`] API): released by [`Runtime::free`] and the scratch calls.
+    Caller,
+    /// The library's own, named: only the library releases it (and close); the caller's free refuses it.
+    Internal(&'static str),
+}
+
+/// The session's marker buffer.
+pub(crate) const LAUNCH_BUFFER: Owner = Owner::Internal("the session's own launch buffer");
+/// A command list's stamp area.
+pub(crate) const STAMP_AREA: Owner = Owner::Internal("a command list's stamp area");
+/// The buffer of a typed [`crate::Mem`].
+pub(crate) const TYPED_BUFFER: Owner = Owner::Internal("the buffer of a typed omega::Mem, released by its drop");
+/// A buffer of a job-engine run.
+pub(crate) const ENGINE_BUFFER: Owner = Owner::Internal("a buffer of a job-engine run");
+
+/// Who pins the lock while it holds CPU views across code it does not control.
+pub(crate) const PIN_TOKEN: &str = "a typed lock token (omega::Locked or omega::Latched)";
+/// A job-engine run on the session backend.
+pub(crate) const PIN_ENGINE: &str = "a job-engine run";
+/// The on-close hooks.
+pub(crate) const PIN_CLOSE: &str = "close, running its on-close hooks";
 
 /// A session buffer.
 pub(crate) struct Buf {
     pub(crate) alloc: Allocation,
     pub(crate) kind: u32,
     pub(crate) parked: bool,
+    pub(crate) owner: Owner,
+    /// The reserved size while a scratch reservation on this buffer is active.
+    pub(crate) reserved: Option<usize>,
+}
+
+impl Buf {
+    pub(crate) fn new(alloc: Allocation, kind: u32, owner: Owner) -> Self {
+        Buf { alloc, kind, parked: false, owner, reserved: None }
+    }
 }
 
 /// Session state. Only touched by the thread holding the session lock; the mutex around it is for
@@ -54,6 +104,10 @@ pub(crate) struct Session {
     pub(crate) channel_fault: Option<omega_hal::ChannelFault>,
     /// The open platform's `caps().max_param_bytes` (0 while closed), so a launch need not ask for it.
     pub(crate) max_param_bytes: u32,
+    /// The open platform's `caps().launch` (`None` while closed): what one launch may ask of the device.
+    pub(crate) launch_limits: Option<omega_hal::LaunchLimits>,
+    /// The stamp area of the submission in flight, by address (a command list's), so a latch parks it.
+    pub(crate) in_flight_stamps: Option<u64>,
 }
 
 /// The process-wide session.
@@ -62,6 +116,12 @@ pub struct Runtime {
     /// The platform whose lock the holder took, so unlock releases that one even if the platform changed.
     lock_platform: Mutex<Option<Arc<dyn Platform>>>,
     owner: Mutex<Option<thread::ThreadId>>,
+    /// Who pins the lock on which thread (innermost last): unlock is refused while the holder has a pin.
+    pins: Mutex<Vec<(thread::ThreadId, &'static str)>>,
+    /// True while close runs the on-close hooks (on the lock holder's thread).
+    in_close_hooks: AtomicBool,
+    /// This runtime's identity, which the platforms it claimed are bound to.
+    identity: Arc<()>,
     pub(crate) session: Mutex<Session>,
     pub(crate) latched: AtomicBool,
     pub(crate) cancel: AtomicBool,
@@ -90,6 +150,9 @@ impl Runtime {
             installed: Mutex::new(None),
             lock_platform: Mutex::new(None),
             owner: Mutex::new(None),
+            pins: Mutex::new(Vec::new()),
+            in_close_hooks: AtomicBool::new(false),
+            identity: Arc::new(()),
             session: Mutex::new(Session {
                 device: None,
                 buffers: HandleTable::new(),
@@ -102,6 +165,8 @@ impl Runtime {
                 code_ranges: BTreeMap::new(),
                 channel_fault: None,
                 max_param_bytes: 0,
+                launch_limits: None,
+                in_flight_stamps: None,
             }),
             latched: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
@@ -113,10 +178,17 @@ impl Runtime {
     }
 
     /// A runtime with `installed` as its platform.
-    pub fn with_platform(installed: Installed) -> Self {
+    ///
+    /// A platform instance belongs to the first runtime that takes it, for as long as the instance
+    /// exists: its latch, its buffers and its lock discipline are the device's, and a second runtime on it
+    /// would open the open device again, miss its latch and release its parked buffers at close. So a
+    /// platform another runtime holds (`Runtime::with_platform(runtime().installed()?)`, say) is refused
+    /// with stage `platform`; use that runtime, or a platform instance of your own.
+    pub fn with_platform(installed: Installed) -> Result<Self> {
         let rt = Self::new();
+        crate::platform::claim(&installed.platform, &rt.identity)?;
         *sync::lock(&rt.installed) = Some(installed);
-        rt
+        Ok(rt)
     }
 
     // ----- platform -------------------------------------------------------------------------------
@@ -128,6 +200,7 @@ impl Runtime {
             return Ok(i.clone());
         }
         let i = Installed::new(PlatformKind::from_env()?)?;
+        crate::platform::claim(&i.platform, &self.identity)?;
         *slot = Some(i.clone());
         Ok(i)
     }
@@ -143,7 +216,9 @@ impl Runtime {
         self.install(i)
     }
 
-    /// Installs a given platform (a configured simulator, say). Same rules as [`Runtime::set_platform`].
+    /// Installs a given platform (a configured simulator, say). Same rules as [`Runtime::set_platform`];
+    /// a platform instance another runtime holds is refused (stage `platform`, see
+    /// [`Runtime::with_platform`]).
     pub fn install(&self, installed: Installed) -> Result<()> {
         self.require_lock("set platform")?;
         if self.is_blocked() {
@@ -152,6 +227,7 @@ impl Runtime {
         if self.is_open() {
             return self.fail(Error::Setting { stage: "set platform", detail: "close the device first".into() });
         }
+        crate::platform::claim(&installed.platform, &self.identity).or_else(|e| self.fail(e))?;
         *sync::lock(&self.installed) = Some(installed);
         Ok(())
     }
@@ -176,7 +252,13 @@ impl Runtime {
     /// Takes the session lock (blocking). Non-recursive: a thread that holds it and takes it again waits
     /// forever, as the contract documents. With no platform, or one without a LOCK service, does nothing;
     /// every call that needs the lock then reports why there is none ([`Runtime::lock_unavailable`]).
+    /// Inside an on-close hook (whose thread holds the lock already) it is refused (stage `on close`)
+    /// instead of waiting forever.
     pub fn lock(&self) {
+        if self.in_close_hook() {
+            self.set_error(&Error::CloseHook("lock"));
+            return;
+        }
         let Ok(i) = self.installed() else { return };
         let Some(l) = i.platform.lock() else { return };
         l.lock(LOCK_ID);
@@ -186,6 +268,10 @@ impl Runtime {
 
     /// Takes the session lock if it is free.
     pub fn try_lock(&self) -> bool {
+        if self.in_close_hook() {
+            self.set_error(&Error::CloseHook("lock"));
+            return false;
+        }
         let Ok(i) = self.installed() else { return false };
         let Some(l) = i.platform.lock() else { return false };
         if !l.try_lock(LOCK_ID) {
@@ -196,22 +282,67 @@ impl Runtime {
         true
     }
 
-    /// Releases the session lock. Refused (recorded in last_error) from a thread that does not hold it;
-    /// where there is no lock to hold, the record is why (the platform's failure), not a lock misuse.
+    /// Releases the session lock. Refused (recorded in last_error, the lock left as it was) from a thread
+    /// that does not hold it (where there is no lock to hold, the record is why: the platform's failure,
+    /// not a lock misuse), and while the lock is pinned on this thread: by a typed lock token (which
+    /// releases it when dropped), by a job-engine run on the session backend (a clock callback), or by
+    /// close running its on-close hooks. Each of those holds CPU views of session buffers across code it
+    /// does not control; releasing the lock under it would let another thread close the device.
     pub fn unlock(&self) {
         if !self.holds_lock() {
-            match self.lock_unavailable() {
-                Some(e) => self.set_error(&e),
-                None => self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock")),
-            }
+            self.refuse_unlock();
             return;
         }
+        let me = thread::current().id();
+        let pinned = sync::lock(&self.pins).iter().rev().find(|(t, _)| *t == me).map(|(_, by)| *by);
+        if let Some(by) = pinned {
+            self.set_error(&Error::LockPinned(by));
+            return;
+        }
+        self.release_lock();
+    }
+
+    fn release_lock(&self) {
         *sync::lock(&self.owner) = None;
         let p = sync::lock(&self.lock_platform).take();
         if let Some(l) = p.as_ref().and_then(|p| p.lock()) {
-            // SAFETY: `holds_lock` confirmed this thread took the lock of this very platform (recorded in
-            // `lock_platform` by `lock`/`try_lock`) and has not released it.
+            // SAFETY: the caller (`unlock`, `unlock_pinned`) confirmed this thread holds the lock, which it
+            // took from this very platform (recorded in `lock_platform` by `lock`/`try_lock`) and has not
+            // released.
             unsafe { l.unlock(LOCK_ID) };
+        }
+    }
+
+    /// Pins the lock on this thread for `by`: [`Runtime::unlock`] is refused until [`Runtime::unpin_lock`].
+    pub(crate) fn pin_lock(&self, by: &'static str) {
+        sync::lock(&self.pins).push((thread::current().id(), by));
+    }
+
+    /// Removes this thread's innermost pin by `by`, if there is one.
+    pub(crate) fn unpin_lock(&self, by: &'static str) {
+        let me = thread::current().id();
+        let mut pins = sync::lock(&self.pins);
+        if let Some(i) = pins.iter().rposition(|p| *p == (me, by)) {
+            pins.remove(i);
+        }
+    }
+
+    /// Removes the pin by `by` and releases the lock (what a typed token's drop does).
+    pub(crate) fn unlock_pinned(&self, by: &'static str) {
+        self.unpin_lock(by);
+        if self.holds_lock() {
+            self.release_lock();
+        } else {
+            self.refuse_unlock();
+        }
+    }
+
+    /// Records why an unlock from a thread that does not hold the lock released nothing: where there is
+    /// no lock to hold, the platform's failure (the real cause), else the lock misuse.
+    fn refuse_unlock(&self) {
+        match self.lock_unavailable() {
+            Some(e) => self.set_error(&e),
+            None => self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock")),
         }
     }
 
@@ -220,7 +351,24 @@ impl Runtime {
         *sync::lock(&self.owner) == Some(thread::current().id())
     }
 
+    /// True on the thread that runs the on-close hooks, while it runs them.
+    fn in_close_hook(&self) -> bool {
+        self.in_close_hooks.load(Ordering::SeqCst) && self.holds_lock()
+    }
+
+    /// The gate of every call that touches the device: the calling thread holds the lock, and is not
+    /// inside an on-close hook (a hook may only release buffers).
     pub(crate) fn require_lock(&self, stage: &'static str) -> Result<()> {
+        self.require_lock_to_release(stage)?;
+        // This thread holds the lock, and only the holder runs the hooks: the flag alone says it is in one.
+        if self.in_close_hooks.load(Ordering::SeqCst) {
+            return self.fail(Error::CloseHook(stage));
+        }
+        Ok(())
+    }
+
+    /// The gate of the calls that release buffers, which an on-close hook may make: the lock only.
+    pub(crate) fn require_lock_to_release(&self, stage: &'static str) -> Result<()> {
         if self.holds_lock() {
             return Ok(());
         }
@@ -324,11 +472,12 @@ impl Runtime {
                 return self.fail(Error::Open(e));
             }
         };
-        let h = s.buffers.open(Buf { alloc: markers, kind: HANDLE_BUF_QUEUE, parked: false });
+        let h = s.buffers.open(Buf::new(markers, HANDLE_BUF_QUEUE, LAUNCH_BUFFER));
         s.markers = Some((h, markers));
         s.device = Some(info);
         s.channel_fault = None;
         s.max_param_bytes = i.platform.caps().max_param_bytes;
+        s.launch_limits = Some(i.platform.caps().launch);
         drop(s);
         self.open_count.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -355,16 +504,26 @@ impl Runtime {
     }
 
     /// Closes the device and frees every session buffer. Takes the lock itself: call it without the lock.
-    /// Refused (a no-op, recorded) after a latch.
+    /// Refused (a no-op, recorded) after a latch, including one that happened in an on-close hook.
+    ///
+    /// A panic in an on-close hook does not leave the lock held: the close completes, the lock is
+    /// released, and then the panic goes on to the caller (the C layer turns it into its failure value).
     pub fn close(&self) -> Result<()> {
-        // The contract's C lock would deadlock for a holder; in Rust we say so instead of hanging.
+        // The contract's C lock would deadlock for a holder; in Rust we say so instead of hanging. With no
+        // platform there is no lock to take, and the platform's failure is what is recorded.
         self.lock_itself("close takes the session lock itself: call it without the lock")?;
-        let r = self.close_locked();
-        self.unlock();
-        r
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.close_locked()));
+        if self.holds_lock() {
+            self.release_lock();
+        }
+        match r {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
-    /// Close with the lock already held by the caller (the typed API's `Locked<Open>::close`).
+    /// Close with the lock already held by the caller (the typed API's `Locked<Open>::close`). A hook's
+    /// panic is resumed once the device is closed.
     pub(crate) fn close_locked(&self) -> Result<()> {
         if self.is_blocked() {
             return self.fail(Error::Latched("close"));
@@ -372,15 +531,44 @@ impl Runtime {
         if !self.is_open() {
             return Ok(());
         }
+        let panic = self.run_close_hooks();
+        let r = self.release_everything();
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
+        r
+    }
+
+    /// Runs every on-close hook once, each under a pin of the lock and with the device calls refused; the
+    /// first hook's panic is caught (the later hooks still run) and returned.
+    fn run_close_hooks(&self) -> Option<Box<dyn std::any::Any + Send>> {
         let mut hooks = std::mem::take(&mut *sync::lock(&self.hooks));
+        let mut first_panic = None;
+        self.pin_lock(PIN_CLOSE);
+        self.in_close_hooks.store(true, Ordering::SeqCst);
         for h in hooks.iter_mut() {
-            h();
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)) {
+                self.set_error(&Error::Setting { stage: "on close", detail: "a hook panicked".into() });
+                first_panic.get_or_insert(p);
+            }
+        }
+        self.in_close_hooks.store(false, Ordering::SeqCst);
+        self.unpin_lock(PIN_CLOSE);
+        first_panic
+    }
+
+    /// The rest of close, after the hooks: refused when the process latched (a hook cannot launch, but the
+    /// check belongs here whatever happened before), else every buffer is released and the device closed.
+    fn release_everything(&self) -> Result<()> {
+        if self.is_blocked() {
+            return self.fail(Error::Latched("close"));
         }
         let i = self.installed()?;
         let mut s = sync::lock(&self.session);
         let mem = i.platform.memory().expect("negotiated at open");
         for b in s.buffers.close_all() {
-            // SAFETY: not latched, so every launch completed with both markers observed; the lock is held;
+            // SAFETY: not latched (checked after the hooks, and nothing but this thread, which holds the
+            // lock, can latch), so every launch completed with both markers observed; the lock is held;
             // every allocation in the table is live and freed once (close_all empties the table).
             unsafe { mem.free(&b.alloc) };
             if b.kind != HANDLE_BUF_QUEUE {
@@ -393,6 +581,8 @@ impl Runtime {
         s.device = None;
         s.channel_fault = None;
         s.max_param_bytes = 0;
+        s.launch_limits = None;
+        s.in_flight_stamps = None;
         let dev = i.platform.device().expect("negotiated at open");
         // SAFETY: lock held, device open, nothing in flight (synchronous launches, not latched), every
         // allocation freed above.
@@ -419,7 +609,8 @@ impl Runtime {
         self.spin_us.load(Ordering::SeqCst)
     }
 
-    /// Registers a hook that close runs before the device goes away (up to [`ON_CLOSE_MAX`]).
+    /// Registers a hook that close runs before the device goes away (up to [`ON_CLOSE_MAX`]). What a hook
+    /// may call: see [`CloseHook`].
     pub fn on_close(&self, hook: CloseHook) -> Result<()> {
         let mut hooks = sync::lock(&self.hooks);
         if hooks.len() >= ON_CLOSE_MAX {

@@ -106,7 +106,8 @@ pub struct ParkStats {
 pub struct RawLaunch {
     /// GPU address of the kernel code.
     pub code_va: u64,
-    /// Registers per thread (rounded up to a multiple of 8, at least 64).
+    /// Registers per thread (rounded up to a multiple of 8, at least 64). Refused when the rounded count is
+    /// past what the architecture has (255 on sm_90, so at most 248 before rounding).
     pub gpr_count: u32,
     /// Block size x.
     pub threads_x: u32,
@@ -116,7 +117,9 @@ pub struct RawLaunch {
     pub grid_x: u32,
     /// Grid size y.
     pub grid_y: u32,
-    /// The QMD config word `num_elements`, kept for identical descriptors.
+    /// A word carried unchanged to the platform's launch descriptor (the simulator records it with the
+    /// launch). The H200's QMD (V04_00) has no such word, so on the GPU it reaches no kernel: pass an
+    /// element count the kernel needs as an argument.
     pub num_elements: u32,
     /// Argument words for constant bank 0.
     pub args: *const u32,
@@ -124,9 +127,11 @@ pub struct RawLaunch {
     pub n_args: u32,
     /// Completion poll limit per marker, ms. 0 runs out at once and latches.
     pub timeout_ms: u32,
-    /// Shared memory per block; 0 = the default of 1024 bytes.
+    /// Shared memory per block; 0 = the default of 1024 bytes. At most what the architecture allows per
+    /// block, the system's reserve included (233472 bytes on sm_90: 227 KiB plus the 1 KiB reserve).
     pub shared_bytes: u32,
-    /// Spin window before sleep-polling; 0 = the process-wide setting.
+    /// Spin window before sleep-polling; 0 = the process-wide setting. At most
+    /// `OMEGA_GPU_SESSION_MAX_SPIN_US`.
     pub spin_us: u32,
 }
 

@@ -2,9 +2,15 @@
  *   run   a dependent chain of vector_add launches against a CPU reference, marks, stamps, barrier names,
  *         2048 accepted and the 2049th refused, the lock rules of create and free, and every handle refusal
  *   hang  a list whose completion never comes: the list latches, then the process
+ *   count_free  threads asking a list's count while another frees it and a third holds the session lock:
+ *         the counts, which need no lock, never wait for it (an alarm ends the process if they do)
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -333,15 +339,17 @@ static int hang(void) {
     uint64_t stamps[3];
     CHECK(omega_gpu_cmdlist_stamps(list, stamps, 3) == 0);
 
-    /* Free parks the stamp area: the device may still write it. */
+    /* The latch parked what the device may still write: the session's launch buffer and the stamp area
+     * of the submission that latched (the simulator keeps no buffers of its own). */
     OmegaGpuParkStats before, after;
     omega_gpu_session_parked(&before);
-    CHECK(before.buffers == 1); /* the session's launch buffer, parked at the latch */
+    CHECK(before.buffers == 2 && before.untracked == 0);
+    CHECK(before.bytes == 4096 + OMEGA_GPU_CMDLIST_MAX_LAUNCHES * 16);
+    /* Free keeps it parked (counted once) and is not refused. */
     omega_gpu_session_unlock();
     CHECK(omega_gpu_cmdlist_free(list) == 0);
     omega_gpu_session_parked(&after);
-    CHECK(after.buffers == before.buffers + 1);
-    CHECK(after.bytes == before.bytes + OMEGA_GPU_CMDLIST_MAX_LAUNCHES * 16);
+    CHECK(after.buffers == before.buffers && after.bytes == before.bytes);
     CHECK(omega_gpu_cmdlist_is_latched(list) == -1);
 
     /* No new list in a latched process. */
@@ -353,9 +361,73 @@ static int hang(void) {
     return check_done("cmdlist hang");
 }
 
+#define COUNTERS 4
+
+static OmegaGpuCmdList *shared_list;
+static int counters_done;
+static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Asks the count until the list is gone (the count of a live list here is 1; of a freed one, 0). */
+static void *counter(void *arg) {
+    (void)arg;
+    while (omega_gpu_cmdlist_count(shared_list) != 0) {
+    }
+    pthread_mutex_lock(&done_mu);
+    counters_done++;
+    pthread_mutex_unlock(&done_mu);
+    return NULL;
+}
+
+static void *freer(void *arg) {
+    *(int *)arg = omega_gpu_cmdlist_free(shared_list);
+    return NULL;
+}
+
+static int count_free(void) {
+    alarm(60);
+    omega_gpu_session_lock();
+    CHECK(omega_gpu_session_open() != NULL);
+    OmegaGpuKernel k;
+    CHECK(omega_gpu_kernel_load("vector_add", &k) == 0);
+    OmegaGpuMem a;
+    CHECK(omega_gpu_session_alloc(N * sizeof(float), &a) == 0);
+    omega_gpu_session_unlock();
+    CHECK(omega_gpu_cmdlist_create(NULL, &shared_list) == 0);
+    omega_gpu_session_lock();
+    uint32_t words[7];
+    OmegaGpuLaunch L = vadd(&k, words, &a, &a, &a, N);
+    CHECK(omega_gpu_cmdlist_add(shared_list, &L, NULL) == 0);
+
+    /* This thread keeps the session lock throughout; the free waits for it, the counts must not. */
+    pthread_t c[COUNTERS], f;
+    for (int i = 0; i < COUNTERS; i++) pthread_create(&c[i], NULL, counter, NULL);
+    struct timespec ms1 = {0, 1000 * 1000};
+    nanosleep(&ms1, NULL);
+    int freed = -2;
+    pthread_create(&f, NULL, freer, &freed);
+    int done = 0;
+    for (int waited = 0; waited < 20000 && done < COUNTERS; waited++) {
+        nanosleep(&ms1, NULL);
+        pthread_mutex_lock(&done_mu);
+        done = counters_done;
+        pthread_mutex_unlock(&done_mu);
+    }
+    CHECK(done == COUNTERS); /* every count returned while the lock was held elsewhere */
+    CHECK(freed == -2);      /* and the free is still waiting for the lock */
+    omega_gpu_session_unlock();
+    pthread_join(f, NULL);
+    for (int i = 0; i < COUNTERS; i++) pthread_join(c[i], NULL);
+    CHECK(freed == 0);
+    CHECK(omega_gpu_cmdlist_count(shared_list) == 0);
+    CHECK_ERROR("cmdlist count: ");
+    CHECK_ERROR_HAS("is not a live command list");
+    return check_done("cmdlist count_free");
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "count_free") == 0) return count_free();
     if (argc == 2 && strcmp(argv[1], "run") == 0) return run();
     if (argc == 2 && strcmp(argv[1], "hang") == 0) return hang();
-    fprintf(stderr, "usage: cmdlist run|hang\n");
+    fprintf(stderr, "usage: cmdlist run|hang|count_free\n");
     return 2;
 }

@@ -5,7 +5,11 @@
  *         blocking the engine; the INTERNAL test hooks
  *   hang  a job whose completion never comes on the session backend: COMPLETION_TIMEOUT, then every later
  *         run is UNCERTAIN_COMPLETION_BLOCKED
+ *   clock_reset  a clock function that calls omega_gpu_engine_set_clock inside omega_gpu_execute: it must
+ *         not wait for the run (an alarm ends the process if it does)
  */
+#define _POSIX_C_SOURCE 200809L
+#include <unistd.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -426,10 +430,36 @@ static int hang(void) {
     return check_done("engine hang");
 }
 
+static uint64_t fixed_clock(void) { return 5; }
+
+/* Sets the clock from inside the run that reads it. */
+static uint64_t resetting_clock(void) {
+    omega_gpu_engine_set_clock(fixed_clock);
+    return 7;
+}
+
+static int clock_reset(void) {
+    alarm(30); /* a set_clock that waited for the run would wait forever */
+    fill_inputs(3);
+    OmegaGpuJob job = vector_job();
+    OmegaGpuResult r;
+    omega_gpu_session_lock();
+    omega_gpu_engine_set_clock(resetting_clock);
+    CHECK(omega_gpu_execute(&job, &r) == 0);
+    CHECK(succeeded(&r));
+    CHECK(r.started_ns == 7 && r.finished_ns == 7); /* a run keeps the clock it started with */
+    CHECK(omega_gpu_execute(&job, &r) == 0);
+    CHECK(r.started_ns == 5 && r.finished_ns == 5); /* the next run reads the one set during the first */
+    omega_gpu_engine_set_clock(NULL);
+    omega_gpu_session_unlock();
+    return check_done("engine clock_reset");
+}
+
 int main(int argc, char **argv) {
     (void)put_va; /* check.h's launch-argument helper: no launch is built by hand here */
+    if (argc == 2 && strcmp(argv[1], "clock_reset") == 0) return clock_reset();
     if (argc == 2 && strcmp(argv[1], "run") == 0) return run();
     if (argc == 2 && strcmp(argv[1], "hang") == 0) return hang();
-    fprintf(stderr, "usage: engine run|hang\n");
+    fprintf(stderr, "usage: engine run|hang|clock_reset\n");
     return 2;
 }

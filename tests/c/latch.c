@@ -2,6 +2,8 @@
  *   hang         a kernel that never ends: the marker wait runs out
  *   refuse_poll  the completion poll is refused
  *   cancel       a cancel from another thread after submit
+ *   zero_timeout a launch with timeout_ms 0: it runs out at once
+ *   park_max     hang, then more frees than OMEGA_GPU_SESSION_PARK_MAX: listed, then counted untracked
  * Each must: fail the launch with its stage, set is_blocked, park every later free (counted, listed,
  * never released), refuse launch, alloc, sync, close and open. */
 #define _POSIX_C_SOURCE 200809L
@@ -30,7 +32,7 @@ static void *blocked_reader(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: latch hang|refuse_poll|cancel\n");
+        fprintf(stderr, "usage: latch hang|refuse_poll|cancel|zero_timeout|park_max\n");
         return 2;
     }
     const char *scenario = argv[1];
@@ -49,16 +51,27 @@ int main(int argc, char **argv) {
                         .grid_y = 1, .args = args, .n_args = 3, .timeout_ms = 100};
     CHECK(omega_gpu_session_launch(&L, NULL, NULL) == 0);
     CHECK(omega_gpu_session_is_blocked() == 0);
+    /* park_max: buffers to free after the latch, more than are listed. */
+    enum { EXTRA = OMEGA_GPU_SESSION_PARK_MAX + 3 };
+    static OmegaGpuMem extra[EXTRA];
+    int park_max = strcmp(scenario, "park_max") == 0;
+    for (int i = 0; park_max && i < EXTRA; i++) CHECK(omega_gpu_session_alloc(100, &extra[i]) == 0);
     OmegaGpuAllocStats before;
     omega_gpu_session_alloc_stats(&before);
 
     int rc;
-    if (strcmp(scenario, "hang") == 0) {
+    if (strcmp(scenario, "hang") == 0 || park_max) {
         CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_HANG) == 0);
         rc = omega_gpu_session_launch(&L, NULL, NULL);
         CHECK(rc == -1);
         CHECK_ERROR("launch: completion timeout");
         CHECK_ERROR_HAS("process latched");
+    } else if (strcmp(scenario, "zero_timeout") == 0) {
+        L.timeout_ms = 0; /* the kernel itself would complete: 0 still runs out at once */
+        rc = omega_gpu_session_launch(&L, NULL, NULL);
+        CHECK(rc == -1);
+        CHECK_ERROR("launch: completion timeout: marker 0 not released within 0 ms; process latched");
+        L.timeout_ms = 100;
     } else if (strcmp(scenario, "refuse_poll") == 0) {
         CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_REFUSE_POLL) == 0);
         rc = omega_gpu_session_launch(&L, NULL, NULL);
@@ -107,6 +120,20 @@ int main(int argc, char **argv) {
     CHECK(ps.buffers == 4);
     CHECK(omega_gpu_session_is_parked(out.handle) == 1);
     CHECK(omega_gpu_session_is_parked(k.code.handle) == 1);
+    if (park_max) {
+        /* 4 parked so far; the first PARK_MAX are listed by handle, the rest only counted. */
+        for (int i = 0; i < EXTRA; i++) omega_gpu_session_free(&extra[i]);
+        omega_gpu_session_parked(&ps);
+        CHECK(ps.buffers == 4 + EXTRA);
+        CHECK(ps.untracked == 4 + EXTRA - OMEGA_GPU_SESSION_PARK_MAX);
+        CHECK(ps.bytes == 4096 + 4096 + 8192 + k.code.size + (uint64_t)EXTRA * 4096);
+        int listed = 0;
+        for (int i = 0; i < EXTRA; i++) listed += omega_gpu_session_is_parked(extra[i].handle);
+        CHECK(listed == OMEGA_GPU_SESSION_PARK_MAX - 4);
+        CHECK(omega_gpu_session_is_parked(extra[0].handle) == 1);
+        CHECK(omega_gpu_session_is_parked(extra[EXTRA - 1].handle) == 0);
+        CHECK(extra[EXTRA - 1].handle.generation != 0); /* kept, though not listed */
+    }
     OmegaGpuAllocStats after;
     omega_gpu_session_alloc_stats(&after);
     CHECK(after.frees == before.frees);

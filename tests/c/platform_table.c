@@ -58,6 +58,10 @@ static int fw_submit(void *ctx, const OmegaGpuSubmission *s, OmegaGpuPlatformErr
     ((Forward *)ctx)->launches += (unsigned)s->n_launches;
     return INNER(ctx)->submit.submit(INNER(ctx)->ctx, s, err);
 }
+static size_t fw_in_flight_buffers(void *ctx, OmegaGpuQueueBuffer *out, size_t max) {
+    COUNT(ctx, submit);
+    return INNER(ctx)->submit.in_flight_buffers(INNER(ctx)->ctx, out, max);
+}
 static int fw_poll(void *ctx, const OmegaGpuMarker *m, uint32_t *word, OmegaGpuPlatformError *err) {
     COUNT(ctx, poll);
     return INNER(ctx)->poll.poll(INNER(ctx)->ctx, m, word, err);
@@ -114,6 +118,7 @@ static OmegaGpuPlatform forwarding(Forward *f) {
     t.memory.alloc = fw_alloc;
     t.memory.free = fw_free;
     t.submit.submit = fw_submit;
+    t.submit.in_flight_buffers = fw_in_flight_buffers;
     t.poll.poll = fw_poll;
     t.poll.timestamp = fw_timestamp;
     t.poll.channel_fault = fw_channel_fault;
@@ -161,6 +166,14 @@ static void broken_tables_are_refused_by_name(const OmegaGpuPlatform *good) {
     t.caps.page_bytes = 3000;
     CHECK(omega_gpu_platform_check(&t) == OMEGA_GPU_PLAT_BAD_VALUE);
     CHECK_ERROR("platform: OMEGA_GPU_PLAT_BAD_VALUE: caps.page_bytes");
+    t = *good;
+    t.caps.launch.max_threads_per_block = 0;
+    CHECK(omega_gpu_platform_check(&t) == OMEGA_GPU_PLAT_BAD_VALUE);
+    CHECK_ERROR("platform: OMEGA_GPU_PLAT_BAD_VALUE: caps.launch");
+    t = *good;
+    t.submit.in_flight_buffers = NULL;
+    CHECK(omega_gpu_platform_check(&t) == OMEGA_GPU_PLAT_MISSING_SERVICE);
+    CHECK_ERROR_HAS("OmegaGpuSubmitService.in_flight_buffers is NULL");
     t = *good;
     t.caps.code_format = 7;
     CHECK(omega_gpu_platform_check(&t) == OMEGA_GPU_PLAT_BAD_VALUE);
@@ -313,6 +326,8 @@ static int run(void) {
     CHECK(sim.caps.code_format == OMEGA_GPU_CODE_SIM_IMAGE);
     CHECK(sim.caps.param_base == 4 * omega_gpu_session_submit_prefix_words());
     CHECK(sim.release != NULL);
+    CHECK(sim.caps.launch.max_threads_per_block == 1024);
+    CHECK(sim.caps.launch.sm_major == 9);
     CHECK(omega_gpu_platform_check(&sim) == 0);
 
     static Forward f; /* lives as long as the runtime may call it */
@@ -363,6 +378,12 @@ static int layout(void) {
     SIZE(OmegaGpuPlatformCaps);
     OFF(OmegaGpuPlatformCaps, page_bytes);
     OFF(OmegaGpuPlatformCaps, code_prefetch_tail);
+    OFF(OmegaGpuPlatformCaps, launch);
+    SIZE(OmegaGpuLaunchLimits);
+    OFF(OmegaGpuLaunchLimits, max_grid);
+    OFF(OmegaGpuLaunchLimits, reserved_shared_bytes);
+    SIZE(OmegaGpuQueueBuffer);
+    OFF(OmegaGpuQueueBuffer, what);
     SIZE(OmegaGpuPlatformError);
     OFF(OmegaGpuPlatformError, text);
     SIZE(OmegaGpuBufferDesc);

@@ -90,6 +90,18 @@ int main(void) {
     }
     CHECK(omega_gpu_session_open() == s);
     CHECK(omega_gpu_session_open_count() == 1);
+
+    /* The session's own launch buffer is not the caller's to free: refused, not counted, left as it was. */
+    if (s) {
+        OmegaGpuMem lb = s->launch_buffer;
+        OmegaGpuAllocStats before = stats();
+        omega_gpu_session_free(&s->launch_buffer);
+        CHECK_ERROR("free: the buffer is the session's own launch buffer; nothing was released");
+        CHECK(memcmp(&lb, &s->launch_buffer, sizeof lb) == 0);
+        OmegaGpuAllocStats after = stats();
+        CHECK(after.frees == before.frees && after.stale_refusals == before.stale_refusals);
+        CHECK(omega_gpu_session_sync_to_cpu(&s->launch_buffer) == 0); /* still live */
+    }
     CHECK(omega_gpu_session_set_platform("sim", NULL) == -1);
     CHECK_ERROR("set platform: close the device first");
     CHECK(omega_gpu_device_query(NULL) == -1);
@@ -122,6 +134,27 @@ int main(void) {
     CHECK(omega_gpu_session_alloc((size_t)1 << 60, &big) == -1);
     CHECK_ERROR("platform: OMEGA_GPU_PLAT_OVERFLOW");
     CHECK(big.handle.generation == 0 && big.cpu == NULL);
+
+    /* Sizes whose code tail or page rounding overflows are refused, never wrapped, in every build. */
+    st0 = stats();
+    const size_t huge[] = {SIZE_MAX, SIZE_MAX - 2047, SIZE_MAX - 4096, (size_t)PTRDIFF_MAX + 1};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        memset(&big, 0xff, sizeof big);
+        CHECK(omega_gpu_session_alloc_code(huge[i], &big) == -1);
+        CHECK_ERROR("platform: OMEGA_GPU_PLAT_OVERFLOW");
+        CHECK(big.handle.generation == 0 && big.cpu == NULL && big.va == 0 && big.size == 0);
+        memset(&big, 0xff, sizeof big);
+        CHECK(omega_gpu_session_alloc(huge[i], &big) == -1);
+        CHECK_ERROR("platform: OMEGA_GPU_PLAT_OVERFLOW");
+        CHECK(big.handle.generation == 0 && big.size == 0);
+        memset(&big, 0xff, sizeof big);
+        CHECK(omega_gpu_session_alloc_cached(huge[i], &big) == -1);
+        CHECK_ERROR("platform: OMEGA_GPU_PLAT_OVERFLOW");
+        CHECK(omega_gpu_code_alloc_bytes(huge[i]) == 0);
+        CHECK_ERROR("code alloc: ");
+    }
+    st1 = stats();
+    CHECK(st1.allocs == st0.allocs && st1.alloc_failures == st0.alloc_failures);
 
     st0 = stats();
     CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_FAIL_ALLOC) == 0);
@@ -211,6 +244,27 @@ int main(void) {
     omega_gpu_session_scratch_free(&sc);
     CHECK(sc.cap == 0 && sc.high_water == 0 && sc.mem.handle.generation == 0);
 
+    /* A reservation bounds requests by the size reserved, not the page it rounds up to. */
+    CHECK(omega_gpu_session_scratch_reserve(&sc, 1000) == 0);
+    CHECK(sc.cap == 4096);
+    CHECK(omega_gpu_session_scratch(&sc, 1000) == 0);
+    CHECK(omega_gpu_session_scratch(&sc, 2000) == OMEGA_GPU_SESSION_SCRATCH_RESERVED);
+    CHECK_ERROR("scratch: request of 2000 bytes past the reservation of 1000 bytes");
+    /* Without the lock a fitting request and unreserve are refused, and a refused free keeps the scratch
+     * (zeroing it would lose the buffer). */
+    omega_gpu_session_unlock();
+    OmegaGpuScratch kept = sc;
+    CHECK(omega_gpu_session_scratch(&sc, 10) == -1);
+    CHECK_ERROR("lock: ");
+    omega_gpu_session_scratch_unreserve(&sc);
+    CHECK_ERROR("lock: ");
+    omega_gpu_session_scratch_free(&sc);
+    CHECK_ERROR("lock: ");
+    CHECK(memcmp(&kept, &sc, sizeof sc) == 0);
+    omega_gpu_session_lock();
+    omega_gpu_session_scratch_free(&sc);
+    CHECK(sc.mem.handle.generation == 0 && sc.reserved == 0);
+
     /* ----- kernels and launch ----- */
     OmegaGpuKernel k;
     CHECK(omega_gpu_kernel_load("no_such_kernel", &k) == -1);
@@ -286,6 +340,11 @@ int main(void) {
 
     CHECK(omega_gpu_session_launch(&L, &elapsed, &marker) == 0);
     CHECK(elapsed > 5); /* added to, not set */
+    /* Added to: a start far above any launch time stays below the result (an overwrite would fall under it). */
+    const uint64_t far = (uint64_t)1 << 60;
+    elapsed = far;
+    CHECK(omega_gpu_session_launch(&L, &elapsed, NULL) == 0);
+    CHECK(elapsed > far && elapsed - far < 1000000000ull);
     CHECK(marker != 0);
     CHECK(read_word(&m) == 0xC0FFEEu);
     CHECK(omega_gpu_session_launch(&L, NULL, NULL) == 0);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub fn open_runtime() -> (Runtime, Arc<Sim>) {
     let installed = Installed::sim();
     let sim = installed.sim.clone().unwrap();
-    let rt = Runtime::with_platform(installed);
+    let rt = Runtime::with_platform(installed).expect("a fresh simulator is this runtime's");
     rt.lock();
     rt.open().expect("sim opens");
     (rt, sim)
@@ -23,7 +23,7 @@ pub fn load(rt: &Runtime, name: &str) -> GpuMem {
     // SAFETY: the code buffer's CPU view holds at least `image.len()` bytes.
     unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), code.cpu.cast::<u8>(), image.len()) };
     let spec = omega::kernels::host_spec(name).unwrap();
-    rt.register_kernel(code.va, KernelMeta { name: name.into(), params: spec.params(), ..Default::default() });
+    rt.register_kernel(code.va, KernelMeta { name: name.into(), params: spec.params(), ..Default::default() }).unwrap();
     code
 }
 

@@ -17,6 +17,29 @@ pub type OmegaGpuBusAddr = u64;
 /// The CPU's view of a buffer: where the CPU reads and writes it. NULL where the buffer has none.
 pub type OmegaCpuView = *mut c_void;
 
+/// What one launch descriptor may ask of the device: the shape, register and shared-memory limits the
+/// session checks every launch against before anything is submitted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OmegaGpuLaunchLimits {
+    /// The compute capability the limits are of (9 and 0 for sm_90), for messages.
+    pub sm_major: u32,
+    /// Its minor.
+    pub sm_minor: u32,
+    /// Most threads per block along x, y and z (each at least 1).
+    pub max_block: [u32; 3],
+    /// Most threads per block, all three sides together.
+    pub max_threads_per_block: u32,
+    /// Most blocks per grid along x, y and z (each at least 1).
+    pub max_grid: [u32; 3],
+    /// Most registers per thread a descriptor may declare.
+    pub max_registers: u32,
+    /// Most shared memory per block in bytes, the system's reserved part included.
+    pub max_shared_bytes: u32,
+    /// Shared memory the system reserves in every block (at most `max_shared_bytes`).
+    pub reserved_shared_bytes: u32,
+}
+
 /// What a platform declares about itself, beside the ABI numbers of `OmegaGpuPlatform`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +56,8 @@ pub struct OmegaGpuPlatformCaps {
     pub page_bytes: u64,
     /// Zero-filled bytes a code buffer holds after the code, for instruction prefetch.
     pub code_prefetch_tail: u64,
+    /// What one launch may ask for.
+    pub launch: OmegaGpuLaunchLimits,
 }
 
 /// What a failing callback reports: the kind of failure (`OMEGA_GPU_PLAT_ERR_*`), a number and a text.
@@ -165,6 +190,19 @@ pub struct OmegaGpuSubmission {
     pub reserved: u32,
 }
 
+/// A buffer of the platform's own that submitted work may touch (a ring, launch descriptors, constant
+/// banks): what a latch must count as parked, because after an uncertain completion it is never released.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OmegaGpuQueueBuffer {
+    /// Its GPU address.
+    pub va: OmegaGpuVa,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// What it is, NUL-terminated ("GPFIFO ring and USERD"), for reports.
+    pub what: [c_char; 64],
+}
+
 /// An error the channel reported (the driver's error notifier).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,6 +313,11 @@ pub struct OmegaGpuDeviceMemService {
 ///   are observed, or forever if they never are; constant banks are GPU-readable.
 /// - `s` and everything it points to (launches, argument words, constant banks) is valid only during the
 ///   call: copy what the device needs later.
+/// - `in_flight_buffers` is called under the session lock, once, at a latch. It writes up to `max` of the
+///   platform's own buffers that work submitted since the device opened may still touch to `out` (`out`
+///   is NULL when `max` is 0) and returns how many there are, which may be more than `max` (the runtime
+///   then asks again with room for all). None while the device is closed; 0 for a platform that keeps
+///   nothing of its own in device memory.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OmegaGpuSubmitService {
@@ -282,6 +325,9 @@ pub struct OmegaGpuSubmitService {
     pub submit: Option<
         unsafe extern "C" fn(ctx: *mut c_void, s: *const OmegaGpuSubmission, err: *mut OmegaGpuPlatformError) -> c_int,
     >,
+    /// The platform's own buffers submitted work may touch.
+    pub in_flight_buffers:
+        Option<unsafe extern "C" fn(ctx: *mut c_void, out: *mut OmegaGpuQueueBuffer, max: usize) -> usize>,
 }
 
 /// The POLL service (`OMEGA_GPU_SVC_POLL`): reads the marker words the device releases. Polling a word
@@ -442,12 +488,22 @@ impl OmegaGpuPlatform {
             max_param_bytes: 0,
             page_bytes: 0,
             code_prefetch_tail: 0,
+            launch: OmegaGpuLaunchLimits {
+                sm_major: 0,
+                sm_minor: 0,
+                max_block: [0; 3],
+                max_threads_per_block: 0,
+                max_grid: [0; 3],
+                max_registers: 0,
+                max_shared_bytes: 0,
+                reserved_shared_bytes: 0,
+            },
         },
         ctx: core::ptr::null_mut(),
         clock: OmegaGpuClockService { now_ns: None, sleep_us: None },
         lock: OmegaGpuLockService { lock: None, try_lock: None, unlock: None },
         memory: OmegaGpuDeviceMemService { alloc: None, free: None },
-        submit: OmegaGpuSubmitService { submit: None },
+        submit: OmegaGpuSubmitService { submit: None, in_flight_buffers: None },
         poll: OmegaGpuPollService { poll: None, timestamp: None, channel_fault: None },
         host: OmegaGpuHostMemService { alloc: None, calloc: None, free: None },
         sync: OmegaGpuSyncService { to_gpu: None, to_cpu: None },

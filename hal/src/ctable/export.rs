@@ -8,9 +8,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use super::queue::Unflat;
 use super::{
     err, write_c_text, OmegaGpuAllocation, OmegaGpuBufferDesc, OmegaGpuChannelFault, OmegaGpuClockService,
-    OmegaGpuDeviceInfo, OmegaGpuDeviceMemService, OmegaGpuDeviceService, OmegaGpuHostMemService, OmegaGpuLockService,
-    OmegaGpuMarker, OmegaGpuPlatform, OmegaGpuPlatformCaps, OmegaGpuPlatformError, OmegaGpuPollService,
-    OmegaGpuSubmission, OmegaGpuSubmitService, OmegaGpuSyncService,
+    OmegaGpuDeviceInfo, OmegaGpuDeviceMemService, OmegaGpuDeviceService, OmegaGpuHostMemService, OmegaGpuLaunchLimits,
+    OmegaGpuLockService, OmegaGpuMarker, OmegaGpuPlatform, OmegaGpuPlatformCaps, OmegaGpuPlatformError,
+    OmegaGpuPollService, OmegaGpuQueueBuffer, OmegaGpuSubmission, OmegaGpuSubmitService, OmegaGpuSyncService,
 };
 use crate::caps::{Refusal, Services};
 use crate::error::HalError;
@@ -51,12 +51,13 @@ pub fn export(platform: Arc<dyn Platform>) -> OmegaGpuPlatform {
             max_param_bytes: caps.max_param_bytes,
             page_bytes: caps.page_bytes,
             code_prefetch_tail: caps.code_prefetch_tail,
+            launch: OmegaGpuLaunchLimits::from_hal(&caps.launch),
         },
         ctx,
         clock: OmegaGpuClockService { now_ns: Some(now_ns), sleep_us: Some(sleep_us) },
         lock: OmegaGpuLockService { lock: Some(lock), try_lock: Some(try_lock), unlock: Some(unlock) },
         memory: OmegaGpuDeviceMemService { alloc: Some(alloc), free: Some(free) },
-        submit: OmegaGpuSubmitService { submit: Some(submit) },
+        submit: OmegaGpuSubmitService { submit: Some(submit), in_flight_buffers: Some(in_flight_buffers) },
         poll: OmegaGpuPollService { poll: Some(poll), timestamp: Some(timestamp), channel_fault: Some(channel_fault) },
         host: OmegaGpuHostMemService { alloc: Some(host_alloc), calloc: Some(host_calloc), free: Some(host_free) },
         sync: OmegaGpuSyncService { to_gpu: Some(to_gpu), to_cpu: Some(to_cpu) },
@@ -207,6 +208,16 @@ unsafe extern "C" fn submit(ctx: *mut c_void, s: *const OmegaGpuSubmission, err:
         // SAFETY: the caller passes `err` NULL or writable.
         Err(e) => unsafe { fail(err, &e) },
     }
+}
+
+unsafe extern "C" fn in_flight_buffers(ctx: *mut c_void, out: *mut OmegaGpuQueueBuffer, max: usize) -> usize {
+    no_unwind(0, || {
+        // SAFETY: the caller passes the table's `ctx`.
+        let buffers = unsafe { platform(ctx) }.queue().map(|q| q.in_flight_buffers()).unwrap_or_default();
+        let max = if out.is_null() { 0 } else { max };
+        // SAFETY: OmegaGpuSubmitService's caller passes `max` writable entries at `out` (none when NULL).
+        unsafe { super::queue::write_queue_buffers(&buffers, out, max) }
+    })
 }
 
 unsafe extern "C" fn poll(

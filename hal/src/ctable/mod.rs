@@ -37,6 +37,7 @@ use core::ffi::{c_char, c_void};
 
 use crate::caps::{negotiate, Caps, CodeFormat, Refusal, Services};
 use crate::error::HalError;
+use crate::queue::LaunchLimits;
 use crate::sync::{Arc, AtomicBool, Ordering};
 use crate::{Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility};
 
@@ -159,6 +160,44 @@ impl From<Refusal> for TableRefusal {
     }
 }
 
+impl OmegaGpuLaunchLimits {
+    /// `l` as C lays it out.
+    pub fn from_hal(l: &LaunchLimits) -> Self {
+        OmegaGpuLaunchLimits {
+            sm_major: l.sm.0,
+            sm_minor: l.sm.1,
+            max_block: l.max_block,
+            max_threads_per_block: l.max_threads_per_block,
+            max_grid: l.max_grid,
+            max_registers: l.max_registers,
+            max_shared_bytes: l.max_shared_bytes,
+            reserved_shared_bytes: l.reserved_shared_bytes,
+        }
+    }
+
+    /// The limits in the HAL's terms.
+    pub fn to_hal(&self) -> LaunchLimits {
+        LaunchLimits {
+            sm: (self.sm_major, self.sm_minor),
+            max_block: self.max_block,
+            max_threads_per_block: self.max_threads_per_block,
+            max_grid: self.max_grid,
+            max_registers: self.max_registers,
+            max_shared_bytes: self.max_shared_bytes,
+            reserved_shared_bytes: self.reserved_shared_bytes,
+        }
+    }
+
+    /// Limits a launch can meet: every side, the thread count and the registers at least 1, the reserved
+    /// shared memory inside the maximum.
+    fn well_formed(&self) -> bool {
+        self.max_block.iter().chain(&self.max_grid).all(|&n| n >= 1)
+            && self.max_threads_per_block >= 1
+            && self.max_registers >= 1
+            && self.reserved_shared_bytes <= self.max_shared_bytes
+    }
+}
+
 /// The caps a table declares, in the HAL's terms (the ABI numbers included).
 pub fn caps_of(t: &OmegaGpuPlatform) -> Caps {
     Caps {
@@ -169,6 +208,7 @@ pub fn caps_of(t: &OmegaGpuPlatform) -> Caps {
         code_prefetch_tail: t.caps.code_prefetch_tail,
         param_base: t.caps.param_base,
         max_param_bytes: t.caps.max_param_bytes,
+        launch: t.caps.launch.to_hal(),
     }
 }
 
@@ -188,6 +228,9 @@ pub fn check_for(t: &OmegaGpuPlatform, needed: Services) -> Result<(), TableRefu
     }
     if !t.caps.param_base.is_multiple_of(4) {
         return Err(Refusal::BadValue("caps.param_base").into());
+    }
+    if !t.caps.launch.well_formed() {
+        return Err(Refusal::BadValue("caps.launch").into());
     }
     let functions: [(Services, &[(&'static str, bool)]); 8] = [
         (
@@ -212,7 +255,13 @@ pub fn check_for(t: &OmegaGpuPlatform, needed: Services) -> Result<(), TableRefu
                 ("OmegaGpuDeviceMemService.free", t.memory.free.is_some()),
             ],
         ),
-        (Services::SUBMIT, &[("OmegaGpuSubmitService.submit", t.submit.submit.is_some())]),
+        (
+            Services::SUBMIT,
+            &[
+                ("OmegaGpuSubmitService.submit", t.submit.submit.is_some()),
+                ("OmegaGpuSubmitService.in_flight_buffers", t.submit.in_flight_buffers.is_some()),
+            ],
+        ),
         (
             Services::POLL,
             &[
@@ -287,6 +336,8 @@ impl TablePlatform {
     ///   for as long as the returned platform lives, and neither calls back into the runtime nor unwinds.
     /// - `table.release`, if not NULL, may be called once with `table.ctx` after the last call of any other
     ///   callback, once adopted.
+    /// - The table's services drive no device another runtime drives: a table [`export`]ed from a platform
+    ///   a runtime holds would give that device a second runtime, with its own latch and its own frees.
     pub unsafe fn new(table: &OmegaGpuPlatform, name: &'static str) -> Result<Arc<TablePlatform>, TableRefusal> {
         check_for(table, Services::SESSION)?;
         Ok(Arc::new(TablePlatform {

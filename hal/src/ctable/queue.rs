@@ -7,7 +7,10 @@ use super::{
 };
 use crate::caps::Refusal;
 use crate::error::HalError;
-use crate::queue::{ConstBank, LaunchDesc, Order, Submission, SubmitQueue};
+use crate::queue::{ConstBank, LaunchDesc, Order, QueueBuffer, Submission, SubmitQueue};
+use crate::sync::{self, Mutex};
+
+use super::{read_c_text, OmegaGpuQueueBuffer};
 
 /// `o` as C spells it (`OMEGA_GPU_ORDER_*`).
 pub fn order_code(o: Order) -> u32 {
@@ -184,4 +187,48 @@ impl SubmitQueue for TablePlatform {
             _ => Err(err.to_hal("submit", 0)),
         }
     }
+
+    fn in_flight_buffers(&self) -> Vec<QueueBuffer> {
+        let call = f(self.table.submit.in_flight_buffers);
+        let none = OmegaGpuQueueBuffer { va: 0, bytes: 0, what: [0; 64] };
+        let mut room = vec![none; 16];
+        loop {
+            // SAFETY: OmegaGpuSubmitService's `in_flight_buffers` may be called under the session lock (the
+            // HAL's caller asks at a latch, holding it) and writes at most `room.len()` entries to `room`.
+            let n = unsafe { call(self.ctx(), room.as_mut_ptr(), room.len()) };
+            if n <= room.len() {
+                room.truncate(n);
+                break;
+            }
+            room = vec![none; n];
+        }
+        room.iter().map(|b| QueueBuffer { what: intern(read_c_text(&b.what)), va: b.va, bytes: b.bytes }).collect()
+    }
+}
+
+/// What a C table names its buffers, as the static strings [`QueueBuffer`] holds: each distinct name is
+/// kept once for the life of the process (a platform has a handful).
+fn intern(name: String) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut names = sync::lock(&NAMES);
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let leaked: &'static str = Box::leak(name.into_boxed_str());
+    names.push(leaked);
+    leaked
+}
+
+/// Writes up to `max` of `buffers` to `out` as C lays them out and returns how many there are.
+///
+/// # Safety
+/// - `out` points to `max` writable `OmegaGpuQueueBuffer`s, or `max` is 0.
+pub(crate) unsafe fn write_queue_buffers(buffers: &[QueueBuffer], out: *mut OmegaGpuQueueBuffer, max: usize) -> usize {
+    for (i, b) in buffers.iter().take(max).enumerate() {
+        let mut c = OmegaGpuQueueBuffer { va: b.va, bytes: b.bytes, what: [0; 64] };
+        super::write_c_text(&mut c.what, b.what);
+        // SAFETY: `i < max`, and the caller promised `max` writable entries at `out`.
+        unsafe { out.add(i).write(c) };
+    }
+    buffers.len()
 }

@@ -399,6 +399,14 @@ impl Platform for Nvidia {
             code_prefetch_tail: 4096,
             param_base: arch.param_base,
             max_param_bytes: arch.max_param_bytes,
+            // Every arch the backend knows takes Hopper's shapes and register count (`qmd::encode` checks
+            // the same); the shared memory per block is the arch's.
+            launch: crate::LaunchLimits {
+                sm: arch.sm,
+                max_shared_bytes: arch.max_shared_bytes,
+                reserved_shared_bytes: arch.reserved_shared_bytes,
+                ..crate::LaunchLimits::SM_90
+            },
         }
     }
 

@@ -33,7 +33,7 @@ use super::push::{host, Push};
 use super::qmd::{self, Cbuf0Params, DependentAction, QmdParams, QMD_WORDS};
 use super::{Nvidia, NvidiaConfig, Open};
 use crate::error::HalError;
-use crate::queue::{LaunchDesc, Order, Submission, SubmitQueue};
+use crate::queue::{LaunchDesc, Order, QueueBuffer, Submission, SubmitQueue};
 use crate::sync;
 
 /// How `Order::AfterPrevious` is enforced.
@@ -446,6 +446,8 @@ impl Open {
                 dynamic_shared_bytes: d.dynamic_shared_bytes,
             };
             qmd::fill_cbuf0(arch, &p, d.args, &mut cbuf);
+            // `d.num_elements` is not encoded: neither QMD V04_00 nor V05_00 has a word for it (see
+            // `LaunchDesc::num_elements`), and nothing else the kernel reads carries it.
             let params = QmdParams {
                 program_va: d.code_va,
                 program_bytes: d.code_bytes,
@@ -671,6 +673,24 @@ impl SubmitQueue for Nvidia {
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
         open.submit(s, &config)
+    }
+
+    /// What the compute channel's work may touch: its ring, the driver's notifier for it, the pushbuffers,
+    /// QMDs and constant banks (the arena and the prepared pool), the semaphores and the local memory.
+    fn in_flight_buffers(&self) -> Vec<QueueBuffer> {
+        let st = sync::lock(&self.state);
+        let Some(o) = st.as_ref() else { return Vec::new() };
+        let b = |what, m: &Mem| QueueBuffer { what, va: m.va, bytes: m.bytes };
+        let mut v = vec![
+            b("GPFIFO ring and USERD", &o.channel.gpfifo),
+            b("channel error notifier", &o.channel.notifier),
+            b("command arena (pushbuffers, QMDs, constant banks)", &o.arena.mem),
+            b("prepared submissions (QMDs, constant banks)", &o.prepared.mem),
+            b("internal semaphores", &o.sems),
+        ];
+        v.extend(o.slm.as_ref().map(|m| b("local memory (SLM)", m)));
+        // Not the copy channel's: syncs are waited for, so no work of its own is ever left uncertain.
+        v
     }
 }
 

@@ -43,10 +43,62 @@ impl KernelError {
     }
 }
 
-/// A host implementation of a kernel. It runs the whole grid at once.
+/// A host implementation of a kernel.
+///
+/// The simulator calls it once per slice of the launch's work, with [`KernelCtx::budget`] work units to do
+/// in that call. A kernel whose work grows with the grid or with an argument takes its slice with one of
+/// [`KernelCtx::take`], [`KernelCtx::take_threads`] or [`KernelCtx::take_blocks`] and does only that part;
+/// it is called again while work remains. A kernel that takes nothing runs once, whole. Either way no
+/// call allocates more host memory or runs longer than its slice, whatever the launch's shape.
 pub type HostKernel = Arc<dyn Fn(&mut KernelCtx<'_>) -> Result<(), KernelError> + Send + Sync>;
 
-/// What a host kernel sees: its launch shape, its parameter words and device memory.
+/// A launch's shape: threads per block and blocks per grid, with the linear numbering a sliced kernel
+/// walks (x fastest, then y, then z; threads block by block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Threads per block.
+    pub block: [u32; 3],
+    /// Blocks per grid.
+    pub grid: [u32; 3],
+}
+
+impl Shape {
+    /// Threads in one block.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&n| u64::from(n)).product()
+    }
+
+    /// Blocks in the grid.
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&n| u64::from(n)).product()
+    }
+
+    /// Threads in the grid (saturating: past 2^64 it reads as 2^64 - 1, more than any slice reaches).
+    pub fn threads(&self) -> u64 {
+        self.blocks().saturating_mul(self.threads_per_block())
+    }
+
+    /// `%ctaid` of linear block `b`.
+    pub fn block_id(&self, b: u64) -> [u32; 3] {
+        split(b, self.grid)
+    }
+
+    /// `%ctaid` and `%tid` of linear thread `t`.
+    pub fn thread_id(&self, t: u64) -> ([u32; 3], [u32; 3]) {
+        let per_block = self.threads_per_block().max(1);
+        (split(t / per_block, self.grid), split(t % per_block, self.block))
+    }
+}
+
+/// The x, y, z coordinates of linear index `i` in a box of `dims` (x fastest). Each coordinate is below its
+/// side, so it fits in a u32.
+fn split(i: u64, dims: [u32; 3]) -> [u32; 3] {
+    let (x, y) = (u64::from(dims[0].max(1)), u64::from(dims[1].max(1)));
+    [(i % x) as u32, (i / x % y) as u32, (i / x / y) as u32]
+}
+
+/// What a host kernel sees: its launch shape, its parameter words, its slice of the work and device
+/// memory.
 pub struct KernelCtx<'a> {
     /// Threads per block.
     pub block: [u32; 3],
@@ -58,8 +110,14 @@ pub struct KernelCtx<'a> {
     pub args: &'a [u32],
     /// Virtual time at which the launch starts (what `%globaltimer` would read).
     pub start_ns: u64,
-    /// Virtual nanoseconds the launch is given.
+    /// Virtual nanoseconds the launch's first slice is given.
     pub launch_ns: u64,
+    /// Work units the earlier calls of this launch took (0 in the first call).
+    pub done: u64,
+    /// Most work units this call may take.
+    pub budget: u64,
+    /// Set by a `take` that left work for another call.
+    pub(crate) more: bool,
     pub(crate) memory: &'a mut SimMemory,
 }
 
@@ -79,33 +137,101 @@ impl KernelCtx<'_> {
         self.block[0] as u64 * self.grid[0] as u64
     }
 
+    /// The launch's shape.
+    pub fn shape(&self) -> Shape {
+        Shape { block: self.block, grid: self.grid }
+    }
+
+    /// This call's part of `total` work units (elements, say): the next at most [`KernelCtx::budget`] of
+    /// them after those earlier calls took. The simulator calls the kernel again while any remain. Take
+    /// once per call.
+    pub fn take(&mut self, total: u64) -> core::ops::Range<u64> {
+        self.take_units(total, self.budget)
+    }
+
+    /// This call's part of the grid's threads, by linear thread index ([`Shape::thread_id`]).
+    pub fn take_threads(&mut self) -> core::ops::Range<u64> {
+        self.take(self.shape().threads())
+    }
+
+    /// This call's part of the grid's blocks, by linear block index ([`Shape::block_id`]): whole blocks, as
+    /// many as fit in the budget's threads (at least one).
+    pub fn take_blocks(&mut self) -> core::ops::Range<u64> {
+        let shape = self.shape();
+        self.take_units(shape.blocks(), self.budget / shape.threads_per_block().max(1))
+    }
+
+    fn take_units(&mut self, total: u64, per_call: u64) -> core::ops::Range<u64> {
+        let start = self.done.min(total);
+        let end = total.min(start.saturating_add(per_call.max(1)));
+        self.done = end;
+        self.more = end < total;
+        start..end
+    }
+
+    /// The device bytes `va .. va + len`, if one buffer the GPU may read holds all of them.
+    fn loadable(&self, va: u64, len: usize) -> Result<&[u8], KernelError> {
+        let fault = || KernelError::mmu("load", va, len);
+        let (a, off) = self.memory.find(va).ok_or_else(fault)?;
+        if (len as u64) > a.bytes - off || !a.rights.intersects(Rights::GPU_READ | Rights::GPU_EXEC) {
+            return Err(fault());
+        }
+        Ok(&a.device.bytes()[off as usize..off as usize + len])
+    }
+
     /// Copies device bytes at `va` into `out` (a GPU load).
     pub fn read(&self, va: u64, out: &mut [u8]) -> Result<(), KernelError> {
-        let (a, off) = self.memory.find(va).ok_or_else(|| KernelError::mmu("load", va, out.len()))?;
-        let end = off as usize + out.len();
-        if end as u64 > a.bytes || !a.rights.intersects(Rights::GPU_READ | Rights::GPU_EXEC) {
-            return Err(KernelError::mmu("load", va, out.len()));
-        }
-        out.copy_from_slice(&a.device.bytes()[off as usize..end]);
+        out.copy_from_slice(self.loadable(va, out.len())?);
         Ok(())
     }
 
-    /// Writes `data` to device bytes at `va` (a GPU store).
+    /// Writes `data` to device bytes at `va` (the stores of many threads at once). The bytes that fall
+    /// inside the buffer holding `va` land; the first past its end faults, as the store of the thread that
+    /// made it would (buffers are separated by unmapped gaps).
     pub fn write(&mut self, va: u64, data: &[u8]) -> Result<(), KernelError> {
         let (a, off) = self.memory.find_mut(va).ok_or_else(|| KernelError::mmu("store", va, data.len()))?;
-        let end = off as usize + data.len();
-        if end as u64 > a.bytes || !a.rights.contains(Rights::GPU_WRITE) {
+        if !a.rights.contains(Rights::GPU_WRITE) {
             return Err(KernelError::mmu("store", va, data.len()));
         }
-        a.device.bytes_mut()[off as usize..end].copy_from_slice(data);
+        let room = (a.bytes - off).min(data.len() as u64) as usize;
+        let off = off as usize;
+        a.device.bytes_mut()[off..off + room].copy_from_slice(&data[..room]);
+        if room < data.len() {
+            return Err(KernelError::mmu("store", va.wrapping_add(room as u64), data.len() - room));
+        }
         Ok(())
     }
 
-    /// Loads `n` little-endian 32-bit words at `va`.
+    /// Stores 32-bit words, word `i` of the iterator's `(i, value)` at `base + 4 * i` (addresses wrap as
+    /// the GPU's do), one thread's store each. Runs of consecutive indices are written together; the first
+    /// store that faults ends the call, after the ones before it landed.
+    pub fn scatter_u32s(&mut self, base: u64, stores: impl IntoIterator<Item = (u64, u32)>) -> Result<(), KernelError> {
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_start = 0u64;
+        let mut next = None;
+        for (i, value) in stores {
+            if next != Some(i) && !run.is_empty() {
+                self.write(base.wrapping_add(run_start.wrapping_mul(4)), &run)?;
+                run.clear();
+            }
+            if run.is_empty() {
+                run_start = i;
+            }
+            run.extend_from_slice(&value.to_le_bytes());
+            next = Some(i.wrapping_add(1));
+        }
+        if run.is_empty() {
+            return Ok(());
+        }
+        self.write(base.wrapping_add(run_start.wrapping_mul(4)), &run)
+    }
+
+    /// Loads `n` little-endian 32-bit words at `va` (checked against the mapping before anything is
+    /// copied, so a load past a buffer costs no host memory).
     pub fn read_u32s(&self, va: u64, n: usize) -> Result<Vec<u32>, KernelError> {
-        let mut bytes = vec![0u8; n * 4];
-        self.read(va, &mut bytes)?;
-        Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+        let bytes = n.checked_mul(4).ok_or_else(|| KernelError::mmu("load", va, usize::MAX))?;
+        let src = self.loadable(va, bytes)?;
+        Ok(src.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
     }
 
     /// Stores 32-bit words at `va`.

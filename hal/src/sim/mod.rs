@@ -12,6 +12,15 @@
 //!   host implementation registered under that name runs on the device copies of the buffers, with
 //!   every access checked against the allocation map and its rights: a stray store is an MMU fault
 //!   (Xid 31), as on hardware.
+//! - **Kernels run in virtual time, in slices.** A submission only checks and schedules its launches;
+//!   their host kernels run during the completion polls, a slice of at most [`SimConfig::slice_units`]
+//!   work units at a time, each slice when the virtual clock reaches its end (a launch's first slice
+//!   takes [`SimConfig::launch_ns`], every further one [`SimConfig::slice_ns`]). So no call holds more
+//!   host memory or time than a slice needs, whatever the grid or the arguments say, and the launch's own
+//!   timeout stops a simulated kernel as it would a real one: the session stops polling and latches.
+//! - **Hardware limits.** A launch past the sm_90 model's limits ([`crate::LaunchLimits::SM_90`]: block
+//!   and grid sides, registers, shared memory) is refused at submit with the limit named, as the QMD
+//!   encoder refuses it on the GPU.
 //! - **Faults on demand** ([`SimFault`]): a launch that never completes, a refused poll, a failed
 //!   allocation, a kernel fault, a failed open or sync.
 
@@ -24,7 +33,7 @@ mod queue;
 mod visibility;
 
 pub use clock::SimClock;
-pub use kernel::{code_image, parse_code_image, HostKernel, KernelCtx, KernelError, CODE_MAGIC};
+pub use kernel::{code_image, parse_code_image, HostKernel, KernelCtx, KernelError, Shape, CODE_MAGIC};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -33,7 +42,10 @@ use crate::host::LibcHeap;
 use crate::lock::PlainLock;
 use crate::poll::ChannelFault;
 use crate::sync::{self, Arc, Mutex};
-use crate::{Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility};
+use crate::{
+    Clock, CompletionPoll, Device, DeviceMemory, HostMemory, LaunchLimits, Platform, ProcessLock, SubmitQueue,
+    Visibility,
+};
 
 /// A fault to inject; each is consumed by the first operation it applies to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +83,8 @@ pub struct LaunchRecord {
     pub dynamic_shared_bytes: u32,
     /// Local bytes per thread.
     pub local_bytes_per_thread: u32,
+    /// The descriptor's `num_elements` word, as the session handed it over.
+    pub num_elements: u32,
     /// Parameter words.
     pub args: Vec<u32>,
     /// Its ordering against the launch before.
@@ -79,6 +93,8 @@ pub struct LaunchRecord {
     pub start_ns: u64,
     /// Virtual end time.
     pub end_ns: u64,
+    /// Slices the launch ran in ([`SimConfig::slice_units`]); 1 for a kernel that takes no slice.
+    pub slices: u64,
 }
 
 /// Counters of what the simulator did.
@@ -109,8 +125,15 @@ pub struct SimConfig {
     pub services: Services,
     /// Device memory in bytes.
     pub memory_bytes: u64,
-    /// Virtual nanoseconds one launch takes.
+    /// Virtual nanoseconds one launch takes (its first slice: all of a launch of at most `slice_units`
+    /// work units).
     pub launch_ns: u64,
+    /// Work units (threads, elements: what the kernel's `take` counts) a host kernel does per call.
+    pub slice_units: u64,
+    /// Virtual nanoseconds each slice after a launch's first takes. A slice runs at the first poll at or
+    /// after the time it ends, so a long kernel advances only while the session waits for it, and a wait
+    /// that runs out stops it where it is.
+    pub slice_ns: u64,
     /// Virtual nanoseconds between the kernel-done marker and the idle marker.
     pub idle_ns: u64,
     /// Virtual nanoseconds each clock read advances.
@@ -119,7 +142,15 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        Self { services: Services::all(), memory_bytes: 4 << 30, launch_ns: 2_000, idle_ns: 300, tick_ns: 20 }
+        Self {
+            services: Services::all(),
+            memory_bytes: 4 << 30,
+            launch_ns: 2_000,
+            slice_units: 1 << 16,
+            slice_ns: 1_000_000,
+            idle_ns: 300,
+            tick_ns: 20,
+        }
     }
 }
 
@@ -244,6 +275,7 @@ impl Platform for Sim {
             code_prefetch_tail: 2048,
             param_base: 0x210,
             max_param_bytes: 32764,
+            launch: LaunchLimits::SM_90,
         }
     }
 

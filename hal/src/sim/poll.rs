@@ -1,6 +1,6 @@
-//! Completion polling on the simulator: releases markers whose virtual time has come, then reads.
+//! Completion polling on the simulator: runs the kernel slices and releases the markers whose virtual time
+//! has come, then reads.
 
-use super::queue::write_release;
 use super::{Sim, SimFault};
 use crate::poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
 use crate::sync;
@@ -13,15 +13,7 @@ impl CompletionPoll for Sim {
         if st.take_fault(|f| *f == SimFault::RefusePoll).is_some() {
             return Err(PollRefused("sim: injected poll refusal".into()));
         }
-        if let Some(p) = st.pending.as_mut() {
-            for i in 0..2 {
-                if let Some(due) = p.due[i].filter(|d| !p.released[i] && *d <= now) {
-                    // SAFETY: submit's caller promised the markers stay live until observed.
-                    unsafe { write_release(p.markers[i].cpu, p.sequence, due) };
-                    p.released[i] = true;
-                }
-            }
-        }
+        self.advance(&mut st, now);
         drop(st);
         // SAFETY: the caller promised `m` lies in a live HOST_POLLED allocation.
         Ok(unsafe { (m.cpu as *const u32).read_volatile() })
