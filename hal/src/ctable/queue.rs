@@ -232,3 +232,35 @@ pub(crate) unsafe fn write_queue_buffers(buffers: &[QueueBuffer], out: *mut Omeg
     }
     buffers.len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ctable::export;
+    use crate::sim::Sim;
+
+    /// A platform's own buffers, more than the runtime's first ask has room for.
+    unsafe extern "C" fn twenty(_ctx: *mut core::ffi::c_void, out: *mut OmegaGpuQueueBuffer, max: usize) -> usize {
+        let all: Vec<QueueBuffer> =
+            (0..20u64).map(|i| QueueBuffer { what: "ring", va: 0x1000 * (i + 1), bytes: 4096 }).collect();
+        // SAFETY: the caller passes `max` writable entries at `out`.
+        unsafe { write_queue_buffers(&all, out, max) }
+    }
+
+    #[test]
+    fn in_flight_buffers_cross_the_table_however_many_there_are() {
+        let mut table = export(Sim::new());
+        let sims_own = table.submit.in_flight_buffers.unwrap();
+        // SAFETY: `export`'s callback with its own ctx and room for none: it only counts.
+        assert_eq!(unsafe { sims_own(table.ctx, core::ptr::null_mut(), 0) }, 0, "the simulator keeps none");
+        table.submit.in_flight_buffers = Some(twenty);
+        // SAFETY: every other callback is the simulator's own; `twenty` keeps the service's rule.
+        let p = unsafe { TablePlatform::new(&table, "twenty") }.unwrap();
+        let got = p.in_flight_buffers();
+        assert_eq!(got.len(), 20, "asked again with room for all");
+        assert_eq!(got[19], QueueBuffer { what: "ring", va: 0x14000, bytes: 4096 });
+        drop(p);
+        // SAFETY: the table was never adopted, so its release is still ours to call, once.
+        unsafe { (table.release.unwrap())(table.ctx) };
+    }
+}
