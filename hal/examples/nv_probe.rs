@@ -35,7 +35,7 @@ mod linux {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use omega_hal::nvidia::cubin::{KernelInfo, Module};
+    use omega_hal::cubin::{KernelInfo, Module};
     use omega_hal::nvidia::qmd::DependentAction;
     use omega_hal::nvidia::{Barrier, Marker1, Nvidia, NvidiaConfig};
     use omega_hal::{

@@ -28,7 +28,7 @@ mod linux {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use omega_hal::nvidia::cubin::{KernelInfo, Module};
+    use omega_hal::cubin::{KernelInfo, Module};
     use omega_hal::nvidia::{Barrier, Nvidia, NvidiaConfig};
     use omega_hal::{
         Allocation, BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights, Submission,

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use zerocopy::FromZeros;
 
 use super::abi;
-use super::arch::{self, Arch};
 use super::channel::{Arena, Channel};
 use super::memory::{Mem, MemKind, MemSpec, VaRange, HIGH_VA, HUGE_FROM, HUGE_PAGE, LOW_VA, PAGE};
 use super::push::{Push, SUBC_COMPUTE, SUBC_COPY};
@@ -19,6 +18,7 @@ use super::rm::{unmap, MapVia, Rm};
 use super::sys::{self, class, gr_info, userd};
 use super::uvm::Uvm;
 use super::{Base, CopyChannel, GrInfo, Nvidia, NvidiaConfig, Open};
+use crate::arch::{self, Arch};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceInfo};
 use crate::error::HalError;

@@ -14,8 +14,9 @@
 //! - `rm`, `uvm`: the resource manager client and the UVM VA-space calls.
 //! - [`abi`]: the driver version is read before any device object exists and looked up in a table keyed
 //!   by branch (580.x verified); any other branch is refused with its version named.
-//! - [`push`]: pure pushbuffer and GPFIFO encoders. [`arch`] and [`qmd`] (the architecture table and the
-//!   QMD/constant-bank encoders) and [`cubin`] (the ELF loader) are shared with the session layer.
+//! - [`push`]: pure pushbuffer and GPFIFO encoders; [`qmd`]: the QMD and constant-bank encoders, from the
+//!   architecture table [`crate::arch`] (which, like the cubin loader [`crate::cubin`], belongs to no
+//!   backend).
 //! - the services, one file each as in `sim/`: `device` (open sequence and close), `memory`,
 //!   `visibility`, `queue`, `poll`, `clock`; `channel` holds the GPFIFO ring, the doorbell and the
 //!   command arena.
@@ -45,10 +46,8 @@
 //!   naming what was found.
 
 pub mod abi;
-pub mod arch;
 mod channel;
 mod clock;
-pub mod cubin;
 mod device;
 mod ioctl;
 mod memory;
@@ -69,6 +68,7 @@ pub use clock::{ClockSource, NvidiaClock};
 pub use memory::{plan, Placement, Plan, VaRange};
 pub use queue::{Barrier, LaunchTuning, Marker1};
 
+use crate::arch;
 use crate::caps::{Caps, Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR};
 use crate::device::DeviceInfo;
 use crate::error::HalError;

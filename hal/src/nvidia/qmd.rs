@@ -15,7 +15,7 @@
 //!
 //! Bit ranges are `hi:lo`, inclusive, counted from bit 0 of word 0, as in NVIDIA's headers.
 
-use super::arch::{Arch, QmdVersion};
+use crate::arch::{Arch, QmdVersion};
 
 /// Number of 32-bit words in a QMD (384 bytes, both V04 and V05).
 pub const QMD_WORDS: usize = 96;
@@ -822,7 +822,7 @@ pub fn fill_cbuf0(arch: &Arch, p: &Cbuf0Params, args: &[u32], out: &mut Vec<u32>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvidia::arch::{BLACKWELL_GB10, HOPPER};
+    use crate::arch::{BLACKWELL_GB10, HOPPER};
 
     /// The H200 launch libcuda made for `k_params`: 3x2x1 blocks of 64x2x1 threads, 16 registers,
     /// 0x400 bytes of shared, 0x640 bytes of local memory per thread.

@@ -150,7 +150,7 @@ const QMD_CACHE_MAX: usize = 4096;
 
 /// The QMD for `p`, from the template for its key (encoded on first use) plus the per-launch fields.
 pub(crate) fn qmd_from_template(
-    arch: &super::arch::Arch,
+    arch: &crate::arch::Arch,
     cache: &mut HashMap<QmdKey, [u32; QMD_WORDS]>,
     p: &QmdParams,
 ) -> Result<[u32; QMD_WORDS], qmd::QmdError> {
@@ -190,9 +190,9 @@ pub(crate) fn block_exit_barrier(
     t: &LaunchTuning,
     chain: bool,
     last: bool,
-    version: super::arch::QmdVersion,
+    version: crate::arch::QmdVersion,
 ) -> (u32, bool) {
-    if chain && !last && version == super::arch::QmdVersion::V04_00 {
+    if chain && !last && version == crate::arch::QmdVersion::V04_00 {
         (t.cwd_membar, t.membar_task_chasing)
     } else {
         (t.last_cwd_membar, false)
@@ -402,7 +402,7 @@ fn key_hash(key: &[u32]) -> u64 {
 }
 
 /// Words of constant bank 0 for `args` (what [`qmd::fill_cbuf0`] produces).
-fn cbuf_words(arch: &super::arch::Arch, args: usize) -> u64 {
+fn cbuf_words(arch: &crate::arch::Arch, args: usize) -> u64 {
     ((arch.param_base / 4) as usize + args).next_multiple_of(4) as u64
 }
 
@@ -497,7 +497,7 @@ impl Open {
                 if chasing {
                     qmd::set_bits(&mut q, V04_MEMBAR_TASK_CHASING_BIT, V04_MEMBAR_TASK_CHASING_BIT, 1)?;
                 }
-                if arch.qmd_version == super::arch::QmdVersion::V04_00 && t.arrive_at_latch {
+                if arch.qmd_version == crate::arch::QmdVersion::V04_00 && t.arrive_at_latch {
                     qmd::set_bits(&mut q, V04_ARRIVE_AT_LATCH_VALID_BIT, V04_ARRIVE_AT_LATCH_VALID_BIT, 1)?;
                     let (hi, lo) = V04_ARRIVE_AT_LATCH_ID;
                     qmd::set_bits(&mut q, hi, lo, LIBCUDA_LATCH_ID)?;
@@ -695,7 +695,7 @@ mod tests {
 
     #[test]
     fn patched_templates_equal_fresh_encodings() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         let mut cache = std::collections::HashMap::new();
         let base = QmdParams {
             block: [256, 1, 1],
@@ -744,7 +744,7 @@ mod tests {
 
     #[test]
     fn payload_words_are_where_the_encoder_puts_the_payloads() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         let p = QmdParams { local_bytes_per_thread: 0x240, ..with_payloads(0xdead_beef, 0x1234_5678) };
         let q = qmd::encode(&HOPPER, &p).unwrap();
         assert_eq!(q[qmd::release_payload_word(&HOPPER, 0).unwrap()], 0xdead_beef);
@@ -764,7 +764,7 @@ mod tests {
 
     #[test]
     fn one_patch_line_carries_both_payloads_of_a_qmd() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         let p = with_payloads(5, 5);
         let q = qmd::encode(&HOPPER, &p).unwrap();
         let (w0, w1) = (qmd::release_payload_word(&HOPPER, 0).unwrap(), qmd::release_payload_word(&HOPPER, 1).unwrap());
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn only_a_chains_inner_launches_on_v04_get_the_tuned_block_exit_barrier() {
-        use super::super::arch::QmdVersion::{V04_00, V05_00};
+        use crate::arch::QmdVersion::{V04_00, V05_00};
         let t = LaunchTuning::default();
         assert_eq!((t.cwd_membar, t.membar_task_chasing, t.last_cwd_membar), (3, true, 1));
         assert_eq!(block_exit_barrier(&t, true, false, V04_00), (3, true), "inner launch of a chain");
@@ -818,7 +818,7 @@ mod tests {
 
     #[test]
     fn constant_bank_sizes_match_what_fill_cbuf0_builds() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         for n in [0usize, 1, 3, 4, 5, 31] {
             let mut out = Vec::new();
             let p = Cbuf0Params {
