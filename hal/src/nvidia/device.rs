@@ -14,8 +14,8 @@ use super::channel::{Arena, Channel};
 use super::memory::{Mem, MemKind, MemSpec, VaRange, HIGH_VA, HUGE_FROM, HUGE_PAGE, LOW_VA, PAGE};
 use super::push::{Push, SUBC_COMPUTE, SUBC_COPY};
 use super::queue::{PreparedPool, PREPARED_POOL_BYTES};
-use super::rm::{unmap, MapVia, Rm};
-use super::sys::{self, class, gr_info, userd};
+use super::rm::{class, unmap, ClassId, CopyClass, GpfifoClass, MapVia, Rm};
+use super::sys::{self, gr_info, userd};
 use super::uvm::Uvm;
 use super::{Base, CopyChannel, GrInfo, Nvidia, NvidiaConfig, Open};
 use crate::arch::{self, Arch};
@@ -86,13 +86,13 @@ impl Open {
 
         let mut objects = Vec::new();
         let mut dp = sys::Nv0080Alloc { device_id: id.device_instance, h_client_share: client, ..Default::default() };
-        let device = rm.alloc(client, class::DEVICE, Some(&mut dp), "RM_ALLOC device")?;
+        let device = rm.alloc(client, class::DEVICE, &mut dp, "RM_ALLOC device")?;
         objects.push((client, device, "device"));
         let mut sp = sys::Nv2080Alloc::default();
-        let subdevice = rm.alloc(device, class::SUBDEVICE, Some(&mut sp), "RM_ALLOC subdevice")?;
+        let subdevice = rm.alloc(device, class::SUBDEVICE, &mut sp, "RM_ALLOC subdevice")?;
         objects.push((device, subdevice, "subdevice"));
         let mut vp = sys::MemoryVirtualAlloc { limit: sys::MEMORY_VIRTUAL_LIMIT, ..Default::default() };
-        let virtmem = rm.alloc(device, class::MEMORY_VIRTUAL, Some(&mut vp), "RM_ALLOC virtual memory object")?;
+        let virtmem = rm.alloc(device, class::MEMORY_VIRTUAL, &mut vp, "RM_ALLOC virtual memory object")?;
         objects.push((device, virtmem, "virtual memory object"));
 
         let classes = rm.class_list(device)?;
@@ -117,11 +117,12 @@ impl Open {
         if !classes.contains(&arch.compute_class) {
             return Err(missing_class("compute", &[arch.compute_class], arch));
         }
-        let channel_classes: Vec<u32> = arch.channel_classes.iter().copied().filter(|c| classes.contains(c)).collect();
+        let channel_classes: Vec<GpfifoClass> = GpfifoClass::of(arch).filter(|c| classes.contains(&c.id())).collect();
         if channel_classes.is_empty() {
             return Err(missing_class("channel", arch.channel_classes, arch));
         }
-        let copy_class = arch.copy_class_in(&classes).ok_or_else(|| missing_class("copy", arch.copy_classes, arch))?;
+        let copy_class =
+            CopyClass::listed(arch, &classes).ok_or_else(|| missing_class("copy", arch.copy_classes, arch))?;
         if !classes.contains(&arch.usermode_class) {
             return Err(missing_class("usermode", &[arch.usermode_class], arch));
         }
@@ -156,7 +157,7 @@ impl Open {
         } else {
             (None, "no boost (perf_boost off)".to_string())
         };
-        let usermode = rm.alloc::<sys::Nv2080Alloc>(subdevice, arch.usermode_class, None, "RM_ALLOC usermode")?;
+        let usermode = rm.alloc_bare(subdevice, arch.usermode_class, "RM_ALLOC usermode")?;
         objects.push((subdevice, usermode, "usermode"));
         let mut vs = sys::VaSpaceAlloc {
             flags: config.vaspace_flags,
@@ -164,7 +165,7 @@ impl Open {
             va_size: sys::VASPACE_SIZE,
             ..Default::default()
         };
-        let vaspace = rm.alloc(device, class::VASPACE, Some(&mut vs), "RM_ALLOC VA space")?;
+        let vaspace = rm.alloc(device, class::VASPACE, &mut vs, "RM_ALLOC VA space")?;
         objects.push((device, vaspace, "VA space"));
         uvm.register_gpu(uuid)?;
         uvm.register_gpu_vaspace(uuid, rm.ctl_fd(), client, vaspace)?;
@@ -269,16 +270,16 @@ impl Open {
         config: &NvidiaConfig,
         arch: &'static Arch,
         vaspace: u32,
-        channel_classes: &[u32],
-        copy_class: u32,
+        channel_classes: &[GpfifoClass],
+        copy_class: CopyClass,
         objects: &mut Vec<(u32, u32, &'static str)>,
     ) -> Result<(Channel, Arena, Mem, Mem), HalError> {
         let client = base.rm.client;
         let mut gp = sys::ChannelGroupAlloc { engine_type: sys::ENGINE_TYPE_GRAPHICS, ..Default::default() };
-        let tsg = base.rm.alloc(base.device, class::CHANNEL_GROUP, Some(&mut gp), "RM_ALLOC channel group")?;
+        let tsg = base.rm.alloc(base.device, class::CHANNEL_GROUP, &mut gp, "RM_ALLOC channel group")?;
         objects.push((base.device, tsg, "channel group"));
         let mut cs = sys::CtxShareAlloc { h_va_space: vaspace, flags: sys::CTXSHARE_ASYNC, subctx_id: 0 };
-        let ctxshare = base.rm.alloc(tsg, class::CONTEXT_SHARE, Some(&mut cs), "RM_ALLOC context share")?;
+        let ctxshare = base.rm.alloc(tsg, class::CONTEXT_SHARE, &mut cs, "RM_ALLOC context share")?;
         objects.push((tsg, ctxshare, "context share"));
 
         let entries = config.gpfifo_entries.next_power_of_two().max(16);
@@ -317,24 +318,23 @@ impl Open {
         // The arch lists its channel classes in order of preference; take the first the driver accepts.
         let mut channel = Err(missing_class("channel", arch.channel_classes, arch));
         for &c in channel_classes {
-            channel = base.rm.alloc(tsg, c, Some(&mut cp), "RM_ALLOC GPFIFO channel");
+            channel = base.rm.alloc(tsg, c, &mut cp, "RM_ALLOC GPFIFO channel");
             if channel.is_ok() {
                 break;
             }
         }
         let channel = channel?;
         objects.push((tsg, channel, "GPFIFO channel"));
-        let compute =
-            base.rm.alloc::<sys::Nv2080Alloc>(channel, arch.compute_class, None, "RM_ALLOC compute object")?;
+        let compute = base.rm.alloc_bare(channel, arch.compute_class, "RM_ALLOC compute object")?;
         objects.push((channel, compute, "compute object"));
-        let copy = base.rm.alloc::<sys::Nv2080Alloc>(channel, copy_class, None, "RM_ALLOC copy object")?;
+        let copy = base.rm.alloc_bare(channel, copy_class.id(), "RM_ALLOC copy object")?;
         objects.push((channel, copy, "copy object"));
         if config.debugger {
             // Optional: a debugger session bound to the compute object (tinygrad allocates one to read SM
             // error states after a fault). Not needed to run work, so a refusal is not an error.
             let mut dp =
                 sys::Nv83deAlloc { h_debugger_client_obsolete: 0, h_app_client: client, h_class_3d_object: compute };
-            if let Ok(h) = base.rm.alloc(base.device, class::GT200_DEBUGGER, Some(&mut dp), "RM_ALLOC debugger") {
+            if let Ok(h) = base.rm.alloc(base.device, class::GT200_DEBUGGER, &mut dp, "RM_ALLOC debugger") {
                 objects.push((base.device, h, "debugger"));
             }
         }
@@ -352,8 +352,16 @@ impl Open {
         let notifier = made.pop().expect("notifier");
         let gpfifo = made.pop().expect("gpfifo");
         let shadow = vec![0; entries as usize];
-        let channel =
-            Channel { copy_class, gpfifo, userd_offset: ring_bytes, entries, put: 0, shadow, token, notifier };
+        let channel = Channel {
+            copy_class: copy_class.id(),
+            gpfifo,
+            userd_offset: ring_bytes,
+            entries,
+            put: 0,
+            shadow,
+            token,
+            notifier,
+        };
         Ok((channel, Arena { mem: arena, head: 0 }, sems, pool))
     }
 
@@ -367,8 +375,8 @@ impl Open {
         config: &NvidiaConfig,
         arch: &'static Arch,
         vaspace: u32,
-        channel_classes: &[u32],
-        copy_class: u32,
+        channel_classes: &[GpfifoClass],
+        copy_class: CopyClass,
     ) -> Result<(CopyChannel, Objects), HalError> {
         let _ = arch;
         let mut last = HalError::Unsupported("the device lists no asynchronous copy engine".into());
@@ -391,8 +399,8 @@ impl Open {
         base: &mut Base,
         config: &NvidiaConfig,
         vaspace: u32,
-        channel_classes: &[u32],
-        copy_class: u32,
+        channel_classes: &[GpfifoClass],
+        copy_class: CopyClass,
         engine: u32,
     ) -> Result<(CopyChannel, Objects), HalError> {
         let entries = config.gpfifo_entries.next_power_of_two().max(16);
@@ -417,7 +425,7 @@ impl Open {
         let mut objects: Vec<(u32, u32, &'static str)> = Vec::new();
         let made = (|| -> Result<(u32, u32), HalError> {
             let mut gp = sys::ChannelGroupAlloc { engine_type: engine, h_va_space: vaspace, ..Default::default() };
-            let tsg = base.rm.alloc(base.device, class::CHANNEL_GROUP, Some(&mut gp), "RM_ALLOC copy channel group")?;
+            let tsg = base.rm.alloc(base.device, class::CHANNEL_GROUP, &mut gp, "RM_ALLOC copy channel group")?;
             objects.push((base.device, tsg, "copy channel group"));
             let mut cp = sys::ChannelAlloc::new_zeroed();
             cp.h_object_error = notifier.handle;
@@ -429,7 +437,7 @@ impl Open {
             cp.engine_type = engine;
             let mut channel = Err(HalError::Unsupported("no channel class".into()));
             for &c in channel_classes {
-                channel = base.rm.alloc(tsg, c, Some(&mut cp), "RM_ALLOC copy GPFIFO channel");
+                channel = base.rm.alloc(tsg, c, &mut cp, "RM_ALLOC copy GPFIFO channel");
                 if channel.is_ok() {
                     break;
                 }
@@ -437,7 +445,7 @@ impl Open {
             let channel = channel?;
             objects.push((tsg, channel, "copy GPFIFO channel"));
             let mut ca = sys::CopyAlloc { version: 1, engine_type: engine };
-            let copy = base.rm.alloc(channel, copy_class, Some(&mut ca), "RM_ALLOC asynchronous copy object")?;
+            let copy = base.rm.alloc(channel, copy_class, &mut ca, "RM_ALLOC asynchronous copy object")?;
             objects.push((channel, copy, "asynchronous copy object"));
             let token = base.rm.work_submit_token(channel)?;
             let reserve = base
@@ -461,8 +469,16 @@ impl Open {
         match made {
             Ok((_, token)) => {
                 let shadow = vec![0; entries as usize];
-                let channel =
-                    Channel { copy_class, gpfifo, userd_offset: ring_bytes, entries, put: 0, shadow, token, notifier };
+                let channel = Channel {
+                    copy_class: copy_class.id(),
+                    gpfifo,
+                    userd_offset: ring_bytes,
+                    entries,
+                    put: 0,
+                    shadow,
+                    token,
+                    notifier,
+                };
                 Ok((CopyChannel { channel, engine_type: engine }, objects))
             }
             Err(e) => {

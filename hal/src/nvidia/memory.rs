@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::ptr;
 
-use super::rm::{unmap, MapVia};
-use super::sys::{self, class, mem_attr};
+use super::rm::{unmap, MapVia, MemoryClass};
+use super::sys::{self, mem_attr};
 use super::{Base, NvAlloc, Nvidia, Open};
 use crate::caps::{BufferDesc, BufferKind, Rights};
 use crate::error::HalError;
@@ -249,7 +249,7 @@ impl Base {
                     limit: bytes - 1,
                     ..Default::default()
                 };
-                let cls = if vid { class::MEMORY_USER } else { class::MEMORY_SYSTEM };
+                let cls = if vid { MemoryClass::Video } else { MemoryClass::System };
                 m.handle = self.rm.alloc_memory(self.device, cls, &mut p, call)?;
                 if let Some(caching) = spec.cpu_map {
                     let via = if vid { MapVia::Device(self.minor) } else { MapVia::Ctl };
@@ -276,7 +276,7 @@ impl Base {
                 self.next_os_handle += 1;
                 // SAFETY: `m.cpu` is the page-aligned mapping of `bytes` just made; it stays mapped until
                 // `release_mem_parts` frees the object first and unmaps it after.
-                unsafe { self.rm.alloc_os_descriptor(self.dev_fd(), self.device, handle, m.cpu, bytes) }?;
+                unsafe { self.rm.alloc_os_descriptor(&self.dev, self.device, handle, m.cpu, bytes) }?;
                 m.handle = handle;
             }
         }

@@ -9,9 +9,13 @@
 //! Layers, bottom up:
 //!
 //! - [`sys`]: ioctl numbers and `#[repr(C)]` driver structs, sizes and offsets pinned at compile time.
-//! - `ioctl`: one unsafe wrapper per call shape; both the ioctl return and the in-struct NV_STATUS are
-//!   checked and a failure names its step and the driver's text.
-//! - `rm`, `uvm`: the resource manager client and the UVM VA-space calls.
+//! - `ioctl`: every request as a type that binds its device file, its number and its argument struct, and
+//!   the one place an ioctl is made (through rustix's typed `Ioctl`); requests whose struct holds no
+//!   pointer the driver follows are sent from safe code. Both the ioctl return and the in-struct NV_STATUS
+//!   are checked and a failure names its step and the driver's text.
+//! - `rm`, `uvm`: the resource manager client and the UVM VA-space calls. An RM allocation takes the
+//!   parameter struct of its class and a control call the struct of its command, both bound at the type
+//!   level, so a wrong struct cannot be written in safe code.
 //! - [`abi`]: the driver version is read before any device object exists and looked up in a table keyed
 //!   by branch (580.x verified); any other branch is refused with its version named.
 //! - [`push`]: pure pushbuffer and GPFIFO encoders; [`qmd`]: the QMD and constant-bank encoders, from the
@@ -61,7 +65,6 @@ mod uvm;
 mod visibility;
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
@@ -78,6 +81,7 @@ use crate::sync::{Arc, Mutex};
 use crate::{Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility};
 
 use channel::{Arena, Channel};
+use ioctl::{DriverFd, GpuFile};
 use memory::Mem;
 use rm::Rm;
 use uvm::Uvm;
@@ -202,7 +206,7 @@ pub(crate) struct Base {
     pub(crate) rm: Rm,
     pub(crate) uvm: Uvm,
     /// A registered `/dev/nvidiaN` fd, kept for wrapping host pages.
-    pub(crate) dev: OwnedFd,
+    pub(crate) dev: DriverFd<GpuFile>,
     pub(crate) minor: u32,
     pub(crate) uuid: [u8; 16],
     pub(crate) device: u32,
@@ -210,12 +214,6 @@ pub(crate) struct Base {
     pub(crate) va_low: VaRange,
     pub(crate) va_high: VaRange,
     pub(crate) next_os_handle: u32,
-}
-
-impl Base {
-    pub(crate) fn dev_fd(&self) -> RawFd {
-        self.dev.as_raw_fd()
-    }
 }
 
 /// Everything the open device holds.
@@ -273,7 +271,7 @@ pub struct Nvidia {
 }
 
 /// Device files the platform needs.
-const DEVICE_FILES: [&str; 2] = [rm::CTL_PATH, rm::UVM_PATH];
+const DEVICE_FILES: [&str; 2] = [ioctl::CTL_PATH, ioctl::UVM_PATH];
 
 impl Nvidia {
     /// The platform with default settings, after checking only that the driver's device files exist (no
