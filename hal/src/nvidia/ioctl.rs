@@ -69,6 +69,14 @@ impl<F: DeviceFile> DriverFd<F> {
     }
 }
 
+#[cfg(test)]
+impl<F: DeviceFile> DriverFd<F> {
+    /// `/dev/null` in the place of a driver file: the kernel refuses every request (ENOTTY).
+    pub(crate) fn null() -> Self {
+        Self::open_path("/dev/null", "open /dev/null").expect("/dev/null opens")
+    }
+}
+
 impl DriverFd<CtlFile> {
     /// Opens `/dev/nvidiactl`; `call` names the step in an error.
     pub(crate) fn open_ctl(call: &'static str) -> Result<Self, HalError> {
@@ -366,7 +374,7 @@ mod tests {
     fn a_refused_request_is_an_errno_error_naming_the_step() {
         // /dev/null is no GPU file, so the kernel refuses the request (ENOTTY) before any driver sees it:
         // the path every refusal takes, errno converted and the step named.
-        let fd: DriverFd<GpuFile> = DriverFd::open_path("/dev/null", "open /dev/null").unwrap();
+        let fd: DriverFd<GpuFile> = DriverFd::null();
         let mut r = sys::RegisterFd { ctl_fd: -1 };
         let e = send_plain::<req::RegisterFd>(&fd, &mut r, "NV_ESC_REGISTER_FD", "").unwrap_err();
         let HalError::Driver { call, status, detail } = e else { panic!("wrong kind") };

@@ -30,6 +30,12 @@ impl Uvm {
         Ok(Uvm { fd, _mm: mm })
     }
 
+    /// UVM on `/dev/null` (tests: every request is refused).
+    #[cfg(test)]
+    pub(crate) fn null() -> Uvm {
+        Uvm { fd: DriverFd::null(), _mm: DriverFd::null() }
+    }
+
     /// Registers the GPU with UVM.
     pub(crate) fn register_gpu(&self, uuid: [u8; 16]) -> Result<(), HalError> {
         let mut p = sys::UvmRegisterGpu { gpu_uuid: uuid, rm_ctrl_fd: -1, ..Default::default() };
