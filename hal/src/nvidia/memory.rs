@@ -1,5 +1,6 @@
 //! Device memory on a discrete GPU: where each kind of buffer lives, its two views, and the GPU virtual
-//! address map.
+//! address map. The memory service's state is [`Buffers`]; [`Base`] holds the machinery every service
+//! allocates its own memory ([`Mem`]) through.
 //!
 //! | Buffer | GPU side | CPU view (`Allocation::cpu`) |
 //! |---|---|---|

@@ -1,6 +1,12 @@
 //! Submission: each launch becomes a QMD V04 and a constant bank 0 in video memory (written through BAR1),
 //! handed to the compute engine with SEND_PCAS; the two completion markers follow.
 //!
+//! [`Queue::submit`] is a short list of steps: the local-memory store grown and the instruction cache
+//! invalidated where needed, then the plan (a prepared encoding reused, or one encoded afresh:
+//! `encode_into`, per launch a QMD from its template plus `tune_qmd`'s choices, all through the QMD
+//! module's setters), then the pushbuffer (`push_launches`) sent on the compute channel. The service's
+//! state is [`Queue`]: QMD templates, the prepared pool, scratch buffers and the instruction-cache flag.
+//!
 //! **Prepared submissions.** The QMDs and constant banks of a submission are kept (in a pool of their own)
 //! under a key of everything they depend on except the sequence. A later submission with the same key
 //! (a command list submitted again, a launch repeated) patches only the sequence payloads, one 64-byte line

@@ -1,8 +1,8 @@
 //! What a construction of several steps has made, released in reverse order when a step fails.
 //!
-//! The open sequence (`device.rs`) makes a few dozen RM objects, memory objects and mappings, and a data
-//! buffer (`memory.rs`) up to two memory objects. Each step makes its things through a stage, which
-//! records them. A stage dropped before it is kept releases every record in reverse order of making: an
+//! The open sequence (`device.rs`) makes a few dozen RM objects, memory objects and mappings, and a staged
+//! data buffer (`memory.rs`) two memory objects and a mapping. Each step makes its things through a
+//! stage, which records them. A stage dropped before it is kept releases every record in reverse order of making: an
 //! RM object with RM_FREE, memory with its mappings and VA range (`Base::release`), a CPU mapping with
 //! munmap, a performance boost by clearing it. So a failure at any step releases exactly what the steps
 //! before it made, whether it is reported with `?` or the stage goes out of scope any other way, and a
