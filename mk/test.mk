@@ -1,16 +1,22 @@
 # The whole host test suite: what CI runs (README: "Run the tests").
-.PHONY: test test-rust test-loom hello
+.PHONY: test test-rust test-sim-only test-loom hello
 
 LOOM_TARGET ?= target/loom
 
-# Every host suite, what CI runs: test-rust, test-loom, test-c-layer. No GPU needed.
-test: test-rust test-loom test-c-layer
+# Every host suite, what CI runs: test-rust, test-sim-only, test-loom, test-c-layer. No GPU needed.
+test: test-rust test-sim-only test-loom test-c-layer
 	@echo "make test: every host suite passed"
 
 # cargo test of the whole workspace (unit, integration, C consumers, UI, doctests), and the benches built.
 test-rust:
 	cargo test --workspace --no-fail-fast
 	cargo bench --workspace --no-run
+
+# The simulator alone, the nvidia backend compiled out (what `omega` is off Linux): it must build, and the
+# library's own tests pass without it.
+test-sim-only:
+	cargo build -p omega --no-default-features
+	cargo test -p omega --no-default-features --lib
 
 # loom models of the lock and the latch, release mode, bounded preemptions, their own target dir so the
 # `--cfg loom` build does not evict the normal one.

@@ -4,8 +4,8 @@
 //! kernel's own parameter table is what launches are checked against); the code written is the
 //! simulator's code image naming the entry, which runs the host reference of that kernel.
 
-use omega_hal::nvidia::arch::{self, Arch};
-use omega_hal::nvidia::cubin::{ConstBank, Module};
+use omega_hal::arch::{self, Arch};
+use omega_hal::cubin::{ConstBank, Module};
 
 use crate::error::{Error, Result};
 use crate::session::{runtime, KernelMeta, ParamInfo};

@@ -5,8 +5,8 @@
 //! `docs/runtime/omega_runtime_api.md`). Design choices:
 //!
 //! 1. **Two layers.** [`omega_hal`] is the thin, unsafe platform layer (a table of services, backends
-//!    `sim` and `nvidia`). This crate owns every check and all typestate; the C layer sits on this crate,
-//!    never on the HAL.
+//!    `sim` and `nvidia`; the latter behind the cargo feature `nvidia`, on by default). This crate owns
+//!    every check and all typestate; the C layer sits on this crate, never on the HAL.
 //! 2. **One runtime core, two shells.** [`session::Runtime`] implements the contract's semantics once,
 //!    checked at run time (it is what C callers get). The typed API is a shell over it whose types make
 //!    the misuse the runtime would refuse fail to compile instead.
@@ -44,7 +44,7 @@ extern crate self as omega;
 pub mod args;
 pub mod cmdlist;
 mod cubin_loader;
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub mod doctor;
 pub mod engine;
 pub mod error;

@@ -1,12 +1,16 @@
 //! Choosing the platform: `OMEGA_PLATFORM=sim|nvidia` forces one; unset, the NVIDIA backend is chosen when
-//! the driver's control file exists and the simulator otherwise. Forcing `nvidia` where there is no device
-//! is an error naming the missing file — never a silent fallback to the simulator.
+//! this build has it (Linux, the `nvidia` feature) and the driver's control file exists, the simulator
+//! otherwise. Forcing `nvidia` where there is no device is an error naming the missing file (or, in a
+//! build without the backend, saying so) — never a silent fallback to the simulator.
 
 use omega_hal::sim::Sim;
 use omega_hal::Platform;
 
 use crate::error::{Error, Result};
 use crate::sync::{Arc, ProcessMutex, Weak};
+
+/// Whether this build has the nvidia backend (Linux, with the `nvidia` feature).
+const NVIDIA_BUILT: bool = cfg!(all(target_os = "linux", feature = "nvidia"));
 
 /// Which backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,12 +39,13 @@ impl PlatformKind {
         }
     }
 
-    /// The platform the environment asks for: `OMEGA_PLATFORM`, else `nvidia` when `/dev/nvidiactl`
-    /// exists, else `sim`.
+    /// The platform the environment asks for: `OMEGA_PLATFORM`, else `nvidia` when this build has the
+    /// nvidia backend and `/dev/nvidiactl` exists, else `sim`. (A build without the backend still refuses
+    /// `OMEGA_PLATFORM=nvidia` by name when the platform is installed.)
     pub fn from_env() -> Result<Self> {
         match std::env::var("OMEGA_PLATFORM") {
             Ok(v) if !v.is_empty() => Self::parse(&v),
-            _ if std::path::Path::new("/dev/nvidiactl").exists() => Ok(PlatformKind::Nvidia),
+            _ if NVIDIA_BUILT && std::path::Path::new("/dev/nvidiactl").exists() => Ok(PlatformKind::Nvidia),
             _ => Ok(PlatformKind::Sim),
         }
     }
@@ -79,7 +84,7 @@ impl Installed {
 
 /// The NVIDIA platform, or what this machine lacks for it. Without the device files the reason is the
 /// kernel module when none is loaded (nothing under `/proc/driver/nvidia`), else the missing files.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "nvidia"))]
 fn nvidia() -> Result<Installed> {
     match omega_hal::nvidia::Nvidia::probe() {
         Ok(nv) => Ok(Installed { platform: nv, sim: None }),
@@ -92,6 +97,13 @@ fn nvidia() -> Result<Installed> {
         }
         Err(other) => Err(Error::Platform(format!("nvidia: {other}"))),
     }
+}
+
+#[cfg(all(target_os = "linux", not(feature = "nvidia")))]
+fn nvidia() -> Result<Installed> {
+    Err(Error::Platform(
+        "nvidia: this build has no nvidia backend (omega was built without its `nvidia` feature)".into(),
+    ))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -126,5 +138,33 @@ pub(crate) fn claim(platform: &Arc<dyn Platform>, owner: &Arc<()>) -> Result<()>
             claims.push((Arc::downgrade(platform), Arc::downgrade(owner)));
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_picks_only_a_backend_this_build_has() {
+        // With OMEGA_PLATFORM unset, a build without the backend must not pick it, whatever /dev holds;
+        // with it, the control file decides. (The variable is only read, never set, by the tests.)
+        if std::env::var_os("OMEGA_PLATFORM").is_some() {
+            return;
+        }
+        let kind = PlatformKind::from_env().unwrap();
+        let nvidia = NVIDIA_BUILT && std::path::Path::new("/dev/nvidiactl").exists();
+        assert_eq!(kind, if nvidia { PlatformKind::Nvidia } else { PlatformKind::Sim });
+    }
+
+    #[cfg(not(all(target_os = "linux", feature = "nvidia")))]
+    #[test]
+    fn a_build_without_the_nvidia_backend_refuses_it_by_name() {
+        match Installed::new(PlatformKind::Nvidia) {
+            Err(Error::Platform(why)) => assert!(why.starts_with("nvidia: "), "{why}"),
+            Err(other) => panic!("wrong error: {other}"),
+            Ok(p) => panic!("installed {} instead of refusing", p.name()),
+        }
+        assert_eq!(Installed::new(PlatformKind::Sim).map(|p| p.name()).ok(), Some("sim"));
     }
 }

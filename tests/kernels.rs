@@ -1,7 +1,7 @@
 //! The repository's kernels: each cubin parses for sm_90, and the simulator's hand-written parameter
 //! tables agree with the cubins' own (KPARAM_INFO), so a kernel checked on `sim` is checked like on a GPU.
 
-use omega_hal::nvidia::{arch, cubin::Module};
+use omega_hal::{arch, cubin::Module};
 
 #[test]
 fn every_kernel_has_a_cubin_and_a_host_reference_with_the_same_parameters() {

@@ -30,21 +30,18 @@ fn main() {
 }
 
 #[cfg(target_os = "linux")]
+mod harness;
+
+#[cfg(target_os = "linux")]
 mod linux {
     use std::path::PathBuf;
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use omega_hal::nvidia::cubin::{KernelInfo, Module};
     use omega_hal::nvidia::qmd::DependentAction;
-    use omega_hal::nvidia::{Barrier, Marker1, Nvidia, NvidiaConfig};
-    use omega_hal::{
-        Allocation, BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights, Submission,
-    };
+    use omega_hal::nvidia::{Barrier, Marker1, NvidiaConfig};
+    use omega_hal::{Allocation, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights};
 
-    const DATA: Rights = Rights::CPU_READ.union(Rights::CPU_WRITE).union(Rights::GPU_READ).union(Rights::GPU_WRITE);
-    const POLLED: Rights = DATA.union(Rights::HOST_POLLED);
-    const CODE: Rights = Rights::CPU_WRITE.union(Rights::GPU_READ).union(Rights::GPU_EXEC);
+    use super::harness::{self, pct, Gpu, Kernel, Markers, Report, CODE, DATA, POLLED};
 
     /// TSC ticks to microseconds.
     struct Timer {
@@ -71,106 +68,43 @@ mod linux {
         }
     }
 
-    fn pct(v: &mut [f64], p: f64) -> f64 {
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v[((v.len() - 1) as f64 * p).round() as usize]
-    }
-
-    struct Kernel {
-        code: Allocation,
-        info: KernelInfo,
-    }
-
     struct Probe {
-        nv: Arc<Nvidia>,
-        dir: PathBuf,
+        gpu: Gpu,
         timer: Timer,
-        seq: u32,
-        markers: Allocation,
-        failures: u32,
-    }
-
-    fn metric(name: &str, value: f64) {
-        println!("probe.{name} {value:.3}");
+        markers: Markers,
+        report: Report,
     }
 
     impl Probe {
+        // A probe stops at the first allocation, sync or load that fails: every later figure would be
+        // measured on a broken device.
         fn alloc(&self, bytes: u64, rights: Rights, kind: BufferKind) -> Allocation {
-            let desc = BufferDesc { bytes: bytes.div_ceil(4096) * 4096, rights, cache: CachePolicy::Uncached, kind };
-            // SAFETY: the device is open and this single-threaded program is its only user.
-            unsafe { self.nv.memory().unwrap().alloc(&desc) }.expect("alloc")
-        }
-        fn free(&self, a: &Allocation) {
-            // SAFETY: every submission touching `a` has completed.
-            unsafe { self.nv.memory().unwrap().free(a) }
+            self.gpu.alloc(bytes, rights, CachePolicy::Uncached, kind).expect("alloc")
         }
         fn to_gpu(&self, a: &Allocation, len: u64) {
-            // SAFETY: `a` is live, `len <= a.bytes`, nothing is running.
-            unsafe { self.nv.visibility().unwrap().sync_to_gpu(a, 0, len) }.expect("sync to GPU")
+            self.gpu.to_gpu(a, len).expect("sync to GPU")
         }
         fn to_cpu(&self, a: &Allocation, len: u64) {
-            // SAFETY: as for to_gpu.
-            unsafe { self.nv.visibility().unwrap().sync_to_cpu(a, 0, len) }.expect("sync to CPU")
+            self.gpu.to_cpu(a, len).expect("sync to CPU")
         }
-        #[allow(clippy::mut_from_ref)]
-        fn bytes<'a>(&self, a: &'a Allocation) -> &'a mut [u8] {
-            // SAFETY: the CPU view of a live allocation; one slice of it at a time.
-            unsafe { std::slice::from_raw_parts_mut(a.cpu, a.bytes as usize) }
-        }
-        fn slot(&self, off: u64) -> MarkerSlot {
-            // SAFETY: offsets inside the 64 KiB marker buffer.
-            MarkerSlot { va: self.markers.va + off, cpu: unsafe { self.markers.cpu.add(off as usize) } }
-        }
-
-        fn load(&mut self, name: &str) -> Kernel {
-            let bytes = std::fs::read(self.dir.join(format!("{name}.cubin"))).expect("cubin");
-            let arch = self.nv.arch().expect("open");
-            let module = Module::parse(&bytes, arch).expect("parse");
-            let info = module.kernel(name).expect("kernel").clone();
-            let code = self.alloc(module.alloc_bytes(), CODE, BufferKind::Code);
-            let image = module.relocate(code.va).expect("relocate");
-            let view = self.bytes(&code);
-            view.fill(0);
-            view[..image.len()].copy_from_slice(&image);
-            self.to_gpu(&code, code.bytes);
-            Kernel { code, info }
-        }
-
-        fn desc<'a>(k: &Kernel, args: &'a [u32], block: [u32; 3], grid: [u32; 3], order: Order) -> LaunchDesc<'a> {
-            LaunchDesc {
-                code_va: k.code.va + k.info.code_offset,
-                code_bytes: k.info.code_bytes,
-                gpr_count: k.info.registers.next_multiple_of(8).max(64),
-                block,
-                grid,
-                shared_bytes: k.info.shared_bytes,
-                dynamic_shared_bytes: 0,
-                local_bytes_per_thread: k.info.local_bytes_per_thread,
-                barrier_count: k.info.barriers,
-                num_elements: 0,
-                args,
-                const_banks: &[],
-                order,
-                skip: false,
-            }
+        fn load(&self, name: &str) -> Kernel {
+            self.gpu.load(name).expect("load")
         }
 
         fn tune(&self, f: impl FnOnce(&mut NvidiaConfig)) {
             let mut c = NvidiaConfig::default();
             f(&mut c);
-            self.nv.set_config(c);
+            self.gpu.nv.set_config(c);
         }
 
         /// Submits and waits for marker 0 then marker 1; returns (submit call, marker 0 seen, marker 1 seen)
         /// in ticks from just before the submit.
         fn run(&mut self, launches: &[LaunchDesc<'_>], stamps: Option<MarkerSlot>) -> Result<[u64; 3], String> {
-            let (m0, m1) = (self.slot(0), self.slot(16));
-            self.seq = self.seq.wrapping_add(1).max(1);
-            let s = Submission { launches, markers: [m0, m1], sequence: self.seq, stamps };
-            let poll = self.nv.poll().unwrap();
+            let s = self.markers.submission(launches, stamps);
+            let (m0, m1, seq) = (s.markers[0], s.markers[1], s.sequence);
+            let poll = self.gpu.nv.poll().unwrap();
             let t0 = tsc();
-            // SAFETY: every address in `s` lies in live allocations; the previous submission completed.
-            unsafe { self.nv.queue().unwrap().submit(&s) }.map_err(|e| format!("submit: {e}"))?;
+            self.gpu.submit(&s)?;
             let t1 = tsc();
             let mut seen = [0u64; 2];
             let deadline = Instant::now() + Duration::from_secs(3);
@@ -178,7 +112,7 @@ mod linux {
                 let mut n = 0u32;
                 loop {
                     // SAFETY: the markers live in the HOST_POLLED marker buffer.
-                    if unsafe { poll.poll(m) }.map_err(|e| e.to_string())? == self.seq {
+                    if unsafe { poll.poll(m) }.map_err(|e| e.to_string())? == seq {
                         seen[i] = tsc();
                         break;
                     }
@@ -197,15 +131,10 @@ mod linux {
             Ok([t1 - t0, seen[0] - t0, seen[1] - t0])
         }
 
-        fn fail(&mut self, what: &str, e: impl std::fmt::Display) {
-            println!("[FAIL] {what}: {e}");
-            self.failures += 1;
-        }
-
         // ----- copies --------------------------------------------------------------------------------
 
         fn copies(&mut self) {
-            println!("# copies: {}", self.nv.copy_engine());
+            println!("# copies: {}", self.gpu.nv.copy_engine());
             type Tune = fn(&mut NvidiaConfig);
             let variants: [(&str, Tune); 3] =
                 [("grce", |_| {}), ("async", |c| c.async_copy = true), ("grce_huge", |c| c.huge_staging = true)];
@@ -239,11 +168,11 @@ mod linux {
                             v.push(self.timer.us(tsc() - t));
                         }
                     }
-                    metric(&format!("sync4k_{dir}_{name}_p50_us"), pct(&mut v, 0.5));
+                    self.report.metric(&format!("sync4k_{dir}_{name}_p50_us"), pct(&mut v, 0.5));
                 }
             }
             self.tune(|_| {});
-            self.free(&small);
+            self.gpu.free(&small);
         }
 
         fn copy_timeline(&mut self, tag: &str) {
@@ -251,8 +180,8 @@ mod linux {
             let gbps = |t: Instant| big as f64 / t.elapsed().as_secs_f64() / 1e9;
             let t = Instant::now();
             let x = self.alloc(big, DATA, BufferKind::Data);
-            metric(&format!("copy_{tag}_alloc_1g_ms"), t.elapsed().as_secs_f64() * 1e3);
-            self.bytes(&x).fill(0x3c);
+            self.report.metric(&format!("copy_{tag}_alloc_1g_ms"), t.elapsed().as_secs_f64() * 1e3);
+            self.gpu.bytes(&x).fill(0x3c);
             let mut line = Vec::new();
             for _ in 0..6 {
                 let t = Instant::now();
@@ -260,21 +189,21 @@ mod linux {
                 line.push(gbps(t));
             }
             // The copies must move the bytes: poison the staging, bring them back, compare.
-            self.bytes(&x).fill(0xa5);
+            self.gpu.bytes(&x).fill(0xa5);
             let mut back = Vec::new();
             for _ in 0..3 {
                 let t = Instant::now();
                 self.to_cpu(&x, big);
                 back.push(gbps(t));
             }
-            let v = self.bytes(&x);
+            let v = self.gpu.bytes(&x);
             let intact = v.iter().all(|&b| b == 0x3c);
             println!("probe.copy_{tag}_to_gpu {}", fmt_list(&line));
             println!("probe.copy_{tag}_to_cpu {} (bytes back intact: {intact})", fmt_list(&back));
             if !intact {
-                self.failures += 1;
+                self.report.failures += 1;
             }
-            self.free(&x);
+            self.gpu.free(&x);
         }
 
         /// What write-combined stores to video memory through BAR1 and the store fence cost here.
@@ -299,9 +228,9 @@ mod linux {
                         v.push(self.timer.us(tsc() - t) * 1e3);
                     }
                 }
-                metric(&format!("{name}_p50_ns"), pct(&mut v, 0.5));
+                self.report.metric(&format!("{name}_p50_ns"), pct(&mut v, 0.5));
             }
-            self.free(&buf);
+            self.gpu.free(&buf);
         }
 
         // ----- launch round trip ---------------------------------------------------------------------
@@ -337,7 +266,7 @@ mod linux {
             let args = [0u32];
             for (name, f) in variants {
                 self.tune(f);
-                let l = Self::desc(k, &args, [1, 1, 1], [1, 1, 1], Order::AfterPrevious);
+                let l = k.launch(&args, [1, 1, 1], [1, 1, 1], Order::AfterPrevious);
                 let mut ph = [Vec::new(), Vec::new(), Vec::new()];
                 for i in 0..3300 {
                     match self.run(&[l], None) {
@@ -348,7 +277,7 @@ mod linux {
                         }
                         Ok(_) => {}
                         Err(e) => {
-                            self.fail(&format!("launch {name}"), e);
+                            self.report.fail(&format!("launch {name}"), e);
                             break;
                         }
                     }
@@ -356,31 +285,31 @@ mod linux {
                 if ph[2].is_empty() {
                     continue;
                 }
-                metric(&format!("rt_{name}_submit_p50_us"), pct(&mut ph[0], 0.5));
-                metric(&format!("rt_{name}_m0_p50_us"), pct(&mut ph[1], 0.5));
-                metric(&format!("rt_{name}_m1_p10_us"), pct(&mut ph[2], 0.1));
-                metric(&format!("rt_{name}_m1_p50_us"), pct(&mut ph[2], 0.5));
-                metric(&format!("rt_{name}_m1_p99_us"), pct(&mut ph[2], 0.99));
+                self.report.metric(&format!("rt_{name}_submit_p50_us"), pct(&mut ph[0], 0.5));
+                self.report.metric(&format!("rt_{name}_m0_p50_us"), pct(&mut ph[1], 0.5));
+                self.report.metric(&format!("rt_{name}_m1_p10_us"), pct(&mut ph[2], 0.1));
+                self.report.metric(&format!("rt_{name}_m1_p50_us"), pct(&mut ph[2], 0.5));
+                self.report.metric(&format!("rt_{name}_m1_p99_us"), pct(&mut ph[2], 0.99));
             }
             self.tune(|_| {});
-            let (hits, misses) = self.nv.prepared_stats();
-            metric("prepared_hits", hits as f64);
-            metric("prepared_misses", misses as f64);
+            let (hits, misses) = self.gpu.nv.prepared_stats();
+            self.report.metric("prepared_hits", hits as f64);
+            self.report.metric("prepared_misses", misses as f64);
             // Semaphore-only: no kernel, the idle release alone.
-            let skip = LaunchDesc { skip: true, ..Self::desc(k, &args, [1; 3], [1; 3], Order::AfterPrevious) };
+            let skip = LaunchDesc { skip: true, ..k.launch(&args, [1; 3], [1; 3], Order::AfterPrevious) };
             let mut v = Vec::new();
             for i in 0..3300 {
                 match self.run(&[skip], None) {
                     Ok(t) if i >= 300 => v.push(self.timer.us(t[2])),
                     Ok(_) => {}
                     Err(e) => {
-                        self.fail("semaphore only", e);
+                        self.report.fail("semaphore only", e);
                         break;
                     }
                 }
             }
             if !v.is_empty() {
-                metric("rt_semaphore_only_p50_us", pct(&mut v, 0.5));
+                self.report.metric("rt_semaphore_only_p50_us", pct(&mut v, 0.5));
             }
         }
 
@@ -486,8 +415,7 @@ mod linux {
             let args = [0u32];
             for (name, f, st, order) in variants {
                 self.tune(f);
-                let ls: Vec<LaunchDesc<'_>> =
-                    (0..n).map(|_| Self::desc(k, &args, [32, 1, 1], [1, 1, 1], order)).collect();
+                let ls: Vec<LaunchDesc<'_>> = (0..n).map(|_| k.launch(&args, [32, 1, 1], [1, 1, 1], order)).collect();
                 let stamps = match st {
                     St::None => None,
                     St::Sys => Some(sys),
@@ -505,7 +433,7 @@ mod linux {
                             }
                         }
                         Err(e) => {
-                            self.fail(&format!("chain {name}"), e);
+                            self.report.fail(&format!("chain {name}"), e);
                             break;
                         }
                     }
@@ -515,7 +443,7 @@ mod linux {
                                 // SAFETY: inside the stamp buffer.
                                 unsafe { (sys_stamps.cpu.add(16 * i + 8) as *const u64).read_volatile() }
                             } else {
-                                let v = self.bytes(&vid_stamps);
+                                let v = self.gpu.bytes(&vid_stamps);
                                 u64::from_le_bytes(v[16 * i + 8..16 * i + 16].try_into().unwrap())
                             }
                         };
@@ -531,15 +459,15 @@ mod linux {
                 if host.is_empty() {
                     continue;
                 }
-                metric(&format!("chain_{name}_per_launch_us"), pct(&mut host, 0.5));
-                metric(&format!("chain_{name}_submit_us"), pct(&mut submit, 0.5));
+                self.report.metric(&format!("chain_{name}_per_launch_us"), pct(&mut host, 0.5));
+                self.report.metric(&format!("chain_{name}_submit_us"), pct(&mut submit, 0.5));
                 if !gpu.is_empty() {
-                    metric(&format!("chain_{name}_gpu_per_launch_us"), pct(&mut gpu, 0.5));
+                    self.report.metric(&format!("chain_{name}_gpu_per_launch_us"), pct(&mut gpu, 0.5));
                 }
             }
             self.tune(|_| {});
-            self.free(&sys_stamps);
-            self.free(&vid_stamps);
+            self.gpu.free(&sys_stamps);
+            self.gpu.free(&vid_stamps);
             type T2 = fn(&mut NvidiaConfig);
             let checks: [(&str, T2); 7] = [
                 ("default", |_| {}),
@@ -596,36 +524,36 @@ mod linux {
                 })
                 .collect();
             let ls: Vec<LaunchDesc<'_>> =
-                args.iter().map(|a| Self::desc(sc, a, [256, 1, 1], [528, 1, 1], Order::AfterPrevious)).collect();
+                args.iter().map(|a| sc.launch(a, [256, 1, 1], [528, 1, 1], Order::AfterPrevious)).collect();
             for round in 0..3 {
-                let v = self.bytes(&bufs[0]);
+                let v = self.gpu.bytes(&bufs[0]);
                 for (c, f) in v.chunks_exact_mut(4).zip(&input) {
                     c.copy_from_slice(&f.to_le_bytes());
                 }
                 self.to_gpu(&bufs[0], bytes);
-                self.bytes(&bufs[1]).fill(0xff);
+                self.gpu.bytes(&bufs[1]).fill(0xff);
                 self.to_gpu(&bufs[1], bytes);
                 if let Err(e) = self.run(&ls, None) {
-                    self.fail(&format!("chain data {tag}"), e);
+                    self.report.fail(&format!("chain data {tag}"), e);
                     break;
                 }
                 let mut bad = 0;
                 for (b, w) in bufs.iter().zip(&want) {
                     self.to_cpu(b, bytes);
-                    let v = self.bytes(b);
+                    let v = self.gpu.bytes(b);
                     bad += v.chunks_exact(4).zip(w).filter(|(c, f)| c != &f.to_le_bytes().as_slice()).count();
                 }
-                println!(
-                    "[{}] chain data {tag} round {round}: {launches} dependent scale_copy launches, {bad} of {} floats differ from the CPU chain",
-                    if bad == 0 { "ok" } else { "FAIL" },
-                    2 * n
+                self.report.check(
+                    &format!("chain data {tag} round {round}"),
+                    bad == 0,
+                    format!(
+                        "{launches} dependent scale_copy launches, {bad} of {} floats differ from the CPU chain",
+                        2 * n
+                    ),
                 );
-                if bad > 0 {
-                    self.failures += 1;
-                }
             }
-            self.free(&bufs[0]);
-            self.free(&bufs[1]);
+            self.gpu.free(&bufs[0]);
+            self.gpu.free(&bufs[1]);
         }
 
         /// A kernel's stores to GPU-uncached system memory are all visible to the CPU once both markers
@@ -634,7 +562,7 @@ mod linux {
             let blocks = 264u32;
             let out = self.alloc(blocks as u64 * 16, POLLED, BufferKind::Queue);
             let args = [out.va as u32, (out.va >> 32) as u32, 0, 0];
-            let l = Self::desc(ts, &args, [32, 1, 1], [blocks, 1, 1], Order::AfterPrevious);
+            let l = ts.launch(&args, [32, 1, 1], [blocks, 1, 1], Order::AfterPrevious);
             let words = blocks as usize * 2;
             let mut bad = 0;
             let mut m0_late = 0;
@@ -644,7 +572,7 @@ mod linux {
                 match self.run_m1_first(&[l]) {
                     Ok(m0_seen) => m0_late += (!m0_seen) as u32,
                     Err(e) => {
-                        self.fail(&format!("visibility {name}"), e);
+                        self.report.fail(&format!("visibility {name}"), e);
                         break;
                     }
                 }
@@ -653,35 +581,30 @@ mod linux {
                     (0..words).filter(|&i| unsafe { (out.cpu as *const u64).add(i).read_volatile() } == 0).count();
                 bad += (zeros > 0) as u32;
             }
-            let ok = bad == 0 && m0_late == 0;
-            println!(
-                "[{}] visibility {name}: 300 launches, {bad} with stores not yet visible at marker 1, {m0_late} with marker 1 before marker 0",
-                if ok { "ok" } else { "FAIL" }
+            self.report.check(
+                &format!("visibility {name}"),
+                bad == 0 && m0_late == 0,
+                format!("300 launches, {bad} with stores not yet visible at marker 1, {m0_late} with marker 1 before marker 0"),
             );
-            if !ok {
-                self.failures += 1;
-            }
-            self.free(&out);
+            self.gpu.free(&out);
         }
 
         /// Submits and waits for marker 1 first; returns whether marker 0 was already released then.
         fn run_m1_first(&mut self, launches: &[LaunchDesc<'_>]) -> Result<bool, String> {
-            let (m0, m1) = (self.slot(0), self.slot(16));
-            self.seq = self.seq.wrapping_add(1).max(1);
-            let s = Submission { launches, markers: [m0, m1], sequence: self.seq, stamps: None };
-            let poll = self.nv.poll().unwrap();
-            // SAFETY: every address in `s` lies in live allocations; the previous submission completed.
-            unsafe { self.nv.queue().unwrap().submit(&s) }.map_err(|e| format!("submit: {e}"))?;
+            let s = self.markers.submission(launches, None);
+            let (m0, m1, seq) = (s.markers[0], s.markers[1], s.sequence);
+            let poll = self.gpu.nv.poll().unwrap();
+            self.gpu.submit(&s)?;
             let deadline = Instant::now() + Duration::from_secs(3);
             // SAFETY: the markers live in the HOST_POLLED marker buffer.
-            while unsafe { poll.poll(&m1) }.map_err(|e| e.to_string())? != self.seq {
+            while unsafe { poll.poll(&m1) }.map_err(|e| e.to_string())? != seq {
                 if Instant::now() > deadline {
                     return Err("marker 1 not released in 3 s".into());
                 }
                 std::hint::spin_loop();
             }
             // SAFETY: as above.
-            let m0_seen = unsafe { poll.poll(&m0) }.map_err(|e| e.to_string())? == self.seq;
+            let m0_seen = unsafe { poll.poll(&m0) }.map_err(|e| e.to_string())? == seq;
             Ok(m0_seen)
         }
 
@@ -700,18 +623,18 @@ mod linux {
                 })
                 .collect();
             let ls: Vec<LaunchDesc<'_>> =
-                args.iter().map(|a| Self::desc(ts, a, [32, 1, 1], [blocks, 1, 1], Order::AfterPrevious)).collect();
-            let (h0, _) = self.nv.prepared_stats();
+                args.iter().map(|a| ts.launch(a, [32, 1, 1], [blocks, 1, 1], Order::AfterPrevious)).collect();
+            let (h0, _) = self.gpu.nv.prepared_stats();
             for round in 0..3 {
-                self.bytes(&buf).fill(0);
+                self.gpu.bytes(&buf).fill(0);
                 self.to_gpu(&buf, buf.bytes);
                 let slot = MarkerSlot { va: stamps.va, cpu: stamps.cpu };
                 if let Err(e) = self.run(&ls, Some(slot)) {
-                    self.fail("resubmitted ordering", e);
+                    self.report.fail("resubmitted ordering", e);
                     break;
                 }
                 self.to_cpu(&buf, buf.bytes);
-                let v = self.bytes(&buf);
+                let v = self.gpu.bytes(&buf);
                 let word = |i: usize| u64::from_le_bytes(v[8 * i..8 * i + 8].try_into().unwrap());
                 let mut spans = Vec::new();
                 let mut missing = 0;
@@ -729,23 +652,23 @@ mod linux {
                     spans.push((lo, hi));
                 }
                 let overlaps = spans.windows(2).filter(|w| w[1].0 < w[0].1).count();
+                let seq = self.markers.seq;
                 let seq_ok = (0..launches).all(|i| {
                     // SAFETY: inside the stamp buffer.
-                    unsafe { (stamps.cpu.add(16 * i) as *const u32).read_volatile() == self.seq }
+                    unsafe { (stamps.cpu.add(16 * i) as *const u32).read_volatile() == seq }
                 });
-                let ok = overlaps == 0 && missing == 0 && seq_ok;
-                println!(
-                    "[{}] resubmitted ordering {tag} round {round}: overlapping pairs {overlaps}, blocks without stamps {missing}, stamps carry the sequence: {seq_ok}",
-                    if ok { "ok" } else { "FAIL" }
+                self.report.check(
+                    &format!("resubmitted ordering {tag} round {round}"),
+                    overlaps == 0 && missing == 0 && seq_ok,
+                    format!(
+                        "overlapping pairs {overlaps}, blocks without stamps {missing}, stamps carry the sequence: {seq_ok}"
+                    ),
                 );
-                if !ok {
-                    self.failures += 1;
-                }
             }
-            let (h1, _) = self.nv.prepared_stats();
+            let (h1, _) = self.gpu.nv.prepared_stats();
             println!("probe.resubmitted_ordering_{tag}_prepared_hits {}", h1 - h0);
-            self.free(&buf);
-            self.free(&stamps);
+            self.gpu.free(&buf);
+            self.gpu.free(&stamps);
         }
     }
 
@@ -754,16 +677,14 @@ mod linux {
     }
 
     pub fn main() {
-        let args: Vec<String> = std::env::args().collect();
-        let dir = PathBuf::from(args.get(1).cloned().unwrap_or_else(|| ".gpu".into()));
-        let what = args.get(2).cloned().unwrap_or_else(|| "all".into());
+        let dir = PathBuf::from(harness::arg(1, ".gpu"));
+        let what = harness::arg(2, "all");
         // The asynchronous copy channel is made at open only when asked for; the copy variants use it.
         // OMEGA_NV_NO_BOOST=1: without the performance boost, to measure the idle-clock state.
         let perf_boost = std::env::var("OMEGA_NV_NO_BOOST").map_or(true, |v| v != "1");
-        let nv = Nvidia::probe_with(NvidiaConfig { async_copy: true, perf_boost, ..NvidiaConfig::default() })
-            .expect("probe");
-        // SAFETY: single-threaded; the device is closed.
-        let info = unsafe { nv.device().unwrap().open() }.expect("open");
+        let nv = harness::probe(NvidiaConfig { async_copy: true, perf_boost, ..NvidiaConfig::default() });
+        let gpu = Gpu { nv: nv.clone(), dir, min_registers: 64 };
+        let info = gpu.open().expect("open");
         let (src, mono_ns) = nv.clock_source();
         println!(
             "# nv_probe device=\"{}\" driver={} clock={src:?} clock_gettime={mono_ns} ns; {}",
@@ -772,10 +693,8 @@ mod linux {
             nv.perf_boost()
         );
         let timer = Timer::calibrate();
-        let desc = BufferDesc { bytes: 1 << 16, rights: POLLED, cache: CachePolicy::Uncached, kind: BufferKind::Queue };
-        // SAFETY: open, single-threaded.
-        let markers = unsafe { nv.memory().unwrap().alloc(&desc) }.expect("markers");
-        let mut p = Probe { nv: nv.clone(), dir, timer, seq: 0, markers, failures: 0 };
+        let markers = Markers::alloc(&gpu).expect("markers");
+        let mut p = Probe { gpu, timer, markers, report: Report::new("probe") };
         if what == "all" || what == "copies" {
             p.copies();
         }
@@ -786,22 +705,19 @@ mod linux {
             p.launch(&empty);
         }
         // Optional: an older .gpu/ may lack it; the data-visibility checks are skipped then.
-        let sc = p.dir.join("scale_copy.cubin").exists().then(|| p.load("scale_copy"));
+        let sc = p.gpu.dir.join("scale_copy.cubin").exists().then(|| p.load("scale_copy"));
         if what == "all" || what == "chain" {
             p.chain(&empty, &ts, sc.as_ref());
         }
         let (hits, misses) = nv.prepared_stats();
-        println!("# prepared submissions: {hits} hits, {misses} misses; failures {}", p.failures);
-        p.free(&empty.code);
-        p.free(&ts.code);
+        println!("# prepared submissions: {hits} hits, {misses} misses; failures {}", p.report.failures);
+        p.gpu.free(&empty.code);
+        p.gpu.free(&ts.code);
         if let Some(sc) = &sc {
-            p.free(&sc.code);
+            p.gpu.free(&sc.code);
         }
-        p.free(&p.markers);
-        // SAFETY: nothing running; every allocation freed.
-        unsafe { nv.device().unwrap().close() };
-        if p.failures > 0 {
-            std::process::exit(1);
-        }
+        p.gpu.free(&p.markers.buf);
+        p.gpu.close();
+        p.report.exit();
     }
 }

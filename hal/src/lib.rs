@@ -13,15 +13,22 @@
 //!    is gone, memory ran out. Misuse is a broken `# Safety` promise, not an error value.
 //! 4. **Backends, one set of file names.** [`sim`] (always compiled, deterministic, fault injection,
 //!    runs host implementations of kernels) and `nvidia` (Linux, NVIDIA's open kernel driver, no CUDA
-//!    library), plus `ctable`, a platform whose services are a C program's function table
-//!    (`omega_gpu_platform.h`). Each has `mod.rs memory.rs queue.rs poll.rs visibility.rs device.rs`.
-//! 5. **One `sync` facade** ([`sync`]): every lock and atomic comes from it, so `--cfg loom` model-checks
+//!    library; the cargo feature `nvidia`, on by default), plus `ctable`, a platform whose services are a
+//!    C program's function table (`omega_gpu_platform.h`). Each has `mod.rs memory.rs queue.rs poll.rs
+//!    visibility.rs device.rs`.
+//! 5. **GPU code belongs to no backend.** [`arch`] (the table of everything chip-specific) and [`cubin`]
+//!    (the ELF loader for ptxas output) are pure: the session parses kernels with them on every platform
+//!    and build, so the simulator checks the same parameter tables the GPU uses, and `omega` with the
+//!    simulator alone builds wherever Rust does.
+//! 6. **One `sync` facade** ([`sync`]): every lock and atomic comes from it, so `--cfg loom` model-checks
 //!    them all.
 
 #![warn(missing_docs)]
 
+pub mod arch;
 pub mod caps;
 pub mod clock;
+pub mod cubin;
 pub mod device;
 pub mod error;
 pub mod handle;
@@ -38,7 +45,7 @@ pub mod sim;
 #[cfg(not(loom))]
 pub mod ctable;
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub mod nvidia;
 
 pub use caps::{

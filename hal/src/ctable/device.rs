@@ -4,7 +4,7 @@ use super::{f, read_c_text, write_c_text, OmegaGpuDeviceInfo, OmegaGpuPlatformEr
 use crate::device::{Device, DeviceInfo};
 use crate::error::HalError;
 
-static_assertions::assert_eq_size!(OmegaGpuDeviceInfo, [u64; 23]);
+const _: () = assert!(core::mem::size_of::<OmegaGpuDeviceInfo>() == 23 * 8);
 
 impl OmegaGpuDeviceInfo {
     /// All zero: empty texts, no device.

@@ -1,5 +1,6 @@
-//! The GPFIFO channel, the doorbell, and the command arena where pushbuffers, QMDs and constant banks are
-//! written for the GPU.
+//! The channel service: the GPFIFO channels, the doorbell, the command arena where pushbuffers, QMDs and
+//! constant banks are written for the GPU, the internal semaphores the backend's own waits use, and the
+//! local-memory (SLM) backing store the compute channel points at. [`Channels`] holds all of it.
 //!
 //! Everything the GPU fetches to run work lives in video memory and is written by the CPU through a
 //! write-combined BAR1 view, never read back (a BAR1 read costs about a microsecond). Write-combined
@@ -8,13 +9,15 @@
 
 use std::ptr;
 
-use super::memory::{Mem, MemKind, MemSpec, PAGE};
+use super::memory::{Mem, MemKind, MemSpec, HUGE_FROM, HUGE_PAGE, PAGE};
 use super::push::{gpfifo_entry, Push};
+use super::queue::queue_buffer;
 use super::sys::{self, userd, NvNotification};
-use super::Open;
+use super::{Base, GrInfo};
 use crate::clock::Clock;
 use crate::error::HalError;
 use crate::poll::xid_name;
+use crate::queue::QueueBuffer;
 
 /// Orders every earlier store (write-combined ones included) before every later one, as the GPU sees them.
 #[inline]
@@ -33,7 +36,7 @@ pub(crate) fn store_fence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
-/// The compute channel: its ring and USERD block, error notifier, engines and work-submit token.
+/// A GPFIFO channel: its ring and USERD block, error notifier, engines and work-submit token.
 pub(crate) struct Channel {
     /// The copy-engine class bound to subchannel 4.
     pub(crate) copy_class: u32,
@@ -51,6 +54,20 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
+    /// The channel on a ring of `entries` entries at the start of `gpfifo` (USERD `userd_offset` bytes in),
+    /// with its `notifier`, the copy class bound to subchannel 4, and its work-submit `token`.
+    pub(crate) fn new(
+        gpfifo: Mem,
+        userd_offset: u64,
+        entries: u32,
+        notifier: Mem,
+        copy_class: u32,
+        token: u32,
+    ) -> Self {
+        let shadow = vec![0; entries as usize];
+        Channel { copy_class, gpfifo, userd_offset, entries, put: 0, shadow, token, notifier }
+    }
+
     /// Bytes of the GPFIFO area for `entries` entries: the ring, then one page of USERD.
     pub(crate) fn area_bytes(entries: u32) -> (u64, u64) {
         let ring = (entries as u64 * 8).div_ceil(PAGE) * PAGE;
@@ -174,15 +191,150 @@ pub(crate) const SEM_BARRIER: u64 = 16;
 /// How long the backend's own waits spin-poll before sleep-polling, unless told otherwise.
 pub(crate) const INTERNAL_SPIN_NS: u64 = 200_000;
 
-impl Open {
+/// A channel of its own on an asynchronous copy engine, for syncs.
+pub(crate) struct CopyChannel {
+    pub(crate) channel: Channel,
+    /// Its NV2080_ENGINE_TYPE.
+    pub(crate) engine_type: u32,
+}
+
+/// Which channel a pushbuffer goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The compute channel (compute on subchannel 1, the graphics copy engine on 4).
+    Compute,
+    /// The asynchronous copy channel, which must exist.
+    Copy,
+}
+
+/// One of the backend's own waits on the internal semaphore: the value its pushbuffer releases, how long
+/// to wait in all and spinning, and what to call it in a timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Wait {
+    pub(crate) value: u32,
+    pub(crate) timeout_ns: u64,
+    pub(crate) spin_ns: u64,
+    pub(crate) what: &'static str,
+}
+
+/// The SLM backing store for `per_thread` bytes of local memory per thread: (bytes per TPC, total).
+pub(crate) fn slm_sizes(per_thread: u32, gr: &GrInfo) -> (u64, u64) {
+    let per_warp = (per_thread as u64 * 32).next_multiple_of(0x200);
+    let per_tpc = (per_warp * gr.max_warps_per_sm as u64 * gr.sm_per_tpc as u64).next_multiple_of(0x8000);
+    let total = (per_tpc * gr.tpc_per_gpc as u64 * gr.gpcs as u64).next_multiple_of(0x2_0000);
+    (per_tpc, total)
+}
+
+/// The channel service's state.
+pub(crate) struct Channels {
+    /// The compute channel.
+    pub(crate) compute: Channel,
+    /// The asynchronous copy channel, if the device has one and the driver took it.
+    pub(crate) copy: Option<CopyChannel>,
+    /// The usermode page (its doorbell word tells the host a channel has work), mapped at open.
+    doorbell: *mut u8,
+    /// Where pushbuffers (and QMDs not kept for reuse) are written.
+    arena: Arena,
+    /// The internal semaphore page (system memory): slot [`SEM_WAIT`] the backend's own waits, slot
+    /// [`SEM_BARRIER`] barrier scratch.
+    sems: Mem,
+    /// The last value released to [`SEM_WAIT`].
+    sem_value: u32,
+    /// The SLM backing store, and the per-thread local memory it covers (0 before the first).
+    slm: Option<Mem>,
+    slm_per_thread: u32,
+}
+
+/// What [`Channels`] holds, for close to release in its own order.
+pub(crate) struct ChannelParts {
+    pub(crate) compute: Channel,
+    pub(crate) copy: Option<CopyChannel>,
+    pub(crate) doorbell: *mut u8,
+    pub(crate) arena: Mem,
+    pub(crate) sems: Mem,
+    pub(crate) slm: Option<Mem>,
+}
+
+impl Channels {
+    /// The compute channel's buffers that submitted work may touch: its ring, the driver's notifier for it,
+    /// the arena (pushbuffers, QMDs, constant banks), the internal semaphores and the local memory. Not the
+    /// copy channel's: syncs are waited for, so no work of its own is ever left uncertain.
+    pub(crate) fn in_flight_buffers(&self) -> Vec<QueueBuffer> {
+        let mut v = vec![
+            queue_buffer("GPFIFO ring and USERD", &self.compute.gpfifo),
+            queue_buffer("channel error notifier", &self.compute.notifier),
+            queue_buffer("command arena (pushbuffers, QMDs, constant banks)", &self.arena.mem),
+            queue_buffer("internal semaphores", &self.sems),
+        ];
+        v.extend(self.slm.as_ref().map(|m| queue_buffer("local memory (SLM)", m)));
+        v
+    }
+
+    /// The service on the channels made at open, the mapped usermode page, the first command arena and
+    /// the internal semaphore page (zeroed). No SLM store yet.
+    pub(crate) fn new(compute: Channel, copy: Option<CopyChannel>, doorbell: *mut u8, arena: Mem, sems: Mem) -> Self {
+        Channels {
+            compute,
+            copy,
+            doorbell,
+            arena: Arena { mem: arena, head: 0 },
+            sems,
+            sem_value: 0,
+            slm: None,
+            slm_per_thread: 0,
+        }
+    }
+
+    /// Everything held, for close.
+    pub(crate) fn into_parts(self) -> ChannelParts {
+        let Channels { compute, copy, doorbell, arena, sems, slm, .. } = self;
+        ChannelParts { compute, copy, doorbell, arena: arena.mem, sems, slm }
+    }
+
     /// The next value of the internal wait semaphore, and its GPU address.
     pub(crate) fn next_wait(&mut self) -> (u64, u32) {
         self.sem_value = self.sem_value.wrapping_add(1).max(1);
         (self.sems.va + SEM_WAIT, self.sem_value)
     }
 
+    /// The GPU address barrier releases write to.
+    pub(crate) fn barrier_scratch_va(&self) -> u64 {
+        self.sems.va + SEM_BARRIER
+    }
+
+    /// Per-thread local memory the SLM store covers, in bytes.
+    pub(crate) fn local_bytes_per_thread(&self) -> u32 {
+        self.slm_per_thread
+    }
+
+    /// Makes the SLM backing store cover `per_thread` bytes of local memory per thread, adding the
+    /// methods that point the channel at a new one to `push`. The old store is freed at once: it is only
+    /// ever replaced while no work is in flight, and the new methods precede any further launch.
+    pub(crate) fn ensure_local_memory(
+        &mut self,
+        base: &mut Base,
+        gr: &GrInfo,
+        per_thread: u32,
+        push: &mut Push,
+    ) -> Result<(), HalError> {
+        let per_thread = per_thread.next_multiple_of(32);
+        if per_thread <= self.slm_per_thread {
+            return Ok(());
+        }
+        let (per_tpc, total) = slm_sizes(per_thread, gr);
+        let page = if total >= HUGE_FROM { HUGE_PAGE } else { PAGE };
+        let spec = MemSpec { kind: MemKind::Vid, bytes: total, page, contiguous: false, cpu_map: None, low_va: false };
+        let mem = base.new_mem(spec, "allocate local memory (SLM)")?;
+        push.local_memory(mem.va, per_tpc, 0xff);
+        if let Some(old) = self.slm.replace(mem) {
+            base.drop_mem(old);
+        }
+        self.slm_per_thread = per_thread;
+        Ok(())
+    }
+
     /// Makes sure the arena holds `len` bytes in one piece, replacing it by a larger one if not.
-    pub(crate) fn arena_reserve(&mut self, len: u64, align: u64) -> Result<(u64, *mut u8), HalError> {
+    pub(crate) fn arena_reserve(&mut self, base: &mut Base, len: u64, align: u64) -> Result<(u64, *mut u8), HalError> {
         if let Some(r) = self.arena.reserve(len, align) {
             return Ok(r);
         }
@@ -195,49 +347,42 @@ impl Open {
             cpu_map: Some(sys::map_caching::WRITE_COMBINED),
             low_va: true,
         };
-        let mem = self.base.new_mem(spec, "grow the command arena")?;
+        let mem = base.new_mem(spec, "grow the command arena")?;
         let old = std::mem::replace(&mut self.arena, Arena { mem, head: 0 });
-        self.base.drop_mem(old.mem);
+        base.drop_mem(old.mem);
         self.arena.reserve(len, align).ok_or(HalError::OutOfMemory { bytes: len })
     }
 
-    /// Writes `push` into the arena and rings the doorbell of the compute channel, or of the copy
-    /// channel with `copy` (which must exist).
-    pub(crate) fn send_on(&mut self, copy: bool, push: &Push) -> Result<(), HalError> {
-        let (va, cpu) = self.arena_reserve(line_bytes(push.bytes()), 256)?;
+    /// Writes `push` into the arena and rings the doorbell of the `target` channel.
+    pub(crate) fn send(&mut self, base: &mut Base, target: Target, push: &Push) -> Result<(), HalError> {
+        let (va, cpu) = self.arena_reserve(base, line_bytes(push.bytes()), 256)?;
         // SAFETY: the reservation is `push.bytes()` rounded to lines long and 256-byte aligned.
         unsafe { write_lines(cpu, push.words()) };
-        let channel = match (copy, self.copy.as_mut()) {
-            (true, Some(c)) => &mut c.channel,
-            (true, None) => return Err(HalError::Unsupported("nvidia: no asynchronous copy channel".into())),
-            (false, _) => &mut self.channel,
+        let channel = match (target, self.copy.as_mut()) {
+            (Target::Copy, Some(c)) => &mut c.channel,
+            (Target::Copy, None) => return Err(HalError::Unsupported("nvidia: no asynchronous copy channel".into())),
+            (Target::Compute, _) => &mut self.compute,
         };
-        // SAFETY: the usermode page is this device's; the pushbuffer was just written; the backend's
+        // SAFETY: the usermode page is this device's; the pushbuffer was just written (the kick's store
+        // fence orders it, and any patched QMD lines before it, ahead of the GPFIFO entry); the backend's
         // waits and the session's contract keep at most one submission in flight on either channel.
-        unsafe { channel.kick(self.usermode, va, push.words().len() as u32) };
+        unsafe { channel.kick(self.doorbell, va, push.words().len() as u32) };
         Ok(())
     }
 
     /// The first error either channel's notifier reports.
-    pub(crate) fn any_channel_error(&self) -> Option<NvNotification> {
-        self.channel.error().or_else(|| self.copy.as_ref().and_then(|c| c.channel.error()))
+    pub(crate) fn any_error(&self) -> Option<NvNotification> {
+        self.compute.error().or_else(|| self.copy.as_ref().and_then(|c| c.channel.error()))
     }
 
-    /// Waits until the word at `cpu` reads `value`, ending early with the channel's error or at
-    /// `timeout_ns` with a timeout naming `what`. Spin-polls for the first `spin_ns`, then sleep-polls.
+    /// Waits until the word at `cpu` reads `wait.value`, ending early with a channel's error or at
+    /// `wait.timeout_ns` with a timeout naming `wait.what`. Spin-polls for the first `wait.spin_ns`, then
+    /// sleep-polls.
     ///
     /// # Safety
     /// - `cpu` points to a live, 4-byte aligned word the GPU releases to.
-    #[allow(clippy::too_many_arguments)] // Private to the backend; each is one knob of the wait.
-    pub(crate) unsafe fn wait_word(
-        &self,
-        cpu: *const u32,
-        value: u32,
-        timeout_ns: u64,
-        spin_ns: u64,
-        clock: &dyn Clock,
-        what: &'static str,
-    ) -> Result<(), HalError> {
+    pub(crate) unsafe fn wait_word(&self, cpu: *const u32, wait: Wait, clock: &dyn Clock) -> Result<(), HalError> {
+        let Wait { value, timeout_ns, spin_ns, what } = wait;
         let start = clock.now_ns();
         let mut spins = 0u32;
         loop {
@@ -247,7 +392,7 @@ impl Open {
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) {
-                if let Some(n) = self.any_channel_error() {
+                if let Some(n) = self.any_error() {
                     return Err(HalError::Lost(format!("{what}: {}", describe_error(&n))));
                 }
                 let waited = clock.now_ns().saturating_sub(start);
@@ -267,41 +412,39 @@ impl Open {
         }
     }
 
-    /// Sends `push` (which must end by releasing `value` at the internal wait semaphore) on the compute
-    /// channel and waits.
+    /// Sends `push`, which must end by releasing `wait.value` at the internal wait semaphore, on the
+    /// `target` channel and waits for it.
     pub(crate) fn run(
         &mut self,
+        base: &mut Base,
+        target: Target,
         push: &Push,
-        value: u32,
-        timeout_ns: u64,
+        wait: Wait,
         clock: &dyn Clock,
-        what: &'static str,
     ) -> Result<(), HalError> {
-        self.run_on(false, push, value, timeout_ns, INTERNAL_SPIN_NS, clock, what)
-    }
-
-    /// [`Open::run`] on the copy channel with `copy`, spin-polling for the first `spin_ns`.
-    #[allow(clippy::too_many_arguments)] // Private to the backend; each is one knob of the wait.
-    pub(crate) fn run_on(
-        &mut self,
-        copy: bool,
-        push: &Push,
-        value: u32,
-        timeout_ns: u64,
-        spin_ns: u64,
-        clock: &dyn Clock,
-        what: &'static str,
-    ) -> Result<(), HalError> {
-        self.send_on(copy, push)?;
+        self.send(base, target, push)?;
         let word = (self.sems.cpu as u64 + SEM_WAIT) as *const u32;
         // SAFETY: the internal semaphore page is mapped for as long as the device is open.
-        unsafe { self.wait_word(word, value, timeout_ns, spin_ns, clock, what) }
+        unsafe { self.wait_word(word, wait, clock) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slm_sizing_follows_the_fact_sheet_formula() {
+        let h200 = GrInfo { sm_version: 0x900, max_warps_per_sm: 64, gpcs: 8, tpc_per_gpc: 9, sm_per_tpc: 2 };
+        // 0x240 bytes per thread: 0x4800 per warp, x 64 warps x 2 SMs = 0x240000 per TPC, x 72 TPCs.
+        let (per_tpc, total) = slm_sizes(0x240, &h200);
+        assert_eq!(per_tpc, 0x24_0000);
+        assert_eq!(total, 0x24_0000 * 72);
+        // Rounding: 0x250 bytes -> 0x4a00 per warp -> 0x250000 per TPC (already a multiple of 0x8000).
+        let (per_tpc, total) = slm_sizes(0x250, &h200);
+        assert_eq!(per_tpc, 0x25_0000);
+        assert_eq!(total % 0x2_0000, 0);
+    }
 
     #[test]
     fn gpfifo_area_is_the_ring_then_a_page_of_userd() {

@@ -1,5 +1,6 @@
 //! Device memory on a discrete GPU: where each kind of buffer lives, its two views, and the GPU virtual
-//! address map.
+//! address map. The memory service's state is [`Buffers`]; [`Base`] holds the machinery every service
+//! allocates its own memory ([`Mem`]) through.
 //!
 //! | Buffer | GPU side | CPU view (`Allocation::cpu`) |
 //! |---|---|---|
@@ -14,12 +15,13 @@
 //! exactly the HOST_POLLED/queue pages, and those are GPU-uncached system memory as the contract demands.
 //! Reading BAR1 costs about a microsecond per access, so the CPU never reads video memory at all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ptr;
 
-use super::rm::{unmap, MapVia};
-use super::sys::{self, class, mem_attr};
-use super::{Base, NvAlloc, Nvidia, Open};
+use super::rm::{unmap, MapVia, MemoryClass};
+use super::stage::{Records, Stage};
+use super::sys::{self, mem_attr};
+use super::{Base, Nvidia, Open};
 use crate::caps::{BufferDesc, BufferKind, Rights};
 use crate::error::HalError;
 use crate::memory::{Allocation, DeviceMemory};
@@ -171,6 +173,26 @@ pub(crate) struct Mem {
     pub(crate) low_va: bool,
 }
 
+/// What releasing a [`Mem`] needs, kept by a stage (`stage.rs`) in case a later step fails while the
+/// `Mem` itself has gone on to its owner.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemRecord {
+    handle: u32,
+    kind: MemKind,
+    va: u64,
+    bytes: u64,
+    cpu: *mut u8,
+    low_va: bool,
+}
+
+impl Mem {
+    /// Its release record.
+    pub(crate) fn record(&self) -> MemRecord {
+        let Mem { handle, kind, va, bytes, cpu, low_va } = *self;
+        MemRecord { handle, kind, va, bytes, cpu, low_va }
+    }
+}
+
 impl Base {
     fn va_range(&mut self, low: bool) -> &mut VaRange {
         if low {
@@ -202,7 +224,7 @@ impl Base {
         let mut m = Mem { handle: 0, kind: spec.kind, va: 0, bytes, cpu: ptr::null_mut(), low_va: spec.low_va };
         let made = self.fill_mem(&mut m, spec, va, call);
         if let Err(e) = made {
-            self.release_mem_parts(&m);
+            self.release_mem_parts(&m.record());
             self.va_range(spec.low_va).free(va, bytes);
             return Err(e);
         }
@@ -249,7 +271,7 @@ impl Base {
                     limit: bytes - 1,
                     ..Default::default()
                 };
-                let cls = if vid { class::MEMORY_USER } else { class::MEMORY_SYSTEM };
+                let cls = if vid { MemoryClass::Video } else { MemoryClass::System };
                 m.handle = self.rm.alloc_memory(self.device, cls, &mut p, call)?;
                 if let Some(caching) = spec.cpu_map {
                     let via = if vid { MapVia::Device(self.minor) } else { MapVia::Ctl };
@@ -276,7 +298,7 @@ impl Base {
                 self.next_os_handle += 1;
                 // SAFETY: `m.cpu` is the page-aligned mapping of `bytes` just made; it stays mapped until
                 // `release_mem_parts` frees the object first and unmaps it after.
-                unsafe { self.rm.alloc_os_descriptor(self.dev_fd(), self.device, handle, m.cpu, bytes) }?;
+                unsafe { self.rm.alloc_os_descriptor(&self.dev, self.device, handle, m.cpu, bytes) }?;
                 m.handle = handle;
             }
         }
@@ -286,7 +308,7 @@ impl Base {
     }
 
     /// Undoes whatever part of `m` exists: GPU mapping, CPU mapping, RM object, host pages.
-    fn release_mem_parts(&self, m: &Mem) {
+    fn release_mem_parts(&self, m: &MemRecord) {
         if m.va != 0 {
             let _ = self.uvm.free(m.va, m.bytes);
         }
@@ -303,102 +325,133 @@ impl Base {
         }
     }
 
-    /// Frees `m` and returns its GPU addresses.
-    pub(crate) fn drop_mem(&mut self, m: Mem) {
+    /// Frees the memory `m` records and returns its GPU addresses. Its owner (or, unwinding, the failed
+    /// construction that held it) is done with it.
+    pub(crate) fn release(&mut self, m: MemRecord) {
         self.release_mem_parts(&m);
         if m.va != 0 {
             self.va_range(m.low_va).free(m.va, m.bytes);
         }
     }
+
+    /// Frees `m` and returns its GPU addresses.
+    pub(crate) fn drop_mem(&mut self, m: Mem) {
+        self.release(m.record());
+    }
 }
 
-impl Open {
-    /// Allocates a buffer as [`plan`] decides.
-    pub(crate) fn alloc_buffer(
+/// A buffer as this backend holds it.
+pub(crate) struct NvAlloc {
+    pub(crate) placement: Placement,
+    /// The GPU side (its VA is `Allocation::va`).
+    pub(crate) primary: Mem,
+    /// The CPU view of a staged data buffer.
+    pub(crate) staging: Option<Mem>,
+    /// A write-combined BAR1 view of `primary` for small syncs to the GPU.
+    pub(crate) bar1: Option<*mut u8>,
+}
+
+/// The memory service's state: every buffer handed out, by the id in its [`Allocation`].
+pub(crate) struct Buffers {
+    allocs: HashMap<u64, NvAlloc>,
+    next_id: u64,
+}
+
+impl Buffers {
+    /// No buffers yet; the first gets id 1.
+    pub(crate) fn new() -> Self {
+        Buffers { allocs: HashMap::new(), next_id: 1 }
+    }
+
+    /// The buffer `id`.
+    pub(crate) fn get(&self, id: u64) -> Option<&NvAlloc> {
+        self.allocs.get(&id)
+    }
+
+    /// The ids of every buffer held.
+    pub(crate) fn ids(&self) -> Vec<u64> {
+        self.allocs.keys().copied().collect()
+    }
+
+    /// Allocates a buffer as [`plan`] decides, and says where it went.
+    pub(crate) fn alloc(
         &mut self,
+        base: &mut Base,
         desc: &BufferDesc,
         bar1_sync_max: u64,
         huge_staging: bool,
-    ) -> Result<Allocation, HalError> {
+    ) -> Result<(Allocation, Placement), HalError> {
         let p = plan(desc);
         let spec =
             |kind, cpu_map, low_va| MemSpec { kind, bytes: p.bytes, page: p.page, contiguous: false, cpu_map, low_va };
-        let b = &mut self.base;
         let (primary, staging, bar1) = match p.placement {
             Placement::SysmemPolled => (
-                b.new_mem(spec(MemKind::Sys, Some(sys::map_caching::CACHED), true), "allocate polled sysmem")?,
+                base.new_mem(spec(MemKind::Sys, Some(sys::map_caching::CACHED), true), "allocate polled sysmem")?,
                 None,
                 None,
             ),
             Placement::VidmemBar1 => {
                 let wc = Some(sys::map_caching::WRITE_COMBINED);
-                (b.new_mem(spec(MemKind::Vid, wc, p.low_va), "allocate code vidmem")?, None, None)
+                (base.new_mem(spec(MemKind::Vid, wc, p.low_va), "allocate code vidmem")?, None, None)
             }
-            Placement::VidmemOnly => (b.new_mem(spec(MemKind::Vid, None, p.low_va), "allocate vidmem")?, None, None),
+            Placement::VidmemOnly => (base.new_mem(spec(MemKind::Vid, None, p.low_va), "allocate vidmem")?, None, None),
             Placement::VidmemStaged => {
-                let vid = b.new_mem(spec(MemKind::Vid, None, p.low_va), "allocate data vidmem")?;
+                // Three parts; a failure releases the ones made before it.
+                let mut s = Stage::new(base);
+                let vid = s.mem(spec(MemKind::Vid, None, p.low_va), "allocate data vidmem")?;
                 let host_spec = MemSpec { page: PAGE, ..spec(MemKind::Host, None, p.low_va) };
                 // Large staging as driver-owned system memory in 2 MiB pages when asked (see
                 // `NvidiaConfig::huge_staging`); this process's own pages when that is refused.
                 let huge = (huge_staging && p.page == HUGE_PAGE).then(|| {
                     let cached = Some(sys::map_caching::CACHED);
                     let sys_spec = MemSpec { page: HUGE_PAGE, ..spec(MemKind::Sys, cached, p.low_va) };
-                    b.new_mem(sys_spec, "allocate staging system memory (2 MiB pages)")
+                    s.mem(sys_spec, "allocate staging system memory (2 MiB pages)")
                 });
-                let staging = match huge
-                    .and_then(Result::ok)
-                    .map_or_else(|| b.new_mem(host_spec, "allocate staging host memory"), Ok)
-                {
-                    Ok(s) => s,
-                    Err(e) => {
-                        b.drop_mem(vid);
-                        return Err(e);
-                    }
+                let staging = match huge.and_then(Result::ok) {
+                    Some(staging) => staging,
+                    None => s.mem(host_spec, "allocate staging host memory")?,
                 };
                 let bar1 = if p.bytes <= bar1_sync_max {
                     let wc = sys::map_caching::WRITE_COMBINED;
-                    match b.rm.map_cpu(b.device, vid.handle, vid.bytes, wc, MapVia::Device(b.minor), "map BAR1 view") {
-                        Ok(view) => Some(view),
-                        Err(e) => {
-                            b.drop_mem(staging);
-                            b.drop_mem(vid);
-                            return Err(e);
-                        }
-                    }
+                    let (device, minor) = (s.base().device, s.base().minor);
+                    Some(s.map_cpu(device, vid.handle, vid.bytes, wc, MapVia::Device(minor), "map BAR1 view")?)
                 } else {
                     None
                 };
+                let _ = s.keep();
                 (vid, Some(staging), bar1)
             }
         };
         let cpu = staging.as_ref().map_or(primary.cpu, |s| s.cpu);
         let cpu = if desc.rights.intersects(Rights::CPU_READ | Rights::CPU_WRITE) { cpu } else { ptr::null_mut() };
-        if p.placement == Placement::VidmemBar1 {
-            // New code memory may sit where freed code was: the next submission invalidates the
-            // instruction cache.
-            self.code_dirty = true;
-        }
         let id = self.next_id;
         self.next_id += 1;
         let a = Allocation { id, cpu, va: primary.va, bytes: desc.bytes };
         self.allocs.insert(id, NvAlloc { placement: p.placement, primary, staging, bar1 });
-        Ok(a)
+        Ok((a, p.placement))
     }
 
-    /// Frees the buffer `id`.
+    /// Frees the buffer `id`, and says where it was (`None`: no such buffer).
+    pub(crate) fn free(&mut self, base: &mut Base, id: u64) -> Option<Placement> {
+        let a = self.allocs.remove(&id)?;
+        if let Some(b) = a.bar1 {
+            // SAFETY: the BAR1 view made for this buffer; the buffer is being freed.
+            unsafe { unmap(b, a.primary.bytes) };
+        }
+        if let Some(s) = a.staging {
+            base.drop_mem(s);
+        }
+        base.drop_mem(a.primary);
+        Some(a.placement)
+    }
+}
+
+impl Open {
+    /// Frees the buffer `id`; code memory going away makes the next submission invalidate the instruction
+    /// cache (new code may be placed where it was).
     pub(crate) fn free_buffer(&mut self, id: u64) {
-        if let Some(a) = self.allocs.remove(&id) {
-            if a.placement == Placement::VidmemBar1 {
-                self.code_dirty = true;
-            }
-            if let Some(b) = a.bar1 {
-                // SAFETY: the BAR1 view made for this buffer; the buffer is being freed.
-                unsafe { unmap(b, a.primary.bytes) };
-            }
-            if let Some(s) = a.staging {
-                self.base.drop_mem(s);
-            }
-            self.base.drop_mem(a.primary);
+        if self.memory.free(&mut self.base, id) == Some(Placement::VidmemBar1) {
+            self.queue.code_changed();
         }
     }
 }
@@ -408,7 +461,12 @@ impl DeviceMemory for Nvidia {
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
         let c = self.config();
-        open.alloc_buffer(desc, c.bar1_sync_max, c.huge_staging)
+        let (a, placement) = open.memory.alloc(&mut open.base, desc, c.bar1_sync_max, c.huge_staging)?;
+        if placement == Placement::VidmemBar1 {
+            // New code memory may sit where freed code was.
+            open.queue.code_changed();
+        }
+        Ok(a)
     }
 
     unsafe fn free(&self, a: &Allocation) {

@@ -9,16 +9,25 @@
 //! Layers, bottom up:
 //!
 //! - [`sys`]: ioctl numbers and `#[repr(C)]` driver structs, sizes and offsets pinned at compile time.
-//! - `ioctl`: one unsafe wrapper per call shape; both the ioctl return and the in-struct NV_STATUS are
-//!   checked and a failure names its step and the driver's text.
-//! - `rm`, `uvm`: the resource manager client and the UVM VA-space calls.
+//! - `ioctl`: every request as a type that binds its device file, its number and its argument struct, and
+//!   the one place an ioctl is made (through rustix's typed `Ioctl`); requests whose struct holds no
+//!   pointer the driver follows are sent from safe code. Both the ioctl return and the in-struct NV_STATUS
+//!   are checked and a failure names its step and the driver's text.
+//! - `rm`, `uvm`: the resource manager client and the UVM VA-space calls. An RM allocation takes the
+//!   parameter struct of its class and a control call the struct of its command, both bound at the type
+//!   level, so a wrong struct cannot be written in safe code.
 //! - [`abi`]: the driver version is read before any device object exists and looked up in a table keyed
 //!   by branch (580.x verified); any other branch is refused with its version named.
-//! - [`push`]: pure pushbuffer and GPFIFO encoders. [`arch`] and [`qmd`] (the architecture table and the
-//!   QMD/constant-bank encoders) and [`cubin`] (the ELF loader) are shared with the session layer.
-//! - the services, one file each as in `sim/`: `device` (open sequence and close), `memory`,
-//!   `visibility`, `queue`, `poll`, `clock`; `channel` holds the GPFIFO ring, the doorbell and the
-//!   command arena.
+//! - [`push`]: pure pushbuffer and GPFIFO encoders; [`qmd`]: the QMD and constant-bank encoders, from the
+//!   architecture table [`crate::arch`] (which, like the cubin loader [`crate::cubin`], belongs to no
+//!   backend).
+//! - `stage`: what a construction of several steps has made, released in reverse order when a step
+//!   fails (the open sequence, a staged data buffer), so no step cleans up by hand.
+//! - the services, one file each as in `sim/`: `device` (the open sequence as a list of steps, and
+//!   close), `memory`, `visibility`, `queue`, `poll`, `clock`; `channel` holds the GPFIFO channels, the
+//!   doorbell, the command arena, the internal semaphores and the local-memory store. The open device
+//!   (`Open` inside the state mutex) is the driver objects plus one state per service, each with its
+//!   constructor: `Channels`, `Buffers` (memory), `Queue`, `Syncs` (visibility).
 //!
 //! ## Backend notes
 //!
@@ -45,10 +54,8 @@
 //!   naming what was found.
 
 pub mod abi;
-pub mod arch;
 mod channel;
 mod clock;
-pub mod cubin;
 mod device;
 mod ioctl;
 mod memory;
@@ -57,18 +64,18 @@ pub mod push;
 pub mod qmd;
 mod queue;
 mod rm;
+mod stage;
 pub mod sys;
 mod uvm;
 mod visibility;
 
-use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
 pub use memory::{plan, Placement, Plan, VaRange};
 pub use queue::{Barrier, LaunchTuning, Marker1};
 
+use crate::arch;
 use crate::caps::{Caps, Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR};
 use crate::device::DeviceInfo;
 use crate::error::HalError;
@@ -77,10 +84,14 @@ use crate::lock::PlainLock;
 use crate::sync::{Arc, Mutex};
 use crate::{Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility};
 
-use channel::{Arena, Channel};
-use memory::Mem;
+use channel::Channels;
+use ioctl::{DriverFd, GpuFile};
+use memory::Buffers;
+use queue::Queue;
 use rm::Rm;
+use stage::Object;
 use uvm::Uvm;
+use visibility::Syncs;
 
 /// Settings of the NVIDIA platform.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,30 +190,13 @@ pub(crate) struct GrInfo {
     pub(crate) sm_per_tpc: u32,
 }
 
-/// A buffer as this backend holds it.
-pub(crate) struct NvAlloc {
-    pub(crate) placement: Placement,
-    /// The GPU side (its VA is `Allocation::va`).
-    pub(crate) primary: Mem,
-    /// The CPU view of a staged data buffer.
-    pub(crate) staging: Option<Mem>,
-    /// A write-combined BAR1 view of `primary` for small syncs to the GPU.
-    pub(crate) bar1: Option<*mut u8>,
-}
-
-/// A channel of its own on an asynchronous copy engine, for syncs.
-pub(crate) struct CopyChannel {
-    pub(crate) channel: Channel,
-    /// Its NV2080_ENGINE_TYPE.
-    pub(crate) engine_type: u32,
-}
-
-/// The driver objects below the channel: client, device, VA space and the memory machinery.
+/// The driver objects below the channel: client, device, VA space and the memory machinery every service
+/// allocates through (`memory.rs`).
 pub(crate) struct Base {
     pub(crate) rm: Rm,
     pub(crate) uvm: Uvm,
     /// A registered `/dev/nvidiaN` fd, kept for wrapping host pages.
-    pub(crate) dev: OwnedFd,
+    pub(crate) dev: DriverFd<GpuFile>,
     pub(crate) minor: u32,
     pub(crate) uuid: [u8; 16],
     pub(crate) device: u32,
@@ -212,47 +206,32 @@ pub(crate) struct Base {
     pub(crate) next_os_handle: u32,
 }
 
-impl Base {
-    pub(crate) fn dev_fd(&self) -> RawFd {
-        self.dev.as_raw_fd()
-    }
+/// The performance boost asked for at open.
+pub(crate) struct Boost {
+    /// The subdevice it was granted on (cleared at close).
+    pub(crate) subdevice: Option<u32>,
+    /// What came of asking, for reports.
+    pub(crate) note: String,
 }
 
-/// Everything the open device holds.
+/// Everything the open device holds: what it is, the driver objects, and one state per service.
 pub(crate) struct Open {
     pub(crate) base: Base,
     pub(crate) abi: &'static abi::DriverAbi,
     pub(crate) arch: &'static arch::Arch,
     pub(crate) info: DeviceInfo,
     pub(crate) gr: GrInfo,
-    /// Objects in creation order, freed in reverse (parent, handle, what).
-    pub(crate) objects: Vec<(u32, u32, &'static str)>,
-    pub(crate) usermode: *mut u8,
-    pub(crate) channel: Channel,
-    pub(crate) arena: Arena,
-    /// Internal semaphores (system memory): slot 0 the backend's own waits, slot 1 barrier scratch.
-    pub(crate) sems: Mem,
-    pub(crate) sem_value: u32,
-    pub(crate) slm: Option<Mem>,
-    pub(crate) slm_per_thread: u32,
-    pub(crate) allocs: HashMap<u64, NvAlloc>,
-    pub(crate) next_id: u64,
-    pub(crate) submissions: u64,
-    /// Encoded QMD templates (see `queue.rs`).
-    pub(crate) qmd_cache: HashMap<queue::QmdKey, [u32; qmd::QMD_WORDS]>,
-    /// Submissions already encoded, for reuse (see `queue.rs`).
-    pub(crate) prepared: queue::PreparedPool,
-    /// Code memory was allocated, written or freed since the last instruction-cache invalidation.
-    pub(crate) code_dirty: bool,
-    /// The asynchronous copy channel, if the device has one and the driver took it.
-    pub(crate) copy: Option<CopyChannel>,
-    /// Which copy engine syncs use, and why (for reports).
-    pub(crate) copy_note: String,
-    /// The subdevice a performance boost was asked on (cleared at close), and what came of asking.
-    pub(crate) boost: Option<u32>,
-    pub(crate) boost_note: String,
-    /// The copy channel failed its setup: syncs use the graphics copy engine.
-    pub(crate) copy_broken: bool,
+    /// RM objects in creation order, freed at close (see `device.rs`).
+    pub(crate) objects: Vec<Object>,
+    /// Channels, doorbell, command arena, internal semaphores and local memory (`channel.rs`).
+    pub(crate) channels: Channels,
+    /// The buffers handed out (`memory.rs`).
+    pub(crate) memory: Buffers,
+    /// QMD templates, prepared submissions and the instruction-cache state (`queue.rs`).
+    pub(crate) queue: Queue,
+    /// Which copy engine syncs use (`visibility.rs`).
+    pub(crate) syncs: Syncs,
+    pub(crate) boost: Boost,
 }
 
 // SAFETY: the raw pointers in `Open` (the usermode page, CPU views) are mappings owned by it; every access
@@ -273,7 +252,7 @@ pub struct Nvidia {
 }
 
 /// Device files the platform needs.
-const DEVICE_FILES: [&str; 2] = [rm::CTL_PATH, rm::UVM_PATH];
+const DEVICE_FILES: [&str; 2] = [ioctl::CTL_PATH, ioctl::UVM_PATH];
 
 impl Nvidia {
     /// The platform with default settings, after checking only that the driver's device files exist (no
@@ -344,7 +323,7 @@ impl Nvidia {
     pub fn channel_state(&self, n: usize) -> Option<(Vec<sys::NvNotification>, u32, u32)> {
         let st = crate::sync::lock(&self.state);
         let o = st.as_ref()?;
-        let c = &o.channel;
+        let c = &o.channels.compute;
         let entries = (0..n.min(16))
             // SAFETY: the notifier mapping is 64 KiB, far more than 16 entries of 16 bytes.
             .map(|i| unsafe { (c.notifier.cpu as *const sys::NvNotification).add(i).read_volatile() })
@@ -363,22 +342,22 @@ impl Nvidia {
 
     /// Whether the performance boost was granted at open, and why not ("" while closed).
     pub fn perf_boost(&self) -> String {
-        crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.boost_note.clone())
+        crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.boost.note.clone())
     }
 
     /// Which copy engine syncs use, and why ("" while closed).
     pub fn copy_engine(&self) -> String {
-        crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.copy_note.clone())
+        crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.syncs.note().to_string())
     }
 
     /// Submissions sent from a prepared encoding and ones encoded afresh since open ((0, 0) while closed).
     pub fn prepared_stats(&self) -> (u64, u64) {
-        crate::sync::lock(&self.state).as_ref().map_or((0, 0), |o| (o.prepared.hits, o.prepared.misses))
+        crate::sync::lock(&self.state).as_ref().map_or((0, 0), |o| o.queue.prepared_stats())
     }
 
     /// Per-thread local memory the SLM backing currently covers, in bytes (0 while closed).
     pub fn local_bytes_per_thread(&self) -> u32 {
-        crate::sync::lock(&self.state).as_ref().map_or(0, |o| o.slm_per_thread)
+        crate::sync::lock(&self.state).as_ref().map_or(0, |o| o.channels.local_bytes_per_thread())
     }
 }
 

@@ -26,7 +26,7 @@ impl CompletionPoll for Nvidia {
 
     fn channel_fault(&self) -> Option<ChannelFault> {
         let st = sync::lock(&self.state);
-        let n = st.as_ref()?.channel.error()?;
+        let n = st.as_ref()?.channels.compute.error()?;
         Some(ChannelFault { xid: n.info32, name: xid_name(n.info32), detail: notifier_detail(&n) })
     }
 }

@@ -1,6 +1,12 @@
 //! Submission: each launch becomes a QMD V04 and a constant bank 0 in video memory (written through BAR1),
 //! handed to the compute engine with SEND_PCAS; the two completion markers follow.
 //!
+//! [`Queue::submit`] is a short list of steps: the local-memory store grown and the instruction cache
+//! invalidated where needed, then the plan (a prepared encoding reused, or one encoded afresh:
+//! `encode_into`, per launch a QMD from its template plus `tune_qmd`'s choices, all through the QMD
+//! module's setters), then the pushbuffer (`push_launches`) sent on the compute channel. The service's
+//! state is [`Queue`]: QMD templates, the prepared pool, scratch buffers and the instruction-cache flag.
+//!
 //! **Prepared submissions.** The QMDs and constant banks of a submission are kept (in a pool of their own)
 //! under a key of everything they depend on except the sequence. A later submission with the same key
 //! (a command list submitted again, a launch repeated) patches only the sequence payloads, one 64-byte line
@@ -24,14 +30,16 @@
 //!   host semaphore release with wait-for-idle to a scratch word; the PBDMA processes nothing after it
 //!   until the engine is idle. Independent launches are consecutive SEND_PCAS pairs and may overlap.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::channel::{line_bytes, write_lines, write_words, LINE_WORDS, SEM_BARRIER};
+use super::channel::{describe_error, write_lines, write_words, Channels, Target, LINE_WORDS};
 use super::device::{LOCAL_WINDOW, SHARED_WINDOW};
 use super::memory::Mem;
 use super::push::{host, Push};
 use super::qmd::{self, Cbuf0Params, DependentAction, QmdParams, QMD_WORDS};
-use super::{Nvidia, NvidiaConfig, Open};
+use super::{Base, GrInfo, Nvidia, NvidiaConfig, Open};
+use crate::arch::{Arch, QmdVersion};
 use crate::error::HalError;
 use crate::queue::{LaunchDesc, Order, QueueBuffer, Submission, SubmitQueue};
 use crate::sync;
@@ -115,7 +123,7 @@ impl Default for LaunchTuning {
             last_cwd_membar: 1,
             release_sysmembar: false,
             marker1: Marker1::HostIdleRelease,
-            qmd_invalidate: QMD_INVALIDATE_LIBCUDA,
+            qmd_invalidate: qmd::LIBCUDA_INVALIDATIONS,
             membar_task_chasing: true,
             arrive_at_latch: false,
         }
@@ -150,7 +158,7 @@ const QMD_CACHE_MAX: usize = 4096;
 
 /// The QMD for `p`, from the template for its key (encoded on first use) plus the per-launch fields.
 pub(crate) fn qmd_from_template(
-    arch: &super::arch::Arch,
+    arch: &Arch,
     cache: &mut HashMap<QmdKey, [u32; QMD_WORDS]>,
     p: &QmdParams,
 ) -> Result<[u32; QMD_WORDS], qmd::QmdError> {
@@ -186,13 +194,8 @@ pub(crate) fn qmd_from_template(
 
 /// `CWD_MEMBAR_TYPE` and `CWD_MEMBAR_TASK_CHASING_ENABLE` of a QMD: the tuned barrier on a chain's inner
 /// launches on V04 (where it was measured), the other everywhere else.
-pub(crate) fn block_exit_barrier(
-    t: &LaunchTuning,
-    chain: bool,
-    last: bool,
-    version: super::arch::QmdVersion,
-) -> (u32, bool) {
-    if chain && !last && version == super::arch::QmdVersion::V04_00 {
+pub(crate) fn block_exit_barrier(t: &LaunchTuning, chain: bool, last: bool, version: QmdVersion) -> (u32, bool) {
+    if chain && !last && version == QmdVersion::V04_00 {
         (t.cwd_membar, t.membar_task_chasing)
     } else {
         (t.last_cwd_membar, false)
@@ -206,18 +209,8 @@ pub(crate) fn is_chain(orders: impl IntoIterator<Item = Order>) -> bool {
     rest.peek().is_some() && rest.all(|o| o == Order::AfterPrevious)
 }
 
-/// The cache invalidations `qmd::encode` writes (libcuda's).
-const QMD_INVALIDATE_LIBCUDA: u8 = 0x2f;
-
-/// `RELEASE_MEMBAR_TYPE(0)` of QMD V04 (1 = FE_SYSMEMBAR; READ OGD `clcbc0qmd.h`, bit 323).
-const RELEASE0_MEMBAR_TYPE_BIT: u32 = 323;
-/// `CWD_MEMBAR_TASK_CHASING_ENABLE` of QMD V04 (READ OGD `clcbc0qmd.h`, bit 382).
-const V04_MEMBAR_TASK_CHASING_BIT: u32 = 382;
-/// `ARRIVE_AT_LATCH_VALID` of QMD V04 (READ OGD `clcbc0qmd.h`, bit 28) and `ARRIVE_AT_LATCH_ID` (1503:1472).
-const V04_ARRIVE_AT_LATCH_VALID_BIT: u32 = 28;
-const V04_ARRIVE_AT_LATCH_ID: (u32, u32) = (1503, 1472);
-/// The latch id libcuda's captured launch arrived at.
-const LIBCUDA_LATCH_ID: u64 = 8;
+/// The latch id libcuda's captured launch arrived at ([`LaunchTuning::arrive_at_latch`]).
+const LIBCUDA_LATCH_ID: u32 = 8;
 
 /// Bytes of the prepared-submission pool (video memory, write-combined CPU view). A submission whose
 /// QMDs and constant banks do not fit is encoded into the command arena and not kept.
@@ -228,7 +221,7 @@ const PREPARED_MAX: usize = 1024;
 const BUCKET_MAX: usize = 4;
 
 /// A submission's QMDs and constant banks as they lie in memory, and what its pushbuffer needs.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Plan {
     /// QMD address of each live launch, in order.
     qmds: Vec<u64>,
@@ -244,7 +237,7 @@ pub(crate) struct Plan {
 }
 
 /// One 64-byte line of a QMD whose payload words are patched with each new sequence.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Patch {
     /// Offset of the line from the region's base.
     offset: u64,
@@ -281,37 +274,20 @@ struct Prepared {
 
 /// Encoded submissions kept for reuse (see [`LaunchTuning::prepared`]).
 pub(crate) struct PreparedPool {
-    pub(crate) mem: Mem,
+    mem: Mem,
     head: u64,
     /// Prepared submissions by key hash; keys that hash alike share a (short) bucket.
     entries: HashMap<u64, Vec<Prepared>>,
     /// Prepared submissions held.
     count: usize,
-    /// Scratch: the key of the submission being sent, and a constant bank being built.
-    key: Vec<u32>,
-    cbuf: Vec<u32>,
-    /// Scratch: the live launches' indices and the pushbuffer of the submission being sent.
-    live: Vec<usize>,
-    push: Push,
     /// Submissions sent from a prepared encoding, and ones encoded afresh.
-    pub(crate) hits: u64,
-    pub(crate) misses: u64,
+    hits: u64,
+    misses: u64,
 }
 
 impl PreparedPool {
-    pub(crate) fn new(mem: Mem) -> Self {
-        PreparedPool {
-            mem,
-            head: 0,
-            entries: HashMap::new(),
-            count: 0,
-            key: Vec::new(),
-            cbuf: Vec::new(),
-            live: Vec::new(),
-            push: Push::new(),
-            hits: 0,
-            misses: 0,
-        }
+    fn new(mem: Mem) -> Self {
+        PreparedPool { mem, head: 0, entries: HashMap::new(), count: 0, hits: 0, misses: 0 }
     }
 
     /// `len` bytes, 256-byte aligned, forgetting every prepared submission when the pool is full; `None`
@@ -329,17 +305,95 @@ impl PreparedPool {
         self.head = at + len;
         Some(at)
     }
+
+    /// Where in its bucket the submission prepared under `key` (hashing to `hash`) is, if it is.
+    fn find(&self, hash: u64, key: &[u32]) -> Option<usize> {
+        self.entries.get(&hash).and_then(|b| b.iter().position(|e| e.key == key))
+    }
+
+    /// The plan of entry `pos` of bucket `hash`, its payload lines rewritten to carry `sequence` first.
+    /// Only called with no work in flight.
+    fn patched(&mut self, hash: u64, pos: usize, sequence: u32) -> &Plan {
+        let cpu = self.mem.cpu;
+        let e = &mut self.entries.get_mut(&hash).expect("found by `find`")[pos];
+        if e.plan.sequence != sequence {
+            for p in e.plan.patches.iter_mut() {
+                for (i, w) in p.words.iter_mut().enumerate() {
+                    if p.payloads & (1 << i) != 0 {
+                        *w = sequence;
+                    }
+                }
+                // SAFETY: the line lies inside the entry's region of the pool (64-byte aligned: QMDs are
+                // 256-byte aligned), whose CPU view is mapped while the device is open; no submission is in
+                // flight.
+                unsafe { write_words(cpu.add((e.offset + p.offset) as usize), &p.words) };
+            }
+            e.plan.sequence = sequence;
+        }
+        &e.plan
+    }
+
+    /// Keeps `plan`, encoded at `offset` of the pool, under `key` (hashing to `hash`); the oldest of a
+    /// full bucket goes.
+    fn insert(&mut self, hash: u64, key: Vec<u32>, offset: u64, plan: Plan) -> &Plan {
+        let bucket = self.entries.entry(hash).or_default();
+        if bucket.len() >= BUCKET_MAX {
+            bucket.remove(0);
+        } else {
+            self.count += 1;
+        }
+        bucket.push(Prepared { key, offset, plan });
+        &bucket.last().expect("just pushed").plan
+    }
 }
 
-/// Appends everything the encoding of `s` depends on, except the sequence, to `key`.
-fn submission_key(s: &Submission<'_>, chain: bool, slm_per_thread: u32, t: &LaunchTuning, key: &mut Vec<u32>) {
+/// Buffers reused from one submission to the next, so a launch allocates nothing once warm.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The key of the submission being sent.
+    key: Vec<u32>,
+    /// The indices of its live (not skipped) launches.
+    live: Vec<usize>,
+    /// Its pushbuffer.
+    push: Push,
+    /// A constant bank being built.
+    cbuf: Vec<u32>,
+}
+
+/// The queue service's state.
+pub(crate) struct Queue {
+    /// Encoded QMD templates by launch shape (see [`QmdKey`]).
+    templates: HashMap<QmdKey, [u32; QMD_WORDS]>,
+    /// Submissions already encoded, for reuse.
+    prepared: PreparedPool,
+    scratch: Scratch,
+    /// Code memory was allocated, written or freed since the last instruction-cache invalidation.
+    code_dirty: bool,
+}
+
+/// A submission on its way: the launches that run, whether they are one QMD chain, and what else their
+/// encoding depends on.
+pub(crate) struct Work<'a, 's> {
+    pub(crate) s: &'a Submission<'s>,
+    /// Indices of the launches that are not skipped.
+    pub(crate) live: &'a [usize],
+    pub(crate) chain: bool,
+    pub(crate) tuning: LaunchTuning,
+    pub(crate) arch: &'static Arch,
+    /// Per-thread local memory the SLM store covers, which every QMD carries.
+    pub(crate) local_bytes_per_thread: u32,
+}
+
+/// Appends everything the encoding of `w` depends on, except the sequence, to `key`.
+fn submission_key(w: &Work<'_, '_>, key: &mut Vec<u32>) {
+    let (s, t) = (w.s, &w.tuning);
     let u64s = |key: &mut Vec<u32>, v: u64| key.extend_from_slice(&[v as u32, (v >> 32) as u32]);
     key.clear();
     u64s(key, s.markers[0].va);
     u64s(key, s.stamps.map_or(u64::MAX, |m| m.va));
     key.extend_from_slice(&[
-        chain as u32,
-        slm_per_thread,
+        w.chain as u32,
+        w.local_bytes_per_thread,
         t.chain_action.value(),
         t.chain_prefetch as u32,
         t.cwd_membar,
@@ -402,42 +456,215 @@ fn key_hash(key: &[u32]) -> u64 {
 }
 
 /// Words of constant bank 0 for `args` (what [`qmd::fill_cbuf0`] produces).
-fn cbuf_words(arch: &super::arch::Arch, args: usize) -> u64 {
+fn cbuf_words(arch: &Arch, args: usize) -> u64 {
     ((arch.param_base / 4) as usize + args).next_multiple_of(4) as u64
 }
 
-impl Open {
-    fn encode_error(i: usize, e: qmd::QmdError) -> HalError {
-        HalError::Unsupported(format!("launch {i}: {e}"))
+/// Writes a launch's own constant banks and the tuned encoding choices into its QMD, on top of the
+/// template (which holds bank 0 and [`qmd::encode`]'s defaults). `chain` and `last`: the launch is one of
+/// a QMD chain, and the last launch of the submission.
+fn tune_qmd(
+    arch: &Arch,
+    q: &mut [u32; QMD_WORDS],
+    d: &LaunchDesc<'_>,
+    t: &LaunchTuning,
+    has_dependent: bool,
+    chain: bool,
+    last: bool,
+) -> Result<(), qmd::QmdError> {
+    // The template holds bank 0 only; every other bank is this launch's (module data).
+    for b in d.const_banks {
+        if b.index == 0 {
+            return Err(qmd::QmdError::NoSuchCbuf { index: 0 });
+        }
+        qmd::set_const_bank(arch, q, b.index, b.va, b.bytes)?;
+    }
+    if has_dependent && !t.chain_prefetch {
+        qmd::set_dependent_prefetch(arch, q, false)?;
+    }
+    let (membar, chasing) = block_exit_barrier(t, chain, last, arch.qmd_version);
+    qmd::set_block_exit_barrier(arch, q, membar, chasing)?;
+    if t.qmd_invalidate != qmd::LIBCUDA_INVALIDATIONS {
+        qmd::set_invalidations(arch, q, t.qmd_invalidate)?;
+    }
+    if last && t.release_sysmembar {
+        qmd::set_release_sysmembar(arch, q, 0)?;
+    }
+    if arch.qmd_version == QmdVersion::V04_00 && t.arrive_at_latch {
+        qmd::set_arrive_at_latch(arch, q, LIBCUDA_LATCH_ID)?;
+    }
+    Ok(())
+}
+
+/// Appends the submission `plan` lays out to `push`: SEND_PCAS for each launch that is sent (only the first
+/// of a chain), an idle release to `barrier_va` in front of each that must wait for its predecessor, then
+/// the markers — marker 0 as a host release when nothing launches (else the last QMD releases it; a chain
+/// is first waited for), and marker 1 last.
+fn push_launches(push: &mut Push, plan: &Plan, s: &Submission<'_>, t: &LaunchTuning, barrier_va: u64) {
+    for (k, &qmd_va) in plan.qmds.iter().enumerate() {
+        if k == 0 || !plan.chain {
+            if plan.barrier_before[k] {
+                push.release_after_idle(barrier_va, k as u32);
+            }
+            push.send_pcas_with(qmd_va, t.pcas_action);
+        }
+    }
+    if plan.qmds.is_empty() {
+        push.release_after_idle(s.markers[0].va, s.sequence);
+    } else if plan.chain {
+        // Hold the idle release until the chain's last launch has released marker 0.
+        push.host_semaphore(s.markers[0].va, s.sequence as u64, host::SEM_OP_ACQ_CIRC_GEQ);
+    }
+    match t.marker1 {
+        Marker1::HostIdleRelease => push.release_after_idle(s.markers[1].va, s.sequence),
+        Marker1::ComputeReport => push.compute_release_after_idle(s.markers[1].va, s.sequence),
+    };
+}
+
+impl Queue {
+    /// The service with the prepared-submission pool `pool`; the first submission invalidates the
+    /// instruction cache.
+    pub(crate) fn new(pool: Mem) -> Self {
+        Queue {
+            templates: HashMap::new(),
+            prepared: PreparedPool::new(pool),
+            scratch: Scratch::default(),
+            code_dirty: true,
+        }
     }
 
-    /// Encodes the live launches of `s` (indices `live`) into the region at `base_va` / `base_cpu`, laid
-    /// out by `offsets`, and returns the plan.
-    #[allow(clippy::too_many_arguments)] // Private; one caller.
+    /// Code memory was allocated, written or freed: the next submission invalidates the instruction cache.
+    pub(crate) fn code_changed(&mut self) {
+        self.code_dirty = true;
+    }
+
+    /// Submissions sent from a prepared encoding, and ones encoded afresh.
+    pub(crate) fn prepared_stats(&self) -> (u64, u64) {
+        (self.prepared.hits, self.prepared.misses)
+    }
+
+    /// The pool's memory, for close.
+    pub(crate) fn into_pool(self) -> Mem {
+        self.prepared.mem
+    }
+
+    /// Sends `s` on the compute channel: its live launches (their QMDs and constant banks encoded, or
+    /// reused from a prepared submission), then the markers.
+    pub(crate) fn submit(
+        &mut self,
+        base: &mut Base,
+        channels: &mut Channels,
+        arch: &'static Arch,
+        gr: &GrInfo,
+        s: &Submission<'_>,
+        config: &NvidiaConfig,
+    ) -> Result<(), HalError> {
+        if let Some(n) = channels.compute.error() {
+            return Err(HalError::Lost(describe_error(&n)));
+        }
+        let t = config.tuning;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.live.clear();
+        scratch.live.extend((0..s.launches.len()).filter(|&i| !s.launches[i].skip));
+        scratch.push.clear();
+
+        let need = scratch.live.iter().map(|&i| s.launches[i].local_bytes_per_thread).max().unwrap_or(0);
+        if need > 0 {
+            // The session may count the 0x240 bytes above the stack top or not; cover both.
+            channels.ensure_local_memory(base, gr, need + arch.stack_headroom, &mut scratch.push)?;
+        }
+        let invalidate = t.invalidate_every_submission || self.code_dirty;
+        if invalidate {
+            scratch.push.invalidate_shader_caches();
+        }
+        let chain = config.barrier == Barrier::Auto && is_chain(scratch.live.iter().map(|&i| s.launches[i].order));
+        let work = Work {
+            s,
+            live: &scratch.live,
+            chain,
+            tuning: t,
+            arch,
+            local_bytes_per_thread: channels.local_bytes_per_thread(),
+        };
+        let plan = self.plan(base, channels, &work, &mut scratch.key, &mut scratch.cbuf)?;
+        push_launches(&mut scratch.push, &plan, s, &t, channels.barrier_scratch_va());
+        channels.send(base, Target::Compute, &scratch.push)?;
+        if invalidate {
+            self.code_dirty = false;
+        }
+        self.scratch = scratch;
+        Ok(())
+    }
+
+    /// The encoding of `w`: a prepared one with the same key, its sequence patched, or a fresh one, kept
+    /// in the pool when it fits and prepared submissions are on, else written to the command arena.
+    fn plan<'q>(
+        &'q mut self,
+        base: &mut Base,
+        channels: &mut Channels,
+        w: &Work<'_, '_>,
+        key: &mut Vec<u32>,
+        cbuf: &mut Vec<u32>,
+    ) -> Result<Cow<'q, Plan>, HalError> {
+        if w.live.is_empty() {
+            return Ok(Cow::Owned(Plan::default()));
+        }
+        let mut hash = 0;
+        if w.tuning.prepared {
+            submission_key(w, key);
+            hash = key_hash(key);
+            if let Some(pos) = self.prepared.find(hash, key) {
+                self.prepared.hits += 1;
+                return Ok(Cow::Borrowed(self.prepared.patched(hash, pos, w.s.sequence)));
+            }
+        }
+        self.prepared.misses += 1;
+        let qmd_bytes = w.arch.qmd_bytes as u64;
+        let mut offsets = Vec::with_capacity(w.live.len());
+        let mut total = 0u64;
+        for &i in w.live {
+            offsets.push(total);
+            total += slot_bytes(qmd_bytes, cbuf_words(w.arch, w.s.launches[i].args.len()) * 4);
+        }
+        let pooled = if w.tuning.prepared { self.prepared.reserve(total) } else { None };
+        match pooled {
+            Some(at) => {
+                let va = self.prepared.mem.va + at;
+                // SAFETY: `at + total` lies inside the pool (reserve checked it).
+                let cpu = unsafe { self.prepared.mem.cpu.add(at as usize) };
+                let plan = self.encode_into(w, &offsets, va, cpu, cbuf)?;
+                Ok(Cow::Borrowed(self.prepared.insert(hash, key.clone(), at, plan)))
+            }
+            None => {
+                let (va, cpu) = channels.arena_reserve(base, total, 256)?;
+                Ok(Cow::Owned(self.encode_into(w, &offsets, va, cpu, cbuf)?))
+            }
+        }
+    }
+
+    /// Encodes the live launches of `w` into the region at `base_va` / `base_cpu`, laid out by `offsets`,
+    /// and returns the plan.
     fn encode_into(
         &mut self,
-        s: &Submission<'_>,
-        live: &[usize],
+        w: &Work<'_, '_>,
         offsets: &[u64],
-        chain: bool,
-        t: &LaunchTuning,
         base_va: u64,
         base_cpu: *mut u8,
+        cbuf: &mut Vec<u32>,
     ) -> Result<Plan, HalError> {
-        let arch = self.arch;
+        let (s, t, arch) = (w.s, &w.tuning, w.arch);
         let cbuf_off = (arch.qmd_bytes as u64).next_multiple_of(64);
-        let l = qmd::layout(arch.qmd_version);
         let payload0 = qmd::release_payload_word(arch, 0).expect("release 0 exists");
         let payload1 = qmd::release_payload_word(arch, 1).expect("release 1 exists");
-        let mut plan = Plan { chain, sequence: s.sequence, ..Plan::default() };
-        plan.qmds.reserve(live.len());
-        plan.barrier_before.reserve(live.len());
-        let mut cbuf = std::mem::take(&mut self.prepared.cbuf);
-        for (k, &i) in live.iter().enumerate() {
+        let encode_error = |i: usize, e: qmd::QmdError| HalError::Unsupported(format!("launch {i}: {e}"));
+        let mut plan = Plan { chain: w.chain, sequence: s.sequence, ..Plan::default() };
+        plan.qmds.reserve(w.live.len());
+        plan.barrier_before.reserve(w.live.len());
+        for (k, &i) in w.live.iter().enumerate() {
             let d: &LaunchDesc<'_> = &s.launches[i];
             let qmd_va = base_va + offsets[k];
             let cbuf_va = qmd_va + cbuf_off;
-            let last = k + 1 == live.len();
+            let last = k + 1 == w.live.len();
             let p = Cbuf0Params {
                 block: d.block,
                 grid: d.grid,
@@ -445,7 +672,7 @@ impl Open {
                 local_window: LOCAL_WINDOW,
                 dynamic_shared_bytes: d.dynamic_shared_bytes,
             };
-            qmd::fill_cbuf0(arch, &p, d.args, &mut cbuf);
+            qmd::fill_cbuf0(arch, &p, d.args, cbuf);
             // `d.num_elements` is not encoded: neither QMD V04_00 nor V05_00 has a word for it (see
             // `LaunchDesc::num_elements`), and nothing else the kernel reads carries it.
             let params = QmdParams {
@@ -455,66 +682,23 @@ impl Open {
                 block: d.block,
                 grid: d.grid,
                 shared_bytes: d.shared_bytes,
-                local_bytes_per_thread: self.slm_per_thread,
+                local_bytes_per_thread: w.local_bytes_per_thread,
                 barrier_count: d.barrier_count,
                 cbuf0_va: cbuf_va,
                 cbuf0_bytes: cbuf.len() as u32 * 4,
                 release0: last.then_some((s.markers[0].va, s.sequence)),
                 release1: s.stamps.map(|st| (st.va + 16 * i as u64, s.sequence)),
-                dependent: (chain && !last).then(|| (base_va + offsets[k + 1], t.chain_action)),
+                dependent: (w.chain && !last).then(|| (base_va + offsets[k + 1], t.chain_action)),
             };
-            let mut q = match qmd_from_template(arch, &mut self.qmd_cache, &params) {
-                Ok(q) => q,
-                Err(e) => {
-                    self.prepared.cbuf = cbuf;
-                    return Err(Self::encode_error(i, e));
-                }
-            };
-            let (membar, chasing) = block_exit_barrier(t, chain, last, arch.qmd_version);
-            let tuned = (|| {
-                // The template holds bank 0 only; every other bank is this launch's (module data).
-                for b in d.const_banks {
-                    if b.index == 0 {
-                        return Err(qmd::QmdError::NoSuchCbuf { index: 0 });
-                    }
-                    qmd::set_const_bank(arch, &mut q, b.index, b.va, b.bytes)?;
-                }
-                if params.dependent.is_some() && !t.chain_prefetch {
-                    qmd::set_field(&mut q, l.dependent_prefetch, 0)?;
-                }
-                if membar != 1 {
-                    qmd::set_field(&mut q, l.cwd_membar_type, u64::from(membar))?;
-                }
-                if t.qmd_invalidate != QMD_INVALIDATE_LIBCUDA {
-                    for bit in 0..6 {
-                        let on = (t.qmd_invalidate >> bit) & 1;
-                        qmd::set_field(&mut q, l.invalidate_caches.nth(bit, 1), u64::from(on))?;
-                    }
-                }
-                if last && t.release_sysmembar {
-                    qmd::set_bits(&mut q, RELEASE0_MEMBAR_TYPE_BIT, RELEASE0_MEMBAR_TYPE_BIT, 1)?;
-                }
-                if chasing {
-                    qmd::set_bits(&mut q, V04_MEMBAR_TASK_CHASING_BIT, V04_MEMBAR_TASK_CHASING_BIT, 1)?;
-                }
-                if arch.qmd_version == super::arch::QmdVersion::V04_00 && t.arrive_at_latch {
-                    qmd::set_bits(&mut q, V04_ARRIVE_AT_LATCH_VALID_BIT, V04_ARRIVE_AT_LATCH_VALID_BIT, 1)?;
-                    let (hi, lo) = V04_ARRIVE_AT_LATCH_ID;
-                    qmd::set_bits(&mut q, hi, lo, LIBCUDA_LATCH_ID)?;
-                }
-                Ok(())
-            })();
-            if let Err(e) = tuned {
-                self.prepared.cbuf = cbuf;
-                return Err(Self::encode_error(i, e));
-            }
+            let mut q = qmd_from_template(arch, &mut self.templates, &params).map_err(|e| encode_error(i, e))?;
+            tune_qmd(arch, &mut q, d, t, params.dependent.is_some(), w.chain, last).map_err(|e| encode_error(i, e))?;
             // SAFETY: the slot lies inside the region (offsets were laid out for these launches by the
             // caller, who reserved their sum), 256-byte aligned; the bank's padding to whole lines is
             // inside the slot (`slot_bytes` rounds the bank to 64 bytes).
             unsafe {
                 let slot = base_cpu.add(offsets[k] as usize);
                 write_words(slot, &q);
-                write_lines(slot.add(cbuf_off as usize), &cbuf);
+                write_lines(slot.add(cbuf_off as usize), cbuf);
             }
             let mut words = [None, None];
             if last {
@@ -524,147 +708,27 @@ impl Open {
                 words[1] = Some(payload1);
             }
             words.sort_unstable();
-            for w in words.into_iter().flatten() {
-                Patch::add(&mut plan.patches, offsets[k], &q, w);
+            for word in words.into_iter().flatten() {
+                Patch::add(&mut plan.patches, offsets[k], &q, word);
             }
             plan.qmds.push(qmd_va);
-            plan.barrier_before.push(!chain && k > 0 && d.order == Order::AfterPrevious);
+            plan.barrier_before.push(!w.chain && k > 0 && d.order == Order::AfterPrevious);
         }
-        self.prepared.cbuf = cbuf;
         Ok(plan)
     }
+}
 
+impl Open {
+    /// [`Queue::submit`] on this device's channels.
     pub(crate) fn submit(&mut self, s: &Submission<'_>, config: &NvidiaConfig) -> Result<(), HalError> {
-        if let Some(n) = self.channel.error() {
-            return Err(HalError::Lost(super::channel::describe_error(&n)));
-        }
-        let t = config.tuning;
-        let arch = self.arch;
-        // Both reused across submissions (a launch allocates nothing once warm).
-        let mut live = std::mem::take(&mut self.prepared.live);
-        live.clear();
-        live.extend((0..s.launches.len()).filter(|&i| !s.launches[i].skip));
-        let mut push = std::mem::take(&mut self.prepared.push);
-        push.clear();
-
-        let need = live.iter().map(|&i| s.launches[i].local_bytes_per_thread).max().unwrap_or(0);
-        if need > 0 {
-            // The session may count the 0x240 bytes above the stack top or not; cover both.
-            self.ensure_slm(need + arch.stack_headroom, &mut push)?;
-        }
-        let invalidate = t.invalidate_every_submission || self.code_dirty;
-        if invalidate {
-            push.invalidate_shader_caches();
-        }
-        let chain = config.barrier == Barrier::Auto && is_chain(live.iter().map(|&i| s.launches[i].order));
-
-        // A submission identical to a prepared one reuses its encoding; only the sequence changes.
-        let mut key = std::mem::take(&mut self.prepared.key);
-        let mut hash = 0;
-        let mut reused = None;
-        if t.prepared && !live.is_empty() {
-            submission_key(s, chain, self.slm_per_thread, &t, &mut key);
-            hash = key_hash(&key);
-            let found = self.prepared.entries.get_mut(&hash).and_then(|b| b.iter_mut().position(|e| e.key == key));
-            if let Some(pos) = found {
-                let e = &mut self.prepared.entries.get_mut(&hash).expect("found above")[pos];
-                if e.plan.sequence != s.sequence {
-                    for p in e.plan.patches.iter_mut() {
-                        for (i, w) in p.words.iter_mut().enumerate() {
-                            if p.payloads & (1 << i) != 0 {
-                                *w = s.sequence;
-                            }
-                        }
-                        // SAFETY: the line lies inside the entry's region of the pool (64-byte aligned: QMDs
-                        // are 256-byte aligned), whose CPU view is mapped while the device is open; no
-                        // submission is in flight.
-                        unsafe { write_words(self.prepared.mem.cpu.add((e.offset + p.offset) as usize), &p.words) };
-                    }
-                    e.plan.sequence = s.sequence;
-                }
-                reused = Some((hash, pos));
-            }
-        }
-        let fresh;
-        let plan: &Plan = match reused {
-            Some((h, pos)) => {
-                self.prepared.hits += 1;
-                &self.prepared.entries[&h][pos].plan
-            }
-            None if live.is_empty() => {
-                fresh = Plan::default();
-                &fresh
-            }
-            None => {
-                self.prepared.misses += 1;
-                let qmd_bytes = arch.qmd_bytes as u64;
-                let mut offsets = Vec::with_capacity(live.len());
-                let mut total = 0u64;
-                for &i in &live {
-                    offsets.push(total);
-                    total += slot_bytes(qmd_bytes, cbuf_words(arch, s.launches[i].args.len()) * 4);
-                }
-                let pooled = if t.prepared { self.prepared.reserve(total) } else { None };
-                match pooled {
-                    Some(at) => {
-                        let (va, cpu) = (self.prepared.mem.va + at, self.prepared.mem.cpu);
-                        // SAFETY: `at + total` lies inside the pool (reserve checked it).
-                        let cpu = unsafe { cpu.add(at as usize) };
-                        let plan = self.encode_into(s, &live, &offsets, chain, &t, va, cpu)?;
-                        let entry = Prepared { key: key.clone(), offset: at, plan };
-                        let bucket = self.prepared.entries.entry(hash).or_default();
-                        if bucket.len() >= BUCKET_MAX {
-                            bucket.remove(0);
-                        } else {
-                            self.prepared.count += 1;
-                        }
-                        bucket.push(entry);
-                        &bucket.last().expect("just pushed").plan
-                    }
-                    None => {
-                        let (va, cpu) = self.arena_reserve(total, 256)?;
-                        fresh = self.encode_into(s, &live, &offsets, chain, &t, va, cpu)?;
-                        &fresh
-                    }
-                }
-            }
-        };
-
-        let barrier_va = self.sems.va + SEM_BARRIER;
-        for (k, &qmd_va) in plan.qmds.iter().enumerate() {
-            if k == 0 || !plan.chain {
-                if plan.barrier_before[k] {
-                    push.release_after_idle(barrier_va, k as u32);
-                }
-                push.send_pcas_with(qmd_va, t.pcas_action);
-            }
-        }
-        if plan.qmds.is_empty() {
-            push.release_after_idle(s.markers[0].va, s.sequence);
-        } else if plan.chain {
-            // Hold the idle release until the chain's last launch has released marker 0.
-            push.host_semaphore(s.markers[0].va, s.sequence as u64, host::SEM_OP_ACQ_CIRC_GEQ);
-        }
-        match t.marker1 {
-            Marker1::HostIdleRelease => push.release_after_idle(s.markers[1].va, s.sequence),
-            Marker1::ComputeReport => push.compute_release_after_idle(s.markers[1].va, s.sequence),
-        };
-        self.prepared.key = key;
-        let (va, cpu) = self.arena_reserve(line_bytes(push.bytes()), 256)?;
-        // SAFETY: the reservation is `push.bytes()` rounded to lines long and 256-byte aligned.
-        unsafe { write_lines(cpu, push.words()) };
-        // SAFETY: the doorbell is this device's; the commands are written (the kick's store fence orders
-        // them, the patched payloads included, before the GPFIFO entry); the session's contract keeps one
-        // submission in flight.
-        unsafe { self.channel.kick(self.usermode, va, push.words().len() as u32) };
-        if invalidate {
-            self.code_dirty = false;
-        }
-        self.submissions += 1;
-        self.prepared.live = live;
-        self.prepared.push = push;
-        Ok(())
+        let Open { base, arch, gr, channels, queue, .. } = self;
+        queue.submit(base, channels, arch, gr, s, config)
     }
+}
+
+/// One of the backend's own buffers as the session's latch report names it.
+pub(crate) fn queue_buffer(what: &'static str, m: &Mem) -> QueueBuffer {
+    QueueBuffer { what, va: m.va, bytes: m.bytes }
 }
 
 impl SubmitQueue for Nvidia {
@@ -680,16 +744,8 @@ impl SubmitQueue for Nvidia {
     fn in_flight_buffers(&self) -> Vec<QueueBuffer> {
         let st = sync::lock(&self.state);
         let Some(o) = st.as_ref() else { return Vec::new() };
-        let b = |what, m: &Mem| QueueBuffer { what, va: m.va, bytes: m.bytes };
-        let mut v = vec![
-            b("GPFIFO ring and USERD", &o.channel.gpfifo),
-            b("channel error notifier", &o.channel.notifier),
-            b("command arena (pushbuffers, QMDs, constant banks)", &o.arena.mem),
-            b("prepared submissions (QMDs, constant banks)", &o.prepared.mem),
-            b("internal semaphores", &o.sems),
-        ];
-        v.extend(o.slm.as_ref().map(|m| b("local memory (SLM)", m)));
-        // Not the copy channel's: syncs are waited for, so no work of its own is ever left uncertain.
+        let mut v = o.channels.in_flight_buffers();
+        v.push(queue_buffer("prepared submissions (QMDs, constant banks)", &o.queue.prepared.mem));
         v
     }
 }
@@ -713,7 +769,7 @@ mod tests {
 
     #[test]
     fn patched_templates_equal_fresh_encodings() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         let mut cache = std::collections::HashMap::new();
         let base = QmdParams {
             block: [256, 1, 1],
@@ -762,7 +818,7 @@ mod tests {
 
     #[test]
     fn payload_words_are_where_the_encoder_puts_the_payloads() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         let p = QmdParams { local_bytes_per_thread: 0x240, ..with_payloads(0xdead_beef, 0x1234_5678) };
         let q = qmd::encode(&HOPPER, &p).unwrap();
         assert_eq!(q[qmd::release_payload_word(&HOPPER, 0).unwrap()], 0xdead_beef);
@@ -782,7 +838,7 @@ mod tests {
 
     #[test]
     fn one_patch_line_carries_both_payloads_of_a_qmd() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         let p = with_payloads(5, 5);
         let q = qmd::encode(&HOPPER, &p).unwrap();
         let (w0, w1) = (qmd::release_payload_word(&HOPPER, 0).unwrap(), qmd::release_payload_word(&HOPPER, 1).unwrap());
@@ -825,7 +881,7 @@ mod tests {
 
     #[test]
     fn only_a_chains_inner_launches_on_v04_get_the_tuned_block_exit_barrier() {
-        use super::super::arch::QmdVersion::{V04_00, V05_00};
+        use crate::arch::QmdVersion::{V04_00, V05_00};
         let t = LaunchTuning::default();
         assert_eq!((t.cwd_membar, t.membar_task_chasing, t.last_cwd_membar), (3, true, 1));
         assert_eq!(block_exit_barrier(&t, true, false, V04_00), (3, true), "inner launch of a chain");
@@ -836,7 +892,7 @@ mod tests {
 
     #[test]
     fn constant_bank_sizes_match_what_fill_cbuf0_builds() {
-        use super::super::arch::HOPPER;
+        use crate::arch::HOPPER;
         for n in [0usize, 1, 3, 4, 5, 31] {
             let mut out = Vec::new();
             let p = Cbuf0Params {
@@ -853,6 +909,7 @@ mod tests {
 
     #[test]
     fn the_prepared_key_ignores_the_sequence_and_nothing_else() {
+        use crate::arch::HOPPER;
         use crate::poll::MarkerSlot;
         let args = [1u32, 2];
         let l = LaunchDesc {
@@ -877,7 +934,8 @@ mod tests {
         let t = LaunchTuning::default();
         let key = |s: &Submission<'_>, t: &LaunchTuning| {
             let mut k = Vec::new();
-            submission_key(s, true, 0x240, t, &mut k);
+            let w = Work { s, live: &[], chain: true, tuning: *t, arch: &HOPPER, local_bytes_per_thread: 0x240 };
+            submission_key(&w, &mut k);
             k
         };
         let k0 = key(&sub, &t);
@@ -913,6 +971,41 @@ mod tests {
             assert_ne!(key(&sub, &other), k0, "the tuning must change the key: {other:?}");
         }
         assert_ne!(key_hash(&k0), key_hash(&key(&Submission { launches: &changed, ..sub }, &t)));
+    }
+
+    #[test]
+    fn the_pushbuffer_sends_what_the_plan_says_then_the_markers() {
+        use crate::poll::MarkerSlot;
+        let m = |va| MarkerSlot { va, cpu: core::ptr::null_mut() };
+        let s = Submission { launches: &[], markers: [m(0x1000), m(0x1010)], sequence: 9, stamps: None };
+        let t = LaunchTuning::default();
+        let qmds = vec![0x10_0000_0000, 0x10_0000_0400, 0x10_0000_0800];
+        let sent = |plan: &Plan| {
+            let mut push = Push::new();
+            push_launches(&mut push, plan, &s, &t, 0x2010);
+            push
+        };
+        // A chain: only its first QMD is sent; marker 1 waits until the last QMD released marker 0.
+        let chain = Plan { qmds: qmds.clone(), barrier_before: vec![false; 3], chain: true, ..Plan::default() };
+        let mut want = Push::new();
+        want.send_pcas_with(qmds[0], t.pcas_action);
+        want.host_semaphore(0x1000, 9, host::SEM_OP_ACQ_CIRC_GEQ);
+        want.release_after_idle(0x1010, 9);
+        assert_eq!(sent(&chain), want);
+        // Idle releases: every QMD is sent, with the barrier in front of the ones that wait.
+        let idle = Plan { qmds: qmds.clone(), barrier_before: vec![false, true, false], ..Plan::default() };
+        let mut want = Push::new();
+        want.send_pcas_with(qmds[0], t.pcas_action);
+        want.release_after_idle(0x2010, 1);
+        want.send_pcas_with(qmds[1], t.pcas_action);
+        want.send_pcas_with(qmds[2], t.pcas_action);
+        want.release_after_idle(0x1010, 9);
+        assert_eq!(sent(&idle), want);
+        // Nothing to launch: both markers are host releases.
+        let mut want = Push::new();
+        want.release_after_idle(0x1000, 9);
+        want.release_after_idle(0x1010, 9);
+        assert_eq!(sent(&Plan::default()), want);
     }
 
     #[test]

@@ -1,25 +1,213 @@
 //! The resource manager (RM) side: the root client and the calls made on it. Objects (device, subdevice,
 //! VA space, channel group, channel, engines) are RM handles under one client; freeing the client frees
-//! every object below it, which is what makes a failed open easy to unwind.
+//! every object below it.
+//!
+//! The two calls whose struct carries a pointer to more parameters are typed here: an allocation takes
+//! the parameter struct of its class ([`RmAllocParams`]: `rm.alloc(parent, class::DEVICE, &mut
+//! Nv0080Alloc { .. }, ..)` compiles only with the struct `class::DEVICE` takes), and a control call
+//! takes the parameter struct of its command ([`RmControl`], the command comes from the struct). So a
+//! wrong struct for a class or a command cannot be written in safe code.
 
-use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::ptr;
 
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
-use super::ioctl::{self, os_error};
-use super::sys::{self, class, ctrl, esc};
+use super::ioctl::{self, os_error, req, CtlFile, DriverFd, GpuFile};
+use super::sys::{self, class as id, ctrl};
+use crate::arch::Arch;
 use crate::error::HalError;
 
-/// The control device every RM call goes to.
-pub const CTL_PATH: &str = "/dev/nvidiactl";
-/// The UVM device.
-pub const UVM_PATH: &str = "/dev/nvidia-uvm";
+/// A class id, as the type of the parameter struct its allocation takes (see [`RmAllocParams`]).
+pub(crate) trait ClassId: Copy {
+    /// The id RM_ALLOC is given.
+    fn id(self) -> u32;
+}
 
-/// Opens a device file read-write, close-on-exec (std's default).
-pub(crate) fn open_rw(path: &str, call: &'static str) -> Result<OwnedFd, HalError> {
-    File::options().read(true).write(true).open(path).map(OwnedFd::from).map_err(|e| os_error(call, e, path))
+/// A class whose id is fixed: the struct that names it takes exactly this class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fixed<const ID: u32>;
+
+impl<const ID: u32> ClassId for Fixed<ID> {
+    fn id(self) -> u32 {
+        ID
+    }
+}
+
+/// The memory classes that take `NV_MEMORY_ALLOCATION_PARAMS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemoryClass {
+    /// NV1_MEMORY_USER: video memory.
+    Video,
+    /// NV01_MEMORY_SYSTEM: RM-owned system memory.
+    System,
+}
+
+impl ClassId for MemoryClass {
+    fn id(self) -> u32 {
+        match self {
+            MemoryClass::Video => id::MEMORY_USER,
+            MemoryClass::System => id::MEMORY_SYSTEM,
+        }
+    }
+}
+
+/// A GPFIFO channel class of an architecture (`*_CHANNEL_GPFIFO_A/B`), all of which take
+/// `NV_CHANNEL_ALLOC_PARAMS`. Only [`GpfifoClass::of`] makes one, from the architecture table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GpfifoClass(u32);
+
+impl GpfifoClass {
+    /// `arch`'s channel classes, in its order of preference.
+    pub(crate) fn of(arch: &Arch) -> impl Iterator<Item = GpfifoClass> + '_ {
+        arch.channel_classes.iter().map(|&c| GpfifoClass(c))
+    }
+}
+
+impl ClassId for GpfifoClass {
+    fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// A DMA copy class of an architecture (`*_DMA_COPY_A/B`), all of which take
+/// `NVB0B5_ALLOCATION_PARAMETERS`. Only [`CopyClass::listed`] makes one, from the architecture table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CopyClass(u32);
+
+impl CopyClass {
+    /// `arch`'s preferred copy class among the `classes` a device lists.
+    pub(crate) fn listed(arch: &Arch, classes: &[u32]) -> Option<CopyClass> {
+        arch.copy_class_in(classes).map(CopyClass)
+    }
+}
+
+impl ClassId for CopyClass {
+    fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// The classes allocated with a parameter struct of their own, as [`Rm::alloc`] takes them.
+pub(crate) mod class {
+    use super::{id, Fixed};
+
+    /// NV01_DEVICE_0.
+    pub(crate) const DEVICE: Fixed<{ id::DEVICE }> = Fixed;
+    /// NV20_SUBDEVICE_0.
+    pub(crate) const SUBDEVICE: Fixed<{ id::SUBDEVICE }> = Fixed;
+    /// NV01_MEMORY_VIRTUAL.
+    pub(crate) const MEMORY_VIRTUAL: Fixed<{ id::MEMORY_VIRTUAL }> = Fixed;
+    /// FERMI_VASPACE_A.
+    pub(crate) const VASPACE: Fixed<{ id::VASPACE }> = Fixed;
+    /// KEPLER_CHANNEL_GROUP_A.
+    pub(crate) const CHANNEL_GROUP: Fixed<{ id::CHANNEL_GROUP }> = Fixed;
+    /// FERMI_CONTEXT_SHARE_A.
+    pub(crate) const CONTEXT_SHARE: Fixed<{ id::CONTEXT_SHARE }> = Fixed;
+    /// GT200_DEBUGGER.
+    pub(crate) const GT200_DEBUGGER: Fixed<{ id::GT200_DEBUGGER }> = Fixed;
+}
+
+/// The parameter struct of an RM_ALLOC, tied to the class or classes that take it.
+///
+/// RM_ALLOC is sent with `paramsSize` 0, so the driver takes the parameter size from its table of the
+/// class being allocated and copies that many bytes from `pAllocParms` and back.
+///
+/// # Safety
+/// For every class id a value of [`RmAllocParams::Class`] can hold, the driver's parameter struct of that
+/// class is laid out as `Self` and is `size_of::<Self>()` bytes, and the driver follows no pointer stored
+/// in it.
+pub(crate) unsafe trait RmAllocParams: IntoBytes + FromBytes {
+    /// The class, or the set of classes, that take this struct.
+    type Class: ClassId;
+}
+
+/// Binds the allocation parameter structs to their classes: `struct => class type`. The line above each
+/// names the header that makes the struct the class's (sizes and offsets pinned in sys.rs).
+macro_rules! alloc_params {
+    ($($params:ty => $class:ty;)*) => {$(
+        // SAFETY: the struct is laid out as the parameter struct of every class `$class` can hold (the
+        // header named above its line), and none of its fields is a pointer the driver follows: handles,
+        // sizes and flags (the channel's RM-internal memory descriptors stay zero).
+        unsafe impl RmAllocParams for $params {
+            type Class = $class;
+        }
+    )*};
+}
+
+alloc_params! {
+    // NV0080_ALLOC_PARAMETERS, NV01_DEVICE_0's (cl0080.h).
+    sys::Nv0080Alloc => Fixed<{ id::DEVICE }>;
+    // NV2080_ALLOC_PARAMETERS, NV20_SUBDEVICE_0's (cl2080.h).
+    sys::Nv2080Alloc => Fixed<{ id::SUBDEVICE }>;
+    // NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS, NV01_MEMORY_VIRTUAL's (nvos.h).
+    sys::MemoryVirtualAlloc => Fixed<{ id::MEMORY_VIRTUAL }>;
+    // NV_VASPACE_ALLOCATION_PARAMETERS, FERMI_VASPACE_A's (nvos.h).
+    sys::VaSpaceAlloc => Fixed<{ id::VASPACE }>;
+    // NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, KEPLER_CHANNEL_GROUP_A's (cla06c.h).
+    sys::ChannelGroupAlloc => Fixed<{ id::CHANNEL_GROUP }>;
+    // NV_CTXSHARE_ALLOCATION_PARAMETERS, FERMI_CONTEXT_SHARE_A's (cl9067.h).
+    sys::CtxShareAlloc => Fixed<{ id::CONTEXT_SHARE }>;
+    // NV83DE_ALLOC_PARAMETERS, GT200_DEBUGGER's (cl83de.h).
+    sys::Nv83deAlloc => Fixed<{ id::GT200_DEBUGGER }>;
+    // NV_MEMORY_ALLOCATION_PARAMS, both NV1_MEMORY_USER's and NV01_MEMORY_SYSTEM's (nvos.h).
+    sys::MemoryAlloc => MemoryClass;
+    // NV_CHANNEL_ALLOC_PARAMS, every GPFIFO channel class's (alloc_channel.h); a GpfifoClass holds only the
+    // ids of an Arch's channel_classes, which are GPFIFO channel classes.
+    sys::ChannelAlloc => GpfifoClass;
+    // NVB0B5_ALLOCATION_PARAMETERS, every DMA copy class's (clb0b5sw.h); a CopyClass holds only the ids of
+    // an Arch's copy_classes, which are DMA copy classes.
+    sys::CopyAlloc => CopyClass;
+}
+
+/// The parameter struct of an RM control command, tied to the command.
+///
+/// # Safety
+/// `Self` is laid out as the driver's parameter struct of [`RmControl::CMD`] (RM_CONTROL passes
+/// `size_of::<Self>()` as `paramsSize`, and the driver copies that many bytes in and back).
+pub(crate) unsafe trait RmControl: IntoBytes + FromBytes {
+    /// The control command.
+    const CMD: u32;
+}
+
+/// A control command whose parameter struct holds no pointer the driver follows.
+///
+/// # Safety
+/// For [`RmControl::CMD`], the driver dereferences no value stored in `Self`.
+pub(crate) unsafe trait PlainControl: RmControl {}
+
+/// Binds the control parameter structs to their commands: `struct => command [, plain]`.
+macro_rules! controls {
+    ($($params:ty => $cmd:expr $(, $plain:ident)?;)*) => {$(
+        // SAFETY: each struct is laid out as its command's parameters struct in the ctrl*.h header the
+        // command's doc line in sys.rs names (sizes pinned in sys.rs).
+        unsafe impl RmControl for $params {
+            const CMD: u32 = $cmd;
+        }
+        $(controls!(@$plain $params);)?
+    )*};
+    (@plain $params:ty) => {
+        // SAFETY: the struct holds ids, sizes, flags and inline arrays only.
+        unsafe impl PlainControl for $params {}
+    };
+}
+
+controls! {
+    sys::GpuGetIdInfoV2 => ctrl::GPU_GET_ID_INFO_V2, plain;
+    sys::BuildVersionV2 => ctrl::SYSTEM_GET_BUILD_VERSION_V2, plain;
+    // `class_list` points at `num_classes` u32s the driver fills in.
+    sys::GetClassList => ctrl::GPU_GET_CLASSLIST;
+    // `gr_info_list` points at `gr_info_list_size` entries the driver fills in.
+    sys::GrGetInfo => ctrl::GR_GET_INFO;
+    sys::SmToGpcTpcMappings => ctrl::GR_GET_SM_TO_GPC_TPC_MAPPINGS, plain;
+    sys::GetGidInfo => ctrl::GPU_GET_GID_INFO, plain;
+    sys::GetNameString => ctrl::GPU_GET_NAME_STRING, plain;
+    sys::FbGetInfoV2 => ctrl::FB_GET_INFO_V2, plain;
+    sys::WorkSubmitToken => ctrl::GPFIFO_GET_WORK_SUBMIT_TOKEN, plain;
+    sys::GpfifoSchedule => ctrl::TSG_GPFIFO_SCHEDULE, plain;
+    sys::BindParams => ctrl::TSG_BIND, plain;
+    sys::CeGetCapsV2 => ctrl::CE_GET_CAPS_V2, plain;
+    sys::PerfBoost => ctrl::PERF_BOOST, plain;
 }
 
 /// Where a CPU mapping is made: video memory and the usermode page are mapped through a registered
@@ -34,72 +222,87 @@ pub(crate) enum MapVia {
 
 /// The root client on an open control fd.
 pub(crate) struct Rm {
-    pub(crate) ctl: OwnedFd,
+    pub(crate) ctl: DriverFd<CtlFile>,
     pub(crate) client: u32,
 }
 
 impl Rm {
     /// Opens `/dev/nvidiactl` and allocates the root client.
     pub(crate) fn open() -> Result<Rm, HalError> {
-        let ctl = open_rw(CTL_PATH, "open /dev/nvidiactl")?;
-        let mut a = sys::NvOs21 { h_class: class::ROOT_CLIENT, ..Default::default() };
-        // SAFETY: NVOS21 with no parameter block (pointer 0); the driver only writes the struct.
-        unsafe { ioctl::rm(ctl.as_raw_fd(), esc::RM_ALLOC, &mut a, "RM_ALLOC root client", "class 0x41") }?;
+        let ctl = DriverFd::open_ctl("open /dev/nvidiactl")?;
+        let mut a = sys::NvOs21 { h_class: id::ROOT_CLIENT, ..Default::default() };
+        // SAFETY: NVOS21's one pointer, the parameter block, is null: the root client takes none.
+        unsafe { ioctl::send::<req::RmAlloc>(&ctl, &mut a, "RM_ALLOC root client", "class 0x41") }?;
         Ok(Rm { ctl, client: a.h_object_new })
     }
 
-    pub(crate) fn ctl_fd(&self) -> RawFd {
-        self.ctl.as_raw_fd()
+    /// The control fd's number, for the UVM calls that name it.
+    pub(crate) fn ctl_fd(&self) -> i32 {
+        self.ctl.raw()
     }
 
-    /// Allocates an object of `class` under `parent`, with `params` as its allocation parameters.
-    pub(crate) fn alloc<P: IntoBytes + FromBytes>(
+    /// Allocates an object of `class` under `parent` with `params`, the parameter struct of that class.
+    pub(crate) fn alloc<P: RmAllocParams>(
         &self,
         parent: u32,
-        class: u32,
-        params: Option<&mut P>,
+        class: P::Class,
+        params: &mut P,
         call: &'static str,
     ) -> Result<u32, HalError> {
-        let p = params.map_or(ptr::null_mut(), |p| p as *mut P as *mut u8);
+        // SAFETY: `params` is a live, exclusive P, and P is the parameter struct of every class a
+        // `P::Class` holds (`RmAllocParams`), so the class's parameter size is P's and the driver follows no
+        // pointer inside it.
+        unsafe { self.alloc_raw(parent, class.id(), (params as *mut P).cast(), call) }
+    }
+
+    /// Allocates an object of `class` under `parent` without a parameter block (the engine objects and
+    /// the usermode page take none).
+    pub(crate) fn alloc_bare(&self, parent: u32, class: u32, call: &'static str) -> Result<u32, HalError> {
+        // SAFETY: a null parameter pointer: the driver reads no parameter block for any class.
+        unsafe { self.alloc_raw(parent, class, ptr::null_mut(), call) }
+    }
+
+    /// # Safety
+    /// - `params` is null, or points to a live, exclusive parameter struct of `class` holding no pointer
+    ///   the driver follows.
+    unsafe fn alloc_raw(&self, parent: u32, class: u32, params: *mut u8, call: &'static str) -> Result<u32, HalError> {
         let mut a = sys::NvOs21 {
             h_root: self.client,
             h_object_parent: parent,
             h_class: class,
-            p_alloc_parms: p as u64,
+            p_alloc_parms: params as u64,
             ..Default::default()
         };
-        // SAFETY: `p` is null or a live, exclusive P, which is the parameter struct of `class` (the
-        // caller chose P for the class); the driver copies the class's parameter size from it.
+        // SAFETY: NVOS21's one pointer is `p_alloc_parms`, which the caller vouches for (null, or the
+        // class's own parameter struct); `paramsSize` 0 makes the driver take the class's size.
         unsafe {
-            ioctl::rm(self.ctl_fd(), esc::RM_ALLOC, &mut a, call, &format!("class {class:#x} under {parent:#x}"))
+            ioctl::send::<req::RmAlloc>(&self.ctl, &mut a, call, &format!("class {class:#x} under {parent:#x}"))
         }?;
         Ok(a.h_object_new)
     }
 
     /// A control call on `object` with a parameter struct that holds no pointers.
-    pub(crate) fn control<P: IntoBytes + FromBytes>(
+    pub(crate) fn control<P: PlainControl>(
         &self,
         object: u32,
-        cmd: u32,
         params: &mut P,
         call: &'static str,
     ) -> Result<(), HalError> {
-        // SAFETY: P holds no pointers (this method's contract with its callers in this module), so the
-        // driver reads and writes only the struct itself.
-        unsafe { self.control_raw(object, cmd, params, call) }
+        // SAFETY: P's command follows no pointer inside it (`PlainControl`).
+        unsafe { self.control_with_pointers(object, params, call) }
     }
 
     /// A control call whose parameter struct may hold pointers.
     ///
     /// # Safety
-    /// - Every pointer inside `params` is valid for what the driver does with it for `cmd`.
-    pub(crate) unsafe fn control_raw<P: IntoBytes + FromBytes>(
+    /// - Every pointer inside `params` is valid for what the driver does through it for `P::CMD`.
+    pub(crate) unsafe fn control_with_pointers<P: RmControl>(
         &self,
         object: u32,
-        cmd: u32,
         params: &mut P,
         call: &'static str,
     ) -> Result<(), HalError> {
+        let cmd = P::CMD;
         let mut c = sys::NvOs54 {
             h_client: self.client,
             h_object: object,
@@ -108,58 +311,56 @@ impl Rm {
             params_size: size_of::<P>() as u32,
             ..Default::default()
         };
-        // SAFETY: `params` is a live, exclusive P of `params_size` bytes; pointers inside it are the
-        // caller's promise.
-        unsafe { ioctl::rm(self.ctl_fd(), esc::RM_CONTROL, &mut c, call, &format!("cmd {cmd:#x} on {object:#x}")) }
+        // SAFETY: NVOS54's one pointer is `params`: a live, exclusive P of `params_size` bytes, which is
+        // `cmd`'s parameter struct (`RmControl`); pointers inside it are the caller's promise.
+        unsafe { ioctl::send::<req::RmControl>(&self.ctl, &mut c, call, &format!("cmd {cmd:#x} on {object:#x}")) }
     }
 
     /// Frees `object` (and everything below it).
     pub(crate) fn free(&self, parent: u32, object: u32, call: &'static str) -> Result<(), HalError> {
         let mut f = sys::NvOs00 { h_root: self.client, h_object_parent: parent, h_object_old: object, status: 0 };
-        // SAFETY: NVOS00 holds no pointers.
-        unsafe { ioctl::rm(self.ctl_fd(), esc::RM_FREE, &mut f, call, &format!("object {object:#x}")) }
+        ioctl::send_plain::<req::RmFree>(&self.ctl, &mut f, call, &format!("object {object:#x}"))
     }
 
     /// The kernel driver's version string (SYSTEM_GET_BUILD_VERSION_V2 on the client).
     pub(crate) fn driver_version(&self) -> Result<String, HalError> {
         let mut v = sys::BuildVersionV2::new_zeroed();
-        self.control(self.client, ctrl::SYSTEM_GET_BUILD_VERSION_V2, &mut v, "SYSTEM_GET_BUILD_VERSION_V2")?;
+        self.control(self.client, &mut v, "SYSTEM_GET_BUILD_VERSION_V2")?;
         Ok(c_str(&v.driver_version_buffer))
     }
 
     /// The driver's list of GPUs (only entries with `valid` set).
     pub(crate) fn card_info(&self) -> Result<Vec<sys::CardInfo>, HalError> {
-        let mut cards = [sys::CardInfo::default(); 32];
-        // SAFETY: the request size is that of the whole array, which the driver fills; no pointers inside.
-        unsafe { ioctl::rm_plain(self.ctl_fd(), esc::CARD_INFO, &mut cards, "NV_ESC_CARD_INFO") }?;
+        let mut cards: sys::CardList = [sys::CardInfo::default(); sys::CARD_LIST_ENTRIES];
+        ioctl::send_plain::<req::CardInfo>(&self.ctl, &mut cards, "NV_ESC_CARD_INFO", "")?;
         Ok(cards.into_iter().filter(|c| c.valid != 0).collect())
     }
 
     /// The device instance of GPU `gpu_id` (GPU_GET_ID_INFO_V2).
     pub(crate) fn gpu_id_info(&self, gpu_id: u32) -> Result<sys::GpuGetIdInfoV2, HalError> {
         let mut p = sys::GpuGetIdInfoV2 { gpu_id, ..Default::default() };
-        self.control(self.client, ctrl::GPU_GET_ID_INFO_V2, &mut p, "GPU_GET_ID_INFO_V2")?;
+        self.control(self.client, &mut p, "GPU_GET_ID_INFO_V2")?;
         Ok(p)
     }
 
     /// Opens `/dev/nvidia<minor>` and registers it with the control fd.
-    pub(crate) fn open_dev(&self, minor: u32) -> Result<OwnedFd, HalError> {
-        let path = format!("/dev/nvidia{minor}");
-        let fd = open_rw(&path, "open /dev/nvidiaN")?;
+    pub(crate) fn open_dev(&self, minor: u32) -> Result<DriverFd<GpuFile>, HalError> {
+        let fd = DriverFd::open_gpu(minor)?;
         let mut r = sys::RegisterFd { ctl_fd: self.ctl_fd() };
-        // SAFETY: a 4-byte struct with no pointers.
-        unsafe { ioctl::rm_plain(fd.as_raw_fd(), esc::REGISTER_FD, &mut r, "NV_ESC_REGISTER_FD") }?;
+        ioctl::send_plain::<req::RegisterFd>(&fd, &mut r, "NV_ESC_REGISTER_FD", "")?;
         Ok(fd)
     }
 
     /// The classes the device implements (GPU_GET_CLASSLIST, asked twice: the count, then the list).
     pub(crate) fn class_list(&self, device: u32) -> Result<Vec<u32>, HalError> {
         let mut p = sys::GetClassList::default();
-        self.control(device, ctrl::GPU_GET_CLASSLIST, &mut p, "GPU_GET_CLASSLIST (count)")?;
+        // SAFETY: `class_list` is null, which makes the driver write the count only.
+        unsafe { self.control_with_pointers(device, &mut p, "GPU_GET_CLASSLIST (count)") }?;
         let mut list = vec![0u32; p.num_classes as usize];
         let mut q = sys::GetClassList { num_classes: p.num_classes, _pad: 0, class_list: list.as_mut_ptr() as u64 };
-        // SAFETY: `class_list` points at `num_classes` writable u32s that outlive the call.
-        unsafe { self.control_raw(device, ctrl::GPU_GET_CLASSLIST, &mut q, "GPU_GET_CLASSLIST") }?;
+        // SAFETY: `class_list` points at `num_classes` writable u32s that outlive the call, which is all the
+        // driver writes through it.
+        unsafe { self.control_with_pointers(device, &mut q, "GPU_GET_CLASSLIST") }?;
         list.truncate(q.num_classes as usize);
         Ok(list)
     }
@@ -172,15 +373,16 @@ impl Rm {
             gr_info_list: list.as_mut_ptr() as u64,
             ..Default::default()
         };
-        // SAFETY: `gr_info_list` points at `gr_info_list_size` live entries the driver fills in.
-        unsafe { self.control_raw(subdevice, ctrl::GR_GET_INFO, &mut p, "GR_GET_INFO") }?;
+        // SAFETY: `gr_info_list` points at `gr_info_list_size` live entries the driver reads and fills in,
+        // and outlives the call.
+        unsafe { self.control_with_pointers(subdevice, &mut p, "GR_GET_INFO") }?;
         Ok(list.iter().map(|e| e.data).collect())
     }
 
     /// Enabled SMs, from the SM-to-GPC/TPC map.
     pub(crate) fn sm_count(&self, subdevice: u32) -> Result<u32, HalError> {
         let mut p = sys::SmToGpcTpcMappings::new_zeroed();
-        self.control(subdevice, ctrl::GR_GET_SM_TO_GPC_TPC_MAPPINGS, &mut p, "GR_GET_SM_TO_GPC_TPC_MAPPINGS")?;
+        self.control(subdevice, &mut p, "GR_GET_SM_TO_GPC_TPC_MAPPINGS")?;
         Ok(p.sm_count)
     }
 
@@ -189,7 +391,7 @@ impl Rm {
         let mut p = sys::GetGidInfo::new_zeroed();
         p.flags = sys::GID_FORMAT_BINARY;
         p.length = 16;
-        self.control(subdevice, ctrl::GPU_GET_GID_INFO, &mut p, "GPU_GET_GID_INFO")?;
+        self.control(subdevice, &mut p, "GPU_GET_GID_INFO")?;
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&p.data[..16]);
         Ok(uuid)
@@ -198,7 +400,7 @@ impl Rm {
     /// The GPU's marketing name.
     pub(crate) fn gpu_name(&self, subdevice: u32) -> Result<String, HalError> {
         let mut p = sys::GetNameString::new_zeroed();
-        self.control(subdevice, ctrl::GPU_GET_NAME_STRING, &mut p, "GPU_GET_NAME_STRING")?;
+        self.control(subdevice, &mut p, "GPU_GET_NAME_STRING")?;
         Ok(c_str(&p.name))
     }
 
@@ -207,14 +409,14 @@ impl Rm {
         let mut p = sys::FbGetInfoV2::new_zeroed();
         p.fb_info_list_size = 1;
         p.fb_info_list[0].index = sys::fb_info::TOTAL_RAM_SIZE;
-        self.control(subdevice, ctrl::FB_GET_INFO_V2, &mut p, "FB_GET_INFO_V2")?;
+        self.control(subdevice, &mut p, "FB_GET_INFO_V2")?;
         Ok(p.fb_info_list[0].data as u64 * 1024)
     }
 
     /// The token written to the doorbell to tell the host a channel has new work.
     pub(crate) fn work_submit_token(&self, channel: u32) -> Result<u32, HalError> {
         let mut p = sys::WorkSubmitToken { work_submit_token: u32::MAX };
-        self.control(channel, ctrl::GPFIFO_GET_WORK_SUBMIT_TOKEN, &mut p, "GPFIFO_GET_WORK_SUBMIT_TOKEN")?;
+        self.control(channel, &mut p, "GPFIFO_GET_WORK_SUBMIT_TOKEN")?;
         Ok(p.work_submit_token)
     }
 
@@ -222,26 +424,26 @@ impl Rm {
     /// when the device has no such engine.
     pub(crate) fn ce_is_grce(&self, subdevice: u32, engine_type: u32) -> Result<bool, HalError> {
         let mut p = sys::CeGetCapsV2 { ce_engine_type: engine_type, ..Default::default() };
-        self.control(subdevice, ctrl::CE_GET_CAPS_V2, &mut p, "CE_GET_CAPS_V2")?;
+        self.control(subdevice, &mut p, "CE_GET_CAPS_V2")?;
         Ok(p.caps_tbl[0] & sys::CE_CAPS_GRCE != 0)
     }
 
     /// NV2080_CTRL_CMD_PERF_BOOST on `subdevice` with `flags` for `duration` seconds.
     pub(crate) fn perf_boost(&self, subdevice: u32, flags: u32, duration: u32) -> Result<(), HalError> {
         let mut p = sys::PerfBoost { flags, duration };
-        self.control(subdevice, ctrl::PERF_BOOST, &mut p, "PERF_BOOST")
+        self.control(subdevice, &mut p, "PERF_BOOST")
     }
 
     /// Binds a channel group to the runlist of `engine_type`.
     pub(crate) fn bind(&self, tsg: u32, engine_type: u32) -> Result<(), HalError> {
         let mut p = sys::BindParams { engine_type };
-        self.control(tsg, ctrl::TSG_BIND, &mut p, "TSG BIND")
+        self.control(tsg, &mut p, "TSG BIND")
     }
 
     /// Puts a channel group on the runlist.
     pub(crate) fn schedule(&self, tsg: u32) -> Result<(), HalError> {
         let mut p = sys::GpfifoSchedule { b_enable: 1, ..Default::default() };
-        self.control(tsg, ctrl::TSG_GPFIFO_SCHEDULE, &mut p, "GPFIFO_SCHEDULE")
+        self.control(tsg, &mut p, "GPFIFO_SCHEDULE")
     }
 
     /// Allocates a memory object (class 0x40 video or 0x3e system memory) under `device`. Out of memory
@@ -249,12 +451,12 @@ impl Rm {
     pub(crate) fn alloc_memory(
         &self,
         device: u32,
-        class: u32,
+        class: MemoryClass,
         params: &mut sys::MemoryAlloc,
         call: &'static str,
     ) -> Result<u32, HalError> {
         let bytes = params.size;
-        self.alloc(device, class, Some(params), call).map_err(|e| match e {
+        self.alloc(device, class, params, call).map_err(|e| match e {
             HalError::Driver { status: sys::NV_ERR_NO_MEMORY | sys::NV_ERR_INSUFFICIENT_RESOURCES, .. } => {
                 HalError::OutOfMemory { bytes }
             }
@@ -269,7 +471,7 @@ impl Rm {
     ///   object is freed (the driver pins its pages).
     pub(crate) unsafe fn alloc_os_descriptor(
         &self,
-        dev_fd: RawFd,
+        dev: &DriverFd<GpuFile>,
         device: u32,
         handle: u32,
         ptr: *mut u8,
@@ -280,7 +482,7 @@ impl Rm {
                 h_root: self.client,
                 h_object_parent: device,
                 h_object_new: handle,
-                h_class: class::MEMORY_SYSTEM_OS_DESCRIPTOR,
+                h_class: id::MEMORY_SYSTEM_OS_DESCRIPTOR,
                 flags: sys::OS_DESCRIPTOR_FLAGS,
                 p_memory: ptr as u64,
                 limit: len - 1,
@@ -289,14 +491,13 @@ impl Rm {
             fd: -1,
             _pad: 0,
         };
-        // SAFETY: the driver pins the pages at `p_memory`, which the caller keeps mapped.
-        unsafe {
-            ioctl::rm(dev_fd, esc::RM_ALLOC_MEMORY, &mut a, "RM_ALLOC_MEMORY host pages", &format!("{len} bytes"))
-        }
-        .map_err(|e| match e {
-            HalError::Driver { status: sys::NV_ERR_NO_MEMORY, .. } => HalError::OutOfMemory { bytes: len },
-            e => e,
-        })
+        // SAFETY: NVOS02's one pointer is `p_memory`: the driver pins the `limit + 1` bytes of pages there,
+        // which the caller keeps mapped until the object is freed.
+        unsafe { ioctl::send::<req::RmAllocMemory>(dev, &mut a, "RM_ALLOC_MEMORY host pages", &format!("{len} bytes")) }
+            .map_err(|e| match e {
+                HalError::Driver { status: sys::NV_ERR_NO_MEMORY, .. } => HalError::OutOfMemory { bytes: len },
+                e => e,
+            })
     }
 
     /// Maps memory object `memory` for the CPU with NVOS33 `flags` (caching type), through a fresh fd of
@@ -310,9 +511,10 @@ impl Rm {
         via: MapVia,
         call: &'static str,
     ) -> Result<*mut u8, HalError> {
+        // Either file serves the mapping; only its fd number goes into the struct, and mmap maps it.
         let fd = match via {
-            MapVia::Device(minor) => self.open_dev(minor)?,
-            MapVia::Ctl => open_rw(CTL_PATH, "open /dev/nvidiactl for a mapping")?,
+            MapVia::Device(minor) => self.open_dev(minor)?.into_owned(),
+            MapVia::Ctl => DriverFd::open_ctl("open /dev/nvidiactl for a mapping")?.into_owned(),
         };
         let mut m = sys::NvOs33WithFd {
             params: sys::NvOs33 {
@@ -326,10 +528,8 @@ impl Rm {
             fd: fd.as_raw_fd(),
             _pad: 0,
         };
-        // SAFETY: NVOS33 holds no pointers the driver dereferences (pLinearAddress is an output value).
-        unsafe {
-            ioctl::rm(self.ctl_fd(), esc::RM_MAP_MEMORY, &mut m, call, &format!("memory {memory:#x}, {len} bytes"))
-        }?;
+        let ctx = format!("memory {memory:#x}, {len} bytes");
+        ioctl::send_plain::<req::RmMapMemory>(&self.ctl, &mut m, call, &ctx)?;
         // SAFETY: a fresh shared mapping chosen by the kernel; the driver backs it with the object that
         // RM_MAP_MEMORY just tied to this fd. Nothing else is mapped over.
         let p = unsafe {
@@ -363,8 +563,7 @@ impl Rm {
             ..Default::default()
         };
         let ctx = format!("memory {memory:#x} at {va:#x}, {len} bytes");
-        // SAFETY: NVOS46 holds no pointers.
-        unsafe { ioctl::rm(self.ctl_fd(), esc::RM_MAP_MEMORY_DMA, &mut m, "RM_MAP_MEMORY_DMA", &ctx) }?;
+        ioctl::send_plain::<req::RmMapMemoryDma>(&self.ctl, &mut m, "RM_MAP_MEMORY_DMA", &ctx)?;
         if m.dma_offset != va {
             return Err(HalError::Driver {
                 call: "RM_MAP_MEMORY_DMA",
@@ -396,6 +595,21 @@ pub(crate) unsafe fn unmap(p: *mut u8, len: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_tokens_carry_the_ids_of_the_classes_they_name() {
+        use crate::arch::{BLACKWELL_GB10, HOPPER};
+        assert_eq!(class::DEVICE.id(), 0x80);
+        assert_eq!(class::SUBDEVICE.id(), 0x2080);
+        assert_eq!(class::CHANNEL_GROUP.id(), 0xa06c);
+        assert_eq!((MemoryClass::Video.id(), MemoryClass::System.id()), (0x40, 0x3e));
+        // The arch families hold exactly the table's ids, in its order of preference.
+        let ids = |a| GpfifoClass::of(a).map(ClassId::id).collect::<Vec<_>>();
+        assert_eq!(ids(&HOPPER), HOPPER.channel_classes);
+        assert_eq!(ids(&BLACKWELL_GB10), BLACKWELL_GB10.channel_classes);
+        assert_eq!(CopyClass::listed(&HOPPER, &[0x1, 0xc8b5]).map(ClassId::id), Some(0xc8b5));
+        assert_eq!(CopyClass::listed(&HOPPER, &[0xc9b5]), None, "a class the arch does not list is no copy class");
+    }
 
     #[test]
     fn driver_strings_stop_at_the_first_nul() {

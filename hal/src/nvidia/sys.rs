@@ -18,16 +18,12 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 // ---------------------------------------------------------------------------------------------------------
 
 /// The ioctl "type" byte of every RM escape: `'F'`.
-pub const NV_IOCTL_MAGIC: u32 = b'F' as u32;
-/// `_IOC_SIZEBITS`: the argument size field is 14 bits wide.
+pub const NV_IOCTL_MAGIC: u8 = b'F';
+/// `_IOC_SIZEBITS`: the argument size field of a request number is 14 bits wide. Each RM escape's number
+/// is `_IOWR('F', nr, size)` (direction 3 in bits 31:30, size in 29:16, type in 15:8, number in 7:0); the
+/// driver reads the size back (`_IOC_SIZE`) to know how much to copy. `ioctl.rs` computes the numbers
+/// from the structs.
 pub const IOC_SIZE_MASK: u32 = (1 << 14) - 1;
-
-/// `_IOWR('F', nr, size)`: read-write direction (3) in bits 31:30, size in 29:16, type in 15:8, number in
-/// 7:0. The driver reads the size back (`_IOC_SIZE`) to know how much to copy and, for `RM_ALLOC`, which
-/// parameter struct it was given.
-pub const fn iowr(nr: u8, size: usize) -> u32 {
-    (3 << 30) | (((size as u32) & IOC_SIZE_MASK) << 16) | (NV_IOCTL_MAGIC << 8) | nr as u32
-}
 
 /// Escapes on `/dev/nvidiactl` and `/dev/nvidiaN` (nv-ioctl-numbers.h, nv_escape.h).
 pub mod esc {
@@ -381,6 +377,11 @@ pub struct CardInfo {
     pub dev_name: [u8; 10],
     pub _pad3: [u8; 2],
 }
+
+/// Entries of the card list this backend asks for (NV_ESC_CARD_INFO fills one per GPU, `valid` set).
+pub const CARD_LIST_ENTRIES: usize = 32;
+/// The argument of NV_ESC_CARD_INFO: the whole list is the struct.
+pub type CardList = [CardInfo; CARD_LIST_ENTRIES];
 
 /// `nv_ioctl_register_fd_t`.
 #[repr(C)]
@@ -850,6 +851,7 @@ const_assert_eq!(offset_of!(CardInfo, gpu_id), 16);
 const_assert_eq!(offset_of!(CardInfo, fb_size), 48);
 const_assert_eq!(offset_of!(CardInfo, minor_number), 56);
 const_assert_eq!(offset_of!(CardInfo, dev_name), 60);
+const_assert_eq!(size_of::<CardList>(), 32 * 72);
 const_assert_eq!(size_of::<RegisterFd>(), 4);
 const_assert_eq!(size_of::<NvNotification>(), 16);
 const_assert_eq!(offset_of!(NvNotification, info32), 8);

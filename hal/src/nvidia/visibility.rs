@@ -8,8 +8,7 @@
 
 use std::ptr;
 
-use super::channel::store_fence;
-use super::channel::INTERNAL_SPIN_NS;
+use super::channel::{store_fence, Target, Wait, INTERNAL_SPIN_NS};
 use super::memory::Placement;
 use super::push::Push;
 use super::{Nvidia, NvidiaConfig, Open};
@@ -25,6 +24,43 @@ enum Direction {
     ToCpu,
 }
 
+/// The visibility service's state: which copy engine syncs use, and why.
+pub(crate) struct Syncs {
+    /// The copy engine syncs use, and why (for reports).
+    note: String,
+    /// The asynchronous copy channel failed its setup: syncs stay on the graphics copy engine.
+    async_failed: bool,
+}
+
+impl Syncs {
+    /// The service, with `note` saying which copy engine the open found for syncs.
+    pub(crate) fn new(note: String) -> Self {
+        Syncs { note, async_failed: false }
+    }
+
+    /// The asynchronous copy channel failed its setup with `e`: syncs use the graphics copy engine from
+    /// now on (the channel stays until close).
+    pub(crate) fn async_copy_failed(&mut self, e: &HalError) {
+        self.note = format!("graphics copy engine (the asynchronous one failed its setup: {e})");
+        self.async_failed = true;
+    }
+
+    /// Which copy engine syncs use, and why.
+    pub(crate) fn note(&self) -> &str {
+        &self.note
+    }
+
+    /// The channel a copy-engine sync goes to: the asynchronous copy channel when asked for, made at open
+    /// and not broken since; the compute channel's graphics copy engine otherwise.
+    fn target(&self, config: &NvidiaConfig, has_copy_channel: bool) -> Target {
+        if config.async_copy && has_copy_channel && !self.async_failed {
+            Target::Copy
+        } else {
+            Target::Compute
+        }
+    }
+}
+
 impl Open {
     fn sync(
         &mut self,
@@ -36,8 +72,8 @@ impl Open {
         clock: &dyn Clock,
     ) -> Result<(), HalError> {
         let na = self
-            .allocs
-            .get(&a.id)
+            .memory
+            .get(a.id)
             .ok_or_else(|| HalError::Lost(format!("nvidia: sync of unknown buffer {} at {:#x}", a.id, a.va)))?;
         if len == 0 {
             return Ok(());
@@ -46,7 +82,7 @@ impl Open {
             Placement::VidmemStaged => {}
             Placement::VidmemBar1 => {
                 // Code: the next submission invalidates the instruction cache.
-                self.code_dirty = true;
+                self.queue.code_changed();
                 store_fence();
                 return Ok(());
             }
@@ -75,12 +111,13 @@ impl Open {
         // Allow 1 ns per byte (1 GB/s, far below PCIe) on top of the fixed limit.
         let timeout_ns = c.internal_timeout_ms * 1_000_000 + len;
         let what = if dir == Direction::ToGpu { "sync to GPU (copy engine)" } else { "sync to CPU (copy engine)" };
-        let on_copy = c.async_copy && self.copy.is_some() && !self.copy_broken;
+        let target = self.syncs.target(c, self.channels.copy.is_some());
         let mut push = Push::new();
         push.copy_lines(src, dst, len, c.copy_chunk_bytes, c.copy_line_bytes);
-        let (sem, value) = self.next_wait();
+        let (sem, value) = self.channels.next_wait();
         push.copy_release(sem, value);
-        self.run_on(on_copy, &push, value, timeout_ns, INTERNAL_SPIN_NS, clock, what)
+        let wait = Wait { value, timeout_ns, spin_ns: INTERNAL_SPIN_NS, what };
+        self.channels.run(&mut self.base, target, &push, wait, clock)
     }
 }
 

@@ -1,9 +1,13 @@
 //! # One table for everything chip-specific
 //!
-//! Every number the nvidia backend needs that differs between GPU generations lives in an [`Arch`]:
-//! class ids, the QMD layout generation, where the driver words sit in constant bank 0, the shared-memory
-//! carve-outs. Code elsewhere reads the table and never tests "is this Hopper?", so a new chip is a new
-//! entry here (plus, for a new QMD generation, a layout in [`super::qmd`]), not a rewrite.
+//! Every number that differs between NVIDIA GPU generations lives in an [`Arch`]: class ids, the QMD
+//! layout generation, where the driver words sit in constant bank 0, the shared-memory carve-outs. Code
+//! elsewhere reads the table and never tests "is this Hopper?", so a new chip is a new entry here (plus,
+//! for a new QMD generation, a layout in the nvidia backend's `qmd` module), not a rewrite.
+//!
+//! The table is pure data and belongs to no backend: the [`cubin`](crate::cubin) loader reads it on
+//! every platform (the session checks kernels against the same parameter tables on the simulator), and
+//! the nvidia backend reads it for the device it opens.
 //!
 //! Provenance (tags as in `shared/docs/nvidia-bringup.md`):
 //!

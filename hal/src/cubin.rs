@@ -3,7 +3,9 @@
 //! A cubin is an ELF64 file (`e_machine` 190, EM_CUDA) that ptxas writes for one SM version. Loading one
 //! means: copy every section the GPU reads into one image, find each kernel's entry and launch
 //! attributes, and patch the image's absolute addresses once its GPU address is known. All of it is
-//! pure byte work; the ELF is parsed by hand so that every failure can say which section and why.
+//! pure byte work; the ELF is parsed by hand so that every failure can say which section and why. Like
+//! [`crate::arch`], it belongs to no backend: the session's loader parses the same cubin on every
+//! platform.
 //!
 //! What a kernel needs is spread over several sections (facts VERIFIED on ptxas 13.0 output, see
 //! `shared/docs/nvidia-bringup.md` section 9 and `hal/tests/fixtures/`):
@@ -24,7 +26,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use super::arch::Arch;
+use crate::arch::Arch;
 
 /// `e_machine` of a cubin.
 pub const EM_CUDA: u16 = 190;
