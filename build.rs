@@ -1,11 +1,12 @@
 //! Assembles every `kernels/<name>.ptx` into an sm_90 cubin with ptxas and writes `$OUT_DIR/cubins.rs`,
 //! which `src/kernels/mod.rs` includes.
 //!
-//! ptxas is looked for in this order: `$OMEGA_PTXAS` (when set, it is the only candidate), `ptxas` on
-//! `PATH`, `/usr/local/cuda/bin/ptxas`, then the `nvidia-cuda-nvcc` Python wheel (`nvidia/cu13/bin/ptxas`
-//! or `nvidia/cuda_nvcc/bin/ptxas` beside the `nvidia` package `python3` imports). Without ptxas the
-//! build still succeeds and every `cubin()` says why there is none; with ptxas, a PTX file it rejects
-//! fails the build with ptxas's own message.
+//! ptxas is what `tools/find_ptxas.sh` finds, the one lookup the repository's scripts share: `$OMEGA_PTXAS`
+//! (when set, the only candidate), `ptxas` on `PATH`, `/usr/local/cuda/bin/ptxas`, then the
+//! `nvidia-cuda-nvcc` pip wheel whichever Python installed it (every python3 and python3.N on `PATH` is
+//! asked, then the usual site-packages directories are searched). Without ptxas the build still succeeds
+//! and every `cubin()` says why there is none; with ptxas, a PTX file it rejects fails the build with
+//! ptxas's own message.
 
 use std::env;
 use std::fmt::Write as _;
@@ -16,22 +17,21 @@ use std::process::Command;
 /// The GPU architecture the cubins are built for.
 const ARCH: &str = "sm_90";
 
-/// What to do when no ptxas can be found.
-const HOW_TO_GET_PTXAS: &str =
-    "set OMEGA_PTXAS, put ptxas on PATH, install CUDA in /usr/local/cuda, or `pip install nvidia-cuda-nvcc`";
-
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let kernels_dir = manifest_dir.join("kernels");
 
     println!("cargo:rerun-if-changed=kernels");
-    println!("cargo:rerun-if-env-changed=OMEGA_PTXAS");
+    println!("cargo:rerun-if-changed=tools/find_ptxas.sh");
+    for var in ["OMEGA_PTXAS", "OMEGA_PYTHON", "PYENV_ROOT"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
     // A ptxas installed or removed later is only noticed through PATH.
     println!("cargo:rerun-if-env-changed=PATH");
 
     let kernels = kernel_sources(&kernels_dir);
-    let ptxas = find_ptxas();
+    let ptxas = find_ptxas(&manifest_dir.join("tools/find_ptxas.sh"));
     match &ptxas {
         Ok(path) => println!("cargo:rustc-env=OMEGA_PTXAS_USED={}", path.display()),
         Err(why) => {
@@ -76,52 +76,18 @@ fn kernel_sources(dir: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-/// The ptxas to use, or why there is none.
-fn find_ptxas() -> Result<PathBuf, String> {
-    if let Some(explicit) = env::var_os("OMEGA_PTXAS").filter(|v| !v.is_empty()) {
-        let path = PathBuf::from(&explicit);
-        return if runs(&path) {
-            Ok(path)
-        } else {
-            Err(format!("ptxas not found: OMEGA_PTXAS={} does not run; {HOW_TO_GET_PTXAS}", path.display()))
-        };
+/// The ptxas `script` (tools/find_ptxas.sh) finds, or why there is none.
+fn find_ptxas(script: &Path) -> Result<PathBuf, String> {
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .map_err(|e| format!("ptxas not found: cannot run bash {}: {e}", script.display()))?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if out.status.success() && !path.is_empty() {
+        return Ok(PathBuf::from(path));
     }
-    let on_path = env::var_os("PATH").map(|p| env::split_paths(&p).map(|d| d.join("ptxas")).collect::<Vec<_>>());
-    let candidates = on_path
-        .unwrap_or_default()
-        .into_iter()
-        .chain([PathBuf::from("/usr/local/cuda/bin/ptxas")])
-        .chain(wheel_candidates());
-    for candidate in candidates {
-        if candidate.is_file() && runs(&candidate) {
-            return Ok(candidate);
-        }
-    }
-    Err(format!("ptxas not found: {HOW_TO_GET_PTXAS}"))
-}
-
-/// Where the `nvidia-cuda-nvcc` wheel puts ptxas, for every directory of the `nvidia` namespace package
-/// that `python3` can import.
-fn wheel_candidates() -> Vec<PathBuf> {
-    let script = "import nvidia\nfor p in nvidia.__path__: print(p)";
-    let Ok(output) = Command::new("python3").args(["-c", script]).output() else {
-        return Vec::new();
-    };
-    if !output.status.success() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for dir in String::from_utf8_lossy(&output.stdout).lines().filter(|l| !l.is_empty()) {
-        let dir = PathBuf::from(dir);
-        out.push(dir.join("cu13/bin/ptxas"));
-        out.push(dir.join("cuda_nvcc/bin/ptxas"));
-    }
-    out
-}
-
-/// Whether `ptxas --version` succeeds.
-fn runs(ptxas: &Path) -> bool {
-    Command::new(ptxas).arg("--version").output().is_ok_and(|o| o.status.success())
+    let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    Err(if why.is_empty() { format!("ptxas not found: {} failed ({})", script.display(), out.status) } else { why })
 }
 
 /// Assembles one kernel, failing the build with ptxas's message when it refuses.

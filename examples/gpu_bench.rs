@@ -147,6 +147,9 @@ fn main() -> Result<(), Error> {
         info.name,
         info.driver_version
     );
+    if dev.platform() == "sim" {
+        println!("# platform sim: every time below is host time spent driving the simulator, not a GPU's");
+    }
     let r = dev.scope(|s, gpu| -> Result<(), Error> {
         let k = s.load("empty")?;
         let launch = Launch::new(&k).spin_us(100_000).timeout_ms(5_000);

@@ -2,10 +2,12 @@
 //!
 //! Allocates three buffers, fills two with fresh random data and poisons the third, launches
 //! `vector_add`, reads the result back and compares every element with a CPU reference. Prints the
-//! platform that ran (sim or nvidia), the device and the launch time. Exits non-zero on any mismatch.
+//! platform that ran (sim or nvidia), the device and the launch time (labelled simulated on sim, where it
+//! is the simulator's virtual clock, not a GPU's). Exits non-zero on any mismatch.
 //!
 //! `cargo run --release --example hello_gpu [-- N]` (`OMEGA_PLATFORM=sim|nvidia` forces a platform).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use omega::{Error, Launch};
@@ -13,7 +15,7 @@ use rand::{Rng, SeedableRng};
 
 fn main() -> ExitCode {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1 << 20);
-    match run(n) {
+    match run(n, &mut std::io::stdout()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hello_gpu: FAILED: {e}");
@@ -22,11 +24,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(n: usize) -> Result<(), Error> {
-    let dev = omega::lock().open().map_err(|e| e.error)?;
+/// How the launch time reads on `platform`: the simulator's is virtual time, not a GPU's.
+fn launch_time_label(platform: &str) -> &'static str {
+    if platform == "sim" {
+        "simulated time: the sim platform's virtual clock, not a GPU's"
+    } else {
+        "submit to completion"
+    }
+}
+
+/// The vector add of `n` elements, its report written to `out`.
+pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
+    let written = |e: std::io::Error| Error::Setting { stage: "report", detail: e.to_string() };
+    let dev = omega::lock().open()?;
     let info = dev.device();
-    println!("platform: {}", dev.platform());
-    println!(
+    let platform = dev.platform();
+    writeln!(out, "platform: {platform}").map_err(written)?;
+    writeln!(
+        out,
         "device:   {} (sm_{}{}, {} SMs, {} MiB, driver {})",
         info.name,
         info.arch_major,
@@ -34,7 +49,8 @@ fn run(n: usize) -> Result<(), Error> {
         info.sm_count,
         info.memory_bytes >> 20,
         info.driver_version
-    );
+    )
+    .map_err(written)?;
     // A fresh seed each run (printed, so a failure can be replayed).
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id()) << 32;
@@ -61,7 +77,13 @@ fn run(n: usize) -> Result<(), Error> {
     let (c, elapsed_ns) = scoped.value()?;
     let want = omega::kernels::vector_add_ref(&a, &b);
     let bad: Vec<usize> = (0..n).filter(|&i| c[i].to_bits() != want[i].to_bits()).collect();
-    println!("launch:   vector_add of {n} f32 in {:.1} us (submit to completion)", elapsed_ns as f64 / 1e3);
+    writeln!(
+        out,
+        "launch:   vector_add of {n} f32 in {:.1} us ({})",
+        elapsed_ns as f64 / 1e3,
+        launch_time_label(platform)
+    )
+    .map_err(written)?;
     if let Some(&i) = bad.first() {
         return Err(Error::Setting {
             stage: "check",
@@ -73,6 +95,6 @@ fn run(n: usize) -> Result<(), Error> {
             ),
         });
     }
-    println!("check:    all {n} elements match the CPU reference (seed {seed})");
+    writeln!(out, "check:    all {n} elements match the CPU reference (seed {seed})").map_err(written)?;
     Ok(())
 }

@@ -142,34 +142,14 @@ typedef struct {
     uint64_t bytes;
 } OmegaGpuParkStats;
 
-// EXPERIMENTAL. What the open device reports (`omega_gpu_device_query`). Texts are NUL-terminated and cut
-// to fit.
-typedef struct {
-    // Marketing name ("NVIDIA H200", or the simulator's name).
-    char name[64];
-    // Kernel driver version ("580.159.04"), or the simulator's version.
-    char driver_version[32];
-    // PCI location and ids ("0000:00:05.0 10de:2335"); empty where there is no bus.
-    char pci[64];
-    // Streaming multiprocessors.
-    uint32_t sm_count;
-    // Compute capability major (9 for Hopper).
-    uint32_t arch_major;
-    // Compute capability minor.
-    uint32_t arch_minor;
-    // Zero.
-    uint32_t reserved;
-    // Device memory in bytes.
-    uint64_t memory_bytes;
-} OmegaGpuDeviceInfo;
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 // STABLE. Takes the process-wide session lock (platform LOCK service, id `OMEGA_GPU_SESSION_LOCK_ID`),
 // blocking until it is free. Does not touch the device. Not recursive: taking it twice on one thread waits
-// forever. With no platform installable it does nothing, and the open that follows refuses.
+// forever. With no platform installable it does nothing, and the open that follows refuses with stage
+// `platform` and the reason (as do the unlock, close and every call after it that needs the lock).
 void omega_gpu_session_lock(void);
 
 // STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the
@@ -348,17 +328,29 @@ void omega_gpu_session_parked(OmegaGpuParkStats *out);
 // STABLE. 1 if this handle is parked and listed (one of the first `OMEGA_GPU_SESSION_PARK_MAX`), else 0.
 int omega_gpu_session_is_parked(OmegaGpuBufferHandle h);
 
-// EXPERIMENTAL. Chooses the platform for the next open: `name` is `"sim"` or `"nvidia"`. Caller holds the
-// lock, the device is closed and the process is not latched. Returns 0, or -1 with the stage named (an
-// unknown name is stage `platform`).
+// EXPERIMENTAL. Chooses the platform for the next open. With `table` NULL, `name` is a built-in
+// platform: `"sim"` or `"nvidia"`. With a table, `name` is the name the table is known by (what
+// `omega_gpu_session_platform()` returns; 1 to 63 printable ASCII characters, not a built-in's), and
+// `*table` is copied and checked as `omega_gpu_platform_check` checks it: a table lacking a service the
+// session needs, or a function of a service it declares, is refused with the service's name
+// (`platform: OMEGA_GPU_PLAT_MISSING_SERVICE: OMEGA_GPU_SVC_POLL`). Caller holds the lock, the device is
+// closed and the process is not latched. Returns 0, or -1 with the stage named (an unknown name and a
+// refused table are stage `platform`). An installed table's `ctx` belongs to the runtime from then on:
+// it calls `table->release(ctx)` once the table is replaced and no call on it is left; a refused table is
+// not released.
 //
 // # Safety
 // - `name` is NULL (refused) or a NUL-terminated string.
-int omega_gpu_session_set_platform(const char *name);
+// - `table` is NULL or points to a readable, aligned `OmegaGpuPlatform` that keeps the rules of its Safety
+//   section (and of each service struct's) for as long as it stays installed: every function it declares
+//   returns normally (no unwinding, no `longjmp` out of it), never calls back into the runtime, and may
+//   be called from any thread.
+int omega_gpu_session_set_platform(const char *name, const OmegaGpuPlatform *table);
 
-// EXPERIMENTAL. The installed platform's name (`"sim"` or `"nvidia"`), installing the environment's
-// choice first (`OMEGA_PLATFORM`, else `nvidia` where `/dev/nvidiactl` exists, else `sim`). NULL when
-// none can be installed (stage `platform`). The string is static. Any thread.
+// EXPERIMENTAL. The installed platform's name (`"sim"`, `"nvidia"`, or the name a table was installed
+// under), installing the environment's choice first (`OMEGA_PLATFORM`, else `nvidia` where
+// `/dev/nvidiactl` exists, else `sim`). NULL when none can be installed (stage `platform`). The string
+// is static. Any thread.
 const char *omega_gpu_session_platform(void);
 
 // EXPERIMENTAL. Argument words that precede a launch's own in constant bank 0: the launch's `args` are

@@ -14,7 +14,7 @@
 #define OMEGA_RUNTIME_API_VERSION_MAJOR 0
 
 // Runtime API minor version. Additions, EXPERIMENTAL changes and promotions to STABLE need a new minor.
-#define OMEGA_RUNTIME_API_VERSION_MINOR 1
+#define OMEGA_RUNTIME_API_VERSION_MINOR 2
 
 // The version as one number, `(MAJOR << 16) | MINOR`: what `omega_runtime_version()` returns for the
 // headers a program was compiled with.

@@ -10,7 +10,7 @@ C_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 C_HEADERS := $(wildcard include/*.h)
 CC ?= cc
 
-# Regenerate include/*.h from src/ffi/ (pinned cbindgen, installed on first use).
+# Regenerate include/*.h from src/ffi/ (pinned cbindgen, installed into .tools/ on first use).
 headers:
 	tools/gen_headers.sh
 
@@ -18,7 +18,7 @@ headers:
 check-headers:
 	tools/gen_headers.sh --check
 
-# The manifest against the headers, a compiled probe and the document; then the nine breakages.
+# The manifest against the headers, a compiled probe and the document; then the eleven breakages.
 test-runtime-api:
 	tools/runtime_api_check.sh
 	tools/runtime_api_negative.sh
@@ -27,13 +27,17 @@ test-runtime-api:
 c-lib:
 	cargo build --$(C_PROFILE) -p omega --lib
 
+# Headers, libomega.so, libomega.a and the pkg-config modules omega and omega-static into $(PREFIX)
+# (default /usr/local; docs/c-api.md).
 install: c-lib
 	install -d $(DESTDIR)$(PREFIX)/include/omega $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(C_HEADERS) $(DESTDIR)$(PREFIX)/include/omega/
 	install -m 755 $(C_LIB_DIR)/libomega.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(C_LIB_DIR)/libomega.a $(DESTDIR)$(PREFIX)/lib/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(C_VERSION)|g' omega.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/omega.pc
-	@echo "installed omega $(C_VERSION) under $(DESTDIR)$(PREFIX)"
+	for pc in omega omega-static; do \
+		sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(C_VERSION)|g' $$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	done
+	@echo "installed omega $(C_VERSION) under $(DESTDIR)$(PREFIX) (pkg-config modules omega and omega-static)"
 
 # The worked example, linked statically: build-c/hello (run it with OMEGA_PLATFORM=sim anywhere).
 example-c: c-lib
@@ -41,15 +45,9 @@ example-c: c-lib
 	$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude examples/c/hello.c -o build-c/hello \
 		$(C_LIB_DIR)/libomega.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 
-# Installs into a temporary prefix and builds the worked example the way a user would: pkg-config only.
+# docs/c-api.md's build-and-link commands as written, into a temporary prefix (tools/test_install.sh).
 test-install:
-	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	$(MAKE) --no-print-directory install PREFIX=$$tmp >/dev/null; \
-	export PKG_CONFIG_PATH=$$tmp/lib/pkgconfig; \
-	test "$$(pkg-config --modversion omega)" = "$(C_VERSION)"; \
-	$(CC) -std=c11 -Wall -Wextra -Werror $$(pkg-config --cflags omega) examples/c/hello.c -o $$tmp/hello $$(pkg-config --libs omega); \
-	LD_LIBRARY_PATH=$$tmp/lib OMEGA_PLATFORM=sim $$tmp/hello; \
-	echo "test-install: pkg-config build of examples/c/hello.c against $$tmp ran"
+	tools/test_install.sh
 
 # What `make test` runs for the C layer (the C consumer tests themselves run under cargo test).
 test-c-layer: check-headers test-runtime-api test-install

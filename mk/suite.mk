@@ -5,6 +5,7 @@
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 BIN ?= $(if $(shell command -v cargo 2>/dev/null),$(TARGET_DIR)/release/examples,.gpu)
 
+# The GPU programs (examples), built where cargo exists.
 gpu-binaries:
 	@if command -v cargo >/dev/null 2>&1; then cargo build --release --examples; fi
 
@@ -28,7 +29,8 @@ gpu-pack:
 	ls -la .gpu
 
 # Preflight: kernel module version and flavour, driver ABI table, device files and permissions, the PCI
-# device, then an open through Omega. Exits non-zero naming the reason Omega cannot run.
+# device, then an open through Omega; every check runs, and a vector add on the simulator says whether
+# the sim platform runs. Exits non-zero when the GPU path cannot run, naming what it lacks.
 .PHONY: doctor hello-gpu
 doctor:
 	@if command -v cargo >/dev/null 2>&1; then cargo build --release --example doctor -q; fi

@@ -3,9 +3,11 @@
 
 LOOM_TARGET ?= target/loom
 
+# Every host suite, what CI runs: test-rust, test-sim-only, test-loom, test-c-layer. No GPU needed.
 test: test-rust test-sim-only test-loom test-c-layer
 	@echo "make test: every host suite passed"
 
+# cargo test of the whole workspace (unit, integration, C consumers, UI, doctests), and the benches built.
 test-rust:
 	cargo test --workspace --no-fail-fast
 	cargo bench --workspace --no-run
@@ -22,5 +24,6 @@ test-loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=$(LOOM_TARGET) \
 		cargo test -p omega --release --lib loom_models
 
+# hello_gpu on the environment's platform (sim where there is no GPU).
 hello:
 	cargo run --release --example hello_gpu

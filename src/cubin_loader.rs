@@ -83,7 +83,7 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
         max_threads: k.max_threads,
         const_banks: Vec::new(),
     };
-    if runtime().installed()?.sim.is_some() {
+    if runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage {
         // The simulator's kernel is a host function holding its module data itself: no banks to bind, and
         // the code the buffer holds is the code image, not the cubin's machine code.
         let img = omega_hal::sim::code_image(entry);
@@ -103,7 +103,7 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
 /// without ptxas — its host reference, described by the repository's host spec.
 pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
     let cubin = crate::kernels::sm90_cubin(name);
-    let sim = runtime().installed()?.sim.is_some();
+    let sim = runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage;
     match cubin {
         Ok(c) => prepare(c, name),
         Err(_) if sim => {

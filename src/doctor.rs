@@ -1,9 +1,12 @@
-//! The preflight check behind `make doctor`: is this machine one Omega's nvidia platform can run on?
+//! The preflight check behind `make doctor`: can Omega's nvidia platform run on this machine, and if not,
+//! what does the GPU path lack? And does the simulator run here?
 //!
 //! It reads what the driver publishes (`/proc/driver/nvidia`), the device files and the PCI device, picks
-//! the driver ABI table entry, and finally opens the device through Omega itself. Every check says what
-//! it found; the first that fails names the reason. All paths hang off a root so tests can point it at a
-//! fake tree.
+//! the driver ABI table entry, and finally opens the device through Omega itself. Every check runs and
+//! says what it found, so one report names everything the GPU path lacks, not only the first; the one
+//! exception is the open, which is not tried while an earlier check failed (an unknown driver ABI must not
+//! be sent ioctls) and says so. Beside the GPU path it runs a vector add on the `sim` platform, which
+//! needs nothing of the machine. All paths hang off a root so tests can point it at a fake tree.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,8 +25,11 @@ pub struct Check {
 /// What the doctor found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
-    /// The checks in the order they ran.
+    /// The checks of the GPU path (the nvidia platform), in the order they ran.
     pub checks: Vec<Check>,
+    /// The simulator: a vector add on the `sim` platform (which needs nothing of the machine), when it
+    /// was asked for.
+    pub sim: Option<Check>,
 }
 
 impl Report {
@@ -34,14 +40,19 @@ impl Report {
         ok
     }
 
-    /// True when every check passed.
+    /// True when every check of the GPU path passed: the nvidia platform can run here.
     pub fn ok(&self) -> bool {
         self.checks.iter().all(|c| c.ok)
     }
 
-    /// The first failure, as "what: reason".
+    /// The first failure of the GPU path, as "what: reason".
     pub fn reason(&self) -> Option<String> {
-        self.checks.iter().find(|c| !c.ok).map(|c| format!("{}: {}", c.what, c.found))
+        self.failures().into_iter().next()
+    }
+
+    /// Every failure of the GPU path, as "what: reason", in the order the checks ran.
+    pub fn failures(&self) -> Vec<String> {
+        self.checks.iter().filter(|c| !c.ok).map(|c| format!("{}: {}", c.what, c.found)).collect()
     }
 }
 
@@ -99,13 +110,14 @@ fn pci_ids(root: &Path, bus: &str) -> Result<String, String> {
 }
 
 /// Runs every check under `root` ("/" for this machine). With `open_device`, the last check opens the
-/// device through Omega's nvidia platform and reports what it is.
-pub fn run(root: &Path, open_device: bool) -> Report {
+/// device through Omega's nvidia platform and reports what it is (not tried while an earlier check
+/// failed). With `simulator`, the report also says whether the `sim` platform runs ([`Report::sim`]).
+pub fn run(root: &Path, open_device: bool, simulator: bool) -> Report {
     let mut r = Report::default();
     let module = module_version(root);
     let version = module.as_ref().ok().map(|(_, v)| v.clone());
     let flavour_ok = module.as_ref().is_ok_and(|(f, _)| f == "open");
-    if !r.push(
+    r.push(
         "kernel module",
         module.and_then(|(f, v)| {
             if flavour_ok {
@@ -114,15 +126,15 @@ pub fn run(root: &Path, open_device: bool) -> Report {
                 Err(format!("the {f} kernel module {v} is loaded; Omega is verified on the open module only"))
             }
         }),
-    ) {
-        return r;
-    }
-    let version = version.unwrap_or_default();
+    );
     r.push(
         "driver ABI table",
-        omega_hal::nvidia::abi::lookup(&version)
-            .map(|a| format!("branch {}.x ({:?}, verified with {})", a.major, a.status, a.verified_with))
-            .map_err(|e| e.to_string()),
+        match &version {
+            Some(v) => omega_hal::nvidia::abi::lookup(v)
+                .map(|a| format!("branch {}.x ({:?}, verified with {})", a.major, a.status, a.verified_with))
+                .map_err(|e| e.to_string()),
+            None => Err("no kernel module version to look up (see the kernel module check)".into()),
+        },
     );
     for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
         r.push("device file", device_file(root, f));
@@ -134,10 +146,55 @@ pub fn run(root: &Path, open_device: bool) -> Report {
     for (bus, model) in &gpus {
         r.push("PCI device", pci_ids(root, bus).map(|ids| format!("{ids} {model}")));
     }
-    if open_device && r.ok() {
-        r.push("open", open_nvidia());
+    if open_device {
+        let failed = r.checks.iter().filter(|c| !c.ok).count();
+        let open = if failed == 0 {
+            open_nvidia()
+        } else {
+            Err(format!(
+                "not tried: {failed} check(s) above failed, and the driver must not be sent ioctls it may not know"
+            ))
+        };
+        r.push("open", open);
+    }
+    if simulator {
+        let sim = simulator_runs();
+        r.sim = Some(Check { what: "sim platform", ok: sim.is_ok(), found: sim.unwrap_or_else(|e| e) });
     }
     r
+}
+
+/// A vector add on a private runtime over a fresh simulator, through the job engine's session backend
+/// (the calls a program makes: alloc, sync, the repository's `vector_add`, the two-marker wait, readback),
+/// checked element by element.
+fn simulator_runs() -> Result<String, String> {
+    use crate::engine::{execute_on, Job, SessionBackend};
+    // One simulator runtime per process: the engine's backend borrows it for good. Its simulator is a
+    // fresh instance, which no other runtime can hold.
+    static SIM: crate::sync::OnceLock<Option<crate::session::Runtime>> = crate::sync::OnceLock::new();
+    let rt = SIM
+        .get_or_init(|| crate::session::Runtime::with_platform(crate::platform::Installed::sim()).ok())
+        .as_ref()
+        .ok_or("a runtime over a fresh simulator could not be made")?;
+    let n = 4096usize;
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let b: Vec<f32> = (0..n).map(|i| 0.5 * i as f32).collect();
+    let mut out = vec![f32::NAN; n];
+    let job = Job::vector_1d(&a, &b, &mut out).map_err(|e| e.to_string())?;
+    rt.lock();
+    let result = execute_on(&mut SessionBackend::on(rt), &job);
+    let info = rt.device_info();
+    rt.unlock();
+    let _ = rt.close();
+    if result.failure() != Some(crate::engine::Failure::Ok) {
+        return Err(format!("a vector add on the simulator failed: {}", result.detail()));
+    }
+    let want = crate::kernels::vector_add_ref(&a, &b);
+    if out != want {
+        return Err("a vector add on the simulator gave wrong sums".into());
+    }
+    let name = info.map(|i| i.name).unwrap_or_default();
+    Ok(format!("runs here ({name}): a vector add of {n} elements matched the CPU; OMEGA_PLATFORM=sim selects it"))
 }
 
 fn open_nvidia() -> Result<String, String> {
@@ -194,7 +251,7 @@ mod tests {
     #[test]
     fn a_supported_machine_passes_every_check() {
         let root = tree("ok", OPEN_580, 0o666);
-        let r = run(&root, false);
+        let r = run(&root, false, false);
         assert!(r.ok(), "{r:?}");
         assert_eq!(module_version(&root).unwrap(), ("open".into(), "580.159.04".into()));
         assert!(r.checks.iter().any(|c| c.found.contains("10de:2335 NVIDIA H200")));
@@ -202,18 +259,49 @@ mod tests {
 
     #[test]
     fn each_failure_is_named() {
-        let r = run(&tree("old-branch", &OPEN_580.replace("580.159.04", "575.51.03"), 0o666), false);
+        let r = run(&tree("old-branch", &OPEN_580.replace("580.159.04", "575.51.03"), 0o666), false, false);
         assert!(r.reason().unwrap().starts_with("driver ABI table: unsupported driver: kernel driver 575.51.03"));
-        let r = run(&tree("proprietary", &OPEN_580.replace("Open Kernel Module", "Kernel Module"), 0o666), false);
+        let r =
+            run(&tree("proprietary", &OPEN_580.replace("Open Kernel Module", "Kernel Module"), 0o666), false, false);
         assert!(r.reason().unwrap().contains("proprietary kernel module"), "{:?}", r.reason());
-        let r = run(Path::new("/nonexistent-root"), false);
+        let r = run(Path::new("/nonexistent-root"), false, false);
         assert!(r.reason().unwrap().starts_with("kernel module: no NVIDIA kernel module loaded"));
         // SAFETY: geteuid has no preconditions and cannot fail.
         let is_root = unsafe { libc::geteuid() } == 0;
         if !is_root {
             // Root passes access() whatever the mode bits say, so only an ordinary user can see this one.
-            let r = run(&tree("read-only", OPEN_580, 0o400), false);
+            let r = run(&tree("read-only", OPEN_580, 0o400), false, false);
             assert!(r.reason().unwrap().contains("not readable and writable"), "{:?}", r.reason());
         }
+    }
+
+    #[test]
+    fn a_machine_without_the_driver_gets_every_check_and_hears_that_sim_runs() {
+        let r = run(Path::new("/nonexistent-root"), true, true);
+        assert!(!r.ok());
+        let what: Vec<&str> = r.checks.iter().map(|c| c.what).collect();
+        assert_eq!(
+            what,
+            ["kernel module", "driver ABI table", "device file", "device file", "device file", "PCI device", "open"],
+            "every check ran, not only the first"
+        );
+        assert!(r.checks.iter().all(|c| !c.ok), "{r:?}");
+        let failures = r.failures();
+        assert!(failures[0].starts_with("kernel module: no NVIDIA kernel module loaded"), "{failures:?}");
+        assert!(failures[2].starts_with("device file: /nonexistent-root/dev/nvidiactl"), "{failures:?}");
+        assert!(failures[6].starts_with("open: not tried: 6 check(s) above failed"), "{failures:?}");
+        let sim = r.sim.expect("the simulator was asked for");
+        assert!(sim.ok, "{sim:?}");
+        assert!(sim.found.contains("a vector add of 4096 elements matched the CPU"), "{sim:?}");
+    }
+
+    #[test]
+    fn a_failed_check_does_not_hide_the_ones_after_it() {
+        let root = tree("old-and-missing", &OPEN_580.replace("580.159.04", "575.51.03"), 0o666);
+        fs::remove_file(root.join("dev/nvidia-uvm")).unwrap();
+        let failures = run(&root, false, false).failures();
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert!(failures[0].starts_with("driver ABI table: unsupported driver"), "{failures:?}");
+        assert!(failures[1].contains("nvidia-uvm"), "{failures:?}");
     }
 }

@@ -1,7 +1,8 @@
 //! # Omega
 //!
 //! A GPU compute runtime that drives NVIDIA GPUs through the open kernel driver — no CUDA library at run
-//! time — behind the written contract `omega-runtime-api` 0.1. Design choices:
+//! time — behind a written contract, the Omega Runtime API ([`API_VERSION`],
+//! `docs/runtime/omega_runtime_api.md`). Design choices:
 //!
 //! 1. **Two layers.** [`omega_hal`] is the thin, unsafe platform layer (a table of services, backends
 //!    `sim` and `nvidia`; the latter behind the cargo feature `nvidia`, on by default). This crate owns
@@ -77,10 +78,16 @@ pub use platform::PlatformKind;
 pub use scope::{Gpu, LaunchError, Launched, Scope, Scoped};
 pub use state::{Cached, Closed, Code, Data, DeviceScalar, MemKind, Open};
 
+/// The README's Rust program, compiled and run as a doctest so that it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeProgram;
+
 /// The library's version (the crate version; the contract's API version is [`API_VERSION`]).
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
-/// The runtime API version this library implements, `(major, minor)`.
-pub const API_VERSION: (u32, u32) = (0, 1);
+/// The runtime API version this library implements, `(major, minor)`: the document's first line
+/// (docs/runtime/omega_runtime_api.md, whose section 2 lists every place a version bump touches).
+pub const API_VERSION: (u32, u32) = (0, 2);

@@ -107,6 +107,14 @@ impl core::fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
+/// `?` on an open in a function returning [`Error`]: the error is kept and the lock it carried is
+/// released (dropped) on the way out.
+impl From<OpenError> for Error {
+    fn from(e: OpenError) -> Error {
+        e.error
+    }
+}
+
 impl Locked<Closed> {
     /// Opens the device (or finds it open). Refused after a latch.
     pub fn open(self) -> core::result::Result<Locked<Open>, OpenError> {

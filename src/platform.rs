@@ -82,10 +82,21 @@ impl Installed {
     }
 }
 
+/// The NVIDIA platform, or what this machine lacks for it. Without the device files the reason is the
+/// kernel module when none is loaded (nothing under `/proc/driver/nvidia`), else the missing files.
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 fn nvidia() -> Result<Installed> {
-    let nv = omega_hal::nvidia::Nvidia::probe().map_err(|e| Error::Platform(format!("nvidia: {e}")))?;
-    Ok(Installed { platform: nv, sim: None })
+    match omega_hal::nvidia::Nvidia::probe() {
+        Ok(nv) => Ok(Installed { platform: nv, sim: None }),
+        Err(omega_hal::HalError::NoDevice(missing_files)) => {
+            Err(match crate::doctor::module_version(std::path::Path::new("/")) {
+                Err(no_module) => Error::Platform(format!("nvidia: {no_module}")),
+                // The backend's text already names the platform and the missing files.
+                Ok(_) => Error::Platform(missing_files),
+            })
+        }
+        Err(other) => Err(Error::Platform(format!("nvidia: {other}"))),
+    }
 }
 
 #[cfg(all(target_os = "linux", not(feature = "nvidia")))]

@@ -66,18 +66,38 @@ fn build(name: &str, sources: &[&str], link: Link) -> PathBuf {
 }
 
 fn run(exe: &Path, args: &[&str]) -> Output {
+    run_on("sim", exe, args)
+}
+
+/// Runs `exe` with `OMEGA_PLATFORM=platform` and requires it to succeed.
+fn run_on(platform: &str, exe: &Path, args: &[&str]) -> Output {
     // cargo's LD_LIBRARY_PATH puts target/<profile>/ first, where an older libomega.so from a plain
     // `cargo build` may sit; it would win over the rpath, so the library of this run goes first.
     let search = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
     let out = Command::new(exe)
         .args(args)
-        .env("OMEGA_PLATFORM", "sim")
+        .env("OMEGA_PLATFORM", platform)
         .env("LD_LIBRARY_PATH", format!("{}:{search}", lib_dir().display()))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{} {:?} failed ({}):\n{text}", exe.display(), args, out.status);
     out
+}
+
+/// The `NAME value` lines a layout program prints.
+fn name_values(out: &str) -> BTreeMap<&str, i64> {
+    out.lines()
+        .map(|l| {
+            let (k, v) = l.split_once(' ').expect("`name value`");
+            (k, v.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// The Rust side of a layout comparison: `"NAME" => size_of::<T>()` and the like.
+macro_rules! layout {
+    ($($key:literal => $val:expr),* $(,)?) => { BTreeMap::from([$(($key, ($val) as i64)),*]) };
 }
 
 fn stdout(o: &Output) -> String {
@@ -91,12 +111,108 @@ fn the_worked_example_adds_vectors_through_the_static_library() {
     assert!(out.contains("platform sim"), "{out}");
     // c[i] = i + i/2 over 1000 elements; the last is 999 * 1.5.
     assert!(out.contains("1000 sums correct, c[999] = 1498.5"), "{out}");
+    assert!(
+        out.contains(" ns of simulated time (the sim platform's virtual clock)"),
+        "the time says what it is: {out}"
+    );
 }
 
 #[test]
 fn session_entries_return_their_documented_values_and_stages() {
     let exe = build("session_api", &["tests/c/session_api.c"], Link::Shared);
     assert!(stdout(&run(&exe, &[])).contains("session_api: ok"));
+}
+
+#[test]
+fn an_unknown_platform_fails_the_open_with_its_name_and_no_lock_error_follows() {
+    let exe = build("no_platform", &["tests/c/no_platform.c"], Link::Shared);
+    let out = stdout(&run_on("bogus", &exe, &["unknown platform `bogus` (expected `sim` or `nvidia`)"]));
+    assert!(out.contains("no_platform: ok"), "{out}");
+}
+
+#[test]
+fn forcing_nvidia_without_a_gpu_fails_the_open_with_what_is_missing() {
+    let exe = build("no_platform_nvidia", &["tests/c/no_platform.c"], Link::Shared);
+    let expect = if !Path::new("/proc/driver/nvidia/version").exists() {
+        "nvidia: no NVIDIA kernel module loaded"
+    } else if !Path::new("/dev/nvidiactl").exists() {
+        "/dev/nvidiactl"
+    } else {
+        "ok"
+    };
+    let out = stdout(&run_on("nvidia", &exe, &[expect]));
+    assert!(out.contains("no_platform: ok"), "{out}");
+}
+
+#[test]
+fn a_c_table_forwarding_to_the_simulator_runs_a_launch_and_a_broken_one_is_refused_by_name() {
+    let exe = build("platform_table", &["tests/c/platform_table.c"], Link::Shared);
+    assert!(stdout(&run(&exe, &["run"])).contains("platform_table run: ok"));
+}
+
+#[test]
+fn c_sees_the_platform_table_laid_out_as_rust_does() {
+    use omega_hal::ctable::*;
+    let exe = build("platform_table_layout", &["tests/c/platform_table.c"], Link::Shared);
+    let out = stdout(&run(&exe, &["layout"]));
+    let c = name_values(&out);
+    let rust: BTreeMap<&str, i64> = layout! {
+        "OmegaGpuPlatform" => size_of::<OmegaGpuPlatform>(),
+        "OmegaGpuPlatform.caps" => offset_of!(OmegaGpuPlatform, caps),
+        "OmegaGpuPlatform.ctx" => offset_of!(OmegaGpuPlatform, ctx),
+        "OmegaGpuPlatform.clock" => offset_of!(OmegaGpuPlatform, clock),
+        "OmegaGpuPlatform.lock" => offset_of!(OmegaGpuPlatform, lock),
+        "OmegaGpuPlatform.memory" => offset_of!(OmegaGpuPlatform, memory),
+        "OmegaGpuPlatform.submit" => offset_of!(OmegaGpuPlatform, submit),
+        "OmegaGpuPlatform.poll" => offset_of!(OmegaGpuPlatform, poll),
+        "OmegaGpuPlatform.host" => offset_of!(OmegaGpuPlatform, host),
+        "OmegaGpuPlatform.sync" => offset_of!(OmegaGpuPlatform, sync),
+        "OmegaGpuPlatform.device" => offset_of!(OmegaGpuPlatform, device),
+        "OmegaGpuPlatform.release" => offset_of!(OmegaGpuPlatform, release),
+        "OmegaGpuPlatformCaps" => size_of::<OmegaGpuPlatformCaps>(),
+        "OmegaGpuPlatformCaps.page_bytes" => offset_of!(OmegaGpuPlatformCaps, page_bytes),
+        "OmegaGpuPlatformCaps.code_prefetch_tail" => offset_of!(OmegaGpuPlatformCaps, code_prefetch_tail),
+        "OmegaGpuPlatformCaps.launch" => offset_of!(OmegaGpuPlatformCaps, launch),
+        "OmegaGpuLaunchLimits" => size_of::<OmegaGpuLaunchLimits>(),
+        "OmegaGpuLaunchLimits.max_grid" => offset_of!(OmegaGpuLaunchLimits, max_grid),
+        "OmegaGpuLaunchLimits.reserved_shared_bytes" => offset_of!(OmegaGpuLaunchLimits, reserved_shared_bytes),
+        "OmegaGpuQueueBuffer" => size_of::<OmegaGpuQueueBuffer>(),
+        "OmegaGpuQueueBuffer.what" => offset_of!(OmegaGpuQueueBuffer, what),
+        "OmegaGpuPlatformError" => size_of::<OmegaGpuPlatformError>(),
+        "OmegaGpuPlatformError.text" => offset_of!(OmegaGpuPlatformError, text),
+        "OmegaGpuBufferDesc" => size_of::<OmegaGpuBufferDesc>(),
+        "OmegaGpuBufferDesc.kind" => offset_of!(OmegaGpuBufferDesc, kind),
+        "OmegaGpuAllocation" => size_of::<OmegaGpuAllocation>(),
+        "OmegaGpuAllocation.bus" => offset_of!(OmegaGpuAllocation, bus),
+        "OmegaGpuMarker" => size_of::<OmegaGpuMarker>(),
+        "OmegaGpuConstBank" => size_of::<OmegaGpuConstBank>(),
+        "OmegaGpuConstBank.va" => offset_of!(OmegaGpuConstBank, va),
+        "OmegaGpuLaunchDesc" => size_of::<OmegaGpuLaunchDesc>(),
+        "OmegaGpuLaunchDesc.grid" => offset_of!(OmegaGpuLaunchDesc, grid),
+        "OmegaGpuLaunchDesc.order" => offset_of!(OmegaGpuLaunchDesc, order),
+        "OmegaGpuLaunchDesc.args" => offset_of!(OmegaGpuLaunchDesc, args),
+        "OmegaGpuLaunchDesc.n_const_banks" => offset_of!(OmegaGpuLaunchDesc, n_const_banks),
+        "OmegaGpuSubmission" => size_of::<OmegaGpuSubmission>(),
+        "OmegaGpuSubmission.markers" => offset_of!(OmegaGpuSubmission, markers),
+        "OmegaGpuSubmission.stamps" => offset_of!(OmegaGpuSubmission, stamps),
+        "OmegaGpuSubmission.sequence" => offset_of!(OmegaGpuSubmission, sequence),
+        "OmegaGpuChannelFault" => size_of::<OmegaGpuChannelFault>(),
+        "OmegaGpuChannelFault.text" => offset_of!(OmegaGpuChannelFault, text),
+        "OmegaGpuDeviceInfo" => size_of::<OmegaGpuDeviceInfo>(),
+        "OmegaGpuDeviceInfo.memory_bytes" => offset_of!(OmegaGpuDeviceInfo, memory_bytes),
+        "OmegaGpuHandleTable" => size_of::<OmegaGpuHandleTable>(),
+        "OmegaGpuHandleTable.capacity" => offset_of!(OmegaGpuHandleTable, capacity),
+        "OmegaGpuHandleTable.live" => offset_of!(OmegaGpuHandleTable, live),
+        "OmegaGpuClockService" => size_of::<OmegaGpuClockService>(),
+        "OmegaGpuLockService" => size_of::<OmegaGpuLockService>(),
+        "OmegaGpuDeviceMemService" => size_of::<OmegaGpuDeviceMemService>(),
+        "OmegaGpuSubmitService" => size_of::<OmegaGpuSubmitService>(),
+        "OmegaGpuPollService" => size_of::<OmegaGpuPollService>(),
+        "OmegaGpuHostMemService" => size_of::<OmegaGpuHostMemService>(),
+        "OmegaGpuSyncService" => size_of::<OmegaGpuSyncService>(),
+        "OmegaGpuDeviceService" => size_of::<OmegaGpuDeviceService>(),
+    };
+    assert_eq!(c, rust, "C (left) and Rust (right) disagree");
 }
 
 #[test]
@@ -198,19 +314,9 @@ fn a_clock_function_may_set_the_engine_clock_inside_a_run() {
 fn c_sees_the_same_struct_layout_and_constants_as_rust() {
     let exe = build("layout", &["tests/c/layout.c"], Link::Shared);
     let out = stdout(&run(&exe, &[]));
-    let c: BTreeMap<&str, i64> = out
-        .lines()
-        .map(|l| {
-            let (k, v) = l.split_once(' ').expect("`name value`");
-            (k, v.parse().expect("a number"))
-        })
-        .collect();
-
-    macro_rules! rust {
-        ($($key:literal => $val:expr),* $(,)?) => { BTreeMap::from([$(($key, ($val) as i64)),*]) };
-    }
+    let c = name_values(&out);
     use omega::ffi::{code_alloc as ca, platform as p, runtime_api as ra, session as s};
-    let rust: BTreeMap<&str, i64> = rust! {
+    let rust: BTreeMap<&str, i64> = layout! {
         "OmegaGpuBufferHandle" => size_of::<Handle>(),
         "OmegaGpuBufferHandle.index" => offset_of!(Handle, index),
         "OmegaGpuBufferHandle.generation" => offset_of!(Handle, generation),
@@ -351,7 +457,6 @@ fn the_shared_library_exports_exactly_the_contract_names() {
         [
             "omega_gpu_session_set_error",
             "omega_gpu_session_on_close",
-            "omega_gpu_platform_refusal_name",
             "omega_gpu_engine_test_reset_block",
             "omega_gpu_engine_test_force_block",
             "omega_gpu_engine_test_set_clock",

@@ -5,11 +5,14 @@
 #   tools/gen_headers.sh            regenerate include/*.h in place
 #   tools/gen_headers.sh --check    regenerate into a temporary directory and fail on any difference
 #                                   (CI runs this: the committed headers must be what the code says)
-#   tools/gen_headers.sh --install  only make sure the pinned cbindgen is installed
+#   tools/gen_headers.sh --install  only make sure the pinned cbindgen is there
 #
-# cbindgen is installed with `cargo install --locked` when missing or of another version (about one minute
-# on two cores). OMEGA_CBINDGEN names a binary to use instead; it must still be the pinned version, because
-# another version lays the headers out differently and --check would fail on that alone.
+# The pinned cbindgen is looked for in .tools/bin (this checkout's own tool directory, git-ignored;
+# OMEGA_TOOLS_DIR names another), then on PATH. When neither has that version it is installed into the
+# tool directory with `cargo install --locked --root` (about one minute on two cores; it says so, and
+# writes nothing outside that directory).
+# OMEGA_CBINDGEN names a binary to use instead; it must still be the pinned version, because another
+# version lays the headers out differently and --check would fail on that alone.
 set -euo pipefail
 CBINDGEN_VERSION=0.29.4
 cd "$(dirname "$0")/.."
@@ -22,16 +25,25 @@ case "${1:-}" in
     *) echo "usage: $0 [--check|--install]" >&2; exit 2 ;;
 esac
 
-cbindgen="${OMEGA_CBINDGEN:-cbindgen}"
-have="$("$cbindgen" --version 2>/dev/null || true)"
-if [ "$have" != "cbindgen $CBINDGEN_VERSION" ]; then
-    if [ -n "${OMEGA_CBINDGEN:-}" ]; then
+tools="${OMEGA_TOOLS_DIR:-.tools}"
+pinned() { [ -n "$1" ] && [ "$("$1" --version 2>/dev/null)" = "cbindgen $CBINDGEN_VERSION" ]; }
+
+if [ -n "${OMEGA_CBINDGEN:-}" ]; then
+    if ! pinned "$OMEGA_CBINDGEN"; then
+        have="$("$OMEGA_CBINDGEN" --version 2>/dev/null || true)"
         echo "gen_headers: OMEGA_CBINDGEN=$OMEGA_CBINDGEN is '${have:-not runnable}', need cbindgen $CBINDGEN_VERSION" >&2
         exit 1
     fi
-    echo "gen_headers: installing cbindgen $CBINDGEN_VERSION (found '${have:-none}')" >&2
-    cargo install --quiet --locked cbindgen --version "$CBINDGEN_VERSION" >&2
-    cbindgen="$(command -v cbindgen || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cbindgen")"
+    cbindgen="$OMEGA_CBINDGEN"
+elif pinned "$tools/bin/cbindgen"; then
+    cbindgen="$tools/bin/cbindgen"
+elif pinned "$(command -v cbindgen 2>/dev/null || true)"; then
+    cbindgen="$(command -v cbindgen)"
+else
+    echo "gen_headers: cbindgen $CBINDGEN_VERSION is neither in $tools/bin nor on PATH; installing it into" \
+        "$tools (cargo install --locked --root $tools, about a minute; nothing outside it)" >&2
+    cargo install --quiet --locked --root "$tools" cbindgen --version "$CBINDGEN_VERSION" >&2
+    cbindgen="$tools/bin/cbindgen"
 fi
 [ "$mode" = install ] && exit 0
 

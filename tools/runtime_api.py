@@ -9,14 +9,16 @@ check fails (exit 1) unless:
   - every manifest struct is defined in its header with the manifest's fields and field types, and a
     compiled probe finds the manifest's size and field offsets;
   - every manifest constant is a macro of its header and the probe finds the manifest's value;
-  - the version macros (omega_runtime_api.h), the manifest's `version` line and the document's first
-    line agree;
+  - every manifest type is a typedef of its header that names the manifest's type;
+  - the version macros (omega_runtime_api.h), the manifest's `version` line, the document's first
+    line and `API_VERSION` in the crate root (--lib) agree, and OMEGA_RUNTIME_API_VERSION encodes them;
   - every STABLE entry has a #### section in the document that names it, and every EXPERIMENTAL one is
     named somewhere in the document;
-  - every function, struct and constant the headers define is in the manifest or in the document's
+  - every function, struct, type and constant the headers define is in the manifest or in the document's
     INTERNAL list;
-  - every C declaration quoted in the document (a line ending in `);` in a code span or block that
-    declares a function) is, whitespace aside, a whole declaration of some header.
+  - every C declaration quoted in the document (a function declaration: a line ending in `);` in a
+    code span or block; a typedef: `typedef ...;` in a code span or block, over as many lines of the block
+    as it takes) is, whitespace aside, a whole declaration of some header.
 bless rewrites the manifest's signatures, fields, sizes and values from the headers and the probe,
 keeping each line's kind, name, tier and header, and dropping entries no header has any more. It never
 adds an entry (that takes a decision on the tier) and never changes the version.
@@ -33,6 +35,8 @@ TIERS = ("STABLE", "EXPERIMENTAL")
 VERSION_HEADER = "omega_runtime_api.h"
 VERSION_MACROS = ("OMEGA_RUNTIME_API_VERSION_MAJOR", "OMEGA_RUNTIME_API_VERSION_MINOR")
 DOC_VERSION = re.compile(r"^Omega Runtime API version: (\d+)\.(\d+)\s*$")
+LIB_VERSION = re.compile(r"pub const API_VERSION: \(u32, u32\) = \((\d+), (\d+)\);")
+ENCODED_VERSION = "OMEGA_RUNTIME_API_VERSION"
 
 C_TO_RUST = {
     "void": "c_void",
@@ -68,7 +72,7 @@ class Failures:
 
 # ----- the manifest -------------------------------------------------------------------------------------
 
-MANIFEST_LINE = re.compile(r"^(fn|struct|const)\s+(\w+)\s+(\w+)\s+(\S+\.h)(?:\s+(.*))?$")
+MANIFEST_LINE = re.compile(r"^(fn|struct|const|type)\s+(\w+)\s+(\w+)\s+(\S+\.h)(?:\s+(.*))?$")
 
 
 def parse_manifest(path, fail):
@@ -111,6 +115,12 @@ def parse_manifest(path, fail):
                             continue
                         fields.append((fm.group(1), int(fm.group(2)), fm.group(3).strip()))
                     entry["fields"] = fields
+            if kind == "type" and rest:
+                tm = re.match(r"^=\s*(.+)$", rest)
+                if not tm:
+                    fail.add(f"manifest:{n}: {name}: expected `= TYPE`")
+                else:
+                    entry["target"] = tm.group(1).strip()
             if kind == "const" and rest:
                 cm = re.match(r"^=\s*(-?\d+)$", rest)
                 if not cm:
@@ -184,6 +194,9 @@ def preprocess(text):
 
 def norm(s):
     s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"\{\s*", "{ ", s)  # `{uint32_t x;` and `{  uint32_t x;` -> `{ uint32_t x;`
+    s = re.sub(r";?\s*\}", "; }", s)  # `x; }`, `x;}` and `x }` -> `x; }`
+    s = re.sub(r"\{ ; \}", "{ }", s)
     s = re.sub(r"\s*\*\s*", lambda mm: " *", s)  # `T* x`, `T *x`, `T * x` -> `T *x`
     s = re.sub(r"\* (?=[\w*])", "*", s)
     s = re.sub(r"\(\s+", "(", s)
@@ -215,9 +228,12 @@ FUNC = re.compile(r"^(.*?)\b(\w+)\s*\((.*)\)$")
 def parse_header(path):
     text = open(path).read()
     body, macros = preprocess(text)
-    h = {"functions": {}, "structs": {}, "macros": macros, "decls": []}
+    h = {"functions": {}, "structs": {}, "types": {}, "macros": macros, "decls": []}
     for decl in split_top(body):
         d = norm(decl)
+        if d.startswith("typedef"):
+            # Every typedef is a declaration the document may quote: structs and aliases alike.
+            h["decls"].append(d)
         if d.startswith("typedef struct") or d.startswith("struct"):
             sm = re.match(r"^typedef struct(?:\s+\w+)?\s*\{(.*)\}\s*(\w+)$", d)
             if sm:
@@ -227,6 +243,11 @@ def parse_header(path):
                 h["structs"][sm.group(2)] = fields
             continue
         if d.startswith("typedef"):
+            # An alias of a scalar or pointer type, `typedef uint64_t OmegaGpuVa` (an opaque struct's
+            # `typedef struct X X` declares no alias of its own).
+            am = re.match(r"^typedef (?!struct\b)(.*?)\s*\b(\w+)$", d)
+            if am and "(" not in d:
+                h["types"][am.group(2)] = rust_type(am.group(1))
             continue
         fm = FUNC.match(d)
         if fm and fm.group(2) and not fm.group(1).strip().startswith("typedef"):
@@ -388,24 +409,49 @@ def internal_names(doc_lines):
     return names
 
 
+def typedef_ends(text):
+    """True when `text`, the start of a quoted typedef, is a whole one: its braces closed, then `;`."""
+    return text.endswith(";") and text.count("{") == text.count("}")
+
+
 def quoted_declarations(doc_lines):
-    """Candidate C declarations quoted in the document: lines ending in `);` in fenced blocks, and code
-    spans ending in `);`."""
+    """Candidate C declarations quoted in the document: function declarations (lines ending in `);` in
+    fenced blocks, and code spans ending in `);`) and typedefs (a fenced `typedef ...;`, one line or
+    several up to the line that ends it, and code spans `typedef ...;`)."""
     out = []
     fence = False
+    typedef = None  # (first line, text so far) of a fenced typedef that spans lines
     for n, ln in enumerate(doc_lines, 1):
         if ln.startswith("```"):
             fence = not fence
+            if typedef:
+                out.append(typedef)  # a typedef the fence cut off: checked as it stands, so it fails
+                typedef = None
             continue
         if fence:
-            if ln.rstrip().endswith(");"):
-                out.append((n, ln.strip()))
+            s = ln.strip()
+            if typedef:
+                typedef = (typedef[0], typedef[1] + " " + s)
+                if typedef_ends(typedef[1]):
+                    out.append(typedef)
+                    typedef = None
+            elif s.startswith("typedef "):
+                if typedef_ends(s):
+                    out.append((n, s))
+                else:
+                    typedef = (n, s)
+            elif s.endswith(");"):
+                out.append((n, s))
             continue
         for span in re.findall(r"`([^`]+)`", ln):
-            if span.strip().endswith(");"):
-                out.append((n, span.strip()))
+            span = span.strip()
+            if span.endswith(");") or (span.startswith("typedef ") and span.endswith(";")):
+                out.append((n, span))
     decls = []
     for n, text in out:
+        if text.startswith("typedef "):
+            decls.append((n, text))
+            continue
         head = text.split("(", 1)[0].strip()
         if "=" in text.split("(", 1)[0]:
             continue
@@ -458,6 +504,14 @@ def check(args, bless=False):
                         f"{', '.join(f'{n}: {t}' for n, t in want)}"
                     )
             structs.append({"name": e["name"], "fields": [(n, 0, t) for n, t in fields]})
+        elif e["kind"] == "type":
+            target = h["types"].get(e["name"])
+            if target is None:
+                fail.add(f"{e['name']}: type missing from {e['header']}")
+                continue
+            results[e["name"]] = target
+            if not bless and e.get("target") != target:
+                fail.add(f"{e['name']}: {e['header']} makes it `{target}`, the manifest says `{e.get('target')}`")
         else:
             if e["name"] not in h["macros"]:
                 fail.add(f"{e['name']}: constant missing from {e['header']}")
@@ -509,6 +563,16 @@ def check(args, bless=False):
         fail.add(f"version: {VERSION_HEADER} says {hv[0]}.{hv[1]}, the document says {dv[0]}.{dv[1]}")
     if mv is not None and dv is not None and mv != dv:
         fail.add(f"version: the manifest says {mv[0]}.{mv[1]}, the document says {dv[0]}.{dv[1]}")
+    lm = LIB_VERSION.search(open(args.lib).read()) if os.path.exists(args.lib) else None
+    if not lm:
+        fail.add(f"version: {args.lib} has no `pub const API_VERSION: (u32, u32) = (MAJOR, MINOR);`")
+    else:
+        lv = (int(lm.group(1)), int(lm.group(2)))
+        if None not in hv and hv != lv:
+            fail.add(f"version: {VERSION_HEADER} says {hv[0]}.{hv[1]}, API_VERSION in {args.lib} says {lv[0]}.{lv[1]}")
+    enc = probe.get(("const", ENCODED_VERSION)) if probe else None
+    if None not in hv and enc is not None and enc != (hv[0] << 16) | hv[1]:
+        fail.add(f"version: {ENCODED_VERSION} is {enc:#x}, not (MAJOR << 16) | MINOR of {hv[0]}.{hv[1]}")
 
     # The document: sections, names, quoted declarations.
     secs = doc_sections(doc_lines)
@@ -528,7 +592,8 @@ def check(args, bless=False):
 
     listed = {e["name"] for e in manifest["entries"]}
     for hname, h in headers.items():
-        for kind, names in (("function", h["functions"]), ("struct", h["structs"]), ("constant", h["macros"])):
+        kinds = (("function", h["functions"]), ("struct", h["structs"]), ("type", h["types"]), ("constant", h["macros"]))
+        for kind, names in kinds:
             for name in names:
                 if kind == "constant" and (name == hname.upper().replace(".", "_") or name in VERSION_MACROS):
                     continue
@@ -569,6 +634,8 @@ def bless(args):
         r = results[name]
         if kind == "fn":
             out.append(f"fn {name} {tier} {header} {r}")
+        elif kind == "type":
+            out.append(f"type {name} {tier} {header} = {r}")
         elif kind == "struct":
             size, offs = r
             fields = ", ".join(f"{n}: {o} {t}" for n, o, t in offs)
@@ -589,6 +656,7 @@ def main():
     ap.add_argument("--include", required=True)
     ap.add_argument("--doc", required=True)
     ap.add_argument("--manifest", required=True)
+    ap.add_argument("--lib", required=True, help="the Rust crate root holding API_VERSION (src/lib.rs)")
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
     args = ap.parse_args()
     if args.mode == "bless":

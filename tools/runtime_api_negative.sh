@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the runtime API check catches what it claims to: copies include/, the document and the manifest to
-# a temporary directory, breaks the copy in each of the nine ways the contract lists, and requires
+# a temporary directory, breaks the copy in each of the eleven ways the document lists (section 11), and requires
 # tools/runtime_api_check.sh to fail every time. Prints PASS/FAIL per case; exits non-zero if the check
 # missed any breakage (or if an unbroken copy does not pass).
 set -uo pipefail
@@ -13,6 +13,7 @@ fresh() {
     cp -r "$root/include" "$tmp/case/include"
     cp "$root/docs/runtime/omega_runtime_api.md" "$tmp/case/doc.md"
     cp "$root/docs/runtime/omega_runtime_api.manifest" "$tmp/case/manifest"
+    cp "$root/src/lib.rs" "$tmp/case/lib.rs"
 }
 
 # break FILE PYTHON-EXPR: applies a text edit to a file of the copy; the edit must change the file.
@@ -21,7 +22,8 @@ edit() {
 import sys
 path, code = sys.argv[1], sys.argv[2]
 text = open(path).read()
-new = eval(code, {"text": text})
+import re
+new = eval(code, {"text": text, "re": re})
 if new == text:
     sys.exit(f"negative test: the edit did not change {path}: {code}")
 open(path, "w").write(new)
@@ -30,7 +32,7 @@ PY
 
 check() {
     "$root/tools/runtime_api_check.sh" --include "$tmp/case/include" --doc "$tmp/case/doc.md" \
-        --manifest "$tmp/case/manifest" >"$tmp/out" 2>&1
+        --manifest "$tmp/case/manifest" --lib "$tmp/case/lib.rs" >"$tmp/out" 2>&1
 }
 
 missed=0
@@ -70,13 +72,17 @@ expect_fail "changed struct" include/omega_gpu_session.h \
 expect_fail "changed constant" include/omega_gpu_session.h \
     'text.replace("#define OMEGA_GPU_SESSION_MAX_ARGS 32", "#define OMEGA_GPU_SESSION_MAX_ARGS 64")'
 expect_fail "document version line disagrees with the macro" doc.md \
-    'text.replace("Omega Runtime API version: 0.1", "Omega Runtime API version: 0.2", 1)'
+    'text.replace("Omega Runtime API version: ", "Omega Runtime API version: 9", 1)'
+expect_fail "API_VERSION in the crate root disagrees with the macros" lib.rs \
+    're.sub(r"API_VERSION: \(u32, u32\) = \((\d+), (\d+)\)", lambda m: f"API_VERSION: (u32, u32) = ({m[1]}, {int(m[2]) + 1})", text)'
 expect_fail "quoted signature no header has" doc.md \
     'text + "\n```c\nint omega_gpu_session_reset(void);\n```\n"'
 expect_fail "quoted signature only inside a longer one (int32_t in uint32_t)" doc.md \
     'text + "\nThe spin window: `int32_t omega_gpu_session_spin_us(void);`\n"'
 expect_fail "STABLE entry with no section" doc.md \
     'text.replace("#### omega_gpu_session_open_count\n", "")'
+expect_fail "quoted struct typedef no header has (a field's type changed)" doc.md \
+    'text.replace("typedef struct { uint64_t buffers; uint64_t untracked; uint64_t bytes; } OmegaGpuParkStats;", "typedef struct { uint64_t buffers; uint32_t untracked; uint64_t bytes; } OmegaGpuParkStats;")'
 
 echo "runtime_api_negative: $((total - missed)) of $total breakages caught"
 [ "$missed" -eq 0 ]

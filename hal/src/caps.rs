@@ -88,6 +88,42 @@ pub enum BufferKind {
     Queue = 3,
 }
 
+/// What a platform's GPU executes from a code buffer (`OMEGA_GPU_CODE_*`), so a loader knows what to write
+/// there.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CodeFormat {
+    /// The device's own machine code: a cubin's relocated image.
+    Machine = 0,
+    /// The simulator's code image naming a host kernel ([`crate::sim::code_image`]).
+    SimImage = 1,
+}
+
+impl CodeFormat {
+    /// The format of code `code` (`OMEGA_GPU_CODE_*`), if it is one.
+    pub fn from_code(code: u32) -> Option<CodeFormat> {
+        match code {
+            0 => Some(CodeFormat::Machine),
+            1 => Some(CodeFormat::SimImage),
+            _ => None,
+        }
+    }
+}
+
+/// The names of the services in `s`, as C spells them: `OMEGA_GPU_SVC_POLL | OMEGA_GPU_SVC_SYNC`.
+pub fn service_names(s: Services) -> String {
+    let names: Vec<String> = s.iter_names().map(|(name, _)| format!("OMEGA_GPU_SVC_{name}")).collect();
+    let unknown = s.bits() & !Services::all().bits();
+    let mut text = names.join(" | ");
+    if unknown != 0 {
+        if !text.is_empty() {
+            text.push_str(" | ");
+        }
+        text.push_str(&format!("{unknown:#x}"));
+    }
+    text
+}
+
 /// What a platform declares about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caps {
@@ -129,7 +165,7 @@ pub enum Refusal {
         runtime: u32,
     },
     /// A needed service is absent. It is refused, never emulated.
-    #[error("OMEGA_GPU_PLAT_MISSING_SERVICE: {0:?}")]
+    #[error("OMEGA_GPU_PLAT_MISSING_SERVICE: {}", service_names(*.0))]
     MissingService(Services),
     /// A buffer of zero bytes.
     #[error("OMEGA_GPU_PLAT_ZERO_LENGTH: a byte range needs a length")]
@@ -149,6 +185,10 @@ pub enum Refusal {
     /// GPU-cached memory the GPU may write, or that the CPU polls.
     #[error("OMEGA_GPU_PLAT_CACHED_WRITABLE: GPU-cached ranges are GPU-read-only")]
     CachedWritable,
+    /// A field that crossed from C holds a value the contract does not define (an unknown cache policy,
+    /// kind, order or code format, a page size that is not a power of two); the field is named.
+    #[error("OMEGA_GPU_PLAT_BAD_VALUE: {0} holds a value the contract does not define")]
+    BadValue(&'static str),
 }
 
 impl Refusal {
@@ -164,7 +204,33 @@ impl Refusal {
             Refusal::ExecWritable => "OMEGA_GPU_PLAT_EXEC_WRITABLE",
             Refusal::Overflow => "OMEGA_GPU_PLAT_OVERFLOW",
             Refusal::CachedWritable => "OMEGA_GPU_PLAT_CACHED_WRITABLE",
+            Refusal::BadValue(_) => "OMEGA_GPU_PLAT_BAD_VALUE",
         }
+    }
+
+    /// The refusal's code (`OMEGA_GPU_PLAT_*`), 1 and up.
+    pub fn code(&self) -> i32 {
+        match self {
+            Refusal::AbiMajor { .. } => 1,
+            Refusal::AbiMinor { .. } => 2,
+            Refusal::MissingService(_) => 3,
+            Refusal::ZeroLength => 4,
+            Refusal::NoRights => 5,
+            Refusal::PolledCached => 6,
+            Refusal::ExecWritable => 7,
+            Refusal::Overflow => 8,
+            Refusal::CachedWritable => 9,
+            Refusal::BadValue(_) => 10,
+        }
+    }
+
+    /// The refusal of a buffer check with code `code`, for codes that carry no data (what a platform
+    /// reports back across C); `None` for the others.
+    pub fn from_buffer_code(code: i32) -> Option<Refusal> {
+        [Refusal::ZeroLength, Refusal::NoRights, Refusal::PolledCached, Refusal::ExecWritable, Refusal::Overflow]
+            .into_iter()
+            .chain([Refusal::CachedWritable])
+            .find(|r| r.code() == code)
     }
 }
 
@@ -246,6 +312,17 @@ mod tests {
         assert_eq!(negotiate(&old, Services::SESSION).unwrap_err().name(), "OMEGA_GPU_PLAT_ABI_MINOR");
         old.abi_major = 2;
         assert_eq!(negotiate(&old, Services::SESSION).unwrap_err().name(), "OMEGA_GPU_PLAT_ABI_MAJOR");
+    }
+
+    #[test]
+    fn a_missing_service_is_named_as_c_spells_it() {
+        let r = Refusal::MissingService(Services::POLL | Services::SYNC);
+        assert_eq!(r.to_string(), "OMEGA_GPU_PLAT_MISSING_SERVICE: OMEGA_GPU_SVC_POLL | OMEGA_GPU_SVC_SYNC");
+        assert_eq!(service_names(Services::from_bits_retain(1 << 9)), "0x200");
+        for code in 4..=9 {
+            assert_eq!(Refusal::from_buffer_code(code).map(|r| r.code()), Some(code));
+        }
+        assert_eq!(Refusal::from_buffer_code(3), None);
     }
 
     #[test]

@@ -150,7 +150,8 @@ impl<T> HandleTable<T> {
     }
 }
 
-fn next_generation(g: u32) -> u32 {
+/// The generation after `g`, skipping 0 (never issued).
+pub(crate) fn next_generation(g: u32) -> u32 {
     match g.wrapping_add(1) {
         0 => 1,
         n => n,

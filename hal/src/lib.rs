@@ -11,10 +11,11 @@
 //!    must be in. This crate validates almost nothing: `omega` owns every check and all typestate.
 //! 3. **Errors are only what the caller cannot anticipate** ([`HalError`]): the driver said no, the device
 //!    is gone, memory ran out. Misuse is a broken `# Safety` promise, not an error value.
-//! 4. **Two backends, one set of file names.** [`sim`] (always compiled, deterministic, fault injection,
+//! 4. **Backends, one set of file names.** [`sim`] (always compiled, deterministic, fault injection,
 //!    runs host implementations of kernels) and `nvidia` (Linux, NVIDIA's open kernel driver, no CUDA
-//!    library; the cargo feature `nvidia`, on by default). Both have `mod.rs clock.rs memory.rs queue.rs
-//!    poll.rs visibility.rs device.rs`.
+//!    library; the cargo feature `nvidia`, on by default), plus `ctable`, a platform whose services are a
+//!    C program's function table (`omega_gpu_platform.h`). Each has `mod.rs memory.rs queue.rs poll.rs
+//!    visibility.rs device.rs`.
 //! 5. **GPU code belongs to no backend.** [`arch`] (the table of everything chip-specific) and [`cubin`]
 //!    (the ELF loader for ptxas output) are pure: the session parses kernels with them on every platform
 //!    and build, so the simulator checks the same parameter tables the GPU uses, and `omega` with the
@@ -41,12 +42,15 @@ pub mod visibility;
 
 pub mod sim;
 
+#[cfg(not(loom))]
+pub mod ctable;
+
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub mod nvidia;
 
 pub use caps::{
-    check_buffer, negotiate, BufferDesc, BufferKind, CachePolicy, Caps, Refusal, Rights, Services, PLATFORM_ABI_MAJOR,
-    PLATFORM_ABI_MINOR,
+    check_buffer, negotiate, service_names, BufferDesc, BufferKind, CachePolicy, Caps, CodeFormat, Refusal, Rights,
+    Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
 };
 pub use clock::Clock;
 pub use device::{Device, DeviceInfo};
@@ -84,4 +88,9 @@ pub trait Platform: Send + Sync {
     fn visibility(&self) -> Option<&dyn Visibility>;
     /// Device open, close and query.
     fn device(&self) -> Option<&dyn Device>;
+    /// What the GPU executes from a code buffer: the device's machine code unless the platform says
+    /// otherwise (the simulator runs code images naming host kernels).
+    fn code_format(&self) -> CodeFormat {
+        CodeFormat::Machine
+    }
 }

@@ -105,13 +105,7 @@ impl<'r> CmdList<'r> {
     /// call it without the lock (holding it is refused by name, where the C lock would deadlock). The
     /// device must be open.
     pub fn create(rt: &'r Runtime, opts: Option<&CmdListOpts>) -> Result<Self> {
-        if rt.holds_lock() {
-            return Err(record(
-                rt,
-                Error::Lock("cmdlist create takes the session lock itself: call it without the lock"),
-            ));
-        }
-        rt.lock();
+        rt.lock_itself("cmdlist create takes the session lock itself: call it without the lock")?;
         let r = Self::create_locked(rt, opts);
         rt.unlock();
         r

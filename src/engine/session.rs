@@ -72,7 +72,7 @@ impl SessionBackend {
     fn place_kernel(&mut self) -> Result<u64, Error> {
         let rt = self.rt;
         let installed = rt.installed()?;
-        if installed.sim.is_some() {
+        if installed.platform.code_format() == omega_hal::CodeFormat::SimImage {
             // The simulator runs the host reference named by a code image. Described by the host spec, not the
             // shared loader, because that loader consults the process's runtime and this one may be private.
             let spec = crate::kernels::host_spec(KERNEL).ok_or_else(|| Error::Load(format!("no kernel `{KERNEL}`")))?;

@@ -71,25 +71,9 @@ pub fn last_error_ptr() -> *const c_char {
     buf.as_ptr().cast()
 }
 
-/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-pub fn fit(s: &str, max: usize) -> usize {
-    if s.len() <= max {
-        return s.len();
-    }
-    (0..=max).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0)
-}
-
-/// Copies `s` into a fixed C char array, cut to fit and NUL-terminated.
-pub fn copy_c_text(dst: &mut [c_char], s: &str) {
-    let Some(last) = dst.len().checked_sub(1) else { return };
-    let n = fit(s, last);
-    for (d, &b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
-        *d = if b == 0 { b' ' } else { b } as c_char;
-    }
-    for d in &mut dst[n..] {
-        *d = 0;
-    }
-}
+/// The longest prefix of a text that fits a C buffer, and the copy into one: the platform table's own
+/// (`omega_hal::ctable`), so every fixed C text is cut the same way.
+pub use omega_hal::ctable::{fit, write_c_text as copy_c_text};
 
 /// Reads a C string argument as UTF-8, or records why not (`stage: <what> is NULL` or not UTF-8).
 ///

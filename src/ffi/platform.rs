@@ -1,17 +1,28 @@
 //! `omega_gpu_platform.h`: the platform contract as C sees it — its ABI number, the service, rights,
-//! cache and handle-kind constants, the refusal names, the typed handles, and the simulator's fault hook.
+//! cache and handle-kind constants, the refusal names, the typed handles, the service table a C program
+//! can install (`OmegaGpuPlatform`, through `omega_gpu_session_set_platform`), the simulator's own table
+//! (`omega_gpu_platform_sim`), the checks a table and a buffer descriptor go through, the handle table a
+//! C backend may keep, and the simulator's fault hook.
 //!
-//! Everything here except the ABI number, the handle kinds and the handle types is INTERNAL in the
-//! runtime API (the contract has one real backend; a second will likely change it). The values are the
-//! `omega-hal` ones, asserted equal below.
+//! The platform contract's entries are EXPERIMENTAL (section 9.3 of the runtime API document) except the
+//! ABI number, the handle kinds and the handle types, which are STABLE. The table's types and the
+//! adapter that drives one are `omega_hal::ctable`; the values here are the `omega-hal` ones, asserted
+//! equal below.
 
-use core::ffi::{c_char, c_int};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::CString;
 
+use omega_hal::ctable::{
+    self, OmegaGpuBufferDesc, OmegaGpuHandleTable, OmegaGpuPlatform, OpenRefused, TablePlatform, TableRefusal,
+};
 use omega_hal::sim::SimFault;
-use omega_hal::{BufferKind, CachePolicy, Refusal, Rights, Services};
+use omega_hal::{negotiate, BufferKind, CachePolicy, CodeFormat, Handle, HandleError, Refusal, Rights, Services};
 
-use super::boundary::{guard, refuse};
+use super::boundary::{code, guard, refuse};
+use crate::error::Error;
+use crate::platform::Installed;
 use crate::session::runtime;
+use crate::sync::{self, Mutex};
 
 /// Platform contract major number. A platform major bump needs a runtime API major bump.
 pub const OMEGA_GPU_PLATFORM_ABI_MAJOR: u32 = 1;
@@ -34,6 +45,9 @@ pub const OMEGA_GPU_SVC_HOST_MEM: u32 = 1 << 5;
 pub const OMEGA_GPU_SVC_SYNC: u32 = 1 << 6;
 /// Service: device open, close and query.
 pub const OMEGA_GPU_SVC_DEVICE: u32 = 1 << 7;
+/// The services the session needs (every one but HOST_MEM): what `omega_gpu_platform_check` asks of a
+/// table, and what `omega_gpu_session_set_platform` refuses a table without.
+pub const OMEGA_GPU_SVC_SESSION: u32 = 0xDF;
 
 /// Right: the CPU may read its view.
 pub const OMEGA_GPU_RIGHT_CPU_READ: u32 = 1 << 0;
@@ -78,6 +92,50 @@ pub const OMEGA_GPU_PLAT_EXEC_WRITABLE: c_int = 7;
 pub const OMEGA_GPU_PLAT_OVERFLOW: c_int = 8;
 /// Refusal: a GPU-cached range the GPU may write or the CPU polls.
 pub const OMEGA_GPU_PLAT_CACHED_WRITABLE: c_int = 9;
+/// Refusal: a field holds a value the contract does not define (an unknown cache policy, kind, order,
+/// code format or service bit; a page size that is not a power of two).
+pub const OMEGA_GPU_PLAT_BAD_VALUE: c_int = 10;
+
+/// `OmegaGpuPlatformError.kind`: no device of this platform is present.
+pub const OMEGA_GPU_PLAT_ERR_NO_DEVICE: u32 = 1;
+/// `OmegaGpuPlatformError.kind`: the device ran out of memory.
+pub const OMEGA_GPU_PLAT_ERR_OUT_OF_MEMORY: u32 = 2;
+/// `OmegaGpuPlatformError.kind`: the driver refused the call (`status`: its status or errno).
+pub const OMEGA_GPU_PLAT_ERR_DRIVER: u32 = 3;
+/// `OmegaGpuPlatformError.kind`: the driver's version is not one the platform knows.
+pub const OMEGA_GPU_PLAT_ERR_UNSUPPORTED_DRIVER: u32 = 4;
+/// `OmegaGpuPlatformError.kind`: the device was lost.
+pub const OMEGA_GPU_PLAT_ERR_LOST: u32 = 5;
+/// `OmegaGpuPlatformError.kind`: the platform cannot do this at all.
+pub const OMEGA_GPU_PLAT_ERR_UNSUPPORTED: u32 = 6;
+/// `OmegaGpuPlatformError.kind`: the contract refused a descriptor (`status`: the `OMEGA_GPU_PLAT_*` code).
+pub const OMEGA_GPU_PLAT_ERR_REFUSED: u32 = 7;
+/// Bytes of the texts in `OmegaGpuPlatformError` and `OmegaGpuChannelFault`, the NUL included.
+pub const OMEGA_GPU_PLATFORM_TEXT_BYTES: u32 = 256;
+
+/// `OmegaGpuPlatformCaps.code_format`: the device's own machine code (a cubin's relocated image).
+pub const OMEGA_GPU_CODE_MACHINE: u32 = 0;
+/// `OmegaGpuPlatformCaps.code_format`: the simulator's code images, naming host kernels (what
+/// `omega_gpu_platform_sim()` declares, so a table forwarding to it declares it too).
+pub const OMEGA_GPU_CODE_SIM_IMAGE: u32 = 1;
+
+/// `OmegaGpuLaunchDesc.order`: waits for every earlier launch of the submission.
+pub const OMEGA_GPU_ORDER_AFTER_PREVIOUS: u32 = 0;
+/// `OmegaGpuLaunchDesc.order`: may overlap the launch before it.
+pub const OMEGA_GPU_ORDER_INDEPENDENT: u32 = 1;
+/// `OmegaGpuLaunchDesc.order`: no ordering at all (test-only barrier mode).
+pub const OMEGA_GPU_ORDER_UNORDERED: u32 = 2;
+
+/// `omega_gpu_handles_*`: the handle has generation 0 (never issued).
+pub const OMEGA_GPU_HANDLE_ERR_ZERO: c_int = 1;
+/// `omega_gpu_handles_*`: the handle's index is past the table.
+pub const OMEGA_GPU_HANDLE_ERR_OUT_OF_RANGE: c_int = 2;
+/// `omega_gpu_handles_*`: the slot was closed since the handle was issued.
+pub const OMEGA_GPU_HANDLE_ERR_STALE: c_int = 3;
+/// `omega_gpu_handles_open`: every slot holds a value.
+pub const OMEGA_GPU_HANDLE_ERR_FULL: c_int = 4;
+/// `omega_gpu_handles_*`: a NULL table, storage, value or out pointer.
+pub const OMEGA_GPU_HANDLE_ERR_NULL: c_int = 5;
 
 /// Simulator fault: the next submission never releases its markers (a kernel that never ends).
 pub const OMEGA_GPU_SIM_FAULT_HANG: c_int = 1;
@@ -103,6 +161,19 @@ const _: () = {
     assert!(OMEGA_GPU_SVC_HOST_MEM == Services::HOST_MEM.bits());
     assert!(OMEGA_GPU_SVC_SYNC == Services::SYNC.bits());
     assert!(OMEGA_GPU_SVC_DEVICE == Services::DEVICE.bits());
+    assert!(OMEGA_GPU_SVC_SESSION == Services::SESSION.bits());
+    assert!(OMEGA_GPU_PLAT_ERR_NO_DEVICE == ctable::err::NO_DEVICE);
+    assert!(OMEGA_GPU_PLAT_ERR_OUT_OF_MEMORY == ctable::err::OUT_OF_MEMORY);
+    assert!(OMEGA_GPU_PLAT_ERR_DRIVER == ctable::err::DRIVER);
+    assert!(OMEGA_GPU_PLAT_ERR_UNSUPPORTED_DRIVER == ctable::err::UNSUPPORTED_DRIVER);
+    assert!(OMEGA_GPU_PLAT_ERR_LOST == ctable::err::LOST);
+    assert!(OMEGA_GPU_PLAT_ERR_UNSUPPORTED == ctable::err::UNSUPPORTED);
+    assert!(OMEGA_GPU_PLAT_ERR_REFUSED == ctable::err::REFUSED);
+    assert!(OMEGA_GPU_CODE_MACHINE == CodeFormat::Machine as u32);
+    assert!(OMEGA_GPU_CODE_SIM_IMAGE == CodeFormat::SimImage as u32);
+    assert!(OMEGA_GPU_ORDER_AFTER_PREVIOUS == ctable::order::AFTER_PREVIOUS);
+    assert!(OMEGA_GPU_ORDER_INDEPENDENT == ctable::order::INDEPENDENT);
+    assert!(OMEGA_GPU_ORDER_UNORDERED == ctable::order::UNORDERED);
     assert!(OMEGA_GPU_RIGHT_CPU_READ == Rights::CPU_READ.bits());
     assert!(OMEGA_GPU_RIGHT_CPU_WRITE == Rights::CPU_WRITE.bits());
     assert!(OMEGA_GPU_RIGHT_GPU_READ == Rights::GPU_READ.bits());
@@ -144,22 +215,14 @@ pub struct OmegaGpuQueueHandle {
 static_assertions::assert_eq_size!(OmegaGpuDeviceHandle, omega_hal::Handle);
 static_assertions::assert_eq_size!(OmegaGpuQueueHandle, omega_hal::Handle);
 
+static_assertions::const_assert_eq!(OMEGA_GPU_PLATFORM_TEXT_BYTES as usize, core::mem::size_of::<[c_char; 256]>());
+
 /// The refusal code of `r` (`OMEGA_GPU_PLAT_*`).
 pub fn refusal_code(r: &Refusal) -> c_int {
-    match r {
-        Refusal::AbiMajor { .. } => OMEGA_GPU_PLAT_ABI_MAJOR,
-        Refusal::AbiMinor { .. } => OMEGA_GPU_PLAT_ABI_MINOR,
-        Refusal::MissingService(_) => OMEGA_GPU_PLAT_MISSING_SERVICE,
-        Refusal::ZeroLength => OMEGA_GPU_PLAT_ZERO_LENGTH,
-        Refusal::NoRights => OMEGA_GPU_PLAT_NO_RIGHTS,
-        Refusal::PolledCached => OMEGA_GPU_PLAT_POLLED_CACHED,
-        Refusal::ExecWritable => OMEGA_GPU_PLAT_EXEC_WRITABLE,
-        Refusal::Overflow => OMEGA_GPU_PLAT_OVERFLOW,
-        Refusal::CachedWritable => OMEGA_GPU_PLAT_CACHED_WRITABLE,
-    }
+    r.code()
 }
 
-/// INTERNAL. The fixed name of refusal code `code` (`"OMEGA_GPU_PLAT_ZERO_LENGTH"`, ...), or `"unknown"`.
+/// EXPERIMENTAL. The fixed name of refusal code `code` (`"OMEGA_GPU_PLAT_ZERO_LENGTH"`, ...), or `"unknown"`.
 /// The string is static. Any thread, no lock.
 #[no_mangle]
 pub extern "C" fn omega_gpu_platform_refusal_name(code: c_int) -> *const c_char {
@@ -174,9 +237,288 @@ pub extern "C" fn omega_gpu_platform_refusal_name(code: c_int) -> *const c_char 
             OMEGA_GPU_PLAT_EXEC_WRITABLE => c"OMEGA_GPU_PLAT_EXEC_WRITABLE",
             OMEGA_GPU_PLAT_OVERFLOW => c"OMEGA_GPU_PLAT_OVERFLOW",
             OMEGA_GPU_PLAT_CACHED_WRITABLE => c"OMEGA_GPU_PLAT_CACHED_WRITABLE",
+            OMEGA_GPU_PLAT_BAD_VALUE => c"OMEGA_GPU_PLAT_BAD_VALUE",
             _ => c"unknown",
         };
         name.as_ptr()
+    })
+}
+
+// ----- the service table ---------------------------------------------------------------------------------
+
+/// EXPERIMENTAL. A table whose services are the simulator's: a fresh simulated device (the repository's
+/// kernels registered, `caps.code_format` `OMEGA_GPU_CODE_SIM_IMAGE`), every service filled. Install it as
+/// it is (`omega_gpu_session_set_platform("my-sim", &t)`), or forward to it from a table of your own,
+/// calling its functions with its `ctx`. Whoever does not install it calls `t.release(t.ctx)` once done
+/// with it (a table that forwards to it does so in its own `release`). Any thread, no lock.
+#[no_mangle]
+pub extern "C" fn omega_gpu_platform_sim() -> OmegaGpuPlatform {
+    guard("omega_gpu_platform_sim", OmegaGpuPlatform::EMPTY, || ctable::export(Installed::sim().platform))
+}
+
+/// Records a table's refusal (stage `platform`) and returns its code.
+fn refused(r: TableRefusal) -> c_int {
+    runtime().set_error(&Error::Platform(r.to_string()));
+    r.refusal.code()
+}
+
+/// The services named by `bits`, or the refusal of a bit no service has.
+fn services(bits: u32) -> Result<Services, TableRefusal> {
+    Services::from_bits(bits).ok_or(TableRefusal::from(Refusal::BadValue("needed")))
+}
+
+/// EXPERIMENTAL. Whether `*p` implements this runtime's platform ABI (`abi_major` equal to
+/// `OMEGA_GPU_PLATFORM_ABI_MAJOR`, `abi_minor` at least `OMEGA_GPU_PLATFORM_ABI_MINOR`) and declares every
+/// service in `needed` (`OMEGA_GPU_SVC_*` bits). Returns 0, or the refusal code (`OMEGA_GPU_PLAT_ABI_MAJOR`,
+/// `_ABI_MINOR`, `_MISSING_SERVICE`, `_BAD_VALUE` for an unknown bit) with its text, stage `platform`, in
+/// `omega_gpu_session_last_error()`; -1 for a NULL `p`. Any thread, no lock.
+///
+/// # Safety
+/// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called, so
+///   none of them needs to be one that returns normally for this call: only the table's fields are read.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
+    guard("omega_gpu_platform_negotiate", -1, || {
+        // SAFETY: by the caller's promise `p` is NULL or readable.
+        let Some(p) = (unsafe { p.as_ref() }) else { return refuse("platform negotiate", "p is NULL") };
+        match services(needed).and_then(|s| negotiate(&ctable::caps_of(p), s).map_err(TableRefusal::from)) {
+            Ok(()) => 0,
+            Err(r) => refused(r),
+        }
+    })
+}
+
+/// EXPERIMENTAL. Whether `*p` can serve `needed`: `omega_gpu_platform_negotiate`, then well-formed caps
+/// (known service bits and code format, a power-of-two `page_bytes`, a `param_base` that is a multiple of
+/// 4), then every function of every service the table declares present. A declared service with a NULL
+/// function is `OMEGA_GPU_PLAT_MISSING_SERVICE` naming the service and the function
+/// (`platform: OMEGA_GPU_PLAT_MISSING_SERVICE: OMEGA_GPU_SVC_SUBMIT (OmegaGpuSubmitService.submit is NULL)`).
+/// Returns 0 or the refusal code, as `omega_gpu_platform_negotiate` does. Any thread, no lock.
+///
+/// # Safety
+/// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called (each
+///   only has to be there), so none of them needs to be one that returns normally for this call.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_platform_check_for(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
+    guard("omega_gpu_platform_check_for", -1, || {
+        // SAFETY: by the caller's promise `p` is NULL or readable.
+        let Some(p) = (unsafe { p.as_ref() }) else { return refuse("platform check", "p is NULL") };
+        match services(needed).and_then(|s| ctable::check_for(p, s)) {
+            Ok(()) => 0,
+            Err(r) => refused(r),
+        }
+    })
+}
+
+/// EXPERIMENTAL. `omega_gpu_platform_check_for(p, OMEGA_GPU_SVC_SESSION)`: exactly the check
+/// `omega_gpu_session_set_platform` makes before it installs a table.
+///
+/// # Safety
+/// - `p` is NULL or points to a readable, aligned `OmegaGpuPlatform`. Its functions are not called, so
+///   none of them needs to be one that returns normally for this call.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_platform_check(p: *const OmegaGpuPlatform) -> c_int {
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_platform_check", -1, || unsafe { omega_gpu_platform_check_for(p, OMEGA_GPU_SVC_SESSION) })
+}
+
+/// EXPERIMENTAL. The contract's buffer rules, applied before any platform sees a descriptor: a length
+/// (`OMEGA_GPU_PLAT_ZERO_LENGTH`), at most 2^48 bytes (`_OVERFLOW`), some rights (`_NO_RIGHTS`), a HOST_POLLED
+/// range GPU-uncached (`_POLLED_CACHED`), never GPU_EXEC with GPU_WRITE (`_EXEC_WRITABLE`), a GPU-cached
+/// range GPU-read-only and not polled (`_CACHED_WRITABLE`), and every field a defined value
+/// (`_BAD_VALUE`). Returns 0 or the refusal code, its text recorded (stage `platform`); -1 for a NULL `d`.
+/// Any thread, no lock.
+///
+/// # Safety
+/// - `d` is NULL or points to a readable, aligned `OmegaGpuBufferDesc`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_platform_check_buffer(d: *const OmegaGpuBufferDesc) -> c_int {
+    guard("omega_gpu_platform_check_buffer", -1, || {
+        // SAFETY: by the caller's promise `d` is NULL or readable.
+        let Some(d) = (unsafe { d.as_ref() }) else { return refuse("platform check", "d is NULL") };
+        match d.to_hal() {
+            Ok(_) => 0,
+            Err(r) => refused(r.into()),
+        }
+    })
+}
+
+/// The names of the tables installed so far, kept for the life of the process: a platform's name is a
+/// static string (`omega_gpu_session_platform`), and there are as many as distinct names installed.
+static TABLE_NAMES: Mutex<Vec<&'static CStr>> = Mutex::new(Vec::new());
+
+/// `name` as a static C string, made once per distinct name.
+fn intern(name: &str) -> Option<&'static CStr> {
+    let mut names = sync::lock(&TABLE_NAMES);
+    if let Some(n) = names.iter().find(|n| n.to_bytes() == name.as_bytes()) {
+        return Some(n);
+    }
+    let leaked: &'static CStr = Box::leak(CString::new(name).ok()?.into_boxed_c_str());
+    names.push(leaked);
+    Some(leaked)
+}
+
+/// The static C string of an installed table's name, if `name` is one.
+pub(crate) fn table_name(name: &str) -> Option<*const c_char> {
+    sync::lock(&TABLE_NAMES).iter().find(|n| n.to_bytes() == name.as_bytes()).map(|n| n.as_ptr())
+}
+
+/// Installs a copy of `*table` under `name` (the half of `omega_gpu_session_set_platform` that takes a
+/// table): the name checked, the table checked (`omega_gpu_platform_check`), then installed as
+/// `Runtime::install` installs any platform (the caller holds the lock, the device is closed, the
+/// process not latched). On success the runtime owns the table's `ctx` and calls its `release` once the
+/// table is replaced and unused; on refusal nothing is kept and nothing released.
+///
+/// # Safety
+/// - `*table` keeps the rules of `OmegaGpuPlatform`'s Safety section for as long as it stays installed.
+pub(crate) unsafe fn install_table(name: &str, table: &OmegaGpuPlatform) -> c_int {
+    if name == "sim" || name == "nvidia" {
+        return refuse(
+            "set platform",
+            format!("`{name}` is a built-in platform's name; give the table a name of its own"),
+        );
+    }
+    if name.is_empty() || name.len() > 63 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return refuse("set platform", "a table's name is 1 to 63 printable ASCII characters, no spaces");
+    }
+    let Some(cname) = intern(name) else { return refuse("set platform", "the name is not a C string") };
+    let name: &'static str = cname.to_str().expect("checked ASCII above");
+    // SAFETY: forwarded from the caller: the callbacks keep their services' rules while installed, and
+    // `release` is called once, after the last of them, which is what TablePlatform::new needs.
+    let platform = match unsafe { TablePlatform::new(table, name) } {
+        Ok(p) => p,
+        Err(r) => {
+            refused(r);
+            return -1;
+        }
+    };
+    let rt = runtime();
+    match rt.install(Installed { platform: platform.clone(), sim: None }) {
+        Ok(()) => {
+            platform.adopt();
+            0
+        }
+        Err(e) => code(&e),
+    }
+}
+
+// ----- the handle table ----------------------------------------------------------------------------------
+
+/// The C answer of a check or close: the value to `*out` (NULL on failure) and 0 or the error's code.
+fn handle_answer(r: Result<*mut c_void, HandleError>, out: Option<&mut *mut c_void>) -> c_int {
+    if let Some(out) = out {
+        *out = *r.as_ref().unwrap_or(&core::ptr::null_mut());
+    }
+    match r {
+        Ok(_) => 0,
+        Err(HandleError::Zero) => OMEGA_GPU_HANDLE_ERR_ZERO,
+        Err(HandleError::OutOfRange(_)) => OMEGA_GPU_HANDLE_ERR_OUT_OF_RANGE,
+        Err(HandleError::Stale { .. }) => OMEGA_GPU_HANDLE_ERR_STALE,
+    }
+}
+
+/// EXPERIMENTAL. Makes `*t` a handle table over `capacity` slots of the caller's storage: `generations`
+/// and `values`, `capacity` elements each, every slot free. Returns 0, or `OMEGA_GPU_HANDLE_ERR_NULL` for a
+/// NULL pointer or a capacity of 0. Any thread; one call at a time per table.
+///
+/// # Safety
+/// - `t` is NULL or points to a writable, aligned `OmegaGpuHandleTable`; `generations` and `values` are
+///   NULL or each point to `capacity` writable, aligned elements that only this table uses, for as long as
+///   it is used.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_handles_init(
+    t: *mut OmegaGpuHandleTable,
+    generations: *mut u32,
+    values: *mut *mut c_void,
+    capacity: u32,
+) -> c_int {
+    guard("omega_gpu_handles_init", OMEGA_GPU_HANDLE_ERR_NULL, || {
+        // SAFETY: by the caller's promise `t` is NULL or writable.
+        let Some(t) = (unsafe { t.as_mut() }) else { return OMEGA_GPU_HANDLE_ERR_NULL };
+        if generations.is_null() || values.is_null() || capacity == 0 {
+            return OMEGA_GPU_HANDLE_ERR_NULL;
+        }
+        // SAFETY: forwarded from the caller; both pointers are non-NULL (checked).
+        *t = unsafe { OmegaGpuHandleTable::init(generations, values, capacity) };
+        0
+    })
+}
+
+/// EXPERIMENTAL. Stores `value` (not NULL: NULL marks a free slot) in the first free slot of `*t` and
+/// writes its handle to `*out`: `{index, generation}`, generation never 0. Returns 0,
+/// `OMEGA_GPU_HANDLE_ERR_FULL`, or `OMEGA_GPU_HANDLE_ERR_NULL` (`*out` zeroed where it can be).
+///
+/// # Safety
+/// - `t` is NULL or points to a writable, aligned table `omega_gpu_handles_init` made, whose storage is
+///   still the table's; `out` is NULL or points to a writable, aligned `OmegaGpuBufferHandle`. No other
+///   call on `*t` runs meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_handles_open(
+    t: *mut OmegaGpuHandleTable,
+    value: *mut c_void,
+    out: *mut Handle,
+) -> c_int {
+    guard("omega_gpu_handles_open", OMEGA_GPU_HANDLE_ERR_NULL, || {
+        // SAFETY: by the caller's promise each is NULL or valid.
+        let (Some(t), Some(out)) = (unsafe { t.as_mut() }, unsafe { out.as_mut() }) else {
+            return OMEGA_GPU_HANDLE_ERR_NULL;
+        };
+        *out = Handle::NONE;
+        // SAFETY: forwarded from the caller: the storage is the table's and no other call runs.
+        match unsafe { t.open(value) } {
+            Ok(h) => {
+                *out = h;
+                0
+            }
+            Err(OpenRefused::Full(_)) => OMEGA_GPU_HANDLE_ERR_FULL,
+            Err(OpenRefused::NullValue) => OMEGA_GPU_HANDLE_ERR_NULL,
+        }
+    })
+}
+
+/// EXPERIMENTAL. The value behind `h` in `*t`, to `*value` when `value` is not NULL. Returns 0, or
+/// `OMEGA_GPU_HANDLE_ERR_ZERO` (generation 0), `_OUT_OF_RANGE`, `_STALE` (closed since it was issued) or
+/// `_NULL`, with `*value` NULL.
+///
+/// # Safety
+/// - `t` is NULL or points to a readable, aligned table `omega_gpu_handles_init` made, whose storage is
+///   still the table's, and no other call on `*t` runs meanwhile; `value` is NULL or points to a
+///   writable, aligned `void *`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_handles_check(
+    t: *const OmegaGpuHandleTable,
+    h: Handle,
+    value: *mut *mut c_void,
+) -> c_int {
+    guard("omega_gpu_handles_check", OMEGA_GPU_HANDLE_ERR_NULL, || {
+        // SAFETY: by the caller's promise each is NULL or valid.
+        let (t, out) = unsafe { (t.as_ref(), value.as_mut()) };
+        let Some(t) = t else { return OMEGA_GPU_HANDLE_ERR_NULL };
+        // SAFETY: forwarded from the caller.
+        handle_answer(unsafe { t.check(h) }, out)
+    })
+}
+
+/// EXPERIMENTAL. Removes the value behind `h` from `*t` (to `*value` when `value` is not NULL): every copy
+/// of `h` is stale from then on and the slot is free for a later open, under a new generation. Returns
+/// 0 or the error codes of `omega_gpu_handles_check`.
+///
+/// # Safety
+/// - `t` is NULL or points to a writable, aligned table `omega_gpu_handles_init` made, whose storage is
+///   still the table's, and no other call on `*t` runs meanwhile; `value` is NULL or points to a
+///   writable, aligned `void *`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_handles_close(
+    t: *mut OmegaGpuHandleTable,
+    h: Handle,
+    value: *mut *mut c_void,
+) -> c_int {
+    guard("omega_gpu_handles_close", OMEGA_GPU_HANDLE_ERR_NULL, || {
+        // SAFETY: by the caller's promise each is NULL or valid.
+        let (t, out) = unsafe { (t.as_mut(), value.as_mut()) };
+        let Some(t) = t else { return OMEGA_GPU_HANDLE_ERR_NULL };
+        // SAFETY: forwarded from the caller.
+        handle_answer(unsafe { t.close(h) }, out)
     })
 }
 
@@ -231,6 +573,7 @@ mod tests {
             Refusal::ExecWritable,
             Refusal::Overflow,
             Refusal::CachedWritable,
+            Refusal::BadValue("caps.page_bytes"),
         ];
         for r in all {
             let p = omega_gpu_platform_refusal_name(refusal_code(&r));

@@ -7,9 +7,10 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr;
 
+use omega_hal::ctable::OmegaGpuPlatform;
 use omega_hal::{Handle, Services};
 
-use super::boundary::{c_str, code, copy_c_text, guard, last_error_ptr, rc, refuse};
+use super::boundary::{c_str, code, guard, last_error_ptr, rc, refuse};
 use crate::error::Error;
 use crate::platform::PlatformKind;
 use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, ParkStats, RawLaunch, Scratch};
@@ -69,30 +70,9 @@ pub struct OmegaGpuSession {
 
 static_assertions::assert_eq_size!(OmegaGpuSession, [u64; 6]);
 
-/// EXPERIMENTAL. What the open device reports (`omega_gpu_device_query`). Texts are NUL-terminated and cut
-/// to fit.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OmegaGpuDeviceInfo {
-    /// Marketing name ("NVIDIA H200", or the simulator's name).
-    pub name: [c_char; 64],
-    /// Kernel driver version ("580.159.04"), or the simulator's version.
-    pub driver_version: [c_char; 32],
-    /// PCI location and ids ("0000:00:05.0 10de:2335"); empty where there is no bus.
-    pub pci: [c_char; 64],
-    /// Streaming multiprocessors.
-    pub sm_count: u32,
-    /// Compute capability major (9 for Hopper).
-    pub arch_major: u32,
-    /// Compute capability minor.
-    pub arch_minor: u32,
-    /// Zero.
-    pub reserved: u32,
-    /// Device memory in bytes.
-    pub memory_bytes: u64,
-}
-
-static_assertions::assert_eq_size!(OmegaGpuDeviceInfo, [u64; 23]);
+/// EXPERIMENTAL. What the open device reports (`omega_gpu_device_query`); defined with the platform
+/// contract's DEVICE service (`omega_gpu_platform.h`), whose `open` fills it.
+pub use omega_hal::ctable::OmegaGpuDeviceInfo;
 
 /// The object `omega_gpu_session_open` points to. Raw pointers are not `Send`; this one is only an address
 /// handed to C, never dereferenced by Rust, so sharing it between threads is sound.
@@ -119,7 +99,8 @@ unsafe impl Send for CHook {}
 
 /// STABLE. Takes the process-wide session lock (platform LOCK service, id `OMEGA_GPU_SESSION_LOCK_ID`),
 /// blocking until it is free. Does not touch the device. Not recursive: taking it twice on one thread waits
-/// forever. With no platform installable it does nothing, and the open that follows refuses.
+/// forever. With no platform installable it does nothing, and the open that follows refuses with stage
+/// `platform` and the reason (as do the unlock, close and every call after it that needs the lock).
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_lock() {
     guard("omega_gpu_session_lock", (), || runtime().lock())
@@ -547,20 +528,36 @@ pub extern "C" fn omega_gpu_session_is_parked(h: Handle) -> c_int {
 
 // ----- platform ------------------------------------------------------------------------------------------
 
-/// EXPERIMENTAL. Chooses the platform for the next open: `name` is `"sim"` or `"nvidia"`. Caller holds the
-/// lock, the device is closed and the process is not latched. Returns 0, or -1 with the stage named (an
-/// unknown name is stage `platform`).
+/// EXPERIMENTAL. Chooses the platform for the next open. With `table` NULL, `name` is a built-in
+/// platform: `"sim"` or `"nvidia"`. With a table, `name` is the name the table is known by (what
+/// `omega_gpu_session_platform()` returns; 1 to 63 printable ASCII characters, not a built-in's), and
+/// `*table` is copied and checked as `omega_gpu_platform_check` checks it: a table lacking a service the
+/// session needs, or a function of a service it declares, is refused with the service's name
+/// (`platform: OMEGA_GPU_PLAT_MISSING_SERVICE: OMEGA_GPU_SVC_POLL`). Caller holds the lock, the device is
+/// closed and the process is not latched. Returns 0, or -1 with the stage named (an unknown name and a
+/// refused table are stage `platform`). An installed table's `ctx` belongs to the runtime from then on:
+/// it calls `table->release(ctx)` once the table is replaced and no call on it is left; a refused table is
+/// not released.
 ///
 /// # Safety
 /// - `name` is NULL (refused) or a NUL-terminated string.
+/// - `table` is NULL or points to a readable, aligned `OmegaGpuPlatform` that keeps the rules of its Safety
+///   section (and of each service struct's) for as long as it stays installed: every function it declares
+///   returns normally (no unwinding, no `longjmp` out of it), never calls back into the runtime, and may
+///   be called from any thread.
 #[no_mangle]
-pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char) -> c_int {
+pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char, table: *const OmegaGpuPlatform) -> c_int {
     guard("omega_gpu_session_set_platform", -1, || {
         // SAFETY: forwarded from the caller.
         let name = match unsafe { c_str("set platform", "name", name) } {
             Ok(n) => n,
             Err(rc) => return rc,
         };
+        // SAFETY: by the caller's promise `table` is NULL or readable.
+        if let Some(table) = unsafe { table.as_ref() } {
+            // SAFETY: forwarded from the caller.
+            return unsafe { super::platform::install_table(name, table) };
+        }
         let rt = runtime();
         match PlatformKind::parse(name) {
             Ok(kind) => rc(rt.set_platform(kind)),
@@ -572,16 +569,17 @@ pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char) -> 
     })
 }
 
-/// EXPERIMENTAL. The installed platform's name (`"sim"` or `"nvidia"`), installing the environment's
-/// choice first (`OMEGA_PLATFORM`, else `nvidia` where `/dev/nvidiactl` exists, else `sim`). NULL when
-/// none can be installed (stage `platform`). The string is static. Any thread.
+/// EXPERIMENTAL. The installed platform's name (`"sim"`, `"nvidia"`, or the name a table was installed
+/// under), installing the environment's choice first (`OMEGA_PLATFORM`, else `nvidia` where
+/// `/dev/nvidiactl` exists, else `sim`). NULL when none can be installed (stage `platform`). The string
+/// is static. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_platform() -> *const c_char {
     guard("omega_gpu_session_platform", ptr::null(), || match runtime().installed() {
         Ok(i) => match i.name() {
             "sim" => c"sim".as_ptr(),
             "nvidia" => c"nvidia".as_ptr(),
-            _ => c"unknown".as_ptr(),
+            other => super::platform::table_name(other).unwrap_or(c"unknown".as_ptr()),
         },
         Err(e) => {
             runtime().set_error(&e);
@@ -642,14 +640,7 @@ pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) ->
             runtime().set_error(&e);
             return code(&e);
         };
-        copy_c_text(&mut out.name, &d.name);
-        copy_c_text(&mut out.driver_version, &d.driver_version);
-        copy_c_text(&mut out.pci, &d.pci);
-        out.sm_count = d.sm_count;
-        out.arch_major = d.arch_major;
-        out.arch_minor = d.arch_minor;
-        out.reserved = 0;
-        out.memory_bytes = d.memory_bytes;
+        *out = OmegaGpuDeviceInfo::from_info(&d);
         0
     })
 }

@@ -30,7 +30,9 @@ pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
 
-use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Services};
+use omega_hal::{
+    check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Refusal, Services,
+};
 
 use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};
@@ -248,7 +250,8 @@ impl Runtime {
     // ----- lock -----------------------------------------------------------------------------------
 
     /// Takes the session lock (blocking). Non-recursive: a thread that holds it and takes it again waits
-    /// forever, as the contract documents. With no platform, or one without a LOCK service, does nothing.
+    /// forever, as the contract documents. With no platform, or one without a LOCK service, does nothing;
+    /// every call that needs the lock then reports why there is none ([`Runtime::lock_unavailable`]).
     /// Inside an on-close hook (whose thread holds the lock already) it is refused (stage `on close`)
     /// instead of waiting forever.
     pub fn lock(&self) {
@@ -280,13 +283,14 @@ impl Runtime {
     }
 
     /// Releases the session lock. Refused (recorded in last_error, the lock left as it was) from a thread
-    /// that does not hold it, and while the lock is pinned on this thread: by a typed lock token (which
+    /// that does not hold it (where there is no lock to hold, the record is why: the platform's failure,
+    /// not a lock misuse), and while the lock is pinned on this thread: by a typed lock token (which
     /// releases it when dropped), by a job-engine run on the session backend (a clock callback), or by
     /// close running its on-close hooks. Each of those holds CPU views of session buffers across code it
     /// does not control; releasing the lock under it would let another thread close the device.
     pub fn unlock(&self) {
         if !self.holds_lock() {
-            self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock"));
+            self.refuse_unlock();
             return;
         }
         let me = thread::current().id();
@@ -329,7 +333,16 @@ impl Runtime {
         if self.holds_lock() {
             self.release_lock();
         } else {
-            self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock"));
+            self.refuse_unlock();
+        }
+    }
+
+    /// Records why an unlock from a thread that does not hold the lock released nothing: where there is
+    /// no lock to hold, the platform's failure (the real cause), else the lock misuse.
+    fn refuse_unlock(&self) {
+        match self.lock_unavailable() {
+            Some(e) => self.set_error(&e),
+            None => self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock")),
         }
     }
 
@@ -357,11 +370,37 @@ impl Runtime {
     /// The gate of the calls that release buffers, which an on-close hook may make: the lock only.
     pub(crate) fn require_lock_to_release(&self, stage: &'static str) -> Result<()> {
         if self.holds_lock() {
-            Ok(())
-        } else {
-            let _ = stage;
-            self.fail(Error::Lock("the calling thread does not hold the session lock (take it first)"))
+            return Ok(());
         }
+        let _ = stage;
+        match self.lock_unavailable() {
+            Some(e) => self.fail(e),
+            None => self.fail(Error::Lock("the calling thread does not hold the session lock (take it first)")),
+        }
+    }
+
+    /// Why [`Runtime::lock`] cannot take a lock at all: no platform installs (stage `platform`, with the
+    /// platform's own reason), or the installed one has no LOCK service. `None` when there is a lock.
+    pub(crate) fn lock_unavailable(&self) -> Option<Error> {
+        match self.installed() {
+            Err(e) => Some(e),
+            Ok(i) if i.platform.lock().is_none() => Some(Error::Refused(Refusal::MissingService(Services::LOCK))),
+            Ok(_) => None,
+        }
+    }
+
+    /// For the calls that take the lock themselves (close, command-list create): refuses a caller that
+    /// already holds it with `holder_refusal` (the contract's non-recursive lock would deadlock), reports
+    /// the platform's failure when there is no lock to take, and otherwise takes the lock.
+    pub(crate) fn lock_itself(&self, holder_refusal: &'static str) -> Result<()> {
+        if self.holds_lock() {
+            return self.fail(Error::Lock(holder_refusal));
+        }
+        if let Some(e) = self.lock_unavailable() {
+            return self.fail(e);
+        }
+        self.lock();
+        Ok(())
     }
 
     // ----- errors ---------------------------------------------------------------------------------
@@ -470,11 +509,9 @@ impl Runtime {
     /// A panic in an on-close hook does not leave the lock held: the close completes, the lock is
     /// released, and then the panic goes on to the caller (the C layer turns it into its failure value).
     pub fn close(&self) -> Result<()> {
-        if self.holds_lock() {
-            // The contract's C lock would deadlock here; in Rust we say so instead of hanging.
-            return self.fail(Error::Lock("close takes the session lock itself: call it without the lock"));
-        }
-        self.lock();
+        // The contract's C lock would deadlock for a holder; in Rust we say so instead of hanging. With no
+        // platform there is no lock to take, and the platform's failure is what is recorded.
+        self.lock_itself("close takes the session lock itself: call it without the lock")?;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.close_locked()));
         if self.holds_lock() {
             self.release_lock();

@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     CHECK_ERROR("alloc: refused, the process is latched");
     CHECK(omega_gpu_session_sync_to_cpu(&out) == -1);
     CHECK_ERROR("sync: refused, the process is latched");
-    CHECK(omega_gpu_session_set_platform("sim") == -1);
+    CHECK(omega_gpu_session_set_platform("sim", NULL) == -1);
     CHECK_ERROR("set platform: refused, the process is latched");
     omega_gpu_session_unlock();
 

@@ -63,11 +63,11 @@ int main(void) {
     OmegaGpuDeviceInfo di;
     CHECK(omega_gpu_device_query(&di) == -1);
     CHECK_ERROR("device query: device not open");
-    CHECK(omega_gpu_session_set_platform(NULL) == -1);
+    CHECK(omega_gpu_session_set_platform(NULL, NULL) == -1);
     CHECK_ERROR("set platform: name is NULL");
-    CHECK(omega_gpu_session_set_platform("bogus") == -1);
+    CHECK(omega_gpu_session_set_platform("bogus", NULL) == -1);
     CHECK_ERROR("platform: unknown platform `bogus`");
-    CHECK(omega_gpu_session_set_platform("sim") == 0);
+    CHECK(omega_gpu_session_set_platform("sim", NULL) == 0);
     CHECK(omega_gpu_sim_inject(99) == -1);
     CHECK_ERROR("sim inject: unknown fault 99");
 
@@ -102,7 +102,7 @@ int main(void) {
         CHECK(after.frees == before.frees && after.stale_refusals == before.stale_refusals);
         CHECK(omega_gpu_session_sync_to_cpu(&s->launch_buffer) == 0); /* still live */
     }
-    CHECK(omega_gpu_session_set_platform("sim") == -1);
+    CHECK(omega_gpu_session_set_platform("sim", NULL) == -1);
     CHECK_ERROR("set platform: close the device first");
     CHECK(omega_gpu_device_query(NULL) == -1);
     CHECK_ERROR("device query: out is NULL");

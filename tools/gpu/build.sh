@@ -4,7 +4,7 @@
 # machine and run tools/gpu/run_smoke.sh there.
 set -eu
 cd "$(dirname "$0")/../.."
-PTXAS=${PTXAS:-$(command -v ptxas || echo /root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/nvidia/cu13/bin/ptxas)}
+PTXAS=${PTXAS:-$(tools/find_ptxas.sh)}
 ARCH=${ARCH:-sm_90}
 mkdir -p .gpu
 for k in vector_add empty timestamps local_array store_to spin; do

@@ -310,6 +310,10 @@ impl Platform for Sim {
     fn device(&self) -> Option<&dyn Device> {
         self.has(Services::DEVICE).then_some(self as &dyn Device)
     }
+
+    fn code_format(&self) -> crate::CodeFormat {
+        crate::CodeFormat::SimImage
+    }
 }
 
 /// Map from a buffer's base address to the buffer, shared by memory and kernel access.
