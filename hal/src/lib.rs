@@ -58,7 +58,7 @@ pub use error::HalError;
 pub use handle::{Handle, HandleError, HandleTable};
 pub use host::HostMemory;
 pub use lock::{ProcessLock, SESSION_LOCK_ID};
-pub use memory::{Allocation, DeviceMemory};
+pub use memory::{Allocation, DeviceMemory, MemInfo};
 pub use poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
 pub use queue::{ConstBank, LaunchDesc, LaunchLimits, LimitError, Order, QueueBuffer, Submission, SubmitQueue};
 pub use visibility::Visibility;

@@ -5,7 +5,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use super::{Sim, SimFault};
 use crate::caps::{BufferDesc, BufferKind, CachePolicy, Rights};
 use crate::error::HalError;
-use crate::memory::{Allocation, DeviceMemory};
+use crate::memory::{Allocation, DeviceMemory, MemInfo};
 use crate::sync;
 
 pub(crate) const PAGE: u64 = 4096;
@@ -71,14 +71,16 @@ impl SimAlloc {
 }
 
 pub(crate) struct SimMemory {
-    pub(crate) map: super::AllocMap,
+    map: super::AllocMap,
+    /// Bytes of every live buffer (kept beside the map, so an allocation need not sum it).
+    live_bytes: u64,
     next_va: u64,
     next_id: u64,
 }
 
 impl SimMemory {
     pub(crate) fn new() -> Self {
-        Self { map: Default::default(), next_va: VA_BASE, next_id: 1 }
+        Self { map: Default::default(), live_bytes: 0, next_va: VA_BASE, next_id: 1 }
     }
 
     pub(crate) fn live_count(&self) -> usize {
@@ -86,7 +88,23 @@ impl SimMemory {
     }
 
     pub(crate) fn live_bytes(&self) -> u64 {
-        self.map.values().map(|a| a.bytes).sum()
+        self.live_bytes
+    }
+
+    /// The buffer based at `va`.
+    pub(crate) fn get_mut(&mut self, va: u64) -> Option<&mut SimAlloc> {
+        self.map.get_mut(&va)
+    }
+
+    fn insert(&mut self, va: u64, a: SimAlloc) {
+        self.live_bytes += a.bytes;
+        self.map.insert(va, a);
+    }
+
+    fn remove(&mut self, va: u64) -> Option<SimAlloc> {
+        let a = self.map.remove(&va)?;
+        self.live_bytes -= a.bytes;
+        Some(a)
     }
 
     /// The buffer holding `va`, with the offset of `va` in it.
@@ -103,6 +121,7 @@ impl SimMemory {
 
     pub(crate) fn release_all(&mut self) {
         self.map.clear();
+        self.live_bytes = 0;
     }
 }
 
@@ -123,7 +142,7 @@ impl DeviceMemory for Sim {
         if st.take_fault(|f| *f == SimFault::FailAlloc).is_some() {
             return Err(HalError::OutOfMemory { bytes: desc.bytes });
         }
-        if st.memory.live_bytes() + desc.bytes > self.config.memory_bytes {
+        if desc.bytes > self.config.memory_bytes - st.memory.live_bytes() {
             return Err(HalError::OutOfMemory { bytes: desc.bytes });
         }
         let len = usize::try_from(desc.bytes).map_err(|_| HalError::OutOfMemory { bytes: desc.bytes })?;
@@ -142,16 +161,84 @@ impl DeviceMemory for Sim {
         mem.next_id += 1;
         let a = SimAlloc { id, bytes: desc.bytes, rights: desc.rights, device, cpu };
         let cpu_ptr = if cpu_view { a.cpu_ptr() } else { std::ptr::null_mut() };
-        mem.map.insert(va, a);
+        mem.insert(va, a);
         Ok(Allocation { id, cpu: cpu_ptr, va, bytes: desc.bytes })
     }
 
     unsafe fn free(&self, a: &Allocation) {
         let mut st = sync::lock(&self.state);
-        let removed = st.memory.map.remove(&a.va);
+        let removed = st.memory.remove(a.va);
         debug_assert!(removed.as_ref().is_some_and(|r| r.id == a.id), "sim: free of an unknown allocation");
         if removed.is_some() {
             st.stats.frees += 1;
+        }
+    }
+
+    unsafe fn mem_info(&self) -> Result<MemInfo, HalError> {
+        let st = sync::lock(&self.state);
+        if !st.open {
+            return Err(HalError::NoDevice("sim: device not open".into()));
+        }
+        let total_bytes = self.config.memory_bytes;
+        Ok(MemInfo { free_bytes: total_bytes - st.memory.live_bytes(), total_bytes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Visibility};
+
+    const RW: Rights = Rights::CPU_READ.union(Rights::CPU_WRITE).union(Rights::GPU_READ).union(Rights::GPU_WRITE);
+
+    fn desc(bytes: u64, rights: Rights) -> BufferDesc {
+        BufferDesc { bytes, rights, cache: CachePolicy::Uncached, kind: BufferKind::Data }
+    }
+
+    #[test]
+    fn info_counts_live_bytes_against_the_configured_size_and_capacity_is_enforced() {
+        let sim = Sim::with_config(super::super::SimConfig { memory_bytes: 64 * PAGE, ..Default::default() });
+        // SAFETY: the device is opened first and closed last on this thread, the only one using it, and
+        // each buffer is freed once.
+        unsafe {
+            assert!(sim.mem_info().is_err(), "closed: nothing to report");
+            sim.open().unwrap();
+            assert_eq!(sim.mem_info().unwrap(), MemInfo { free_bytes: 64 * PAGE, total_bytes: 64 * PAGE });
+            let a = sim.alloc(&desc(48 * PAGE, RW)).unwrap();
+            assert_eq!(sim.mem_info().unwrap().free_bytes, 16 * PAGE);
+            assert_eq!(sim.alloc(&desc(17 * PAGE, RW)), Err(HalError::OutOfMemory { bytes: 17 * PAGE }));
+            let b = sim.alloc(&desc(16 * PAGE, RW)).unwrap();
+            assert_eq!(sim.mem_info().unwrap().free_bytes, 0);
+            sim.free(&a);
+            sim.free(&b);
+            assert_eq!(sim.mem_info().unwrap().free_bytes, 64 * PAGE);
+            sim.close();
+        }
+    }
+
+    #[test]
+    fn a_device_only_buffer_is_written_and_read_on_its_device_side() {
+        let sim = Sim::new();
+        // SAFETY: as above; every range lies inside its buffer.
+        unsafe {
+            sim.open().unwrap();
+            let d = sim.alloc(&desc(2 * PAGE, Rights::GPU_READ | Rights::GPU_WRITE)).unwrap();
+            assert!(d.cpu.is_null(), "no CPU rights, no CPU view");
+            sim.write_device(&d, PAGE - 2, &[1, 2, 3, 4]).unwrap();
+            let mut back = [0u8; 6];
+            sim.read_device(&d, PAGE - 3, &mut back).unwrap();
+            assert_eq!(back, [0, 1, 2, 3, 4, 0]);
+            // A buffer with a CPU view: the device side changes, the CPU copy does not until a sync.
+            let v = sim.alloc(&desc(PAGE, RW)).unwrap();
+            sim.write_device(&v, 0, &[9; 8]).unwrap();
+            assert_eq!(*v.cpu, 0);
+            sim.sync_to_cpu(&v, 0, 8).unwrap();
+            assert_eq!(*v.cpu.add(7), 9);
+            sim.inject(SimFault::FailSync);
+            assert!(sim.write_device(&d, 0, &[1]).is_err(), "an injected sync failure refuses device writes too");
+            sim.free(&d);
+            sim.free(&v);
+            sim.close();
         }
     }
 }
