@@ -47,7 +47,8 @@ impl WaitPolicy {
 
     /// What a platform without measurements of its own uses: 30 us of spinning (more than a short
     /// kernel's round trip on the H200), 50 us of yielding, then sleeps from 10 us to 1 ms.
-    pub const DEFAULT: WaitPolicy = WaitPolicy { spin_ns: 30_000, yield_ns: 50_000, first_sleep_us: 10, max_sleep_us: 1000 };
+    pub const DEFAULT: WaitPolicy =
+        WaitPolicy { spin_ns: 30_000, yield_ns: 50_000, first_sleep_us: 10, max_sleep_us: 1000 };
 }
 
 impl Default for WaitPolicy {
