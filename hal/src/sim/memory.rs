@@ -1,7 +1,5 @@
 //! Simulated device memory: page-aligned host blocks behind a fake GPU address map.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
-
 use super::{Sim, SimFault};
 use crate::caps::{BufferDesc, BufferKind, CachePolicy, Rights};
 use crate::error::HalError;
@@ -15,16 +13,27 @@ const VA_BASE: u64 = 0x10_0000_0000;
 
 /// A zeroed, page-aligned host block.
 pub(crate) struct PageBuf {
+    /// What `calloc` returned (freed on drop).
+    raw: *mut u8,
+    /// The first page boundary in it.
     ptr: *mut u8,
     len: usize,
 }
 
 impl PageBuf {
     fn new(len: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(len, PAGE as usize).ok()?;
-        // SAFETY: `len` is non-zero (the contract refuses zero-length buffers before a platform sees them).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(Self { ptr, len })
+        // calloc of a page more than asked, not `alloc_zeroed` with page alignment: for an alignment past
+        // malloc's own, std writes the zeros itself and so touches every page, while calloc takes a large
+        // block as fresh pages from the kernel, zero and untouched until used. A 64 MiB chunk then costs
+        // what its used pages cost.
+        let bytes = len.checked_add(PAGE as usize)?;
+        // SAFETY: calloc has no preconditions; a null result is the failure.
+        let raw = unsafe { libc::calloc(1, bytes) } as *mut u8;
+        if raw.is_null() {
+            return None;
+        }
+        let ptr = raw.wrapping_add(raw.align_offset(PAGE as usize));
+        Some(Self { raw, ptr, len })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {
@@ -32,7 +41,8 @@ impl PageBuf {
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` is a live allocation of `len` bytes owned by self.
+        // SAFETY: `ptr..ptr + len` lies inside the live calloc block of `len + PAGE` bytes owned by self
+        // (`ptr` is at most PAGE - 1 bytes in).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
@@ -44,8 +54,8 @@ impl PageBuf {
 
 impl Drop for PageBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with exactly this layout.
-        unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, PAGE as usize)) }
+        // SAFETY: the block calloc returned in `new`, freed once.
+        unsafe { libc::free(self.raw.cast()) }
     }
 }
 
