@@ -49,6 +49,8 @@ pub(super) fn alloc(rt: &Runtime, launches: u32, stage: &'static str) -> Result<
     // SAFETY: a QUEUE buffer has a CPU view of `a.bytes` bytes, and nothing else references it yet.
     unsafe { std::ptr::write_bytes(a.cpu, 0, a.bytes as usize) };
     let handle = s.buffers.open(Buf::new(a, HANDLE_BUF_QUEUE, STAMP_AREA));
+    s.direct.0 += 1;
+    s.direct.1 += a.bytes;
     Ok(GpuMem { handle, kind: HANDLE_BUF_QUEUE, cpu: a.cpu.cast(), va: a.va, size: a.bytes as usize })
 }
 
@@ -85,9 +87,9 @@ pub(super) fn free(rt: &Runtime, m: &mut GpuMem) {
     let b = s.buffers.close(m.handle).expect("checked above");
     let mem = i.platform.memory().expect("negotiated at open");
     // SAFETY: not latched, so every submission that named this area completed with both markers observed
-    // and the device no longer writes it; the caller holds the lock; the handle was current, so this
-    // frees it exactly once.
-    unsafe { mem.free(&b.alloc) };
+    // and the device no longer writes it; the caller holds the lock; the handle was current and is now
+    // closed, so this gives it back exactly once.
+    unsafe { s.release_buf(mem, b) };
     *m = GpuMem::NONE;
 }
 

@@ -1,9 +1,20 @@
-//! Session memory: alloc, free (or park after a latch), visibility sync, scratch, the counters.
+//! Session memory: alloc, free (or park after a latch), visibility sync, device writes and reads,
+//! scratch, the counters.
+//!
+//! Data, cached and device-only buffers of at most
+//! [`LARGEST_CARVED`](super::suballoc::LARGEST_CARVED) bytes are carved from chunks of the session's
+//! memory manager (`suballoc.rs`): one platform allocation per 64 MiB chunk, not per buffer. Larger ones,
+//! code and the session's queue buffers are platform allocations of their own, and so is a small buffer
+//! when the device cannot give a whole chunk (when out of memory, the manager's empty chunks are returned
+//! first and the allocation tried again).
 
-use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, Rights};
+use omega_hal::{
+    check_buffer, Allocation, BufferDesc, BufferKind, CachePolicy, DeviceMemory, HalError, MemInfo, Rights,
+};
 
-use super::{AllocStats, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, CODE_PREFETCH_TAIL, PARK_MAX};
-use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA};
+use super::suballoc::{Carve, CarverStats, Pool, CHUNK_BYTES};
+use super::{AllocStats, Backing, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL};
+use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, PARK_MAX};
 use crate::error::{Error, Result};
 use crate::sync;
 
@@ -16,6 +27,156 @@ pub enum AllocKind {
     Code,
     /// Cached.
     Cached,
+    /// Data with no CPU view: GPU read/write, written and read with [`Runtime::write`] / [`Runtime::read`].
+    Device,
+}
+
+/// What the session's memory manager holds ([`Runtime::memory_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The chunks small buffers are carved from, and what is carved.
+    pub carved: CarverStats,
+    /// Page-rounded bytes of the live carved buffers (what `alloc_bytes` counted for them).
+    pub carved_bytes: u64,
+    /// Buffers that are a platform allocation of their own (code, large buffers, the session's queue
+    /// buffers), live.
+    pub direct_buffers: u64,
+    /// Their bytes.
+    pub direct_bytes: u64,
+}
+
+impl MemoryStats {
+    /// Bytes the session holds from the platform: its chunks and its direct allocations.
+    pub fn platform_bytes(&self) -> u64 {
+        self.carved.chunk_bytes() + self.direct_bytes
+    }
+}
+
+/// How a buffer of a kind is described to the platform, and which pool (if any) it is carved from.
+fn describe(kind: AllocKind) -> (Rights, CachePolicy, BufferKind, u32, Option<Pool>) {
+    let rw = Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE;
+    match kind {
+        AllocKind::Data => (rw, CachePolicy::Uncached, BufferKind::Data, HANDLE_BUF_DATA, Some(Pool::Data)),
+        AllocKind::Code => (
+            Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
+            CachePolicy::Uncached,
+            BufferKind::Code,
+            HANDLE_BUF_CODE,
+            None,
+        ),
+        AllocKind::Cached => (
+            Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
+            CachePolicy::Cached,
+            BufferKind::Data,
+            HANDLE_BUF_DATA,
+            Some(Pool::Cached),
+        ),
+        AllocKind::Device => (
+            Rights::GPU_READ | Rights::GPU_WRITE,
+            CachePolicy::Uncached,
+            BufferKind::Data,
+            HANDLE_BUF_DATA,
+            Some(Pool::Device),
+        ),
+    }
+}
+
+impl Session {
+    /// A platform allocation for `desc`. When the device is out of memory and the memory manager keeps
+    /// empty chunks, they are returned to the platform and the allocation is tried once more.
+    ///
+    /// # Safety
+    /// - The caller holds the session lock and the device is open.
+    unsafe fn platform_alloc(&mut self, mem: &dyn DeviceMemory, desc: &BufferDesc) -> Result<Allocation, HalError> {
+        // SAFETY: forwarded from the caller.
+        match unsafe { mem.alloc(desc) } {
+            Err(HalError::OutOfMemory { .. }) if self.carver.stats().empty_chunks > 0 => {
+                for chunk in self.carver.take_empty() {
+                    // SAFETY: an empty chunk holds no buffer, so nothing on the device can touch it (the
+                    // lock is held, so no launch is running); the manager forgot it, so it is freed once.
+                    unsafe { mem.free(&chunk) };
+                }
+                // SAFETY: forwarded from the caller.
+                unsafe { mem.alloc(desc) }
+            }
+            r => r,
+        }
+    }
+
+    /// A block of `order` for a buffer of `bytes` bytes from `pool`, adding a chunk (allocated for
+    /// `desc`'s rights and cache policy) when no chunk of the pool has one free. Returns the buffer as its
+    /// holder sees it and where it lies.
+    ///
+    /// # Safety
+    /// - As [`Session::platform_alloc`].
+    unsafe fn carve(
+        &mut self,
+        mem: &dyn DeviceMemory,
+        desc: &BufferDesc,
+        pool: Pool,
+        order: u8,
+        bytes: u64,
+    ) -> Result<(Allocation, Carve), Error> {
+        let carve = match self.carver.carve(pool, order) {
+            Some(c) => c,
+            None => {
+                let chunk_desc = BufferDesc { bytes: CHUNK_BYTES, ..*desc };
+                // SAFETY: forwarded from the caller.
+                let chunk = unsafe { self.platform_alloc(mem, &chunk_desc) }.map_err(Error::Alloc)?;
+                if chunk.bytes < CHUNK_BYTES {
+                    // SAFETY: just allocated under the lock; nothing has its address yet.
+                    unsafe { mem.free(&chunk) };
+                    return Err(Error::Setting {
+                        stage: "alloc",
+                        detail: format!("the platform handed out {} bytes for a chunk of {CHUNK_BYTES}", chunk.bytes),
+                    });
+                }
+                self.carver.add_chunk(pool, chunk);
+                self.carver.carve(pool, order).expect("a fresh chunk holds a block of every carved size")
+            }
+        };
+        let chunk = self.carver.backing(pool, carve.chunk).expect("a carved block lies in a held chunk");
+        // The chunk's views cover CHUNK_BYTES and the block lies inside it; a chunk without a CPU view
+        // gives buffers without one.
+        let cpu = if chunk.cpu.is_null() { chunk.cpu } else { chunk.cpu.wrapping_add(carve.offset as usize) };
+        Ok((Allocation { id: chunk.id, cpu, va: chunk.va + carve.offset, bytes }, carve))
+    }
+
+    /// The platform allocation holding `b` and the offset of `b` in it: what a HAL call on `b` names.
+    pub(crate) fn platform_range(&self, b: &Buf) -> (Allocation, u64) {
+        match b.backing {
+            Backing::Direct => (b.alloc, 0),
+            Backing::Carved(c) => {
+                (*self.carver.backing(c.pool, c.chunk).expect("a carved buffer's chunk is held"), c.offset)
+            }
+        }
+    }
+
+    /// Gives `b` (just taken out of the table) back: a direct buffer to the platform, a carved one to its
+    /// chunk, which goes back to the platform when that empties it (beyond the pool's spare).
+    ///
+    /// # Safety
+    /// - The process is not latched, so no submitted work can still touch `b` (its last launch completed
+    ///   with both markers observed), and the caller holds the lock.
+    /// - `b` was live in the table and was removed from it, so it is given back once.
+    pub(crate) unsafe fn release_buf(&mut self, mem: &dyn DeviceMemory, b: Buf) {
+        match b.backing {
+            Backing::Direct => {
+                self.direct.0 -= 1;
+                self.direct.1 -= b.alloc.bytes;
+                // SAFETY: the caller's promises: nothing touches it, the lock is held, freed once.
+                unsafe { mem.free(&b.alloc) };
+            }
+            Backing::Carved(c) => {
+                if let Some(chunk) = self.carver.release(c) {
+                    // SAFETY: the chunk holds no buffer any more (the manager returns only an emptied one)
+                    // and the process is not latched, so nothing on the device touches it; the manager
+                    // forgot it, so it is freed once.
+                    unsafe { mem.free(&chunk) };
+                }
+            }
+        }
+    }
 }
 
 /// Bytes a buffer of `bytes` bytes of `kind` takes on a platform of `page`-byte pages: the request (plus the
@@ -25,7 +186,7 @@ pub enum AllocKind {
 pub(crate) fn buffer_bytes(bytes: usize, kind: AllocKind, page: u64) -> Option<u64> {
     let want = match kind {
         AllocKind::Code => bytes.checked_add(CODE_PREFETCH_TAIL)?,
-        AllocKind::Data | AllocKind::Cached => bytes,
+        AllocKind::Data | AllocKind::Cached | AllocKind::Device => bytes,
     };
     let rounded = u64::try_from(want.max(1)).ok()?.checked_next_multiple_of(page)?;
     (rounded <= isize::MAX as u64).then_some(rounded)
@@ -68,43 +229,38 @@ impl Runtime {
         let Some(rounded) = buffer_bytes(bytes, kind, page) else {
             return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
         };
-        let (rights, cache, hal_kind, c_kind) = match kind {
-            AllocKind::Data => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE,
-                CachePolicy::Uncached,
-                BufferKind::Data,
-                HANDLE_BUF_DATA,
-            ),
-            AllocKind::Code => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
-                CachePolicy::Uncached,
-                BufferKind::Code,
-                HANDLE_BUF_CODE,
-            ),
-            AllocKind::Cached => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
-                CachePolicy::Cached,
-                BufferKind::Data,
-                HANDLE_BUF_DATA,
-            ),
-        };
+        let (rights, cache, hal_kind, c_kind, pool) = describe(kind);
         let desc = BufferDesc { bytes: rounded, rights, cache, kind: hal_kind };
         if let Err(r) = check_buffer(&desc) {
             return self.fail(Error::Refused(r));
         }
         let mem = i.platform.memory().expect("negotiated at open");
         let mut s = sync::lock(&self.session);
-        // SAFETY: the lock is held and the device is open (checked above, and close needs the lock).
-        let a = match unsafe { mem.alloc(&desc) } {
-            Ok(a) => a,
+        let class = pool.and_then(|p| s.carver.order_for(rounded).map(|order| (p, order)));
+        // SAFETY (both calls): the lock is held and the device is open (checked above, and close needs the
+        // lock).
+        let placed = match class.map(|(pool, order)| unsafe { s.carve(mem, &desc, pool, order, rounded) }) {
+            Some(Ok((a, carve))) => Ok((a, Backing::Carved(carve))),
+            // No chunk could be had (the device has less than a chunk free): the buffer gets an allocation of
+            // its own instead, so a small buffer fails only when its own bytes cannot be had.
+            Some(Err(Error::Alloc(HalError::OutOfMemory { .. }))) | None => {
+                unsafe { s.platform_alloc(mem, &desc) }.map(|a| (a, Backing::Direct)).map_err(Error::Alloc)
+            }
+            Some(Err(e)) => Err(e),
+        };
+        let (a, backing) = match placed {
+            Ok(p) => p,
             Err(e) => {
-                s.stats.alloc_failures += 1;
+                if matches!(e, Error::Alloc(_)) {
+                    s.stats.alloc_failures += 1;
+                }
                 drop(s);
-                return self.fail(Error::Alloc(e));
+                return self.fail(e);
             }
         };
         if a.bytes < rounded {
-            // SAFETY: just allocated under the lock; nothing has its address yet.
+            // SAFETY: just allocated under the lock (a direct allocation: a carved one has exactly
+            // `rounded` bytes); nothing has its address yet.
             unsafe { mem.free(&a) };
             drop(s);
             return self.fail(Error::Setting {
@@ -123,7 +279,11 @@ impl Runtime {
         if kind == AllocKind::Code {
             s.code_ranges.insert(a.va, a.bytes);
         }
-        let handle = s.buffers.open(Buf::new(a, c_kind, owner));
+        if backing == Backing::Direct {
+            s.direct.0 += 1;
+            s.direct.1 += a.bytes;
+        }
+        let handle = s.buffers.open(Buf { backing, ..Buf::new(a, c_kind, owner) });
         Ok(GpuMem { handle, kind: c_kind, cpu: a.cpu.cast(), va: a.va, size: rounded as usize })
     }
 
@@ -205,8 +365,9 @@ impl Runtime {
         }
         let mem = i.platform.memory().expect("negotiated at open");
         // SAFETY: not latched, so the last launch completed with both markers observed and nothing on the
-        // device can touch `b`; the lock is held; the handle was current, so it is freed exactly once.
-        unsafe { mem.free(&b.alloc) };
+        // device can touch `b`; the lock is held; the handle was current and is now closed, so `b` is
+        // given back exactly once.
+        unsafe { s.release_buf(mem, b) };
         s.stats.frees += 1;
         *m = GpuMem::NONE;
         Ok(())
@@ -237,6 +398,26 @@ impl Runtime {
         sync::lock(&self.session).stats
     }
 
+    /// What the session's memory manager holds now: its chunks and what is carved from them, and its
+    /// direct allocations.
+    pub fn memory_stats(&self) -> MemoryStats {
+        let s = sync::lock(&self.session);
+        let carved_bytes =
+            s.buffers.iter().filter(|(_, b)| b.backing != Backing::Direct).map(|(_, b)| b.alloc.bytes).sum();
+        MemoryStats { carved: s.carver.stats(), carved_bytes, direct_buffers: s.direct.0, direct_bytes: s.direct.1 }
+    }
+
+    /// Free and total device memory, as the platform reports them now (on the GPU, the driver's figures,
+    /// which count every process's allocations; the session's own chunks count as used). Caller holds the
+    /// lock, device open.
+    pub fn mem_info(&self) -> Result<MemInfo> {
+        let stage = "mem info";
+        let i = self.live_platform(stage)?;
+        let mem = i.platform.memory().expect("negotiated at open");
+        // SAFETY: the lock is held and the device is open (checked above; close needs the lock).
+        unsafe { mem.mem_info() }.or_else(|e| self.fail(Error::MemInfo(e)))
+    }
+
     fn sync_dir(&self, m: &GpuMem, to_gpu: bool, offset: usize, len: usize) -> Result<()> {
         let stage = "sync";
         let i = self.live_platform(stage)?;
@@ -258,19 +439,106 @@ impl Runtime {
         if buf.alloc.cpu.is_null() || len == 0 {
             return Ok(());
         }
-        let a = buf.alloc;
+        let (a, base) = s.platform_range(buf);
         drop(s);
         let vis = i.platform.visibility().expect("negotiated at open");
+        let (offset, len) = (base + offset as u64, len as u64);
         // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range is inside
-        // it, and no work is running (launches are synchronous and the lock serialises callers).
+        // the buffer, which lies at `base` inside `a`, and no work is running (launches are synchronous and
+        // the lock serialises callers).
         let r = unsafe {
             if to_gpu {
-                vis.sync_to_gpu(&a, offset as u64, len as u64)
+                vis.sync_to_gpu(&a, offset, len)
             } else {
-                vis.sync_to_cpu(&a, offset as u64, len as u64)
+                vis.sync_to_cpu(&a, offset, len)
             }
         };
         r.or_else(|e| self.fail(Error::Sync(e)))
+    }
+
+    /// Writes `src` into `m` at `offset`, visible to the device on return: through the CPU view and a sync
+    /// for a buffer that has one, straight to the device side (the platform's staging) for one that has
+    /// not (a device-only buffer). Caller holds the lock, device open, not latched.
+    pub fn write(&self, m: &GpuMem, offset: usize, src: &[u8]) -> Result<()> {
+        let Some((a, base, cpu)) = self.copy_target(m, offset, src.len(), "write")? else { return Ok(()) };
+        let i = self.installed()?;
+        let vis = i.platform.visibility().expect("negotiated at open");
+        let at = base + offset as u64;
+        if cpu.is_null() {
+            // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range lies
+            // inside the buffer, which lies at `base` inside `a`, and no work is running.
+            return unsafe { vis.write_device(&a, at, src) }
+                .or_else(|e| self.fail(Error::Copy { stage: "write", source: e }));
+        }
+        // SAFETY: the CPU view covers the buffer's bytes and `offset + len` is inside it (checked); it stays
+        // mapped while the lock is held; `src` is a caller's slice, which cannot overlap a platform view the
+        // session hands out only as raw pointers.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), cpu.add(offset), src.len()) };
+        // SAFETY: as for write_device above.
+        unsafe { vis.sync_to_gpu(&a, at, src.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))
+    }
+
+    /// Reads `dst.len()` bytes of `m` at `offset` as the device left them: a sync and the CPU view for a
+    /// buffer that has one, straight from the device side for one that has not. Caller holds the lock,
+    /// device open, not latched.
+    pub fn read(&self, m: &GpuMem, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let Some((a, base, cpu)) = self.copy_target(m, offset, dst.len(), "read")? else { return Ok(()) };
+        let i = self.installed()?;
+        let vis = i.platform.visibility().expect("negotiated at open");
+        let at = base + offset as u64;
+        if cpu.is_null() {
+            // SAFETY: as in `write`.
+            return unsafe { vis.read_device(&a, at, dst) }
+                .or_else(|e| self.fail(Error::Copy { stage: "read", source: e }));
+        }
+        // SAFETY: as in `write`.
+        unsafe { vis.sync_to_cpu(&a, at, dst.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))?;
+        // SAFETY: the view covers the range (checked) and stays mapped under the lock; `dst` cannot overlap
+        // it (see `write`).
+        unsafe { std::ptr::copy_nonoverlapping(cpu.add(offset).cast_const(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// The checks of `write` and `read` (stage `stage`): lock, open, not latched, `m` live with its own
+    /// address, the range inside it. `None` for an empty range; else the platform allocation holding `m`,
+    /// `m`'s offset in it, and `m`'s CPU view (null for none).
+    fn copy_target(
+        &self,
+        m: &GpuMem,
+        offset: usize,
+        len: usize,
+        stage: &'static str,
+    ) -> Result<Option<(Allocation, u64, *mut u8)>> {
+        self.live_platform(stage)?;
+        if self.is_blocked() {
+            return self.fail(Error::Latched(stage));
+        }
+        let s = sync::lock(&self.session);
+        let buf = match s.buffers.check(m.handle) {
+            Ok(b) if b.alloc.va == m.va => b,
+            Ok(b) => {
+                let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va: b.alloc.va };
+                drop(s);
+                return self.fail(e);
+            }
+            Err(source) => {
+                drop(s);
+                return self.fail(Error::Handle { stage, source });
+            }
+        };
+        if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
+            let bytes = buf.alloc.bytes;
+            drop(s);
+            return self.fail(Error::Setting {
+                stage,
+                detail: format!("range {offset}+{len} past the buffer's {bytes} bytes"),
+            });
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let (a, base) = s.platform_range(buf);
+        Ok(Some((a, base, buf.alloc.cpu)))
     }
 
     /// Makes CPU writes to the whole buffer visible to the device.
