@@ -303,9 +303,27 @@ static uint8_t *counters;
 #endif
 static __attribute__((unused)) uint8_t *child_counters; /* shared with the child */
 static bool parent_done;         /* the parent handed the rest of this input to a child */
+
+/* What the runs did, shared with the children and printed at exit: how much of the latched mode ran. */
+static struct Tally {
+    uint64_t inputs, ops, forks, child_ops, latched_children, latched_ops;
+} *tally, tally_local;
 static __attribute__((unused)) size_t counters_len;
 
+static void print_tally(void) {
+    if (M.in_child) return;
+    fprintf(stderr,
+            "omega-fuzz: %llu inputs, %llu calls; %llu children took the rest of an input (%llu calls), %llu of them "
+            "latched and made %llu calls latched\n",
+            (unsigned long long)tally->inputs, (unsigned long long)tally->ops, (unsigned long long)tally->forks,
+            (unsigned long long)tally->child_ops, (unsigned long long)tally->latched_children,
+            (unsigned long long)tally->latched_ops);
+}
+
 static void setup_counter_sharing(void) {
+    tally = mmap(NULL, sizeof *tally, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (tally == MAP_FAILED) tally = &tally_local;
+    atexit(print_tally);
 #ifdef OMEGA_FUZZ_LIBFUZZER
     counters = fuzz_counters(&counters_len);
     if (counters) {
@@ -326,6 +344,7 @@ static bool fork_for_latch(void) {
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         M.in_child = true;
+        tally->forks++;
         trace("child %d takes the rest of the input", getpid());
         return true;
     }
@@ -350,6 +369,7 @@ static bool fork_for_latch(void) {
 
 /* The child's end: its coverage to the parent, then exit without running anything of the parent's. */
 static void child_exit(void) {
+    if (M.latched) tally->latched_children++;
 #ifdef OMEGA_FUZZ_LIBFUZZER
     if (child_counters) memcpy(child_counters, counters, counters_len);
 #endif
@@ -2854,12 +2874,16 @@ static void reset(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!initialized) init_once();
     begin_input();
+    tally->inputs++;
     in_p = data;
     in_n = size;
     in_i = 0;
     for (op_index = 0; in_i < in_n && op_index < MAX_OPS; op_index++) {
         uint8_t c = b8();
         OPS[c % N_OPS]();
+        tally->ops++;
+        if (M.in_child) tally->child_ops++;
+        if (M.latched) tally->latched_ops++;
         trace("done: \"%s\"", omega_gpu_session_last_error());
         if (parent_done) break;
         check_globals();
