@@ -461,6 +461,187 @@ fn mmu_fault() -> CaseResult {
     Ok(format!("{msg} (after {} ms)", t0.elapsed().as_millis()))
 }
 
+/// Groups printed `mixed_printf` lines by thread (the `t=` field), in the order they were printed.
+fn lines_by_thread(text: &str, threads: u32) -> Result<Vec<Vec<String>>, String> {
+    let mut by = vec![Vec::new(); threads as usize];
+    for line in text.split_inclusive('\n').filter(|l| !l.starts_with(omega::printf::OVERFLOW_MARK)) {
+        let t: u32 = line
+            .strip_prefix("t=")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| format!("not a mixed_printf line: {line:?}"))?;
+        by.get_mut(t as usize).ok_or_else(|| format!("thread {t} of {threads}: {line:?}"))?.push(line.to_string());
+    }
+    Ok(by)
+}
+
+/// Device printf from 2048 threads, 3 lines each, in two rounds with fresh random arguments: every line
+/// formatted as the C library formats it, each thread's lines in program order; then a 64 KiB buffer in
+/// a fresh session overflows, keeping a prefix of each thread's lines and marking how many were lost.
+fn device_printf() -> CaseResult {
+    let mut g = rng();
+    let (blocks, block, lines) = (16u32, 128u32, 3u32);
+    let threads = blocks * block;
+    let capture = omega::printf::capture();
+    let run = |base: i32, scale: f64, lines: u32| -> Result<(), String> {
+        with_scope(|s, gpu| {
+            let module =
+                s.load_module(omega::kernels::cuda_module(omega::kernels::MIXED).map_err(err)?).map_err(err)?;
+            let k = module.kernel(omega::kernels::MIXED_PRINTF).map_err(err)?;
+            let l = Launch::new(&k).grid([blocks, 1, 1]).block([block, 1, 1]).arg(base).arg(scale).arg(lines);
+            gpu.launch(&l).map_err(err)?;
+            Ok(())
+        })
+    };
+    let mut report = Vec::new();
+    for round in 0..2 {
+        let (base, scale) = (g.random_range(-1_000_000..1_000_000), g.random_range(-1e3..1e3));
+        run(base, scale, lines)?;
+        let text = capture.take();
+        let got = lines_by_thread(&text, threads)?;
+        let want = omega::kernels::mixed_printf_expected(base, scale, threads, lines);
+        if let Some(t) = (0..threads as usize).find(|&t| got[t] != want[t]) {
+            return Err(format!("round {round}: thread {t} printed {:?}, want {:?}", got[t], want[t]));
+        }
+        report.push(format!("{} lines", text.lines().count()));
+    }
+    // Overflow: a session whose buffer holds only part of the output.
+    let small = 64 << 10;
+    let set = (|| {
+        let closed = omega::lock().open().map_err(|e| err(e.error))?.close();
+        omega::printf::set_buffer_bytes(small).map_err(err)?;
+        drop(closed);
+        let (base, scale) = (g.random_range(-1000..1000), g.random_range(-10.0..10.0));
+        run(base, scale, lines)?;
+        let text = capture.take();
+        let got = lines_by_thread(&text, threads)?;
+        let want = omega::kernels::mixed_printf_expected(base, scale, threads, lines);
+        let printed: usize = got.iter().map(Vec::len).sum();
+        for t in 0..threads as usize {
+            if got[t][..] != want[t][..got[t].len()] {
+                return Err(format!("overflow: thread {t} printed {:?}, not a prefix of its lines", got[t]));
+            }
+        }
+        let lost = (threads * lines) as usize - printed;
+        let mark = text.lines().last().unwrap_or_default().to_string();
+        if lost == 0
+            || !mark.starts_with(omega::printf::OVERFLOW_MARK)
+            || !mark.contains(&format!("{lost} record(s) lost"))
+        {
+            return Err(format!("overflow: {printed} printed, {lost} lost, last line {mark:?}"));
+        }
+        Ok(format!("{small} B buffer: {printed} kept, {lost} marked lost"))
+    })();
+    // Back to the default buffer in a fresh session, whatever happened.
+    if let Ok(dev) = omega::lock().open() {
+        let closed = dev.close();
+        let _ = omega::printf::set_buffer_bytes(omega::printf::DEFAULT_BUFFER_BYTES);
+        drop(closed);
+    }
+    omega::printf::set_output(omega::printf::Output::Stdout);
+    report.push(set?);
+    Ok(format!("{threads} threads x {lines} lines: {}", report.join(", ")))
+}
+
+/// The nvcc-built `mixed` module on the device: its plain, template and printf kernels and the module
+/// data they share, each output poisoned first and checked bit for bit against its reference.
+fn mixed_module() -> CaseResult {
+    use omega::kernels as k;
+    let mut g = rng();
+    let n = g.random_range(1_000..=200_000usize);
+    let grid = [n.div_ceil(256) as u32, 1, 1];
+    let capture = omega::printf::capture();
+    let r = with_scope(|s, gpu| {
+        let module = s.load_module(k::cuda_module(k::MIXED).map_err(err)?).map_err(err)?;
+        let plain = module.kernel(k::MIXED_PLAIN).map_err(err)?;
+        let counter = module.kernel(k::MIXED_COUNTER).map_err(err)?;
+        let mut out = s.alloc::<f32>(n).map_err(err)?;
+        out.fill(f32::NAN).map_err(err)?;
+        let gpu =
+            gpu.launch(&Launch::new(&plain).grid(grid).block([256, 1, 1]).arg(&out).arg(n as u32)).map_err(err)?.gpu;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        if bits(&out.to_vec().map_err(err)?) != bits(&k::mixed_plain_ref(n)) {
+            return Err("mixed_plain: output differs from the reference (__constant__ / __device__ data)".into());
+        }
+        let mut count = [0u8; 4];
+        module.read_global("mixed_count", &mut count).map_err(err)?;
+        if u32::from_le_bytes(count) != n as u32 {
+            return Err(format!("mixed_count is {} after {n} elements", u32::from_le_bytes(count)));
+        }
+        let mut seen = s.alloc::<u32>(1).map_err(err)?;
+        seen.fill(u32::MAX).map_err(err)?;
+        let gpu = gpu.launch(&Launch::new(&counter).arg(&seen)).map_err(err)?.gpu;
+        if seen.to_vec().map_err(err)? != [n as u32] {
+            return Err(format!("mixed_counter read {:?}, want [{n}]", seen.to_vec().map_err(err)?));
+        }
+        // In one dependent list: plain writes the counter, counter reads and resets it.
+        seen.fill(u32::MAX).map_err(err)?;
+        let mut gpu = gpu;
+        {
+            let m = (n / 3) as u32;
+            let mut list = s.cmdlist().map_err(err)?;
+            let a = Launch::new(&plain).grid(grid).block([256, 1, 1]).arg(&out).arg(m);
+            let b = Launch::new(&counter).arg(&seen);
+            list.add(&a).map_err(err)?;
+            list.add(&b).map_err(err)?;
+            gpu = gpu.submit(&mut list).map_err(err)?.gpu;
+            if seen.to_vec().map_err(err)? != [m] {
+                return Err(format!("list: mixed_counter read {:?}, want [{m}]", seen.to_vec().map_err(err)?));
+            }
+        }
+        // Template kernels by their mangled names.
+        let data: Vec<f32> = (0..n).map(|_| g.random_range(-1e4f32..1e4)).collect();
+        let factor = g.random_range(-8.0f32..8.0);
+        let mut buf = s.alloc_from(&data).map_err(err)?;
+        let scale = module.kernel(k::MIXED_SCALE_F32).map_err(err)?;
+        gpu = gpu
+            .launch(&Launch::new(&scale).grid(grid).block([256, 1, 1]).arg(&buf).arg(factor).arg(n as u32))
+            .map_err(err)?
+            .gpu;
+        if bits(&buf.to_vec().map_err(err)?) != bits(&k::mixed_scale_f32_ref(&data, factor)) {
+            return Err("mixed_scale<float>: output differs from the reference".into());
+        }
+        let ints: Vec<i32> = (0..n).map(|_| g.random_range(-1_000_000..1_000_000)).collect();
+        let ifactor = g.random_range(-100..100);
+        let mut ibuf = s.alloc_from(&ints).map_err(err)?;
+        let iscale = module.kernel(k::MIXED_SCALE_I32).map_err(err)?;
+        gpu = gpu
+            .launch(&Launch::new(&iscale).grid(grid).block([256, 1, 1]).arg(&ibuf).arg(ifactor).arg(n as u32))
+            .map_err(err)?
+            .gpu;
+        if ibuf.to_vec().map_err(err)? != k::mixed_scale_i32_ref(&ints, ifactor) {
+            return Err("mixed_scale<int>: output differs from the reference".into());
+        }
+        for (name, f) in [(k::MIXED_FILL_7, 7), (k::MIXED_FILL_MINUS_3, -3)] {
+            ibuf.fill(i32::MIN).map_err(err)?;
+            let fill = module.kernel(name).map_err(err)?;
+            gpu = gpu
+                .launch(&Launch::new(&fill).grid(grid).block([256, 1, 1]).arg(&ibuf).arg(n as u32))
+                .map_err(err)?
+                .gpu;
+            if ibuf.to_vec().map_err(err)? != k::mixed_fill_ref(f, n) {
+                return Err(format!("{name}: output differs from the reference"));
+            }
+        }
+        // The printf kernel of the same module, beside the others.
+        let printf = module.kernel(k::MIXED_PRINTF).map_err(err)?;
+        let (base, pscale) = (g.random_range(-1000..1000), g.random_range(-10.0..10.0));
+        gpu.launch(&Launch::new(&printf).block([4, 1, 1]).arg(base).arg(pscale).arg(2u32)).map_err(err)?;
+        let got = lines_by_thread(&capture.take(), 4)?;
+        if got != k::mixed_printf_expected(base, pscale, 4, 2) {
+            return Err(format!("mixed_printf printed {got:?}"));
+        }
+        Ok(format!(
+            "{n} elements; plain, counter, a 2-launch list, scale<float>, scale<int>, fill<7>, fill<-3>, printf \
+             (registers {}, local {} B)",
+            printf.meta().registers,
+            printf.meta().local_bytes_per_thread
+        ))
+    });
+    omega::printf::set_output(omega::printf::Output::Stdout);
+    r
+}
+
 fn in_child(case: &str) -> CaseResult {
     let exe = std::env::current_exe().map_err(err)?;
     let out = Command::new(exe).args(["--case", case]).output().map_err(err)?;
@@ -522,6 +703,8 @@ fn main() -> ExitCode {
         ("command list: dependent launches never overlap", cmdlist_ordering),
         ("command list: launch i+1 reads what launch i wrote", chain_visibility),
         ("module data: __constant__ table and __device__ counter", module_data),
+        ("mixed module: nvcc plain + template + printf kernels, module data", mixed_module),
+        ("device printf: many threads, order per thread, overflow marked", device_printf),
         ("job engine: VECTOR_1D job", engine_vector_job),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),

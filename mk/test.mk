@@ -3,8 +3,9 @@
 
 LOOM_TARGET ?= target/loom
 
-# Every host suite, what CI runs: test-rust, test-sim-only, test-loom, test-c-layer. No GPU needed.
-test: test-rust test-sim-only test-loom test-c-layer
+# Every host suite, what CI runs: test-rust, test-sim-only, test-loom, test-c-layer, and a minute of fuzz.
+# No GPU needed.
+test: test-rust test-sim-only test-loom test-c-layer fuzz
 	@echo "make test: every host suite passed"
 
 # cargo test of the whole workspace (unit, integration, C consumers, UI, doctests), and the benches built.

@@ -1,45 +1,235 @@
-//! From a cubin to a code image and a launch template, through the nvidia backend's cubin parser.
+//! From a cubin to resident images and launch templates, through the cubin parser of `omega-hal`.
+//!
+//! A module is placed in two buffers: its code and constant banks in a code buffer (GPU-executable,
+//! never GPU-written), its `__device__` data in a data buffer (GPU-writable; zeroed `.nv.global`,
+//! initialised `.nv.global.init`). Relocations are applied for both addresses, and a symbol the module
+//! leaves undefined is resolved when Omega provides it — `vprintf`, Omega's device printf — or left
+//! unpatched: the module loads, and only a kernel that needs such a symbol is refused, at its own load,
+//! naming it. A kernel is refused the same way when it declares what the launch path cannot do yet (a
+//! cluster shape).
 //!
 //! On the simulator the same cubin is parsed (so a bad or foreign cubin is refused there too, and the
-//! kernel's own parameter table is what launches are checked against); the code written is the
-//! simulator's code image naming the entry, which runs the host reference of that kernel.
+//! kernel's own parameter table is what launches are checked against); the code written is one
+//! simulator code image per kernel, naming the entry (the host reference runs) and carrying the addresses
+//! its machine code would have had: the module's `__device__` data in the data buffer, and the printf
+//! buffer for a kernel that calls `vprintf`.
 
 use omega_hal::arch::{self, Arch};
-use omega_hal::cubin::{ConstBank, Module};
+use omega_hal::cubin::{ConstBank, CubinError, ExternalFunction, KernelInfo, Module, Segment};
 
 use crate::error::{Error, Result};
+use crate::printf::{self, VPRINTF};
 use crate::session::{runtime, KernelMeta, ParamInfo};
 
-/// What goes into the code buffer.
+/// The architecture of the open device (the simulator models sm_90).
+pub(crate) fn device_arch() -> Result<&'static Arch> {
+    let info = runtime().device_info().ok_or(Error::NotOpen("load"))?;
+    arch::for_sm(info.arch_major, info.arch_minor).ok_or_else(|| {
+        Error::Load(format!("no architecture entry for sm_{}{} ({})", info.arch_major, info.arch_minor, info.name))
+    })
+}
+
+/// A cubin parsed for the open device, with what Omega provides for its undefined symbols.
+pub(crate) struct PreparedModule {
+    pub(crate) module: Module,
+    arch: &'static Arch,
+    sim: bool,
+    /// Device printf, when the module calls `vprintf` and it could be made ready.
+    printf: Option<printf::Ready>,
+    /// Why device printf is not ready, when the module calls `vprintf` and it is not.
+    printf_missing: Option<String>,
+}
+
+/// Where the buffers of a placed module are.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placement {
+    pub(crate) code_va: u64,
+    pub(crate) data_va: u64,
+}
+
+/// Alignment of each simulator code image inside a module's code buffer.
+const SIM_IMAGE_ALIGN: usize = 128;
+
+impl PreparedModule {
+    /// Parses `cubin` for the open device; makes device printf ready when the module calls `vprintf`.
+    pub(crate) fn new(cubin: &[u8]) -> Result<PreparedModule> {
+        let arch = device_arch()?;
+        let module = Module::parse(cubin, arch).map_err(|e| Error::Load(e.to_string()))?;
+        // The platform says which code it runs: the simulator's code images, or the cubin's machine code.
+        let sim = runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage;
+        let (mut printf, mut printf_missing) = (None, None);
+        if module.undefined.iter().any(|s| s == VPRINTF) {
+            match printf::ready(sim) {
+                Ok(r) => printf = Some(r),
+                Err(Error::Load(why)) => printf_missing = Some(why),
+                Err(e) => printf_missing = Some(e.to_string()),
+            }
+        }
+        Ok(PreparedModule { module, arch, sim, printf, printf_missing })
+    }
+
+    /// Bytes of the code buffer.
+    pub(crate) fn code_bytes(&self) -> usize {
+        if self.sim {
+            self.sim_images(Placement { code_va: 0, data_va: 0 }).0.len().max(1)
+        } else {
+            self.module.alloc_bytes() as usize
+        }
+    }
+
+    /// Bytes of the data buffer (0: the module has no `__device__` data).
+    pub(crate) fn data_bytes(&self) -> usize {
+        self.module.data.len()
+    }
+
+    /// The address Omega gives undefined symbol `symbol`, if it provides it.
+    fn resolve(&self, symbol: &str) -> Option<u64> {
+        (symbol == VPRINTF).then_some(self.printf.map(|p| p.vprintf_va)).flatten()
+    }
+
+    /// What Omega's definition of undefined symbol `symbol` needs of a launch, if it provides it.
+    fn external(&self, symbol: &str) -> Option<ExternalFunction> {
+        (symbol == VPRINTF).then_some(self.printf.map(|p| p.needs)).flatten()
+    }
+
+    /// The bytes of both buffers for `at`: (code, data), and each kernel's entry offset in the code.
+    pub(crate) fn images(&self, at: Placement) -> Result<(Vec<u8>, Vec<u8>, Vec<u64>)> {
+        let relocated = self
+            .module
+            .relocate(at.code_va, at.data_va, &|s| self.resolve(s))
+            .map_err(|e| Error::Load(e.to_string()))?;
+        if self.sim {
+            let (code, entries) = self.sim_images(at);
+            return Ok((code, relocated.data, entries));
+        }
+        let entries = self.module.kernels.iter().map(|k| k.code_offset).collect();
+        Ok((relocated.image, relocated.data, entries))
+    }
+
+    /// On the simulator: one code image per kernel, each at a multiple of [`SIM_IMAGE_ALIGN`].
+    fn sim_images(&self, at: Placement) -> (Vec<u8>, Vec<u64>) {
+        let (mut code, mut entries) = (Vec::new(), Vec::new());
+        for k in &self.module.kernels {
+            code.resize(code.len().next_multiple_of(SIM_IMAGE_ALIGN), 0);
+            entries.push(code.len() as u64);
+            code.extend_from_slice(&self.sim_image(k, at));
+        }
+        (code, entries)
+    }
+
+    /// On the simulator: kernel `k`'s code image, naming it and carrying the addresses its host reference
+    /// reads (the module's `__device__` data, and the printf buffer when it calls `vprintf`).
+    fn sim_image(&self, k: &KernelInfo, at: Placement) -> Vec<u8> {
+        let mut symbols: Vec<(&str, u64)> = self
+            .module
+            .symbols
+            .iter()
+            .filter(|s| s.segment == Segment::Data)
+            .map(|s| (s.name.as_str(), at.data_va + s.offset))
+            .collect();
+        if let Some(p) = self.printf.filter(|_| k.externs.iter().any(|s| s == VPRINTF)) {
+            symbols.push((printf::SIM_BUFFER_SYMBOL, p.buffer_va));
+        }
+        omega_hal::sim::code_image_with_symbols(&k.name, &symbols)
+    }
+
+    /// What every launch of kernel `k` needs, for a module placed at `at`; refused when `k` needs a
+    /// symbol nothing provides or a launch feature the platform lacks.
+    pub(crate) fn kernel_meta(&self, k: &KernelInfo, at: Placement) -> Result<KernelMeta> {
+        let refuse = |why: String| Err(Error::Load(format!("kernel `{}`: {why}", k.name)));
+        if k.explicit_cluster || k.cluster_dims.is_some_and(|d| d.iter().product::<u32>() > 1) {
+            let dims = k.cluster_dims.map_or("an explicit cluster".to_string(), |[x, y, z]| format!("{x}x{y}x{z}"));
+            return refuse(format!(
+                "declares a cluster launch of {dims} CTAs (__cluster_dims__); Omega's launch path has no cluster \
+                 support yet, so it cannot be launched as built"
+            ));
+        }
+        if k.param_base != self.arch.param_base {
+            return refuse(format!(
+                "parameters at constant-bank offset {:#x}, {} expects {:#x}",
+                k.param_base, self.arch.name, self.arch.param_base
+            ));
+        }
+        let linked = match self.module.link(k, self.arch, &|s| self.external(s)) {
+            Ok(l) => l,
+            Err(CubinError::UnresolvedSymbol { symbol, .. }) => {
+                let why = match (&symbol[..], &self.printf_missing) {
+                    (VPRINTF, Some(missing)) => {
+                        format!("calls `vprintf` (device printf), which is not available: {missing}")
+                    }
+                    _ => {
+                        format!("needs symbol `{symbol}`, which the module does not define and Omega does not provide")
+                    }
+                };
+                return refuse(why);
+            }
+            Err(e) => return refuse(e.to_string()),
+        };
+        let const_banks = if self.sim {
+            // The simulator's kernel is a host function holding its constant data itself.
+            Vec::new()
+        } else {
+            k.const_banks
+                .iter()
+                .map(|b: &ConstBank| omega_hal::ConstBank { index: b.index, va: at.code_va + b.offset, bytes: b.bytes })
+                .collect()
+        };
+        // What the GPU fetches from the entry on: the machine code, or on the simulator the code image.
+        let code_bytes = if self.sim { self.sim_image(k, at).len() as u64 } else { k.code_bytes };
+        Ok(KernelMeta {
+            name: k.name.clone(),
+            code_bytes,
+            registers: linked.registers,
+            static_shared_bytes: k.shared_bytes,
+            local_bytes_per_thread: linked.local_bytes_per_thread,
+            barriers: k.barriers,
+            params: k.params.iter().map(|p| ParamInfo { ordinal: p.ordinal, offset: p.offset, size: p.size }).collect(),
+            param_bytes: k.param_bytes,
+            max_threads: k.max_threads,
+            const_banks,
+            printf: k.externs.iter().any(|s| s == VPRINTF),
+        })
+    }
+}
+
+/// What goes into the code buffer of a single-buffer load.
 enum Image {
-    /// Machine code, relocated for its load address.
-    Cubin(Module),
+    /// A module, its data image placed right after its code image.
+    Cubin(Box<PreparedModule>),
     /// The same bytes wherever it lands (the simulator's code image).
     Fixed(Vec<u8>),
 }
 
-/// A kernel ready to be placed at an address.
+/// One kernel of a cubin ready to be placed in a single code buffer at an address (the C layer's and
+/// the job engine's loads). The module's `__device__` data then lies in the code buffer after the code,
+/// which the GPU may read but not write: the repository's PTX kernels only read theirs. Kernels that
+/// write module data or call undefined symbols load through [`crate::Scope::load_module`].
 pub(crate) struct Prepared {
     image: Image,
     /// Bytes to allocate for the code buffer.
     pub(crate) image_bytes: usize,
     /// Offset of the entry's first instruction in the image.
     pub(crate) entry_offset: u64,
+    /// The entry's position among the module's kernels.
+    entry: usize,
     /// What every launch of the entry needs, but its constant banks (see [`Prepared::meta_at`]).
     meta: KernelMeta,
-    /// The entry's constant banks other than 0, as offsets in the image.
-    banks: Vec<ConstBank>,
 }
 
 impl Prepared {
     /// What every launch of the entry needs once the image lies at `va`: its constant banks are the
     /// image's own bytes (relocated, GPU-readable in the code buffer), at `va` plus their offsets.
     pub(crate) fn meta_at(&self, va: u64) -> KernelMeta {
-        let const_banks = self
-            .banks
-            .iter()
-            .map(|b| omega_hal::ConstBank { index: b.index, va: va + b.offset, bytes: b.bytes })
-            .collect();
+        let Image::Cubin(m) = &self.image else { return self.meta.clone() };
+        let k = &m.module.kernels[self.entry];
+        let const_banks = if m.sim {
+            Vec::new()
+        } else {
+            k.const_banks
+                .iter()
+                .map(|b| omega_hal::ConstBank { index: b.index, va: va + b.offset, bytes: b.bytes })
+                .collect()
+        };
         KernelMeta { const_banks, ..self.meta.clone() }
     }
 
@@ -47,84 +237,72 @@ impl Prepared {
     pub(crate) fn relocate(&self, va: u64) -> Result<Vec<u8>> {
         match &self.image {
             Image::Fixed(bytes) => Ok(bytes.clone()),
-            Image::Cubin(m) => m.relocate(va).map_err(|e| Error::Load(format!("kernel `{}`: {e}", self.meta.name))),
+            Image::Cubin(m) => {
+                m.module.relocate_in_one(va).map_err(|e| Error::Load(format!("kernel `{}`: {e}", self.meta.name)))
+            }
         }
     }
 }
 
-/// The architecture of the open device (the simulator models sm_90).
-fn device_arch() -> Result<&'static Arch> {
-    let info = runtime().device_info().ok_or(Error::NotOpen("load"))?;
-    arch::for_sm(info.arch_major, info.arch_minor).ok_or_else(|| {
-        Error::Load(format!("no architecture entry for sm_{}{} ({})", info.arch_major, info.arch_minor, info.name))
-    })
-}
-
-/// Parses `cubin` for the open device and picks `entry`.
+/// Parses `cubin` for the open device and picks `entry`, for a single-buffer load.
 pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
-    let arch = device_arch()?;
-    let module = Module::parse(cubin, arch).map_err(|e| Error::Load(format!("kernel `{entry}`: {e}")))?;
-    let k = module.kernel(entry).map_err(|e| Error::Load(e.to_string()))?;
-    if k.param_base != arch.param_base {
+    let m = PreparedModule::new(cubin).map_err(|e| Error::Load(format!("kernel `{entry}`: {e}")))?;
+    let index = m.module.kernels.iter().position(|k| k.name == entry);
+    let Some(index) = index else {
+        return Err(Error::Load(m.module.kernel(entry).expect_err("not among the kernels").to_string()));
+    };
+    let k = &m.module.kernels[index];
+    if let Some(symbol) = k.externs.first() {
         return Err(Error::Load(format!(
-            "kernel `{entry}`: parameters at constant-bank offset {:#x}, {} expects {:#x}",
-            k.param_base, arch.name, arch.param_base
+            "kernel `{entry}` needs symbol `{symbol}`, which a single-buffer load cannot provide: load its module \
+             with Scope::load_module"
         )));
     }
-    let meta = KernelMeta {
-        name: k.name.clone(),
-        code_bytes: k.code_bytes,
-        registers: k.registers,
-        static_shared_bytes: k.shared_bytes,
-        local_bytes_per_thread: k.local_bytes_per_thread,
-        barriers: k.barriers,
-        params: k.params.iter().map(|p| ParamInfo { ordinal: p.ordinal, offset: p.offset, size: p.size }).collect(),
-        param_bytes: k.param_bytes,
-        max_threads: k.max_threads,
-        const_banks: Vec::new(),
-    };
-    if runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage {
-        // The simulator's kernel is a host function holding its module data itself: no banks to bind, and
-        // the code the buffer holds is the code image, not the cubin's machine code.
+    let meta = m.kernel_meta(k, Placement { code_va: 0, data_va: 0 })?;
+    if m.sim {
+        // The code the buffer holds is the code image naming the entry, not the cubin's machine code.
         let img = omega_hal::sim::code_image(entry);
-        return Ok(Prepared {
-            image_bytes: img.len(),
-            entry_offset: 0,
-            meta: KernelMeta { code_bytes: img.len() as u64, ..meta },
-            banks: Vec::new(),
-            image: Image::Fixed(img),
-        });
+        let meta = KernelMeta { code_bytes: img.len() as u64, ..meta };
+        return Ok(Prepared { image_bytes: img.len(), entry_offset: 0, entry: index, meta, image: Image::Fixed(img) });
     }
-    let (image_bytes, entry_offset, banks) = (module.alloc_bytes() as usize, k.code_offset, k.const_banks.clone());
-    Ok(Prepared { image: Image::Cubin(module), image_bytes, entry_offset, meta, banks })
+    let image_bytes = m.module.alloc_bytes_in_one() as usize;
+    let entry_offset = k.code_offset;
+    Ok(Prepared { image: Image::Cubin(Box::new(m)), image_bytes, entry_offset, entry: index, meta })
 }
 
-/// Prepares repository kernel `name` (`kernels/<name>.ptx`): its cubin, or — on the simulator in a build
-/// without ptxas — its host reference, described by the repository's host spec.
+/// Prepares repository kernel `name` (`kernels/<name>.ptx`) for a single-buffer load: its cubin, or — on
+/// the simulator in a build without ptxas — its host reference, described by the repository's host spec.
 pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
-    let cubin = crate::kernels::sm90_cubin(name);
-    let sim = runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage;
-    match cubin {
+    match crate::kernels::sm90_cubin(name) {
         Ok(c) => prepare(c, name),
-        Err(_) if sim => {
-            let spec = crate::kernels::host_spec(name)
-                .ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
-            let img = omega_hal::sim::code_image(name);
-            let params = spec.params();
-            let meta = KernelMeta {
-                name: name.to_owned(),
-                code_bytes: img.len() as u64,
-                registers: 32,
-                static_shared_bytes: spec.static_shared_bytes,
-                local_bytes_per_thread: spec.local_bytes_per_thread,
-                barriers: 0,
-                param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
-                params,
-                max_threads: None,
-                const_banks: Vec::new(),
-            };
-            Ok(Prepared { image_bytes: img.len(), entry_offset: 0, meta, banks: Vec::new(), image: Image::Fixed(img) })
+        Err(why) => {
+            let (img, meta) = host_spec_meta(name, why)?;
+            Ok(Prepared { image_bytes: img.len(), entry_offset: 0, entry: 0, meta, image: Image::Fixed(img) })
         }
-        Err(why) => Err(Error::Load(format!("kernel `{name}`: {why}"))),
     }
+}
+
+/// On the simulator in a build without ptxas: repository kernel `name`'s code image and launch template
+/// from its host spec. Elsewhere `why` (there is no cubin) is the error.
+pub(crate) fn host_spec_meta(name: &str, why: &str) -> Result<(Vec<u8>, KernelMeta)> {
+    if runtime().installed()?.platform.code_format() != omega_hal::CodeFormat::SimImage {
+        return Err(Error::Load(format!("kernel `{name}`: {why}")));
+    }
+    let spec = crate::kernels::host_spec(name).ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
+    let img = omega_hal::sim::code_image(name);
+    let params = spec.params();
+    let meta = KernelMeta {
+        name: name.to_owned(),
+        code_bytes: img.len() as u64,
+        registers: 32,
+        static_shared_bytes: spec.static_shared_bytes,
+        local_bytes_per_thread: spec.local_bytes_per_thread,
+        barriers: 0,
+        param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
+        params,
+        max_threads: None,
+        const_banks: Vec::new(),
+        printf: false,
+    };
+    Ok((img, meta))
 }

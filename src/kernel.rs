@@ -1,14 +1,167 @@
-//! Loaded kernels: the code buffer, the entry address and what every launch of the kernel needs.
+//! Loaded modules and kernels: the code and data buffers, the entry addresses and what every launch of a
+//! kernel needs.
+//!
+//! A [`Module`] is a cubin made resident ([`Scope::load_module`]): its code and constant banks in a code
+//! buffer, its `__device__` data in a data buffer, both relocated, so every kernel taken from it
+//! ([`Module::kernel`]) shares the module's data as CUDA's kernels of one module do. A [`Kernel`] keeps
+//! its module's buffers alive.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::cubin_loader::{Placement, PreparedModule};
 use crate::error::{Error, Result};
 use crate::mem::Mem;
 use crate::scope::Scope;
 use crate::session::{runtime, KernelMeta, ParamInfo};
-use crate::state::Code;
+use crate::state::{Code, Data};
+
+/// The buffers of a resident module.
+struct Resident<'s> {
+    code: Mem<'s, Code>,
+    /// `__device__` data (none when the module has none).
+    data: Option<RefCell<Mem<'s, Data<u8>>>>,
+    /// The parsed module and what Omega provides it (none for a simulator host kernel).
+    prepared: Option<PreparedModule>,
+    /// Entry offset of each of the module's kernels in the code buffer.
+    entries: Vec<u64>,
+    /// The device printf formatter's copy of the data image, while the module lives.
+    printf_source: Option<u64>,
+}
+
+impl Drop for Resident<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.printf_source {
+            crate::printf::release_source(id);
+        }
+    }
+}
+
+impl Resident<'_> {
+    fn placement(&self) -> Placement {
+        Placement { code_va: self.code.va(), data_va: self.data.as_ref().map_or(0, |d| d.borrow().va()) }
+    }
+}
+
+/// A cubin resident in the session of scope `'s`: take its kernels with [`Module::kernel`].
+pub struct Module<'s> {
+    resident: Rc<Resident<'s>>,
+}
+
+impl core::fmt::Debug for Module<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Module")
+            .field("code_va", &self.resident.code.va())
+            .field("kernels", &self.kernel_names())
+            .finish()
+    }
+}
+
+impl<'s> Module<'s> {
+    pub(crate) fn load(scope: &'s Scope<'s>, cubin: &[u8]) -> Result<Self> {
+        let prepared = PreparedModule::new(cubin).or_else(|e| runtime().fail(e))?;
+        let mut code = scope.alloc_code(prepared.code_bytes())?;
+        let mut data = match prepared.data_bytes() {
+            0 => None,
+            n => Some(scope.alloc::<u8>(n)?),
+        };
+        let at = Placement { code_va: code.va(), data_va: data.as_ref().map_or(0, Mem::va) };
+        let (code_image, data_image, entries) = prepared.images(at).or_else(|e| runtime().fail(e))?;
+        code.write_code(&code_image)?;
+        if let Some(d) = &mut data {
+            d.write(&data_image)?;
+        }
+        let printf_source = (prepared.module.undefined.iter().any(|s| s == crate::printf::VPRINTF)
+            && !data_image.is_empty())
+        .then(|| crate::printf::register_source(at.data_va, data_image));
+        let resident =
+            Resident { code, data: data.map(RefCell::new), prepared: Some(prepared), entries, printf_source };
+        Ok(Module { resident: Rc::new(resident) })
+    }
+
+    /// The kernel called `name` (its symbol name: the mangled name of a C++ kernel that is not
+    /// `extern "C"`, such as a template instance). Refused, naming the cause, when the module has no such
+    /// kernel, or the kernel needs a symbol the module does not define and Omega does not provide, or a
+    /// launch feature the platform lacks.
+    pub fn kernel(&self, name: &str) -> Result<Kernel<'s>> {
+        let r = &self.resident;
+        let prepared = r.prepared.as_ref().expect("a module loaded from a cubin");
+        let found = prepared.module.kernels.iter().position(|k| k.name == name);
+        let Some(index) = found else {
+            let e = prepared.module.kernel(name).expect_err("not among the kernels");
+            return runtime().fail(Error::Load(e.to_string()));
+        };
+        let meta =
+            prepared.kernel_meta(&prepared.module.kernels[index], r.placement()).or_else(|e| runtime().fail(e))?;
+        let entry_va = r.code.va() + r.entries[index];
+        runtime().register_kernel(entry_va, meta.clone())?;
+        Ok(Kernel { resident: r.clone(), entry_va, meta })
+    }
+
+    /// The names of its kernels (symbol names), in the cubin's order.
+    pub fn kernel_names(&self) -> Vec<&str> {
+        self.resident
+            .prepared
+            .as_ref()
+            .map_or(Vec::new(), |p| p.module.kernels.iter().map(|k| k.name.as_str()).collect())
+    }
+
+    /// The parsed cubin: every kernel's attributes, the module's data symbols, undefined symbols and
+    /// `.nv.compat` records.
+    pub fn info(&self) -> &omega_hal::cubin::Module {
+        &self.resident.prepared.as_ref().expect("a module loaded from a cubin").module
+    }
+
+    /// The GPU address of the module's data object `name` (`__device__` or `__constant__`).
+    pub fn symbol_va(&self, name: &str) -> Option<u64> {
+        let s = self.info().symbol(name)?;
+        let at = self.resident.placement();
+        Some(match s.segment {
+            omega_hal::cubin::Segment::Code => at.code_va + s.offset,
+            omega_hal::cubin::Segment::Data => at.data_va + s.offset,
+        })
+    }
+
+    /// The `__device__` object `name` and the data buffer holding it, or why there is none.
+    fn device_object(&self, name: &str, len: usize) -> Result<(u64, &RefCell<Mem<'s, Data<u8>>>)> {
+        let refuse = |why: String| runtime().fail(Error::Setting { stage: "module data", detail: why });
+        let Some(s) = self.info().symbol(name) else {
+            return refuse(format!("the module defines no data object `{name}`"));
+        };
+        if s.segment != omega_hal::cubin::Segment::Data {
+            return refuse(format!("`{name}` is __constant__ data, which the GPU reads from the code buffer"));
+        }
+        if len as u64 > s.bytes {
+            return refuse(format!("{len} bytes of `{name}`, which has {}", s.bytes));
+        }
+        let data = self.resident.data.as_ref().expect("a module with data objects has a data buffer");
+        Ok((s.offset, data))
+    }
+
+    /// Copies the first `out.len()` bytes of `__device__` object `name` from the device.
+    pub fn read_global(&self, name: &str, out: &mut [u8]) -> Result<()> {
+        let (offset, data) = self.device_object(name, out.len())?;
+        let mut data = data.borrow_mut();
+        let mut all = vec![0u8; offset as usize + out.len()];
+        data.read(&mut all)?;
+        out.copy_from_slice(&all[offset as usize..]);
+        Ok(())
+    }
+
+    /// Writes `bytes` at the start of `__device__` object `name` and makes them visible to the device.
+    pub fn write_global(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let (offset, data) = self.device_object(name, bytes.len())?;
+        let mut data = data.borrow_mut();
+        let mut all = vec![0u8; offset as usize + bytes.len()];
+        data.read(&mut all)?;
+        all[offset as usize..].copy_from_slice(bytes);
+        data.write(&all)
+    }
+}
 
 /// A kernel resident in a code buffer of scope `'s`.
 pub struct Kernel<'s> {
-    code: Mem<'s, Code>,
+    resident: Rc<Resident<'s>>,
     entry_va: u64,
     meta: KernelMeta,
 }
@@ -40,14 +193,19 @@ impl<'s> Kernel<'s> {
         &self.meta.params
     }
 
-    /// The code buffer.
+    /// The code buffer (shared with the other kernels of its module).
     pub fn code(&self) -> &Mem<'s, Code> {
-        &self.code
+        &self.resident.code
     }
 
     pub(crate) fn load_named(scope: &'s Scope<'s>, name: &str) -> Result<Self> {
-        let prepared = crate::cubin_loader::prepare_named(name).or_else(|e| runtime().fail(e))?;
-        Self::place(scope, prepared)
+        match crate::kernels::sm90_cubin(name) {
+            Ok(cubin) => Module::load(scope, cubin)?.kernel(name),
+            Err(why) => {
+                let (image, meta) = crate::cubin_loader::host_spec_meta(name, why).or_else(|e| runtime().fail(e))?;
+                Self::place_fixed(scope, &image, meta)
+            }
+        }
     }
 
     /// On the simulator: the host implementation registered with it under `name` (see
@@ -71,8 +229,6 @@ impl<'s> Kernel<'s> {
             return fail("no host implementation is registered with the simulator under that name".into());
         }
         let image = omega_hal::sim::code_image(name);
-        let mut code = scope.alloc_code(image.len())?;
-        code.write_code(&image)?;
         let meta = KernelMeta {
             name: name.to_owned(),
             code_bytes: image.len() as u64,
@@ -81,23 +237,20 @@ impl<'s> Kernel<'s> {
             params: params.to_vec(),
             ..KernelMeta::default()
         };
-        let entry_va = code.va();
-        runtime().register_kernel(entry_va, meta.clone())?;
-        Ok(Kernel { code, entry_va, meta })
+        Self::place_fixed(scope, &image, meta)
     }
 
     pub(crate) fn load_cubin(scope: &'s Scope<'s>, cubin: &[u8], entry: &str) -> Result<Self> {
-        let prepared = crate::cubin_loader::prepare(cubin, entry).or_else(|e| runtime().fail(e))?;
-        Self::place(scope, prepared)
+        Module::load(scope, cubin)?.kernel(entry)
     }
 
-    fn place(scope: &'s Scope<'s>, prepared: crate::cubin_loader::Prepared) -> Result<Self> {
-        let mut code = scope.alloc_code(prepared.image_bytes)?;
-        let image = prepared.relocate(code.va())?;
-        code.write_code(&image)?;
-        let entry_va = code.va() + prepared.entry_offset;
-        let meta = prepared.meta_at(code.va());
+    /// A code buffer holding `image` (a simulator code image), its entry at the start.
+    fn place_fixed(scope: &'s Scope<'s>, image: &[u8], meta: KernelMeta) -> Result<Self> {
+        let mut code = scope.alloc_code(image.len())?;
+        code.write_code(image)?;
+        let entry_va = code.va();
         runtime().register_kernel(entry_va, meta.clone())?;
-        Ok(Kernel { code, entry_va, meta })
+        let resident = Resident { code, data: None, prepared: None, entries: vec![0], printf_source: None };
+        Ok(Kernel { resident: Rc::new(resident), entry_va, meta })
     }
 }

@@ -55,6 +55,7 @@ pub mod launch;
 mod locked;
 pub mod mem;
 pub mod platform;
+pub mod printf;
 mod scope;
 pub mod session;
 pub mod state;
@@ -67,7 +68,7 @@ pub use args::LaunchArgs;
 pub use error::{Error, Result};
 /// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
 pub use half;
-pub use kernel::Kernel;
+pub use kernel::{Kernel, Module};
 pub use launch::{ArgBlock, KernelArg, Launch};
 pub use locked::{lock, try_lock, Latched, Locked, OpenError};
 pub use mem::Mem;

@@ -50,9 +50,18 @@ impl<'s> Scope<'s> {
         Kernel::load_named(self, name)
     }
 
-    /// Loads kernel `entry` from a cubin image.
+    /// Loads kernel `entry` from a cubin image (its whole module is loaded; see [`Scope::load_module`]).
     pub fn load_cubin(&'s self, cubin: &[u8], entry: &str) -> Result<Kernel<'s>> {
         Kernel::load_cubin(self, cubin, entry)
+    }
+
+    /// Loads a cubin — any that nvcc or ptxas emits for the device: executable or relocatable, C++
+    /// template kernels, `__device__` data, `printf` — and returns the module, whose kernels
+    /// [`Module::kernel`](crate::kernel::Module::kernel) takes by name. The module loads when some of its
+    /// kernels need symbols nobody provides; those kernels are refused at their own load, naming the
+    /// symbol.
+    pub fn load_module(&'s self, cubin: &[u8]) -> Result<crate::kernel::Module<'s>> {
+        crate::kernel::Module::load(self, cubin)
     }
 
     /// The platform's name.

@@ -1,13 +1,15 @@
-//! The ptxas lookup every user of ptxas shares (`tools/find_ptxas.sh`: build.rs, tools/gpu/build.sh,
+//! The CUDA tool lookup every user of ptxas and nvcc shares (`tools/find_cuda_tool.sh`, through
+//! `tools/find_ptxas.sh` and `tools/find_nvcc.sh`: build.rs, tools/gpu/build.sh,
 //! hal/tests/fixtures/build.sh), run against a fake machine: the `nvidia-cuda-nvcc` wheel is found
-//! whichever Python installed it, not only the one `python3` names.
+//! whichever Python installed it, not only the one `python3` names, and nvcc is found the same way.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/find_ptxas.sh");
+const PTXAS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/find_ptxas.sh");
+const NVCC_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/find_nvcc.sh");
 
 fn executable(path: &Path, body: &str) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -22,6 +24,7 @@ fn machine(tag: &str) -> (PathBuf, PathBuf) {
     let _ = fs::remove_dir_all(&root);
     let site = root.join("site-packages/nvidia");
     executable(&site.join("cu13/bin/ptxas"), "echo 'Cuda compilation tools, release 13.0, V13.0.88'");
+    executable(&site.join("cu13/bin/nvcc"), "echo 'Cuda compilation tools, release 13.0, V13.0.88'");
     executable(&root.join("bin/python3"), "echo \"ModuleNotFoundError: No module named 'nvidia'\" >&2; exit 1");
     executable(&root.join("interpreters/python3.12"), &format!("echo '{}'", site.display()));
     (root, site.join("cu13/bin/ptxas"))
@@ -37,8 +40,12 @@ fn bash() -> PathBuf {
 }
 
 fn find(env: &[(&str, String)]) -> (bool, String, String) {
+    find_with(PTXAS_SCRIPT, env)
+}
+
+fn find_with(script: &str, env: &[(&str, String)]) -> (bool, String, String) {
     let mut cmd = Command::new(bash());
-    cmd.arg(SCRIPT)
+    cmd.arg(script)
         .env_clear()
         .env("HOME", "/nonexistent")
         .env("PYENV_ROOT", "/nonexistent")
@@ -81,4 +88,24 @@ fn omega_ptxas_is_the_only_candidate_when_set() {
     assert!(!ok, "the wheel on PATH is not consulted when OMEGA_PTXAS is set");
     assert!(why.starts_with("ptxas not found: "), "{why}");
     assert!(why.contains("OMEGA_PTXAS=/nonexistent/ptxas does not run"), "{why}");
+}
+
+#[test]
+fn nvcc_is_found_by_the_same_lookup_in_the_same_wheel() {
+    let (root, ptxas) = machine("nvcc");
+    let path = format!("{}:{}", root.join("bin").display(), root.join("interpreters").display());
+    let (ok, found, why) = find_with(NVCC_SCRIPT, &[("PATH", path)]);
+    assert!(ok, "{why}");
+    assert_eq!(found, ptxas.with_file_name("nvcc").display().to_string());
+}
+
+#[test]
+fn omega_nvcc_is_the_only_candidate_when_set_and_the_advice_names_the_pinned_set() {
+    let (root, _) = machine("explicit-nvcc");
+    let path = format!("{}:{}", root.join("bin").display(), root.join("interpreters").display());
+    let (ok, _, why) = find_with(NVCC_SCRIPT, &[("PATH", path), ("OMEGA_NVCC", "/nonexistent/nvcc".into())]);
+    assert!(!ok, "the wheel on PATH is not consulted when OMEGA_NVCC is set");
+    assert!(why.starts_with("nvcc not found: OMEGA_NVCC=/nonexistent/nvcc does not run"), "{why}");
+    // nvcc's own wheel leaves its siblings unpinned: the advice is the whole pinned set.
+    assert!(why.contains("nvidia-cuda-crt==13.0.88") && why.contains("nvidia-nvvm==13.0.88"), "{why}");
 }

@@ -36,20 +36,20 @@ fn module_data_binds_its_constant_table_and_the_relocated_address_of_its_counter
     let bank = |i: u32| *k.const_banks.iter().find(|b| b.index == i).unwrap_or_else(|| panic!("no bank {i}"));
     let (table, addresses) = (bank(3), bank(4));
     assert_eq!(k.const_banks.len(), 2, "{:?}", k.const_banks);
-    // Any 128-byte aligned load address; the banks must come out where the launch will point the QMD.
-    let va = 0x7f_1234_5680u64;
-    let image = module.relocate(va).unwrap();
-    let at = |off: u64, len: usize| &image[off as usize..off as usize + len];
+    // Any 128-byte aligned load addresses; the banks must come out where the launch will point the QMD.
+    let (va, data_va) = (0x7f_1234_5680u64, 0x7f_2000_0000u64);
+    let r = module.relocate(va, data_va, &|_| None).unwrap();
+    let at = |off: u64, len: usize| &r.image[off as usize..off as usize + len];
     assert_eq!(table.bytes, 64);
     let words: Vec<u32> = at(table.offset, 64).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(words, omega::kernels::MODULE_DATA_TABLE, "bank 3 holds the __constant__ table");
     assert_eq!(addresses.bytes, 8);
     let counter_va = u64::from_le_bytes(at(addresses.offset, 8).try_into().unwrap());
     assert!(
-        counter_va >= va && counter_va + 4 <= va + image.len() as u64,
-        "bank 4 points into the image: {counter_va:#x}"
+        counter_va >= data_va && counter_va + 4 <= data_va + r.data.len() as u64,
+        "bank 4 points into the data image: {counter_va:#x}"
     );
-    let counter = u32::from_le_bytes(at(counter_va - va, 4).try_into().unwrap());
+    let counter = u32::from_le_bytes(r.data[(counter_va - data_va) as usize..][..4].try_into().unwrap());
     assert_eq!(counter, omega::kernels::MODULE_DATA_COUNTER, "bank 4 holds the counter's address");
     // Both banks must be addressable by a QMD (64-byte aligned once the image is).
     assert!(table.offset.is_multiple_of(64) && addresses.offset.is_multiple_of(64));

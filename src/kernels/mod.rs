@@ -1,11 +1,15 @@
-//! The repository's kernels: PTX sources in `kernels/`, assembled by ptxas at build time, and a host
-//! reference implementation of each. The references are what the simulator runs, and what every GPU
-//! result is checked against.
+//! The repository's kernels: PTX sources in `kernels/`, assembled by ptxas at build time, CUDA C++
+//! modules in `kernels/cuda/`, compiled by nvcc at build time ([`cuda`]), and a host reference
+//! implementation of each kernel. The references are what the simulator runs, and what every GPU result
+//! is checked against.
 
 use omega_hal::sim::{HostKernel, KernelCtx, KernelError, Sim};
 
 use crate::session::ParamInfo;
 use crate::sync::Arc;
+
+mod cuda;
+pub use cuda::*;
 
 include!(concat!(env!("OUT_DIR"), "/cubins.rs"));
 
@@ -27,6 +31,33 @@ pub fn names() -> &'static [&'static str] {
 /// Which ptxas built the cubins, or why none did.
 pub fn ptxas() -> Result<&'static str, &'static str> {
     PTXAS
+}
+
+/// Which nvcc built the CUDA C++ modules (`kernels/cuda/*.cu`), or why none did.
+pub fn nvcc() -> Result<&'static str, &'static str> {
+    NVCC
+}
+
+/// The sm_90a cubin of CUDA C++ module `name` (`kernels/cuda/<name>.cu`), or why there is none (names
+/// the missing tool). Load it with [`crate::Scope::load_module`].
+pub fn cuda_module(name: &str) -> Result<&'static [u8], &'static str> {
+    cuda_cubin(name)
+}
+
+/// Names of the CUDA C++ modules.
+pub fn cuda_module_names() -> &'static [&'static str] {
+    CUDA_MODULE_NAMES
+}
+
+/// The CUDA C++ source of module `name`.
+pub fn cuda_module_source(name: &str) -> Option<&'static str> {
+    cuda_source(name)
+}
+
+/// The relocatable sm_90a cubin of device library `name` (`kernels/cuda/lib/<name>.cu`; `"printf"` is
+/// Omega's `vprintf`), or why there is none.
+pub fn device_library(name: &str) -> Result<&'static [u8], &'static str> {
+    library_cubin(name)
 }
 
 /// What the simulator needs to know of a kernel that a cubin would otherwise say.
@@ -128,9 +159,14 @@ pub fn host_spec(name: &str) -> Option<&'static HostSpec> {
     HOST_SPECS.iter().find(|s| s.name == name)
 }
 
-/// Registers every host reference with a simulator.
+/// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.
+pub fn cuda_host_spec(name: &str) -> Option<&'static HostSpec> {
+    MIXED_HOST_SPECS.iter().find(|s| s.name == name)
+}
+
+/// Registers every host reference with a simulator (the PTX kernels' and the CUDA modules' kernels').
 pub fn register_host_kernels(sim: &Sim) {
-    for spec in HOST_SPECS {
+    for spec in HOST_SPECS.iter().chain(MIXED_HOST_SPECS) {
         let run = spec.run;
         let k: HostKernel = Arc::new(run);
         sim.register_kernel(spec.name, k);

@@ -45,6 +45,8 @@ pub struct KernelMeta {
     /// Constant banks other than 0 that every launch binds (module data: `__constant__` data in bank 3,
     /// addresses of `__device__` data in bank 4), at their addresses inside the loaded image.
     pub const_banks: Vec<ConstBank>,
+    /// True when the kernel calls Omega's device printf: a completion that ran it drains the printf buffer.
+    pub printf: bool,
 }
 
 /// A launch as the Rust API describes it: the C descriptor's fields plus what C cannot say.
@@ -125,6 +127,7 @@ static NO_TEMPLATE: KernelMeta = KernelMeta {
     param_bytes: 0,
     max_threads: None,
     const_banks: Vec::new(),
+    printf: false,
 };
 
 /// Rounds a declared register count the way the contract says: a multiple of 8, at least 64.
@@ -356,7 +359,12 @@ impl Runtime {
         let waited = catch_unwind(AssertUnwindSafe(|| {
             self.submit_then_wait(poll, clock, queue, &sub, limits, (spin_us, policy), seen)
         }));
-        waited.unwrap_or_else(|panic| self.latch(Error::PanicAfterSubmit(panic_text(panic.as_ref()))))
+        let done = waited.unwrap_or_else(|panic| self.latch(Error::PanicAfterSubmit(panic_text(panic.as_ref()))))?;
+        // Both markers were seen: the device is done, and what its printf kernels wrote can be read. Outside
+        // the unwind guard, since the completion is certain by now (a panic in an output callback is the
+        // caller's, not an uncertain completion).
+        self.drain_printf_after(launches);
+        Ok(done)
     }
 
     /// The submit and the two marker waits of [`Runtime::submit_and_wait_each`].
@@ -485,9 +493,10 @@ impl Runtime {
     }
 
     /// Latches the process: from now on nothing is released to the platform. Every buffer the device may
-    /// still touch is parked at once: the session's launch buffer and the stamp area of the submission in
-    /// flight (listed by handle), and the platform's own buffers of the queue — its ring, descriptors,
-    /// constant banks (counted as untracked: they have no handle). Every later free parks.
+    /// still touch is parked at once: the session's launch buffer, the stamp area of the submission in
+    /// flight and the device printf buffer (listed by handle), and the platform's own buffers of the
+    /// queue — its ring, descriptors, constant banks (counted as untracked: they have no handle). Every
+    /// later free parks.
     pub(crate) fn latch<T>(&self, why: Error) -> Result<T> {
         if !self.latched.swap(true, Ordering::SeqCst) {
             let platform_buffers = self
@@ -495,11 +504,13 @@ impl Runtime {
                 .ok()
                 .and_then(|i| i.platform.queue().map(|q| q.in_flight_buffers()))
                 .unwrap_or_default();
+            // Taken before the session's mutex, in the order the printf drain takes them.
+            let printf = self.printf.buffer_handle();
             let mut s = sync::lock(&self.session);
             let stamps =
                 s.in_flight_stamps.and_then(|va| s.buffers.iter().find(|(_, b)| b.alloc.va == va).map(|(h, _)| h));
             let markers = s.markers.map(|(h, _)| h);
-            for h in markers.into_iter().chain(stamps) {
+            for h in markers.into_iter().chain(stamps).chain(printf) {
                 if let Ok(b) = s.buffers.check_mut(h) {
                     if !b.parked {
                         b.parked = true;

@@ -64,6 +64,10 @@ pub(crate) const STAMP_AREA: Owner = Owner::Internal("a command list's stamp are
 pub(crate) const TYPED_BUFFER: Owner = Owner::Internal("the buffer of a typed omega::Mem, released by its drop");
 /// A buffer of a job-engine run.
 pub(crate) const ENGINE_BUFFER: Owner = Owner::Internal("a buffer of a job-engine run");
+/// The session's device printf buffer (the device appends records, the drain reads them).
+pub(crate) const PRINTF_BUFFER: Owner = Owner::Internal("the session's device printf buffer");
+/// The code buffer of the session's device printf library (Omega's `vprintf`).
+pub(crate) const PRINTF_LIBRARY: Owner = Owner::Internal("the session's device printf library (Omega's vprintf)");
 
 /// Who pins the lock while it holds CPU views across code it does not control.
 pub(crate) const PIN_TOKEN: &str = "a typed lock token (omega::Locked or omega::Latched)";
@@ -71,6 +75,8 @@ pub(crate) const PIN_TOKEN: &str = "a typed lock token (omega::Locked or omega::
 pub(crate) const PIN_ENGINE: &str = "a job-engine run";
 /// The on-close hooks.
 pub(crate) const PIN_CLOSE: &str = "close, running its on-close hooks";
+/// Device printf's output callback, called with the drained text after a launch.
+pub(crate) const PIN_PRINTF: &str = "device printf's output callback";
 
 /// A session buffer.
 pub(crate) struct Buf {
@@ -150,6 +156,8 @@ pub struct Runtime {
     open_count: AtomicU32,
     last_error: Mutex<String>,
     hooks: Mutex<Vec<CloseHook>>,
+    /// Device printf: the session's buffer and library, and where drained text goes.
+    pub(crate) printf: crate::printf::PrintfState,
 }
 
 /// The process's runtime.
@@ -197,6 +205,7 @@ impl Runtime {
             open_count: AtomicU32::new(0),
             last_error: Mutex::new(String::new()),
             hooks: Mutex::new(Vec::new()),
+            printf: crate::printf::PrintfState::new(),
         }
     }
 
@@ -589,6 +598,8 @@ impl Runtime {
             return self.fail(Error::Latched("close"));
         }
         let i = self.installed()?;
+        // The printf buffer and library are session buffers: freed below with the rest.
+        self.printf.forget_session();
         let mut s = sync::lock(&self.session);
         let mem = i.platform.memory().expect("negotiated at open");
         for b in s.buffers.close_all() {

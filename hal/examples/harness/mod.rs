@@ -149,8 +149,8 @@ impl Gpu {
         let arch = self.nv.arch().ok_or("device not open")?;
         let module = Module::parse(&bytes, arch).map_err(|e| e.to_string())?;
         let info = module.kernel(name).map_err(|e| e.to_string())?.clone();
-        let code = self.alloc(module.alloc_bytes(), CODE, CachePolicy::Uncached, BufferKind::Code)?;
-        let image = module.relocate(code.va).map_err(|e| e.to_string())?;
+        let code = self.alloc(module.alloc_bytes_in_one(), CODE, CachePolicy::Uncached, BufferKind::Code)?;
+        let image = module.relocate_in_one(code.va).map_err(|e| e.to_string())?;
         let view = self.bytes(&code);
         view.fill(0);
         view[..image.len()].copy_from_slice(&image);

@@ -16,11 +16,48 @@ pub fn code_image(name: &str) -> Vec<u8> {
     v
 }
 
+/// [`code_image`] followed by a symbol table: the addresses the loader resolved for the kernel (its
+/// module's `__device__` data, the device printf buffer), which the host kernel reads with
+/// [`KernelCtx::symbol`] as the machine code would through its relocated addresses. The table is a u32
+/// count, then per symbol a u32 name length, the name and the u64 address, all little-endian.
+pub fn code_image_with_symbols(name: &str, symbols: &[(&str, u64)]) -> Vec<u8> {
+    let mut v = code_image(name);
+    v.extend_from_slice(&(symbols.len() as u32).to_le_bytes());
+    for (symbol, va) in symbols {
+        v.extend_from_slice(&(symbol.len() as u32).to_le_bytes());
+        v.extend_from_slice(symbol.as_bytes());
+        v.extend_from_slice(&va.to_le_bytes());
+    }
+    v
+}
+
 /// The kernel name in a code image, if `code` starts with one.
 pub fn parse_code_image(code: &[u8]) -> Option<&str> {
     let rest = code.strip_prefix(CODE_MAGIC.as_slice())?;
     let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
     std::str::from_utf8(rest.get(4..4 + len)?).ok()
+}
+
+/// The symbol table after the name in a code image (empty when there is none, or it is cut short).
+pub fn parse_code_image_symbols(code: &[u8]) -> Vec<(String, u64)> {
+    let table = || -> Option<Vec<(String, u64)>> {
+        let name = parse_code_image(code)?;
+        let mut at = CODE_MAGIC.len() + 4 + name.len();
+        let word = |at: usize| -> Option<u32> { Some(u32::from_le_bytes(code.get(at..at + 4)?.try_into().ok()?)) };
+        let count = word(at)? as usize;
+        at += 4;
+        let mut out = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            let len = word(at)? as usize;
+            let symbol = std::str::from_utf8(code.get(at + 4..at + 4 + len)?).ok()?;
+            at += 4 + len;
+            let va = u64::from_le_bytes(code.get(at..at + 8)?.try_into().ok()?);
+            at += 8;
+            out.push((symbol.to_owned(), va));
+        }
+        Some(out)
+    };
+    table().unwrap_or_default()
 }
 
 /// How a host kernel can fail.
@@ -118,6 +155,8 @@ pub struct KernelCtx<'a> {
     pub budget: u64,
     /// Set by a `take` that left work for another call.
     pub(crate) more: bool,
+    /// The addresses its code image carries ([`code_image_with_symbols`]).
+    pub symbols: &'a [(String, u64)],
     pub(crate) memory: &'a mut SimMemory,
 }
 
@@ -130,6 +169,11 @@ impl KernelCtx<'_> {
     /// The 64-bit value in words `i` (low) and `i + 1` (high).
     pub fn u64_at(&self, i: usize) -> u64 {
         self.word(i) as u64 | (self.word(i + 1) as u64) << 32
+    }
+
+    /// The address the loader resolved for `symbol`, if the code image carries it.
+    pub fn symbol(&self, symbol: &str) -> Option<u64> {
+        self.symbols.iter().find(|(s, _)| s == symbol).map(|&(_, va)| va)
     }
 
     /// Total threads in the grid along x.
@@ -261,5 +305,15 @@ mod tests {
         assert_eq!(parse_code_image(&code_image("vector_add")), Some("vector_add"));
         assert_eq!(parse_code_image(b"\x7fELF...."), None);
         assert_eq!(parse_code_image(&code_image("x")[..10]), None);
+    }
+
+    #[test]
+    fn symbol_tables_round_trip_and_a_cut_table_reads_as_none() {
+        let image = code_image_with_symbols("k", &[("counter", 0x1000), ("omega.printf", 0x2_0000_0040)]);
+        assert_eq!(parse_code_image(&image), Some("k"));
+        let table = parse_code_image_symbols(&image);
+        assert_eq!(table, [("counter".to_string(), 0x1000), ("omega.printf".to_string(), 0x2_0000_0040)]);
+        assert!(parse_code_image_symbols(&code_image("k")).is_empty());
+        assert!(parse_code_image_symbols(&image[..image.len() - 1]).is_empty());
     }
 }

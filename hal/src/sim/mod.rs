@@ -33,7 +33,10 @@ mod queue;
 mod visibility;
 
 pub use clock::{SimClock, YIELD_NS};
-pub use kernel::{code_image, parse_code_image, HostKernel, KernelCtx, KernelError, Shape, CODE_MAGIC};
+pub use kernel::{
+    code_image, code_image_with_symbols, parse_code_image, parse_code_image_symbols, HostKernel, KernelCtx,
+    KernelError, Shape, CODE_MAGIC,
+};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 

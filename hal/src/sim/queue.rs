@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::kernel::{parse_code_image, HostKernel, KernelCtx, KernelError};
+use super::kernel::{parse_code_image, parse_code_image_symbols, HostKernel, KernelCtx, KernelError};
 use super::{LaunchRecord, Sim, SimFault, State};
 use crate::error::HalError;
 use crate::poll::{xid_name, ChannelFault, MarkerSlot};
@@ -39,6 +39,8 @@ struct Run {
     kernel: Result<HostKernel, KernelError>,
     /// What the simulator reports of it; the times and slices are filled in as it runs.
     record: LaunchRecord,
+    /// The addresses its code image carries (read at submit, as the hardware reads the code it runs).
+    symbols: Vec<(String, u64)>,
     /// Work units its kernel took so far.
     done: u64,
 }
@@ -75,10 +77,11 @@ impl SubmitQueue for Sim {
             p.stopped = true;
         } else {
             for (index, l) in s.launches.iter().enumerate().filter(|(_, l)| !l.skip) {
-                let name = st
-                    .memory
-                    .find(l.code_va)
-                    .and_then(|(a, off)| parse_code_image(&a.device.bytes()[off as usize..]).map(str::to_owned));
+                let image = st.memory.find(l.code_va).and_then(|(a, off)| {
+                    let code = &a.device.bytes()[off as usize..];
+                    parse_code_image(code).map(|name| (name.to_owned(), parse_code_image_symbols(code)))
+                });
+                let (name, symbols) = image.map_or((None, Vec::new()), |(name, symbols)| (Some(name), symbols));
                 let kernel = match &name {
                     None => Err(KernelError::Fault {
                         xid: 13,
@@ -89,8 +92,9 @@ impl SubmitQueue for Sim {
                         detail: format!("kernel `{name}` has no host implementation registered with the simulator"),
                     }),
                 };
-                // `l.const_banks` is not kept: a simulated kernel is a host function that holds its module
-                // data itself. The argument words are copied, as the hardware copies them into the bank.
+                // `l.const_banks` is not kept: a simulated kernel is a host function that holds its constant
+                // data itself and finds its `__device__` data through the addresses its code image carries.
+                // The argument words are copied, as the hardware copies them into the bank.
                 let record = LaunchRecord {
                     kernel: name.unwrap_or_default(),
                     code_va: l.code_va,
@@ -107,7 +111,7 @@ impl SubmitQueue for Sim {
                     end_ns: 0,
                     slices: 0,
                 };
-                p.work.push_back(Run { index, kernel, record, done: 0 });
+                p.work.push_back(Run { index, kernel, record, symbols, done: 0 });
             }
         }
         st.pending = Some(p);
@@ -151,6 +155,7 @@ impl Sim {
                         done: run.done,
                         budget: self.config.slice_units,
                         more: false,
+                        symbols: &run.symbols,
                         memory: &mut st.memory,
                     };
                     let r = kernel(&mut ctx);
