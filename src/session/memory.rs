@@ -8,12 +8,12 @@
 //! when the device cannot give a whole chunk (when out of memory, the manager's empty chunks are returned
 //! first and the allocation tried again).
 
-use omega_hal::{
-    check_buffer, Allocation, BufferDesc, BufferKind, CachePolicy, DeviceMemory, HalError, MemInfo, Rights,
-};
+use omega_hal::{check_buffer, Allocation, BufferDesc, BufferKind, CachePolicy, DeviceMemory, HalError, Rights};
 
 use super::suballoc::{Carve, CarverStats, Pool, CHUNK_BYTES};
-use super::{AllocStats, Backing, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL};
+use super::{
+    AllocStats, Backing, Buf, GpuMem, MemInfo, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL,
+};
 use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, PARK_MAX};
 use crate::error::{Error, Result};
 use crate::sync;
@@ -302,6 +302,13 @@ impl Runtime {
         self.alloc_kind(bytes, AllocKind::Cached)
     }
 
+    /// A device-only data buffer (GPU read/write, no CPU view: `cpu` is null), rounded up to a page.
+    /// [`Runtime::write`] and [`Runtime::read`] move bytes in and out through the platform's staging;
+    /// nothing of the host is pinned or reserved for it, so its size is bounded by device memory only.
+    pub fn alloc_device(&self, bytes: usize) -> Result<GpuMem> {
+        self.alloc_kind(bytes, AllocKind::Device)
+    }
+
     /// Releases `m` and zeroes it. Latched: parks it instead (never released; `m` keeps its handle for
     /// [`Runtime::is_parked`]). A stale handle or closed session: nothing released, counted, `m` zeroed.
     /// A buffer the library owns (the session's launch buffer, a command list's stamp area, a typed
@@ -408,14 +415,17 @@ impl Runtime {
     }
 
     /// Free and total device memory, as the platform reports them now (on the GPU, the driver's figures,
-    /// which count every process's allocations; the session's own chunks count as used). Caller holds the
-    /// lock, device open.
+    /// which count every process's allocations; the session's own chunks, spares included, count as
+    /// used). Caller holds the lock, device open; allowed after a latch (it touches no buffer).
     pub fn mem_info(&self) -> Result<MemInfo> {
         let stage = "mem info";
         let i = self.live_platform(stage)?;
         let mem = i.platform.memory().expect("negotiated at open");
         // SAFETY: the lock is held and the device is open (checked above; close needs the lock).
-        unsafe { mem.mem_info() }.or_else(|e| self.fail(Error::MemInfo(e)))
+        match unsafe { mem.mem_info() } {
+            Ok(m) => Ok(MemInfo { free_bytes: m.free_bytes, total_bytes: m.total_bytes }),
+            Err(e) => self.fail(Error::MemInfo(e)),
+        }
     }
 
     fn sync_dir(&self, m: &GpuMem, to_gpu: bool, offset: usize, len: usize) -> Result<()> {

@@ -138,3 +138,13 @@ pub struct RawLaunch {
 static_assertions::assert_eq_size!(Handle, [u32; 2]);
 static_assertions::assert_eq_size!(GpuMem, [u64; 5]);
 static_assertions::assert_eq_size!(RawLaunch, [u64; 7]);
+
+/// `OmegaGpuMemInfo`: device memory, free and in all, as the platform reports it when asked.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Bytes no one has allocated (this process or another) at the moment of asking.
+    pub free_bytes: u64,
+    /// Bytes of device memory in all.
+    pub total_bytes: u64,
+}
