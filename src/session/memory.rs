@@ -237,13 +237,17 @@ impl Runtime {
         let mem = i.platform.memory().expect("negotiated at open");
         let mut s = sync::lock(&self.session);
         let class = pool.and_then(|p| s.carver.order_for(rounded).map(|order| (p, order)));
-        // SAFETY (both calls): the lock is held and the device is open (checked above, and close needs the
-        // lock).
-        let placed = match class.map(|(pool, order)| unsafe { s.carve(mem, &desc, pool, order, rounded) }) {
+        let carved = class.map(|(pool, order)| {
+            // SAFETY: the caller holds the session lock and the device is open (both checked above; close
+            // needs the lock, so it stays open).
+            unsafe { s.carve(mem, &desc, pool, order, rounded) }
+        });
+        let placed = match carved {
             Some(Ok((a, carve))) => Ok((a, Backing::Carved(carve))),
             // No chunk could be had (the device has less than a chunk free): the buffer gets an allocation of
             // its own instead, so a small buffer fails only when its own bytes cannot be had.
             Some(Err(Error::Alloc(HalError::OutOfMemory { .. }))) | None => {
+                // SAFETY: as for the carve above.
                 unsafe { s.platform_alloc(mem, &desc) }.map(|a| (a, Backing::Direct)).map_err(Error::Alloc)
             }
             Some(Err(e)) => Err(e),
