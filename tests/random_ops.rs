@@ -188,9 +188,10 @@ impl Run {
 
     fn alloc(&mut self) {
         let kind = match self.rng.random_range(0..10) {
-            0..=5 => AllocKind::Data,
-            6..=7 => AllocKind::Code,
-            _ => AllocKind::Cached,
+            0..=4 => AllocKind::Data,
+            5..=6 => AllocKind::Code,
+            7..=8 => AllocKind::Cached,
+            _ => AllocKind::Device,
         };
         let bytes = match self.rng.random_range(0..100) {
             0 => usize::MAX - self.rng.random_range(0..8192),
@@ -219,8 +220,24 @@ impl Run {
             return;
         };
         let m = r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("alloc: {e}"))));
-        self.check(m.size == size && !m.cpu.is_null(), "a buffer of the rounded size with a CPU view");
+        self.check(m.size == size, "a buffer of the rounded size");
+        self.check(m.cpu.is_null() == (kind == AllocKind::Device), "a CPU view for every kind but device-only");
         self.counted_alloc(size);
+        if kind == AllocKind::Device {
+            // What its memory held, read through the platform (no view to read).
+            let mut bytes = vec![0u8; size];
+            let r = self.rt.read(&m, 0, &mut bytes);
+            if std::mem::take(&mut self.fail_sync) {
+                self.check(r.as_ref().is_err_and(|e| e.stage() == "read"), "an injected copy failure");
+                self.rt.read(&m, 0, &mut bytes).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
+            } else {
+                r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("read: {e}"))));
+            }
+            self.live.push(Live { mem: m, kind, carve, bytes, parked: false });
+            let i = self.live.len() - 1;
+            self.write(i);
+            return;
+        }
         // SAFETY: a fresh buffer of `size` bytes with a CPU view, in no one else's hands.
         let view = unsafe { std::slice::from_raw_parts(m.cpu.cast::<u8>(), size) };
         if kind == AllocKind::Code {
@@ -250,6 +267,21 @@ impl Run {
         let off = self.rng.random_range(0..=size - len);
         let data: Vec<u8> = (0..len).map(|_| self.rng.random()).collect();
         let m = self.live[i].mem;
+        if self.live[i].kind == AllocKind::Device {
+            let r = self.rt.write(&m, off, &data);
+            if self.latched {
+                self.check(r == Err(Error::Latched("write")), "a write after the latch");
+                return;
+            }
+            if std::mem::take(&mut self.fail_sync) {
+                self.check(r.as_ref().is_err_and(|e| e.stage() == "write"), "an injected copy failure");
+                self.rt.write(&m, off, &data).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
+            } else {
+                r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("write: {e}"))));
+            }
+            self.live[i].bytes[off..off + len].copy_from_slice(&data);
+            return;
+        }
         // SAFETY: `m` is live (the model says so, and the session agrees below) with `size` bytes of view.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), m.cpu.cast::<u8>().add(off), len) };
         let r = self.rt.sync_range_to_gpu(&m, off, len);
@@ -271,6 +303,25 @@ impl Run {
     /// Reads live buffer `i` back from the device and compares it with what the model wrote.
     fn read(&mut self, i: usize) {
         let l = &self.live[i];
+        if l.kind == AllocKind::Device {
+            let mut got = vec![0u8; l.bytes.len()];
+            let r = self.rt.read(&l.mem, 0, &mut got);
+            if self.latched {
+                self.check(r == Err(Error::Latched("read")), "a read after the latch");
+                return;
+            }
+            if std::mem::take(&mut self.fail_sync) {
+                self.check(r.is_err(), "an injected copy failure");
+                return;
+            }
+            r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("read: {e}"))));
+            let l = &self.live[i];
+            if got != l.bytes {
+                let at = got.iter().zip(&l.bytes).position(|(a, b)| a != b).unwrap_or(0);
+                panic!("{}", self.ctx(&format!("device-only buffer differs from what was written at byte {at}")));
+            }
+            return;
+        }
         let r = self.rt.sync_to_cpu(&l.mem);
         if self.latched {
             self.check(r == Err(Error::Latched("sync")), "a sync after the latch");
