@@ -192,8 +192,10 @@ void omega_gpu_session_close(void);
 uint32_t omega_gpu_session_open_count(void);
 
 // STABLE. Sets the process-wide marker-poll spin window in microseconds, used by every launch whose own
-// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll. Returns 0, or -1 (stage `set spin`,
-// setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
+// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll, its default wait: a brief spin of the
+// platform's length, then yields, then sleeps that grow with the time waited (timer slack lowered), so a
+// short kernel is still seen within microseconds. A window replaces the brief spin. Returns 0, or -1
+// (stage `set spin`, setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
 int omega_gpu_session_set_spin_us(uint32_t us);
 
 // STABLE. The process-wide spin window set by `omega_gpu_session_set_spin_us`. Any thread.
