@@ -41,28 +41,30 @@
 // The derives and `kernel!` expand to `::omega::...` paths; this makes them resolve inside omega too.
 extern crate self as omega;
 
-pub mod args;
-pub mod cmdlist;
-mod cubin_loader;
-#[cfg(all(target_os = "linux", feature = "nvidia"))]
-pub mod doctor;
-pub mod engine;
-pub mod error;
+// The layers (docs/design.md, "Layers"): `core` alone uses `omega_hal`; `api` and `ffi` are shells over it;
+// `libs` sits on `api`. The folders are the layers; the paths below keep every public path that programs,
+// tests and docs use (`omega::session`, `omega::cmdlist`, ...) where it was.
+mod api;
+mod core;
 pub mod ffi;
-pub mod kernel;
-pub mod kernels;
-pub mod launch;
-mod locked;
-pub mod mem;
-pub mod platform;
-pub mod printf;
-mod scope;
-pub mod session;
-pub mod state;
-mod sync;
+pub mod libs;
 
-#[cfg(all(test, loom))]
-mod loom_models;
+pub use crate::api::{args, kernel, launch, mem, state};
+pub(crate) use crate::api::{locked, scope};
+#[cfg(all(target_os = "linux", feature = "nvidia"))]
+pub use crate::core::doctor;
+pub use crate::core::{engine, error, kernels, platform, printf, session};
+pub(crate) use crate::core::{loader, sync};
+
+/// # Command lists (EXPERIMENTAL)
+///
+/// The core ([`CmdList`], the contract's `omega_gpu_cmdlist_*` one to one) and the typed shell
+/// ([`CmdListBuilder`]); the design is described in the core's module (`src/core/cmdlist/mod.rs`) and in
+/// docs/cmdlist-and-engine.md.
+pub mod cmdlist {
+    pub use crate::api::cmdlist::{CmdListBuilder, SubmitError, Submitted};
+    pub use crate::core::cmdlist::*;
+}
 
 pub use args::LaunchArgs;
 pub use error::{Error, Result};

@@ -2,7 +2,7 @@
 //! parked buffers — over [`crate::session::Runtime`].
 //!
 //! Every function is a thin shell: pointer checks, one call into the core, the contract's return code.
-//! The structs are the core's own `#[repr(C)]` types (`src/session/types.rs`), renamed for C by cbindgen.
+//! The structs are the core's own `#[repr(C)]` types (`src/core/session/types.rs`), renamed for C by cbindgen.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr;

@@ -9,8 +9,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::cubin_loader::{Placement, PreparedModule};
 use crate::error::{Error, Result};
+use crate::loader::{Placement, PreparedModule};
 use crate::mem::Mem;
 use crate::scope::Scope;
 use crate::session::{runtime, KernelMeta, ParamInfo};
@@ -202,7 +202,7 @@ impl<'s> Kernel<'s> {
         match crate::kernels::sm90_cubin(name) {
             Ok(cubin) => Module::load(scope, cubin)?.kernel(name),
             Err(why) => {
-                let (image, meta) = crate::cubin_loader::host_spec_meta(name, why).or_else(|e| runtime().fail(e))?;
+                let (image, meta) = crate::loader::host_spec_meta(name, why).or_else(|e| runtime().fail(e))?;
                 Self::place_fixed(scope, &image, meta)
             }
         }

@@ -96,7 +96,7 @@ impl SessionBackend {
             return Ok(code.va);
         }
         // The repository's loader; it reads the process runtime's device, the only one on a GPU platform.
-        let loaded = crate::cubin_loader::prepare_named(KERNEL)?;
+        let loaded = crate::loader::prepare_named(KERNEL)?;
         let code = rt.alloc_owned(loaded.image_bytes, AllocKind::Code, ENGINE_BUFFER)?;
         self.code = Some(code);
         self.diag.buffers += 1;

@@ -1,0 +1,21 @@
+//! The runtime core: the only layer of `omega` that uses `omega_hal` (docs/design.md, "Layers").
+//!
+//! The session (its memory, its launches, its latch), the command-list core, the job engine, the cubin
+//! loader, device printf, the platform install, the repository's demo kernels and the preflight check.
+//! The typed API (`crate::api`) and the C layer (`crate::ffi`) reach the device only through what this
+//! module makes public; neither names `omega_hal`.
+
+pub mod cmdlist;
+#[cfg(all(target_os = "linux", feature = "nvidia"))]
+pub mod doctor;
+pub mod engine;
+pub mod error;
+pub mod kernels;
+pub(crate) mod loader;
+pub mod platform;
+pub mod printf;
+pub mod session;
+pub(crate) mod sync;
+
+#[cfg(all(test, loom))]
+mod loom_models;
