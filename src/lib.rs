@@ -6,7 +6,9 @@
 //!
 //! 1. **Two layers.** [`omega_hal`] is the thin, unsafe platform layer (a table of services, backends
 //!    `sim` and `nvidia`; the latter behind the cargo feature `nvidia`, on by default). This crate owns
-//!    every check and all typestate; the C layer sits on this crate, never on the HAL.
+//!    every check and all typestate; inside it only the core (`src/core`) uses the HAL, and the typed API
+//!    (`src/api`), the C layer (`src/ffi`) and the model libraries (`src/libs`) sit on the core
+//!    (docs/design.md, "Layers"). Tests reach the simulator through [`testing`].
 //! 2. **One runtime core, two shells.** [`session::Runtime`] implements the contract's semantics once,
 //!    checked at run time (it is what C callers get). The typed API is a shell over it whose types make
 //!    the misuse the runtime would refuse fail to compile instead.
@@ -53,7 +55,7 @@ pub use crate::api::{args, kernel, launch, mem, state};
 pub(crate) use crate::api::{locked, scope};
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub use crate::core::doctor;
-pub use crate::core::{engine, error, kernels, platform, printf, session};
+pub use crate::core::{engine, error, kernels, platform, printf, session, testing};
 pub(crate) use crate::core::{loader, sync};
 
 /// # Command lists (EXPERIMENTAL)
@@ -66,6 +68,7 @@ pub mod cmdlist {
     pub use crate::core::cmdlist::*;
 }
 
+pub use crate::core::session::DeviceInfo;
 pub use args::LaunchArgs;
 pub use error::{Error, Result};
 /// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
@@ -74,7 +77,6 @@ pub use kernel::{Kernel, Module};
 pub use launch::{ArgBlock, KernelArg, Launch};
 pub use locked::{lock, try_lock, Latched, Locked, OpenError};
 pub use mem::Mem;
-pub use omega_hal::DeviceInfo;
 /// `#[derive(LaunchArgs)]` and `kernel!`: see [`args`].
 pub use omega_macros::{kernel, LaunchArgs};
 pub use platform::PlatformKind;

@@ -5,6 +5,7 @@
 //! The typed API (`crate::api`) and the C layer (`crate::ffi`) reach the device only through what this
 //! module makes public; neither names `omega_hal`.
 
+pub(crate) mod c_abi;
 pub mod cmdlist;
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub mod doctor;
@@ -16,6 +17,7 @@ pub mod platform;
 pub mod printf;
 pub mod session;
 pub(crate) mod sync;
+pub mod testing;
 
 #[cfg(all(test, loom))]
 mod loom_models;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// A private runtime on its own simulator, locked and open.
 pub fn open_runtime() -> (Runtime, Arc<Sim>) {
     let installed = Installed::sim();
-    let sim = installed.sim.clone().unwrap();
+    let sim = omega::testing::simulator_in(&installed).unwrap();
     let rt = Runtime::with_platform(installed).expect("a fresh simulator is this runtime's");
     rt.lock();
     rt.open().expect("sim opens");

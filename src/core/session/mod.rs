@@ -19,6 +19,7 @@
 //! platform instance belongs to one runtime ([`Runtime::with_platform`]), so no second runtime can close
 //! a device under the first or miss its latch.
 
+mod caps;
 mod launch;
 mod memory;
 pub(crate) use memory::buffer_bytes;
@@ -30,9 +31,7 @@ pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
 
-use omega_hal::{
-    check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Refusal, Services,
-};
+use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, HandleTable, Platform, Refusal, Services};
 
 use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};

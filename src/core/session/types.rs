@@ -3,7 +3,7 @@
 
 use core::ffi::c_void;
 
-pub use omega_hal::Handle;
+pub use omega_hal::{DeviceInfo, Handle};
 
 /// `OMEGA_GPU_SESSION_LOCK_ID`: the session lock's id in the platform LOCK service.
 pub const LOCK_ID: u32 = omega_hal::SESSION_LOCK_ID;
