@@ -2,93 +2,24 @@
 //! marker buffer, where launch `i` releases the submission's sequence number and its completion timestamp
 //! at `16 * i`. It is a session buffer, so a latch parks it and close releases it with the rest.
 
-use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, MarkerSlot, Rights};
+use omega_hal::MarkerSlot;
 
 use super::types::STAMP_BYTES;
-use crate::error::{Error, Result};
-use crate::session::{Buf, GpuMem, Runtime, HANDLE_BUF_QUEUE, STAMP_AREA};
+use crate::error::Result;
+use crate::session::{GpuMem, Runtime, STAMP_AREA};
 use crate::sync;
 
-/// Allocates a zeroed stamp area for `launches` launches. Caller holds the lock; the device is open.
+/// Allocates a zeroed stamp area for `launches` launches, through the session's memory. Caller holds the
+/// lock; the device is open.
 pub(super) fn alloc(rt: &Runtime, launches: u32, stage: &'static str) -> Result<GpuMem> {
-    rt.require_lock(stage)?;
-    if rt.is_blocked() {
-        return rt.fail(Error::Latched(stage));
-    }
-    let i = match rt.installed() {
-        Ok(i) => i,
-        Err(e) => return rt.fail(e),
-    };
-    if !rt.is_open() {
-        return rt.fail(Error::NotOpen(stage));
-    }
-    let page = i.platform.caps().page_bytes;
-    let bytes = (launches as u64 * STAMP_BYTES).max(1).div_ceil(page) * page;
-    let desc = BufferDesc {
-        bytes,
-        // The CPU polls it and the device releases to it: HOST_POLLED, GPU-uncached, as the contract
-        // requires of anything the CPU polls.
-        rights: Rights::HOST_POLLED | Rights::GPU_WRITE | Rights::CPU_READ | Rights::CPU_WRITE,
-        cache: CachePolicy::Uncached,
-        kind: BufferKind::Queue,
-    };
-    if let Err(r) = check_buffer(&desc) {
-        return rt.fail(Error::Refused(r));
-    }
-    let mem = i.platform.memory().expect("negotiated at open");
-    let mut s = sync::lock(&rt.session);
-    // SAFETY: the caller holds the session lock (checked above) and the device is open (checked above;
-    // close needs the lock, so it stays open).
-    let a = match unsafe { mem.alloc(&desc) } {
-        Ok(a) => a,
-        Err(e) => {
-            drop(s);
-            return rt.fail(Error::Alloc(e));
-        }
-    };
-    // SAFETY: a QUEUE buffer has a CPU view of `a.bytes` bytes, and nothing else references it yet.
-    unsafe { std::ptr::write_bytes(a.cpu, 0, a.bytes as usize) };
-    let handle = s.buffers.open(Buf::new(a, HANDLE_BUF_QUEUE, STAMP_AREA));
-    Ok(GpuMem { handle, kind: HANDLE_BUF_QUEUE, cpu: a.cpu.cast(), va: a.va, size: a.bytes as usize })
+    rt.alloc_polled((u64::from(launches) * STAMP_BYTES) as usize, STAMP_AREA, stage)
 }
 
-/// Releases the stamp area, or parks it when the process is latched. A stamp area of a closed device was
-/// already released by close: nothing to do. Caller holds the lock.
+/// Releases the stamp area, or parks it when the process is latched (the session's rule,
+/// [`Runtime::release_polled`]). A stamp area of a closed device was already released by close: nothing
+/// to do. Caller holds the lock.
 pub(super) fn free(rt: &Runtime, m: &mut GpuMem) {
-    if m.handle.is_none() {
-        return;
-    }
-    let Ok(i) = rt.installed() else { return };
-    let mut s = sync::lock(&rt.session);
-    if s.device.is_none() {
-        *m = GpuMem::NONE;
-        return;
-    }
-    let latched = rt.is_blocked();
-    match s.buffers.check_mut(m.handle) {
-        Ok(b) if b.alloc.va == m.va => {
-            if latched {
-                if !b.parked {
-                    b.parked = true;
-                    let bytes = b.alloc.bytes;
-                    Runtime::park(&mut s, m.handle, bytes);
-                }
-                return;
-            }
-        }
-        // Stale: the device was closed (and perhaps reopened) since; close released it.
-        _ => {
-            *m = GpuMem::NONE;
-            return;
-        }
-    }
-    let b = s.buffers.close(m.handle).expect("checked above");
-    let mem = i.platform.memory().expect("negotiated at open");
-    // SAFETY: not latched, so every submission that named this area completed with both markers observed
-    // and the device no longer writes it; the caller holds the lock; the handle was current, so this
-    // frees it exactly once.
-    unsafe { mem.free(&b.alloc) };
-    *m = GpuMem::NONE;
+    rt.release_polled(m);
 }
 
 /// True while `m` is a live buffer of the open session.

@@ -461,10 +461,7 @@ impl Runtime {
         };
         let desc = BufferDesc {
             bytes: i.platform.caps().page_bytes,
-            rights: omega_hal::Rights::HOST_POLLED
-                | omega_hal::Rights::GPU_WRITE
-                | omega_hal::Rights::CPU_READ
-                | omega_hal::Rights::CPU_WRITE,
+            rights: memory::polled_rights(),
             cache: omega_hal::CachePolicy::Uncached,
             kind: omega_hal::BufferKind::Queue,
         };
