@@ -68,3 +68,18 @@ fn only_the_c_fault_hook_uses_the_test_door() {
     }
     assert!(found.is_empty(), "the typed API and the C layer do not reach the simulator:\n{}", found.join("\n"));
 }
+
+/// The demo kernels of kernels/ are not wired into the simulator the core installs (the platform install
+/// knows nothing of them); loading a repository kernel is what registers its host reference.
+#[test]
+fn a_simulator_the_core_installs_runs_a_demo_kernel_only_once_it_is_loaded() {
+    let lock = omega::lock();
+    lock.set_platform(omega::PlatformKind::Sim).unwrap();
+    let sim = omega::testing::simulator().expect("the simulator was just installed");
+    assert!(!sim.has_kernel("vector_add"), "a fresh simulator runs no repository kernel");
+    let dev = lock.open().unwrap();
+    let out = dev.scope(|s, _gpu| s.load("vector_add").map(|_| ()));
+    out.value().unwrap();
+    assert!(sim.has_kernel("vector_add"), "loading the kernel registered its host reference");
+    assert!(!sim.has_kernel("scale_copy"), "and no other");
+}

@@ -16,7 +16,7 @@ use omega_hal::{Platform, Refusal, Services};
 
 /// A runtime, locked and open, whose platform is the simulator seen through its own C table.
 fn through_the_table() -> (Runtime, Arc<Sim>) {
-    let installed = Installed::sim();
+    let installed = omega::kernels::simulator();
     let sim = omega::testing::simulator_in(&installed).expect("a simulator");
     let table = export(omega::testing::platform_in(&installed));
     // SAFETY: `export` filled the table with callbacks that keep every service's rules, and its release

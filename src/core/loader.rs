@@ -19,6 +19,7 @@ use omega_hal::cubin::{ConstBank, CubinError, ExternalFunction, KernelInfo, Modu
 
 use crate::error::{Error, Result};
 use crate::kernels::HostSpec;
+use crate::platform::Installed;
 use crate::printf::{self, VPRINTF};
 use crate::session::{runtime, KernelMeta, ParamInfo};
 
@@ -54,7 +55,8 @@ fn sim_kernel(
 }
 
 /// On the simulator: repository kernel `spec`'s code image and launch template.
-pub(crate) fn sim_spec_kernel(spec: &HostSpec) -> (Vec<u8>, KernelMeta) {
+pub(crate) fn sim_spec_kernel(installed: &Installed, spec: &HostSpec) -> (Vec<u8>, KernelMeta) {
+    register_reference(installed, spec.name);
     sim_kernel(spec.name, spec.params(), spec.static_shared_bytes, spec.local_bytes_per_thread)
 }
 
@@ -76,9 +78,15 @@ pub(crate) fn host_kernel(name: &str, params: &[ParamInfo]) -> Result<(Vec<u8>, 
     Ok(sim_kernel(name, params.to_vec(), 0, 0))
 }
 
-/// True when the process runtime's platform runs simulator code images.
-fn runs_sim_images() -> Result<bool> {
-    Ok(runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage)
+/// On the simulator behind `installed`: makes it run repository kernel `name`, when there is one of that
+/// name, by registering its host reference. The simulators the core installs start with no host kernel
+/// (the demo kernels are not wired into the platform); loading a kernel is what brings its reference in.
+fn register_reference(installed: &Installed, name: &str) {
+    if let (Some(sim), Some(spec)) = (installed.sim.as_ref(), crate::kernels::host_reference(name)) {
+        if !sim.has_kernel(name) {
+            crate::kernels::register_host_kernel(sim, spec);
+        }
+    }
 }
 
 /// The architecture of the open device (the simulator models sm_90).
@@ -116,7 +124,13 @@ impl PreparedModule {
         let arch = device_arch()?;
         let module = Module::parse(cubin, arch).map_err(|e| Error::Load(e.to_string()))?;
         // The platform says which code it runs: the simulator's code images, or the cubin's machine code.
-        let sim = runs_sim_images()?;
+        let installed = runtime().installed()?;
+        let sim = installed.platform.code_format() == omega_hal::CodeFormat::SimImage;
+        if sim {
+            for k in &module.kernels {
+                register_reference(&installed, &k.name);
+            }
+        }
         let (mut printf, mut printf_missing) = (None, None);
         if module.undefined.iter().any(|s| s == VPRINTF) {
             match printf::ready(sim) {
@@ -345,9 +359,10 @@ pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
 /// On the simulator in a build without ptxas: repository kernel `name`'s code image and launch template
 /// from its host spec. Elsewhere `why` (there is no cubin) is the error.
 pub(crate) fn host_spec_meta(name: &str, why: &str) -> Result<(Vec<u8>, KernelMeta)> {
-    if !runs_sim_images()? {
+    let installed = runtime().installed()?;
+    if installed.platform.code_format() != omega_hal::CodeFormat::SimImage {
         return Err(Error::Load(format!("kernel `{name}`: {why}")));
     }
     let spec = crate::kernels::host_spec(name).ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
-    Ok(sim_spec_kernel(spec))
+    Ok(sim_spec_kernel(&installed, spec))
 }

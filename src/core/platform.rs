@@ -67,11 +67,10 @@ pub struct Installed {
 }
 
 impl Installed {
-    /// A fresh simulator with the repository's kernels registered.
+    /// A fresh simulator. It runs no host kernel yet: the loader registers a repository kernel's host
+    /// reference when it loads that kernel ([`crate::kernels::simulator`] is one with all of them).
     pub fn sim() -> Self {
-        let sim = Sim::new();
-        crate::kernels::register_host_kernels(&sim);
-        Self::simulator(sim)
+        Self::simulator(Sim::new())
     }
 
     /// The simulator `sim`, as it is (a configured one, say): the runtime may inject its faults and
@@ -100,10 +99,9 @@ impl Installed {
     }
 }
 
-/// The service table of a fresh simulator (with the repository's kernels) as the C platform contract
-/// lays it out (`omega_gpu_platform_sim`).
-pub(crate) fn sim_table() -> OmegaGpuPlatform {
-    ctable::export(Installed::sim().platform)
+/// The service table of `installed` as the C platform contract lays it out (`omega_gpu_platform_sim`).
+pub(crate) fn export_table(installed: Installed) -> OmegaGpuPlatform {
+    ctable::export(installed.platform)
 }
 
 /// Why a C program's service table was not installed.

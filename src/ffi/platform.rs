@@ -255,7 +255,9 @@ pub extern "C" fn omega_gpu_platform_refusal_name(code: c_int) -> *const c_char 
 /// with it (a table that forwards to it does so in its own `release`). Any thread, no lock.
 #[no_mangle]
 pub extern "C" fn omega_gpu_platform_sim() -> OmegaGpuPlatform {
-    guard("omega_gpu_platform_sim", OmegaGpuPlatform::EMPTY, crate::platform::sim_table)
+    guard("omega_gpu_platform_sim", OmegaGpuPlatform::EMPTY, || {
+        crate::platform::export_table(crate::kernels::simulator())
+    })
 }
 
 /// Records a table's refusal (stage `platform`) and returns its code.
