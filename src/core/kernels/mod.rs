@@ -84,7 +84,7 @@ impl HostSpec {
             .iter()
             .enumerate()
             .map(|(i, &size)| {
-                off = off.next_multiple_of(size);
+                off = crate::session::param_offset(u64::from(off), size) as u32;
                 let p = ParamInfo { ordinal: i as u32, offset: off, size };
                 off += size;
                 p
