@@ -5,6 +5,8 @@
 //! The typed API (`crate::api`) and the C layer (`crate::ffi`) reach the device only through what this
 //! module makes public; neither names `omega_hal`.
 
+// What only the C layer uses, which loom builds leave out (src/ffi/mod.rs says why).
+#[cfg(not(loom))]
 pub(crate) mod c_abi;
 pub mod cmdlist;
 #[cfg(all(target_os = "linux", feature = "nvidia"))]

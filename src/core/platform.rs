@@ -3,11 +3,13 @@
 //! otherwise. Forcing `nvidia` where there is no device is an error naming the missing file (or, in a
 //! build without the backend, saying so) — never a silent fallback to the simulator.
 
+#[cfg(not(loom))]
 use omega_hal::ctable::{self, OmegaGpuPlatform, TablePlatform, TableRefusal};
 use omega_hal::sim::Sim;
 use omega_hal::Platform;
 
 use crate::error::{Error, Result};
+#[cfg(not(loom))]
 use crate::session::Runtime;
 use crate::sync::{Arc, ProcessMutex, Weak};
 
@@ -99,12 +101,14 @@ impl Installed {
     }
 }
 
+#[cfg(not(loom))]
 /// The service table of `installed` as the C platform contract lays it out (`omega_gpu_platform_sim`).
 pub(crate) fn export_table(installed: Installed) -> OmegaGpuPlatform {
     ctable::export(installed.platform)
 }
 
 /// Why a C program's service table was not installed.
+#[cfg(not(loom))]
 #[derive(Debug)]
 pub(crate) enum TableInstallError {
     /// The table breaks the platform contract (its ABI, a missing callback, ...).
@@ -113,6 +117,7 @@ pub(crate) enum TableInstallError {
     Install(Error),
 }
 
+#[cfg(not(loom))]
 /// Installs a C program's service table as `rt`'s platform, under `name` (checked by the caller).
 ///
 /// # Safety
