@@ -320,7 +320,12 @@ impl Prepared {
 
 /// Parses `cubin` for the open device and picks `entry`, for a single-buffer load.
 pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
-    let m = PreparedModule::new(cubin).map_err(|e| Error::Load(format!("kernel `{entry}`: {e}")))?;
+    // Only a refusal of the cubin itself names the kernel; "device not open" and the platform's own
+    // errors keep their stage as they are.
+    let m = PreparedModule::new(cubin).map_err(|e| match e {
+        Error::Load(why) => Error::Load(format!("kernel `{entry}`: {why}")),
+        other => other,
+    })?;
     let index = m.module.kernels.iter().position(|k| k.name == entry);
     let Some(index) = index else {
         return Err(Error::Load(m.module.kernel(entry).expect_err("not among the kernels").to_string()));
