@@ -76,7 +76,7 @@ fn place(
 fn load(name: &str) -> Result<OmegaGpuKernel> {
     let rt = runtime();
     rt.require_lock("load")?;
-    let prepared = crate::cubin_loader::prepare_named(name).or_else(|e| rt.fail(e))?;
+    let prepared = crate::loader::prepare_named(name).or_else(|e| rt.fail(e))?;
     place(prepared.image_bytes, |va| prepared.relocate(va), prepared.entry_offset, |va| prepared.meta_at(va))
 }
 

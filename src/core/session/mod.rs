@@ -19,6 +19,7 @@
 //! platform instance belongs to one runtime ([`Runtime::with_platform`]), so no second runtime can close
 //! a device under the first or miss its latch.
 
+mod caps;
 mod launch;
 mod memory;
 // The C layer's code allocator rounds as the session does (the C layer is not built under loom).
@@ -32,9 +33,7 @@ pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
 
-use omega_hal::{
-    check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Refusal, Services,
-};
+use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, HandleTable, Platform, Refusal, Services};
 
 use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};
@@ -464,10 +463,7 @@ impl Runtime {
         };
         let desc = BufferDesc {
             bytes: i.platform.caps().page_bytes,
-            rights: omega_hal::Rights::HOST_POLLED
-                | omega_hal::Rights::GPU_WRITE
-                | omega_hal::Rights::CPU_READ
-                | omega_hal::Rights::CPU_WRITE,
+            rights: memory::polled_rights(),
             cache: omega_hal::CachePolicy::Uncached,
             kind: omega_hal::BufferKind::Queue,
         };

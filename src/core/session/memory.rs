@@ -2,9 +2,10 @@
 
 use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, Rights};
 
-use super::{AllocStats, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, CODE_PREFETCH_TAIL, PARK_MAX};
-use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA};
+use super::{AllocStats, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL, PARK_MAX};
+use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, HANDLE_BUF_QUEUE};
 use crate::error::{Error, Result};
+use crate::platform::Installed;
 use crate::sync;
 
 /// Which kind of buffer to make (the typed API names it through its `MemKind`).
@@ -16,6 +17,69 @@ pub enum AllocKind {
     Code,
     /// Cached.
     Cached,
+}
+
+/// What a session allocation makes: a buffer of the caller's kinds, or a polled QUEUE buffer of the
+/// library's (a command list's stamp area).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Mem(AllocKind),
+    Polled,
+}
+
+impl Shape {
+    /// How its size is rounded ([`buffer_bytes`]): a polled buffer has no prefetch tail, like data.
+    fn alloc_kind(self) -> AllocKind {
+        match self {
+            Shape::Mem(k) => k,
+            Shape::Polled => AllocKind::Data,
+        }
+    }
+
+    /// Its rights, cache policy, HAL kind and C handle kind.
+    fn describe(self) -> (Rights, CachePolicy, BufferKind, u32) {
+        match self {
+            Shape::Mem(AllocKind::Data) => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE,
+                CachePolicy::Uncached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+            ),
+            Shape::Mem(AllocKind::Code) => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
+                CachePolicy::Uncached,
+                BufferKind::Code,
+                HANDLE_BUF_CODE,
+            ),
+            Shape::Mem(AllocKind::Cached) => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
+                CachePolicy::Cached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+            ),
+            Shape::Polled => (polled_rights(), CachePolicy::Uncached, BufferKind::Queue, HANDLE_BUF_QUEUE),
+        }
+    }
+
+    /// From which byte of a fresh buffer of `bytes` requested bytes it reads as zeros, if it must.
+    fn zeroed_from(self, bytes: usize) -> Option<usize> {
+        match self {
+            Shape::Mem(AllocKind::Code) => Some(bytes),
+            Shape::Polled => Some(0),
+            Shape::Mem(AllocKind::Data | AllocKind::Cached) => None,
+        }
+    }
+
+    /// Whether the allocation counters count it (the caller's kinds only).
+    fn counted(self) -> bool {
+        matches!(self, Shape::Mem(_))
+    }
+}
+
+/// The rights of a buffer the CPU polls and the device releases to (the session's launch markers, a
+/// command list's stamps).
+pub(crate) fn polled_rights() -> Rights {
+    Rights::HOST_POLLED | Rights::GPU_WRITE | Rights::CPU_READ | Rights::CPU_WRITE
 }
 
 /// Bytes a buffer of `bytes` bytes of `kind` takes on a platform of `page`-byte pages: the request (plus the
@@ -42,7 +106,7 @@ enum ScratchBuf {
 }
 
 impl Runtime {
-    fn live_platform(&self, stage: &'static str) -> Result<crate::platform::Installed> {
+    fn live_platform(&self, stage: &'static str) -> Result<Installed> {
         self.require_lock(stage)?;
         let i = self.installed()?;
         if !self.is_open() {
@@ -59,46 +123,43 @@ impl Runtime {
 
     /// [`Runtime::alloc_kind`] for `owner`: a buffer only that owner releases (and close).
     pub(crate) fn alloc_owned(&self, bytes: usize, kind: AllocKind, owner: Owner) -> Result<GpuMem> {
-        let stage = "alloc";
+        self.allocate("alloc", bytes, Shape::Mem(kind), owner)
+    }
+
+    /// A zeroed QUEUE buffer of at least `bytes` bytes for `owner` (a command list's stamp area): what the
+    /// CPU polls and the device releases to, so HOST_POLLED and GPU-uncached, as the contract requires of
+    /// anything the CPU polls. Not in the allocation counters, which count the caller's kinds of buffer.
+    pub(crate) fn alloc_polled(&self, bytes: usize, owner: Owner, stage: &'static str) -> Result<GpuMem> {
+        self.allocate(stage, bytes, Shape::Polled, owner)
+    }
+
+    /// Every session allocation: the checks (lock, open device, not latched, a size a platform can
+    /// describe, a valid descriptor), the platform's allocation under the session mutex, the zero fill
+    /// the shape promises, the counters and the handle.
+    fn allocate(&self, stage: &'static str, bytes: usize, shape: Shape, owner: Owner) -> Result<GpuMem> {
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
         }
         let page = i.platform.caps().page_bytes;
-        let Some(rounded) = buffer_bytes(bytes, kind, page) else {
+        let Some(rounded) = buffer_bytes(bytes, shape.alloc_kind(), page) else {
             return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
         };
-        let (rights, cache, hal_kind, c_kind) = match kind {
-            AllocKind::Data => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE,
-                CachePolicy::Uncached,
-                BufferKind::Data,
-                HANDLE_BUF_DATA,
-            ),
-            AllocKind::Code => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
-                CachePolicy::Uncached,
-                BufferKind::Code,
-                HANDLE_BUF_CODE,
-            ),
-            AllocKind::Cached => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
-                CachePolicy::Cached,
-                BufferKind::Data,
-                HANDLE_BUF_DATA,
-            ),
-        };
+        let (rights, cache, hal_kind, c_kind) = shape.describe();
         let desc = BufferDesc { bytes: rounded, rights, cache, kind: hal_kind };
         if let Err(r) = check_buffer(&desc) {
             return self.fail(Error::Refused(r));
         }
+        let counted = shape.counted();
         let mem = i.platform.memory().expect("negotiated at open");
         let mut s = sync::lock(&self.session);
         // SAFETY: the lock is held and the device is open (checked above, and close needs the lock).
         let a = match unsafe { mem.alloc(&desc) } {
             Ok(a) => a,
             Err(e) => {
-                s.stats.alloc_failures += 1;
+                if counted {
+                    s.stats.alloc_failures += 1;
+                }
                 drop(s);
                 return self.fail(Error::Alloc(e));
             }
@@ -112,15 +173,20 @@ impl Runtime {
                 detail: format!("the platform handed out {} bytes for a request of {rounded}", a.bytes),
             });
         }
-        if kind == AllocKind::Code && !a.cpu.is_null() {
-            // The prefetch tail must read as zeros whatever the platform handed out.
-            // SAFETY: the code buffer's CPU view covers `a.bytes >= rounded > bytes` bytes (checked above)
-            // and nothing else references it yet.
-            unsafe { std::ptr::write_bytes(a.cpu.add(bytes), 0, a.bytes as usize - bytes) };
+        if let Some(from) = shape.zeroed_from(bytes) {
+            if !a.cpu.is_null() {
+                // Code: the prefetch tail must read as zeros whatever the platform handed out. Polled: every
+                // entry reads as "not released yet" until the device writes it.
+                // SAFETY: the CPU view covers `a.bytes >= rounded >= from` bytes (checked above) and nothing
+                // else references the buffer yet.
+                unsafe { std::ptr::write_bytes(a.cpu.add(from), 0, a.bytes as usize - from) };
+            }
         }
-        s.stats.allocs += 1;
-        s.stats.alloc_bytes += rounded;
-        if kind == AllocKind::Code {
+        if counted {
+            s.stats.allocs += 1;
+            s.stats.alloc_bytes += rounded;
+        }
+        if shape == Shape::Mem(AllocKind::Code) {
             s.code_ranges.insert(a.va, a.bytes);
         }
         let handle = s.buffers.open(Buf::new(a, c_kind, owner));
@@ -190,29 +256,59 @@ impl Runtime {
             drop(s);
             return self.fail(Error::NotCallers { stage, owner: whose });
         }
+        Self::release_live(&mut s, &i, m, latched);
+        Ok(())
+    }
+
+    /// Releases the stamp area of a command list, the library's own buffer, which may outlive its device:
+    /// one of a closed device (stale) was already released by close, and is only forgotten (`m` zeroed).
+    /// Latched, it is parked. Caller holds the lock.
+    pub(crate) fn release_polled(&self, m: &mut GpuMem) {
+        if m.handle.is_none() {
+            return;
+        }
+        let Ok(i) = self.installed() else { return };
+        let mut s = sync::lock(&self.session);
+        let live = s.device.is_some() && s.buffers.check(m.handle).is_ok_and(|b| b.alloc.va == m.va);
+        if !live {
+            *m = GpuMem::NONE;
+            return;
+        }
+        let latched = self.is_blocked();
+        Self::release_live(&mut s, &i, m, latched);
+    }
+
+    /// The park-after-latch rule, for live buffer `m` of the open device (its handle current, checked by
+    /// the caller under the session mutex `s`): latched, the buffer is parked — never released, `m` kept
+    /// for [`Runtime::is_parked`] — because a launch whose completion was uncertain may still touch it;
+    /// otherwise it is released and `m` zeroed.
+    fn release_live(s: &mut Session, i: &Installed, m: &mut GpuMem, latched: bool) {
         if latched {
+            let buf = s.buffers.check_mut(m.handle).expect("checked live by the caller");
             if !buf.parked {
                 buf.parked = true;
                 let bytes = buf.alloc.bytes;
-                Self::park(&mut s, m.handle, bytes);
+                Self::park(s, m.handle, bytes);
             }
-            return Ok(());
+            return;
         }
-        let b = s.buffers.close(m.handle).expect("checked above");
+        let b = s.buffers.close(m.handle).expect("checked live by the caller");
         if s.code_ranges.remove(&b.alloc.va).is_some() {
             // Launch templates of kernels in this buffer die with it.
             s.templates.retain(|va, _| *va < b.alloc.va || *va >= b.alloc.va + b.alloc.bytes);
         }
         let mem = i.platform.memory().expect("negotiated at open");
-        // SAFETY: not latched, so the last launch completed with both markers observed and nothing on the
-        // device can touch `b`; the lock is held; the handle was current, so it is freed exactly once.
+        // SAFETY: not latched, so the last launch (or command-list submission) completed with both markers
+        // observed and nothing on the device can touch `b`; the lock is held (every caller checked it);
+        // the handle was current, so it is freed exactly once.
         unsafe { mem.free(&b.alloc) };
-        s.stats.frees += 1;
+        if b.kind != HANDLE_BUF_QUEUE {
+            s.stats.frees += 1;
+        }
         *m = GpuMem::NONE;
-        Ok(())
     }
 
-    pub(crate) fn park(s: &mut super::Session, h: omega_hal::Handle, bytes: u64) {
+    pub(crate) fn park(s: &mut Session, h: omega_hal::Handle, bytes: u64) {
         s.park.buffers += 1;
         s.park.bytes += bytes;
         if s.parked_listed.len() < PARK_MAX {
