@@ -1,4 +1,4 @@
-//! Builds the repository's GPU code and writes `$OUT_DIR/cubins.rs`, which `src/kernels/mod.rs` includes:
+//! Builds the repository's GPU code and writes `$OUT_DIR/cubins.rs`, which `src/core/kernels/mod.rs` includes:
 //!
 //! - every `kernels/<name>.ptx` is assembled into an sm_90 cubin with ptxas;
 //! - every `kernels/cuda/<name>.cu` (CUDA C++, one module of any number of kernels) is compiled by nvcc

@@ -65,7 +65,7 @@ fn layers<'s>(
         spin_us: 100_000,
     };
     // The HAL level: our own marker pair, the descriptor the session would build.
-    let platform = rt.installed()?.platform;
+    let platform = omega::testing::platform_of(rt)?;
     let desc = BufferDesc {
         bytes: 4096,
         rights: Rights::HOST_POLLED | Rights::GPU_WRITE | Rights::CPU_READ | Rights::CPU_WRITE,

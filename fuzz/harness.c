@@ -124,7 +124,7 @@ enum { MAX_LIST = OMEGA_GPU_CMDLIST_MAX_LAUNCHES };
 enum { KIND_DATA, KIND_CODE, KIND_CACHED };
 #define PAGE 4096ull
 #define SIM_MEMORY (4ull << 30)
-/* The session's memory manager (src/session/suballoc.rs): data and cached buffers of at most
+/* The session's memory manager (src/core/session/suballoc.rs): data and cached buffers of at most
  * LARGEST_CARVED bytes are carved from chunks of CHUNK_BYTES, one pool of chunks per kind. The model holds
  * at most NBUF + NSCR + 3 carved buffers in a pool, fewer than the 32 largest blocks of a chunk, so a
  * pool never needs a second chunk: its one chunk, once made, serves every carved allocation, and stays

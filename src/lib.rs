@@ -6,7 +6,9 @@
 //!
 //! 1. **Two layers.** [`omega_hal`] is the thin, unsafe platform layer (a table of services, backends
 //!    `sim` and `nvidia`; the latter behind the cargo feature `nvidia`, on by default). This crate owns
-//!    every check and all typestate; the C layer sits on this crate, never on the HAL.
+//!    every check and all typestate; inside it only the core (`src/core`) uses the HAL, and the typed API
+//!    (`src/api`), the C layer (`src/ffi`) and the model libraries (`src/libs`) sit on the core
+//!    (docs/design.md, "Layers"). Tests reach the simulator through [`testing`].
 //! 2. **One runtime core, two shells.** [`session::Runtime`] implements the contract's semantics once,
 //!    checked at run time (it is what C callers get). The typed API is a shell over it whose types make
 //!    the misuse the runtime would refuse fail to compile instead.
@@ -41,29 +43,32 @@
 // The derives and `kernel!` expand to `::omega::...` paths; this makes them resolve inside omega too.
 extern crate self as omega;
 
-pub mod args;
-pub mod cmdlist;
-mod cubin_loader;
-#[cfg(all(target_os = "linux", feature = "nvidia"))]
-pub mod doctor;
-pub mod engine;
-pub mod error;
+// The layers (docs/design.md, "Layers"): `core` alone uses `omega_hal`; `api` and `ffi` are shells over it;
+// `libs` sits on `api`. The folders are the layers; the paths below keep every public path that programs,
+// tests and docs use (`omega::session`, `omega::cmdlist`, ...) where it was.
+mod api;
+mod core;
 pub mod ffi;
-pub mod kernel;
-pub mod kernels;
-pub mod launch;
-mod locked;
-pub mod mem;
-pub mod platform;
-pub mod printf;
-mod scope;
-pub mod session;
-pub mod state;
-mod sync;
+pub mod libs;
 
-#[cfg(all(test, loom))]
-mod loom_models;
+pub use crate::api::{args, kernel, launch, mem, state};
+pub(crate) use crate::api::{locked, scope};
+#[cfg(all(target_os = "linux", feature = "nvidia"))]
+pub use crate::core::doctor;
+pub use crate::core::{engine, error, kernels, platform, printf, session, testing};
+pub(crate) use crate::core::{loader, sync};
 
+/// # Command lists (EXPERIMENTAL)
+///
+/// The core ([`CmdList`], the contract's `omega_gpu_cmdlist_*` one to one) and the typed shell
+/// ([`CmdListBuilder`]); the design is described in the core's module (`src/core/cmdlist/mod.rs`) and in
+/// docs/cmdlist-and-engine.md.
+pub mod cmdlist {
+    pub use crate::api::cmdlist::{CmdListBuilder, SubmitError, Submitted};
+    pub use crate::core::cmdlist::*;
+}
+
+pub use crate::core::session::DeviceInfo;
 pub use args::LaunchArgs;
 pub use error::{Error, Result};
 /// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
@@ -72,7 +77,6 @@ pub use kernel::{Kernel, Module};
 pub use launch::{ArgBlock, KernelArg, Launch};
 pub use locked::{lock, try_lock, Latched, Locked, OpenError};
 pub use mem::Mem;
-pub use omega_hal::DeviceInfo;
 /// `#[derive(LaunchArgs)]` and `kernel!`: see [`args`].
 pub use omega_macros::{kernel, LaunchArgs};
 pub use platform::PlatformKind;

@@ -405,7 +405,7 @@ fn two_dependent_timestamp_launches_do_not_overlap() {
 #[test]
 fn the_typed_list_is_bound_to_the_scope_and_submits_with_the_token() {
     let dev = omega::lock().open().expect("open");
-    let sim = dev.sim().expect("these tests run on the simulator");
+    let sim = omega::testing::simulator().expect("these tests run on the simulator");
     let n = 1000;
     let x = random_f32(n, 5);
     let r = dev.scope(|s, gpu| -> Result<(), Error> {

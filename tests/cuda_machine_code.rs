@@ -55,7 +55,7 @@ fn a_module_loads_as_machine_code_with_its_banks_in_the_code_buffer_and_its_data
     let sim = Sim::new();
     let lock = omega::lock();
     let platform: Arc<dyn Platform> = Arc::new(MachineCode(sim.clone()));
-    omega::session::runtime().install(Installed { platform, sim: Some(sim.clone()) }).unwrap();
+    omega::session::runtime().install(Installed::simulator_behind(platform, sim.clone())).unwrap();
     let dev = lock.open().expect("open");
     let r = dev.scope(|s, _gpu| -> Result<(), Error> {
         let module = s.load_module(cubin)?;

@@ -17,7 +17,7 @@ fn module_kernels_run_in_the_simulators_slices_printf_ones_too() {
     kernels::register_host_kernels(&sim);
     let lock = omega::lock();
     let rt = omega::session::runtime();
-    rt.install(omega::platform::Installed { platform: sim.clone(), sim: Some(sim.clone()) }).unwrap();
+    rt.install(omega::platform::Installed::simulator(sim.clone())).unwrap();
     let dev = lock.open().expect("open");
     let capture = omega::printf::capture();
     let (base, scale, threads, lines) = (9, -1.25, 5u32, 3u32);

@@ -29,9 +29,7 @@ fn serial() -> MutexGuard<'static, ()> {
 fn private(config: SimConfig) -> (&'static Runtime, std::sync::Arc<Sim>) {
     let sim = Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
-    let rt: &'static Runtime = Box::leak(Box::new(
-        Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) }).unwrap(),
-    ));
+    let rt: &'static Runtime = Box::leak(Box::new(Runtime::with_platform(Installed::simulator(sim.clone())).unwrap()));
     rt.lock();
     rt.open().expect("sim opens");
     (rt, sim)

@@ -206,7 +206,7 @@ fn the_simulator_itself_refuses_a_descriptor_past_its_limits() {
     // What the session would refuse, handed to the platform directly: refused with the limit named, not
     // run and not an abort.
     let sim = Sim::new();
-    let installed = omega::platform::Installed { platform: sim.clone(), sim: Some(sim.clone()) };
+    let installed = omega::platform::Installed::simulator(sim.clone());
     let rt = Runtime::with_platform(installed).expect("a fresh simulator belongs to no runtime yet");
     rt.lock();
     rt.open().unwrap();

@@ -21,7 +21,7 @@ const PAGE: u64 = 4096;
 fn open_with(config: SimConfig) -> (Runtime, Arc<Sim>) {
     let sim = Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
-    let rt = Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) }).unwrap();
+    let rt = Runtime::with_platform(Installed::simulator(sim.clone())).unwrap();
     rt.lock();
     rt.open().expect("sim opens");
     (rt, sim)

@@ -16,14 +16,14 @@ use omega_hal::{Platform, Refusal, Services};
 
 /// A runtime, locked and open, whose platform is the simulator seen through its own C table.
 fn through_the_table() -> (Runtime, Arc<Sim>) {
-    let installed = Installed::sim();
-    let sim = installed.sim.clone().expect("a simulator");
-    let table = export(installed.platform);
+    let installed = omega::kernels::simulator();
+    let sim = omega::testing::simulator_in(&installed).expect("a simulator");
+    let table = export(omega::testing::platform_in(&installed));
     // SAFETY: `export` filled the table with callbacks that keep every service's rules, and its release
     // drops only its own hold on the simulator.
     let platform = unsafe { TablePlatform::new(&table, "sim-table") }.expect("the simulator's table is complete");
     platform.adopt();
-    let rt = Runtime::with_platform(Installed { platform, sim: None }).expect("a fresh platform instance");
+    let rt = Runtime::with_platform(Installed::platform(platform)).expect("a fresh platform instance");
     rt.lock();
     rt.open().expect("the table opens the simulator");
     (rt, sim)
@@ -111,7 +111,7 @@ fn a_hang_through_the_table_times_out_and_latches() {
 
 #[test]
 fn a_table_without_a_service_or_with_a_null_function_is_refused_by_name() {
-    let table = export(Installed::sim().platform);
+    let table = export(omega::testing::platform_in(&Installed::sim()));
     assert_eq!(check_for(&table, Services::SESSION), Ok(()));
     let mut no_poll = table;
     no_poll.caps.services &= !Services::POLL.bits();
@@ -141,7 +141,7 @@ fn an_adopted_table_is_released_once_when_its_platform_goes() {
     unsafe extern "C" fn count_release(_ctx: *mut core::ffi::c_void) {
         RELEASED.fetch_add(1, Ordering::SeqCst);
     }
-    let sim = export(Installed::sim().platform);
+    let sim = export(omega::testing::platform_in(&Installed::sim()));
     let table = OmegaGpuPlatform { release: Some(count_release), ..sim };
     // SAFETY: every callback is the simulator's own (`export`); the release only counts.
     let refused_then_dropped = unsafe { TablePlatform::new(&table, "t") }.unwrap();

@@ -8,7 +8,7 @@ use omega_hal::sim::SimFault;
 #[test]
 fn a_latch_parks_the_printf_buffer_the_device_may_still_write() {
     let dev = omega::lock().open().unwrap();
-    let sim = dev.sim().expect("sim platform");
+    let sim = omega::testing::simulator().expect("sim platform");
     let cubin = kernels::cuda_module(MIXED).expect("CI installs the pinned nvcc set");
     let scoped = dev.scope(|s, gpu| {
         let module = s.load_module(cubin).unwrap();

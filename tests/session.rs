@@ -267,9 +267,7 @@ fn a_platform_missing_a_service_is_refused_at_open() {
         services: omega_hal::Services::all() - omega_hal::Services::POLL,
         ..Default::default()
     });
-    let rt =
-        omega::session::Runtime::with_platform(omega::platform::Installed { platform: sim.clone(), sim: Some(sim) })
-            .unwrap();
+    let rt = omega::session::Runtime::with_platform(omega::platform::Installed::simulator(sim)).unwrap();
     rt.lock();
     let e = rt.open().unwrap_err();
     assert_eq!(e.stage(), "platform");
@@ -279,7 +277,9 @@ fn a_platform_missing_a_service_is_refused_at_open() {
 #[test]
 fn a_failed_open_carries_the_drivers_text() {
     let installed = omega::platform::Installed::sim();
-    installed.sim.as_ref().unwrap().inject(SimFault::FailOpen("NV_ERR_INVALID_DEVICE from the driver".into()));
+    omega::testing::simulator_in(&installed)
+        .unwrap()
+        .inject(SimFault::FailOpen("NV_ERR_INVALID_DEVICE from the driver".into()));
     let rt = omega::session::Runtime::with_platform(installed).unwrap();
     rt.lock();
     assert_eq!(rt.open().unwrap_err().stage(), "open");
@@ -421,7 +421,7 @@ fn a_cancel_from_another_thread_after_submit_latches() {
 fn open_with(config: omega_hal::sim::SimConfig) -> (omega::session::Runtime, std::sync::Arc<omega_hal::sim::Sim>) {
     let sim = omega_hal::sim::Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
-    let installed = omega::platform::Installed { platform: sim.clone(), sim: Some(sim.clone()) };
+    let installed = omega::platform::Installed::simulator(sim.clone());
     let rt = omega::session::Runtime::with_platform(installed).unwrap();
     rt.lock();
     rt.open().unwrap();

@@ -27,7 +27,7 @@ fn launch(rt: &Runtime, l: &omega::session::RawLaunch) -> Result<omega::session:
 fn leaked(config: SimConfig) -> (&'static Runtime, Arc<Sim>) {
     let sim = Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
-    let rt = Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) }).unwrap();
+    let rt = Runtime::with_platform(Installed::simulator(sim.clone())).unwrap();
     let rt: &'static Runtime = Box::leak(Box::new(rt));
     rt.lock();
     rt.open().unwrap();
@@ -221,7 +221,7 @@ fn a_close_hook_may_only_release_buffers_and_cannot_latch() {
 
 /// Queues a never-ending launch on the runtime's simulator.
 fn sim_hang(rt: &Runtime) {
-    rt.installed().unwrap().sim.unwrap().inject(SimFault::Hang);
+    omega::testing::simulator_of(rt).unwrap().inject(SimFault::Hang);
 }
 
 #[test]
@@ -382,7 +382,7 @@ fn a_second_runtime_on_the_same_platform_cannot_be_made() {
     let e = Runtime::with_platform(rt.installed().unwrap()).err().expect("refused");
     assert_eq!(e.stage(), "platform");
     assert!(e.to_string().contains("belongs to another runtime"), "{e}");
-    let again = Runtime::with_platform(Installed { platform: sim.clone(), sim: Some(sim.clone()) });
+    let again = Runtime::with_platform(Installed::simulator(sim.clone()));
     assert!(again.is_err(), "whatever handle reaches the instance");
     // Installing it into another runtime is refused too.
     let other = Runtime::with_platform(Installed::sim()).unwrap();
@@ -475,7 +475,7 @@ fn the_latch_counts_the_platforms_own_buffers_and_the_lists_stamps_as_parked() {
     let sim = Sim::new();
     omega::kernels::register_host_kernels(&sim);
     let platform: Arc<dyn Platform> = Arc::new(Reporting(sim.clone()));
-    let rt = Runtime::with_platform(Installed { platform, sim: Some(sim.clone()) }).unwrap();
+    let rt = Runtime::with_platform(Installed::simulator_behind(platform, sim.clone())).unwrap();
     rt.lock();
     rt.open().unwrap();
     let code = load(&rt, "spin");

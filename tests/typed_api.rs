@@ -60,7 +60,7 @@ fn a_launch_whose_arguments_do_not_match_the_kernel_is_refused_and_the_token_com
 #[test]
 fn buffers_free_at_the_end_of_the_scope() {
     let dev = omega::lock().open().unwrap();
-    let sim = dev.sim().expect("sim platform");
+    let sim = omega::testing::simulator().expect("sim platform");
     let live = sim.stats().live_allocations;
     let chunks = omega::session::runtime().memory_stats().carved.chunks as usize;
     let dev = dev

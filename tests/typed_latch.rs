@@ -6,7 +6,7 @@ use omega_hal::sim::SimFault;
 #[test]
 fn a_hang_ends_the_scope_latched_and_everything_parks() {
     let dev = omega::lock().open().unwrap();
-    let sim = dev.sim().expect("sim platform");
+    let sim = omega::testing::simulator().expect("sim platform");
     let frees_before = sim.stats().frees;
     let scoped = dev.scope(|s, gpu| {
         let flag = s.alloc::<u32>(1).unwrap();

@@ -190,7 +190,7 @@ fn more_than_32_argument_words_reach_the_kernel() {
     let v: Vec<u32> = (0..40).map(|_| rng.random()).collect();
     let want = v.iter().fold(0u32, |a, &x| a.wrapping_add(x));
     let dev = sim();
-    let sim = dev.sim().expect("the simulator");
+    let sim = omega::testing::simulator().expect("the simulator");
     sim.register_kernel("sum_params", sum_params_kernel());
     let launches_before = sim.launches().len();
     let out = dev.scope(|s, gpu| -> omega::Result<(u32, Vec<u32>)> {
@@ -226,7 +226,7 @@ fn more_than_32_argument_words_reach_the_kernel() {
 #[test]
 fn arguments_past_the_constant_bank_are_refused_before_submit() {
     let dev = sim();
-    let sim = dev.sim().unwrap();
+    let sim = omega::testing::simulator().unwrap();
     sim.register_kernel("sum_params", sum_params_kernel());
     // Room for 32764 bytes of parameters: an address and 8190 words is 32768 bytes, four too many.
     let sizes: Vec<u32> = std::iter::once(8).chain(std::iter::repeat_n(4, 8190)).collect();
@@ -260,7 +260,7 @@ fn arguments_past_the_constant_bank_are_refused_before_submit() {
 #[test]
 fn a_typed_handle_checks_a_host_kernel_it_did_not_declare() {
     let dev = sim();
-    dev.sim().unwrap().register_kernel("sum_params", sum_params_kernel());
+    omega::testing::simulator().unwrap().register_kernel("sum_params", sum_params_kernel());
     dev.scope(|s, _| {
         // A host kernel declared with a shorter table than the PTX's is refused by the handle.
         let short = [ParamInfo { ordinal: 0, offset: 0, size: 8 }];

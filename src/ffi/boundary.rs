@@ -73,7 +73,7 @@ pub fn last_error_ptr() -> *const c_char {
 
 /// The longest prefix of a text that fits a C buffer, and the copy into one: the platform table's own
 /// (`omega_hal::ctable`), so every fixed C text is cut the same way.
-pub use omega_hal::ctable::{fit, write_c_text as copy_c_text};
+pub use crate::core::c_abi::{fit, write_c_text as copy_c_text};
 
 /// Reads a C string argument as UTF-8, or records why not (`stage: <what> is NULL` or not UTF-8).
 ///

@@ -18,8 +18,8 @@ const _: () = assert!(OMEGA_GPU_CODE_PREFETCH_TAIL == crate::session::CODE_PREFE
 #[no_mangle]
 pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
     guard("omega_gpu_code_alloc_bytes", 0, || {
-        let page = match runtime().installed() {
-            Ok(i) => i.platform.caps().page_bytes,
+        let page = match runtime().page_bytes() {
+            Ok(page) => page,
             Err(e) => {
                 runtime().set_error(&e);
                 return 0;

@@ -1,7 +1,7 @@
 //! `omega_gpu_engine.h`: the job engine — one built job through named states to success or exactly one
 //! named failure — over [`crate::engine`].
 //!
-//! The structs are the engine's own `#[repr(C)]` types (`src/engine/types.rs`, `src/engine/table.rs`),
+//! The structs are the engine's own `#[repr(C)]` types (`src/core/engine/types.rs`, `src/core/engine/table.rs`),
 //! renamed for C in `cbindgen.toml`; a C backend is the engine's function table, wrapped by
 //! [`TableBackend`] exactly as a Rust caller would wrap it. The one thing added here is the last error: a
 //! failed run also records `engine <step>: <FAILURE NAME>: <detail>` for `omega_gpu_session_last_error`.

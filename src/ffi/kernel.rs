@@ -76,12 +76,7 @@ fn place(
 fn load(name: &str) -> Result<OmegaGpuKernel> {
     let rt = runtime();
     rt.require_lock("load")?;
-    // Preparing a cubin reads the open device's architecture; a closed device is refused here, by the
-    // load's own stage, rather than as a preparation failure that names the kernel.
-    if !rt.is_open() {
-        return rt.fail(Error::NotOpen("load"));
-    }
-    let prepared = crate::cubin_loader::prepare_named(name).or_else(|e| rt.fail(e))?;
+    let prepared = crate::loader::prepare_named(name).or_else(|e| rt.fail(e))?;
     place(prepared.image_bytes, |va| prepared.relocate(va), prepared.entry_offset, |va| prepared.meta_at(va))
 }
 

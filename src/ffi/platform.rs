@@ -12,15 +12,17 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::ffi::CString;
 
-use omega_hal::ctable::{
-    self, OmegaGpuBufferDesc, OmegaGpuHandleTable, OmegaGpuPlatform, OpenRefused, TablePlatform, TableRefusal,
+use crate::core::c_abi::{
+    self as ctable, OmegaGpuBufferDesc, OmegaGpuHandleTable, OmegaGpuPlatform, OpenRefused, TableRefusal,
 };
-use omega_hal::sim::SimFault;
-use omega_hal::{negotiate, BufferKind, CachePolicy, CodeFormat, Handle, HandleError, Refusal, Rights, Services};
+use crate::core::c_abi::{
+    negotiate, BufferKind, CachePolicy, CodeFormat, Handle, HandleError, Refusal, Rights, Services,
+};
+use crate::platform::TableInstallError;
+use crate::testing::SimFault;
 
 use super::boundary::{code, guard, refuse};
 use crate::error::Error;
-use crate::platform::Installed;
 use crate::session::runtime;
 use crate::sync::{self, Mutex};
 
@@ -151,8 +153,8 @@ pub const OMEGA_GPU_SIM_FAULT_FAIL_OPEN: c_int = 5;
 pub const OMEGA_GPU_SIM_FAULT_FAIL_SYNC: c_int = 6;
 
 const _: () = {
-    assert!(OMEGA_GPU_PLATFORM_ABI_MAJOR == omega_hal::PLATFORM_ABI_MAJOR);
-    assert!(OMEGA_GPU_PLATFORM_ABI_MINOR == omega_hal::PLATFORM_ABI_MINOR);
+    assert!(OMEGA_GPU_PLATFORM_ABI_MAJOR == ctable::PLATFORM_ABI_MAJOR);
+    assert!(OMEGA_GPU_PLATFORM_ABI_MINOR == ctable::PLATFORM_ABI_MINOR);
     assert!(OMEGA_GPU_SVC_CLOCK == Services::CLOCK.bits());
     assert!(OMEGA_GPU_SVC_LOCK == Services::LOCK.bits());
     assert!(OMEGA_GPU_SVC_DEVICE_MEM == Services::DEVICE_MEM.bits());
@@ -212,8 +214,8 @@ pub struct OmegaGpuQueueHandle {
     pub generation: u32,
 }
 
-static_assertions::assert_eq_size!(OmegaGpuDeviceHandle, omega_hal::Handle);
-static_assertions::assert_eq_size!(OmegaGpuQueueHandle, omega_hal::Handle);
+static_assertions::assert_eq_size!(OmegaGpuDeviceHandle, Handle);
+static_assertions::assert_eq_size!(OmegaGpuQueueHandle, Handle);
 
 static_assertions::const_assert_eq!(OMEGA_GPU_PLATFORM_TEXT_BYTES as usize, core::mem::size_of::<[c_char; 256]>());
 
@@ -253,7 +255,9 @@ pub extern "C" fn omega_gpu_platform_refusal_name(code: c_int) -> *const c_char 
 /// with it (a table that forwards to it does so in its own `release`). Any thread, no lock.
 #[no_mangle]
 pub extern "C" fn omega_gpu_platform_sim() -> OmegaGpuPlatform {
-    guard("omega_gpu_platform_sim", OmegaGpuPlatform::EMPTY, || ctable::export(Installed::sim().platform))
+    guard("omega_gpu_platform_sim", OmegaGpuPlatform::EMPTY, || {
+        crate::platform::export_table(crate::kernels::simulator())
+    })
 }
 
 /// Records a table's refusal (stage `platform`) and returns its code.
@@ -383,22 +387,14 @@ pub(crate) unsafe fn install_table(name: &str, table: &OmegaGpuPlatform) -> c_in
     }
     let Some(cname) = intern(name) else { return refuse("set platform", "the name is not a C string") };
     let name: &'static str = cname.to_str().expect("checked ASCII above");
-    // SAFETY: forwarded from the caller: the callbacks keep their services' rules while installed, and
-    // `release` is called once, after the last of them, which is what TablePlatform::new needs.
-    let platform = match unsafe { TablePlatform::new(table, name) } {
-        Ok(p) => p,
-        Err(r) => {
+    // SAFETY: forwarded from the caller (the table keeps its Safety section while installed).
+    match unsafe { crate::platform::install_table(runtime(), table, name) } {
+        Ok(()) => 0,
+        Err(TableInstallError::Table(r)) => {
             refused(r);
-            return -1;
+            -1
         }
-    };
-    let rt = runtime();
-    match rt.install(Installed { platform: platform.clone(), sim: None }) {
-        Ok(()) => {
-            platform.adopt();
-            0
-        }
-        Err(e) => code(&e),
+        Err(TableInstallError::Install(e)) => code(&e),
     }
 }
 
@@ -538,21 +534,9 @@ pub extern "C" fn omega_gpu_sim_inject(fault: c_int) -> c_int {
             OMEGA_GPU_SIM_FAULT_FAIL_SYNC => SimFault::FailSync,
             other => return refuse("sim inject", format!("unknown fault {other}")),
         };
-        let installed = match runtime().installed() {
-            Ok(i) => i,
-            Err(e) => {
-                runtime().set_error(&e);
-                return -1;
-            }
-        };
-        match installed.sim {
-            Some(sim) => {
-                sim.inject(f);
-                0
-            }
-            None => {
-                refuse("sim inject", format!("the installed platform is `{}`, not the simulator", installed.name()))
-            }
+        match crate::testing::inject(runtime(), f) {
+            Ok(()) => 0,
+            Err(_) => -1,
         }
     })
 }

@@ -2,13 +2,12 @@
 //! parked buffers — over [`crate::session::Runtime`].
 //!
 //! Every function is a thin shell: pointer checks, one call into the core, the contract's return code.
-//! The structs are the core's own `#[repr(C)]` types (`src/session/types.rs`), renamed for C by cbindgen.
+//! The structs are the core's own `#[repr(C)]` types (`src/core/session/types.rs`), renamed for C by cbindgen.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr;
 
-use omega_hal::ctable::OmegaGpuPlatform;
-use omega_hal::{Handle, Services};
+use crate::core::c_abi::{Handle, OmegaGpuPlatform};
 
 use super::boundary::{c_str, code, guard, last_error_ptr, rc, refuse};
 use crate::error::Error;
@@ -72,7 +71,7 @@ static_assertions::assert_eq_size!(OmegaGpuSession, [u64; 6]);
 
 /// EXPERIMENTAL. What the open device reports (`omega_gpu_device_query`); defined with the platform
 /// contract's DEVICE service (`omega_gpu_platform.h`), whose `open` fills it.
-pub use omega_hal::ctable::OmegaGpuDeviceInfo;
+pub use crate::core::c_abi::OmegaGpuDeviceInfo;
 
 /// The object `omega_gpu_session_open` points to. Raw pointers are not `Send`; this one is only an address
 /// handed to C, never dereferenced by Rust, so sharing it between threads is sound.
@@ -696,9 +695,7 @@ pub extern "C" fn omega_gpu_session_platform() -> *const c_char {
 /// program that builds its own machine code reads its parameters from there. 0 with no platform.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_submit_prefix_words() -> u32 {
-    guard("omega_gpu_session_submit_prefix_words", 0, || {
-        runtime().installed().map(|i| i.platform.caps().param_base / 4).unwrap_or(0)
-    })
+    guard("omega_gpu_session_submit_prefix_words", 0, || runtime().param_prefix_words())
 }
 
 /// EXPERIMENTAL. How a launch learns its completion (`OMEGA_GPU_COMPLETION_*`): by polling a marker word,
@@ -708,15 +705,10 @@ pub extern "C" fn omega_gpu_session_submit_prefix_words() -> u32 {
 pub extern "C" fn omega_gpu_session_completion_mode() -> u32 {
     guard("omega_gpu_session_completion_mode", OMEGA_GPU_COMPLETION_NONE, || {
         let rt = runtime();
-        match rt.installed() {
-            Ok(i) if i.platform.caps().services.contains(Services::POLL) => {
-                if rt.spin_us() > 0 {
-                    OMEGA_GPU_COMPLETION_SPIN_POLL
-                } else {
-                    OMEGA_GPU_COMPLETION_SLEEP_POLL
-                }
-            }
-            _ => OMEGA_GPU_COMPLETION_NONE,
+        match (rt.polls_completions(), rt.spin_us() > 0) {
+            (true, true) => OMEGA_GPU_COMPLETION_SPIN_POLL,
+            (true, false) => OMEGA_GPU_COMPLETION_SLEEP_POLL,
+            (false, _) => OMEGA_GPU_COMPLETION_NONE,
         }
     })
 }

@@ -1,15 +1,14 @@
 //! Helpers shared by the session tests: a private runtime on a fresh simulator, and a loaded kernel.
 #![allow(dead_code)]
 
-use omega::platform::Installed;
 use omega::session::{GpuMem, KernelMeta, RawLaunch, Runtime};
 use omega_hal::sim::Sim;
 use std::sync::Arc;
 
 /// A private runtime on its own simulator, locked and open.
 pub fn open_runtime() -> (Runtime, Arc<Sim>) {
-    let installed = Installed::sim();
-    let sim = installed.sim.clone().unwrap();
+    let installed = omega::kernels::simulator();
+    let sim = omega::testing::simulator_in(&installed).unwrap();
     let rt = Runtime::with_platform(installed).expect("a fresh simulator is this runtime's");
     rt.lock();
     rt.open().expect("sim opens");

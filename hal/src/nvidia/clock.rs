@@ -15,6 +15,7 @@ use crate::clock::{Clock, MonotonicClock};
 /// A `CLOCK_MONOTONIC` read above this many nanoseconds (median of a few) is taken to be a system call.
 const SLOW_READ_NS: u64 = 150;
 /// How long the TSC rate is measured against `CLOCK_MONOTONIC` (an error of ~1 us at either end is 0.05%).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
 const CALIBRATION_NS: u64 = 2_000_000;
 
 /// Which source a [`NvidiaClock`] reads.

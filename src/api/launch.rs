@@ -102,7 +102,7 @@ impl ArgBlock {
     /// [`MAX_ARG_BLOCK_BYTES`] is not written: the block is marked oversized and every launch of it is
     /// refused (stage `launch arguments`), the same in debug and release builds.
     pub fn push_raw(&mut self, size: u32, write: impl FnOnce(&mut [u8])) {
-        let offset = (self.bytes.len() as u64).next_multiple_of(u64::from(size.max(1)));
+        let offset = crate::session::param_offset(self.bytes.len() as u64, size);
         let end = offset + u64::from(size);
         if end > u64::from(MAX_ARG_BLOCK_BYTES) || self.oversized.is_some() {
             self.oversized = Some(self.oversized.unwrap_or(0).max(end));

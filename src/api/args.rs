@@ -150,8 +150,7 @@ pub mod __private {
         let mut i = 0;
         while i < N {
             let size = sizes[i];
-            let align = if size == 0 { 1 } else { size };
-            let offset = end.next_multiple_of(align);
+            let offset = crate::session::param_offset(end as u64, size) as u32;
             out[i] = ParamInfo { ordinal: i as u32, offset, size };
             end = offset + size;
             i += 1;

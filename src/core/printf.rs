@@ -251,7 +251,7 @@ fn library_module() -> Result<omega_hal::cubin::Module> {
     let cubin = crate::kernels::device_library("printf").map_err(|why| {
         Error::Load(format!("device printf: Omega's printf library (kernels/cuda/lib/printf.cu) was not built: {why}"))
     })?;
-    let arch = crate::cubin_loader::device_arch()?;
+    let arch = crate::loader::device_arch()?;
     omega_hal::cubin::Module::parse(cubin, arch).map_err(|e| Error::Load(format!("device printf library: {e}")))
 }
 

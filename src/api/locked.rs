@@ -10,14 +10,11 @@
 
 use core::marker::PhantomData;
 
-use omega_hal::sim::Sim;
-use omega_hal::DeviceInfo;
-
 use crate::error::{Error, Result};
 use crate::platform::PlatformKind;
 use crate::session::{runtime, MemInfo, MemoryStats, ParkStats, PIN_TOKEN};
 use crate::state::{Closed, DeviceState, Open};
-use crate::sync::Arc;
+use crate::DeviceInfo;
 use crate::Scope;
 use crate::{Gpu, Scoped};
 
@@ -60,11 +57,6 @@ impl<S: DeviceState> Locked<S> {
     /// The installed platform's name ("sim" or "nvidia").
     pub fn platform(&self) -> &'static str {
         runtime().platform_name().unwrap_or("none")
-    }
-
-    /// The simulator behind the session, when the platform is the simulator (fault injection, kernels).
-    pub fn sim(&self) -> Option<Arc<Sim>> {
-        runtime().installed().ok().and_then(|i| i.sim)
     }
 
     /// True once an uncertain completion latched the process.

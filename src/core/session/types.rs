@@ -3,7 +3,7 @@
 
 use core::ffi::c_void;
 
-pub use omega_hal::Handle;
+pub use omega_hal::{DeviceInfo, Handle};
 
 /// `OMEGA_GPU_SESSION_LOCK_ID`: the session lock's id in the platform LOCK service.
 pub const LOCK_ID: u32 = omega_hal::SESSION_LOCK_ID;
@@ -147,4 +147,12 @@ pub struct MemInfo {
     pub free_bytes: u64,
     /// Bytes of device memory in all.
     pub total_bytes: u64,
+}
+
+/// Where a kernel parameter of `size` bytes starts after parameters that end at byte `end`: the next
+/// multiple of its size, natural alignment, as ptxas lays out a parameter table. A zero-sized parameter
+/// aligns to 1 (it does not move). The one definition of the rule: the typed argument block, the derive's
+/// layout and the repository's host specs all place parameters with it.
+pub const fn param_offset(end: u64, size: u32) -> u64 {
+    end.next_multiple_of(if size == 0 { 1 } else { size as u64 })
 }

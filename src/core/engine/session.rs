@@ -5,9 +5,7 @@
 use super::backend::{Backend, LaunchFailure, Launched, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_SESSION};
 use crate::error::Error;
-use crate::session::{
-    runtime, AllocKind, GpuMem, KernelMeta, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE,
-};
+use crate::session::{runtime, AllocKind, GpuMem, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE};
 use crate::sync;
 
 /// The kernel every VECTOR_1D job runs.
@@ -76,27 +74,16 @@ impl SessionBackend {
             // The simulator runs the host reference named by a code image. Described by the host spec, not the
             // shared loader, because that loader consults the process's runtime and this one may be private.
             let spec = crate::kernels::host_spec(KERNEL).ok_or_else(|| Error::Load(format!("no kernel `{KERNEL}`")))?;
-            let image = omega_hal::sim::code_image(KERNEL);
+            let (image, meta) = crate::loader::sim_spec_kernel(&installed, spec);
             let code = rt.alloc_owned(image.len(), AllocKind::Code, ENGINE_BUFFER)?;
             self.code = Some(code);
             self.diag.buffers += 1;
             write_and_sync(rt, &code, &image)?;
-            let params = spec.params();
-            rt.register_kernel(
-                code.va,
-                KernelMeta {
-                    name: KERNEL.into(),
-                    code_bytes: image.len() as u64,
-                    registers: 32,
-                    param_bytes: params.last().map_or(0, |p| p.offset + p.size),
-                    params,
-                    ..KernelMeta::default()
-                },
-            )?;
+            rt.register_kernel(code.va, meta)?;
             return Ok(code.va);
         }
         // The repository's loader; it reads the process runtime's device, the only one on a GPU platform.
-        let loaded = crate::cubin_loader::prepare_named(KERNEL)?;
+        let loaded = crate::loader::prepare_named(KERNEL)?;
         let code = rt.alloc_owned(loaded.image_bytes, AllocKind::Code, ENGINE_BUFFER)?;
         self.code = Some(code);
         self.diag.buffers += 1;

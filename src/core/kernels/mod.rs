@@ -5,6 +5,7 @@
 
 use omega_hal::sim::{HostKernel, KernelCtx, KernelError, Sim};
 
+use crate::platform::Installed;
 use crate::session::ParamInfo;
 use crate::sync::Arc;
 
@@ -83,7 +84,7 @@ impl HostSpec {
             .iter()
             .enumerate()
             .map(|(i, &size)| {
-                off = off.next_multiple_of(size);
+                off = crate::session::param_offset(u64::from(off), size) as u32;
                 let p = ParamInfo { ordinal: i as u32, offset: off, size };
                 off += size;
                 p
@@ -164,13 +165,32 @@ pub fn cuda_host_spec(name: &str) -> Option<&'static HostSpec> {
     MIXED_HOST_SPECS.iter().find(|s| s.name == name)
 }
 
+/// The host reference of repository kernel `name`, a PTX kernel's or a CUDA module's.
+pub fn host_reference(name: &str) -> Option<&'static HostSpec> {
+    host_spec(name).or_else(|| cuda_host_spec(name))
+}
+
+/// Registers `spec`'s host reference with a simulator, under the kernel's name.
+pub fn register_host_kernel(sim: &Sim, spec: &HostSpec) {
+    let run = spec.run;
+    let k: HostKernel = Arc::new(run);
+    sim.register_kernel(spec.name, k);
+}
+
 /// Registers every host reference with a simulator (the PTX kernels' and the CUDA modules' kernels').
 pub fn register_host_kernels(sim: &Sim) {
     for spec in HOST_SPECS.iter().chain(MIXED_HOST_SPECS) {
-        let run = spec.run;
-        let k: HostKernel = Arc::new(run);
-        sim.register_kernel(spec.name, k);
+        register_host_kernel(sim, spec);
     }
+}
+
+/// A fresh simulator that runs every repository kernel (what `omega_gpu_platform_sim()` exports, and
+/// what a test that writes code images by hand installs). The platform the core installs is a plain
+/// simulator: its loader registers a kernel's reference when it loads that kernel.
+pub fn simulator() -> Installed {
+    let sim = Sim::new();
+    register_host_kernels(&sim);
+    Installed::simulator(sim)
 }
 
 // ----- the references --------------------------------------------------------------------------------

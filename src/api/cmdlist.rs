@@ -2,7 +2,7 @@
 
 use core::marker::PhantomData;
 
-use super::{CmdList, CmdListError, CmdListOpts, CmdListStats, ListCompletion, Result};
+use crate::core::cmdlist::{CmdList, CmdListError, CmdListOpts, CmdListStats, ListCompletion, Result};
 use crate::error::Error;
 use crate::launch::Launch;
 use crate::scope::{Gpu, Scope};

@@ -173,7 +173,7 @@ fn simulator_runs() -> Result<String, String> {
     // fresh instance, which no other runtime can hold.
     static SIM: crate::sync::OnceLock<Option<crate::session::Runtime>> = crate::sync::OnceLock::new();
     let rt = SIM
-        .get_or_init(|| crate::session::Runtime::with_platform(crate::platform::Installed::sim()).ok())
+        .get_or_init(|| crate::session::Runtime::with_platform(crate::kernels::simulator()).ok())
         .as_ref()
         .ok_or("a runtime over a fresh simulator could not be made")?;
     let n = 4096usize;

@@ -19,8 +19,11 @@
 //! platform instance belongs to one runtime ([`Runtime::with_platform`]), so no second runtime can close
 //! a device under the first or miss its latch.
 
+mod caps;
 mod launch;
 mod memory;
+// The C layer's code allocator rounds as the session does (the C layer is not built under loom).
+#[cfg(not(loom))]
 pub(crate) use memory::buffer_bytes;
 pub use memory::{AllocKind, MemoryStats};
 pub mod suballoc;
@@ -32,9 +35,7 @@ pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
 
-use omega_hal::{
-    check_buffer, negotiate, Allocation, BufferDesc, DeviceInfo, HandleTable, Platform, Refusal, Services,
-};
+use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, HandleTable, Platform, Refusal, Services};
 
 use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};
@@ -485,10 +486,7 @@ impl Runtime {
         };
         let desc = BufferDesc {
             bytes: i.platform.caps().page_bytes,
-            rights: omega_hal::Rights::HOST_POLLED
-                | omega_hal::Rights::GPU_WRITE
-                | omega_hal::Rights::CPU_READ
-                | omega_hal::Rights::CPU_WRITE,
+            rights: memory::polled_rights(),
             cache: omega_hal::CachePolicy::Uncached,
             kind: omega_hal::BufferKind::Queue,
         };

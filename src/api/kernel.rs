@@ -9,8 +9,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::cubin_loader::{Placement, PreparedModule};
 use crate::error::{Error, Result};
+use crate::loader::{CubinModule, Placement, PreparedModule, Segment};
 use crate::mem::Mem;
 use crate::scope::Scope;
 use crate::session::{runtime, KernelMeta, ParamInfo};
@@ -108,7 +108,7 @@ impl<'s> Module<'s> {
 
     /// The parsed cubin: every kernel's attributes, the module's data symbols, undefined symbols and
     /// `.nv.compat` records.
-    pub fn info(&self) -> &omega_hal::cubin::Module {
+    pub fn info(&self) -> &CubinModule {
         &self.resident.prepared.as_ref().expect("a module loaded from a cubin").module
     }
 
@@ -117,8 +117,8 @@ impl<'s> Module<'s> {
         let s = self.info().symbol(name)?;
         let at = self.resident.placement();
         Some(match s.segment {
-            omega_hal::cubin::Segment::Code => at.code_va + s.offset,
-            omega_hal::cubin::Segment::Data => at.data_va + s.offset,
+            Segment::Code => at.code_va + s.offset,
+            Segment::Data => at.data_va + s.offset,
         })
     }
 
@@ -128,7 +128,7 @@ impl<'s> Module<'s> {
         let Some(s) = self.info().symbol(name) else {
             return refuse(format!("the module defines no data object `{name}`"));
         };
-        if s.segment != omega_hal::cubin::Segment::Data {
+        if s.segment != Segment::Data {
             return refuse(format!("`{name}` is __constant__ data, which the GPU reads from the code buffer"));
         }
         if len as u64 > s.bytes {
@@ -202,41 +202,18 @@ impl<'s> Kernel<'s> {
         match crate::kernels::sm90_cubin(name) {
             Ok(cubin) => Module::load(scope, cubin)?.kernel(name),
             Err(why) => {
-                let (image, meta) = crate::cubin_loader::host_spec_meta(name, why).or_else(|e| runtime().fail(e))?;
+                let (image, meta) = crate::loader::host_spec_meta(name, why).or_else(|e| runtime().fail(e))?;
                 Self::place_fixed(scope, &image, meta)
             }
         }
     }
 
     /// On the simulator: the host implementation registered with it under `name` (see
-    /// [`omega_hal::sim::Sim::register_kernel`]), declared with the parameter table `params`. It is how a
+    /// [`crate::testing::Sim::register_kernel`]), declared with the parameter table `params`. It is how a
     /// kernel without a repository host spec runs on the simulator (tests, typed handles of new PTX).
     /// Refused with [`Error::Load`] on a GPU platform, or when no host implementation has that name.
     pub fn load_host(scope: &'s Scope<'s>, name: &str, params: &[ParamInfo]) -> Result<Self> {
-        let installed = runtime().installed()?;
-        let fail = |why: String| {
-            let e = Error::Load(format!("kernel `{name}`: {why}"));
-            runtime().set_error(&e);
-            Err(e)
-        };
-        let Some(sim) = installed.sim else {
-            return fail(format!(
-                "host kernels run on the simulator only, the platform is {}",
-                installed.platform.name()
-            ));
-        };
-        if !sim.has_kernel(name) {
-            return fail("no host implementation is registered with the simulator under that name".into());
-        }
-        let image = omega_hal::sim::code_image(name);
-        let meta = KernelMeta {
-            name: name.to_owned(),
-            code_bytes: image.len() as u64,
-            registers: 32,
-            param_bytes: params.iter().map(|p| p.offset + p.size).max().unwrap_or(0),
-            params: params.to_vec(),
-            ..KernelMeta::default()
-        };
+        let (image, meta) = crate::loader::host_kernel(name, params).or_else(|e| runtime().fail(e))?;
         Self::place_fixed(scope, &image, meta)
     }
 

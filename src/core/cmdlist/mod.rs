@@ -29,11 +29,9 @@
 
 mod check;
 mod stamps;
-mod typed;
 mod types;
 
 pub use check::check_no_overlap;
-pub use typed::{CmdListBuilder, SubmitError, Submitted};
 pub use types::*;
 
 use omega_hal::{ConstBank, LaunchDesc, Order};

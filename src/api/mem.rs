@@ -29,7 +29,7 @@ impl<'s, K: MemKind> Mem<'s, K> {
     pub(crate) fn alloc(len: usize) -> Result<Self> {
         let rt = runtime();
         let Some(bytes) = len.checked_mul(size_of::<K::Elem>()) else {
-            return rt.fail(Error::Refused(omega_hal::Refusal::Overflow));
+            return rt.fail(Error::Refused(crate::error::Refusal::Overflow));
         };
         let raw = rt.alloc_owned(bytes, K::ALLOC, TYPED_BUFFER)?;
         Ok(Mem { raw, len, _scope: PhantomData, _kind: PhantomData })

@@ -3,10 +3,14 @@
 //! otherwise. Forcing `nvidia` where there is no device is an error naming the missing file (or, in a
 //! build without the backend, saying so) — never a silent fallback to the simulator.
 
+#[cfg(not(loom))]
+use omega_hal::ctable::{self, OmegaGpuPlatform, TablePlatform, TableRefusal};
 use omega_hal::sim::Sim;
 use omega_hal::Platform;
 
 use crate::error::{Error, Result};
+#[cfg(not(loom))]
+use crate::session::Runtime;
 use crate::sync::{Arc, ProcessMutex, Weak};
 
 /// Whether this build has the nvidia backend (Linux, with the `nvidia` feature).
@@ -52,20 +56,35 @@ impl PlatformKind {
 }
 
 /// An installed platform: the service table, and the simulator behind it when it is one.
+///
+/// What it holds is the core's: the typed API and the C layer never reach the service table or the
+/// simulator through it (docs/design.md, "Layers"). Tests reach the simulator through the one door meant
+/// for them, [`crate::testing`].
 #[derive(Clone)]
 pub struct Installed {
     /// The service table.
-    pub platform: Arc<dyn Platform>,
+    pub(in crate::core) platform: Arc<dyn Platform>,
     /// The simulator, for fault injection and kernel registration.
-    pub sim: Option<Arc<Sim>>,
+    pub(in crate::core) sim: Option<Arc<Sim>>,
 }
 
 impl Installed {
-    /// A fresh simulator with the repository's kernels registered.
+    /// A fresh simulator. It runs no host kernel yet: the loader registers a repository kernel's host
+    /// reference when it loads that kernel ([`crate::kernels::simulator`] is one with all of them).
     pub fn sim() -> Self {
-        let sim = Sim::new();
-        crate::kernels::register_host_kernels(&sim);
+        Self::simulator(Sim::new())
+    }
+
+    /// The simulator `sim`, as it is (a configured one, say): the runtime may inject its faults and
+    /// register its host kernels.
+    pub fn simulator(sim: Arc<Sim>) -> Self {
         Installed { platform: sim.clone(), sim: Some(sim) }
+    }
+
+    /// A platform that is not the simulator to the runtime (a C program's table, or a simulator behind
+    /// one): no fault injection, no host kernels.
+    pub fn platform(platform: Arc<dyn Platform>) -> Self {
+        Installed { platform, sim: None }
     }
 
     /// Builds the platform of `kind`.
@@ -82,12 +101,47 @@ impl Installed {
     }
 }
 
+#[cfg(not(loom))]
+/// The service table of `installed` as the C platform contract lays it out (`omega_gpu_platform_sim`).
+pub(crate) fn export_table(installed: Installed) -> OmegaGpuPlatform {
+    ctable::export(installed.platform)
+}
+
+/// Why a C program's service table was not installed.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) enum TableInstallError {
+    /// The table breaks the platform contract (its ABI, a missing callback, ...).
+    Table(TableRefusal),
+    /// The runtime refused the install (the lock, an open device, a latch).
+    Install(Error),
+}
+
+#[cfg(not(loom))]
+/// Installs a C program's service table as `rt`'s platform, under `name` (checked by the caller).
+///
+/// # Safety
+/// - `*table` keeps the rules of `OmegaGpuPlatform`'s Safety section (those of [`TablePlatform::new`]) for
+///   as long as it stays installed.
+pub(crate) unsafe fn install_table(
+    rt: &Runtime,
+    table: &OmegaGpuPlatform,
+    name: &'static str,
+) -> core::result::Result<(), TableInstallError> {
+    // SAFETY: forwarded from the caller: the callbacks keep their services' rules while installed, and
+    // `release` is called once, after the last of them, which is what TablePlatform::new needs.
+    let platform = unsafe { TablePlatform::new(table, name) }.map_err(TableInstallError::Table)?;
+    rt.install(Installed::platform(platform.clone())).map_err(TableInstallError::Install)?;
+    platform.adopt();
+    Ok(())
+}
+
 /// The NVIDIA platform, or what this machine lacks for it. Without the device files the reason is the
 /// kernel module when none is loaded (nothing under `/proc/driver/nvidia`), else the missing files.
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 fn nvidia() -> Result<Installed> {
     match omega_hal::nvidia::Nvidia::probe() {
-        Ok(nv) => Ok(Installed { platform: nv, sim: None }),
+        Ok(nv) => Ok(Installed::platform(nv)),
         Err(omega_hal::HalError::NoDevice(missing_files)) => {
             Err(match crate::doctor::module_version(std::path::Path::new("/")) {
                 Err(no_module) => Error::Platform(format!("nvidia: {no_module}")),

@@ -15,11 +15,79 @@
 //! buffer for a kernel that calls `vprintf`.
 
 use omega_hal::arch::{self, Arch};
-use omega_hal::cubin::{ConstBank, CubinError, ExternalFunction, KernelInfo, Module, Segment};
+use omega_hal::cubin::{ConstBank, CubinError, ExternalFunction, KernelInfo, Module};
 
 use crate::error::{Error, Result};
+use crate::kernels::HostSpec;
+use crate::platform::Installed;
 use crate::printf::{self, VPRINTF};
 use crate::session::{runtime, KernelMeta, ParamInfo};
+
+/// The parsed cubin a loaded module hands out ([`crate::Module::info`]), and which buffer a symbol of it
+/// lies in.
+pub use omega_hal::cubin::{Module as CubinModule, Segment};
+
+/// What a simulator launch template claims of registers. A host kernel runs on the CPU and uses none; the
+/// template says what an ordinary small kernel would, so that the launch checks (registers times threads
+/// against the SM's register file) treat it as one.
+const SIM_REGISTERS: u32 = 32;
+
+/// On the simulator: the code image naming host kernel `name` and the launch template the session checks
+/// its launches against, from the kernel's parameter table and its static needs.
+fn sim_kernel(
+    name: &str,
+    params: Vec<ParamInfo>,
+    static_shared_bytes: u32,
+    local_bytes_per_thread: u32,
+) -> (Vec<u8>, KernelMeta) {
+    let image = omega_hal::sim::code_image(name);
+    let meta = KernelMeta {
+        name: name.to_owned(),
+        code_bytes: image.len() as u64,
+        registers: SIM_REGISTERS,
+        static_shared_bytes,
+        local_bytes_per_thread,
+        param_bytes: params.iter().map(|p| p.offset + p.size).max().unwrap_or(0),
+        params,
+        ..KernelMeta::default()
+    };
+    (image, meta)
+}
+
+/// On the simulator: repository kernel `spec`'s code image and launch template.
+pub(crate) fn sim_spec_kernel(installed: &Installed, spec: &HostSpec) -> (Vec<u8>, KernelMeta) {
+    register_reference(installed, spec.name);
+    sim_kernel(spec.name, spec.params(), spec.static_shared_bytes, spec.local_bytes_per_thread)
+}
+
+/// On the simulator: the host implementation registered with it under `name`, declared with the parameter
+/// table `params` ([`crate::Kernel::load_host`]). Refused with [`Error::Load`] on a GPU platform, or when
+/// no host implementation has that name.
+pub(crate) fn host_kernel(name: &str, params: &[ParamInfo]) -> Result<(Vec<u8>, KernelMeta)> {
+    let installed = runtime().installed()?;
+    let refuse = |why: String| Err(Error::Load(format!("kernel `{name}`: {why}")));
+    let Some(sim) = installed.sim else {
+        return refuse(format!(
+            "host kernels run on the simulator only, the platform is {}",
+            installed.platform.name()
+        ));
+    };
+    if !sim.has_kernel(name) {
+        return refuse("no host implementation is registered with the simulator under that name".into());
+    }
+    Ok(sim_kernel(name, params.to_vec(), 0, 0))
+}
+
+/// On the simulator behind `installed`: makes it run repository kernel `name`, when there is one of that
+/// name, by registering its host reference. The simulators the core installs start with no host kernel
+/// (the demo kernels are not wired into the platform); loading a kernel is what brings its reference in.
+fn register_reference(installed: &Installed, name: &str) {
+    if let (Some(sim), Some(spec)) = (installed.sim.as_ref(), crate::kernels::host_reference(name)) {
+        if !sim.has_kernel(name) {
+            crate::kernels::register_host_kernel(sim, spec);
+        }
+    }
+}
 
 /// The architecture of the open device (the simulator models sm_90).
 pub(crate) fn device_arch() -> Result<&'static Arch> {
@@ -56,7 +124,13 @@ impl PreparedModule {
         let arch = device_arch()?;
         let module = Module::parse(cubin, arch).map_err(|e| Error::Load(e.to_string()))?;
         // The platform says which code it runs: the simulator's code images, or the cubin's machine code.
-        let sim = runtime().installed()?.platform.code_format() == omega_hal::CodeFormat::SimImage;
+        let installed = runtime().installed()?;
+        let sim = installed.platform.code_format() == omega_hal::CodeFormat::SimImage;
+        if sim {
+            for k in &module.kernels {
+                register_reference(&installed, &k.name);
+            }
+        }
         let (mut printf, mut printf_missing) = (None, None);
         if module.undefined.iter().any(|s| s == VPRINTF) {
             match printf::ready(sim) {
@@ -246,7 +320,12 @@ impl Prepared {
 
 /// Parses `cubin` for the open device and picks `entry`, for a single-buffer load.
 pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
-    let m = PreparedModule::new(cubin).map_err(|e| Error::Load(format!("kernel `{entry}`: {e}")))?;
+    // Only a refusal of the cubin itself names the kernel; "device not open" and the platform's own
+    // errors keep their stage as they are.
+    let m = PreparedModule::new(cubin).map_err(|e| match e {
+        Error::Load(why) => Error::Load(format!("kernel `{entry}`: {why}")),
+        other => other,
+    })?;
     let index = m.module.kernels.iter().position(|k| k.name == entry);
     let Some(index) = index else {
         return Err(Error::Load(m.module.kernel(entry).expect_err("not among the kernels").to_string()));
@@ -285,24 +364,10 @@ pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
 /// On the simulator in a build without ptxas: repository kernel `name`'s code image and launch template
 /// from its host spec. Elsewhere `why` (there is no cubin) is the error.
 pub(crate) fn host_spec_meta(name: &str, why: &str) -> Result<(Vec<u8>, KernelMeta)> {
-    if runtime().installed()?.platform.code_format() != omega_hal::CodeFormat::SimImage {
+    let installed = runtime().installed()?;
+    if installed.platform.code_format() != omega_hal::CodeFormat::SimImage {
         return Err(Error::Load(format!("kernel `{name}`: {why}")));
     }
     let spec = crate::kernels::host_spec(name).ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
-    let img = omega_hal::sim::code_image(name);
-    let params = spec.params();
-    let meta = KernelMeta {
-        name: name.to_owned(),
-        code_bytes: img.len() as u64,
-        registers: 32,
-        static_shared_bytes: spec.static_shared_bytes,
-        local_bytes_per_thread: spec.local_bytes_per_thread,
-        barriers: 0,
-        param_bytes: params.last().map(|p| p.offset + p.size).unwrap_or(0),
-        params,
-        max_threads: None,
-        const_banks: Vec::new(),
-        printf: false,
-    };
-    Ok((img, meta))
+    Ok(sim_spec_kernel(&installed, spec))
 }

@@ -14,8 +14,9 @@ use super::suballoc::{Carve, CarverStats, Pool, CHUNK_BYTES};
 use super::{
     AllocStats, Backing, Buf, GpuMem, MemInfo, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL,
 };
-use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, PARK_MAX};
+use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, HANDLE_BUF_QUEUE, PARK_MAX};
 use crate::error::{Error, Result};
+use crate::platform::Installed;
 use crate::sync;
 
 /// Which kind of buffer to make (the typed API names it through its `MemKind`).
@@ -52,33 +53,76 @@ impl MemoryStats {
     }
 }
 
-/// How a buffer of a kind is described to the platform, and which pool (if any) it is carved from.
-fn describe(kind: AllocKind) -> (Rights, CachePolicy, BufferKind, u32, Option<Pool>) {
-    let rw = Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE;
-    match kind {
-        AllocKind::Data => (rw, CachePolicy::Uncached, BufferKind::Data, HANDLE_BUF_DATA, Some(Pool::Data)),
-        AllocKind::Code => (
-            Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
-            CachePolicy::Uncached,
-            BufferKind::Code,
-            HANDLE_BUF_CODE,
-            None,
-        ),
-        AllocKind::Cached => (
-            Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
-            CachePolicy::Cached,
-            BufferKind::Data,
-            HANDLE_BUF_DATA,
-            Some(Pool::Cached),
-        ),
-        AllocKind::Device => (
-            Rights::GPU_READ | Rights::GPU_WRITE,
-            CachePolicy::Uncached,
-            BufferKind::Data,
-            HANDLE_BUF_DATA,
-            Some(Pool::Device),
-        ),
+/// What a session allocation makes: a buffer of the caller's kinds, or a polled QUEUE buffer of the
+/// library's (a command list's stamp area).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Mem(AllocKind),
+    Polled,
+}
+
+impl Shape {
+    /// How its size is rounded ([`buffer_bytes`]): a polled buffer has no prefetch tail, like data.
+    fn alloc_kind(self) -> AllocKind {
+        match self {
+            Shape::Mem(k) => k,
+            Shape::Polled => AllocKind::Data,
+        }
     }
+
+    /// Its rights, cache policy, HAL kind, C handle kind, and the memory manager's pool it is carved from
+    /// (`None`: always a platform allocation of its own — code, whose prefetch tail must fault past its
+    /// end, and the library's polled buffers).
+    fn describe(self) -> (Rights, CachePolicy, BufferKind, u32, Option<Pool>) {
+        let rw = Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE;
+        match self {
+            Shape::Mem(AllocKind::Data) => {
+                (rw, CachePolicy::Uncached, BufferKind::Data, HANDLE_BUF_DATA, Some(Pool::Data))
+            }
+            Shape::Mem(AllocKind::Code) => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
+                CachePolicy::Uncached,
+                BufferKind::Code,
+                HANDLE_BUF_CODE,
+                None,
+            ),
+            Shape::Mem(AllocKind::Cached) => (
+                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
+                CachePolicy::Cached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+                Some(Pool::Cached),
+            ),
+            Shape::Mem(AllocKind::Device) => (
+                Rights::GPU_READ | Rights::GPU_WRITE,
+                CachePolicy::Uncached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+                Some(Pool::Device),
+            ),
+            Shape::Polled => (polled_rights(), CachePolicy::Uncached, BufferKind::Queue, HANDLE_BUF_QUEUE, None),
+        }
+    }
+
+    /// From which byte of a fresh buffer of `bytes` requested bytes it reads as zeros, if it must.
+    fn zeroed_from(self, bytes: usize) -> Option<usize> {
+        match self {
+            Shape::Mem(AllocKind::Code) => Some(bytes),
+            Shape::Polled => Some(0),
+            Shape::Mem(AllocKind::Data | AllocKind::Cached | AllocKind::Device) => None,
+        }
+    }
+
+    /// Whether the allocation counters count it (the caller's kinds only).
+    fn counted(self) -> bool {
+        matches!(self, Shape::Mem(_))
+    }
+}
+
+/// The rights of a buffer the CPU polls and the device releases to (the session's launch markers, a
+/// command list's stamps).
+pub(crate) fn polled_rights() -> Rights {
+    Rights::HOST_POLLED | Rights::GPU_WRITE | Rights::CPU_READ | Rights::CPU_WRITE
 }
 
 impl Session {
@@ -203,7 +247,7 @@ enum ScratchBuf {
 }
 
 impl Runtime {
-    fn live_platform(&self, stage: &'static str) -> Result<crate::platform::Installed> {
+    fn live_platform(&self, stage: &'static str) -> Result<Installed> {
         self.require_lock(stage)?;
         let i = self.installed()?;
         if !self.is_open() {
@@ -220,20 +264,35 @@ impl Runtime {
 
     /// [`Runtime::alloc_kind`] for `owner`: a buffer only that owner releases (and close).
     pub(crate) fn alloc_owned(&self, bytes: usize, kind: AllocKind, owner: Owner) -> Result<GpuMem> {
-        let stage = "alloc";
+        self.allocate("alloc", bytes, Shape::Mem(kind), owner)
+    }
+
+    /// A zeroed QUEUE buffer of at least `bytes` bytes for `owner` (a command list's stamp area): what the
+    /// CPU polls and the device releases to, so HOST_POLLED and GPU-uncached, as the contract requires of
+    /// anything the CPU polls. Not in the allocation counters, which count the caller's kinds of buffer.
+    /// Always a platform allocation of its own.
+    pub(crate) fn alloc_polled(&self, bytes: usize, owner: Owner, stage: &'static str) -> Result<GpuMem> {
+        self.allocate(stage, bytes, Shape::Polled, owner)
+    }
+
+    /// Every session allocation: the checks (lock, open device, not latched, a size a platform can
+    /// describe, a valid descriptor), the placement under the session mutex (carved from a chunk, or a
+    /// platform allocation of its own), the zero fill the shape promises, the counters and the handle.
+    fn allocate(&self, stage: &'static str, bytes: usize, shape: Shape, owner: Owner) -> Result<GpuMem> {
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
         }
         let page = i.platform.caps().page_bytes;
-        let Some(rounded) = buffer_bytes(bytes, kind, page) else {
+        let Some(rounded) = buffer_bytes(bytes, shape.alloc_kind(), page) else {
             return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
         };
-        let (rights, cache, hal_kind, c_kind, pool) = describe(kind);
+        let (rights, cache, hal_kind, c_kind, pool) = shape.describe();
         let desc = BufferDesc { bytes: rounded, rights, cache, kind: hal_kind };
         if let Err(r) = check_buffer(&desc) {
             return self.fail(Error::Refused(r));
         }
+        let counted = shape.counted();
         let mem = i.platform.memory().expect("negotiated at open");
         let mut s = sync::lock(&self.session);
         let class = pool.and_then(|p| s.carver.order_for(rounded).map(|order| (p, order)));
@@ -255,7 +314,7 @@ impl Runtime {
         let (a, backing) = match placed {
             Ok(p) => p,
             Err(e) => {
-                if matches!(e, Error::Alloc(_)) {
+                if counted && matches!(e, Error::Alloc(_)) {
                     s.stats.alloc_failures += 1;
                 }
                 drop(s);
@@ -272,15 +331,20 @@ impl Runtime {
                 detail: format!("the platform handed out {} bytes for a request of {rounded}", a.bytes),
             });
         }
-        if kind == AllocKind::Code && !a.cpu.is_null() {
-            // The prefetch tail must read as zeros whatever the platform handed out.
-            // SAFETY: the code buffer's CPU view covers `a.bytes >= rounded > bytes` bytes (checked above)
-            // and nothing else references it yet.
-            unsafe { std::ptr::write_bytes(a.cpu.add(bytes), 0, a.bytes as usize - bytes) };
+        if let Some(from) = shape.zeroed_from(bytes) {
+            if !a.cpu.is_null() {
+                // Code: the prefetch tail must read as zeros whatever the platform handed out. Polled: every
+                // entry reads as "not released yet" until the device writes it.
+                // SAFETY: the CPU view covers `a.bytes >= rounded >= from` bytes (checked above) and nothing
+                // else references the buffer yet.
+                unsafe { std::ptr::write_bytes(a.cpu.add(from), 0, a.bytes as usize - from) };
+            }
         }
-        s.stats.allocs += 1;
-        s.stats.alloc_bytes += rounded;
-        if kind == AllocKind::Code {
+        if counted {
+            s.stats.allocs += 1;
+            s.stats.alloc_bytes += rounded;
+        }
+        if shape == Shape::Mem(AllocKind::Code) {
             s.code_ranges.insert(a.va, a.bytes);
         }
         if backing == Backing::Direct {
@@ -361,30 +425,61 @@ impl Runtime {
             drop(s);
             return self.fail(Error::NotCallers { stage, owner: whose });
         }
+        Self::release_live(&mut s, &i, m, latched);
+        Ok(())
+    }
+
+    /// Releases the stamp area of a command list, the library's own buffer, which may outlive its device:
+    /// one of a closed device (stale) was already released by close, and is only forgotten (`m` zeroed).
+    /// Latched, it is parked. Caller holds the lock.
+    pub(crate) fn release_polled(&self, m: &mut GpuMem) {
+        if m.handle.is_none() {
+            return;
+        }
+        let Ok(i) = self.installed() else { return };
+        let mut s = sync::lock(&self.session);
+        let live = s.device.is_some() && s.buffers.check(m.handle).is_ok_and(|b| b.alloc.va == m.va);
+        if !live {
+            *m = GpuMem::NONE;
+            return;
+        }
+        let latched = self.is_blocked();
+        Self::release_live(&mut s, &i, m, latched);
+    }
+
+    /// The park-after-latch rule, for live buffer `m` of the open device (its handle current, checked by
+    /// the caller under the session mutex `s`): latched, the buffer is parked — never released, `m` kept
+    /// for [`Runtime::is_parked`], and a carved buffer's block, so its chunk, stays taken — because a
+    /// launch whose completion was uncertain may still touch it; otherwise it is given back (to its chunk,
+    /// or to the platform) and `m` zeroed.
+    fn release_live(s: &mut Session, i: &Installed, m: &mut GpuMem, latched: bool) {
         if latched {
+            let buf = s.buffers.check_mut(m.handle).expect("checked live by the caller");
             if !buf.parked {
                 buf.parked = true;
                 let bytes = buf.alloc.bytes;
-                Self::park(&mut s, m.handle, bytes);
+                Self::park(s, m.handle, bytes);
             }
-            return Ok(());
+            return;
         }
-        let b = s.buffers.close(m.handle).expect("checked above");
+        let b = s.buffers.close(m.handle).expect("checked live by the caller");
         if s.code_ranges.remove(&b.alloc.va).is_some() {
             // Launch templates of kernels in this buffer die with it.
             s.templates.retain(|va, _| *va < b.alloc.va || *va >= b.alloc.va + b.alloc.bytes);
         }
+        let counted = b.kind != HANDLE_BUF_QUEUE;
         let mem = i.platform.memory().expect("negotiated at open");
-        // SAFETY: not latched, so the last launch completed with both markers observed and nothing on the
-        // device can touch `b`; the lock is held; the handle was current and is now closed, so `b` is
-        // given back exactly once.
+        // SAFETY: not latched, so the last launch (or command-list submission) completed with both markers
+        // observed and nothing on the device can touch `b`; the lock is held (every caller checked it);
+        // the handle was current and is now closed, so `b` is given back exactly once.
         unsafe { s.release_buf(mem, b) };
-        s.stats.frees += 1;
+        if counted {
+            s.stats.frees += 1;
+        }
         *m = GpuMem::NONE;
-        Ok(())
     }
 
-    pub(crate) fn park(s: &mut super::Session, h: omega_hal::Handle, bytes: u64) {
+    pub(crate) fn park(s: &mut Session, h: omega_hal::Handle, bytes: u64) {
         s.park.buffers += 1;
         s.park.bytes += bytes;
         if s.parked_listed.len() < PARK_MAX {

@@ -1,7 +1,9 @@
 //! Errors of the session layer. Every failure names its stage: the stage is the first words of the text
 //! (the contract's `omega_gpu_session_last_error`), and [`Error::stage`] returns it alone.
 
-use omega_hal::{ChannelFault, HalError, Handle, HandleError, Refusal};
+use omega_hal::Handle;
+/// The HAL's failures an [`Error`] carries, named here so that the shells need no door to the HAL.
+pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
 
 /// A session-layer failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,7 @@
+//! The model libraries (matmul, attention, serving) go here, one module each.
+//!
+//! A library is written against the typed API only — [`crate::lock`], [`crate::Scope`], [`crate::Mem`],
+//! [`crate::Launch`], [`crate::cmdlist::CmdListBuilder`] — exactly as a program outside this crate would
+//! use it. It may not use the core (`crate::core`), the C layer (`crate::ffi`) or `omega_hal`: what a
+//! library needs of the device that the typed API lacks is added to the typed API, for every caller
+//! (docs/design.md, "Layers"; `tests/layers.rs` enforces the `omega_hal` part).
