@@ -7,7 +7,16 @@
 //! - `sync_4k_to_gpu_p50_us`, `sync_4k_to_cpu_p50_us`: 4 KiB syncs, 10,000 each;
 //! - `layer_*`: the same empty launch through each layer in this one process — the typed API, the session's
 //!   `Runtime::launch` with a prepared spec, and the HAL's submit plus a poll of both markers — so the
-//!   cost of each layer is the difference; and `clock_read_ns`, what one `Instant::now` costs here.
+//!   cost of each layer is the difference; and `clock_read_ns`, what one `Instant::now` costs here;
+//! - `alloc_free_<size>_us` (4b, 64k, 1m, 64m, 1g, 16g, 64g): one allocation and its free, p50, device-only
+//!   buffers (cudaMalloc's peer), and `alloc_free_data_<size>_us` the same for data buffers (with a CPU view);
+//! - `devonly_write_1g_gbps`, `devonly_read_1g_gbps`, `devonly_write_4k_p50_us`, `devonly_read_4k_p50_us`:
+//!   `write`/`read` of a device-only buffer through the platform's staging (cudaMemcpy from pinned memory's
+//!   peer, as the 1 GiB and 4 KiB syncs are);
+//! - `default_wait_roundtrip_p10/p50/p99_us`: the empty launch with no spin window anywhere (the default
+//!   wait; CUDA's peer is a default-flags context's launch + cudaStreamSynchronize);
+//! - `wait_100ms_cpu_pct`: CPU time of the thread waiting on a 100 ms kernel, percent of the wall time
+//!   (getrusage RUSAGE_THREAD), median of 5.
 //!
 //! `gpu_bench [--quick]` (quick: fewer iterations, for a smoke run on sim).
 
@@ -136,6 +145,59 @@ fn layers<'s>(
     Ok(gpu)
 }
 
+/// CPU time this thread has used, seconds (getrusage RUSAGE_THREAD).
+fn thread_cpu_s() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a writable rusage; RUSAGE_THREAD asks for the calling thread's own figures.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    assert_eq!(rc, 0, "getrusage: {}", std::io::Error::last_os_error());
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Allocation + free at each size, device-only and data buffers. A size the device refuses is reported
+/// on a `#` line and the others still run.
+fn alloc_free<'s>(s: &'s omega::Scope<'s>, quick: bool) {
+    let sizes: &[(&str, usize, usize)] = &[
+        ("4b", 4, 2000),
+        ("64k", 64 << 10, 2000),
+        ("1m", 1 << 20, 1000),
+        ("64m", 64 << 20, 100),
+        ("1g", 1 << 30, 20),
+        ("16g", 16 << 30, 5),
+        ("64g", 64 << 30, 3),
+    ];
+    for &(name, bytes, iters) in sizes {
+        if quick && bytes > 64 << 20 {
+            println!("# alloc_free_{name}: left out in --quick (the simulator's memory is 4 GiB)");
+            continue;
+        }
+        let iters = if quick { iters.min(20) } else { iters };
+        for device in [true, false] {
+            let mut lat = Vec::with_capacity(iters);
+            let mut failed = None;
+            for i in 0..iters + iters / 10 + 1 {
+                let t = Instant::now();
+                let r = if device { s.alloc_device::<u8>(bytes).map(drop) } else { s.alloc::<u8>(bytes).map(drop) };
+                let dt = t.elapsed().as_secs_f64() * 1e6;
+                if let Err(e) = r {
+                    failed = Some(e);
+                    break;
+                }
+                if i > iters / 10 {
+                    lat.push(dt);
+                }
+            }
+            let metric = if device { format!("alloc_free_{name}_us") } else { format!("alloc_free_data_{name}_us") };
+            match failed {
+                Some(e) => println!("# {metric}: {e}"),
+                None => println!("omega.{metric} {:.2}", percentile(&mut lat, 0.5)),
+            }
+        }
+    }
+}
+
 fn main() -> Result<(), Error> {
     let quick = std::env::args().any(|a| a == "--quick");
     let (warm, iters, big) = if quick { (10, 200, 64usize << 20) } else { (1_000, 10_000, 1usize << 30) };
@@ -214,6 +276,76 @@ fn main() -> Result<(), Error> {
             println!("omega.sync_{}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, name, big as f64 / best / 1e9);
         }
         drop(m);
+
+        // Device-only buffers: write and read through the platform's staging.
+        let mut d = s.alloc_device::<u8>(big)?;
+        let host = vec![0x3cu8; big];
+        let mut back = vec![0u8; big];
+        for (name, write) in [("write", true), ("read", false)] {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = Instant::now();
+                if write {
+                    d.write(&host)?;
+                } else {
+                    d.read(&mut back)?;
+                }
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            println!("omega.devonly_{name}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, big as f64 / best / 1e9);
+        }
+        if back != host {
+            return Err(Error::Setting { stage: "bench", detail: "a device-only buffer read back wrong".into() });
+        }
+        drop((d, host, back));
+        let mut d = s.alloc_device::<u8>(4096)?;
+        let mut page = [7u8; 4096];
+        for (name, write) in [("write", true), ("read", false)] {
+            let mut lat = Vec::with_capacity(iters);
+            for i in 0..iters + warm {
+                let t = Instant::now();
+                if write {
+                    d.write(&page)?;
+                } else {
+                    d.read(&mut page)?;
+                }
+                if i >= warm {
+                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            println!("omega.devonly_{name}_4k_p50_us {:.2}", percentile(&mut lat, 0.50));
+        }
+        drop(d);
+
+        alloc_free(s, quick);
+
+        // The default wait: no spin window in the launch or the process.
+        omega::session::runtime().set_spin_us(0)?;
+        let plain = Launch::new(&k).timeout_ms(5_000);
+        let mut lat = Vec::with_capacity(iters);
+        for i in 0..iters + warm {
+            let t = Instant::now();
+            gpu = gpu.launch(&plain)?.gpu;
+            if i >= warm {
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        println!("omega.default_wait_roundtrip_p10_us {:.2}", percentile(&mut lat, 0.10));
+        println!("omega.default_wait_roundtrip_p50_us {:.2}", percentile(&mut lat, 0.50));
+        println!("omega.default_wait_roundtrip_p99_us {:.2}", percentile(&mut lat, 0.99));
+        let ts = s.load("timestamps")?;
+        let mut stamps = s.alloc::<u64>(2)?;
+        stamps.fill(0)?;
+        let long = Launch::new(&ts).timeout_ms(5_000).arg(&stamps).arg(100_000_000u64);
+        let mut pct = Vec::new();
+        for _ in 0..5 {
+            let (cpu0, t) = (thread_cpu_s(), Instant::now());
+            gpu = gpu.launch(&long)?.gpu;
+            let (wall, cpu) = (t.elapsed().as_secs_f64(), thread_cpu_s() - cpu0);
+            println!("# 100 ms kernel: waited {:.1} ms, {:.3} ms of CPU", wall * 1e3, cpu * 1e3);
+            pct.push(cpu / wall * 100.0);
+        }
+        println!("omega.wait_100ms_cpu_pct {:.2}", percentile(&mut pct, 0.5));
 
         let small = s.alloc::<u8>(4096)?;
         for (name, to_gpu) in [("to_gpu", true), ("to_cpu", false)] {

@@ -642,6 +642,234 @@ fn mixed_module() -> CaseResult {
     r
 }
 
+// ----- memory and waiting (issue 11) -------------------------------------------------------------------------
+
+const GIB: u64 = 1 << 30;
+
+/// The large buffer's contents: exact integers below 2^24 as f32, so `a + a` is exact, spread so that a
+/// window read from the wrong place shows.
+fn big_pattern(i: u64) -> f32 {
+    ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & 0xFF_FFFF) as f32
+}
+
+/// `out[j] = f(first + j)` on every core.
+fn fill_parallel(out: &mut [f32], first: u64, f: fn(u64) -> f32) {
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
+    let per = out.len().div_ceil(threads).max(1);
+    std::thread::scope(|t| {
+        for (c, part) in out.chunks_mut(per).enumerate() {
+            let base = first + (c * per) as u64;
+            t.spawn(move || part.iter_mut().enumerate().for_each(|(j, v)| *v = f(base + j as u64)));
+        }
+    });
+}
+
+/// The first index `j` where `got[j] != 2 * f(first + j)`, on every core.
+fn first_mismatch(got: &[f32], first: u64, f: fn(u64) -> f32) -> Option<usize> {
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(32);
+    let per = got.len().div_ceil(threads).max(1);
+    std::thread::scope(|t| {
+        let handles: Vec<_> = got
+            .chunks(per)
+            .enumerate()
+            .map(|(c, part)| {
+                let base = first + (c * per) as u64;
+                t.spawn(move || {
+                    part.iter()
+                        .enumerate()
+                        .position(|(j, v)| v.to_bits() != (2.0 * f(base + j as u64)).to_bits())
+                        .map(|j| c * per + j)
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().expect("a checker thread")).min()
+    })
+}
+
+/// One device-only buffer of at least 130 GiB, sized from the free memory the driver reports: written from
+/// the host through the staging ring in windows, read whole by a kernel (`vector_add` of each window with
+/// itself into a window-sized buffer, read back and checked), freed, and the memory seen free again.
+fn large_buffer() -> CaseResult {
+    const WINDOW: u64 = 256 << 20;
+    with_scope(|s, gpu| {
+        let rt = omega::session::runtime();
+        let before = rt.mem_info().map_err(err)?;
+        let gib = |b: u64| b as f64 / GIB as f64;
+        if before.free_bytes < 131 * GIB {
+            return Err(format!(
+                "{:.2} GiB free of {:.2} GiB: the case needs 131 GiB free (a buffer of 130 GiB and room beside it)",
+                gib(before.free_bytes),
+                gib(before.total_bytes)
+            ));
+        }
+        // Room beside it: the output window, the kernel, the session's chunks, the driver's own needs.
+        let bytes = (before.free_bytes - WINDOW - (512 << 20)) / WINDOW * WINDOW;
+        if bytes < 130 * GIB {
+            return Err(format!(
+                "{:.2} GiB free leaves only {:.2} GiB for the buffer",
+                gib(before.free_bytes),
+                gib(bytes)
+            ));
+        }
+        let n = (bytes / 4) as usize;
+        let per = (WINDOW / 4) as usize;
+        let t = Instant::now();
+        let mut big = s.alloc_device::<f32>(n).map_err(|e| format!("alloc {:.2} GiB: {e}", gib(bytes)))?;
+        let alloc_ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut host = vec![0f32; per];
+        let t = Instant::now();
+        for w in 0..n / per {
+            fill_parallel(&mut host, (w * per) as u64, big_pattern);
+            big.write_at(w * per, &host).map_err(|e| format!("write window {w}: {e}"))?;
+        }
+        let write_s = t.elapsed().as_secs_f64();
+        let mut out = s.alloc_device::<f32>(per).map_err(err)?;
+        let k = s.load("vector_add").map_err(err)?;
+        let mut gpu = gpu;
+        let t = Instant::now();
+        for w in 0..n / per {
+            let va = big.va() + w as u64 * WINDOW;
+            let l = Launch::new(&k)
+                .grid([(per / 256) as u32, 1, 1])
+                .block([256, 1, 1])
+                .timeout_ms(10_000)
+                .arg(va)
+                .arg(va)
+                .arg(&out)
+                .arg(per as u32);
+            gpu = gpu.launch(&l).map_err(|e| format!("kernel on window {w}: {e}"))?.gpu;
+            out.read(&mut host).map_err(|e| format!("read window {w}: {e}"))?;
+            if let Some(j) = first_mismatch(&host, (w * per) as u64, big_pattern) {
+                let i = (w * per + j) as u64;
+                return Err(format!("element {i} read {} by the kernel, want {}", host[j] / 2.0, big_pattern(i)));
+            }
+        }
+        let check_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        drop(big);
+        let free_ms = t.elapsed().as_secs_f64() * 1e3;
+        let after = rt.mem_info().map_err(err)?;
+        if after.free_bytes + WINDOW + (256 << 20) < before.free_bytes {
+            return Err(format!(
+                "freed, but {:.2} GiB free after against {:.2} GiB before",
+                gib(after.free_bytes),
+                gib(before.free_bytes)
+            ));
+        }
+        Ok(format!(
+            "{:.2} GiB of {:.2} GiB free: alloc {alloc_ms:.1} ms, written at {:.1} GB/s, read by {} kernels and \
+             checked at {:.1} GB/s, freed in {free_ms:.1} ms",
+            gib(bytes),
+            gib(before.free_bytes),
+            bytes as f64 / write_s / 1e9,
+            n / per,
+            bytes as f64 / check_s / 1e9
+        ))
+    })
+}
+
+/// 10^5 buffers live at once, each holding its own value: written from the host, 1000 of them rewritten by
+/// a kernel, then every one read back.
+fn many_buffers() -> CaseResult {
+    const N: usize = 100_000;
+    with_scope(|s, gpu| {
+        let t = Instant::now();
+        let mut bufs = Vec::with_capacity(N);
+        for i in 0..N {
+            bufs.push(s.alloc::<u32>(1).map_err(|e| format!("buffer {i}: {e}"))?);
+        }
+        let alloc_us = t.elapsed().as_secs_f64() * 1e6 / N as f64;
+        let ms = omega::session::runtime().memory_stats();
+        for (i, b) in bufs.iter_mut().enumerate() {
+            b.write(&[i as u32]).map_err(|e| format!("write {i}: {e}"))?;
+        }
+        let k = s.load("store_to").map_err(err)?;
+        let mut gpu = gpu;
+        for (i, b) in bufs.iter().enumerate().step_by(100) {
+            gpu = gpu.launch(&Launch::new(&k).arg(b).arg(i as u32 + 7)).map_err(|e| format!("launch {i}: {e}"))?.gpu;
+        }
+        let mut got = [0u32];
+        for (i, b) in bufs.iter_mut().enumerate() {
+            b.read(&mut got).map_err(|e| format!("read {i}: {e}"))?;
+            let want = if i % 100 == 0 { i as u32 + 7 } else { i as u32 };
+            if got[0] != want {
+                return Err(format!("buffer {i} holds {} (want {want})", got[0]));
+            }
+        }
+        let t = Instant::now();
+        drop(bufs);
+        let free_us = t.elapsed().as_secs_f64() * 1e6 / N as f64;
+        Ok(format!(
+            "{N} buffers in {} chunks; {alloc_us:.2} us per alloc, {free_us:.2} us per free; 1000 rewritten by a \
+             kernel; every one checked",
+            ms.carved.chunks
+        ))
+    })
+}
+
+/// CPU time this thread has used, seconds (getrusage RUSAGE_THREAD).
+fn thread_cpu_s() -> Result<f64, String> {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a writable rusage; RUSAGE_THREAD asks for the calling thread's own figures.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } != 0 {
+        return Err(format!("getrusage: {}", std::io::Error::last_os_error()));
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Ok(tv(u.ru_utime) + tv(u.ru_stime))
+}
+
+/// The default wait (no spin window anywhere): an empty launch completes, and its time is reported; a
+/// thread waiting on a ~100 ms kernel uses at most 10% of the wall time in CPU.
+fn default_wait() -> CaseResult {
+    let rt = omega::session::runtime();
+    rt.set_spin_us(0).map_err(err)?;
+    with_scope(|s, gpu| {
+        let k = s.load("empty").map_err(err)?;
+        let empty = Launch::new(&k).spin_us(0).timeout_ms(5_000);
+        let mut gpu = gpu;
+        let mut lat = Vec::with_capacity(2000);
+        for i in 0..2200 {
+            let t = Instant::now();
+            gpu = gpu.launch(&empty).map_err(|e| format!("empty launch {i}: {e}"))?.gpu;
+            if i >= 200 {
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        lat.sort_by(|a, b| a.total_cmp(b));
+        let p50 = lat[lat.len() / 2];
+        let ts = s.load("timestamps").map_err(err)?;
+        let mut stamps = s.alloc::<u64>(2).map_err(err)?;
+        stamps.fill(0).map_err(err)?;
+        let long = Launch::new(&ts).spin_us(0).timeout_ms(5_000).arg(&stamps).arg(100_000_000u64);
+        let (cpu0, t) = (thread_cpu_s()?, Instant::now());
+        gpu.launch(&long).map_err(|e| format!("100 ms kernel: {e}"))?;
+        let (wall, cpu) = (t.elapsed().as_secs_f64(), thread_cpu_s()? - cpu0);
+        let st = stamps.to_vec().map_err(err)?;
+        let kernel_ms = st[1].saturating_sub(st[0]) as f64 / 1e6;
+        if kernel_ms < 99.0 {
+            return Err(format!(
+                "the kernel ran {kernel_ms:.1} ms, not 100 (on sim a kernel takes virtual time: this half is the GPU's)"
+            ));
+        }
+        let share = cpu / wall;
+        if share > 0.10 {
+            return Err(format!(
+                "waiting {:.1} ms on a {kernel_ms:.1} ms kernel cost {:.2} ms of CPU ({:.1}% > 10%); empty launch p50 {p50:.1} us",
+                wall * 1e3,
+                cpu * 1e3,
+                share * 100.0
+            ));
+        }
+        Ok(format!(
+            "empty launch + completion p50 {p50:.1} us; {kernel_ms:.1} ms kernel waited {:.1} ms for {:.2} ms of CPU ({:.1}%)",
+            wall * 1e3,
+            cpu * 1e3,
+            share * 100.0
+        ))
+    })
+}
+
 fn in_child(case: &str) -> CaseResult {
     let exe = std::env::current_exe().map_err(err)?;
     let out = Command::new(exe).args(["--case", case]).output().map_err(err)?;
@@ -706,6 +934,9 @@ fn main() -> ExitCode {
         ("mixed module: nvcc plain + template + printf kernels, module data", mixed_module),
         ("device printf: many threads, order per thread, overflow marked", device_printf),
         ("job engine: VECTOR_1D job", engine_vector_job),
+        ("many buffers: 10^5 live, each checked", many_buffers),
+        ("default wait: empty launch, CPU of a 100 ms wait <= 10%", default_wait),
+        ("large buffer: >= 130 GiB device-only, written, read by a kernel, freed", large_buffer),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
     ];

@@ -124,6 +124,14 @@ enum { MAX_LIST = OMEGA_GPU_CMDLIST_MAX_LAUNCHES };
 enum { KIND_DATA, KIND_CODE, KIND_CACHED };
 #define PAGE 4096ull
 #define SIM_MEMORY (4ull << 30)
+/* The session's memory manager (src/core/session/suballoc.rs): data and cached buffers of at most
+ * LARGEST_CARVED bytes are carved from chunks of CHUNK_BYTES, one pool of chunks per kind. The model holds
+ * at most NBUF + NSCR + 3 carved buffers in a pool, fewer than the 32 largest blocks of a chunk, so a
+ * pool never needs a second chunk: its one chunk, once made, serves every carved allocation, and stays
+ * (as the pool's spare) when its last buffer goes, until close or an allocation the device refuses. */
+#define CHUNK_BYTES (64ull << 20)
+#define LARGEST_CARVED (2ull << 20)
+enum { POOL_DATA, POOL_CACHED, NPOOL };
 #define MAX_SHARED (228u * 1024u)
 
 /* A session buffer the caller owns: an allocation, a kernel's code, a scratch buffer. */
@@ -136,6 +144,7 @@ typedef struct {
     bool reserved;   /* a scratch reservation is recorded on it */
     size_t bound;    /* the reserved size */
     uint64_t serial; /* which allocation this slot holds now */
+    int pool;        /* the memory manager's pool it is carved from (POOL_*), or -1: its own allocation */
 } MBuf;
 
 /* What a recorded or single launch will do once submitted. */
@@ -189,7 +198,10 @@ static struct {
     bool table_no_host; /* ... without the HOST_MEM service */
     char platform[64];
     int faults[F_COUNT];
-    uint64_t dev_bytes; /* live simulated device memory */
+    uint64_t dev_bytes; /* live simulated device memory: chunks and buffers of their own */
+    bool chunk[NPOOL];  /* the pool holds its chunk */
+    int chunk_live[NPOOL]; /* buffers carved from it, parked ones included */
+    int placed;         /* where the last allocation predicted to succeed lies: a POOL_*, or -1 */
     OmegaGpuAllocStats st;
     OmegaGpuParkStats park;
     uint64_t park_listed;
@@ -470,7 +482,51 @@ static int take_fault(int f) {
 
 /* ----- allocation ----------------------------------------------------------------------------------------- */
 
-/* What an allocation through the session will do: the expected error ("" on success), counting it. */
+/* One platform allocation of `bytes` as the session makes it (Session::platform_alloc): when the device
+ * refuses (an injected failure, or too little memory) and a pool's chunk holds no buffer, the empty chunks
+ * go back to the platform and the allocation is tried once more. True when it succeeds. */
+static bool platform_alloc(uint64_t bytes) {
+    if (!take_fault(F_FAIL_ALLOC) && bytes <= SIM_MEMORY - M.dev_bytes) {
+        M.dev_bytes += bytes;
+        return true;
+    }
+    bool returned = false;
+    for (int p = 0; p < NPOOL; p++)
+        if (M.chunk[p] && M.chunk_live[p] == 0) {
+            M.chunk[p] = false;
+            M.dev_bytes -= CHUNK_BYTES;
+            returned = true;
+        }
+    if (returned && !take_fault(F_FAIL_ALLOC) && bytes <= SIM_MEMORY - M.dev_bytes) {
+        M.dev_bytes += bytes;
+        return true;
+    }
+    return false;
+}
+
+/* Where the session puts a buffer of `r` page-rounded bytes of `kind`: carved from its pool's chunk (made
+ * now if the pool has none), else (code, a large buffer, or no chunk to be had) an allocation of its own.
+ * The pool, -1 for its own allocation, or -2 when it fails. */
+static int place(uint64_t r, int kind) {
+    if (kind != KIND_CODE && r <= LARGEST_CARVED) {
+        int p = kind == KIND_CACHED ? POOL_CACHED : POOL_DATA;
+        if (M.chunk[p] || platform_alloc(CHUNK_BYTES)) {
+            M.chunk[p] = true;
+            M.chunk_live[p]++;
+            return p;
+        }
+    }
+    return platform_alloc(r) ? -1 : -2;
+}
+
+/* Model buffer `b` given back: to its chunk (which stays), or its own allocation to the platform. */
+static void give_back(int b) {
+    if (M.buf[b].pool >= 0) M.chunk_live[M.buf[b].pool]--;
+    else M.dev_bytes -= M.buf[b].m.size;
+}
+
+/* What an allocation through the session will do: the expected error ("" on success), counting it; on
+ * success M.placed says where it lies. */
 static const char *predict_alloc(size_t bytes, int kind, uint64_t *rounded) {
     const char *g = gate("alloc");
     if (g) return g;
@@ -478,13 +534,14 @@ static const char *predict_alloc(size_t bytes, int kind, uint64_t *rounded) {
     if (M.latched) return want("alloc: refused, the process is latched");
     uint64_t r = buffer_bytes(bytes, kind);
     if (r == 0 || r > (1ull << 48)) return want("platform: ");
-    if (take_fault(F_FAIL_ALLOC) || r > SIM_MEMORY - M.dev_bytes) {
+    int at = place(r, kind);
+    if (at == -2) {
         M.st.alloc_failures++;
         return want("alloc: ");
     }
+    M.placed = at;
     M.st.allocs++;
     M.st.alloc_bytes += r;
-    M.dev_bytes += r;
     *rounded = r;
     return "";
 }
@@ -499,6 +556,7 @@ static int record_buf(const OmegaGpuMem *m, int kind) {
     x->kind = kind;
     x->kernel = -1;
     x->serial = ++M.serial;
+    x->pool = M.placed; /* recorded right after its predict_alloc */
     return b;
 }
 
@@ -645,7 +703,7 @@ static const char *predict_free(const OmegaGpuMem *m, bool *zeroed) {
         return "";
     }
     M.st.frees++;
-    M.dev_bytes -= M.buf[b].m.size;
+    give_back(b);
     drop_buf(b);
     *zeroed = true;
     return "";
@@ -782,7 +840,7 @@ static const char *predict_scratch_to(int s, size_t bytes, bool reserved, int *g
     /* The new buffer first, then the old one released (not latched: the alloc would have refused). */
     if (st == SCR_LIVE) {
         M.st.frees++;
-        M.dev_bytes -= M.buf[b].m.size;
+        give_back(b);
         drop_buf(b);
     }
     M.scr_buf[s] = -2; /* filled in with the returned buffer */
@@ -1901,12 +1959,14 @@ static EngineWant predict_session_run(uint32_t n, const OmegaGpuTimeouts *t, int
     if (M.chan_dead) return EW(DEVICE_UNAVAILABLE, PREPARE, NONE);
     uint64_t r;
     int got = 0;
+    int pools[3];
     /* The three data buffers. The device is open from here (the caller follows it if it opened now). */
     bool was_open = M.open;
     M.open = true;
     for (; got < 3; got++) {
         const char *w = predict_alloc((size_t)n * 4, KIND_DATA, &r);
         if (w[0]) break;
+        pools[got] = M.placed;
     }
     uint64_t data_bytes = buffer_bytes((size_t)n * 4, KIND_DATA);
     EngineWant e = EW(OK, NONE, NONE);
@@ -1947,7 +2007,11 @@ static EngineWant predict_session_run(uint32_t n, const OmegaGpuTimeouts *t, int
     }
     /* Release: everything the run held, data first. */
     M.st.frees += held;
-    M.dev_bytes -= (uint64_t)(held < 3 ? held : 3) * data_bytes + (held == 4 ? PAGE : 0);
+    for (int i = 0; i < (held < 3 ? held : 3); i++) {
+        if (pools[i] >= 0) M.chunk_live[pools[i]]--;
+        else M.dev_bytes -= data_bytes;
+    }
+    M.dev_bytes -= held == 4 ? PAGE : 0;
     M.open = was_open;
     return e;
 }
@@ -2058,6 +2122,10 @@ static void op_execute(void) {
     } else {
         OmegaGpuAllocStats st = M.st;
         uint64_t dev = M.dev_bytes;
+        bool chunk[NPOOL];
+        int chunk_live[NPOOL];
+        memcpy(chunk, M.chunk, sizeof chunk);
+        memcpy(chunk_live, M.chunk_live, sizeof chunk_live);
         int faults[F_COUNT];
         memcpy(faults, M.faults, sizeof faults);
         bool cancel = M.cancel;
@@ -2066,6 +2134,8 @@ static void op_execute(void) {
             if (!fork_for_latch()) {
                 M.st = st;
                 M.dev_bytes = dev;
+                memcpy(M.chunk, chunk, sizeof chunk);
+                memcpy(M.chunk_live, chunk_live, sizeof chunk_live);
                 memcpy(M.faults, faults, sizeof faults);
                 M.cancel = cancel;
                 in_i = in_n;
@@ -2185,6 +2255,8 @@ static void model_closed(void) {
     M.open = false;
     M.chan_dead = false;
     M.dev_bytes = 0;
+    memset(M.chunk, 0, sizeof M.chunk);
+    memset(M.chunk_live, 0, sizeof M.chunk_live);
     memset(&M.lb, 0, sizeof M.lb);
 }
 

@@ -99,6 +99,14 @@ typedef struct {
     uint64_t stale_refusals;
 } OmegaGpuAllocStats;
 
+// `OmegaGpuMemInfo`: device memory, free and in all, as the platform reports it when asked.
+typedef struct {
+    // Bytes no one has allocated (this process or another) at the moment of asking.
+    uint64_t free_bytes;
+    // Bytes of device memory in all.
+    uint64_t total_bytes;
+} OmegaGpuMemInfo;
+
 // `OmegaGpuLaunch`: one launch as C callers describe it.
 typedef struct {
     // GPU address of the kernel code.
@@ -184,8 +192,10 @@ void omega_gpu_session_close(void);
 uint32_t omega_gpu_session_open_count(void);
 
 // STABLE. Sets the process-wide marker-poll spin window in microseconds, used by every launch whose own
-// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll. Returns 0, or -1 (stage `set spin`,
-// setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
+// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll, its default wait: a brief spin of the
+// platform's length, then yields, then sleeps that grow with the time waited (timer slack lowered), so a
+// short kernel is still seen within microseconds. A window replaces the brief spin. Returns 0, or -1
+// (stage `set spin`, setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
 int omega_gpu_session_set_spin_us(uint32_t us);
 
 // STABLE. The process-wide spin window set by `omega_gpu_session_set_spin_us`. Any thread.
@@ -219,6 +229,16 @@ int omega_gpu_session_alloc_code(size_t code_size, OmegaGpuMem *out);
 // - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 int omega_gpu_session_alloc_cached(size_t bytes, OmegaGpuMem *out);
 
+// EXPERIMENTAL. A device-only DATA buffer: GPU read/write, no CPU view (`out->cpu` is NULL), for
+// contents the CPU only moves in and out (weights, activations). Nothing of the host is pinned or mapped
+// for it, so its size is bounded by device memory alone. Move bytes with `omega_gpu_session_write` and
+// `omega_gpu_session_read`; its syncs are no-ops. Same rules and return values as
+// `omega_gpu_session_alloc`.
+//
+// # Safety
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
+int omega_gpu_session_alloc_device(size_t bytes, OmegaGpuMem *out);
+
 // STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
 // completion the buffer is parked instead: kept allocated, never released, counted by
 // `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
@@ -247,6 +267,28 @@ int omega_gpu_session_sync_to_gpu(const OmegaGpuMem *m);
 // # Safety
 // - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 int omega_gpu_session_sync_to_cpu(const OmegaGpuMem *m);
+
+// EXPERIMENTAL. Copies `bytes` bytes from `src` into `*m` at byte `offset`, visible to the device on
+// return: through the CPU view and a sync for a buffer that has one, through the platform's staging for
+// a device-only one. Caller holds the lock, device open, not latched. Returns 0 (also for 0 bytes, when
+// `src` may be NULL); -1 with the stage (`write`) when refused: a stale handle, a range past the buffer,
+// a NULL `src`, a latched process, or the platform's copy failing.
+//
+// # Safety
+// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
+// - `src` is NULL (refused unless `bytes` is 0) or points to `bytes` readable bytes (bytes are aligned at
+//   any address).
+int omega_gpu_session_write(const OmegaGpuMem *m, size_t offset, const void *src, size_t bytes);
+
+// EXPERIMENTAL. Copies `bytes` bytes of `*m` at byte `offset` into `dst`, as the device left them: a
+// sync and the CPU view for a buffer that has one, the platform's staging for a device-only one. Same
+// rules and return values as `omega_gpu_session_write` (stage `read`).
+//
+// # Safety
+// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
+// - `dst` is NULL (refused unless `bytes` is 0) or points to `bytes` writable bytes (bytes are aligned at
+//   any address) that no other thread reads or writes during the call.
+int omega_gpu_session_read(const OmegaGpuMem *m, size_t offset, void *dst, size_t bytes);
 
 // STABLE. Makes `s->mem` at least `bytes` long: reallocated when it grows (the new buffer first, so a
 // failed grow keeps the old one), contents not kept. `*s` must be zero-initialised before first use.
@@ -291,6 +333,15 @@ void omega_gpu_session_scratch_unreserve(OmegaGpuScratch *s);
 // # Safety
 // - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuAllocStats`.
 void omega_gpu_session_alloc_stats(OmegaGpuAllocStats *out);
+
+// EXPERIMENTAL. Free and total device memory now, as the platform reports them, into `*out` (on the
+// GPU the driver's figures, counting every process's allocations; the session's own chunks count as
+// used). Caller holds the lock, device open. Returns 0; -1 with the stage (`mem info`) when refused or
+// when the platform cannot say (`*out` zeroed).
+//
+// # Safety
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMemInfo`.
+int omega_gpu_session_mem_info(OmegaGpuMemInfo *out);
 
 // STABLE. Submits one launch and polls both completion markers, so it returns when the chip is done.
 // Caller holds the lock, device open, not latched. Returns 0; -1 with the stage named on failure (stage

@@ -81,7 +81,7 @@ pub use mem::Mem;
 pub use omega_macros::{kernel, LaunchArgs};
 pub use platform::PlatformKind;
 pub use scope::{Gpu, LaunchError, Launched, Scope, Scoped};
-pub use state::{Cached, Closed, Code, Data, DeviceScalar, MemKind, Open};
+pub use state::{Cached, Closed, Code, Data, Device, DeviceScalar, MemKind, Open};
 
 /// The README's Rust program, compiled and run as a doctest so that it cannot drift from the API.
 #[cfg(doctest)]

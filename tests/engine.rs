@@ -87,7 +87,10 @@ fn a_vector_job_on_the_session_backend_matches_the_cpu_reference_through_every_s
         assert_eq!(r.diag.backend, BACKEND_SESSION);
         assert_eq!(r.diag.buffers, 4, "a, b, out and the kernel's code");
         assert!(r.diag.marker != 0 && r.diag.kernel_ns >= sim.config().launch_ns, "{:?}", r.diag);
-        assert_eq!(sim.stats().live_allocations, live, "every buffer released");
+        // The memory manager keeps the chunk the buffers were carved from as its spare; nothing else stays.
+        let ms = rt.memory_stats();
+        assert_eq!(ms.carved.buffers, 0, "every carved buffer released");
+        assert_eq!(sim.stats().live_allocations, live + ms.carved.chunks as usize, "every buffer released");
     }
     let launch = sim.launches().pop().unwrap();
     assert_eq!(launch.kernel, "vector_add");
@@ -149,8 +152,10 @@ fn certain_failures_on_the_session_backend_are_named_and_do_not_block() {
     assert!(untouched(&out));
     rt.lock();
 
+    // Buffers past the largest carved size (4 MiB each): their own platform allocations, the first of
+    // which the fault refuses.
     sim.inject(SimFault::FailAlloc);
-    let (r, out, _) = run_vector(&mut backend, 64, 2, t);
+    let (r, out, _) = run_vector(&mut backend, 1 << 20, 2, t);
     assert_failed(&r, Failure::AllocFailed, Step::Alloc, Wait::None, State::DeviceReady);
     assert!(r.detail().contains("out of device memory"), "{r}");
     assert!(untouched(&out));
@@ -167,7 +172,9 @@ fn certain_failures_on_the_session_backend_are_named_and_do_not_block() {
     assert!(r.detail().contains("cancelled before submit"), "{r}");
     assert_eq!(sim.stats().launches, launches, "nothing ran");
     assert!(untouched(&out));
-    assert_eq!(sim.stats().live_allocations, live, "each failed run released what it held");
+    let ms = rt.memory_stats();
+    assert_eq!(ms.carved.buffers, 0, "each failed run released what it carved");
+    assert_eq!(sim.stats().live_allocations, live + ms.carved.chunks as usize, "each failed run released what it held");
 
     sim.inject(SimFault::KernelFault(31));
     let (r, out, _) = run_vector(&mut backend, 64, 5, t);
@@ -415,12 +422,13 @@ fn the_engine_clock_is_settable_and_pinnable() {
 static MEDDLED: std::sync::OnceLock<(&'static Runtime, std::sync::Arc<Sim>)> = std::sync::OnceLock::new();
 static MEDDLING: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// A clock callback that tries to take the run's buffers away while the run holds them (the simulator has
-/// more than the launch buffer live): it hands the lock back (so that another thread, or itself, could
-/// close the device) and closes.
+/// A clock callback that tries to take the run's buffers away while the run holds them (the session has
+/// buffers live besides its launch buffer): it hands the lock back (so that another thread, or itself,
+/// could close the device) and closes.
 extern "C" fn meddling_clock() -> u64 {
-    let (rt, sim) = MEDDLED.get().expect("set before the run");
-    if sim.stats().live_allocations > 1 {
+    let (rt, _) = MEDDLED.get().expect("set before the run");
+    let ms = rt.memory_stats();
+    if ms.carved.buffers + ms.direct_buffers > 1 {
         rt.unlock();
         let unlocked = rt.last_error();
         let closed = rt.close().map_err(|e| e.to_string());
@@ -446,7 +454,13 @@ fn a_clock_callback_cannot_let_the_lock_go_under_a_session_run() {
         assert!(s.ends_with("\"lock: close takes the session lock itself: call it without the lock\")"), "{s}");
     }
     assert!(rt.is_open());
-    assert_eq!(sim.stats().live_allocations, 1, "the run released its buffers; only the launch buffer is left");
+    let ms = rt.memory_stats();
+    assert_eq!(
+        (ms.carved.buffers, ms.direct_buffers),
+        (0, 1),
+        "the run released its buffers; only the launch buffer is left"
+    );
+    assert_eq!(sim.stats().live_allocations, 1 + ms.carved.chunks as usize, "the launch buffer and the spare chunk");
     // Outside a run the raw lock is the caller's to release again.
     rt.unlock();
     assert!(!rt.holds_lock());

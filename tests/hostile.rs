@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use omega::session::suballoc::LARGEST_CARVED;
 use omega::session::{GpuMem, RawLaunch, Runtime, Scratch, MAX_SPIN_US};
 use omega::Error;
 use omega_hal::sim::{code_image, KernelCtx, KernelError, Sim, SimFault};
@@ -47,6 +48,11 @@ fn shaped(code: &GpuMem, args: &[u32], threads: u32, grid: u32) -> RawLaunch {
     }
 }
 
+/// Bytes of the smallest buffer that is a platform allocation of its own. A smaller one is carved from a
+/// chunk of the session's memory manager, so a store past its end lands in its neighbours (as with any
+/// sub-allocator, on the GPU too); past the end of one of its own, the next page is unmapped and faults.
+const OWN: usize = LARGEST_CARVED as usize + 4096;
+
 fn xid(e: &Error) -> Option<u32> {
     match e {
         Error::Fault(f) => Some(f.xid),
@@ -59,21 +65,21 @@ fn xid(e: &Error) -> Option<u32> {
 #[test]
 fn a_grid_of_2_to_the_32_threads_writes_its_indices_until_the_buffer_ends_then_faults() {
     // 1024 threads x 4,194,304 blocks: the thread count is 2^32. The kernel's own 32-bit index covers every
-    // one of them, into a one-page buffer: the first 1024 stores land, the next faults (Xid 31), as on the
-    // GPU. Before: the count wrapped to 0, nothing was written and the launch reported success.
+    // one of them, into a buffer of its own: the stores up to its end land, the next faults (Xid 31), as on
+    // the GPU. Before: the count wrapped to 0, nothing was written and the launch reported success.
     let (rt, sim) = open_runtime();
-    let out = rt.alloc(4096).unwrap();
+    let out = rt.alloc(OWN).unwrap();
     let code = load(&rt, "grid_index");
     let words = addr(out.va);
     let l = shaped(&code, &words, 1024, 4_194_304);
     let e = launch(&rt, &l).expect_err("2^32 stores into 4 KiB cannot succeed");
     assert_eq!(xid(&e), Some(31), "{e}");
-    assert!(e.to_string().contains(&format!("{:#x}", out.va + 4096)), "the first store past the buffer: {e}");
+    assert!(e.to_string().contains(&format!("{:#x}", out.va + OWN as u64)), "the first store past the buffer: {e}");
     assert!(!rt.is_blocked(), "a fault is certain: no latch");
     let rec = sim.launches().pop().unwrap();
     assert_eq!((rec.kernel.as_str(), rec.block, rec.grid), ("grid_index", [1024, 1, 1], [4_194_304, 1, 1]));
     // Reopen (the channel is dead after a fault) is not needed to read: the buffer is still the session's.
-    assert_eq!(get_u32(&rt, &out, 1024), (0..1024).collect::<Vec<u32>>());
+    assert_eq!(get_u32(&rt, &out, OWN / 4), (0..OWN as u32 / 4).collect::<Vec<u32>>());
 }
 
 #[test]
@@ -81,7 +87,8 @@ fn n_of_u32_max_faults_at_the_end_of_the_buffers_without_a_host_allocation_to_ma
     // Before: vector_add read 2^32 - 1 floats into a host vector (17 GB) and the process aborted.
     for (kernel, threads, grid) in [("vector_add", 1024, 4_194_304), ("scale_copy", 256, 1), ("module_data", 32, 1)] {
         let (rt, _sim) = open_runtime();
-        let (x, y, z) = (rt.alloc(4096).unwrap(), rt.alloc(4096).unwrap(), rt.alloc(4096).unwrap());
+        // Buffers of their own, so the first access past one faults (see OWN).
+        let (x, y, z) = (rt.alloc(OWN).unwrap(), rt.alloc(OWN).unwrap(), rt.alloc(OWN).unwrap());
         let code = load(&rt, kernel);
         let words: Vec<u32> = match kernel {
             "vector_add" => [&addr(x.va)[..], &addr(y.va), &addr(z.va), &[u32::MAX]].concat(),
@@ -304,15 +311,16 @@ fn a_scratch_grow_that_cannot_allocate_keeps_the_old_buffer() {
     rt.scratch(&mut s, 1000).unwrap();
     let old = s;
     let frees = rt.alloc_stats().frees;
+    // A grow past the largest carved size: its own platform allocation, which the fault refuses.
     sim.inject(SimFault::FailAlloc);
-    let e = rt.scratch(&mut s, 100_000).expect_err("the allocation fails");
+    let e = rt.scratch(&mut s, 4 << 20).expect_err("the allocation fails");
     assert_eq!(e.stage(), "alloc");
     assert_eq!(s, old, "the old buffer, its capacity and high-water mark stay");
     assert_eq!(rt.alloc_stats().frees, frees, "nothing was freed");
     rt.sync_to_gpu(&s.mem).expect("the old buffer is still live");
     // The next grow succeeds and releases the old buffer after the new one exists.
-    rt.scratch(&mut s, 100_000).unwrap();
-    assert!(s.cap >= 100_000 && s.mem.handle != old.mem.handle);
+    rt.scratch(&mut s, 4 << 20).unwrap();
+    assert!(s.cap >= 4 << 20 && s.mem.handle != old.mem.handle);
     assert_eq!(rt.alloc_stats().frees, frees + 1);
     rt.scratch_free(&mut s).unwrap();
 }

@@ -3,7 +3,10 @@
 //! near the end — against a shadow model of what the session must hold. After every operation: every
 //! stale or forged handle was refused and counted, every live buffer still holds exactly what was written
 //! to it (checked when it is read), and the counters (`alloc_stats`, `parked`, the simulator's live
-//! allocations) are what the model says.
+//! allocations and frees) are what the model says. The model places every buffer as the session's memory
+//! manager must — carved from a chunk or a platform allocation of its own — with a shadow of the
+//! manager's chunk bookkeeping (`omega::session::suballoc::Carver`, unit-tested on its own), so it knows
+//! which operations reach the platform and so meet an injected allocation failure.
 //!
 //! The seed is printed first (cargo shows it for a failing test) and in every failure; rerun one with
 //! `OMEGA_RANDOM_SEED=<seed>`. `OMEGA_RANDOM_OPS` changes the count (default 1,000,000).
@@ -11,6 +14,7 @@
 mod common;
 
 use common::*;
+use omega::session::suballoc::{Carve, Carver, Pool};
 use omega::session::{AllocKind, AllocStats, GpuMem, Handle, ParkStats, Runtime, Scratch, PARK_MAX};
 use omega::Error;
 use omega_hal::sim::{Sim, SimFault};
@@ -27,6 +31,8 @@ const MAX_STALE: usize = 256;
 struct Live {
     mem: GpuMem,
     kind: AllocKind,
+    /// Where the session placed it: carved from a chunk, or (`None`) a platform allocation of its own.
+    carve: Option<Carve>,
     bytes: Vec<u8>,
     /// Freed after the latch: parked, never released, handle kept.
     parked: bool,
@@ -37,6 +43,8 @@ struct Live {
 struct ScratchModel {
     /// Page-rounded bytes of a live buffer of the open device, if it has one.
     bytes: Option<usize>,
+    /// Where that buffer lies (as for [`Live::carve`]).
+    carve: Option<Carve>,
     /// The reserved size, while a reservation is active on that buffer.
     reserved: Option<usize>,
     /// Its buffer was parked by a free after the latch.
@@ -61,9 +69,14 @@ struct Run {
     park: ParkStats,
     /// Handles parked so far, in order, for the listed/untracked split.
     parked_handles: Vec<Handle>,
-    /// A FailAlloc or FailSync the simulator holds and the next alloc or sync will meet.
+    /// A FailAlloc the simulator holds, which the next platform allocation will meet, and a FailSync the
+    /// next sync will.
     fail_alloc: bool,
     fail_sync: bool,
+    /// The memory manager's chunks, as the model predicts them.
+    shadow: Carver<u32>,
+    /// Platform frees the model expects (buffers of their own, chunks returned, the launch buffer).
+    platform_frees: u64,
 }
 
 fn rounded(bytes: usize, kind: AllocKind) -> usize {
@@ -105,13 +118,57 @@ impl Run {
         self.stale.push(m);
     }
 
-    /// Device buffers the simulator must hold: the launch buffer, the kernel, the live and parked
-    /// buffers and the scratch's.
+    /// Device buffers the simulator must hold: the launch buffer, the kernel, the chunks, and the live and
+    /// parked buffers (and the scratch's) that are platform allocations of their own.
     fn expected_live_allocations(&self) -> usize {
         if !self.open {
             return 0;
         }
-        1 + 1 + self.live.len() + usize::from(self.sm.bytes.is_some())
+        2 + self.shadow.stats().chunks as usize
+            + self.live.iter().filter(|l| l.carve.is_none()).count()
+            + usize::from(self.sm.bytes.is_some() && self.sm.carve.is_none())
+    }
+
+    /// One platform allocation as the session makes it: true when it succeeds. An injected failure is met
+    /// once; when the manager holds empty chunks, it returns them and tries again.
+    fn platform_alloc(&mut self) -> bool {
+        if !std::mem::take(&mut self.fail_alloc) {
+            return true;
+        }
+        let spares = self.shadow.take_empty().len();
+        self.platform_frees += spares as u64;
+        spares > 0
+    }
+
+    /// Where the session places a buffer of `size` page-rounded bytes of `kind`: carved (from a chunk it
+    /// has, or a new one), else a platform allocation of its own (also when no chunk can be had); `None`
+    /// when it fails.
+    fn place(&mut self, size: usize, kind: AllocKind) -> Option<Option<Carve>> {
+        let pool = match kind {
+            AllocKind::Data => Some(Pool::Data),
+            AllocKind::Cached => Some(Pool::Cached),
+            AllocKind::Device => Some(Pool::Device),
+            AllocKind::Code => None,
+        };
+        if let Some((pool, order)) = pool.and_then(|p| self.shadow.order_for(size as u64).map(|o| (p, o))) {
+            if let Some(c) = self.shadow.carve(pool, order) {
+                return Some(Some(c));
+            }
+            if self.platform_alloc() {
+                self.shadow.add_chunk(pool, 0);
+                return Some(self.shadow.carve(pool, order));
+            }
+        }
+        self.platform_alloc().then_some(None)
+    }
+
+    /// The session gave back a buffer placed at `carve`: a platform free for one of its own, or for its
+    /// chunk when that emptied it beyond the spare.
+    fn given_back(&mut self, carve: Option<Carve>) {
+        match carve {
+            None => self.platform_frees += 1,
+            Some(c) => self.platform_frees += u64::from(self.shadow.release(c).is_some()),
+        }
     }
 
     fn verify_counters(&self) {
@@ -121,22 +178,20 @@ impl Run {
         let sim = self.sim.stats();
         assert_eq!(sim.live_allocations, self.expected_live_allocations(), "{}", self.ctx("live allocations"));
         if !self.latched {
-            assert_eq!(sim.frees, self.released(), "{}", self.ctx("simulator frees"));
+            assert_eq!(sim.frees, self.platform_frees, "{}", self.ctx("simulator frees"));
         }
-    }
-
-    /// What the simulator released: every counted free, and the launch buffer at each close.
-    fn released(&self) -> u64 {
-        self.stats.frees + u64::from(self.sim.stats().closes)
+        let ms = self.rt.memory_stats();
+        assert_eq!(ms.carved, self.shadow.stats(), "{}", self.ctx("the memory manager's chunks"));
     }
 
     // ----- operations --------------------------------------------------------------------------------
 
     fn alloc(&mut self) {
         let kind = match self.rng.random_range(0..10) {
-            0..=5 => AllocKind::Data,
-            6..=7 => AllocKind::Code,
-            _ => AllocKind::Cached,
+            0..=4 => AllocKind::Data,
+            5..=6 => AllocKind::Code,
+            7..=8 => AllocKind::Cached,
+            _ => AllocKind::Device,
         };
         let bytes = match self.rng.random_range(0..100) {
             0 => usize::MAX - self.rng.random_range(0..8192),
@@ -158,22 +213,49 @@ impl Run {
             self.check(self.rt.alloc_stats() == before, "an impossible size counts nothing");
             return;
         }
-        if std::mem::take(&mut self.fail_alloc) {
+        let size = rounded(bytes, kind);
+        let Some(carve) = self.place(size, kind) else {
             self.check(r.as_ref().is_err_and(|e| e.stage() == "alloc"), "an injected alloc failure");
             self.stats.alloc_failures += 1;
             return;
-        }
+        };
         let m = r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("alloc: {e}"))));
-        let size = rounded(bytes, kind);
-        self.check(m.size == size && !m.cpu.is_null(), "a buffer of the rounded size with a CPU view");
+        self.check(m.size == size, "a buffer of the rounded size");
+        self.check(m.cpu.is_null() == (kind == AllocKind::Device), "a CPU view for every kind but device-only");
         self.counted_alloc(size);
+        if kind == AllocKind::Device {
+            // What its memory held, read through the platform (no view to read).
+            let mut bytes = vec![0u8; size];
+            let r = self.rt.read(&m, 0, &mut bytes);
+            if std::mem::take(&mut self.fail_sync) {
+                self.check(r.as_ref().is_err_and(|e| e.stage() == "read"), "an injected copy failure");
+                self.rt.read(&m, 0, &mut bytes).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
+            } else {
+                r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("read: {e}"))));
+            }
+            self.live.push(Live { mem: m, kind, carve, bytes, parked: false });
+            let i = self.live.len() - 1;
+            self.write(i);
+            return;
+        }
         // SAFETY: a fresh buffer of `size` bytes with a CPU view, in no one else's hands.
         let view = unsafe { std::slice::from_raw_parts(m.cpu.cast::<u8>(), size) };
         if kind == AllocKind::Code {
             self.check(view[bytes..].iter().all(|&b| b == 0), "a code buffer's tail reads as zeros");
         }
-        // What the CPU view holds now is what the device must end up with after the first sync.
-        self.live.push(Live { mem: m, kind, bytes: view.to_vec(), parked: false });
+        // A new buffer holds whatever its memory held (a block of a chunk keeps its last buffer's bytes, on
+        // each side, and the two sides of that buffer need not have agreed): read the device side into the
+        // view, so the model knows both.
+        let r = self.rt.sync_to_cpu(&m);
+        if std::mem::take(&mut self.fail_sync) {
+            self.check(r.is_err(), "an injected sync failure");
+            self.rt.sync_to_cpu(&m).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
+        } else {
+            r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("sync to cpu: {e}"))));
+        }
+        // SAFETY: as above; the sync wrote it, nothing else holds it.
+        let view = unsafe { std::slice::from_raw_parts(m.cpu.cast::<u8>(), size) };
+        self.live.push(Live { mem: m, kind, carve, bytes: view.to_vec(), parked: false });
         let i = self.live.len() - 1;
         self.write(i);
     }
@@ -185,6 +267,21 @@ impl Run {
         let off = self.rng.random_range(0..=size - len);
         let data: Vec<u8> = (0..len).map(|_| self.rng.random()).collect();
         let m = self.live[i].mem;
+        if self.live[i].kind == AllocKind::Device {
+            let r = self.rt.write(&m, off, &data);
+            if self.latched {
+                self.check(r == Err(Error::Latched("write")), "a write after the latch");
+                return;
+            }
+            if std::mem::take(&mut self.fail_sync) {
+                self.check(r.as_ref().is_err_and(|e| e.stage() == "write"), "an injected copy failure");
+                self.rt.write(&m, off, &data).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
+            } else {
+                r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("write: {e}"))));
+            }
+            self.live[i].bytes[off..off + len].copy_from_slice(&data);
+            return;
+        }
         // SAFETY: `m` is live (the model says so, and the session agrees below) with `size` bytes of view.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), m.cpu.cast::<u8>().add(off), len) };
         let r = self.rt.sync_range_to_gpu(&m, off, len);
@@ -206,6 +303,25 @@ impl Run {
     /// Reads live buffer `i` back from the device and compares it with what the model wrote.
     fn read(&mut self, i: usize) {
         let l = &self.live[i];
+        if l.kind == AllocKind::Device {
+            let mut got = vec![0u8; l.bytes.len()];
+            let r = self.rt.read(&l.mem, 0, &mut got);
+            if self.latched {
+                self.check(r == Err(Error::Latched("read")), "a read after the latch");
+                return;
+            }
+            if std::mem::take(&mut self.fail_sync) {
+                self.check(r.is_err(), "an injected copy failure");
+                return;
+            }
+            r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("read: {e}"))));
+            let l = &self.live[i];
+            if got != l.bytes {
+                let at = got.iter().zip(&l.bytes).position(|(a, b)| a != b).unwrap_or(0);
+                panic!("{}", self.ctx(&format!("device-only buffer differs from what was written at byte {at}")));
+            }
+            return;
+        }
         let r = self.rt.sync_to_cpu(&l.mem);
         if self.latched {
             self.check(r == Err(Error::Latched("sync")), "a sync after the latch");
@@ -242,7 +358,8 @@ impl Run {
         }
         self.check(r.is_ok() && m == GpuMem::NONE, "a free of a live buffer releases it and zeroes the copy");
         self.stats.frees += 1;
-        self.live.swap_remove(i);
+        let gone = self.live.swap_remove(i);
+        self.given_back(gone.carve);
         self.remember_stale(before);
     }
 
@@ -347,6 +464,7 @@ impl Run {
                     (Some(_), true) => {
                         self.check(r.is_ok() && self.scratch == Scratch::default(), "scratch free clears it");
                         self.stats.frees += 1;
+                        self.given_back(self.sm.carve);
                         self.sm = ScratchModel::default();
                     }
                     _ if before.mem.handle.is_none() => self.check(r.is_ok(), "freeing an empty scratch"),
@@ -393,23 +511,26 @@ impl Run {
             self.check(self.scratch == Scratch { reserved: 0, ..before }, "a failed grow keeps the old buffer");
             self.sm.reserved = None;
             return;
-        } else if std::mem::take(&mut self.fail_alloc) {
-            self.check(r.is_err() && self.scratch.mem == before.mem, "a failed grow keeps the old buffer");
-            self.stats.alloc_failures += 1;
-            self.sm.reserved = None;
-            return;
-        } else {
+        } else if let Some(carve) = self.place(rounded(want, AllocKind::Data), AllocKind::Data) {
             self.check(r.is_ok(), "a scratch grow");
             let size = rounded(want, AllocKind::Data);
             self.check(self.scratch.cap == size && self.scratch.mem.size == size, "the grown scratch's size");
             self.counted_alloc(size);
+            // The new buffer first, then the old one given back.
             if live.is_some() {
                 self.stats.frees += 1;
+                self.given_back(self.sm.carve);
             }
+            self.sm.carve = carve;
             if !before.mem.handle.is_none() {
                 self.remember_stale(before.mem);
             }
             self.sm.bytes = Some(size);
+        } else {
+            self.check(r.is_err() && self.scratch.mem == before.mem, "a failed grow keeps the old buffer");
+            self.stats.alloc_failures += 1;
+            self.sm.reserved = None;
+            return;
         }
         self.sm.reserved = reserve.then_some(want);
         self.check((self.scratch.reserved != 0) == reserve, "the reserved flag");
@@ -427,13 +548,18 @@ impl Run {
             return;
         }
         r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("close: {e}"))));
-        // Everything the session held was released; every handle of it is stale from now on.
+        // Everything the session held was released; every handle of it is stale from now on. The platform
+        // freed every chunk, every buffer of its own, the kernel and the launch buffer.
         self.stats.frees += self.live.len() as u64 + 1 + u64::from(self.sm.bytes.is_some());
+        let own = self.live.iter().filter(|l| l.carve.is_none()).count() as u64
+            + u64::from(self.sm.bytes.is_some() && self.sm.carve.is_none());
+        self.platform_frees += self.shadow.take_all().len() as u64 + own + 2;
         for l in std::mem::take(&mut self.live) {
             self.remember_stale(l.mem);
         }
         self.remember_stale(self.kernel);
         self.sm.bytes = None;
+        self.sm.carve = None;
         self.sm.reserved = None;
         self.open = false;
         // Sometimes a few calls on the closed device first.
@@ -539,6 +665,8 @@ fn a_million_random_operations_keep_the_session_and_its_model_in_step() {
         parked_handles: Vec::new(),
         fail_alloc: false,
         fail_sync: false,
+        shadow: Carver::new(PAGE as u64),
+        platform_frees: 0,
     };
     run.load_kernel();
     // The last 2% run after a latch: frees park, everything that could touch the device is refused.

@@ -9,11 +9,26 @@
 #include <cstdlib>
 #include <vector>
 #include <cuda_runtime.h>
+#include <sys/resource.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 __global__ void empty() {}
+
+// Spins until %globaltimer has advanced `ns` (the peer of kernels/timestamps.ptx with one block).
+__global__ void spin_for(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+
+// CPU time of the calling thread, seconds.
+static double thread_cpu_s() {
+    struct rusage u;
+    if (getrusage(RUSAGE_THREAD, &u) != 0) { perror("getrusage"); exit(1); }
+    return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
 
 static double now_us() {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -44,8 +59,68 @@ static int copy_timeline() {
     return 0;
 }
 
+// `--default-wait`: a context with CUDA's default flags (cudaDeviceScheduleAuto, which yields or blocks
+// as CUDA decides), the peer of Omega's default wait: empty launch + cudaStreamSynchronize on a default
+// stream, and the CPU time of the thread waiting on a 100 ms kernel. A process of its own, because the
+// main run sets cudaDeviceScheduleSpin before its context exists.
+static int default_wait(bool quick) {
+    int warm = quick ? 10 : 1000, iters = quick ? 200 : 10000;
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    for (int i = 0; i < warm; i++) { empty<<<1, 1, 0, st>>>(); CK(cudaStreamSynchronize(st)); }
+    std::vector<double> rt;
+    for (int i = 0; i < iters; i++) {
+        double t = now_us();
+        empty<<<1, 1, 0, st>>>();
+        CK(cudaStreamSynchronize(st));
+        rt.push_back(now_us() - t);
+    }
+    printf("cuda.default_wait_roundtrip_p10_us %.2f\ncuda.default_wait_roundtrip_p50_us %.2f\n"
+           "cuda.default_wait_roundtrip_p99_us %.2f\n", pct(rt, 0.10), pct(rt, 0.50), pct(rt, 0.99));
+    std::vector<double> share;
+    for (int i = 0; i < 5; i++) {
+        double c0 = thread_cpu_s(), t = now_us();
+        spin_for<<<1, 1, 0, st>>>(100000000ull);
+        CK(cudaStreamSynchronize(st));
+        double wall = (now_us() - t) * 1e-6, cpu = thread_cpu_s() - c0;
+        printf("# 100 ms kernel: waited %.1f ms, %.3f ms of CPU\n", wall * 1e3, cpu * 1e3);
+        share.push_back(cpu / wall * 100.0);
+    }
+    printf("cuda.wait_100ms_cpu_pct %.2f\n", pct(share, 0.5));
+    return 0;
+}
+
+// cudaMalloc + cudaFree at each size gpu_bench measures, p50 after warm-up (warm: CUDA's own pools may
+// serve a repeated size).
+static void alloc_free(bool quick) {
+    struct { const char *name; size_t bytes; int iters; } sizes[] = {
+        {"4b", 4, 2000}, {"64k", 64 << 10, 2000}, {"1m", 1 << 20, 1000}, {"64m", 64 << 20, 100},
+        {"1g", 1ull << 30, 20}, {"16g", 16ull << 30, 5}, {"64g", 64ull << 30, 3},
+    };
+    for (auto &sz : sizes) {
+        int iters = quick ? std::min(sz.iters, 20) : sz.iters;
+        std::vector<double> lat;
+        bool ok = true;
+        for (int i = 0; i < iters + iters / 10 + 1; i++) {
+            void *p;
+            double t = now_us();
+            cudaError_t e = cudaMalloc(&p, sz.bytes);
+            if (e != cudaSuccess) {
+                printf("# alloc_free_%s: cudaMalloc: %s\n", sz.name, cudaGetErrorString(e));
+                ok = false;
+                break;
+            }
+            CK(cudaFree(p));
+            if (i > iters / 10) lat.push_back(now_us() - t);
+        }
+        if (ok) printf("cuda.alloc_free_%s_us %.2f\n", sz.name, pct(lat, 0.5));
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && std::string(argv[1]) == "--copy-timeline") return copy_timeline();
+    if (argc > 1 && std::string(argv[1]) == "--default-wait")
+        return default_wait(argc > 2 && std::string(argv[2]) == "--quick");
     bool quick = argc > 1 && std::string(argv[1]) == "--quick";
     int warm = quick ? 10 : 1000, iters = quick ? 200 : 10000;
     size_t big = quick ? (64ull << 20) : (1ull << 30);
@@ -82,6 +157,8 @@ int main(int argc, char **argv) {
             best = std::min(best, now_us() - t);
         }
         printf("cuda.sync_%s_%s_gbps %.2f\n", quick ? "64m" : "1g", dir == 0 ? "to_gpu" : "to_cpu", big / best / 1e3);
+        // Omega's device-only write/read is the same copy from the host's side: same figure, its own name.
+        printf("cuda.devonly_%s_%s_gbps %.2f\n", dir == 0 ? "write" : "read", quick ? "64m" : "1g", big / best / 1e3);
     }
     // 4 KiB copies.
     for (int dir = 0; dir < 2; dir++) {
@@ -93,7 +170,11 @@ int main(int argc, char **argv) {
             if (i >= warm) lat.push_back(now_us() - t);
         }
         printf("cuda.sync_4k_%s_p50_us %.2f\n", dir == 0 ? "to_gpu" : "to_cpu", pct(lat, 0.5));
+        printf("cuda.devonly_%s_4k_p50_us %.2f\n", dir == 0 ? "write" : "read", pct(lat, 0.5));
     }
+    CK(cudaFreeHost(h));
+    CK(cudaFree(d));
+    alloc_free(quick);
 
     // 1000 dependent launches on one stream, then one sync; and the same chain as a CUDA graph.
     const int chain = 1000;

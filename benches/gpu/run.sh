@@ -20,6 +20,8 @@ if [ -x "$BIN/doctor" ]; then "$BIN/doctor" >"$OUT/doctor.log" 2>&1 || status=1;
 if [ "${SUITE_ONLY:-0}" != 1 ]; then
     "$BIN/gpu_bench" ${QUICK:+--quick} >"$OUT/bench.log" 2>&1 || status=1
     /tmp/omega-cuda-baseline ${QUICK:+--quick} >"$OUT/cuda.log" 2>&1 || status=1
+    # The default-flags context (the peer of Omega's default wait) is a process of its own.
+    /tmp/omega-cuda-baseline --default-wait ${QUICK:+--quick} >>"$OUT/cuda.log" 2>&1 || status=1
     nvidia-smi --query-gpu=clocks.sm --format=csv,noheader >>"$OUT/smi.txt" 2>&1
 fi
 

@@ -52,13 +52,13 @@ pub use caps::{
     check_buffer, negotiate, service_names, BufferDesc, BufferKind, CachePolicy, Caps, CodeFormat, Refusal, Rights,
     Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
 };
-pub use clock::Clock;
+pub use clock::{Clock, TimerSlack, WaitPolicy};
 pub use device::{Device, DeviceInfo};
 pub use error::HalError;
 pub use handle::{Handle, HandleError, HandleTable};
 pub use host::HostMemory;
 pub use lock::{ProcessLock, SESSION_LOCK_ID};
-pub use memory::{Allocation, DeviceMemory};
+pub use memory::{Allocation, DeviceMemory, MemInfo};
 pub use poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
 pub use queue::{ConstBank, LaunchDesc, LaunchLimits, LimitError, Order, QueueBuffer, Submission, SubmitQueue};
 pub use visibility::Visibility;
@@ -92,5 +92,10 @@ pub trait Platform: Send + Sync {
     /// otherwise (the simulator runs code images naming host kernels).
     fn code_format(&self) -> CodeFormat {
         CodeFormat::Machine
+    }
+    /// How a completion wait uses the CPU when the caller sets no spin window (the session's default
+    /// wait): [`WaitPolicy::DEFAULT`] unless the platform has measured better figures for its device.
+    fn wait_policy(&self) -> WaitPolicy {
+        WaitPolicy::DEFAULT
     }
 }

@@ -23,6 +23,15 @@ unsafe impl Send for Allocation {}
 // SAFETY: as above; sharing the description shares no access.
 unsafe impl Sync for Allocation {}
 
+/// How much device memory there is, and how much of it is free, as the device reports it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemInfo {
+    /// Bytes not allocated by anyone (this process or another), at the moment of asking.
+    pub free_bytes: u64,
+    /// Bytes of device memory in all.
+    pub total_bytes: u64,
+}
+
 /// Device-visible memory.
 pub trait DeviceMemory: Send + Sync {
     /// Allocates a buffer for `desc`, which the caller has passed through
@@ -42,4 +51,13 @@ pub trait DeviceMemory: Send + Sync {
     ///   After an uncertain completion nothing may be freed at all (the session parks it instead).
     /// - The caller holds the session lock.
     unsafe fn free(&self, a: &Allocation);
+
+    /// Free and total device memory, from the platform's own accounting (the driver's on a GPU). A
+    /// platform that cannot say refuses with [`HalError::Unsupported`]; nothing is estimated.
+    ///
+    /// # Safety
+    /// - The device is open and the caller holds the session lock.
+    unsafe fn mem_info(&self) -> Result<MemInfo, HalError> {
+        Err(HalError::Unsupported("this platform does not report free device memory".into()))
+    }
 }

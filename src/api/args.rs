@@ -52,7 +52,7 @@ use crate::kernel::Kernel;
 use crate::launch::{ArgBlock, KernelArg};
 use crate::mem::Mem;
 use crate::session::{runtime, ParamInfo};
-use crate::state::{Data, DeviceScalar};
+use crate::state::{Data, Device, DeviceScalar};
 
 /// A struct that describes a launch's arguments: what `#[derive(LaunchArgs)]` produces.
 ///
@@ -104,6 +104,10 @@ impl<T: DeviceScalar> sealed::Sealed for &Mem<'_, Data<T>> {}
 impl<T: DeviceScalar> Bits<8> for &Mem<'_, Data<T>> {}
 impl<T: DeviceScalar> sealed::Sealed for &mut Mem<'_, Data<T>> {}
 impl<T: DeviceScalar> Bits<8> for &mut Mem<'_, Data<T>> {}
+impl<T: DeviceScalar> sealed::Sealed for &Mem<'_, Device<T>> {}
+impl<T: DeviceScalar> Bits<8> for &Mem<'_, Device<T>> {}
+impl<T: DeviceScalar> sealed::Sealed for &mut Mem<'_, Device<T>> {}
+impl<T: DeviceScalar> Bits<8> for &mut Mem<'_, Device<T>> {}
 
 /// Checks a loaded kernel against a typed handle's expectations: the entry name and the parameter
 /// table (ordinal, offset, size of each). `handle` names the handle in the error. A mismatch is

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::mem::Mem;
 use crate::session::{runtime, LaunchCompletion, LaunchSpec, ParamInfo};
-use crate::state::{Data, DeviceScalar};
+use crate::state::{Data, Device, DeviceScalar};
 
 /// Default completion limit per marker.
 pub const DEFAULT_TIMEOUT_MS: u32 = 5_000;
@@ -20,7 +20,7 @@ const SMALL_ARG_WORDS: usize = 64;
 /// pointers, references or structs (derive `LaunchArgs` for a struct of these).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel argument",
-    note = "kernel arguments are device scalars (u32, f32, bf16, ...) or `&Mem<Data<T>>` device buffers"
+    note = "kernel arguments are device scalars (u32, f32, bf16, ...) or `&Mem<Data<T>>` / `&Mem<Device<T>>` device buffers"
 )]
 pub trait KernelArg {
     /// Bytes (and alignment) of the parameter.
@@ -49,6 +49,20 @@ impl<T: DeviceScalar> KernelArg for &Mem<'_, Data<T>> {
 }
 
 impl<T: DeviceScalar> KernelArg for &mut Mem<'_, Data<T>> {
+    const SIZE: u32 = 8;
+    fn write(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.va().to_le_bytes());
+    }
+}
+
+impl<T: DeviceScalar> KernelArg for &Mem<'_, Device<T>> {
+    const SIZE: u32 = 8;
+    fn write(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.va().to_le_bytes());
+    }
+}
+
+impl<T: DeviceScalar> KernelArg for &mut Mem<'_, Device<T>> {
     const SIZE: u32 = 8;
     fn write(&self, out: &mut [u8]) {
         out.copy_from_slice(&self.va().to_le_bytes());

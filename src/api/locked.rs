@@ -12,7 +12,7 @@ use core::marker::PhantomData;
 
 use crate::error::{Error, Result};
 use crate::platform::PlatformKind;
-use crate::session::{runtime, ParkStats, PIN_TOKEN};
+use crate::session::{runtime, MemInfo, MemoryStats, ParkStats, PIN_TOKEN};
 use crate::state::{Closed, DeviceState, Open};
 use crate::DeviceInfo;
 use crate::Scope;
@@ -150,6 +150,18 @@ impl Locked<Open> {
         } else {
             Scoped::Open(self, r)
         }
+    }
+
+    /// Free and total device memory now, as the platform reports them (on the GPU the driver's figures,
+    /// which count every process's allocations, the session's own chunks included).
+    pub fn mem_info(&self) -> Result<MemInfo> {
+        runtime().mem_info()
+    }
+
+    /// What the session's memory manager holds: its chunks, what is carved from them, its direct
+    /// allocations.
+    pub fn memory_stats(&self) -> MemoryStats {
+        runtime().memory_stats()
     }
 
     /// Closes the device, freeing every session buffer; the lock stays held.

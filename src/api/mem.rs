@@ -15,7 +15,7 @@ use core::marker::PhantomData;
 
 use crate::error::{Error, Result};
 use crate::session::{runtime, GpuMem, Handle, TYPED_BUFFER};
-use crate::state::{Cached, Code, Data, DeviceScalar, MemKind};
+use crate::state::{Cached, Code, Data, Device, DeviceScalar, MemKind};
 
 /// A buffer of kind `K` that lives no longer than the scope `'s`.
 pub struct Mem<'s, K: MemKind> {
@@ -67,7 +67,7 @@ impl<'s, K: MemKind> Mem<'s, K> {
     }
 
     fn cpu_elems(&mut self) -> &mut [K::Elem] {
-        assert!(!self.raw.cpu.is_null(), "every typed buffer kind has a CPU view");
+        assert!(!self.raw.cpu.is_null(), "every typed buffer kind but Device has a CPU view (Device never asks)");
         // SAFETY: the CPU view covers `size >= len * size_of::<Elem>()` bytes, is page-aligned (so
         // aligned for any scalar), and stays mapped while this Mem lives: the buffer is TYPED_BUFFER's, so
         // the raw free and scratch calls refuse it, only this Mem's drop releases it, and close, the other
@@ -136,6 +136,56 @@ impl<T: DeviceScalar> Mem<'_, Cached<T>> {
     /// Writes the buffer's contents once (GPU-cached memory is for write-once, read-only data).
     pub fn write_once(&mut self, src: &[T]) -> Result<()> {
         self.write_elems(src)
+    }
+}
+
+impl<T: DeviceScalar> Mem<'_, Device<T>> {
+    /// The byte range of `n` elements from element `at`, checked against the buffer (stage `stage`).
+    fn byte_range(&self, stage: &'static str, at: usize, n: usize) -> Result<usize> {
+        match at.checked_add(n) {
+            Some(end) if end <= self.len => Ok(at * size_of::<T>()),
+            _ => {
+                let e = Error::Setting { stage, detail: format!("elements {at}+{n} past a buffer of {}", self.len) };
+                runtime().fail(e)
+            }
+        }
+    }
+
+    /// Writes `src` at element `at` through the platform's staging; visible to the device on return.
+    /// Refused after a latch.
+    pub fn write_at(&mut self, at: usize, src: &[T]) -> Result<()> {
+        let offset = self.byte_range("write", at, src.len())?;
+        // SAFETY: T is a DeviceScalar (plain bytes, no padding, any bit pattern valid), so its slice is
+        // `size_of_val(src)` initialised bytes, borrowed for this call only.
+        let bytes = unsafe { core::slice::from_raw_parts(src.as_ptr().cast::<u8>(), core::mem::size_of_val(src)) };
+        runtime().write(&self.raw, offset, bytes)
+    }
+
+    /// Writes `src` at the start of the buffer.
+    pub fn write(&mut self, src: &[T]) -> Result<()> {
+        self.write_at(0, src)
+    }
+
+    /// Reads `dst.len()` elements from element `at`, as the device left them. Refused after a latch.
+    pub fn read_at(&mut self, at: usize, dst: &mut [T]) -> Result<()> {
+        let offset = self.byte_range("read", at, dst.len())?;
+        let len = core::mem::size_of_val(dst);
+        // SAFETY: as in `write_at`; every bit pattern is a valid T, so any bytes written through this view
+        // leave `dst` valid; `dst` is borrowed mutably for this call only.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), len) };
+        runtime().read(&self.raw, offset, bytes)
+    }
+
+    /// Reads the first `dst.len()` elements.
+    pub fn read(&mut self, dst: &mut [T]) -> Result<()> {
+        self.read_at(0, dst)
+    }
+
+    /// The whole buffer, read back.
+    pub fn to_vec(&mut self) -> Result<Vec<T>> {
+        let mut v = vec![T::default(); self.len];
+        self.read(&mut v)?;
+        Ok(v)
     }
 }
 

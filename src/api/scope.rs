@@ -8,7 +8,7 @@ use crate::launch::Launch;
 use crate::locked::{Latched, Locked};
 use crate::mem::Mem;
 use crate::session::{runtime, LaunchCompletion};
-use crate::state::{Cached, Code, Data, DeviceScalar, Open};
+use crate::state::{Cached, Code, Data, Device, DeviceScalar, Open};
 
 /// The memory of one [`Locked::scope`]: every buffer allocated here lives no longer than the scope.
 pub struct Scope<'s> {
@@ -29,7 +29,7 @@ impl<'s> Scope<'s> {
 
     /// A data buffer holding a copy of `src` (written and synced to the device).
     pub fn alloc_from<T: DeviceScalar>(&'s self, src: &[T]) -> Result<Mem<'s, Data<T>>> {
-        let mut m = Mem::alloc(src.len())?;
+        let mut m: Mem<'s, Data<T>> = Mem::alloc(src.len())?;
         m.write(src)?;
         Ok(m)
     }
@@ -37,6 +37,19 @@ impl<'s> Scope<'s> {
     /// A GPU-cached, GPU-read-only buffer of `len` elements (write it once with `write_once`).
     pub fn alloc_cached<T: DeviceScalar>(&'s self, len: usize) -> Result<Mem<'s, Cached<T>>> {
         Mem::alloc(len)
+    }
+
+    /// A device-only buffer of `len` elements of `T`: no CPU view, so nothing of the host is pinned or
+    /// mapped for it (its size is bounded by device memory alone). Move data with `write` / `read`.
+    pub fn alloc_device<T: DeviceScalar>(&'s self, len: usize) -> Result<Mem<'s, Device<T>>> {
+        Mem::alloc(len)
+    }
+
+    /// A device-only buffer holding a copy of `src` (written through the platform's staging).
+    pub fn alloc_device_from<T: DeviceScalar>(&'s self, src: &[T]) -> Result<Mem<'s, Device<T>>> {
+        let mut m: Mem<'s, Device<T>> = Mem::alloc(src.len())?;
+        m.write(src)?;
+        Ok(m)
     }
 
     /// A code buffer of `bytes` bytes plus the zero-filled prefetch tail.

@@ -56,10 +56,15 @@ pub enum Code {}
 /// GPU-cached, GPU-read-only `T` (write-once weights).
 #[derive(Debug)]
 pub struct Cached<T: DeviceScalar = u8>(PhantomData<T>);
+/// Device-only `T`: GPU read/write, no CPU view. Written and read through the platform's staging
+/// (`write`, `read`), so its size is bounded by device memory alone (weights, activations).
+#[derive(Debug)]
+pub struct Device<T: DeviceScalar = u8>(PhantomData<T>);
 
 impl<T: DeviceScalar> sealed::Sealed for Data<T> {}
 impl sealed::Sealed for Code {}
 impl<T: DeviceScalar> sealed::Sealed for Cached<T> {}
+impl<T: DeviceScalar> sealed::Sealed for Device<T> {}
 
 impl<T: DeviceScalar> MemKind for Data<T> {
     type Elem = T;
@@ -72,4 +77,8 @@ impl MemKind for Code {
 impl<T: DeviceScalar> MemKind for Cached<T> {
     type Elem = T;
     const ALLOC: crate::session::AllocKind = crate::session::AllocKind::Cached;
+}
+impl<T: DeviceScalar> MemKind for Device<T> {
+    type Elem = T;
+    const ALLOC: crate::session::AllocKind = crate::session::AllocKind::Device;
 }

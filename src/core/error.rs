@@ -71,6 +71,17 @@ pub enum Error {
     /// A visibility sync failed.
     #[error("sync: {0}")]
     Sync(HalError),
+    /// Moving bytes into or out of a buffer (`write`, `read`) failed on the platform.
+    #[error("{stage}: {source}")]
+    Copy {
+        /// The call: `write` or `read`.
+        stage: &'static str,
+        /// What the platform said.
+        source: HalError,
+    },
+    /// The platform could not say how much device memory is free.
+    #[error("mem info: {0}")]
+    MemInfo(HalError),
     /// A launch descriptor failed the contract's checks; nothing ran.
     #[error("launch arguments: {0}")]
     LaunchArguments(String),
@@ -135,6 +146,8 @@ impl Error {
             Error::Alloc(_) => "alloc",
             Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => stage,
             Error::Sync(_) => "sync",
+            Error::Copy { stage, .. } => stage,
+            Error::MemInfo(_) => "mem info",
             Error::LaunchArguments(_) => "launch arguments",
             Error::Submit(_)
             | Error::CancelledBeforeSubmit

@@ -12,7 +12,7 @@ use crate::core::c_abi::{Handle, OmegaGpuPlatform};
 use super::boundary::{c_str, code, guard, last_error_ptr, rc, refuse};
 use crate::error::Error;
 use crate::platform::PlatformKind;
-use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, ParkStats, RawLaunch, Scratch};
+use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, MemInfo, ParkStats, RawLaunch, Scratch};
 use crate::sync::{self, Mutex};
 
 /// The session lock's id in the platform LOCK service.
@@ -179,8 +179,10 @@ pub extern "C" fn omega_gpu_session_open_count() -> u32 {
 }
 
 /// STABLE. Sets the process-wide marker-poll spin window in microseconds, used by every launch whose own
-/// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll. Returns 0, or -1 (stage `set spin`,
-/// setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
+/// `spin_us` is 0; 0 (the default) keeps the platform's sleep-poll, its default wait: a brief spin of the
+/// platform's length, then yields, then sleeps that grow with the time waited (timer slack lowered), so a
+/// short kernel is still seen within microseconds. A window replaces the brief spin. Returns 0, or -1
+/// (stage `set spin`, setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_set_spin_us(us: u32) -> c_int {
     guard("omega_gpu_session_set_spin_us", -1, || rc(runtime().set_spin_us(us)))
@@ -257,6 +259,22 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut 
     })
 }
 
+/// EXPERIMENTAL. A device-only DATA buffer: GPU read/write, no CPU view (`out->cpu` is NULL), for
+/// contents the CPU only moves in and out (weights, activations). Nothing of the host is pinned or mapped
+/// for it, so its size is bounded by device memory alone. Move bytes with `omega_gpu_session_write` and
+/// `omega_gpu_session_read`; its syncs are no-ops. Same rules and return values as
+/// `omega_gpu_session_alloc`.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_alloc_device(bytes: usize, out: *mut GpuMem) -> c_int {
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_session_alloc_device", -1, || unsafe {
+        alloc_into("alloc", out, || runtime().alloc_device(bytes))
+    })
+}
+
 /// STABLE. Releases `*m` to the platform and zeroes it. Caller holds the lock. After an uncertain
 /// completion the buffer is parked instead: kept allocated, never released, counted by
 /// `omega_gpu_session_parked`, and `*m` keeps its handle for `omega_gpu_session_is_parked`. A stale
@@ -314,6 +332,66 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_in
             Some(m) => rc(runtime().sync_to_cpu(m)),
             None => refuse("sync", "m is NULL"),
         }
+    })
+}
+
+/// EXPERIMENTAL. Copies `bytes` bytes from `src` into `*m` at byte `offset`, visible to the device on
+/// return: through the CPU view and a sync for a buffer that has one, through the platform's staging for
+/// a device-only one. Caller holds the lock, device open, not latched. Returns 0 (also for 0 bytes, when
+/// `src` may be NULL); -1 with the stage (`write`) when refused: a stale handle, a range past the buffer,
+/// a NULL `src`, a latched process, or the platform's copy failing.
+///
+/// # Safety
+/// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
+/// - `src` is NULL (refused unless `bytes` is 0) or points to `bytes` readable bytes (bytes are aligned at
+///   any address).
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_write(
+    m: *const GpuMem,
+    offset: usize,
+    src: *const c_void,
+    bytes: usize,
+) -> c_int {
+    guard("omega_gpu_session_write", -1, || {
+        // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
+        let Some(m) = (unsafe { m.as_ref() }) else { return refuse("write", "m is NULL") };
+        let src: &[u8] = match (src.is_null(), bytes) {
+            (_, 0) => &[],
+            (true, _) => return refuse("write", "src is NULL"),
+            // SAFETY: by the caller's promise `src` points to `bytes` readable bytes; a buffer's views are
+            // handed out only as raw pointers, so no Rust reference aliases them while this slice lives.
+            (false, n) => unsafe { core::slice::from_raw_parts(src.cast::<u8>(), n) },
+        };
+        rc(runtime().write(m, offset, src))
+    })
+}
+
+/// EXPERIMENTAL. Copies `bytes` bytes of `*m` at byte `offset` into `dst`, as the device left them: a
+/// sync and the CPU view for a buffer that has one, the platform's staging for a device-only one. Same
+/// rules and return values as `omega_gpu_session_write` (stage `read`).
+///
+/// # Safety
+/// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
+/// - `dst` is NULL (refused unless `bytes` is 0) or points to `bytes` writable bytes (bytes are aligned at
+///   any address) that no other thread reads or writes during the call.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_read(
+    m: *const GpuMem,
+    offset: usize,
+    dst: *mut c_void,
+    bytes: usize,
+) -> c_int {
+    guard("omega_gpu_session_read", -1, || {
+        // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
+        let Some(m) = (unsafe { m.as_ref() }) else { return refuse("read", "m is NULL") };
+        let dst: &mut [u8] = match (dst.is_null(), bytes) {
+            (_, 0) => &mut [],
+            (true, _) => return refuse("read", "dst is NULL"),
+            // SAFETY: by the caller's promise `dst` points to `bytes` writable bytes no one else touches
+            // during the call; a buffer's views are raw pointers only, so nothing aliases this slice.
+            (false, n) => unsafe { core::slice::from_raw_parts_mut(dst.cast::<u8>(), n) },
+        };
+        rc(runtime().read(m, offset, dst))
     })
 }
 
@@ -411,6 +489,31 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
             Some(out) => *out = runtime().alloc_stats(),
             None => {
                 refuse("alloc stats", "out is NULL");
+            }
+        }
+    })
+}
+
+/// EXPERIMENTAL. Free and total device memory now, as the platform reports them, into `*out` (on the
+/// GPU the driver's figures, counting every process's allocations; the session's own chunks count as
+/// used). Caller holds the lock, device open. Returns 0; -1 with the stage (`mem info`) when refused or
+/// when the platform cannot say (`*out` zeroed).
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMemInfo`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_session_mem_info(out: *mut MemInfo) -> c_int {
+    guard("omega_gpu_session_mem_info", -1, || {
+        // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMemInfo.
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("mem info", "out is NULL") };
+        match runtime().mem_info() {
+            Ok(m) => {
+                *out = m;
+                0
+            }
+            Err(e) => {
+                *out = MemInfo::default();
+                code(&e)
             }
         }
     })

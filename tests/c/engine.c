@@ -16,6 +16,8 @@
 #include "check.h"
 
 #define N 1000u
+/* Elements of a job whose buffers (4 MiB each) are past the largest size the session carves from chunks. */
+#define BIG_N (1u << 20)
 
 typedef struct {
     uint32_t code;
@@ -276,11 +278,17 @@ static int run(void) {
     job.n = OMEGA_GPU_ENGINE_JOB_MAX_ELEMENTS + 1;
     CHECK(omega_gpu_execute(&job, &r) == -1);
     CHECK(r.failure == OMEGA_GPU_ENGINE_INVALID_JOB);
-    job = vector_job();
+    /* Buffers past the largest carved size (2 MiB) are platform allocations of their own: the injected
+       failures meet the first of them. Two, because an allocation the device refuses is tried once more
+       after the memory manager hands back its spare chunk (the earlier jobs left one). */
+    static float big_a[BIG_N], big_b[BIG_N], big_out[BIG_N];
+    OmegaGpuJob big = {.layout = OMEGA_GPU_LAYOUT_VECTOR_1D, .n = BIG_N, .a = big_a, .b = big_b, .out = big_out};
     CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_FAIL_ALLOC) == 0);
-    CHECK(omega_gpu_execute(&job, &r) == -1);
+    CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_FAIL_ALLOC) == 0);
+    CHECK(omega_gpu_execute(&big, &r) == -1);
     CHECK(failed_as(&r, OMEGA_GPU_ENGINE_ALLOC_FAILED, OMEGA_GPU_ENGINE_STEP_ALLOC, OMEGA_GPU_ENGINE_WAIT_NONE,
                     OMEGA_GPU_ENGINE_STATE_DEVICE_READY));
+    job = vector_job();
     CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_FAIL_SYNC) == 0);
     CHECK(omega_gpu_execute(&job, &r) == -1);
     CHECK(failed_as(&r, OMEGA_GPU_ENGINE_UPLOAD_FAILED, OMEGA_GPU_ENGINE_STEP_UPLOAD, OMEGA_GPU_ENGINE_WAIT_NONE,

@@ -156,13 +156,51 @@ int main(void) {
     st1 = stats();
     CHECK(st1.allocs == st0.allocs && st1.alloc_failures == st0.alloc_failures);
 
+    /* A buffer past the largest carved size (2 MiB) is a platform allocation of its own, which the
+       injected failure refuses. */
     st0 = stats();
     CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_FAIL_ALLOC) == 0);
-    CHECK(omega_gpu_session_alloc(64, &big) == -1);
+    CHECK(omega_gpu_session_alloc(4u << 20, &big) == -1);
     CHECK_ERROR("alloc: ");
     st1 = stats();
     CHECK(st1.alloc_failures == st0.alloc_failures + 1);
     CHECK(st1.allocs == st0.allocs);
+
+    /* ----- device-only buffers, write and read, the memory figures ----- */
+    OmegaGpuMemInfo mi0, mi1;
+    CHECK(omega_gpu_session_mem_info(NULL) == -1);
+    CHECK_ERROR("mem info: out is NULL");
+    CHECK(omega_gpu_session_mem_info(&mi0) == 0);
+    CHECK(mi0.total_bytes == di.memory_bytes && mi0.free_bytes < mi0.total_bytes);
+    OmegaGpuMem dev;
+    CHECK(omega_gpu_session_alloc_device(10000, NULL) == -1);
+    CHECK_ERROR("alloc: out is NULL");
+    CHECK(omega_gpu_session_alloc_device(8u << 20, &dev) == 0);
+    CHECK(dev.kind == OMEGA_GPU_HANDLE_BUF_DATA && dev.cpu == NULL && dev.va != 0 && dev.size == (8u << 20));
+    CHECK(omega_gpu_session_mem_info(&mi1) == 0);
+    CHECK(mi1.free_bytes == mi0.free_bytes - (8u << 20)); /* past 2 MiB: an allocation of its own */
+    CHECK(omega_gpu_session_sync_to_gpu(&dev) == 0);    /* no CPU view: a no-op */
+    static uint8_t pattern[10000], back[10000];
+    for (size_t i = 0; i < sizeof pattern; i++) pattern[i] = (uint8_t)(i * 13 + 1);
+    CHECK(omega_gpu_session_write(&dev, 4096, pattern, sizeof pattern) == 0);
+    CHECK(omega_gpu_session_read(&dev, 4096, back, sizeof back) == 0);
+    CHECK(memcmp(pattern, back, sizeof back) == 0);
+    CHECK(omega_gpu_session_write(&dev, dev.size - 1, pattern, 2) == -1);
+    CHECK_ERROR("write: range ");
+    CHECK(omega_gpu_session_read(&dev, 0, NULL, 1) == -1);
+    CHECK_ERROR("read: dst is NULL");
+    CHECK(omega_gpu_session_write(NULL, 0, pattern, 1) == -1);
+    CHECK_ERROR("write: m is NULL");
+    CHECK(omega_gpu_session_write(&dev, 0, NULL, 0) == 0);
+    /* write and read on a buffer with a CPU view go through the view. */
+    CHECK(omega_gpu_session_write(&m, 10, pattern, 20) == 0);
+    CHECK(memcmp((const uint8_t *)m.cpu + 10, pattern, 20) == 0);
+    CHECK(omega_gpu_session_read(&m, 10, back, 20) == 0);
+    CHECK(memcmp(back, pattern, 20) == 0);
+    OmegaGpuMem stale_dev = dev;
+    omega_gpu_session_free(&dev);
+    CHECK(omega_gpu_session_read(&stale_dev, 0, back, 1) == -1);
+    CHECK_ERROR("read: ");
 
     /* ----- code buffers ----- */
     OmegaGpuMem code0, code;

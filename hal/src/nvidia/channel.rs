@@ -383,6 +383,8 @@ impl Channels {
     /// - `cpu` points to a live, 4-byte aligned word the GPU releases to.
     pub(crate) unsafe fn wait_word(&self, cpu: *const u32, wait: Wait, clock: &dyn Clock) -> Result<(), HalError> {
         let Wait { value, timeout_ns, spin_ns, what } = wait;
+        // The sleeps below end on time rather than up to the thread's timer slack (50 us) late.
+        let _slack = clock.precise_sleeps();
         let start = clock.now_ns();
         let mut spins = 0u32;
         loop {
@@ -423,8 +425,14 @@ impl Channels {
         clock: &dyn Clock,
     ) -> Result<(), HalError> {
         self.send(base, target, push)?;
+        self.wait(wait, clock)
+    }
+
+    /// Waits for the internal wait semaphore to reach `wait.value` (a pushbuffer already sent releases it).
+    pub(crate) fn wait(&self, wait: Wait, clock: &dyn Clock) -> Result<(), HalError> {
         let word = (self.sems.cpu as u64 + SEM_WAIT) as *const u32;
-        // SAFETY: the internal semaphore page is mapped for as long as the device is open.
+        // SAFETY: the internal semaphore page is mapped for as long as the device is open (as `self` is),
+        // and slot SEM_WAIT is an aligned word the copy and host releases write.
         unsafe { self.wait_word(word, wait, clock) }
     }
 }

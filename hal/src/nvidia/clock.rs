@@ -81,6 +81,10 @@ impl Clock for NvidiaClock {
     fn sleep_us(&self, us: u32) {
         MonotonicClock.sleep_us(us)
     }
+
+    fn precise_sleeps(&self) -> crate::clock::TimerSlack {
+        MonotonicClock.precise_sleeps()
+    }
 }
 
 /// Median over a few reads of what one `CLOCK_MONOTONIC` read costs, in ns.

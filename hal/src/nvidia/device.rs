@@ -454,6 +454,7 @@ impl Base {
             minor: conn.card.minor_number,
             uuid,
             device: dev.device,
+            subdevice: dev.subdevice,
             virtmem: dev.virtmem,
             va_low: VaRange::new(LOW_VA.0, LOW_VA.1),
             va_high: VaRange::new(HIGH_VA.0, HIGH_VA.1),
@@ -542,8 +543,8 @@ impl Open {
     /// Frees everything and collects what the driver refused.
     ///
     /// Order: the performance boost is cleared; buffers go, then the channels' engines and the channels
-    /// themselves (they reference the rings, the notifiers and the SLM store), then the memory they used and
-    /// the usermode mapping, then UVM (closing its fds drops the VA-space and channel registrations), then
+    /// themselves (they reference the rings, the notifiers and the SLM store), then the memory they used
+    /// (the staging ring's included) and the usermode mapping, then UVM (closing its fds drops the VA-space and channel registrations), then
     /// the remaining objects in reverse order of creation; closing the control fd frees the client.
     pub(crate) fn teardown(mut self: Box<Self>) -> Vec<String> {
         let mut errors = Vec::new();
@@ -565,7 +566,7 @@ impl Open {
                 rest.push(o);
             }
         }
-        let Open { mut base, channels, queue, .. } = *self;
+        let Open { mut base, channels, queue, syncs, .. } = *self;
         let parts = channels.into_parts();
         let (copy_ring, copy_notifier) = parts.copy.map(|c| (c.channel.gpfifo, c.channel.notifier)).unzip();
         let memory = [
@@ -578,7 +579,9 @@ impl Open {
             Some(queue.into_pool()),
             parts.slm,
         ];
-        for m in memory.into_iter().flatten() {
+        // The staging ring, and any given up after a copy that did not complete: the channels that may have
+        // been writing them are gone.
+        for m in memory.into_iter().flatten().chain(syncs.into_memory()) {
             base.drop_mem(m);
         }
         // SAFETY: the usermode mapping made at open; the channels that used it are gone.

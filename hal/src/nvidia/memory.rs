@@ -1,17 +1,25 @@
-//! Device memory on a discrete GPU: where each kind of buffer lives, its two views, and the GPU virtual
+//! Device memory on a discrete GPU: where each kind of buffer lives, its views, and the GPU virtual
 //! address map. The memory service's state is [`Buffers`]; [`Base`] holds the machinery every service
 //! allocates its own memory ([`Mem`]) through.
 //!
 //! | Buffer | GPU side | CPU view (`Allocation::cpu`) |
 //! |---|---|---|
-//! | data (kernels read and write it) | video memory, GPU-cached, 2 MiB pages from 8 MiB | pinned host staging; syncs move bytes with the copy engine |
+//! | data (kernels read and write it) | video memory, GPU-cached, 2 MiB pages from 8 MiB | this process's anonymous pages, reserved but not pinned: a sync moves bytes through the staging ring (`visibility.rs`), or directly once the view is registered; buffers of at most `bar1_view_max` bytes also get a write-combined BAR1 view for small syncs to the GPU |
 //! | code | video memory | write-combined BAR1 (written once, never read) |
 //! | queue memory and anything HOST_POLLED | GPU-uncached system memory | the same pages, CPU-cached |
-//! | no CPU rights | video memory | none |
+//! | no CPU rights (device-only) | video memory | none: written and read through the staging ring |
+//!
+//! Allocating pins no host memory: a data buffer's view is `MAP_NORESERVE` anonymous memory, whose
+//! untouched pages cost nothing, so capacity is the device's, not the host's (a 130 GiB buffer on a host
+//! of 128 GiB works). A view is *registered* — pinned by the driver and mapped for the GPU, so the copy
+//! engine reads and writes it at PCIe speed — at allocation when it is at most `pin_views_max` bytes, or
+//! at a later large sync (`register_sync_bytes`, `register_after`), always within `pinned_budget_bytes`
+//! for the whole device; a registration the driver refuses is counted ([`MemoryStats`]) and not asked
+//! again, and the buffer keeps using the ring.
 //!
 //! Data stays GPU-cached even when the contract asks for "uncached": in video memory the L2 is the point
 //! of coherence, every GPU access (kernels and the copy engine alike) goes through it, and the CPU never
-//! touches video memory directly, so there is nothing for a cache to hide. The CPU-visible sides are
+//! reads video memory directly, so there is nothing for a cache to hide. The CPU-visible sides are
 //! exactly the HOST_POLLED/queue pages, and those are GPU-uncached system memory as the contract demands.
 //! Reading BAR1 costs about a microsecond per access, so the CPU never reads video memory at all.
 
@@ -21,10 +29,10 @@ use std::ptr;
 use super::rm::{unmap, MapVia, MemoryClass};
 use super::stage::{Records, Stage};
 use super::sys::{self, mem_attr};
-use super::{Base, Nvidia, Open};
+use super::{Base, Nvidia, NvidiaConfig, Open};
 use crate::caps::{BufferDesc, BufferKind, Rights};
 use crate::error::HalError;
-use crate::memory::{Allocation, DeviceMemory};
+use crate::memory::{Allocation, DeviceMemory, MemInfo};
 use crate::sync;
 
 /// The small page.
@@ -47,8 +55,8 @@ pub enum Placement {
     SysmemPolled,
     /// Video memory with a write-combined BAR1 view for the CPU: code.
     VidmemBar1,
-    /// Video memory for the GPU and pinned host staging as the CPU view: data.
-    VidmemStaged,
+    /// Video memory for the GPU and this process's (unpinned) anonymous pages as the CPU view: data.
+    VidmemViewed,
     /// Video memory with no CPU view.
     VidmemOnly,
 }
@@ -76,7 +84,7 @@ pub fn plan(desc: &BufferDesc) -> Plan {
     } else if desc.kind == BufferKind::Code || desc.rights.contains(Rights::GPU_EXEC) {
         Placement::VidmemBar1
     } else {
-        Placement::VidmemStaged
+        Placement::VidmemViewed
     };
     let huge = placement != Placement::SysmemPolled && desc.bytes >= HUGE_FROM;
     let page = if huge { HUGE_PAGE } else { PAGE };
@@ -146,8 +154,12 @@ pub(crate) enum MemKind {
     Vid,
     /// RM-owned system memory (class 0x3e), GPU-uncached.
     Sys,
-    /// This process's anonymous pages wrapped as class 0x71 (pinned by the driver).
+    /// This process's anonymous pages, mapped here, wrapped as class 0x71 (pinned by the driver); the
+    /// mapping goes with the object.
     Host,
+    /// Pages of a mapping owned elsewhere (a data buffer's view) wrapped as class 0x71: releasing the
+    /// object unpins them and leaves them mapped.
+    Registered,
 }
 
 /// How a new [`Mem`] is made.
@@ -294,17 +306,52 @@ impl Base {
                     return Err(HalError::OutOfMemory { bytes });
                 }
                 m.cpu = p as *mut u8;
-                let handle = self.next_os_handle;
-                self.next_os_handle += 1;
                 // SAFETY: `m.cpu` is the page-aligned mapping of `bytes` just made; it stays mapped until
                 // `release_mem_parts` frees the object first and unmaps it after.
-                unsafe { self.rm.alloc_os_descriptor(&self.dev, self.device, handle, m.cpu, bytes) }?;
-                m.handle = handle;
+                unsafe { self.wrap_pages(m) }?;
             }
+            MemKind::Registered => unreachable!("registered pages are made by Base::register_pages"),
         }
         self.map_gpu(m.handle, va, bytes)?;
         m.va = va;
         Ok(())
+    }
+
+    /// Wraps the `m.bytes` of pages at `m.cpu` as a class 0x71 object (the driver pins them) and sets
+    /// `m.handle`.
+    ///
+    /// # Safety
+    /// - `m.cpu..m.cpu + m.bytes` is a page-aligned mapping of this process that stays mapped until the
+    ///   object is freed.
+    unsafe fn wrap_pages(&mut self, m: &mut Mem) -> Result<(), HalError> {
+        let handle = self.next_os_handle;
+        self.next_os_handle += 1;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.rm.alloc_os_descriptor(&self.dev, self.device, handle, m.cpu, m.bytes) }?;
+        m.handle = handle;
+        Ok(())
+    }
+
+    /// Registers `bytes` of this process's pages at `cpu` with the driver: pinned and mapped for the GPU in
+    /// the high VA range, as a [`MemKind::Registered`] memory whose release unpins them and leaves them
+    /// mapped.
+    ///
+    /// # Safety
+    /// - `cpu..cpu + bytes` is a page-aligned mapping of this process (`bytes` a multiple of [`PAGE`]) that
+    ///   stays mapped until the returned memory is released.
+    pub(crate) unsafe fn register_pages(&mut self, cpu: *mut u8, bytes: u64) -> Result<Mem, HalError> {
+        let align = 64 << 10;
+        let va = self.va_high.alloc(bytes, align).ok_or(HalError::OutOfMemory { bytes })?;
+        let mut m = Mem { handle: 0, kind: MemKind::Registered, va: 0, bytes, cpu, low_va: false };
+        // SAFETY: forwarded from the caller.
+        let made = unsafe { self.wrap_pages(&mut m) }.and_then(|()| self.map_gpu(m.handle, va, bytes));
+        if let Err(e) = made {
+            self.release_mem_parts(&m.record());
+            self.va_high.free(va, bytes);
+            return Err(e);
+        }
+        m.va = va;
+        Ok(m)
     }
 
     /// Undoes whatever part of `m` exists: GPU mapping, CPU mapping, RM object, host pages.
@@ -312,7 +359,7 @@ impl Base {
         if m.va != 0 {
             let _ = self.uvm.free(m.va, m.bytes);
         }
-        if m.kind != MemKind::Host {
+        if matches!(m.kind, MemKind::Vid | MemKind::Sys) {
             // SAFETY: an RM CPU mapping of `bytes` this backend made for `m`; its owner is done with it.
             unsafe { unmap(m.cpu, m.bytes) };
         }
@@ -340,32 +387,99 @@ impl Base {
     }
 }
 
+/// What the memory and visibility services did, for reports and benchmarks ([`crate::nvidia::Nvidia::memory_stats`]):
+/// which path each sync took, what is pinned, and what the driver refused (each refusal keeps a buffer on
+/// a slower path, never fails it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes of data-buffer views registered (pinned) now.
+    pub pinned_bytes: u64,
+    /// Data-buffer views registered now.
+    pub registered_views: u64,
+    /// Registrations the driver refused since open (those buffers sync through the ring).
+    pub register_refusals: u64,
+    /// Data buffers with a BAR1 view now.
+    pub bar1_views: u64,
+    /// BAR1 views the driver refused since open (those buffers sync to the GPU through the copy engine).
+    pub bar1_refusals: u64,
+    /// Bytes of the staging ring (both halves; 0 before its first use).
+    pub staging_bytes: u64,
+    /// Staging rings given up after a copy that did not complete (kept, never reused, freed at close).
+    pub lost_rings: u64,
+    /// Syncs to the GPU done as CPU stores through a BAR1 view.
+    pub syncs_bar1: u64,
+    /// Syncs done by the copy engine straight between a registered view and video memory.
+    pub syncs_direct: u64,
+    /// Syncs, device-side writes and reads that went through the staging ring.
+    pub syncs_staged: u64,
+}
+
+/// The CPU view of a data buffer: anonymous pages of this process, reserved at allocation, pinned only
+/// once registered.
+pub(crate) struct View {
+    pub(crate) cpu: *mut u8,
+    pub(crate) bytes: u64,
+    /// The view registered with the driver (pinned, GPU-mapped): the copy engine reads and writes it
+    /// directly.
+    pub(crate) registered: Option<Mem>,
+    /// Large syncs that went through the ring while the view was not registered.
+    pub(crate) staged_large_syncs: u32,
+    /// The driver refused to register the view once; it is not asked again.
+    pub(crate) refused: bool,
+}
+
 /// A buffer as this backend holds it.
 pub(crate) struct NvAlloc {
     pub(crate) placement: Placement,
     /// The GPU side (its VA is `Allocation::va`).
     pub(crate) primary: Mem,
-    /// The CPU view of a staged data buffer.
-    pub(crate) staging: Option<Mem>,
+    /// The CPU view of a data buffer.
+    pub(crate) view: Option<View>,
     /// A write-combined BAR1 view of `primary` for small syncs to the GPU.
     pub(crate) bar1: Option<*mut u8>,
 }
 
-/// The memory service's state: every buffer handed out, by the id in its [`Allocation`].
+/// The memory service's state: every buffer handed out, by the id in its [`Allocation`], and the counters.
 pub(crate) struct Buffers {
     allocs: HashMap<u64, NvAlloc>,
     next_id: u64,
+    pub(crate) stats: MemoryStats,
+}
+
+/// Reserves `bytes` of anonymous memory for a CPU view: private, not accounted against the host's commit
+/// limit (`MAP_NORESERVE`), so untouched pages cost nothing.
+fn reserve_view(bytes: u64) -> Result<*mut u8, HalError> {
+    // SAFETY: a fresh anonymous private mapping the kernel places; nothing else is mapped over.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            bytes as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(HalError::OutOfMemory { bytes });
+    }
+    Ok(p as *mut u8)
 }
 
 impl Buffers {
     /// No buffers yet; the first gets id 1.
     pub(crate) fn new() -> Self {
-        Buffers { allocs: HashMap::new(), next_id: 1 }
+        Buffers { allocs: HashMap::new(), next_id: 1, stats: MemoryStats::default() }
     }
 
     /// The buffer `id`.
     pub(crate) fn get(&self, id: u64) -> Option<&NvAlloc> {
         self.allocs.get(&id)
+    }
+
+    /// The buffer `id`, to change.
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut NvAlloc> {
+        self.allocs.get_mut(&id)
     }
 
     /// The ids of every buffer held.
@@ -378,13 +492,12 @@ impl Buffers {
         &mut self,
         base: &mut Base,
         desc: &BufferDesc,
-        bar1_sync_max: u64,
-        huge_staging: bool,
+        config: &NvidiaConfig,
     ) -> Result<(Allocation, Placement), HalError> {
         let p = plan(desc);
         let spec =
             |kind, cpu_map, low_va| MemSpec { kind, bytes: p.bytes, page: p.page, contiguous: false, cpu_map, low_va };
-        let (primary, staging, bar1) = match p.placement {
+        let (primary, view, bar1) = match p.placement {
             Placement::SysmemPolled => (
                 base.new_mem(spec(MemKind::Sys, Some(sys::map_caching::CACHED), true), "allocate polled sysmem")?,
                 None,
@@ -395,53 +508,93 @@ impl Buffers {
                 (base.new_mem(spec(MemKind::Vid, wc, p.low_va), "allocate code vidmem")?, None, None)
             }
             Placement::VidmemOnly => (base.new_mem(spec(MemKind::Vid, None, p.low_va), "allocate vidmem")?, None, None),
-            Placement::VidmemStaged => {
-                // Three parts; a failure releases the ones made before it.
+            Placement::VidmemViewed => {
+                // Two parts that must both exist; a failure of the second releases the first.
                 let mut s = Stage::new(base);
                 let vid = s.mem(spec(MemKind::Vid, None, p.low_va), "allocate data vidmem")?;
-                let host_spec = MemSpec { page: PAGE, ..spec(MemKind::Host, None, p.low_va) };
-                // Large staging as driver-owned system memory in 2 MiB pages when asked (see
-                // `NvidiaConfig::huge_staging`); this process's own pages when that is refused.
-                let huge = (huge_staging && p.page == HUGE_PAGE).then(|| {
-                    let cached = Some(sys::map_caching::CACHED);
-                    let sys_spec = MemSpec { page: HUGE_PAGE, ..spec(MemKind::Sys, cached, p.low_va) };
-                    s.mem(sys_spec, "allocate staging system memory (2 MiB pages)")
-                });
-                let staging = match huge.and_then(Result::ok) {
-                    Some(staging) => staging,
-                    None => s.mem(host_spec, "allocate staging host memory")?,
-                };
-                let bar1 = if p.bytes <= bar1_sync_max {
+                let cpu = s.anonymous(p.bytes, reserve_view)?;
+                // The BAR1 view only speeds up small syncs: without it they go through the copy engine.
+                let bar1 = if p.bytes <= config.bar1_view_max {
                     let wc = sys::map_caching::WRITE_COMBINED;
                     let (device, minor) = (s.base().device, s.base().minor);
-                    Some(s.map_cpu(device, vid.handle, vid.bytes, wc, MapVia::Device(minor), "map BAR1 view")?)
+                    match s.map_cpu(device, vid.handle, vid.bytes, wc, MapVia::Device(minor), "map BAR1 view") {
+                        Ok(b) => Some(b),
+                        Err(_) => {
+                            self.stats.bar1_refusals += 1;
+                            None
+                        }
+                    }
                 } else {
                     None
                 };
                 let _ = s.keep();
-                (vid, Some(staging), bar1)
+                let view = View { cpu, bytes: p.bytes, registered: None, staged_large_syncs: 0, refused: false };
+                (vid, Some(view), bar1)
             }
         };
-        let cpu = staging.as_ref().map_or(primary.cpu, |s| s.cpu);
+        let cpu = view.as_ref().map_or(primary.cpu, |v| v.cpu);
         let cpu = if desc.rights.intersects(Rights::CPU_READ | Rights::CPU_WRITE) { cpu } else { ptr::null_mut() };
         let id = self.next_id;
         self.next_id += 1;
         let a = Allocation { id, cpu, va: primary.va, bytes: desc.bytes };
-        self.allocs.insert(id, NvAlloc { placement: p.placement, primary, staging, bar1 });
+        self.stats.bar1_views += u64::from(bar1.is_some());
+        self.allocs.insert(id, NvAlloc { placement: p.placement, primary, view, bar1 });
+        if p.placement == Placement::VidmemViewed && p.bytes <= config.pin_views_max {
+            self.register_view(base, id, config.pinned_budget_bytes);
+        }
         Ok((a, p.placement))
+    }
+
+    /// Registers the view of buffer `id` (pinned and mapped for the GPU) unless it is registered already,
+    /// the driver refused it before, or it would take the registered views past `budget` bytes. Returns the
+    /// GPU address of the registered view, if it is registered on return.
+    pub(crate) fn register_view(&mut self, base: &mut Base, id: u64, budget: u64) -> Option<u64> {
+        let stats = &mut self.stats;
+        let view = self.allocs.get_mut(&id)?.view.as_mut()?;
+        if let Some(r) = &view.registered {
+            return Some(r.va);
+        }
+        if view.refused || view.bytes > budget.saturating_sub(stats.pinned_bytes) {
+            return None;
+        }
+        // SAFETY: the view is a page-aligned anonymous mapping of `bytes` (a multiple of the page: plan's
+        // rounding), unmapped only by `free`, which releases the registration first.
+        match unsafe { base.register_pages(view.cpu, view.bytes) } {
+            Ok(m) => {
+                stats.pinned_bytes += m.bytes;
+                stats.registered_views += 1;
+                let va = m.va;
+                view.registered = Some(m);
+                Some(va)
+            }
+            Err(_) => {
+                view.refused = true;
+                stats.register_refusals += 1;
+                None
+            }
+        }
     }
 
     /// Frees the buffer `id`, and says where it was (`None`: no such buffer).
     pub(crate) fn free(&mut self, base: &mut Base, id: u64) -> Option<Placement> {
         let a = self.allocs.remove(&id)?;
         if let Some(b) = a.bar1 {
+            self.stats.bar1_views -= 1;
             // SAFETY: the BAR1 view made for this buffer; the buffer is being freed.
             unsafe { unmap(b, a.primary.bytes) };
         }
-        if let Some(s) = a.staging {
-            base.drop_mem(s);
-        }
         base.drop_mem(a.primary);
+        if let Some(v) = a.view {
+            if let Some(r) = v.registered {
+                self.stats.pinned_bytes -= r.bytes;
+                self.stats.registered_views -= 1;
+                // Unpinned before the pages are unmapped.
+                base.drop_mem(r);
+            }
+            // SAFETY: the view's anonymous mapping, made for this buffer, no longer registered; the buffer is
+            // being freed, so nothing reads or writes it any more.
+            unsafe { unmap(v.cpu, v.bytes) };
+        }
         Some(a.placement)
     }
 }
@@ -454,14 +607,20 @@ impl Open {
             self.queue.code_changed();
         }
     }
+
+    /// Free and total video memory, as RM's FB info reports them.
+    pub(crate) fn mem_info(&self) -> Result<MemInfo, HalError> {
+        let [free_bytes, total_bytes] =
+            self.base.rm.fb_info(self.base.subdevice, [sys::fb_info::HEAP_FREE, sys::fb_info::TOTAL_RAM_SIZE])?;
+        Ok(MemInfo { free_bytes, total_bytes })
+    }
 }
 
 impl DeviceMemory for Nvidia {
     unsafe fn alloc(&self, desc: &BufferDesc) -> Result<Allocation, HalError> {
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
-        let c = self.config();
-        let (a, placement) = open.memory.alloc(&mut open.base, desc, c.bar1_sync_max, c.huge_staging)?;
+        let (a, placement) = open.memory.alloc(&mut open.base, desc, &self.config())?;
         if placement == Placement::VidmemBar1 {
             // New code memory may sit where freed code was.
             open.queue.code_changed();
@@ -474,6 +633,11 @@ impl DeviceMemory for Nvidia {
         if let Some(open) = st.as_mut() {
             open.free_buffer(a.id);
         }
+    }
+
+    unsafe fn mem_info(&self) -> Result<MemInfo, HalError> {
+        let st = sync::lock(&self.state);
+        st.as_ref().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?.mem_info()
     }
 }
 
@@ -489,16 +653,16 @@ mod tests {
     const RW: Rights = Rights::CPU_READ.union(Rights::CPU_WRITE).union(Rights::GPU_READ).union(Rights::GPU_WRITE);
 
     #[test]
-    fn data_goes_to_vidmem_with_a_staging_view() {
+    fn data_goes_to_vidmem_with_a_cpu_view() {
         let p = plan(&desc(4096, RW, BufferKind::Data));
-        assert_eq!(p.placement, Placement::VidmemStaged);
+        assert_eq!(p.placement, Placement::VidmemViewed);
         assert_eq!((p.page, p.bytes, p.low_va), (PAGE, 4096, false));
         // Cached read-only weights are data too.
         let w = BufferDesc {
             cache: CachePolicy::Cached,
             ..desc(1 << 20, Rights::CPU_WRITE | Rights::GPU_READ, BufferKind::Data)
         };
-        assert_eq!(plan(&w).placement, Placement::VidmemStaged);
+        assert_eq!(plan(&w).placement, Placement::VidmemViewed);
     }
 
     #[test]
@@ -553,5 +717,76 @@ mod tests {
         assert_eq!(r.free.len(), 1, "every extent coalesced back into one");
         assert_eq!(r.alloc(total, 0x1000), Some(0x1000));
         assert_eq!(r.alloc(0x1000, 0x1000), None, "exhausted");
+    }
+
+    /// A viewed buffer of `bytes` on the null machinery: fake video memory, a real anonymous view.
+    fn viewed(buffers: &mut Buffers, bytes: u64) -> (u64, *mut u8) {
+        let cpu = reserve_view(bytes).unwrap();
+        let primary = Mem { handle: 0, kind: MemKind::Vid, va: 0, bytes, cpu: ptr::null_mut(), low_va: false };
+        let view = View { cpu, bytes, registered: None, staged_large_syncs: 0, refused: false };
+        let id = buffers.next_id;
+        buffers.next_id += 1;
+        buffers
+            .allocs
+            .insert(id, NvAlloc { placement: Placement::VidmemViewed, primary, view: Some(view), bar1: None });
+        (id, cpu)
+    }
+
+    fn is_mapped(p: *mut u8) -> bool {
+        // SAFETY: msync only reports whether the page is mapped; it touches no memory.
+        unsafe { libc::msync(p.cast(), PAGE as usize, libc::MS_ASYNC) == 0 }
+    }
+
+    #[test]
+    fn a_view_reserves_address_space_not_host_memory() {
+        // Twice the largest host this runs on: only reserved, never touched, so it costs nothing.
+        let bytes = 256u64 << 30;
+        let cpu = reserve_view(bytes).expect("a MAP_NORESERVE view of 256 GiB");
+        // SAFETY: the view is mapped read-write; these two pages are inside it.
+        unsafe {
+            assert_eq!(*cpu.add(bytes as usize - 1), 0, "untouched pages read as zeros");
+            *cpu.add(123 << 30) = 7;
+            assert_eq!(*cpu.add(123 << 30), 7);
+            unmap(cpu, bytes);
+        }
+    }
+
+    #[test]
+    fn registration_keeps_to_the_budget_and_a_refused_view_is_not_asked_again() {
+        let mut base = Base::null();
+        let mut b = Buffers::new();
+        let (id, cpu) = viewed(&mut b, 4 * PAGE);
+        let free_va = base.va_high.free_bytes();
+        assert_eq!(b.register_view(&mut base, id, 3 * PAGE), None, "past the budget: not asked");
+        assert_eq!(b.stats.register_refusals, 0);
+        // The driver (here /dev/null) refuses: counted once, the VA returned, the view untouched.
+        assert_eq!(b.register_view(&mut base, id, 4 * PAGE), None);
+        assert_eq!((b.stats.register_refusals, b.stats.pinned_bytes), (1, 0));
+        assert_eq!(base.va_high.free_bytes(), free_va);
+        assert!(b.get(id).unwrap().view.as_ref().unwrap().refused);
+        assert_eq!(b.register_view(&mut base, id, u64::MAX), None);
+        assert_eq!(b.stats.register_refusals, 1, "a refused view is not asked again");
+        assert!(is_mapped(cpu));
+        assert_eq!(b.free(&mut base, id), Some(Placement::VidmemViewed));
+        assert!(!is_mapped(cpu), "freeing the buffer unmaps its view");
+        assert_eq!(b.free(&mut base, id), None);
+    }
+
+    #[test]
+    fn freeing_a_registered_view_unpins_it_before_unmapping() {
+        let mut base = Base::null();
+        let mut b = Buffers::new();
+        let (id, cpu) = viewed(&mut b, 2 * PAGE);
+        let va = base.va_high.alloc(2 * PAGE, 64 << 10).unwrap();
+        let reg = Mem { handle: 0x1000, kind: MemKind::Registered, va, bytes: 2 * PAGE, cpu, low_va: false };
+        b.get_mut(id).unwrap().view.as_mut().unwrap().registered = Some(reg);
+        b.stats.pinned_bytes = 2 * PAGE;
+        b.stats.registered_views = 1;
+        assert_eq!(b.register_view(&mut base, id, 0), Some(va), "registered already: its address, whatever the budget");
+        let free_va = base.va_high.free_bytes();
+        b.free(&mut base, id);
+        assert_eq!((b.stats.pinned_bytes, b.stats.registered_views), (0, 0));
+        assert_eq!(base.va_high.free_bytes(), free_va + 2 * PAGE, "the registration's GPU addresses went back");
+        assert!(!is_mapped(cpu));
     }
 }

@@ -72,7 +72,7 @@ mod visibility;
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
-pub use memory::{plan, Placement, Plan, VaRange};
+pub use memory::{plan, MemoryStats, Placement, Plan, VaRange};
 pub use queue::{Barrier, LaunchTuning, Marker1};
 
 use crate::arch;
@@ -82,7 +82,9 @@ use crate::error::HalError;
 use crate::host::LibcHeap;
 use crate::lock::PlainLock;
 use crate::sync::{Arc, Mutex};
-use crate::{Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility};
+use crate::{
+    Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility, WaitPolicy,
+};
 
 use channel::Channels;
 use ioctl::{DriverFd, GpuFile};
@@ -96,10 +98,36 @@ use visibility::Syncs;
 /// Settings of the NVIDIA platform.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NvidiaConfig {
-    /// Data buffers of at most this many bytes also get a write-combined BAR1 view, and syncs to the GPU
-    /// of at most this many bytes are CPU stores through it instead of a copy-engine round trip. 0 turns
-    /// the BAR1 path off.
+    /// Syncs to the GPU of at most this many bytes, of a buffer with a BAR1 view, are CPU stores through
+    /// it instead of a copy-engine round trip. 0 turns the BAR1 path off. `OMEGA_NVIDIA_BAR1_SYNC_MAX`.
     pub bar1_sync_max: u64,
+    /// Data buffers of at most this many bytes get a write-combined BAR1 view at allocation (the session's
+    /// chunks of small buffers are 64 MiB). 0: none. `OMEGA_NVIDIA_BAR1_VIEW_MAX`.
+    pub bar1_view_max: u64,
+    /// Bytes of each half of the staging ring: the pinned, GPU-mapped host memory that syncs of
+    /// unregistered views and device-side writes and reads go through, one half filled (or drained) by the
+    /// CPU while the copy engine drains (fills) the other. Allocated at its first use, kept until close.
+    /// `OMEGA_NVIDIA_STAGING_BYTES`.
+    pub staging_bytes: u64,
+    /// A sync of at least this many bytes of a buffer whose view is not registered may register it (see
+    /// `register_after`). 0: views are only registered at allocation (`pin_views_max`).
+    /// `OMEGA_NVIDIA_REGISTER_SYNC_BYTES`.
+    pub register_sync_bytes: u64,
+    /// How many large syncs (`register_sync_bytes`) of a buffer go through the ring before the next one
+    /// registers its view: 0 registers at the first. `OMEGA_NVIDIA_REGISTER_AFTER`.
+    pub register_after: u32,
+    /// Data buffers of at most this many bytes have their view registered at allocation (what the pinned
+    /// staging of every buffer used to cost, paid once per 64 MiB chunk). 0: none.
+    /// `OMEGA_NVIDIA_PIN_VIEWS_MAX`.
+    pub pin_views_max: u64,
+    /// The most bytes of data-buffer views registered (pinned) at once; a registration past it is not made
+    /// and the buffer syncs through the ring, so pinning never bounds capacity.
+    /// `OMEGA_NVIDIA_PINNED_BUDGET`.
+    pub pinned_budget_bytes: u64,
+    /// How the session's default completion wait uses the CPU ([`Platform::wait_policy`]):
+    /// `OMEGA_NVIDIA_WAIT_SPIN_US`, `OMEGA_NVIDIA_WAIT_YIELD_US`, `OMEGA_NVIDIA_WAIT_FIRST_SLEEP_US`,
+    /// `OMEGA_NVIDIA_WAIT_MAX_SLEEP_US`.
+    pub wait: WaitPolicy,
     /// How `Order::AfterPrevious` is enforced.
     pub barrier: Barrier,
     /// GPFIFO ring entries (a power of two).
@@ -120,9 +148,9 @@ pub struct NvidiaConfig {
     /// the compute channel's graphics copy engine. The channel is made at open (when this is set and the
     /// device has such an engine); clearing it later sends syncs back to the graphics copy engine.
     pub async_copy: bool,
-    /// The CPU view (staging) of a data buffer of 8 MiB or more is driver-owned system memory in 2 MiB
-    /// pages, which the GPU maps with 2 MiB page-table entries, instead of this process's own pinned
-    /// 4 KiB pages (used when this is off, for smaller buffers, and when the driver refuses).
+    /// The staging ring is driver-owned system memory in 2 MiB pages, which the GPU maps with 2 MiB
+    /// page-table entries, instead of this process's own pinned 4 KiB pages (used when this is off and
+    /// when the driver refuses).
     pub huge_staging: bool,
     /// Copy-engine pieces of at least this many bytes go as multi-line copies of lines this long (0: one
     /// line per piece).
@@ -138,8 +166,26 @@ pub struct NvidiaConfig {
 
 impl Default for NvidiaConfig {
     fn default() -> Self {
+        let wait = WaitPolicy::DEFAULT;
         Self {
-            bar1_sync_max: 64 << 10,
+            bar1_sync_max: env_or("OMEGA_NVIDIA_BAR1_SYNC_MAX", 64 << 10),
+            // One session chunk: every small buffer gets its syncs to the GPU through BAR1.
+            bar1_view_max: env_or("OMEGA_NVIDIA_BAR1_VIEW_MAX", 64 << 20),
+            // 2 x 64 MiB: a piece of 64 MiB already runs at full copy-engine speed (copy_chunk_bytes).
+            staging_bytes: env_or("OMEGA_NVIDIA_STAGING_BYTES", 64 << 20).max(memory::PAGE) / memory::PAGE
+                * memory::PAGE,
+            register_sync_bytes: env_or("OMEGA_NVIDIA_REGISTER_SYNC_BYTES", 16 << 20),
+            // Pinning costs about 0.5 ms per MiB on the H200's host (16 GiB of staging took 7.8 s), five
+            // times a ring sync of the same bytes: a buffer synced once is not worth it, one synced again is.
+            register_after: env_or("OMEGA_NVIDIA_REGISTER_AFTER", 1),
+            pin_views_max: env_or("OMEGA_NVIDIA_PIN_VIEWS_MAX", 0),
+            pinned_budget_bytes: env_or("OMEGA_NVIDIA_PINNED_BUDGET", 16 << 30),
+            wait: WaitPolicy {
+                spin_ns: env_or("OMEGA_NVIDIA_WAIT_SPIN_US", wait.spin_ns / 1000).saturating_mul(1000),
+                yield_ns: env_or("OMEGA_NVIDIA_WAIT_YIELD_US", wait.yield_ns / 1000).saturating_mul(1000),
+                first_sleep_us: env_or("OMEGA_NVIDIA_WAIT_FIRST_SLEEP_US", wait.first_sleep_us).max(1),
+                max_sleep_us: env_or("OMEGA_NVIDIA_WAIT_MAX_SLEEP_US", wait.max_sleep_us).max(1),
+            },
             barrier: Barrier::Auto,
             gpfifo_entries: 1024,
             internal_timeout_ms: 2000,
@@ -159,6 +205,19 @@ impl Default for NvidiaConfig {
             // leaves the GPU at whatever clock the driver picks.
             perf_boost: std::env::var("OMEGA_NVIDIA_PERF_BOOST").map_or(true, |v| v != "0"),
         }
+    }
+}
+
+/// The value of the environment variable `name` as a decimal number, or `default` when it is unset. A
+/// value that is not a number is ignored with a line on stderr naming it, so a sweep that mistypes one is
+/// not silently run on the default.
+fn env_or<T: std::str::FromStr + Copy + std::fmt::Display>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("omega (nvidia): {name}={v:?} is not a number; using {default}");
+            default
+        }),
     }
 }
 
@@ -200,10 +259,32 @@ pub(crate) struct Base {
     pub(crate) minor: u32,
     pub(crate) uuid: [u8; 16],
     pub(crate) device: u32,
+    /// The subdevice, which FB info is asked of.
+    pub(crate) subdevice: u32,
     pub(crate) virtmem: u32,
     pub(crate) va_low: VaRange,
     pub(crate) va_high: VaRange,
     pub(crate) next_os_handle: u32,
+}
+
+impl Base {
+    /// The machinery on `/dev/null` files (tests): every driver request is refused, every VA range free.
+    #[cfg(test)]
+    pub(crate) fn null() -> Base {
+        Base {
+            rm: Rm::null(),
+            uvm: Uvm::null(),
+            dev: DriverFd::null(),
+            minor: 0,
+            uuid: [0; 16],
+            device: 2,
+            subdevice: 4,
+            virtmem: 3,
+            va_low: VaRange::new(memory::LOW_VA.0, memory::LOW_VA.1),
+            va_high: VaRange::new(memory::HIGH_VA.0, memory::HIGH_VA.1),
+            next_os_handle: 0x1000,
+        }
+    }
 }
 
 /// The performance boost asked for at open.
@@ -355,6 +436,17 @@ impl Nvidia {
         crate::sync::lock(&self.state).as_ref().map_or((0, 0), |o| o.queue.prepared_stats())
     }
 
+    /// What the memory and visibility services did since open (all zero while closed), with the BAR1
+    /// aperture's size and free space as RM reports them now (`None` while closed or if RM refuses).
+    pub fn memory_stats(&self) -> (MemoryStats, Option<(u64, u64)>) {
+        let st = crate::sync::lock(&self.state);
+        let Some(o) = st.as_ref() else { return (MemoryStats::default(), None) };
+        let bar1 = o.base.rm.fb_info(o.base.subdevice, [sys::fb_info::BAR1_SIZE, sys::fb_info::BAR1_AVAIL_SIZE]);
+        let stats =
+            MemoryStats { staging_bytes: o.syncs.staging_bytes(), lost_rings: o.syncs.lost_rings(), ..o.memory.stats };
+        (stats, bar1.ok().map(|[size, free]| (size, free)))
+    }
+
     /// Per-thread local memory the SLM backing currently covers, in bytes (0 while closed).
     pub fn local_bytes_per_thread(&self) -> u32 {
         crate::sync::lock(&self.state).as_ref().map_or(0, |o| o.channels.local_bytes_per_thread())
@@ -419,6 +511,10 @@ impl Platform for Nvidia {
 
     fn device(&self) -> Option<&dyn Device> {
         Some(self)
+    }
+
+    fn wait_policy(&self) -> WaitPolicy {
+        crate::sync::lock(&self.config).wait
     }
 }
 

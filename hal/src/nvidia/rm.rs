@@ -236,6 +236,12 @@ impl Rm {
         Ok(Rm { ctl, client: a.h_object_new })
     }
 
+    /// A client on `/dev/null` (tests: every request is refused with ENOTTY).
+    #[cfg(test)]
+    pub(crate) fn null() -> Rm {
+        Rm { ctl: DriverFd::null(), client: 1 }
+    }
+
     /// The control fd's number, for the UVM calls that name it.
     pub(crate) fn ctl_fd(&self) -> i32 {
         self.ctl.raw()
@@ -406,11 +412,19 @@ impl Rm {
 
     /// Total video memory in bytes.
     pub(crate) fn fb_total_bytes(&self, subdevice: u32) -> Result<u64, HalError> {
+        Ok(self.fb_info(subdevice, [sys::fb_info::TOTAL_RAM_SIZE])?[0])
+    }
+
+    /// FB_GET_INFO_V2 for each index (`sys::fb_info`, all in KiB), in bytes, in order.
+    pub(crate) fn fb_info<const N: usize>(&self, subdevice: u32, indices: [u32; N]) -> Result<[u64; N], HalError> {
         let mut p = sys::FbGetInfoV2::new_zeroed();
-        p.fb_info_list_size = 1;
-        p.fb_info_list[0].index = sys::fb_info::TOTAL_RAM_SIZE;
+        const { assert!(N <= 128, "FB_GET_INFO_V2 takes at most NV2080_CTRL_FB_INFO_MAX_LIST_SIZE entries") };
+        p.fb_info_list_size = N as u32;
+        for (e, index) in p.fb_info_list.iter_mut().zip(indices) {
+            e.index = index;
+        }
         self.control(subdevice, &mut p, "FB_GET_INFO_V2")?;
-        Ok(p.fb_info_list[0].data as u64 * 1024)
+        Ok(core::array::from_fn(|i| p.fb_info_list[i].data as u64 * 1024))
     }
 
     /// The token written to the doorbell to tell the host a channel has new work.

@@ -1,7 +1,7 @@
 //! What a construction of several steps has made, released in reverse order when a step fails.
 //!
-//! The open sequence (`device.rs`) makes a few dozen RM objects, memory objects and mappings, and a staged
-//! data buffer (`memory.rs`) two memory objects and a mapping. Each step makes its things through a
+//! The open sequence (`device.rs`) makes a few dozen RM objects, memory objects and mappings, and a data
+//! buffer (`memory.rs`) a memory object, its CPU view and maybe a BAR1 mapping. Each step makes its things through a
 //! stage, which records them. A stage dropped before it is kept releases every record in reverse order of making: an
 //! RM object with RM_FREE, memory with its mappings and VA range (`Base::release`), a CPU mapping with
 //! munmap, a performance boost by clearing it. So a failure at any step releases exactly what the steps
@@ -214,6 +214,18 @@ impl<'a> Stage<'a> {
         self.base
     }
 
+    /// A mapping of `bytes` of this process's anonymous memory that `map` makes, recorded (unwinding
+    /// unmaps it).
+    pub(crate) fn anonymous(
+        &mut self,
+        bytes: u64,
+        map: impl FnOnce(u64) -> Result<*mut u8, HalError>,
+    ) -> Result<*mut u8, HalError> {
+        let cpu = map(bytes)?;
+        self.made.push(Record::Rm(RmRecord::Mapping { cpu, bytes }));
+        Ok(cpu)
+    }
+
     /// [`Base::new_mem`], recorded.
     pub(crate) fn mem(&mut self, spec: MemSpec, call: &'static str) -> Result<Mem, HalError> {
         let m = self.base.new_mem(spec, call)?;
@@ -285,9 +297,7 @@ mod tests {
     use std::cell::RefCell;
 
     use super::*;
-    use crate::nvidia::ioctl::DriverFd;
-    use crate::nvidia::memory::{MemKind, VaRange, HIGH_VA, LOW_VA};
-    use crate::nvidia::uvm::Uvm;
+    use crate::nvidia::memory::MemKind;
 
     thread_local! {
         /// What the stages of this thread released, in order.
@@ -305,22 +315,11 @@ mod tests {
     /// A client on /dev/null: every release's ioctl is refused (ENOTTY) and ignored, as unwinding ignores
     /// what the driver refuses, so what is released, in which order, is what the stage decides.
     fn rm() -> Rm {
-        Rm { ctl: DriverFd::null(), client: 1 }
+        Rm::null()
     }
 
     fn base() -> Base {
-        Base {
-            rm: rm(),
-            uvm: Uvm::null(),
-            dev: DriverFd::null(),
-            minor: 0,
-            uuid: [0; 16],
-            device: 2,
-            virtmem: 3,
-            va_low: VaRange::new(LOW_VA.0, LOW_VA.1),
-            va_high: VaRange::new(HIGH_VA.0, HIGH_VA.1),
-            next_os_handle: 0x1000,
-        }
+        Base::null()
     }
 
     fn object(what: &'static str) -> RmRecordToken {

@@ -143,10 +143,19 @@ pub mod gr_info {
     pub const LITTER_NUM_SM_PER_TPC: u32 = 0x20;
 }
 
-/// FB_GET_INFO indices (ctrl2080fb.h).
+/// FB_GET_INFO indices (OGKM 580.x `ctrl2080fb.h`, NV2080_CTRL_FB_INFO_INDEX_*; every value is in KiB and
+/// is an NVXXXX_CTRL_XXX_INFO `data` word, so [`FbGetInfoV2`]'s layout holds them all).
 pub mod fb_info {
-    /// Total video memory in KiB.
+    /// BAR1 aperture, KiB (BAR1_SIZE).
+    pub const BAR1_SIZE: u32 = 0x05;
+    /// Total video memory, KiB (TOTAL_RAM_SIZE).
     pub const TOTAL_RAM_SIZE: u32 = 0x08;
+    /// Video memory for user allocations, KiB: total less what RM reserves (HEAP_SIZE).
+    pub const HEAP_SIZE: u32 = 0x09;
+    /// Video memory not allocated by anyone, KiB, at the time of asking (HEAP_FREE).
+    pub const HEAP_FREE: u32 = 0x16;
+    /// Unused BAR1 space, KiB, at the time of asking (BAR1_AVAIL_SIZE).
+    pub const BAR1_AVAIL_SIZE: u32 = 0x1d;
 }
 
 /// Bit fields of NV_MEMORY_ALLOCATION_PARAMS (nvos.h NVOS32_*).

@@ -1,17 +1,34 @@
-//! Visibility: moving bytes between a data buffer's CPU view (pinned host staging) and its video memory.
+//! Visibility: moving bytes between a data buffer's CPU view and its video memory, and between a caller's
+//! slice and a buffer's device side (device-only buffers).
 //!
-//! Both directions use the copy engine on the compute channel, finished by a copy-engine semaphore
-//! release (flushed) that the CPU waits for. Small syncs to the GPU are CPU stores through the buffer's
-//! write-combined BAR1 view instead, which skips the round trip; nothing is ever read through BAR1.
-//! Other placements need no bytes moved: polled and queue memory is one set of pages, and code is
-//! written through BAR1 directly (a store fence makes it visible).
+//! Each sync takes the first path that applies:
+//!
+//! 1. **BAR1**: a sync to the GPU of at most `bar1_sync_max` bytes of a buffer with a BAR1 view is CPU
+//!    stores through that write-combined view and a store fence; no round trip. Nothing is ever read
+//!    through BAR1.
+//! 2. **Direct**: the view is registered (pinned and GPU-mapped, see `memory.rs`), so the copy engine
+//!    copies between it and video memory in one submission, finished by a copy-engine semaphore release
+//!    the CPU waits for. A large sync may register the view first (`register_sync_bytes`,
+//!    `register_after`, within `pinned_budget_bytes`).
+//! 3. **Staged**: through the staging ring, two halves of `staging_bytes` of pinned, GPU-mapped host
+//!    memory owned by the open device. To the GPU, the CPU copies piece `i` into one half while the copy
+//!    engine drains piece `i - 1` from the other; to the CPU, the copy engine fills one half while the CPU
+//!    drains the other. At most one copy is ever in flight (a piece is submitted only after the one before
+//!    it completed), so no two users ever share a half, the command arena's reuse rule holds, and the
+//!    service's state mutex (held for the whole sync) serialises syncs. Device-side writes and reads of
+//!    buffers without a CPU view go this way too.
+//!
+//! A copy that does not complete (a timeout, a channel error) may still be running on the device: the
+//! ring it used is given up — kept, never reused, freed at close after the channels — and the next
+//! staged copy makes a new one. Other placements need no bytes moved: polled and queue memory is one
+//! set of pages, and code is written through BAR1 directly (a store fence makes it visible).
 
 use std::ptr;
 
 use super::channel::{store_fence, Target, Wait, INTERNAL_SPIN_NS};
-use super::memory::Placement;
+use super::memory::{Mem, MemKind, MemSpec, Placement, HUGE_PAGE, PAGE};
 use super::push::Push;
-use super::{Nvidia, NvidiaConfig, Open};
+use super::{sys, Base, Nvidia, NvidiaConfig, Open};
 use crate::clock::Clock;
 use crate::error::HalError;
 use crate::memory::Allocation;
@@ -24,18 +41,36 @@ enum Direction {
     ToCpu,
 }
 
-/// The visibility service's state: which copy engine syncs use, and why.
+/// Where the CPU's side of a staged copy is: the bytes the CPU reads (to the GPU) or writes (to the CPU).
+#[derive(Clone, Copy, Debug)]
+struct HostBytes {
+    ptr: *mut u8,
+    len: u64,
+}
+
+/// The staging ring: two halves of `half` bytes, pinned host memory mapped for the GPU.
+pub(crate) struct StagingRing {
+    mem: Mem,
+    half: u64,
+}
+
+/// The visibility service's state: which copy engine syncs use and why, and the staging ring.
 pub(crate) struct Syncs {
     /// The copy engine syncs use, and why (for reports).
     note: String,
     /// The asynchronous copy channel failed its setup: syncs stay on the graphics copy engine.
     async_failed: bool,
+    /// The ring, from its first use until close.
+    ring: Option<StagingRing>,
+    /// Rings given up after a copy that did not complete: the device may still write them, so they are
+    /// only freed at close, after the channels.
+    lost: Vec<Mem>,
 }
 
 impl Syncs {
     /// The service, with `note` saying which copy engine the open found for syncs.
     pub(crate) fn new(note: String) -> Self {
-        Syncs { note, async_failed: false }
+        Syncs { note, async_failed: false, ring: None, lost: Vec::new() }
     }
 
     /// The asynchronous copy channel failed its setup with `e`: syncs use the graphics copy engine from
@@ -50,6 +85,11 @@ impl Syncs {
         &self.note
     }
 
+    /// The memory close frees (after the channels): the ring and every ring given up.
+    pub(crate) fn into_memory(self) -> impl Iterator<Item = Mem> {
+        self.ring.map(|r| r.mem).into_iter().chain(self.lost)
+    }
+
     /// The channel a copy-engine sync goes to: the asynchronous copy channel when asked for, made at open
     /// and not broken since; the compute channel's graphics copy engine otherwise.
     fn target(&self, config: &NvidiaConfig, has_copy_channel: bool) -> Target {
@@ -59,6 +99,74 @@ impl Syncs {
             Target::Compute
         }
     }
+
+    /// The ring with halves of `config.staging_bytes`, made now if there is none of that size (one of
+    /// another size is freed first: no copy is in flight between syncs). Returns its GPU address, CPU
+    /// address and half size.
+    fn ring(&mut self, base: &mut Base, config: &NvidiaConfig) -> Result<(u64, *mut u8, u64), HalError> {
+        let half = config.staging_bytes;
+        if self.ring.as_ref().is_some_and(|r| r.half != half) {
+            let old = self.ring.take().expect("checked");
+            base.drop_mem(old.mem);
+        }
+        if self.ring.is_none() {
+            let host = MemSpec {
+                kind: MemKind::Host,
+                bytes: 2 * half,
+                page: PAGE,
+                contiguous: false,
+                cpu_map: None,
+                low_va: false,
+            };
+            // Driver-owned system memory in 2 MiB pages when asked (`huge_staging`); this process's own
+            // pinned pages when that is off or refused.
+            let huge = MemSpec {
+                kind: MemKind::Sys,
+                bytes: (2 * half).next_multiple_of(HUGE_PAGE),
+                page: HUGE_PAGE,
+                cpu_map: Some(sys::map_caching::CACHED),
+                ..host
+            };
+            let mem = match config.huge_staging.then(|| base.new_mem(huge, "allocate staging ring (2 MiB pages)")) {
+                Some(Ok(m)) => m,
+                _ => base.new_mem(host, "allocate staging ring")?,
+            };
+            self.ring = Some(StagingRing { mem, half });
+        }
+        let r = self.ring.as_ref().expect("made above");
+        Ok((r.mem.va, r.mem.cpu, r.half))
+    }
+
+    /// Gives up the ring after a copy that did not complete.
+    fn lose_ring(&mut self) {
+        self.lost.extend(self.ring.take().map(|r| r.mem));
+    }
+
+    /// Bytes of the ring (0 before its first use).
+    pub(crate) fn staging_bytes(&self) -> u64 {
+        self.ring.as_ref().map_or(0, |r| r.mem.bytes)
+    }
+
+    /// Rings given up so far.
+    pub(crate) fn lost_rings(&self) -> u64 {
+        self.lost.len() as u64
+    }
+}
+
+/// What a sync of a viewed data buffer needs of it, copied out of the memory service's state.
+#[derive(Clone, Copy, Debug)]
+struct ViewedBuffer {
+    vid_va: u64,
+    view: *mut u8,
+    /// The registered view's GPU address.
+    registered_va: Option<u64>,
+    bar1: Option<*mut u8>,
+}
+
+/// Piece `i` of a staged copy of `len` bytes through halves of `half`: its offset in the copy, its length
+/// and the ring offset of its half (pieces alternate between the two).
+fn piece(i: u64, len: u64, half: u64) -> (u64, u64, u64) {
+    (i * half, half.min(len - i * half), (i % 2) * half)
 }
 
 impl Open {
@@ -78,8 +186,16 @@ impl Open {
         if len == 0 {
             return Ok(());
         }
-        match na.placement {
-            Placement::VidmemStaged => {}
+        let b = match na.placement {
+            Placement::VidmemViewed => {
+                let view = na.view.as_ref().expect("a viewed buffer has a view");
+                ViewedBuffer {
+                    vid_va: na.primary.va,
+                    view: view.cpu,
+                    registered_va: view.registered.as_ref().map(|r| r.va),
+                    bar1: na.bar1,
+                }
+            }
             Placement::VidmemBar1 => {
                 // Code: the next submission invalidates the instruction cache.
                 self.queue.code_changed();
@@ -91,50 +207,258 @@ impl Open {
                 return Ok(());
             }
             Placement::VidmemOnly => return Ok(()),
-        }
-        let staging = na.staging.as_ref().expect("a staged buffer has staging");
+        };
         if dir == Direction::ToGpu && len <= c.bar1_sync_max {
-            if let Some(bar1) = na.bar1 {
+            if let Some(bar1) = b.bar1 {
                 // SAFETY: both views cover the buffer and `offset + len <= bytes` (the caller's promise);
                 // the BAR1 view is write-combined device memory that is only written, never read.
                 unsafe {
-                    ptr::copy_nonoverlapping(staging.cpu.add(offset as usize), bar1.add(offset as usize), len as usize)
+                    ptr::copy_nonoverlapping(b.view.add(offset as usize), bar1.add(offset as usize), len as usize)
                 };
                 store_fence();
+                self.memory.stats.syncs_bar1 += 1;
                 return Ok(());
             }
         }
-        let (src, dst) = match dir {
-            Direction::ToGpu => (staging.va + offset, na.primary.va + offset),
-            Direction::ToCpu => (na.primary.va + offset, staging.va + offset),
-        };
+        let large = c.register_sync_bytes > 0 && len >= c.register_sync_bytes;
+        let registered = b.registered_va.or_else(|| self.register_for(a.id, large, c));
+        let what = if dir == Direction::ToGpu { "sync to GPU (copy engine)" } else { "sync to CPU (copy engine)" };
+        if let Some(view_va) = registered {
+            let (src, dst) = match dir {
+                Direction::ToGpu => (view_va + offset, b.vid_va + offset),
+                Direction::ToCpu => (b.vid_va + offset, view_va + offset),
+            };
+            let wait = self.submit_copy(src, dst, len, c, what)?;
+            self.channels.wait(wait, clock)?;
+            self.memory.stats.syncs_direct += 1;
+            return Ok(());
+        }
+        // SAFETY: the view covers `offset + len <= bytes` (the caller's promise), and the buffer stays live
+        // for the call (the caller holds the lock; frees need it).
+        let host = HostBytes { ptr: unsafe { b.view.add(offset as usize) }, len };
+        self.staged_copy(host, b.vid_va + offset, dir, c, clock, what)?;
+        if large {
+            if let Some(v) = self.memory.get_mut(a.id).and_then(|na| na.view.as_mut()) {
+                v.staged_large_syncs = v.staged_large_syncs.saturating_add(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// For a large sync of buffer `id`, whose view is not registered: registers it once `register_after`
+    /// large syncs went through the ring. Its GPU address if it is registered.
+    fn register_for(&mut self, id: u64, large: bool, c: &NvidiaConfig) -> Option<u64> {
+        let staged = self.memory.get(id)?.view.as_ref()?.staged_large_syncs;
+        if !large || staged < c.register_after {
+            return None;
+        }
+        self.memory.register_view(&mut self.base, id, c.pinned_budget_bytes)
+    }
+
+    /// Writes a copy-engine copy of `len` bytes from GPU address `src` to `dst`, finished by a release of
+    /// the internal wait semaphore, and sends it: the wait for it.
+    fn submit_copy(
+        &mut self,
+        src: u64,
+        dst: u64,
+        len: u64,
+        c: &NvidiaConfig,
+        what: &'static str,
+    ) -> Result<Wait, HalError> {
         // Allow 1 ns per byte (1 GB/s, far below PCIe) on top of the fixed limit.
         let timeout_ns = c.internal_timeout_ms * 1_000_000 + len;
-        let what = if dir == Direction::ToGpu { "sync to GPU (copy engine)" } else { "sync to CPU (copy engine)" };
         let target = self.syncs.target(c, self.channels.copy.is_some());
         let mut push = Push::new();
         push.copy_lines(src, dst, len, c.copy_chunk_bytes, c.copy_line_bytes);
         let (sem, value) = self.channels.next_wait();
         push.copy_release(sem, value);
-        let wait = Wait { value, timeout_ns, spin_ns: INTERNAL_SPIN_NS, what };
-        self.channels.run(&mut self.base, target, &push, wait, clock)
+        self.channels.send(&mut self.base, target, &push)?;
+        Ok(Wait { value, timeout_ns, spin_ns: INTERNAL_SPIN_NS, what })
+    }
+
+    /// Moves `host.len` bytes between `host` and video memory at `vid_va` through the staging ring, in
+    /// pieces of one half, one half filled or drained by the CPU while the copy engine works on the other.
+    /// If anything fails once a copy was sent, the ring is given up (the copy may still run).
+    fn staged_copy(
+        &mut self,
+        host: HostBytes,
+        vid_va: u64,
+        dir: Direction,
+        c: &NvidiaConfig,
+        clock: &dyn Clock,
+        what: &'static str,
+    ) -> Result<(), HalError> {
+        let (ring_va, ring_cpu, half) = self.syncs.ring(&mut self.base, c)?;
+        let r = self.staged_pieces(host, vid_va, (ring_va, ring_cpu, half), dir, c, clock, what);
+        match r {
+            Ok(()) => {
+                self.memory.stats.syncs_staged += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.syncs.lose_ring();
+                Err(e)
+            }
+        }
+    }
+
+    /// The pieces of [`Open::staged_copy`] on the ring at (`ring_va`, `ring_cpu`) with halves of `half`.
+    #[allow(clippy::too_many_arguments)]
+    fn staged_pieces(
+        &mut self,
+        host: HostBytes,
+        vid_va: u64,
+        (ring_va, ring_cpu, half): (u64, *mut u8, u64),
+        dir: Direction,
+        c: &NvidiaConfig,
+        clock: &dyn Clock,
+        what: &'static str,
+    ) -> Result<(), HalError> {
+        let pieces = host.len.div_ceil(half);
+        let piece = |i| piece(i, host.len, half);
+        match dir {
+            Direction::ToGpu => {
+                let mut pending: Option<Wait> = None;
+                for i in 0..pieces {
+                    let (off, n, slot) = piece(i);
+                    // SAFETY: `host` holds `len` readable bytes and `off + n <= len`; the ring half holds
+                    // `half >= n` bytes, and its last user (piece i - 2) completed before piece i - 1 was
+                    // sent. Host memory and the ring never overlap.
+                    unsafe {
+                        ptr::copy_nonoverlapping(host.ptr.add(off as usize), ring_cpu.add(slot as usize), n as usize)
+                    };
+                    if let Some(w) = pending.take() {
+                        self.channels.wait(w, clock)?;
+                    }
+                    pending = Some(self.submit_copy(ring_va + slot, vid_va + off, n, c, what)?);
+                }
+                if let Some(w) = pending {
+                    self.channels.wait(w, clock)?;
+                }
+            }
+            Direction::ToCpu => {
+                let (_, n0, slot0) = piece(0);
+                let mut pending = Some(self.submit_copy(vid_va, ring_va + slot0, n0, c, what)?);
+                for i in 0..pieces {
+                    let (off, n, slot) = piece(i);
+                    self.channels.wait(pending.take().expect("piece i was sent"), clock)?;
+                    if i + 1 < pieces {
+                        let (next_off, next_n, next_slot) = piece(i + 1);
+                        pending = Some(self.submit_copy(vid_va + next_off, ring_va + next_slot, next_n, c, what)?);
+                    }
+                    // SAFETY: piece i completed (waited above) into its half, which the copy engine does not
+                    // touch again until piece i + 2, sent after this copy; `host` holds `len` writable bytes
+                    // and `off + n <= len`. Host memory and the ring never overlap.
+                    unsafe {
+                        ptr::copy_nonoverlapping(ring_cpu.add(slot as usize), host.ptr.add(off as usize), n as usize)
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes (`ToGpu`) or reads the device side of buffer `a` at `offset` from or into `host`.
+    fn device_side(
+        &mut self,
+        a: &Allocation,
+        offset: u64,
+        host: HostBytes,
+        dir: Direction,
+        c: &NvidiaConfig,
+        clock: &dyn Clock,
+    ) -> Result<(), HalError> {
+        let na = self.memory.get(a.id).ok_or_else(|| {
+            HalError::Lost(format!("nvidia: device access of unknown buffer {} at {:#x}", a.id, a.va))
+        })?;
+        if host.len == 0 {
+            return Ok(());
+        }
+        let (placement, va, cpu) = (na.placement, na.primary.va, na.primary.cpu);
+        if placement == Placement::SysmemPolled {
+            // One set of pages for both sides, CPU-cached.
+            // SAFETY: the mapping covers the buffer and `offset + len <= bytes` (the caller's promise); the
+            // caller's slice cannot overlap a device mapping.
+            unsafe {
+                let dev = cpu.add(offset as usize);
+                match dir {
+                    Direction::ToGpu => ptr::copy_nonoverlapping(host.ptr, dev, host.len as usize),
+                    Direction::ToCpu => ptr::copy_nonoverlapping(dev, host.ptr, host.len as usize),
+                }
+            }
+            store_fence();
+            return Ok(());
+        }
+        let what = if dir == Direction::ToGpu { "device write (copy engine)" } else { "device read (copy engine)" };
+        self.staged_copy(host, va + offset, dir, c, clock, what)?;
+        if placement == Placement::VidmemBar1 && dir == Direction::ToGpu {
+            // New code: the next submission invalidates the instruction cache.
+            self.queue.code_changed();
+        }
+        Ok(())
     }
 }
 
 impl Nvidia {
-    fn sync(&self, a: &Allocation, offset: u64, len: u64, dir: Direction) -> Result<(), HalError> {
+    /// Runs `f` on the open device with the settings and the clock.
+    fn with_open<R>(
+        &self,
+        f: impl FnOnce(&mut Open, &NvidiaConfig, &dyn Clock) -> Result<R, HalError>,
+    ) -> Result<R, HalError> {
+        let config = self.config();
         let mut st = sync::lock(&self.state);
         let open = st.as_mut().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
-        open.sync(a, offset, len, dir, &self.config(), &self.clock)
+        f(open, &config, &self.clock)
     }
 }
 
 impl Visibility for Nvidia {
     unsafe fn sync_to_gpu(&self, a: &Allocation, offset: u64, len: u64) -> Result<(), HalError> {
-        self.sync(a, offset, len, Direction::ToGpu)
+        self.with_open(|o, c, clock| o.sync(a, offset, len, Direction::ToGpu, c, clock))
     }
 
     unsafe fn sync_to_cpu(&self, a: &Allocation, offset: u64, len: u64) -> Result<(), HalError> {
-        self.sync(a, offset, len, Direction::ToCpu)
+        self.with_open(|o, c, clock| o.sync(a, offset, len, Direction::ToCpu, c, clock))
+    }
+
+    unsafe fn write_device(&self, a: &Allocation, offset: u64, src: &[u8]) -> Result<(), HalError> {
+        // Only read through: the copy to the GPU reads `host` and never writes it.
+        let host = HostBytes { ptr: src.as_ptr().cast_mut(), len: src.len() as u64 };
+        self.with_open(|o, c, clock| o.device_side(a, offset, host, Direction::ToGpu, c, clock))
+    }
+
+    unsafe fn read_device(&self, a: &Allocation, offset: u64, dst: &mut [u8]) -> Result<(), HalError> {
+        let host = HostBytes { ptr: dst.as_mut_ptr(), len: dst.len() as u64 };
+        self.with_open(|o, c, clock| o.device_side(a, offset, host, Direction::ToCpu, c, clock))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_asynchronous_channel_that_was_asked_for_and_works_takes_syncs() {
+        let mut s = Syncs::new("note".into());
+        let mut c = NvidiaConfig { async_copy: true, ..NvidiaConfig::default() };
+        assert_eq!(s.target(&c, true), Target::Copy);
+        assert_eq!(s.target(&c, false), Target::Compute);
+        c.async_copy = false;
+        assert_eq!(s.target(&c, true), Target::Compute);
+        c.async_copy = true;
+        s.async_copy_failed(&HalError::Unsupported("x".into()));
+        assert_eq!(s.target(&c, true), Target::Compute);
+        assert!(s.note().contains("failed its setup"));
+        assert_eq!((s.staging_bytes(), s.lost_rings()), (0, 0));
+        assert_eq!(s.into_memory().count(), 0, "no ring before its first use");
+    }
+
+    #[test]
+    fn staged_pieces_cover_the_copy_once_and_alternate_halves() {
+        let (len, half): (u64, u64) = (5 * 4096 + 100, 2 * 4096);
+        let pieces: Vec<_> = (0..len.div_ceil(half)).map(|i| piece(i, len, half)).collect();
+        assert_eq!(pieces, [(0, half, 0), (half, half, half), (2 * half, 4096 + 100, 0)]);
+        assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), len);
+        assert_eq!(piece(0, 4, half), (0, 4, 0), "a small sync is one piece in the first half");
     }
 }

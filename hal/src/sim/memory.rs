@@ -1,11 +1,9 @@
 //! Simulated device memory: page-aligned host blocks behind a fake GPU address map.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
-
 use super::{Sim, SimFault};
 use crate::caps::{BufferDesc, BufferKind, CachePolicy, Rights};
 use crate::error::HalError;
-use crate::memory::{Allocation, DeviceMemory};
+use crate::memory::{Allocation, DeviceMemory, MemInfo};
 use crate::sync;
 
 pub(crate) const PAGE: u64 = 4096;
@@ -15,16 +13,27 @@ const VA_BASE: u64 = 0x10_0000_0000;
 
 /// A zeroed, page-aligned host block.
 pub(crate) struct PageBuf {
+    /// What `calloc` returned (freed on drop).
+    raw: *mut u8,
+    /// The first page boundary in it.
     ptr: *mut u8,
     len: usize,
 }
 
 impl PageBuf {
     fn new(len: usize) -> Option<Self> {
-        let layout = Layout::from_size_align(len, PAGE as usize).ok()?;
-        // SAFETY: `len` is non-zero (the contract refuses zero-length buffers before a platform sees them).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(Self { ptr, len })
+        // calloc of a page more than asked, not `alloc_zeroed` with page alignment: for an alignment past
+        // malloc's own, std writes the zeros itself and so touches every page, while calloc takes a large
+        // block as fresh pages from the kernel, zero and untouched until used. A 64 MiB chunk then costs
+        // what its used pages cost.
+        let bytes = len.checked_add(PAGE as usize)?;
+        // SAFETY: calloc has no preconditions; a null result is the failure.
+        let raw = unsafe { libc::calloc(1, bytes) } as *mut u8;
+        if raw.is_null() {
+            return None;
+        }
+        let ptr = raw.wrapping_add(raw.align_offset(PAGE as usize));
+        Some(Self { raw, ptr, len })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {
@@ -32,7 +41,8 @@ impl PageBuf {
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` is a live allocation of `len` bytes owned by self.
+        // SAFETY: `ptr..ptr + len` lies inside the live calloc block of `len + PAGE` bytes owned by self
+        // (`ptr` is at most PAGE - 1 bytes in).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
@@ -44,8 +54,8 @@ impl PageBuf {
 
 impl Drop for PageBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with exactly this layout.
-        unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, PAGE as usize)) }
+        // SAFETY: the block calloc returned in `new`, freed once.
+        unsafe { libc::free(self.raw.cast()) }
     }
 }
 
@@ -71,14 +81,16 @@ impl SimAlloc {
 }
 
 pub(crate) struct SimMemory {
-    pub(crate) map: super::AllocMap,
+    map: super::AllocMap,
+    /// Bytes of every live buffer (kept beside the map, so an allocation need not sum it).
+    live_bytes: u64,
     next_va: u64,
     next_id: u64,
 }
 
 impl SimMemory {
     pub(crate) fn new() -> Self {
-        Self { map: Default::default(), next_va: VA_BASE, next_id: 1 }
+        Self { map: Default::default(), live_bytes: 0, next_va: VA_BASE, next_id: 1 }
     }
 
     pub(crate) fn live_count(&self) -> usize {
@@ -86,7 +98,23 @@ impl SimMemory {
     }
 
     pub(crate) fn live_bytes(&self) -> u64 {
-        self.map.values().map(|a| a.bytes).sum()
+        self.live_bytes
+    }
+
+    /// The buffer based at `va`.
+    pub(crate) fn get_mut(&mut self, va: u64) -> Option<&mut SimAlloc> {
+        self.map.get_mut(&va)
+    }
+
+    fn insert(&mut self, va: u64, a: SimAlloc) {
+        self.live_bytes += a.bytes;
+        self.map.insert(va, a);
+    }
+
+    fn remove(&mut self, va: u64) -> Option<SimAlloc> {
+        let a = self.map.remove(&va)?;
+        self.live_bytes -= a.bytes;
+        Some(a)
     }
 
     /// The buffer holding `va`, with the offset of `va` in it.
@@ -103,6 +131,7 @@ impl SimMemory {
 
     pub(crate) fn release_all(&mut self) {
         self.map.clear();
+        self.live_bytes = 0;
     }
 }
 
@@ -123,7 +152,7 @@ impl DeviceMemory for Sim {
         if st.take_fault(|f| *f == SimFault::FailAlloc).is_some() {
             return Err(HalError::OutOfMemory { bytes: desc.bytes });
         }
-        if st.memory.live_bytes() + desc.bytes > self.config.memory_bytes {
+        if desc.bytes > self.config.memory_bytes - st.memory.live_bytes() {
             return Err(HalError::OutOfMemory { bytes: desc.bytes });
         }
         let len = usize::try_from(desc.bytes).map_err(|_| HalError::OutOfMemory { bytes: desc.bytes })?;
@@ -142,16 +171,84 @@ impl DeviceMemory for Sim {
         mem.next_id += 1;
         let a = SimAlloc { id, bytes: desc.bytes, rights: desc.rights, device, cpu };
         let cpu_ptr = if cpu_view { a.cpu_ptr() } else { std::ptr::null_mut() };
-        mem.map.insert(va, a);
+        mem.insert(va, a);
         Ok(Allocation { id, cpu: cpu_ptr, va, bytes: desc.bytes })
     }
 
     unsafe fn free(&self, a: &Allocation) {
         let mut st = sync::lock(&self.state);
-        let removed = st.memory.map.remove(&a.va);
+        let removed = st.memory.remove(a.va);
         debug_assert!(removed.as_ref().is_some_and(|r| r.id == a.id), "sim: free of an unknown allocation");
         if removed.is_some() {
             st.stats.frees += 1;
+        }
+    }
+
+    unsafe fn mem_info(&self) -> Result<MemInfo, HalError> {
+        let st = sync::lock(&self.state);
+        if !st.open {
+            return Err(HalError::NoDevice("sim: device not open".into()));
+        }
+        let total_bytes = self.config.memory_bytes;
+        Ok(MemInfo { free_bytes: total_bytes - st.memory.live_bytes(), total_bytes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Visibility};
+
+    const RW: Rights = Rights::CPU_READ.union(Rights::CPU_WRITE).union(Rights::GPU_READ).union(Rights::GPU_WRITE);
+
+    fn desc(bytes: u64, rights: Rights) -> BufferDesc {
+        BufferDesc { bytes, rights, cache: CachePolicy::Uncached, kind: BufferKind::Data }
+    }
+
+    #[test]
+    fn info_counts_live_bytes_against_the_configured_size_and_capacity_is_enforced() {
+        let sim = Sim::with_config(super::super::SimConfig { memory_bytes: 64 * PAGE, ..Default::default() });
+        // SAFETY: the device is opened first and closed last on this thread, the only one using it, and
+        // each buffer is freed once.
+        unsafe {
+            assert!(sim.mem_info().is_err(), "closed: nothing to report");
+            sim.open().unwrap();
+            assert_eq!(sim.mem_info().unwrap(), MemInfo { free_bytes: 64 * PAGE, total_bytes: 64 * PAGE });
+            let a = sim.alloc(&desc(48 * PAGE, RW)).unwrap();
+            assert_eq!(sim.mem_info().unwrap().free_bytes, 16 * PAGE);
+            assert_eq!(sim.alloc(&desc(17 * PAGE, RW)), Err(HalError::OutOfMemory { bytes: 17 * PAGE }));
+            let b = sim.alloc(&desc(16 * PAGE, RW)).unwrap();
+            assert_eq!(sim.mem_info().unwrap().free_bytes, 0);
+            sim.free(&a);
+            sim.free(&b);
+            assert_eq!(sim.mem_info().unwrap().free_bytes, 64 * PAGE);
+            sim.close();
+        }
+    }
+
+    #[test]
+    fn a_device_only_buffer_is_written_and_read_on_its_device_side() {
+        let sim = Sim::new();
+        // SAFETY: as above; every range lies inside its buffer.
+        unsafe {
+            sim.open().unwrap();
+            let d = sim.alloc(&desc(2 * PAGE, Rights::GPU_READ | Rights::GPU_WRITE)).unwrap();
+            assert!(d.cpu.is_null(), "no CPU rights, no CPU view");
+            sim.write_device(&d, PAGE - 2, &[1, 2, 3, 4]).unwrap();
+            let mut back = [0u8; 6];
+            sim.read_device(&d, PAGE - 3, &mut back).unwrap();
+            assert_eq!(back, [0, 1, 2, 3, 4, 0]);
+            // A buffer with a CPU view: the device side changes, the CPU copy does not until a sync.
+            let v = sim.alloc(&desc(PAGE, RW)).unwrap();
+            sim.write_device(&v, 0, &[9; 8]).unwrap();
+            assert_eq!(*v.cpu, 0);
+            sim.sync_to_cpu(&v, 0, 8).unwrap();
+            assert_eq!(*v.cpu.add(7), 9);
+            sim.inject(SimFault::FailSync);
+            assert!(sim.write_device(&d, 0, &[1]).is_err(), "an injected sync failure refuses device writes too");
+            sim.free(&d);
+            sim.free(&v);
+            sim.close();
         }
     }
 }

@@ -32,7 +32,7 @@ mod poll;
 mod queue;
 mod visibility;
 
-pub use clock::SimClock;
+pub use clock::{SimClock, YIELD_NS};
 pub use kernel::{
     code_image, code_image_with_symbols, parse_code_image, parse_code_image_symbols, HostKernel, KernelCtx,
     KernelError, Shape, CODE_MAGIC,

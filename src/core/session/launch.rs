@@ -3,9 +3,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission};
+use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission, WaitPolicy};
 
-use super::{RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
+use super::{wait, RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
 use crate::error::{Error, Result};
 use crate::sync::{self, Arc, Ordering};
 
@@ -135,8 +135,6 @@ pub fn round_gpr(gpr: u32) -> u32 {
     gpr.div_ceil(8).saturating_mul(8).max(64)
 }
 
-/// How long one sleep-poll sleeps.
-const SLEEP_POLL_US: u32 = 20;
 /// Spin iterations between looks at the channel's error notifier inside a spin window (a multiple of
 /// [`SPIN_CLOCK_EVERY`]).
 const SPIN_FAULT_CHECK: u32 = 4096;
@@ -357,8 +355,10 @@ impl Runtime {
         // From the submit on, the device may hold the work. A panic from there (in the platform's submit or
         // poll, a simulated kernel, this wait) is an uncertain completion like a timeout: it latches before
         // the failure is returned, so no unwinding releases buffers the device may still be using.
-        let waited =
-            catch_unwind(AssertUnwindSafe(|| self.submit_then_wait(poll, clock, queue, &sub, limits, spin_us, seen)));
+        let policy = i.platform.wait_policy();
+        let waited = catch_unwind(AssertUnwindSafe(|| {
+            self.submit_then_wait(poll, clock, queue, &sub, limits, (spin_us, policy), seen)
+        }));
         let done = waited.unwrap_or_else(|panic| self.latch(Error::PanicAfterSubmit(panic_text(panic.as_ref()))))?;
         // Both markers were seen: the device is done, and what its printf kernels wrote can be read. Outside
         // the unwind guard, since the completion is certain by now (a panic in an output callback is the
@@ -376,7 +376,7 @@ impl Runtime {
         queue: &dyn omega_hal::SubmitQueue,
         sub: &Submission<'_>,
         limits: [u32; 2],
-        spin_us: u32,
+        (spin_us, policy): (u32, WaitPolicy),
         seen: &mut u8,
     ) -> Result<Completion> {
         let sequence = sub.sequence;
@@ -396,7 +396,8 @@ impl Runtime {
             // Marker 0's wait starts with the submission (the clock was just read); marker 1's reads the
             // clock only if its first look fails.
             let since = (which == 0).then_some(start);
-            let word = self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], spin, since)?;
+            let word =
+                self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], (spin, policy), since)?;
             *seen = which as u8 + 1;
             if which == 0 {
                 first = word;
@@ -405,6 +406,10 @@ impl Runtime {
         Ok(Completion { elapsed_ns: clock.now_ns().saturating_sub(start), marker: first })
     }
 
+    /// Polls `slot` until it reads `sequence`, as [`wait::Backoff`] paces it: the spin window `spin_us`
+    /// (0: the platform policy's own), then yields, then sleeps that grow with the time waited (with the
+    /// thread's timer slack lowered while it sleeps). Ends with the marker word, or latches at the limit,
+    /// on a cancel or a refused poll; a channel fault ends it with a certain failure.
     #[allow(clippy::too_many_arguments)]
     fn wait_marker(
         &self,
@@ -414,7 +419,7 @@ impl Runtime {
         sequence: u32,
         which: u8,
         timeout_ms: u32,
-        spin_us: u32,
+        (spin_us, policy): (u32, WaitPolicy),
         since: Option<u64>,
     ) -> Result<u32> {
         if timeout_ms == 0 {
@@ -433,12 +438,11 @@ impl Runtime {
         }
         let start = since.unwrap_or_else(|| clock.now_ns());
         let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
-        let spin_end = start.saturating_add(spin_us as u64 * 1_000);
+        let backoff = wait::Backoff::new(start, spin_us, policy);
         let mut spins = 0u32;
-        // Inside the spin window the cancel flag and the clock are looked at every SPIN_CLOCK_EVERY polls
-        // (a poll is a cached read; the clock and the atomic swap cost more than it), once past it at
-        // every poll, as before each sleep.
-        let mut slow = spin_us == 0;
+        let mut step = backoff.step(start);
+        // Lowered at the first sleep, restored when the wait ends.
+        let mut slack: Option<omega_hal::TimerSlack> = None;
         loop {
             // SAFETY: `slot` is in the session's marker buffer, live while the device is open and parked
             // (never released) once latched.
@@ -450,7 +454,10 @@ impl Runtime {
                 return Ok(word);
             }
             spins = spins.wrapping_add(1);
-            if slow || spins.is_multiple_of(SPIN_CLOCK_EVERY) {
+            // While spinning the cancel flag and the clock are looked at every SPIN_CLOCK_EVERY polls (a
+            // poll is a cached read; the clock and the atomic swap cost more than it), once past the spin at
+            // every poll, as before each yield or sleep.
+            if step != wait::Step::Spin || spins.is_multiple_of(SPIN_CLOCK_EVERY) {
                 if self.cancel.swap(false, Ordering::SeqCst) {
                     return self.latch(Error::CancelledAfterSubmit);
                 }
@@ -458,20 +465,29 @@ impl Runtime {
                 if now >= deadline {
                     return self.latch(Error::Timeout { marker: which, timeout_ms });
                 }
-                slow = now >= spin_end;
-                if slow || spins.is_multiple_of(SPIN_FAULT_CHECK) {
+                step = backoff.step(now);
+                // No sleep past the deadline: the limit is seen when it passes, not a sleep later.
+                if let wait::Step::Sleep(us) = &mut step {
+                    *us = (*us as u64).min((deadline - now).div_ceil(1_000)) as u32;
+                }
+                if step != wait::Step::Spin || spins.is_multiple_of(SPIN_FAULT_CHECK) {
                     if let Some(f) = poll.channel_fault() {
                         sync::lock(&self.session).channel_fault = Some(f.clone());
                         return self.fail(Error::Fault(f));
                     }
                 }
             }
-            if slow {
-                clock.sleep_us(SLEEP_POLL_US);
-            } else {
-                std::hint::spin_loop();
-                #[cfg(loom)]
-                crate::sync::thread::yield_now();
+            match step {
+                wait::Step::Spin => {
+                    std::hint::spin_loop();
+                    #[cfg(loom)]
+                    crate::sync::thread::yield_now();
+                }
+                wait::Step::Yield => clock.yield_now(),
+                wait::Step::Sleep(us) => {
+                    slack.get_or_insert_with(|| clock.precise_sleeps());
+                    clock.sleep_us(us);
+                }
             }
         }
     }

@@ -1,9 +1,20 @@
-//! Session memory: alloc, free (or park after a latch), visibility sync, scratch, the counters.
+//! Session memory: alloc, free (or park after a latch), visibility sync, device writes and reads,
+//! scratch, the counters.
+//!
+//! Data, cached and device-only buffers of at most
+//! [`LARGEST_CARVED`](super::suballoc::LARGEST_CARVED) bytes are carved from chunks of the session's
+//! memory manager (`suballoc.rs`): one platform allocation per 64 MiB chunk, not per buffer. Larger ones,
+//! code and the session's queue buffers are platform allocations of their own, and so is a small buffer
+//! when the device cannot give a whole chunk (when out of memory, the manager's empty chunks are returned
+//! first and the allocation tried again).
 
-use omega_hal::{check_buffer, BufferDesc, BufferKind, CachePolicy, Rights};
+use omega_hal::{check_buffer, Allocation, BufferDesc, BufferKind, CachePolicy, DeviceMemory, HalError, Rights};
 
-use super::{AllocStats, Buf, GpuMem, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL, PARK_MAX};
-use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, HANDLE_BUF_QUEUE};
+use super::suballoc::{Carve, CarverStats, Pool, CHUNK_BYTES};
+use super::{
+    AllocStats, Backing, Buf, GpuMem, MemInfo, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL,
+};
+use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, HANDLE_BUF_QUEUE, PARK_MAX};
 use crate::error::{Error, Result};
 use crate::platform::Installed;
 use crate::sync;
@@ -17,6 +28,29 @@ pub enum AllocKind {
     Code,
     /// Cached.
     Cached,
+    /// Data with no CPU view: GPU read/write, written and read with [`Runtime::write`] / [`Runtime::read`].
+    Device,
+}
+
+/// What the session's memory manager holds ([`Runtime::memory_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The chunks small buffers are carved from, and what is carved.
+    pub carved: CarverStats,
+    /// Page-rounded bytes of the live carved buffers (what `alloc_bytes` counted for them).
+    pub carved_bytes: u64,
+    /// Buffers that are a platform allocation of their own (code, large buffers, the session's queue
+    /// buffers), live.
+    pub direct_buffers: u64,
+    /// Their bytes.
+    pub direct_bytes: u64,
+}
+
+impl MemoryStats {
+    /// Bytes the session holds from the platform: its chunks and its direct allocations.
+    pub fn platform_bytes(&self) -> u64 {
+        self.carved.chunk_bytes() + self.direct_bytes
+    }
 }
 
 /// What a session allocation makes: a buffer of the caller's kinds, or a polled QUEUE buffer of the
@@ -36,28 +70,37 @@ impl Shape {
         }
     }
 
-    /// Its rights, cache policy, HAL kind and C handle kind.
-    fn describe(self) -> (Rights, CachePolicy, BufferKind, u32) {
+    /// Its rights, cache policy, HAL kind, C handle kind, and the memory manager's pool it is carved from
+    /// (`None`: always a platform allocation of its own — code, whose prefetch tail must fault past its
+    /// end, and the library's polled buffers).
+    fn describe(self) -> (Rights, CachePolicy, BufferKind, u32, Option<Pool>) {
+        let rw = Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE;
         match self {
-            Shape::Mem(AllocKind::Data) => (
-                Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_WRITE,
-                CachePolicy::Uncached,
-                BufferKind::Data,
-                HANDLE_BUF_DATA,
-            ),
+            Shape::Mem(AllocKind::Data) => {
+                (rw, CachePolicy::Uncached, BufferKind::Data, HANDLE_BUF_DATA, Some(Pool::Data))
+            }
             Shape::Mem(AllocKind::Code) => (
                 Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ | Rights::GPU_EXEC,
                 CachePolicy::Uncached,
                 BufferKind::Code,
                 HANDLE_BUF_CODE,
+                None,
             ),
             Shape::Mem(AllocKind::Cached) => (
                 Rights::CPU_READ | Rights::CPU_WRITE | Rights::GPU_READ,
                 CachePolicy::Cached,
                 BufferKind::Data,
                 HANDLE_BUF_DATA,
+                Some(Pool::Cached),
             ),
-            Shape::Polled => (polled_rights(), CachePolicy::Uncached, BufferKind::Queue, HANDLE_BUF_QUEUE),
+            Shape::Mem(AllocKind::Device) => (
+                Rights::GPU_READ | Rights::GPU_WRITE,
+                CachePolicy::Uncached,
+                BufferKind::Data,
+                HANDLE_BUF_DATA,
+                Some(Pool::Device),
+            ),
+            Shape::Polled => (polled_rights(), CachePolicy::Uncached, BufferKind::Queue, HANDLE_BUF_QUEUE, None),
         }
     }
 
@@ -66,7 +109,7 @@ impl Shape {
         match self {
             Shape::Mem(AllocKind::Code) => Some(bytes),
             Shape::Polled => Some(0),
-            Shape::Mem(AllocKind::Data | AllocKind::Cached) => None,
+            Shape::Mem(AllocKind::Data | AllocKind::Cached | AllocKind::Device) => None,
         }
     }
 
@@ -82,6 +125,104 @@ pub(crate) fn polled_rights() -> Rights {
     Rights::HOST_POLLED | Rights::GPU_WRITE | Rights::CPU_READ | Rights::CPU_WRITE
 }
 
+impl Session {
+    /// A platform allocation for `desc`. When the device is out of memory and the memory manager keeps
+    /// empty chunks, they are returned to the platform and the allocation is tried once more.
+    ///
+    /// # Safety
+    /// - The caller holds the session lock and the device is open.
+    unsafe fn platform_alloc(&mut self, mem: &dyn DeviceMemory, desc: &BufferDesc) -> Result<Allocation, HalError> {
+        // SAFETY: forwarded from the caller.
+        match unsafe { mem.alloc(desc) } {
+            Err(HalError::OutOfMemory { .. }) if self.carver.stats().empty_chunks > 0 => {
+                for chunk in self.carver.take_empty() {
+                    // SAFETY: an empty chunk holds no buffer, so nothing on the device can touch it (the
+                    // lock is held, so no launch is running); the manager forgot it, so it is freed once.
+                    unsafe { mem.free(&chunk) };
+                }
+                // SAFETY: forwarded from the caller.
+                unsafe { mem.alloc(desc) }
+            }
+            r => r,
+        }
+    }
+
+    /// A block of `order` for a buffer of `bytes` bytes from `pool`, adding a chunk (allocated for
+    /// `desc`'s rights and cache policy) when no chunk of the pool has one free. Returns the buffer as its
+    /// holder sees it and where it lies.
+    ///
+    /// # Safety
+    /// - As [`Session::platform_alloc`].
+    unsafe fn carve(
+        &mut self,
+        mem: &dyn DeviceMemory,
+        desc: &BufferDesc,
+        pool: Pool,
+        order: u8,
+        bytes: u64,
+    ) -> Result<(Allocation, Carve), Error> {
+        let carve = match self.carver.carve(pool, order) {
+            Some(c) => c,
+            None => {
+                let chunk_desc = BufferDesc { bytes: CHUNK_BYTES, ..*desc };
+                // SAFETY: forwarded from the caller.
+                let chunk = unsafe { self.platform_alloc(mem, &chunk_desc) }.map_err(Error::Alloc)?;
+                if chunk.bytes < CHUNK_BYTES {
+                    // SAFETY: just allocated under the lock; nothing has its address yet.
+                    unsafe { mem.free(&chunk) };
+                    return Err(Error::Setting {
+                        stage: "alloc",
+                        detail: format!("the platform handed out {} bytes for a chunk of {CHUNK_BYTES}", chunk.bytes),
+                    });
+                }
+                self.carver.add_chunk(pool, chunk);
+                self.carver.carve(pool, order).expect("a fresh chunk holds a block of every carved size")
+            }
+        };
+        let chunk = self.carver.backing(pool, carve.chunk).expect("a carved block lies in a held chunk");
+        // The chunk's views cover CHUNK_BYTES and the block lies inside it; a chunk without a CPU view
+        // gives buffers without one.
+        let cpu = if chunk.cpu.is_null() { chunk.cpu } else { chunk.cpu.wrapping_add(carve.offset as usize) };
+        Ok((Allocation { id: chunk.id, cpu, va: chunk.va + carve.offset, bytes }, carve))
+    }
+
+    /// The platform allocation holding `b` and the offset of `b` in it: what a HAL call on `b` names.
+    pub(crate) fn platform_range(&self, b: &Buf) -> (Allocation, u64) {
+        match b.backing {
+            Backing::Direct => (b.alloc, 0),
+            Backing::Carved(c) => {
+                (*self.carver.backing(c.pool, c.chunk).expect("a carved buffer's chunk is held"), c.offset)
+            }
+        }
+    }
+
+    /// Gives `b` (just taken out of the table) back: a direct buffer to the platform, a carved one to its
+    /// chunk, which goes back to the platform when that empties it (beyond the pool's spare).
+    ///
+    /// # Safety
+    /// - The process is not latched, so no submitted work can still touch `b` (its last launch completed
+    ///   with both markers observed), and the caller holds the lock.
+    /// - `b` was live in the table and was removed from it, so it is given back once.
+    pub(crate) unsafe fn release_buf(&mut self, mem: &dyn DeviceMemory, b: Buf) {
+        match b.backing {
+            Backing::Direct => {
+                self.direct.0 -= 1;
+                self.direct.1 -= b.alloc.bytes;
+                // SAFETY: the caller's promises: nothing touches it, the lock is held, freed once.
+                unsafe { mem.free(&b.alloc) };
+            }
+            Backing::Carved(c) => {
+                if let Some(chunk) = self.carver.release(c) {
+                    // SAFETY: the chunk holds no buffer any more (the manager returns only an emptied one)
+                    // and the process is not latched, so nothing on the device touches it; the manager
+                    // forgot it, so it is freed once.
+                    unsafe { mem.free(&chunk) };
+                }
+            }
+        }
+    }
+}
+
 /// Bytes a buffer of `bytes` bytes of `kind` takes on a platform of `page`-byte pages: the request (plus the
 /// zero-filled prefetch tail for code), at least one byte, rounded up to a page. `None` when that is past
 /// what any platform can describe: the sum or the rounding overflows, or the total passes `isize::MAX`,
@@ -89,7 +230,7 @@ pub(crate) fn polled_rights() -> Rights {
 pub(crate) fn buffer_bytes(bytes: usize, kind: AllocKind, page: u64) -> Option<u64> {
     let want = match kind {
         AllocKind::Code => bytes.checked_add(CODE_PREFETCH_TAIL)?,
-        AllocKind::Data | AllocKind::Cached => bytes,
+        AllocKind::Data | AllocKind::Cached | AllocKind::Device => bytes,
     };
     let rounded = u64::try_from(want.max(1)).ok()?.checked_next_multiple_of(page)?;
     (rounded <= isize::MAX as u64).then_some(rounded)
@@ -129,13 +270,14 @@ impl Runtime {
     /// A zeroed QUEUE buffer of at least `bytes` bytes for `owner` (a command list's stamp area): what the
     /// CPU polls and the device releases to, so HOST_POLLED and GPU-uncached, as the contract requires of
     /// anything the CPU polls. Not in the allocation counters, which count the caller's kinds of buffer.
+    /// Always a platform allocation of its own.
     pub(crate) fn alloc_polled(&self, bytes: usize, owner: Owner, stage: &'static str) -> Result<GpuMem> {
         self.allocate(stage, bytes, Shape::Polled, owner)
     }
 
     /// Every session allocation: the checks (lock, open device, not latched, a size a platform can
-    /// describe, a valid descriptor), the platform's allocation under the session mutex, the zero fill
-    /// the shape promises, the counters and the handle.
+    /// describe, a valid descriptor), the placement under the session mutex (carved from a chunk, or a
+    /// platform allocation of its own), the zero fill the shape promises, the counters and the handle.
     fn allocate(&self, stage: &'static str, bytes: usize, shape: Shape, owner: Owner) -> Result<GpuMem> {
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
@@ -145,7 +287,7 @@ impl Runtime {
         let Some(rounded) = buffer_bytes(bytes, shape.alloc_kind(), page) else {
             return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
         };
-        let (rights, cache, hal_kind, c_kind) = shape.describe();
+        let (rights, cache, hal_kind, c_kind, pool) = shape.describe();
         let desc = BufferDesc { bytes: rounded, rights, cache, kind: hal_kind };
         if let Err(r) = check_buffer(&desc) {
             return self.fail(Error::Refused(r));
@@ -153,19 +295,35 @@ impl Runtime {
         let counted = shape.counted();
         let mem = i.platform.memory().expect("negotiated at open");
         let mut s = sync::lock(&self.session);
-        // SAFETY: the lock is held and the device is open (checked above, and close needs the lock).
-        let a = match unsafe { mem.alloc(&desc) } {
-            Ok(a) => a,
+        let class = pool.and_then(|p| s.carver.order_for(rounded).map(|order| (p, order)));
+        let carved = class.map(|(pool, order)| {
+            // SAFETY: the caller holds the session lock and the device is open (both checked above; close
+            // needs the lock, so it stays open).
+            unsafe { s.carve(mem, &desc, pool, order, rounded) }
+        });
+        let placed = match carved {
+            Some(Ok((a, carve))) => Ok((a, Backing::Carved(carve))),
+            // No chunk could be had (the device has less than a chunk free): the buffer gets an allocation of
+            // its own instead, so a small buffer fails only when its own bytes cannot be had.
+            Some(Err(Error::Alloc(HalError::OutOfMemory { .. }))) | None => {
+                // SAFETY: as for the carve above.
+                unsafe { s.platform_alloc(mem, &desc) }.map(|a| (a, Backing::Direct)).map_err(Error::Alloc)
+            }
+            Some(Err(e)) => Err(e),
+        };
+        let (a, backing) = match placed {
+            Ok(p) => p,
             Err(e) => {
-                if counted {
+                if counted && matches!(e, Error::Alloc(_)) {
                     s.stats.alloc_failures += 1;
                 }
                 drop(s);
-                return self.fail(Error::Alloc(e));
+                return self.fail(e);
             }
         };
         if a.bytes < rounded {
-            // SAFETY: just allocated under the lock; nothing has its address yet.
+            // SAFETY: just allocated under the lock (a direct allocation: a carved one has exactly
+            // `rounded` bytes); nothing has its address yet.
             unsafe { mem.free(&a) };
             drop(s);
             return self.fail(Error::Setting {
@@ -189,7 +347,11 @@ impl Runtime {
         if shape == Shape::Mem(AllocKind::Code) {
             s.code_ranges.insert(a.va, a.bytes);
         }
-        let handle = s.buffers.open(Buf::new(a, c_kind, owner));
+        if backing == Backing::Direct {
+            s.direct.0 += 1;
+            s.direct.1 += a.bytes;
+        }
+        let handle = s.buffers.open(Buf { backing, ..Buf::new(a, c_kind, owner) });
         Ok(GpuMem { handle, kind: c_kind, cpu: a.cpu.cast(), va: a.va, size: rounded as usize })
     }
 
@@ -206,6 +368,13 @@ impl Runtime {
     /// A GPU-cached, GPU-read-only buffer for write-once weights.
     pub fn alloc_cached(&self, bytes: usize) -> Result<GpuMem> {
         self.alloc_kind(bytes, AllocKind::Cached)
+    }
+
+    /// A device-only data buffer (GPU read/write, no CPU view: `cpu` is null), rounded up to a page.
+    /// [`Runtime::write`] and [`Runtime::read`] move bytes in and out through the platform's staging;
+    /// nothing of the host is pinned or reserved for it, so its size is bounded by device memory only.
+    pub fn alloc_device(&self, bytes: usize) -> Result<GpuMem> {
+        self.alloc_kind(bytes, AllocKind::Device)
     }
 
     /// Releases `m` and zeroes it. Latched: parks it instead (never released; `m` keeps its handle for
@@ -280,8 +449,9 @@ impl Runtime {
 
     /// The park-after-latch rule, for live buffer `m` of the open device (its handle current, checked by
     /// the caller under the session mutex `s`): latched, the buffer is parked — never released, `m` kept
-    /// for [`Runtime::is_parked`] — because a launch whose completion was uncertain may still touch it;
-    /// otherwise it is released and `m` zeroed.
+    /// for [`Runtime::is_parked`], and a carved buffer's block, so its chunk, stays taken — because a
+    /// launch whose completion was uncertain may still touch it; otherwise it is given back (to its chunk,
+    /// or to the platform) and `m` zeroed.
     fn release_live(s: &mut Session, i: &Installed, m: &mut GpuMem, latched: bool) {
         if latched {
             let buf = s.buffers.check_mut(m.handle).expect("checked live by the caller");
@@ -297,12 +467,13 @@ impl Runtime {
             // Launch templates of kernels in this buffer die with it.
             s.templates.retain(|va, _| *va < b.alloc.va || *va >= b.alloc.va + b.alloc.bytes);
         }
+        let counted = b.kind != HANDLE_BUF_QUEUE;
         let mem = i.platform.memory().expect("negotiated at open");
         // SAFETY: not latched, so the last launch (or command-list submission) completed with both markers
         // observed and nothing on the device can touch `b`; the lock is held (every caller checked it);
-        // the handle was current, so it is freed exactly once.
-        unsafe { mem.free(&b.alloc) };
-        if b.kind != HANDLE_BUF_QUEUE {
+        // the handle was current and is now closed, so `b` is given back exactly once.
+        unsafe { s.release_buf(mem, b) };
+        if counted {
             s.stats.frees += 1;
         }
         *m = GpuMem::NONE;
@@ -333,6 +504,29 @@ impl Runtime {
         sync::lock(&self.session).stats
     }
 
+    /// What the session's memory manager holds now: its chunks and what is carved from them, and its
+    /// direct allocations.
+    pub fn memory_stats(&self) -> MemoryStats {
+        let s = sync::lock(&self.session);
+        let carved_bytes =
+            s.buffers.iter().filter(|(_, b)| b.backing != Backing::Direct).map(|(_, b)| b.alloc.bytes).sum();
+        MemoryStats { carved: s.carver.stats(), carved_bytes, direct_buffers: s.direct.0, direct_bytes: s.direct.1 }
+    }
+
+    /// Free and total device memory, as the platform reports them now (on the GPU, the driver's figures,
+    /// which count every process's allocations; the session's own chunks, spares included, count as
+    /// used). Caller holds the lock, device open; allowed after a latch (it touches no buffer).
+    pub fn mem_info(&self) -> Result<MemInfo> {
+        let stage = "mem info";
+        let i = self.live_platform(stage)?;
+        let mem = i.platform.memory().expect("negotiated at open");
+        // SAFETY: the lock is held and the device is open (checked above; close needs the lock).
+        match unsafe { mem.mem_info() } {
+            Ok(m) => Ok(MemInfo { free_bytes: m.free_bytes, total_bytes: m.total_bytes }),
+            Err(e) => self.fail(Error::MemInfo(e)),
+        }
+    }
+
     fn sync_dir(&self, m: &GpuMem, to_gpu: bool, offset: usize, len: usize) -> Result<()> {
         let stage = "sync";
         let i = self.live_platform(stage)?;
@@ -354,19 +548,106 @@ impl Runtime {
         if buf.alloc.cpu.is_null() || len == 0 {
             return Ok(());
         }
-        let a = buf.alloc;
+        let (a, base) = s.platform_range(buf);
         drop(s);
         let vis = i.platform.visibility().expect("negotiated at open");
+        let (offset, len) = (base + offset as u64, len as u64);
         // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range is inside
-        // it, and no work is running (launches are synchronous and the lock serialises callers).
+        // the buffer, which lies at `base` inside `a`, and no work is running (launches are synchronous and
+        // the lock serialises callers).
         let r = unsafe {
             if to_gpu {
-                vis.sync_to_gpu(&a, offset as u64, len as u64)
+                vis.sync_to_gpu(&a, offset, len)
             } else {
-                vis.sync_to_cpu(&a, offset as u64, len as u64)
+                vis.sync_to_cpu(&a, offset, len)
             }
         };
         r.or_else(|e| self.fail(Error::Sync(e)))
+    }
+
+    /// Writes `src` into `m` at `offset`, visible to the device on return: through the CPU view and a sync
+    /// for a buffer that has one, straight to the device side (the platform's staging) for one that has
+    /// not (a device-only buffer). Caller holds the lock, device open, not latched.
+    pub fn write(&self, m: &GpuMem, offset: usize, src: &[u8]) -> Result<()> {
+        let Some((a, base, cpu)) = self.copy_target(m, offset, src.len(), "write")? else { return Ok(()) };
+        let i = self.installed()?;
+        let vis = i.platform.visibility().expect("negotiated at open");
+        let at = base + offset as u64;
+        if cpu.is_null() {
+            // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range lies
+            // inside the buffer, which lies at `base` inside `a`, and no work is running.
+            return unsafe { vis.write_device(&a, at, src) }
+                .or_else(|e| self.fail(Error::Copy { stage: "write", source: e }));
+        }
+        // SAFETY: the CPU view covers the buffer's bytes and `offset + len` is inside it (checked); it stays
+        // mapped while the lock is held; `src` is a caller's slice, which cannot overlap a platform view the
+        // session hands out only as raw pointers.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), cpu.add(offset), src.len()) };
+        // SAFETY: as for write_device above.
+        unsafe { vis.sync_to_gpu(&a, at, src.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))
+    }
+
+    /// Reads `dst.len()` bytes of `m` at `offset` as the device left them: a sync and the CPU view for a
+    /// buffer that has one, straight from the device side for one that has not. Caller holds the lock,
+    /// device open, not latched.
+    pub fn read(&self, m: &GpuMem, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let Some((a, base, cpu)) = self.copy_target(m, offset, dst.len(), "read")? else { return Ok(()) };
+        let i = self.installed()?;
+        let vis = i.platform.visibility().expect("negotiated at open");
+        let at = base + offset as u64;
+        if cpu.is_null() {
+            // SAFETY: as in `write`.
+            return unsafe { vis.read_device(&a, at, dst) }
+                .or_else(|e| self.fail(Error::Copy { stage: "read", source: e }));
+        }
+        // SAFETY: as in `write`.
+        unsafe { vis.sync_to_cpu(&a, at, dst.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))?;
+        // SAFETY: the view covers the range (checked) and stays mapped under the lock; `dst` cannot overlap
+        // it (see `write`).
+        unsafe { std::ptr::copy_nonoverlapping(cpu.add(offset).cast_const(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// The checks of `write` and `read` (stage `stage`): lock, open, not latched, `m` live with its own
+    /// address, the range inside it. `None` for an empty range; else the platform allocation holding `m`,
+    /// `m`'s offset in it, and `m`'s CPU view (null for none).
+    fn copy_target(
+        &self,
+        m: &GpuMem,
+        offset: usize,
+        len: usize,
+        stage: &'static str,
+    ) -> Result<Option<(Allocation, u64, *mut u8)>> {
+        self.live_platform(stage)?;
+        if self.is_blocked() {
+            return self.fail(Error::Latched(stage));
+        }
+        let s = sync::lock(&self.session);
+        let buf = match s.buffers.check(m.handle) {
+            Ok(b) if b.alloc.va == m.va => b,
+            Ok(b) => {
+                let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va: b.alloc.va };
+                drop(s);
+                return self.fail(e);
+            }
+            Err(source) => {
+                drop(s);
+                return self.fail(Error::Handle { stage, source });
+            }
+        };
+        if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
+            let bytes = buf.alloc.bytes;
+            drop(s);
+            return self.fail(Error::Setting {
+                stage,
+                detail: format!("range {offset}+{len} past the buffer's {bytes} bytes"),
+            });
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let (a, base) = s.platform_range(buf);
+        Ok(Some((a, base, buf.alloc.cpu)))
     }
 
     /// Makes CPU writes to the whole buffer visible to the device.

@@ -25,8 +25,10 @@ mod memory;
 // The C layer's code allocator rounds as the session does (the C layer is not built under loom).
 #[cfg(not(loom))]
 pub(crate) use memory::buffer_bytes;
-pub use memory::AllocKind;
+pub use memory::{AllocKind, MemoryStats};
+pub mod suballoc;
 pub mod types;
+mod wait;
 
 pub use launch::{round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchSpec, ParamInfo};
 pub use types::*;
@@ -79,7 +81,11 @@ pub(crate) const PIN_PRINTF: &str = "device printf's output callback";
 
 /// A session buffer.
 pub(crate) struct Buf {
+    /// The buffer as its holder sees it: GPU address, CPU view and page-rounded bytes. For a buffer carved
+    /// from a chunk, `id` is the chunk's and the addresses are inside the chunk's.
     pub(crate) alloc: Allocation,
+    /// Where its memory comes from.
+    pub(crate) backing: Backing,
     pub(crate) kind: u32,
     pub(crate) parked: bool,
     pub(crate) owner: Owner,
@@ -87,9 +93,19 @@ pub(crate) struct Buf {
     pub(crate) reserved: Option<usize>,
 }
 
+/// Where a session buffer's memory comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// A platform allocation of its own: `Buf::alloc` is it.
+    Direct,
+    /// A block of a chunk of the session's memory manager.
+    Carved(suballoc::Carve),
+}
+
 impl Buf {
+    /// A buffer that is a platform allocation of its own.
     pub(crate) fn new(alloc: Allocation, kind: u32, owner: Owner) -> Self {
-        Buf { alloc, kind, parked: false, owner, reserved: None }
+        Buf { alloc, backing: Backing::Direct, kind, parked: false, owner, reserved: None }
     }
 }
 
@@ -115,6 +131,11 @@ pub(crate) struct Session {
     pub(crate) launch_limits: Option<omega_hal::LaunchLimits>,
     /// The stamp area of the submission in flight, by address (a command list's), so a latch parks it.
     pub(crate) in_flight_stamps: Option<u64>,
+    /// The chunks small buffers are carved from (`suballoc.rs`), made for the open platform's page.
+    pub(crate) carver: suballoc::Carver<Allocation>,
+    /// Buffers that are a platform allocation of their own (the session's launch buffer included), and
+    /// their bytes.
+    pub(crate) direct: (u64, u64),
 }
 
 /// The process-wide session.
@@ -176,6 +197,8 @@ impl Runtime {
                 max_param_bytes: 0,
                 launch_limits: None,
                 in_flight_stamps: None,
+                carver: suballoc::Carver::new(4096),
+                direct: (0, 0),
             }),
             latched: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
@@ -480,6 +503,8 @@ impl Runtime {
             }
         };
         let h = s.buffers.open(Buf::new(markers, HANDLE_BUF_QUEUE, LAUNCH_BUFFER));
+        s.direct = (1, markers.bytes);
+        s.carver = suballoc::Carver::new(i.platform.caps().page_bytes);
         s.markers = Some((h, markers));
         s.device = Some(info);
         s.channel_fault = None;
@@ -576,14 +601,23 @@ impl Runtime {
         let mut s = sync::lock(&self.session);
         let mem = i.platform.memory().expect("negotiated at open");
         for b in s.buffers.close_all() {
-            // SAFETY: not latched (checked after the hooks, and nothing but this thread, which holds the
-            // lock, can latch), so every launch completed with both markers observed; the lock is held;
-            // every allocation in the table is live and freed once (close_all empties the table).
-            unsafe { mem.free(&b.alloc) };
+            if b.backing == Backing::Direct {
+                // SAFETY: not latched (checked after the hooks, and nothing but this thread, which holds
+                // the lock, can latch), so every launch completed with both markers observed; the lock is
+                // held; every direct allocation in the table is live and freed once (close_all empties the
+                // table).
+                unsafe { mem.free(&b.alloc) };
+            }
             if b.kind != HANDLE_BUF_QUEUE {
                 s.stats.frees += 1;
             }
         }
+        for chunk in s.carver.take_all() {
+            // SAFETY: as above; every chunk the manager holds is a live allocation, handed back once
+            // (take_all forgets them), and every buffer carved from it went with the table.
+            unsafe { mem.free(&chunk) };
+        }
+        s.direct = (0, 0);
         s.markers = None;
         s.templates.clear();
         s.code_ranges.clear();

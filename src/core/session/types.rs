@@ -139,6 +139,16 @@ static_assertions::assert_eq_size!(Handle, [u32; 2]);
 static_assertions::assert_eq_size!(GpuMem, [u64; 5]);
 static_assertions::assert_eq_size!(RawLaunch, [u64; 7]);
 
+/// `OmegaGpuMemInfo`: device memory, free and in all, as the platform reports it when asked.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Bytes no one has allocated (this process or another) at the moment of asking.
+    pub free_bytes: u64,
+    /// Bytes of device memory in all.
+    pub total_bytes: u64,
+}
+
 /// Where a kernel parameter of `size` bytes starts after parameters that end at byte `end`: the next
 /// multiple of its size, natural alignment, as ptxas lays out a parameter table. A zero-sized parameter
 /// aligns to 1 (it does not move). The one definition of the rule: the typed argument block, the derive's
