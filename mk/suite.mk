@@ -24,8 +24,7 @@ gpu-pack:
 	cargo build --release --examples
 	mkdir -p .gpu
 	for b in hello_gpu gpu_suite gpu_bench doctor; do \
-		f=$(TARGET_DIR)/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ || true; done
-	strip .gpu/*
+		f=$(TARGET_DIR)/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ && strip .gpu/$$b || true; done
 	ls -la .gpu
 
 # Preflight: kernel module version and flavour, driver ABI table, device files and permissions, the PCI
