@@ -186,6 +186,7 @@ impl Kernel {
             dynamic_shared_bytes: 0,
             local_bytes_per_thread: self.info.local_bytes_per_thread,
             barrier_count: self.info.barriers,
+            features: omega_hal::LaunchFeatures::NONE,
             num_elements: 0,
             args,
             const_banks: &[],
