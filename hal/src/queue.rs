@@ -214,7 +214,7 @@ impl LaunchLimits {
                 let non_portable = f.non_portable_cluster;
                 return Err(LimitError::Cluster { cluster, ctas, max, non_portable, sm });
             }
-            if let Some(axis) = (0..3).find(|&a| grid[a] % cluster[a] != 0) {
+            if let Some(axis) = (0..3).find(|&a| !grid[a].is_multiple_of(cluster[a])) {
                 return Err(LimitError::ClusterGrid { grid, cluster, axis: AXES[axis] });
             }
         }

@@ -326,7 +326,8 @@ mod tests {
         assert_eq!(cluster_rank([1, 1, 1], [5, 7, 2]), 0);
         assert_eq!((0..6).map(|x| cluster_rank([2, 1, 1], [x, 0, 0])).collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1]);
         // A 2 x 2 x 2 cluster: rank = x + 2y + 4z of the position inside it.
-        assert_eq!(cluster_rank([2, 2, 2], [3, 2, 1]), 1 + 0 + 4);
+        // x 3 % 2 = 1, y 2 % 2 = 0, z 1: 1 + 2 * 0 + 4 * 1.
+        assert_eq!(cluster_rank([2, 2, 2], [3, 2, 1]), 5);
         assert_eq!(cluster_rank([4, 2, 1], [6, 3, 9]), 2 + 4);
     }
 

@@ -115,7 +115,7 @@ fn check_cluster(arch: &Arch, grid: [u32; 3], f: &LaunchFeatures) -> Result<(), 
     if ctas > u64::from(max) {
         return Err(QmdError::ClusterTooLarge { cluster, ctas, max, non_portable: f.non_portable_cluster });
     }
-    if grid.iter().zip(cluster).any(|(&g, c)| g % c != 0) {
+    if grid.iter().zip(cluster).any(|(&g, c)| !g.is_multiple_of(c)) {
         return Err(QmdError::GridNotWholeClusters { grid, cluster });
     }
     Ok(())
