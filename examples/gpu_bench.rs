@@ -88,6 +88,7 @@ fn layers<'s>(
         dynamic_shared_bytes: 0,
         local_bytes_per_thread: meta.local_bytes_per_thread,
         barrier_count: meta.barriers,
+        features: omega_hal::LaunchFeatures::NONE,
         num_elements: 1,
         args: &words,
         const_banks: &[],

@@ -226,6 +226,7 @@ fn the_simulator_itself_refuses_a_descriptor_past_its_limits() {
         dynamic_shared_bytes: 0,
         local_bytes_per_thread: 0,
         barrier_count: 0,
+        features: omega_hal::LaunchFeatures::NONE,
         num_elements: 0,
         args: &[0],
         const_banks: &[],

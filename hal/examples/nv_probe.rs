@@ -2,7 +2,8 @@
 //! device, measured in one process so the variants share the GPU's state.
 //!
 //! ```text
-//! nv_probe [DIR] [copies|launch|chain|all]   (DIR holds the cubins, default .gpu; default all)
+//! nv_probe [DIR] [copies|launch|chain|tma|cluster|smem|all]   (DIR holds the cubins, default .gpu;
+//!                                                              default all)
 //! ```
 //!
 //! - `copies`: the 1 GiB copy timeline — every copy timed on its own, on one buffer, again after two
@@ -15,6 +16,14 @@
 //!   a resubmitted (prepared) ordering submission still never overlaps and releases every new sequence,
 //!   and (with `scale_copy.cubin` in DIR) that each launch of a 64-launch chain reads what the one
 //!   before it wrote.
+//!
+//! - `tma`, `cluster`, `smem`: the Hopper launch features the GEMM kernels need, each a PASS/FAIL check
+//!   against a host reference on fresh random inputs, the output poisoned first (cubins from
+//!   kernels/cuda/probes/, built by tools/gpu/build.sh): a TMA tile load through a descriptor built on the
+//!   device, handed over as a `__grid_constant__` parameter (constant bank 0's parameter address) and
+//!   through global memory, also with the prepared encodings off so the parameter area is reused; cluster
+//!   launches (`__cluster_dims__` and QMD-only) with `%cluster_ctarank`, `%clusterid` and distributed
+//!   shared memory; a block with 227 KiB of dynamic shared memory.
 //!
 //! Times are read with a TSC timer calibrated against `Instant` (so a costly `clock_gettime` in a VM does
 //! not inflate sub-microsecond phases). Prints `probe.<metric> <value>` lines.
@@ -672,6 +681,390 @@ mod linux {
         }
     }
 
+    /// xorshift64*: the feature probes' inputs, seeded from the clock so every run checks fresh values.
+    struct Rng(u64);
+
+    impl Rng {
+        fn fresh(tag: &str) -> Rng {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+            let seed = t ^ 0x9e37_79b9_7f4a_7c15 | 1;
+            println!("# {tag}: seed {seed:#x}");
+            Rng(seed)
+        }
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A kernel's argument words: `values[i]`'s bytes at parameter `i`'s offset (from the cubin's
+    /// KPARAM_INFO), zeros between, rounded up to whole words.
+    fn pack(k: &Kernel, values: &[&[u8]]) -> Vec<u32> {
+        assert_eq!(values.len(), k.info.params.len(), "{}: argument count", k.info.name);
+        let mut bytes = vec![0u8; (k.info.param_bytes as usize).next_multiple_of(4)];
+        for (p, v) in k.info.params.iter().zip(values) {
+            assert_eq!(v.len(), p.size as usize, "{}: parameter {} size", k.info.name, p.ordinal);
+            bytes[p.offset as usize..p.offset as usize + v.len()].copy_from_slice(v);
+        }
+        bytes.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    /// `OmegaTmaArgs` of kernels/cuda/probes/tma_desc.cuh, 128 bytes: a 2-D tiled bf16 descriptor.
+    struct TmaArgs {
+        base: u64,
+        dims: [u32; 2],
+        row_bytes: u64,
+        box_dims: [u32; 2],
+        swizzle: u32,
+    }
+
+    /// PTX's `.bf16` element type for `tensormap.replace.tile.elemtype` (CUDA's enum says 9).
+    const PTX_ELEMTYPE_BF16: u32 = 10;
+
+    impl TmaArgs {
+        fn bytes(&self) -> [u8; 128] {
+            let mut b = [0u8; 128];
+            let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+            put(0, &self.base.to_le_bytes());
+            put(8, &self.row_bytes.to_le_bytes());
+            for i in 0..2 {
+                put(40 + 4 * i, &self.dims[i].to_le_bytes());
+                put(60 + 4 * i, &self.box_dims[i].to_le_bytes());
+                put(80 + 4 * i, &1u32.to_le_bytes());
+            }
+            put(100, &2u32.to_le_bytes());
+            put(104, &PTX_ELEMTYPE_BF16.to_le_bytes());
+            put(108, &self.swizzle.to_le_bytes());
+            b
+        }
+
+        /// What the box at (c0, c1) looks like in shared memory: row-major, zeros outside the tensor, and
+        /// with the 128-byte swizzle each 16-byte chunk j of row r at chunk j ^ (r % 8).
+        fn expected(&self, src: &[u16], c0: u32, c1: u32) -> Vec<u16> {
+            let [bw, bh] = self.box_dims.map(|d| d as usize);
+            let mut out = vec![0u16; bw * bh];
+            for y in 0..bh {
+                for x in 0..bw {
+                    let (gx, gy) = (c0 as usize + x, c1 as usize + y);
+                    let v = if gx < self.dims[0] as usize && gy < self.dims[1] as usize {
+                        src[gy * (self.row_bytes as usize / 2) + gx]
+                    } else {
+                        0
+                    };
+                    let at = match self.swizzle {
+                        0 => y * bw + x,
+                        3 => {
+                            assert_eq!(bw * 2, 128, "the 128-byte swizzle reference takes 128-byte rows");
+                            let (chunk, e) = (x / 8, x % 8);
+                            y * bw + ((chunk ^ (y % 8)) * 8) + e
+                        }
+                        other => unreachable!("no reference for swizzle {other}"),
+                    };
+                    out[at] = v;
+                }
+            }
+            out
+        }
+    }
+
+    impl Probe {
+        /// Submits `launches` and waits for both markers; the failure names `what`.
+        fn go(&mut self, what: &str, launches: &[LaunchDesc<'_>]) -> bool {
+            match self.run(launches, None) {
+                Ok(_) => true,
+                Err(e) => {
+                    self.report.fail(what, e);
+                    false
+                }
+            }
+        }
+
+        /// `file`'s `kernel`, or a failure naming the build step that makes it.
+        fn probe_kernel(&mut self, file: &str, kernel: &str) -> Option<Kernel> {
+            match self.gpu.load_kernel(file, kernel) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    self.report.fail(&format!("{file}/{kernel}"), format!("{e} (tools/gpu/build.sh builds it)"));
+                    None
+                }
+            }
+        }
+
+        // ----- tma ----------------------------------------------------------------------------------
+
+        /// Two descriptors built on the device (no swizzle, box 32 x 16; 128-byte swizzle, box 64 x 8) over
+        /// a random 200 x 96 bf16 tensor; each loads a box inside the tensor and one hanging over its
+        /// corner, through the `__grid_constant__` parameter and through global memory; then the same
+        /// with prepared encodings off, so consecutive launches reuse one parameter area.
+        fn tma(&mut self) {
+            println!("# tma: descriptors built on the device, loaded with cp.async.bulk.tensor");
+            let (Some(build), Some(by_param), Some(by_global)) = (
+                self.probe_kernel("probe_tma", "omega_tma_build"),
+                self.probe_kernel("probe_tma", "probe_tma_load_param"),
+                self.probe_kernel("probe_tma", "probe_tma_load_global"),
+            ) else {
+                return;
+            };
+            let mut rng = Rng::fresh("tma");
+            let (w, h) = (200u32, 96u32);
+            let src = self.alloc(u64::from(w * h) * 2, DATA, BufferKind::Data);
+            let host: Vec<u16> = (0..w * h).map(|_| rng.next() as u16).collect();
+            for (i, v) in host.iter().enumerate() {
+                self.gpu.bytes(&src)[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
+            }
+            self.to_gpu(&src, src.bytes);
+            let descs = [
+                TmaArgs { base: src.va, dims: [w, h], row_bytes: u64::from(w) * 2, box_dims: [32, 16], swizzle: 0 },
+                TmaArgs { base: src.va, dims: [w, h], row_bytes: u64::from(w) * 2, box_dims: [64, 8], swizzle: 3 },
+            ];
+            let args = self.alloc(128 * descs.len() as u64, DATA, BufferKind::Data);
+            let built = self.alloc(128 * descs.len() as u64, DATA, BufferKind::Data);
+            let status = self.alloc(4 * descs.len() as u64, DATA, BufferKind::Data);
+            for (i, d) in descs.iter().enumerate() {
+                self.gpu.bytes(&args)[128 * i..128 * (i + 1)].copy_from_slice(&d.bytes());
+            }
+            self.gpu.bytes(&built).fill(0xa5);
+            self.gpu.bytes(&status).fill(0);
+            for b in [&args, &built, &status] {
+                self.to_gpu(b, b.bytes);
+            }
+            let n = descs.len() as u32;
+            let words = pack(
+                &build,
+                &[&args.va.to_le_bytes(), &built.va.to_le_bytes(), &status.va.to_le_bytes(), &n.to_le_bytes()],
+            );
+            let ok = self.go("tma build", &[build.launch(&words, [32, 1, 1], [n, 1, 1], Order::AfterPrevious)]);
+            self.to_cpu(&built, built.bytes);
+            self.to_cpu(&status, status.bytes);
+            let st: Vec<u32> =
+                self.gpu.bytes(&status).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+            let images: Vec<[u8; 128]> =
+                (0..descs.len()).map(|i| self.gpu.bytes(&built)[128 * i..128 * (i + 1)].try_into().unwrap()).collect();
+            let fresh = images.iter().all(|d| d.iter().any(|&b| b != 0xa5));
+            if !self.report.check("tma build", ok && st.iter().all(|&s| s == 1) && fresh, format!("status {st:?}")) {
+                return;
+            }
+            for (i, img) in images.iter().enumerate() {
+                let hex: Vec<String> =
+                    img.chunks(8).map(|c| format!("{:016x}", u64::from_le_bytes(c.try_into().unwrap()))).collect();
+                println!("# tma descriptor {i} (swizzle {}): {}", descs[i].swizzle, hex.join(" "));
+            }
+            let out = self.alloc(64 * 64 * 2, DATA, BufferKind::Data);
+            for prepared in [true, false] {
+                self.tune(|c| c.tuning.prepared = prepared);
+                let tag = if prepared { "" } else { " (parameter area reused)" };
+                for (i, d) in descs.iter().enumerate() {
+                    let [bw, bh] = d.box_dims;
+                    let inside = (rng.below(u64::from(w - bw)) as u32, rng.below(u64::from(h - bh)) as u32);
+                    let corner = (w - bw / 2, h - bh / 2);
+                    for (where_, (c0, c1)) in [("inside", inside), ("over the corner", corner)] {
+                        let box_bytes = bw * bh * 2;
+                        let want = d.expected(&host, c0, c1);
+                        for path in ["param", "global"] {
+                            let poison = rng.next() as u16 | 1;
+                            for c in self.gpu.bytes(&out).chunks_mut(2) {
+                                c.copy_from_slice(&poison.to_le_bytes());
+                            }
+                            self.to_gpu(&out, out.bytes);
+                            let (c0b, c1b, bb) =
+                                ((c0 as i32).to_le_bytes(), (c1 as i32).to_le_bytes(), box_bytes.to_le_bytes());
+                            let desc_va = (built.va + 128 * i as u64).to_le_bytes();
+                            let words = if path == "param" {
+                                pack(&by_param, &[&img_of(&images, i), &out.va.to_le_bytes(), &c0b, &c1b, &bb])
+                            } else {
+                                pack(&by_global, &[&desc_va, &out.va.to_le_bytes(), &c0b, &c1b, &bb])
+                            };
+                            let k = if path == "param" { &by_param } else { &by_global };
+                            let name =
+                                format!("tma {path} swizzle {} box {bw}x{bh} {where_} ({c0}, {c1}){tag}", d.swizzle);
+                            if !self.go(&name, &[k.launch(&words, [128, 1, 1], [1, 1, 1], Order::AfterPrevious)]) {
+                                continue;
+                            }
+                            self.to_cpu(&out, out.bytes);
+                            let got: Vec<u16> = self.gpu.bytes(&out)[..box_bytes as usize]
+                                .chunks(2)
+                                .map(|c| u16::from_le_bytes(c.try_into().unwrap()))
+                                .collect();
+                            let bad = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+                            let first = got.iter().zip(&want).position(|(g, w)| g != w);
+                            let detail = match first {
+                                None => format!("{} elements match", want.len()),
+                                Some(at) => format!(
+                                    "{bad} of {} differ; first at {at}: got {:#06x}, want {:#06x}",
+                                    want.len(),
+                                    got[at],
+                                    want[at]
+                                ),
+                            };
+                            self.report.check(&name, bad == 0, detail);
+                        }
+                    }
+                }
+            }
+            self.tune(|_| {});
+            for b in [&src, &args, &built, &status, &out] {
+                self.gpu.free(b);
+            }
+            for k in [&build, &by_param, &by_global] {
+                self.gpu.free(&k.code);
+            }
+        }
+
+        // ----- cluster ------------------------------------------------------------------------------
+
+        /// `probe_cluster` (`__cluster_dims__(2, 1, 1)`, 8 blocks) and `probe_cluster_rt` (no attribute,
+        /// clusters of 4 from the QMD alone, 16 blocks): ranks, cluster ids, the count of CTAs that ran, and
+        /// each block's view of its neighbour's shared memory.
+        fn cluster(&mut self) {
+            println!("# cluster: QMD_TYPE GRID_GPC_CGA, %cluster_ctarank, distributed shared memory");
+            for (kernel, grid, fallback) in [("probe_cluster", 8u32, [2, 1, 1]), ("probe_cluster_rt", 16u32, [4, 1, 1])]
+            {
+                let Some(k) = self.probe_kernel("probe_cluster", kernel) else { continue };
+                let cluster = k.info.cluster_dims.unwrap_or(fallback);
+                let mut rng = Rng::fresh(kernel);
+                let salt = rng.next() as u32;
+                let per = 136usize;
+                let out = self.alloc(4 * (per as u64) * u64::from(grid), DATA, BufferKind::Data);
+                let count = self.alloc(4, DATA, BufferKind::Data);
+                let poison = rng.next() as u32;
+                for c in self.gpu.bytes(&out).chunks_mut(4) {
+                    c.copy_from_slice(&poison.to_le_bytes());
+                }
+                self.gpu.bytes(&count).fill(0);
+                self.to_gpu(&out, out.bytes);
+                self.to_gpu(&count, count.bytes);
+                let words = pack(
+                    &k,
+                    &[&out.va.to_le_bytes(), &count.va.to_le_bytes(), &grid.to_le_bytes(), &salt.to_le_bytes()],
+                );
+                let l = LaunchDesc {
+                    features: omega_hal::LaunchFeatures::cluster(cluster),
+                    ..k.launch(&words, [128, 1, 1], [grid, 1, 1], Order::AfterPrevious)
+                };
+                let name = format!("cluster {kernel} {cluster:?} x {grid} blocks");
+                if self.go(&name, &[l]) {
+                    self.to_cpu(&out, out.bytes);
+                    self.to_cpu(&count, count.bytes);
+                    let v: Vec<u32> =
+                        self.gpu.bytes(&out).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+                    let ran = u32::from_le_bytes(self.gpu.bytes(&count)[..4].try_into().unwrap());
+                    let size = cluster[0];
+                    let mut errors = Vec::new();
+                    for b in 0..grid {
+                        let o = &v[b as usize * per..(b as usize + 1) * per];
+                        let want = [b % size, b / size, grid / size, size, b, grid, b % size];
+                        if o[..7] != want {
+                            errors.push(format!(
+                                "block {b}: rank/id/nid/nrank/ctaid/nctaid/cluster_ctaid {:?}, want {want:?}",
+                                &o[..7]
+                            ));
+                        }
+                        let peer = b ^ 1;
+                        let bad = (0..128u32).filter(|&t| o[8 + t as usize] != (peer * 0x10000 + t * 7) ^ salt).count();
+                        if bad > 0 {
+                            errors.push(format!(
+                                "block {b}: {bad} of 128 values read from block {peer}'s shared memory are wrong"
+                            ));
+                        }
+                    }
+                    let explicit: Vec<u32> = (0..grid).map(|b| v[b as usize * per + 7]).collect();
+                    println!("# {kernel}: %is_explicit_cluster per block {explicit:?}");
+                    let detail = if errors.is_empty() {
+                        format!("{ran} CTAs ran; ranks, cluster ids and neighbours' shared memory all match")
+                    } else {
+                        format!(
+                            "{ran} CTAs ran (want {grid}); {}",
+                            errors.iter().take(4).cloned().collect::<Vec<_>>().join("; ")
+                        )
+                    };
+                    self.report.check(&name, errors.is_empty() && ran == grid, detail);
+                }
+                self.gpu.free(&out);
+                self.gpu.free(&count);
+                self.gpu.free(&k.code);
+            }
+        }
+
+        // ----- smem ---------------------------------------------------------------------------------
+
+        /// Four blocks of 1024 threads, each with 227 KiB of dynamic shared memory written and read back
+        /// reversed in full.
+        fn smem(&mut self) {
+            println!("# smem: 227 KiB of dynamic shared memory per block");
+            let Some(k) = self.probe_kernel("probe_smem", "probe_smem") else { return };
+            let dynamic = 227 * 1024u32;
+            let words = dynamic / 4;
+            let blocks = 4u32;
+            let mut rng = Rng::fresh("smem");
+            let input = self.alloc(u64::from(dynamic), DATA, BufferKind::Data);
+            let out = self.alloc(u64::from(dynamic) * u64::from(blocks), DATA, BufferKind::Data);
+            let meta = self.alloc(8 * u64::from(blocks), DATA, BufferKind::Data);
+            let host: Vec<u32> = (0..words).map(|_| rng.next() as u32).collect();
+            for (i, v) in host.iter().enumerate() {
+                self.gpu.bytes(&input)[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            let poison = rng.next() as u32;
+            for c in self.gpu.bytes(&out).chunks_mut(4) {
+                c.copy_from_slice(&poison.to_le_bytes());
+            }
+            self.gpu.bytes(&meta).fill(0xff);
+            for b in [&input, &out, &meta] {
+                self.to_gpu(b, b.bytes);
+            }
+            let args = pack(
+                &k,
+                &[&input.va.to_le_bytes(), &out.va.to_le_bytes(), &meta.va.to_le_bytes(), &words.to_le_bytes()],
+            );
+            let l = LaunchDesc {
+                shared_bytes: k.info.shared_bytes + dynamic,
+                dynamic_shared_bytes: dynamic,
+                ..k.launch(&args, [1024, 1, 1], [blocks, 1, 1], Order::AfterPrevious)
+            };
+            let name = format!("smem {} + {dynamic} bytes x {blocks} blocks", k.info.shared_bytes);
+            if self.go(&name, &[l]) {
+                self.to_cpu(&out, out.bytes);
+                self.to_cpu(&meta, meta.bytes);
+                let v: Vec<u32> =
+                    self.gpu.bytes(&out).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+                let m: Vec<u32> =
+                    self.gpu.bytes(&meta).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+                let mut bad = 0usize;
+                for b in 0..blocks {
+                    let key = b.wrapping_mul(0x9e37_79b9);
+                    for i in 0..words {
+                        if v[(b * words + i) as usize] != host[(words - 1 - i) as usize] ^ key {
+                            bad += 1;
+                        }
+                    }
+                }
+                let dyn_ok = (0..blocks as usize).all(|b| m[2 * b] == dynamic);
+                println!(
+                    "# smem: %dynamic_smem_size / %total_smem_size per block {:?}",
+                    m.chunks(2).collect::<Vec<_>>()
+                );
+                self.report.check(
+                    &name,
+                    bad == 0 && dyn_ok,
+                    format!("{bad} of {} words wrong; %dynamic_smem_size {} (want {dynamic})", words * blocks, m[0]),
+                );
+            }
+            for b in [&input, &out, &meta] {
+                self.gpu.free(b);
+            }
+            self.gpu.free(&k.code);
+        }
+    }
+
+    /// Descriptor `i`'s bytes, the value of a `__grid_constant__ CUtensorMap` parameter.
+    fn img_of(images: &[[u8; 128]], i: usize) -> [u8; 128] {
+        images[i]
+    }
+
     fn fmt_list(v: &[f64]) -> String {
         v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" ")
     }
@@ -708,6 +1101,15 @@ mod linux {
         let sc = p.gpu.dir.join("scale_copy.cubin").exists().then(|| p.load("scale_copy"));
         if what == "all" || what == "chain" {
             p.chain(&empty, &ts, sc.as_ref());
+        }
+        for (name, probe) in [
+            ("tma", Probe::tma as fn(&mut Probe)),
+            ("cluster", Probe::cluster as fn(&mut Probe)),
+            ("smem", Probe::smem as fn(&mut Probe)),
+        ] {
+            if what == "all" || what == name {
+                probe(&mut p);
+            }
         }
         let (hits, misses) = nv.prepared_stats();
         println!("# prepared submissions: {hits} hits, {misses} misses; failures {}", p.report.failures);

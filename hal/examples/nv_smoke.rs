@@ -260,6 +260,7 @@ mod linux {
                 dynamic_shared_bytes: 0,
                 local_bytes_per_thread: 0,
                 barrier_count: 0,
+                features: omega_hal::LaunchFeatures::NONE,
                 num_elements: 0,
                 args: &[],
                 const_banks: &[],

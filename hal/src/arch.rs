@@ -66,6 +66,12 @@ pub struct Cbuf0Layout {
     pub dynamic_shared: Option<u32>,
     /// Global-memory descriptor (u64) that every `LDG`/`STG` names (`desc[UR]`); 0 works (libcuda writes 0).
     pub global_memory_descriptor: u32,
+    /// The GPU address of the kernel parameters (u64), followed by the address just past them (u64),
+    /// where known. A `__grid_constant__` parameter whose address is taken (a `CUtensorMap` handed to
+    /// TMA) is addressed as `c[0x0][param_address] + offset`: without it TMA reads address 0 + offset.
+    ///
+    /// `None` for Blackwell: no sm_100/sm_121 SASS of ours reads it yet.
+    pub param_address: Option<u32>,
 }
 
 /// Everything chip-specific about one GPU architecture.
@@ -109,6 +115,10 @@ pub struct Arch {
     pub reserved_shared_bytes: u32,
     /// Most shared memory one block may use, reserved part included.
     pub max_shared_bytes: u32,
+    /// Most CTAs per cluster without the non-portable opt-in (CUDA's portable cluster size).
+    pub max_cluster_ctas: u32,
+    /// Most CTAs per cluster with the non-portable opt-in.
+    pub max_cluster_ctas_non_portable: u32,
     /// The L1/shared carve-outs an SM can be configured to, in KiB, ascending.
     pub shared_carveouts_kib: &'static [u32],
     /// Most threads resident on one SM.
@@ -177,6 +187,9 @@ pub const HOPPER: Arch = Arch {
         stack_top: 0x28,
         dynamic_shared: Some(0x2c),
         global_memory_descriptor: 0x208,
+        // libcuda writes the parameter block's start and end here (captured on the H200); nvcc's code
+        // for a `__grid_constant__` CUtensorMap adds the parameter's offset to this word.
+        param_address: Some(0x198),
     },
     stack_top_value: STACK_TOP_VALUE,
     stack_headroom: STACK_HEADROOM,
@@ -184,6 +197,8 @@ pub const HOPPER: Arch = Arch {
     max_cbuf_bytes: 0x10000,
     reserved_shared_bytes: 0x400,
     max_shared_bytes: 228 * 1024,
+    max_cluster_ctas: 8,
+    max_cluster_ctas_non_portable: 16,
     shared_carveouts_kib: CARVEOUTS_228,
     max_threads_per_sm: 2048,
     max_blocks_per_sm: 32,
@@ -216,6 +231,8 @@ pub const BLACKWELL_GB10: Arch = Arch {
     max_cbuf_bytes: 0x10000,
     reserved_shared_bytes: 0x400,
     max_shared_bytes: 100 * 1024,
+    max_cluster_ctas: 8,
+    max_cluster_ctas_non_portable: 8,
     shared_carveouts_kib: CARVEOUTS_100,
     max_threads_per_sm: 1536,
     max_blocks_per_sm: 24,
@@ -244,6 +261,8 @@ pub const BLACKWELL_GB100: Arch = Arch {
     max_cbuf_bytes: 0x10000,
     reserved_shared_bytes: 0x400,
     max_shared_bytes: 228 * 1024,
+    max_cluster_ctas: 8,
+    max_cluster_ctas_non_portable: 16,
     shared_carveouts_kib: CARVEOUTS_228,
     max_threads_per_sm: 2048,
     max_blocks_per_sm: 32,
@@ -262,6 +281,7 @@ const BLACKWELL_CBUF0: Cbuf0Layout = Cbuf0Layout {
     stack_top: 0x37c,
     dynamic_shared: None,
     global_memory_descriptor: 0x358,
+    param_address: None,
 };
 
 /// Every architecture the backend knows, newest last.
@@ -340,7 +360,20 @@ impl Arch {
     /// max 58; for a 9 KiB kernel of 128 threads: 144 KiB needs the 164 KiB carve-out, so
     /// min = target = 42. Returns `None` when one block does not fit at all.
     pub fn sm_config(&self, shared_bytes: u32, threads_per_block: u32, registers: u32) -> Option<SmConfig> {
-        let one = self.carveout_for(u64::from(shared_bytes))?;
+        self.sm_config_at_least(shared_bytes, threads_per_block, registers, 0)
+    }
+
+    /// [`Arch::sm_config`], with `min` and `target` raised to at least the carve-out holding
+    /// `carveout_kib` KiB (a launch's [`LaunchFeatures::carveout_kib`](crate::LaunchFeatures::carveout_kib);
+    /// 0 adds nothing). `None` also when `carveout_kib` is past the largest carve-out.
+    pub fn sm_config_at_least(
+        &self,
+        shared_bytes: u32,
+        threads_per_block: u32,
+        registers: u32,
+        carveout_kib: u32,
+    ) -> Option<SmConfig> {
+        let one = self.carveout_for(u64::from(shared_bytes).max(u64::from(carveout_kib) * 1024))?;
         let blocks = self.resident_blocks(threads_per_block, registers);
         let wanted = u64::from(shared_bytes) * u64::from(blocks);
         let largest = *self.shared_carveouts_kib.last()?;

@@ -60,7 +60,10 @@ pub use host::HostMemory;
 pub use lock::{ProcessLock, SESSION_LOCK_ID};
 pub use memory::{Allocation, DeviceMemory, MemInfo};
 pub use poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
-pub use queue::{ConstBank, LaunchDesc, LaunchLimits, LimitError, Order, QueueBuffer, Submission, SubmitQueue};
+pub use queue::{
+    ClusterScheduling, ConstBank, LaunchDesc, LaunchFeatures, LaunchLimits, LimitError, Order, QueueBuffer, Submission,
+    SubmitQueue,
+};
 pub use visibility::Visibility;
 
 /// A platform: the service table behind one contract.

@@ -436,6 +436,7 @@ fn a_qmd_from_a_parsed_kernel() {
         shared_bytes: k.shared_bytes + 256 * 4,
         local_bytes_per_thread: k.local_bytes_per_thread,
         barrier_count: k.barriers,
+        features: omega_hal::LaunchFeatures::NONE,
         cbuf0_va: 0x10_0001_0000,
         cbuf0_bytes: k.param_base + k.param_bytes,
         release0: Some((0x10_0002_0000, 1)),

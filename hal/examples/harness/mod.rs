@@ -144,7 +144,13 @@ impl Gpu {
 
     /// `<dir>/<name>.cubin`, parsed for the open device and written, relocated, to a code buffer.
     pub fn load(&self, name: &str) -> Result<Kernel, String> {
-        let path = self.dir.join(format!("{name}.cubin"));
+        self.load_kernel(name, name)
+    }
+
+    /// Kernel `kernel` of `<dir>/<file>.cubin` (a module of several kernels), loaded as [`Gpu::load`] does.
+    pub fn load_kernel(&self, file: &str, kernel: &str) -> Result<Kernel, String> {
+        let name = kernel;
+        let path = self.dir.join(format!("{file}.cubin"));
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let arch = self.nv.arch().ok_or("device not open")?;
         let module = Module::parse(&bytes, arch).map_err(|e| e.to_string())?;
@@ -186,6 +192,7 @@ impl Kernel {
             dynamic_shared_bytes: 0,
             local_bytes_per_thread: self.info.local_bytes_per_thread,
             barrier_count: self.info.barriers,
+            features: omega_hal::LaunchFeatures::NONE,
             num_elements: 0,
             args,
             const_banks: &[],

@@ -185,6 +185,11 @@ impl OmegaGpuLaunchLimits {
             max_registers: self.max_registers,
             max_shared_bytes: self.max_shared_bytes,
             reserved_shared_bytes: self.reserved_shared_bytes,
+            // `OmegaGpuLaunchDesc` has no words for a cluster or a carve-out, so a table platform is
+            // asked for neither: the session refuses them by these limits before anything reaches C.
+            max_cluster_ctas: 1,
+            max_cluster_ctas_non_portable: 1,
+            max_carveout_kib: 0,
         }
     }
 

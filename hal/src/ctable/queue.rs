@@ -7,7 +7,7 @@ use super::{
 };
 use crate::caps::Refusal;
 use crate::error::HalError;
-use crate::queue::{ConstBank, LaunchDesc, Order, QueueBuffer, Submission, SubmitQueue};
+use crate::queue::{ConstBank, LaunchDesc, LaunchFeatures, Order, QueueBuffer, Submission, SubmitQueue};
 use crate::sync::{self, Mutex};
 
 use super::{read_c_text, OmegaGpuQueueBuffer};
@@ -161,6 +161,8 @@ impl<'a> Unflat<'a> {
                 dynamic_shared_bytes: l.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
                 barrier_count: l.barrier_count,
+                // `OmegaGpuLaunchDesc` carries no cluster or carve-out (its platforms declare none).
+                features: LaunchFeatures::NONE,
                 num_elements: l.num_elements,
                 // SAFETY: `Unflat::new`'s caller promised `n_args` valid words at `args` for `'a`.
                 args: unsafe { slice(l.args, l.n_args) },
@@ -175,6 +177,14 @@ impl<'a> Unflat<'a> {
 
 impl SubmitQueue for TablePlatform {
     unsafe fn submit(&self, s: &Submission<'_>) -> Result<(), HalError> {
+        // A cluster or a carve-out has no word in `OmegaGpuLaunchDesc`: refused rather than dropped (the
+        // table platform's limits, `max_cluster_ctas` 1 and `max_carveout_kib` 0, refuse them earlier).
+        if let Some(i) = s.launches.iter().position(|l| l.features != LaunchFeatures::NONE) {
+            return Err(HalError::Unsupported(format!(
+                "table platform: launch {i} asks for {:?}; OmegaGpuLaunchDesc has no cluster or carve-out words",
+                s.launches[i].features
+            )));
+        }
         let flat = Flat::new(s);
         debug_assert_eq!(flat.len(), s.launches.len());
         let mut err = OmegaGpuPlatformError::NONE;

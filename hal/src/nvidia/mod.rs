@@ -476,6 +476,11 @@ impl Platform for Nvidia {
                 sm: arch.sm,
                 max_shared_bytes: arch.max_shared_bytes,
                 reserved_shared_bytes: arch.reserved_shared_bytes,
+                // Clusters only where the QMD layout's cluster fields were read (V04); elsewhere the
+                // encoder would refuse them, so the limits say so first.
+                max_cluster_ctas: qmd::cluster_limits(arch).0,
+                max_cluster_ctas_non_portable: qmd::cluster_limits(arch).1,
+                max_carveout_kib: arch.shared_carveouts_kib.last().copied().unwrap_or(0),
                 ..crate::LaunchLimits::SM_90
             },
         }

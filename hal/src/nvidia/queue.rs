@@ -151,6 +151,7 @@ pub(crate) struct QmdKey {
     local_bytes_per_thread: u32,
     barrier_count: u32,
     cbuf0_bytes: u32,
+    features: crate::queue::LaunchFeatures,
 }
 
 /// Templates kept at most; the cache is emptied when it would grow past this.
@@ -172,6 +173,7 @@ pub(crate) fn qmd_from_template(
         local_bytes_per_thread: p.local_bytes_per_thread,
         barrier_count: p.barrier_count,
         cbuf0_bytes: p.cbuf0_bytes,
+        features: p.features,
     };
     let mut q = match cache.get(&key) {
         Some(t) => *t,
@@ -432,6 +434,13 @@ fn submission_key(w: &Work<'_, '_>, key: &mut Vec<u32>) {
             l.args.len() as u32,
             l.const_banks.len() as u32,
         ]);
+        let f = &l.features;
+        let scheduling = match f.cluster_scheduling {
+            crate::queue::ClusterScheduling::LoadBalancing => 0,
+            crate::queue::ClusterScheduling::MultiCast => 1,
+        };
+        key.extend_from_slice(&f.cluster);
+        key.extend_from_slice(&[f.non_portable_cluster as u32, scheduling, f.carveout_kib]);
         key.extend_from_slice(l.args);
         for b in l.const_banks {
             key.push(b.index);
@@ -671,6 +680,7 @@ impl Queue {
                 shared_window: SHARED_WINDOW,
                 local_window: LOCAL_WINDOW,
                 dynamic_shared_bytes: d.dynamic_shared_bytes,
+                cbuf0_va: cbuf_va,
             };
             qmd::fill_cbuf0(arch, &p, d.args, cbuf);
             // `d.num_elements` is not encoded: neither QMD V04_00 nor V05_00 has a word for it (see
@@ -689,6 +699,7 @@ impl Queue {
                 release0: last.then_some((s.markers[0].va, s.sequence)),
                 release1: s.stamps.map(|st| (st.va + 16 * i as u64, s.sequence)),
                 dependent: (w.chain && !last).then(|| (base_va + offsets[k + 1], t.chain_action)),
+                features: d.features,
             };
             let mut q = qmd_from_template(arch, &mut self.templates, &params).map_err(|e| encode_error(i, e))?;
             tune_qmd(arch, &mut q, d, t, params.dependent.is_some(), w.chain, last).map_err(|e| encode_error(i, e))?;
@@ -784,14 +795,17 @@ mod tests {
             QmdParams { cbuf0_va: 0x10_0000_0580, release0: None, dependent: None, ..base },
             QmdParams { release1: None, release0: Some((0x10_0001_0010, 0xffff_fffe)), ..base },
             QmdParams { grid: [3, 2, 1], ..base },
+            QmdParams { grid: [4096, 1, 1], features: crate::queue::LaunchFeatures::cluster([2, 1, 1]), ..base },
+            QmdParams { grid: [4096, 1, 1], ..base },
         ];
         for (i, p) in variants.iter().enumerate() {
             let fresh = qmd::encode(&HOPPER, p).unwrap();
             let patched = qmd_from_template(&HOPPER, &mut cache, p).unwrap();
             assert_eq!(patched, fresh, "variant {i}");
         }
-        // The first three share a template; the fourth (another grid) has its own.
-        assert_eq!(cache.len(), 2);
+        // The first three share a template; the others (another grid, a cluster, the same grid without
+        // the cluster) have their own: a cluster is part of the template's key.
+        assert_eq!(cache.len(), 4);
         // A template encoded with a dependent must not leak it into a launch without one.
         let again = qmd_from_template(&HOPPER, &mut cache, &variants[1]).unwrap();
         assert_eq!(again, qmd::encode(&HOPPER, &variants[1]).unwrap());
@@ -813,6 +827,7 @@ mod tests {
             release0: Some((0x10_0001_0000, payload0)),
             release1: Some((0x10_0001_0040, payload1)),
             dependent: None,
+            features: crate::queue::LaunchFeatures::NONE,
         }
     }
 
@@ -901,6 +916,7 @@ mod tests {
                 shared_window: SHARED_WINDOW,
                 local_window: LOCAL_WINDOW,
                 dynamic_shared_bytes: 0,
+                cbuf0_va: 0x10_0000_0180,
             };
             qmd::fill_cbuf0(&HOPPER, &p, &vec![9; n], &mut out);
             assert_eq!(out.len() as u64, cbuf_words(&HOPPER, n), "{n} arguments");
@@ -922,6 +938,7 @@ mod tests {
             dynamic_shared_bytes: 0,
             local_bytes_per_thread: 0,
             barrier_count: 1,
+            features: crate::queue::LaunchFeatures::NONE,
             num_elements: 0,
             args: &args,
             const_banks: &[],
@@ -949,6 +966,19 @@ mod tests {
         let moved = [crate::queue::ConstBank { va: 0x10_0004_0240, ..bank[0] }];
         let banked = [l, LaunchDesc { const_banks: &bank, ..l }];
         let rebanked = [l, LaunchDesc { const_banks: &moved, ..l }];
+        let clustered = [l, LaunchDesc { features: crate::queue::LaunchFeatures::cluster([2, 1, 1]), ..l }];
+        let multicast = [
+            l,
+            LaunchDesc {
+                features: crate::queue::LaunchFeatures {
+                    cluster_scheduling: crate::queue::ClusterScheduling::MultiCast,
+                    ..clustered[1].features
+                },
+                ..l
+            },
+        ];
+        let carved =
+            [l, LaunchDesc { features: crate::queue::LaunchFeatures { carveout_kib: 228, ..l.features }, ..l }];
         let banked_key = key(&Submission { launches: &banked, ..sub }, &t);
         assert_ne!(key(&Submission { launches: &rebanked, ..sub }, &t), banked_key, "bank address must change the key");
         for (what, s) in [
@@ -959,6 +989,8 @@ mod tests {
             ("count", Submission { launches: &longer, ..sub }),
             ("marker 0", Submission { markers: [m(0x2000), m(0x1010)], ..sub }),
             ("stamps", Submission { stamps: Some(m(0x3000)), ..sub }),
+            ("cluster", Submission { launches: &clustered, ..sub }),
+            ("carve-out", Submission { launches: &carved, ..sub }),
         ] {
             assert_ne!(key(&s, &t), k0, "{what} must change the key");
         }
@@ -971,6 +1003,11 @@ mod tests {
             assert_ne!(key(&sub, &other), k0, "the tuning must change the key: {other:?}");
         }
         assert_ne!(key_hash(&k0), key_hash(&key(&Submission { launches: &changed, ..sub }, &t)));
+        assert_ne!(
+            key(&Submission { launches: &multicast, ..sub }, &t),
+            key(&Submission { launches: &clustered, ..sub }, &t),
+            "the cluster scheduling must change the key"
+        );
     }
 
     #[test]

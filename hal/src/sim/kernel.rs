@@ -127,6 +127,14 @@ impl Shape {
     }
 }
 
+/// `%cluster_ctarank` of the block at `ctaid` in clusters of `cluster` CTAs: the linear index of
+/// `%cluster_ctaid` (= `ctaid` modulo the cluster), x fastest.
+pub fn cluster_rank(cluster: [u32; 3], ctaid: [u32; 3]) -> u32 {
+    let [cx, cy, cz] = cluster.map(|c| c.max(1));
+    let [x, y, z] = [ctaid[0] % cx, ctaid[1] % cy, ctaid[2] % cz];
+    x + cx * (y + cy * z)
+}
+
 /// The x, y, z coordinates of linear index `i` in a box of `dims` (x fastest). Each coordinate is below its
 /// side, so it fits in a u32.
 fn split(i: u64, dims: [u32; 3]) -> [u32; 3] {
@@ -141,6 +149,8 @@ pub struct KernelCtx<'a> {
     pub block: [u32; 3],
     /// Blocks per grid.
     pub grid: [u32; 3],
+    /// CTAs per cluster (`[1, 1, 1]` without a cluster); the grid is a whole number of clusters.
+    pub cluster: [u32; 3],
     /// Dynamic shared memory bytes.
     pub dynamic_shared_bytes: u32,
     /// Parameter words as laid out in constant bank 0.
@@ -179,6 +189,17 @@ impl KernelCtx<'_> {
     /// Total threads in the grid along x.
     pub fn threads_x(&self) -> u64 {
         self.block[0] as u64 * self.grid[0] as u64
+    }
+
+    /// `%cluster_ctarank` of the block at `%ctaid` = `ctaid`: its linear index inside its cluster, x
+    /// fastest.
+    pub fn cluster_rank(&self, ctaid: [u32; 3]) -> u32 {
+        cluster_rank(self.cluster, ctaid)
+    }
+
+    /// `%clusterid` of the block at `ctaid`: which cluster of the grid it belongs to.
+    pub fn cluster_id(&self, ctaid: [u32; 3]) -> [u32; 3] {
+        core::array::from_fn(|a| ctaid[a] / self.cluster[a].max(1))
     }
 
     /// The launch's shape.
@@ -299,6 +320,16 @@ impl KernelCtx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_ranks_are_linear_inside_each_cluster_x_fastest() {
+        assert_eq!(cluster_rank([1, 1, 1], [5, 7, 2]), 0);
+        assert_eq!((0..6).map(|x| cluster_rank([2, 1, 1], [x, 0, 0])).collect::<Vec<_>>(), [0, 1, 0, 1, 0, 1]);
+        // A 2 x 2 x 2 cluster: rank = x + 2y + 4z of the position inside it.
+        // x 3 % 2 = 1, y 2 % 2 = 0, z 1: 1 + 2 * 0 + 4 * 1.
+        assert_eq!(cluster_rank([2, 2, 2], [3, 2, 1]), 5);
+        assert_eq!(cluster_rank([4, 2, 1], [6, 3, 9]), 2 + 4);
+    }
 
     #[test]
     fn code_image_round_trips_and_rejects_foreign_bytes() {

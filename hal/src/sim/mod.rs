@@ -34,8 +34,8 @@ mod visibility;
 
 pub use clock::{SimClock, YIELD_NS};
 pub use kernel::{
-    code_image, code_image_with_symbols, parse_code_image, parse_code_image_symbols, HostKernel, KernelCtx,
-    KernelError, Shape, CODE_MAGIC,
+    cluster_rank, code_image, code_image_with_symbols, parse_code_image, parse_code_image_symbols, HostKernel,
+    KernelCtx, KernelError, Shape, CODE_MAGIC,
 };
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -86,6 +86,9 @@ pub struct LaunchRecord {
     pub dynamic_shared_bytes: u32,
     /// Local bytes per thread.
     pub local_bytes_per_thread: u32,
+    /// Clusters and carve-out, as asked for (the simulator runs blocks one after another, so a cluster
+    /// changes only what its kernels see: [`KernelCtx::cluster_rank`] and [`KernelCtx::cluster_id`]).
+    pub features: crate::LaunchFeatures,
     /// The descriptor's `num_elements` word, as the session handed it over.
     pub num_elements: u32,
     /// Parameter words.

@@ -104,6 +104,7 @@ impl SubmitQueue for Sim {
                     shared_bytes: l.shared_bytes,
                     dynamic_shared_bytes: l.dynamic_shared_bytes,
                     local_bytes_per_thread: l.local_bytes_per_thread,
+                    features: l.features,
                     num_elements: l.num_elements,
                     args: l.args.to_vec(),
                     order: l.order,
@@ -148,6 +149,7 @@ impl Sim {
                     let mut ctx = KernelCtx {
                         block: run.record.block,
                         grid: run.record.grid,
+                        cluster: run.record.features.cluster,
                         dynamic_shared_bytes: run.record.dynamic_shared_bytes,
                         args: &run.record.args,
                         start_ns: run.record.start_ns,

@@ -337,6 +337,7 @@ impl<'r> CmdList<'r> {
                 dynamic_shared_bytes: l.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
                 barrier_count: l.barrier_count,
+                features: omega_hal::LaunchFeatures::NONE,
                 num_elements: l.num_elements,
                 args: &self.args[l.args.0..l.args.0 + l.args.1],
                 const_banks: &self.banks[l.banks.0..l.banks.0 + l.banks.1],

@@ -302,6 +302,7 @@ impl Runtime {
             dynamic_shared_bytes: spec.dynamic_shared_bytes,
             local_bytes_per_thread: meta.local_bytes_per_thread,
             barrier_count: meta.barriers,
+            features: omega_hal::LaunchFeatures::NONE,
             num_elements: spec.num_elements,
             args: spec.args,
             const_banks: banks,

@@ -15,6 +15,10 @@ pub struct Cbuf0Params {
     pub local_window: u64,
     /// The dynamic part of the launch's shared memory, in bytes.
     pub dynamic_shared_bytes: u32,
+    /// GPU address the bank itself is placed at (64-byte aligned, as the QMD requires): the parameters
+    /// lie at `cbuf0_va + param_base`, and that address goes into the bank's
+    /// [`param_address`](crate::arch::Cbuf0Layout::param_address) word.
+    pub cbuf0_va: u64,
 }
 
 /// Builds constant bank 0 for one launch into `out`: the driver words of `arch`, zeros elsewhere, then
@@ -22,8 +26,14 @@ pub struct Cbuf0Params {
 /// (what the QMD's size field can express), and its previous contents are discarded.
 ///
 /// Written: block and grid dimensions, both windows, the stack top (0xfffdc0), the dynamic shared size
-/// where the arch has a word for it, and 0 as the global-memory descriptor. The bank's address must be
-/// 64-byte aligned; that is the caller's allocation.
+/// where the arch has a word for it, 0 as the global-memory descriptor, and, where the arch has the
+/// word (0x198 on Hopper), the GPU address of the parameters and of the byte after them. The bank's
+/// address must be 64-byte aligned; that is the caller's allocation.
+///
+/// The parameter address is what `__grid_constant__` parameters are read through: nvcc places a
+/// `CUtensorMap` parameter at a parameter offset whose bank offset (`param_base` + offset) is a
+/// multiple of 64 (0x70 on sm_90: bank offset 0x280), and TMA fetches it from `c[0x0][0x198]` + offset,
+/// so the descriptor is as aligned as the bank.
 ///
 /// # Panics
 /// When `args` is longer than [`Arch::max_param_bytes`]: the session checks argument sizes against the
@@ -56,6 +66,14 @@ pub fn fill_cbuf0(arch: &Arch, p: &Cbuf0Params, args: &[u32], out: &mut Vec<u32>
     }
     put(c.global_memory_descriptor, 0);
     put(c.global_memory_descriptor + 4, 0);
+    if let Some(offset) = c.param_address {
+        let start = p.cbuf0_va + u64::from(arch.param_base);
+        let end = start + 4 * args.len() as u64;
+        for (at, value) in [(offset, start), (offset + 8, end)] {
+            put(at, value as u32);
+            put(at + 4, (value >> 32) as u32);
+        }
+    }
     out[base..base + args.len()].copy_from_slice(args);
 }
 
@@ -72,6 +90,7 @@ mod tests {
             shared_window: 0x7294_0000_0000,
             local_window: 0x7293_0000_0000,
             dynamic_shared_bytes: 0x1000,
+            cbuf0_va: 0x10_0000_2180,
         };
         let mut out = vec![0xdead_beef; 3];
         fill_cbuf0(&HOPPER, &p, &[0x1111, 0x2222, 0x3333, 0x4444, 5, 6, 7], &mut out);
@@ -87,8 +106,11 @@ mod tests {
         assert_eq!([at(0x208), at(0x20c)], [0, 0]);
         assert_eq!(&out[0x210 / 4..0x210 / 4 + 7], &[0x1111, 0x2222, 0x3333, 0x4444, 5, 6, 7]);
         assert_eq!(at(0x22c), 0, "padding");
+        // 0x198: where the parameters lie (bank + 0x210), 0x1a0: the byte after the 28 parameter bytes.
+        assert_eq!([at(0x198), at(0x19c)], [0x0000_2390, 0x10]);
+        assert_eq!([at(0x1a0), at(0x1a4)], [0x0000_23ac, 0x10]);
         // Every other driver word is zero (the old contents are gone).
-        let written = [0x0, 0x4, 0x8, 0xc, 0x10, 0x14, 0x1c, 0x24, 0x28, 0x2c];
+        let written = [0x0, 0x4, 0x8, 0xc, 0x10, 0x14, 0x1c, 0x24, 0x28, 0x2c, 0x198, 0x19c, 0x1a0, 0x1a4];
         for off in (0..0x210).step_by(4).filter(|o| !written.contains(o)) {
             assert_eq!(at(off), 0, "word {off:#x}");
         }
@@ -102,6 +124,7 @@ mod tests {
             shared_window: 0x1_2345_6789_0000,
             local_window: 0x9_8765_4321_0000,
             dynamic_shared_bytes: 0x800,
+            cbuf0_va: 0x10_0000_0000,
         };
         let mut out = Vec::new();
         fill_cbuf0(&BLACKWELL_GB10, &p, &[0xaa], &mut out);
@@ -114,12 +137,20 @@ mod tests {
         assert_eq!(at(0x37c), 0xfffdc0);
         assert_eq!(at(0x380), 0xaa);
         assert_eq!(out.iter().filter(|&&w| w == 0x800).count(), 0, "no dynamic-shared word on Blackwell");
+        assert_eq!(out.iter().filter(|&&w| w == 0x10).count(), 0, "no parameter-address word on Blackwell (yet)");
     }
 
     #[test]
     #[should_panic(expected = "parameter bytes exceed")]
     fn cbuf0_refuses_oversized_arguments() {
-        let p = Cbuf0Params { block: [1; 3], grid: [1; 3], shared_window: 0, local_window: 0, dynamic_shared_bytes: 0 };
+        let p = Cbuf0Params {
+            block: [1; 3],
+            grid: [1; 3],
+            shared_window: 0,
+            local_window: 0,
+            dynamic_shared_bytes: 0,
+            cbuf0_va: 0,
+        };
         fill_cbuf0(&HOPPER, &p, &vec![0; 8192], &mut Vec::new());
     }
 }

@@ -39,6 +39,12 @@ pub struct DecodedQmd {
     pub release: [Option<(u64, u32)>; 2],
     /// Dependent QMD 0: (address, action value, prefetch) when enabled.
     pub dependent: Option<(u64, u32, bool)>,
+    /// `GPC_CGA_WIDTH/HEIGHT/DEPTH` (all 0 on a plain grid, and where the layout has no such fields).
+    pub gpc_cga: [u32; 3],
+    /// `CGA_CTA_DISTRIBUTION_MODE` (0 where the layout has no such field).
+    pub cga_distribution_mode: u32,
+    /// `GPU_CGA_WIDTH/HEIGHT/DEPTH` (never written by the encoder).
+    pub gpu_cga: [u32; 3],
 }
 
 /// Reads a QMD of `arch`'s layout back.
@@ -68,6 +74,9 @@ pub fn decode(arch: &Arch, q: &[u32; QMD_WORDS]) -> DecodedQmd {
         release,
         dependent: (g(l.dependent_enable) == 1)
             .then(|| (g(l.dependent_pointer) << 8, g32(l.dependent_action), g(l.dependent_prefetch) == 1)),
+        gpc_cga: l.gpc_cga.map_or([0; 3], |f| f.map(g32)),
+        cga_distribution_mode: l.cga_distribution_mode.map_or(0, g32),
+        gpu_cga: l.gpu_cga.map_or([0; 3], |f| f.map(g32)),
     }
 }
 
@@ -96,6 +105,21 @@ mod tests {
             assert_eq!(d.release, [p.release0, p.release1]);
             assert_eq!(d.dependent, Some((0x4_0000, 4, true)));
             assert_eq!(d.prefetch, (p.program_va & !0xff, 0xa00));
+            assert_eq!((d.gpc_cga, d.cga_distribution_mode, d.gpu_cga), ([0; 3], 0, [0; 3]));
         }
+    }
+
+    #[test]
+    fn decode_reads_a_cluster_back() {
+        let mut p = k_params();
+        p.grid = [8, 6, 2];
+        p.features = crate::queue::LaunchFeatures {
+            cluster: [2, 3, 1],
+            cluster_scheduling: crate::queue::ClusterScheduling::MultiCast,
+            ..crate::queue::LaunchFeatures::NONE
+        };
+        let d = decode(&HOPPER, &encode(&HOPPER, &p).unwrap());
+        assert_eq!((d.qmd_type, d.gpc_cga, d.cga_distribution_mode, d.gpu_cga), (3, [2, 3, 1], 1, [0; 3]));
+        assert_eq!(d.grid, [8, 6, 2], "the grid stays in CTAs");
     }
 }

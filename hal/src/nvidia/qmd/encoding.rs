@@ -1,9 +1,10 @@
 //! Encoding: one launch's parameters into a fresh QMD ([`encode`]), and the setters that patch one in
 //! place — releases, the dependent QMD, constant banks, and the encoding choices the queue tunes.
 
-use super::fields::{layout, set_field, Field};
-use super::{QmdError, QMD_WORDS};
+use super::fields::{layout, set_field, Field, QMD_TYPE_GRID_CTA, QMD_TYPE_GRID_GPC_CGA};
+use super::{cluster_limits, QmdError, QMD_WORDS};
 use crate::arch::Arch;
+use crate::queue::{ClusterScheduling, LaunchFeatures};
 
 /// What a dependent QMD pointer does when this launch completes (`DEPENDENT_QMD_ACTION`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,9 @@ pub struct QmdParams {
     pub release1: Option<(u64, u32)>,
     /// A QMD (256-byte aligned, below 2^40) to act on when this one completes.
     pub dependent: Option<(u64, DependentAction)>,
+    /// The cluster shape and the carve-out ([`LaunchFeatures::NONE`]: a plain grid, the carve-out chosen
+    /// from the shared size and occupancy).
+    pub features: LaunchFeatures,
 }
 
 /// Checks `va` against an alignment and an address limit.
@@ -88,6 +92,31 @@ fn check_shape(p: &QmdParams) -> Result<(), QmdError> {
     let threads = p.block.iter().map(|&d| u64::from(d)).product::<u64>();
     if threads > 1024 {
         return Err(QmdError::TooManyThreads { threads });
+    }
+    Ok(())
+}
+
+/// A cluster `arch`'s QMD can carry and `grid` divides into: no zero side, at most the arch's CTAs per
+/// cluster (portable or, with the opt-in, non-portable), every grid side a multiple of the cluster's.
+fn check_cluster(arch: &Arch, grid: [u32; 3], f: &LaunchFeatures) -> Result<(), QmdError> {
+    if !f.has_cluster() {
+        return Ok(());
+    }
+    let cluster = f.cluster;
+    if cluster.contains(&0) {
+        return Err(QmdError::ZeroDimension { what: "cluster", dims: cluster });
+    }
+    if layout(arch.qmd_version).gpc_cga.is_none() {
+        return Err(QmdError::NotInLayout { field: "GPC_CGA_WIDTH", version: arch.qmd_version });
+    }
+    let (portable, non_portable) = cluster_limits(arch);
+    let max = if f.non_portable_cluster { non_portable } else { portable };
+    let ctas = f.cluster_ctas();
+    if ctas > u64::from(max) {
+        return Err(QmdError::ClusterTooLarge { cluster, ctas, max, non_portable: f.non_portable_cluster });
+    }
+    if grid.iter().zip(cluster).any(|(&g, c)| !g.is_multiple_of(c)) {
+        return Err(QmdError::GridNotWholeClusters { grid, cluster });
     }
     Ok(())
 }
@@ -240,6 +269,29 @@ fn known(arch: &Arch, field: Option<Field>, name: &'static str) -> Result<Field,
     field.ok_or(QmdError::NotInLayout { field: name, version: arch.qmd_version })
 }
 
+/// Writes a cluster launch's fields: `QMD_TYPE` = GRID_GPC_CGA, the CTAs per cluster in
+/// `GPC_CGA_WIDTH/HEIGHT/DEPTH`, and `CGA_CTA_DISTRIBUTION_MODE`. The grid fields keep counting CTAs, as
+/// CUDA's `gridDim` does (READ from the field names only; the cluster probe checks it on the H200).
+fn set_cluster(arch: &Arch, q: &mut [u32; QMD_WORDS], f: &LaunchFeatures) -> Result<(), QmdError> {
+    let l = layout(arch.qmd_version);
+    let dims = known3(arch, l.gpc_cga, "GPC_CGA_WIDTH")?;
+    let mode = known(arch, l.cga_distribution_mode, "CGA_CTA_DISTRIBUTION_MODE")?;
+    set_field(q, l.qmd_type, QMD_TYPE_GRID_GPC_CGA)?;
+    for (field, &side) in dims.iter().zip(&f.cluster) {
+        set_field(q, *field, u64::from(side))?;
+    }
+    let multicast = match f.cluster_scheduling {
+        ClusterScheduling::LoadBalancing => 0,
+        ClusterScheduling::MultiCast => 1,
+    };
+    set_field(q, mode, multicast)
+}
+
+/// The three fields of `arch`'s layout, or the refusal naming the first.
+fn known3(arch: &Arch, fields: Option<[Field; 3]>, name: &'static str) -> Result<[Field; 3], QmdError> {
+    fields.ok_or(QmdError::NotInLayout { field: name, version: arch.qmd_version })
+}
+
 /// Encodes one launch for `arch` into a fresh QMD.
 ///
 /// Beyond the caller's values it writes what every working launch on the H200 carried: group 0x3f, type
@@ -247,7 +299,10 @@ fn known(arch: &Arch, field: Option<Field>, name: &'static str) -> Result<Field,
 /// `CWD_MEMBAR_TYPE` = L1_SYSMEMBAR, and libcuda's cache invalidations (texture header, sampler, texture
 /// data, shader data, shader constant). The shared-memory size is raised to the arch's reserved
 /// minimum and rounded up to 256 bytes, the barrier count raised to 1 (libcuda and tinygrad never
-/// send 0), and the carve-out chosen by [`Arch::sm_config`].
+/// send 0), and the carve-out chosen by [`Arch::sm_config_at_least`] (at least the launch's
+/// [`LaunchFeatures::carveout_kib`]). A cluster launch gets type GRID_GPC_CGA and its cluster shape
+/// (see `set_cluster`); a cluster the arch cannot run, a grid that is not whole clusters, or a
+/// carve-out past the largest is refused.
 pub fn encode(arch: &Arch, p: &QmdParams) -> Result<[u32; QMD_WORDS], QmdError> {
     debug_assert_eq!(arch.qmd_bytes, QMD_WORDS * 4);
     let l = layout(arch.qmd_version);
@@ -262,16 +317,24 @@ pub fn encode(arch: &Arch, p: &QmdParams) -> Result<[u32; QMD_WORDS], QmdError> 
     if shared > arch.max_shared_bytes {
         return Err(QmdError::SharedTooLarge { bytes: shared, max: arch.max_shared_bytes });
     }
+    let largest_kib = arch.shared_carveouts_kib.last().copied().unwrap_or(0);
+    if p.features.carveout_kib > largest_kib {
+        return Err(QmdError::CarveoutTooLarge { kib: p.features.carveout_kib, max: largest_kib });
+    }
+    check_cluster(arch, p.grid, &p.features)?;
     let threads = p.block[0] * p.block[1] * p.block[2];
     let config = arch
-        .sm_config(shared, threads, p.registers)
+        .sm_config_at_least(shared, threads, p.registers, p.features.carveout_kib)
         .ok_or(QmdError::SharedTooLarge { bytes: shared, max: arch.max_shared_bytes })?;
     check_va("program", p.program_va, 1 << l.program_addr_shift, arch.va_bits)?;
 
     let mut q = [0u32; QMD_WORDS];
     set_field(&mut q, l.group_id, u64::from(arch.qmd_group_id))?;
-    // GRID_CTA. QUEUE (0) hangs without any error on Hopper.
-    set_field(&mut q, l.qmd_type, 2)?;
+    // GRID_CTA, or GRID_GPC_CGA for a cluster. QUEUE (0) hangs without any error on Hopper.
+    set_field(&mut q, l.qmd_type, QMD_TYPE_GRID_CTA)?;
+    if p.features.has_cluster() {
+        set_cluster(arch, &mut q, &p.features)?;
+    }
     set_field(&mut q, l.major_version, u64::from(arch.qmd_version.major()))?;
     set_field(&mut q, l.minor_version, u64::from(arch.qmd_version.minor()))?;
     set_field(&mut q, l.sass_version, u64::from(arch.sass_version))?;
@@ -540,6 +603,114 @@ mod tests {
         set_block_exit_barrier(&BLACKWELL_GB10, &mut q, 3, false).unwrap();
         assert_eq!(bits(&q, 625, 624), 3);
         assert_eq!(set_release_sysmembar(&HOPPER, &mut q, 3), Err(QmdError::NoSuchRelease { index: 3 }));
+    }
+
+    fn clustered(cluster: [u32; 3], grid: [u32; 3]) -> QmdParams {
+        QmdParams { grid, features: LaunchFeatures::cluster(cluster), ..k_params() }
+    }
+
+    #[test]
+    fn a_cluster_launch_is_a_grid_gpc_cga_with_its_cluster_shape() {
+        let plain = encode(&HOPPER, &k_params()).unwrap();
+        let q = encode(&HOPPER, &clustered([2, 1, 1], [132, 2, 1])).unwrap();
+        // clcbc0qmd.h: QMD_TYPE 25:23 (GRID_GPC_CGA = 3), GPC_CGA_WIDTH 2149:2144, HEIGHT 2157:2152,
+        // DEPTH 2165:2160, CGA_CTA_DISTRIBUTION_MODE 2207 (LOAD_BALANCING 0).
+        assert_eq!(bits(&q, 25, 23), 3, "QMD_TYPE_GRID_GPC_CGA");
+        assert_eq!(q[0], 0x01bf_0000, "group 0x3f, type 3");
+        assert_eq!((bits(&q, 2149, 2144), bits(&q, 2157, 2152), bits(&q, 2165, 2160)), (2, 1, 1));
+        assert_eq!(bits(&q, 2207, 2207), 0, "LOAD_BALANCING");
+        assert_eq!(bits(&q, 2255, 2208), 0, "GPU_CGA_* untouched");
+        assert_eq!([bits(&q, 1055, 1024), bits(&q, 1071, 1056), bits(&q, 1103, 1088)], [132, 2, 1], "grid in CTAs");
+        // Word 67 holds the GPC CGA sides: width at bit 0, height at 8, depth at 16 (2144 = 67 * 32).
+        assert_eq!(q[67], 0x0001_0102);
+        assert_eq!(bits(&plain, 25, 23), 2, "a plain launch stays GRID_CTA");
+        assert_eq!(plain[67], 0, "and has no cluster shape");
+
+        let mut p = clustered([2, 2, 2], [4, 4, 2]);
+        p.features.cluster_scheduling = ClusterScheduling::MultiCast;
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!(q[67], 0x0002_0202);
+        assert_eq!(bits(&q, 2207, 2207), 1, "MULTI_CAST");
+        assert_eq!(q[68], 1 << 31, "bit 2207 is the top bit of word 68, alone in it");
+        // Everything else is the plain encoding of the same launch.
+        let mut same = q;
+        crate::nvidia::qmd::set_bits(&mut same, 25, 23, 2).unwrap();
+        crate::nvidia::qmd::set_bits(&mut same, 2207, 2144, 0).unwrap();
+        assert_eq!(same, encode(&HOPPER, &QmdParams { features: LaunchFeatures::NONE, ..p }).unwrap());
+    }
+
+    #[test]
+    fn clusters_that_cannot_be_encoded_are_refused_by_name() {
+        let err = |cluster, grid| encode(&HOPPER, &clustered(cluster, grid)).unwrap_err();
+        assert_eq!(
+            err([16, 1, 1], [32, 1, 1]),
+            QmdError::ClusterTooLarge { cluster: [16, 1, 1], ctas: 16, max: 8, non_portable: false }
+        );
+        assert_eq!(
+            err([2, 2, 4], [2, 2, 4]),
+            QmdError::ClusterTooLarge { cluster: [2, 2, 4], ctas: 16, max: 8, non_portable: false }
+        );
+        let mut p = clustered([16, 1, 1], [32, 1, 1]);
+        p.features.non_portable_cluster = true;
+        assert_eq!(decode(&HOPPER, &encode(&HOPPER, &p).unwrap()).gpc_cga, [16, 1, 1], "16 with the opt-in");
+        p.features.cluster = [17, 1, 1];
+        p.grid = [34, 1, 1];
+        assert_eq!(
+            encode(&HOPPER, &p),
+            Err(QmdError::ClusterTooLarge { cluster: [17, 1, 1], ctas: 17, max: 16, non_portable: true })
+        );
+        assert_eq!(err([2, 1, 1], [3, 1, 1]), QmdError::GridNotWholeClusters { grid: [3, 1, 1], cluster: [2, 1, 1] });
+        assert_eq!(err([1, 2, 1], [4, 3, 1]), QmdError::GridNotWholeClusters { grid: [4, 3, 1], cluster: [1, 2, 1] });
+        assert_eq!(err([0, 1, 1], [4, 1, 1]), QmdError::ZeroDimension { what: "cluster", dims: [0, 1, 1] });
+        // Blackwell's cluster fields were not read from clcec0qmd.h: refused rather than guessed.
+        assert_eq!(
+            encode(&BLACKWELL_GB10, &clustered([2, 1, 1], [4, 1, 1])),
+            Err(QmdError::NotInLayout { field: "GPC_CGA_WIDTH", version: BLACKWELL_GB10.qmd_version })
+        );
+        assert_eq!(crate::nvidia::qmd::cluster_limits(&HOPPER), (8, 16));
+        assert_eq!(crate::nvidia::qmd::cluster_limits(&BLACKWELL_GB10), (1, 1));
+    }
+
+    #[test]
+    fn dynamic_shared_up_to_227_kib_takes_the_228_kib_carveout() {
+        // 227 KiB of dynamic shared memory + the reserved 1 KiB static section = 228 KiB, Hopper's most.
+        let mut p = k_params();
+        p.block = [1024, 1, 1];
+        p.registers = 32;
+        p.shared_bytes = 1024 + 227 * 1024;
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!(bits(&q, 601, 584), 228 * 1024, "SHARED_MEMORY_SIZE in bytes (18 bits hold 0x39000)");
+        // MIN 613:608, MAX 619:614, TARGET 625:620: 228 KiB / 4 + 1 = 58 in all three.
+        assert_eq!((bits(&q, 613, 608), bits(&q, 619, 614), bits(&q, 625, 620)), (58, 58, 58));
+        assert_eq!(bits(&q, 626, 626), 0, "SHARED_ALLOCATION_ENABLE untouched");
+        // One byte more (rounded to 256) is past the arch's maximum.
+        p.shared_bytes += 1;
+        assert_eq!(encode(&HOPPER, &p), Err(QmdError::SharedTooLarge { bytes: 228 * 1024 + 256, max: 228 * 1024 }));
+        // 100 KiB + 1 KiB needs the 132 KiB carve-out for one block: min 34; 2 of 1024 threads fit -> 228.
+        p.shared_bytes = 101 * 1024;
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!((bits(&q, 613, 608), bits(&q, 625, 620)), (58, 58), "two resident blocks need 202 KiB");
+        p.block = [1024, 1, 1];
+        p.registers = 64;
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!((bits(&q, 613, 608), bits(&q, 625, 620)), (34, 34), "one resident block: 132 KiB");
+    }
+
+    #[test]
+    fn an_asked_for_carveout_raises_min_and_target() {
+        // k_params alone: min 5 (16 KiB), target 9 (32 KiB), max 58.
+        let mut p = k_params();
+        p.features.carveout_kib = 100;
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!((bits(&q, 613, 608), bits(&q, 625, 620), bits(&q, 619, 614)), (26, 26, 58));
+        p.features.carveout_kib = 101; // rounds up to the 132 KiB carve-out
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!((bits(&q, 613, 608), bits(&q, 625, 620)), (34, 34));
+        p.features.carveout_kib = 8; // less than the launch needs anyway: nothing changes
+        assert_eq!(encode(&HOPPER, &p).unwrap(), encode(&HOPPER, &k_params()).unwrap());
+        p.features.carveout_kib = 229;
+        assert_eq!(encode(&HOPPER, &p), Err(QmdError::CarveoutTooLarge { kib: 229, max: 228 }));
+        assert_eq!(encode(&BLACKWELL_GB10, &p), Err(QmdError::CarveoutTooLarge { kib: 229, max: 100 }));
     }
 
     /// `k_params` with a dependent QMD, so the prefetch bit is set.

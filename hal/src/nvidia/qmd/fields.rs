@@ -192,7 +192,22 @@ pub struct QmdLayout {
     pub arrive_at_latch_valid: Option<Field>,
     /// `ARRIVE_AT_LATCH_ID`; `None` where the position was not read.
     pub arrive_at_latch_id: Option<Field>,
+    /// `GPC_CGA_WIDTH`, `GPC_CGA_HEIGHT`, `GPC_CGA_DEPTH`: CTAs per cluster (a cluster's CTAs run on one
+    /// GPC), written with `QMD_TYPE` = [`QMD_TYPE_GRID_GPC_CGA`]. `None` where the positions were not
+    /// read (the encoder then refuses clusters).
+    pub gpc_cga: Option<[Field; 3]>,
+    /// `CGA_CTA_DISTRIBUTION_MODE` (0 LOAD_BALANCING, 1 MULTI_CAST); `None` where not read.
+    pub cga_distribution_mode: Option<Field>,
+    /// `GPU_CGA_WIDTH`, `GPU_CGA_HEIGHT`, `GPU_CGA_DEPTH` (GPU-wide CGAs, the `GRID_GPU_CGA` types);
+    /// never written, decoded for dumps. `None` where not read.
+    pub gpu_cga: Option<[Field; 3]>,
 }
+
+/// `QMD_TYPE_GRID_CTA`: a plain grid (what every launch without a cluster uses; QUEUE (0) hangs on
+/// Hopper without any error).
+pub const QMD_TYPE_GRID_CTA: u64 = 2;
+/// `QMD_TYPE_GRID_GPC_CGA`: a grid of clusters, each cluster's CTAs on one GPC.
+pub const QMD_TYPE_GRID_GPC_CGA: u64 = 3;
 
 /// The Hopper layout, `NVCBC0_QMDV04_00_*` (READ OGD `clcbc0qmd.h`, VERIFIED on the H200).
 pub const V04: QmdLayout = QmdLayout {
@@ -254,6 +269,18 @@ pub const V04: QmdLayout = QmdLayout {
     cwd_membar_task_chasing: Some(Field::new("CWD_MEMBAR_TASK_CHASING_ENABLE", 382, 382)),
     arrive_at_latch_valid: Some(Field::new("ARRIVE_AT_LATCH_VALID", 28, 28)),
     arrive_at_latch_id: Some(Field::new("ARRIVE_AT_LATCH_ID", 1503, 1472)),
+    // READ only (clcbc0qmd.h); the cluster probe of nv_probe runs them.
+    gpc_cga: Some([
+        Field::new("GPC_CGA_WIDTH", 2149, 2144),
+        Field::new("GPC_CGA_HEIGHT", 2157, 2152),
+        Field::new("GPC_CGA_DEPTH", 2165, 2160),
+    ]),
+    cga_distribution_mode: Some(Field::new("CGA_CTA_DISTRIBUTION_MODE", 2207, 2207)),
+    gpu_cga: Some([
+        Field::new("GPU_CGA_WIDTH", 2223, 2208),
+        Field::new("GPU_CGA_HEIGHT", 2239, 2224),
+        Field::new("GPU_CGA_DEPTH", 2255, 2240),
+    ]),
 };
 
 /// The Blackwell layout, `NVCEC0_QMDV05_00_*` (READ OGD `clcec0qmd.h`; not run).
@@ -319,6 +346,10 @@ pub const V05: QmdLayout = QmdLayout {
     cwd_membar_task_chasing: None,
     arrive_at_latch_valid: None,
     arrive_at_latch_id: None,
+    // clcec0qmd.h's cluster fields were not read: cluster launches are refused on V05.
+    gpc_cga: None,
+    cga_distribution_mode: None,
+    gpu_cga: None,
 };
 
 /// The layout of a QMD version.

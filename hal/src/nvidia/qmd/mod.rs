@@ -35,7 +35,20 @@ pub use encoding::{
     set_dependent_prefetch, set_invalidations, set_release, set_release_sysmembar, DependentAction, QmdParams,
     LIBCUDA_INVALIDATIONS,
 };
-pub use fields::{get_bits, get_field, layout, set_bits, set_field, Field, QmdLayout, V04, V05};
+pub use fields::{
+    get_bits, get_field, layout, set_bits, set_field, Field, QmdLayout, QMD_TYPE_GRID_CTA, QMD_TYPE_GRID_GPC_CGA, V04,
+    V05,
+};
+
+/// Most CTAs per cluster `arch`'s QMD can carry, without and with the non-portable opt-in: the arch's
+/// figures where its layout's cluster fields are known, `(1, 1)` (no clusters) where they are not.
+pub fn cluster_limits(arch: &crate::arch::Arch) -> (u32, u32) {
+    if layout(arch.qmd_version).gpc_cga.is_some() {
+        (arch.max_cluster_ctas, arch.max_cluster_ctas_non_portable)
+    } else {
+        (1, 1)
+    }
+}
 
 /// Number of 32-bit words in a QMD (384 bytes, both V04 and V05).
 pub const QMD_WORDS: usize = 96;
@@ -149,6 +162,37 @@ pub enum QmdError {
         /// The index.
         index: u32,
     },
+    /// A cluster with more CTAs than the architecture schedules together.
+    #[error(
+        "cluster {cluster:?} of {ctas} CTAs exceeds the {max} this architecture allows{}",
+        if *non_portable { " with non-portable sizes" } else { " without the non-portable opt-in" }
+    )]
+    ClusterTooLarge {
+        /// CTAs per cluster along x, y and z.
+        cluster: [u32; 3],
+        /// Their product.
+        ctas: u64,
+        /// The limit that applies.
+        max: u32,
+        /// Whether the non-portable opt-in was given.
+        non_portable: bool,
+    },
+    /// A grid that is not a whole number of clusters along some axis.
+    #[error("grid {grid:?} is not a whole number of clusters {cluster:?}")]
+    GridNotWholeClusters {
+        /// Grid in CTAs.
+        grid: [u32; 3],
+        /// Cluster in CTAs.
+        cluster: [u32; 3],
+    },
+    /// A carve-out larger than the largest this architecture has.
+    #[error("a carve-out of {kib} KiB exceeds the largest this architecture has, {max} KiB")]
+    CarveoutTooLarge {
+        /// KiB asked for.
+        kib: u32,
+        /// The largest carve-out.
+        max: u32,
+    },
     /// A field whose position in this QMD version's layout was never read from NVIDIA's header.
     #[error("QMD field {field} has no known position in the {version:?} layout")]
     NotInLayout {
@@ -180,6 +224,7 @@ mod test_support {
             release0: Some((0x2_0060_2010, 0x1234_5678)),
             release1: None,
             dependent: None,
+            features: crate::queue::LaunchFeatures::NONE,
         }
     }
 
