@@ -1,0 +1,209 @@
+// Large-M bf16 GEMM for Hopper (sm_90a): y[M,N] (f32) = x[M,K] (bf16) . W[N,K]^T (bf16), f32 accumulation.
+//
+// Both operands are K-major (row-major x, and W as a linear layer stores it), which is what wgmma reads
+// from shared memory without a transpose. The recipe (shared/docs/hopper-kernels.md section 5):
+//
+// - a persistent grid (one CTA per SM) walking 128x256 output tiles in a grouped order (GEMM_GROUP_M
+//   tile rows at a time, so the CTAs running at once share A rows and B columns in L2);
+// - warp specialisation: warpgroup 0 is the producer (one thread issues TMA loads of 64-wide K slices of
+//   A and B into a GEMM_STAGES-deep ring of shared-memory stages), warpgroups 1 and 2 are consumers
+//   (each owns 64 of the tile's 128 rows and runs wgmma m64n256k16 over the stage); `setmaxnreg` moves
+//   registers from the producer (40) to the consumers (232), which hold 128 f32 accumulators each;
+// - mbarrier pipelines: a `full` barrier per stage (the producer's expect_tx, completed by the TMA
+//   bytes) and an `empty` barrier per stage (one arrival per consumer warpgroup once its wgmma that
+//   read the stage has retired: `wgmma.wait_group 1` keeps one group in flight);
+// - 128-byte swizzled tiles (a 64-element bf16 K slice is exactly one 128-byte swizzle span), so the
+//   wgmma descriptors use the 128B layout with an 8-row (1024-byte) stride;
+// - the epilogue stores each consumer's accumulators straight to global memory, bounds-checked, while the
+//   producer already loads the CTA's next tile.
+//
+// Ragged M, N and K are the TMA unit's business: it fills out-of-bounds elements with zeros, so a partial
+// tile accumulates zeros and the epilogue's bounds check drops what lies outside y. TMA needs the row
+// stride (K * 2 bytes) to be a multiple of 16: K % 8 == 0. Other K take another path.
+//
+// The two TMA descriptors are 128-byte CUtensorMap objects in global memory (built on the device by
+// Omega, or by cuTensorMapEncodeTiled in the CUDA-side check), passed by pointer:
+//   A: 2-D bf16 {K, M}, strides {K*2}, box {64, 128}, 128B swizzle
+//   B: 2-D bf16 {K, N}, strides {K*2}, box {64, 256}, 128B swizzle
+#pragma once
+#include <stdint.h>
+
+#include "wgmma_m64n256k16.cuh"
+
+#define GEMM_BM 128
+#define GEMM_BN 256
+#define GEMM_BK 64
+#define GEMM_STAGES 4
+#define GEMM_GROUP_M 16
+#define GEMM_THREADS 384
+#define GEMM_A_STAGE_BYTES (GEMM_BM * GEMM_BK * 2)
+#define GEMM_B_STAGE_BYTES (GEMM_BN * GEMM_BK * 2)
+#define GEMM_STAGE_BYTES (GEMM_A_STAGE_BYTES + GEMM_B_STAGE_BYTES)
+// The stages (1024-byte aligned for the 128B swizzle), then 2 * GEMM_STAGES mbarriers, plus the slack
+// the kernel needs to align the dynamic shared window's start.
+#define GEMM_SMEM_BYTES (GEMM_STAGES * GEMM_STAGE_BYTES + 2 * GEMM_STAGES * 8 + 1024)
+
+namespace omega_gemm {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// A 2-D tile load of the descriptor's box at (c0, c1) into `dst`, completing `bytes` on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(tmap), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// A wgmma shared-memory descriptor for a K-major tile of 128-byte rows, 128B swizzle, 8-row groups
+// 1024 bytes apart (the stride byte offset); the leading byte offset is unused by swizzled K-major.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* p) {
+  uint64_t addr = smem_addr(p);
+  uint64_t d = 0;
+  d |= (addr & 0x3FFFF) >> 4;          // start address, bits 0-13
+  d |= (uint64_t)1 << 16;              // leading byte offset (>>4), bits 16-29
+  d |= (uint64_t)(1024 >> 4) << 32;    // stride byte offset (>>4), bits 32-45
+  d |= (uint64_t)1 << 62;              // layout: 128B swizzle, bits 62-63
+  return d;
+}
+
+// The tile a persistent CTA computes at step `t`: GEMM_GROUP_M tile rows at a time, column by column.
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm, int* tn) {
+  int per_group = GEMM_GROUP_M * tiles_n;
+  int group = t / per_group;
+  int first_m = group * GEMM_GROUP_M;
+  int rows = min(tiles_m - first_m, GEMM_GROUP_M);
+  int in_group = t - group * per_group;
+  *tm = first_m + in_group % rows;
+  *tn = in_group / rows;
+}
+
+}  // namespace omega_gemm
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn(const void* tmap_a, const void* tmap_b, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  using namespace omega_gemm;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + GEMM_STAGES * GEMM_STAGE_BYTES);
+  uint64_t* empty = full + GEMM_STAGES;
+
+  const int wg = threadIdx.x / 128;
+  const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+  const int tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
+  const int tiles = tiles_m * tiles_n;
+  const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < GEMM_STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // The descriptors were written before this launch; the acquire orders the tensormap proxy's reads
+    // after any generic-proxy writes of them (Omega builds them on the device in an earlier launch).
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_a) : "memory");
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_b) : "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      uint32_t it = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_of(t, tiles_m, tiles_n, &tm, &tn);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          uint32_t s = it % GEMM_STAGES;
+          // A fresh barrier's "previous" phase counts as complete, so the first pass through the ring
+          // does not wait (parity 1 on phase 0).
+          mbar_wait(&empty[s], ((it / GEMM_STAGES) & 1) ^ 1);
+          uint8_t* a = smem + s * GEMM_STAGE_BYTES;
+          uint8_t* b = a + GEMM_A_STAGE_BYTES;
+          mbar_expect_tx(&full[s], GEMM_STAGE_BYTES);
+          tma_load_2d(a, tmap_a, &full[s], kb * GEMM_BK, tm * GEMM_BM);
+          tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * GEMM_BN);
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int consumer = wg - 1;  // rows consumer*64 .. +63 of the tile
+  const int t128 = threadIdx.x % 128;
+  const int warp = t128 / 32, lane = t128 % 32;
+  float acc[128];
+  uint32_t it = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_of(t, tiles_m, tiles_n, &tm, &tn);
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      uint32_t s = it % GEMM_STAGES;
+      mbar_wait(&full[s], (it / GEMM_STAGES) & 1);
+      const uint8_t* a = smem + s * GEMM_STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
+      const uint8_t* b = smem + s * GEMM_STAGE_BYTES + GEMM_A_STAGE_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int k = 0; k < GEMM_BK / 16; ++k) {
+        // Each k16 step is 32 bytes further along the (swizzled) 128-byte row.
+        wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      // One group in flight: the previous stage's wgmma has retired, so that stage is free.
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      if (kb > 0 && t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if (t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
+
+    // Accumulator layout of wgmma m64nN (f32): register 4j+{0,1} holds row warp*16 + lane/4, columns
+    // 8j + 2*(lane%4) + {0,1}; register 4j+{2,3} the same columns 8 rows further down.
+    const uint32_t row0 = tm * GEMM_BM + consumer * 64 + warp * 16 + lane / 4;
+    const uint32_t col0 = tn * GEMM_BN + 2 * (lane % 4);
+    const bool full_cols = tn * GEMM_BN + GEMM_BN <= N && (N % 2 == 0);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t col = col0 + 8 * j;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t row = row0 + 8 * h;
+        if (row >= M) continue;
+        float* dst = y + (size_t)row * N + col;
+        if (full_cols) {
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        } else {
+          if (col < N) dst[0] = acc[4 * j + 2 * h];
+          if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,151 @@
+// Small-M bf16 GEMM (decode, M = 1..64) for Hopper: y[M,N] (f32) = x[M,K] (bf16) . W[N,K]^T (bf16).
+//
+// At small M the product is bound by streaming W once from HBM, so the kernel is built around the W
+// loads: every SM streams a share of every matrix (N split in 64-row blocks, K split until there are
+// enough CTAs to fill 132 SMs a few times over), each thread keeps several 16-byte loads of W in flight,
+// and the tensor cores (mma.sync m16n8k16, W rows as the MMA's M side, x rows as its N side) do the
+// arithmetic so it never limits the loads.
+//
+// The K order inside an MMA is free as long as W and x agree on it, so each thread loads 16 contiguous
+// bytes (8 K elements) of a W row and of an x row, and the fragments are read straight from those
+// registers: for the 32-element K chunk c, thread (g = lane / 4, t = lane % 4) holds W[g][32c + 8t ..+7]
+// and W[g + 8][...], and the chunk's two k16 MMAs take elements {0,1,2,3} and {4,5,6,7} of them. x rows
+// are read through L1 (they are small and every warp of the CTA reads the same ones).
+//
+// A K split writes partial sums to a workspace; the CTA that finishes a 64-row block last (an atomic
+// ticket per block) adds the partials in split order, so the result does not depend on timing.
+// Requirements: K % 32 == 0, x and W 16-byte aligned (this path); M <= 8 * MB.
+#pragma once
+#include <stdint.h>
+
+#define GEMV_ROWS 64      // W rows per CTA (4 warps x 16)
+#define GEMV_THREADS 128
+#define GEMV_UNROLL 4     // 32-element K chunks in flight per thread (8 x 16-byte W loads)
+
+namespace omega_gemv {
+
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint4 ldg_cached(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace omega_gemv
+
+// grid (ceil(N / 64), split), block 128. `work` holds split * M * N floats and `tickets` ceil(N / 64)
+// zeroed words when split > 1 (the last CTA of a block puts its ticket back to zero).
+template <int MB>
+__device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                                             float* __restrict__ y, float* __restrict__ work,
+                                             uint32_t* __restrict__ tickets, uint32_t M, uint32_t N, uint32_t K,
+                                             uint32_t k_per_split) {
+  using namespace omega_gemv;
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t g = lane / 4, t = lane % 4;
+  const uint32_t n_base = blockIdx.x * GEMV_ROWS + warp * 16;
+  const uint32_t split = gridDim.y, s = blockIdx.y;
+  const uint32_t k0 = s * k_per_split;
+  const uint32_t k1 = min(K, k0 + k_per_split);
+  // Rows past N read row N-1 (any valid row) and are dropped at the store.
+  const uint16_t* w_lo = w + (size_t)min(n_base + g, N - 1) * K + 8 * t;
+  const uint16_t* w_hi = w + (size_t)min(n_base + g + 8, N - 1) * K + 8 * t;
+  const uint16_t* x_row[MB];
+  bool x_live[MB];
+#pragma unroll
+  for (int nb = 0; nb < MB; ++nb) {
+    x_live[nb] = nb * 8 + g < M;
+    x_row[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + 8 * t;
+  }
+  float acc[MB][4];
+#pragma unroll
+  for (int nb = 0; nb < MB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+
+  uint32_t k = k0;
+  for (; k + 32 * GEMV_UNROLL <= k1; k += 32 * GEMV_UNROLL) {
+    uint4 lo[GEMV_UNROLL], hi[GEMV_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) {
+      lo[u] = ldg_stream(w_lo + k + 32 * u);
+      hi[u] = ldg_stream(w_hi + k + 32 * u);
+    }
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) {
+#pragma unroll
+      for (int nb = 0; nb < MB; ++nb) {
+        uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k + 32 * u) : make_uint4(0, 0, 0, 0);
+        mma_bf16(acc[nb], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b.x, b.y);
+        mma_bf16(acc[nb], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b.z, b.w);
+      }
+    }
+  }
+  for (; k < k1; k += 32) {
+    uint4 lo = ldg_stream(w_lo + k), hi = ldg_stream(w_hi + k);
+#pragma unroll
+    for (int nb = 0; nb < MB; ++nb) {
+      uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k) : make_uint4(0, 0, 0, 0);
+      mma_bf16(acc[nb], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+      mma_bf16(acc[nb], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+    }
+  }
+
+  // C fragment: c0, c1 at (W row g, x rows 2t, 2t+1), c2, c3 at W row g + 8.
+  float* out = split == 1 ? y : work + (size_t)s * M * N;
+#pragma unroll
+  for (int nb = 0; nb < MB; ++nb) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t m = nb * 8 + 2 * t + (i & 1);
+      const uint32_t n = n_base + g + 8 * (i >> 1);
+      if (m < M && n < N) out[(size_t)m * N + n] = acc[nb][i];
+    }
+  }
+  if (split == 1) return;
+
+  // The last CTA of this 64-row block adds the partials in split order.
+  __shared__ uint32_t last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t ticket = atomicAdd(&tickets[blockIdx.x], 1u);
+    last = ticket == split - 1;
+    if (last) tickets[blockIdx.x] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const uint32_t rows = min(GEMV_ROWS, N - blockIdx.x * GEMV_ROWS);
+  for (uint32_t i = threadIdx.x; i < rows * M; i += GEMV_THREADS) {
+    const uint32_t m = i / rows, n = blockIdx.x * GEMV_ROWS + i % rows;
+    float sum = 0.f;
+    for (uint32_t p = 0; p < split; ++p) sum += __ldcg(&work[((size_t)p * M + m) * N + n]);
+    y[(size_t)m * N + n] = sum;
+  }
+}
+
+#define OMEGA_GEMV_ENTRY(MB)                                                                              \
+  extern "C" __global__ void __launch_bounds__(GEMV_THREADS) omega_gemv_bf16_tn_m##MB(                    \
+      const uint16_t* x, const uint16_t* w, float* y, float* work, uint32_t* tickets, uint32_t M, uint32_t N, \
+      uint32_t K, uint32_t k_per_split) {                                                                   \
+    gemv_bf16_tn<MB>(x, w, y, work, tickets, M, N, K, k_per_split);                                       \
+  }
+OMEGA_GEMV_ENTRY(1)
+OMEGA_GEMV_ENTRY(2)
+OMEGA_GEMV_ENTRY(4)
+OMEGA_GEMV_ENTRY(8)
