@@ -25,10 +25,9 @@ use std::time::Instant;
 use omega::{Error, Launch};
 use omega_hal::{BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Rights, Submission};
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
+#[path = "common/mod.rs"]
+mod common;
+use common::{percentile, us_since};
 
 /// One `Instant::now` (a `clock_gettime`: a vDSO read or, in some VMs, a system call), ns.
 fn clock_read_ns() -> f64 {
@@ -123,13 +122,13 @@ fn layers<'s>(
         for _ in 0..100 {
             let t = Instant::now();
             gpu = gpu.launch(launch)?.gpu;
-            let a = t.elapsed().as_secs_f64() * 1e6;
+            let a = us_since(t);
             let t = Instant::now();
             rt.launch(&spec)?;
-            let b = t.elapsed().as_secs_f64() * 1e6;
+            let b = us_since(t);
             let t = Instant::now();
             hal(&mut seq)?;
-            let c = t.elapsed().as_secs_f64() * 1e6;
+            let c = us_since(t);
             if round * 100 >= warm {
                 typed.push(a);
                 runtime.push(b);
@@ -210,7 +209,7 @@ fn main() -> Result<(), Error> {
         info.name,
         info.driver_version
     );
-    if dev.platform() == "sim" {
+    if common::is_sim(dev.platform()) {
         println!("# platform sim: every time below is host time spent driving the simulator, not a GPU's");
     }
     let r = dev.scope(|s, gpu| -> Result<(), Error> {
@@ -224,7 +223,7 @@ fn main() -> Result<(), Error> {
         for _ in 0..iters {
             let t = Instant::now();
             gpu = gpu.launch(&launch)?.gpu;
-            rt.push(t.elapsed().as_secs_f64() * 1e6);
+            rt.push(us_since(t));
         }
         println!("omega.roundtrip_p10_us {:.2}", percentile(&mut rt, 0.10));
         println!("omega.roundtrip_p50_us {:.2}", percentile(&mut rt, 0.50));
@@ -249,7 +248,7 @@ fn main() -> Result<(), Error> {
                 let t = Instant::now();
                 gpu = gpu.submit(&mut list).map_err(Error::from)?.gpu;
                 if rep >= 3 {
-                    per.push(t.elapsed().as_secs_f64() * 1e6 / 1000.0);
+                    per.push(us_since(t) / 1000.0);
                 }
             }
             println!("omega.{name} {:.3}", percentile(&mut per, 0.5));
@@ -359,7 +358,7 @@ fn main() -> Result<(), Error> {
                     omega::session::runtime().sync_to_cpu(small.raw())?;
                 }
                 if i >= warm {
-                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                    lat.push(us_since(t));
                 }
             }
             println!("omega.sync_4k_{name}_p50_us {:.2}", percentile(&mut lat, 0.50));

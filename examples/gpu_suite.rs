@@ -9,7 +9,10 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use omega::{Error, Launch, Scoped};
-use rand::{Rng, SeedableRng};
+use rand::Rng;
+
+#[path = "common/mod.rs"]
+mod common;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
@@ -25,12 +28,8 @@ struct ScaleCopyArgs<'a, 's> {
     n: u32,
 }
 
-fn seed() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-}
-
 fn rng() -> rand::rngs::StdRng {
-    rand::rngs::StdRng::seed_from_u64(seed())
+    common::rng(common::fresh_seed())
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -50,13 +49,12 @@ fn with_scope<R>(
 
 fn vector_add(n: usize) -> CaseResult {
     let mut g = rng();
-    let a: Vec<f32> = (0..n).map(|_| g.random_range(-1e6f32..1e6)).collect();
-    let b: Vec<f32> = (0..n).map(|_| g.random_range(-1e6f32..1e6)).collect();
+    let a = common::random_f32(&mut g, n);
+    let b = common::random_f32(&mut g, n);
     with_scope(|s, gpu| {
         let da = s.alloc_from(&a).map_err(err)?;
         let db = s.alloc_from(&b).map_err(err)?;
-        let mut dc = s.alloc::<f32>(n).map_err(err)?;
-        dc.fill(f32::NAN).map_err(err)?;
+        let mut dc = common::poisoned_f32(s, n).map_err(err)?;
         let k = s.load("vector_add").map_err(err)?;
         let l = Launch::new(&k)
             .grid([n.div_ceil(256) as u32, 1, 1])
@@ -68,12 +66,12 @@ fn vector_add(n: usize) -> CaseResult {
         let done = gpu.launch(&l).map_err(err)?;
         let c = dc.to_vec().map_err(err)?;
         let want = omega::kernels::vector_add_ref(&a, &b);
-        let bad = (0..n).filter(|&i| c[i].to_bits() != want[i].to_bits()).count();
+        let bad = common::mismatches(&c, &want).len();
         if bad > 0 {
             return Err(format!("{bad} of {n} elements wrong"));
         }
         // On the simulator the launch time is its virtual clock's: say so.
-        let simulated = omega::session::runtime().platform_name() == Some("sim");
+        let simulated = common::is_sim(s.platform());
         let clock = if simulated { " of simulated time" } else { "" };
         Ok(format!("{n} elements, {:.1} us{clock}", done.elapsed_ns as f64 / 1e3))
     })
@@ -128,8 +126,7 @@ fn shared_memory() -> CaseResult {
     let input: Vec<f32> = (0..n * blocks).map(|_| g.random_range(-1.0f32..1.0)).collect();
     with_scope(|s, gpu| {
         let din = s.alloc_from(&input).map_err(err)?;
-        let mut dout = s.alloc::<f32>(input.len()).map_err(err)?;
-        dout.fill(f32::NAN).map_err(err)?;
+        let mut dout = common::poisoned_f32(s, input.len()).map_err(err)?;
         let k = s.load("shared_reverse").map_err(err)?;
         let l = Launch::new(&k)
             .grid([blocks as u32, 1, 1])
@@ -240,7 +237,7 @@ fn module_data() -> CaseResult {
     let grid = [n.div_ceil(256).min(528) as u32, 1, 1];
     let check = |got: &[f32], scale: f32, what: &str| -> Result<(), String> {
         let want = omega::kernels::module_data_ref(scale, n);
-        let bad: Vec<usize> = (0..n).filter(|&i| got[i].to_bits() != want[i].to_bits()).collect();
+        let bad = common::mismatches(got, &want);
         match bad.first() {
             None => Ok(()),
             Some(&i) => Err(format!("{what}: {} of {n} wrong, [{i}] = {} (want {})", bad.len(), got[i], want[i])),
@@ -259,9 +256,7 @@ fn module_data() -> CaseResult {
         }
         let mut outs = Vec::new();
         for _ in 1..scales.len() {
-            let mut m = s.alloc::<f32>(n).map_err(err)?;
-            m.fill(f32::NAN).map_err(err)?;
-            outs.push(m);
+            outs.push(common::poisoned_f32(s, n).map_err(err)?);
         }
         {
             let mut list = s.cmdlist().map_err(err)?;
@@ -910,15 +905,7 @@ fn main() -> ExitCode {
             }
         };
         let info = dev.device();
-        println!(
-            "gpu_suite on platform {}: {} (sm_{}{}, {} SMs), driver {}",
-            dev.platform(),
-            info.name,
-            info.arch_major,
-            info.arch_minor,
-            info.sm_count,
-            info.driver_version
-        );
+        println!("gpu_suite on platform {}: {}", dev.platform(), common::device_line(&info));
     }
     let cases: Vec<Case> = vec![
         ("hello vector add (1M random f32)", || vector_add(1 << 20)),

@@ -11,7 +11,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use omega::{Error, Launch};
-use rand::{Rng, SeedableRng};
+
+#[path = "common/mod.rs"]
+mod common;
 
 fn main() -> ExitCode {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1 << 20);
@@ -26,7 +28,7 @@ fn main() -> ExitCode {
 
 /// How the launch time reads on `platform`: the simulator's is virtual time, not a GPU's.
 fn launch_time_label(platform: &str) -> &'static str {
-    if platform == "sim" {
+    if common::is_sim(platform) {
         "simulated time: the sim platform's virtual clock, not a GPU's"
     } else {
         "submit to completion"
@@ -40,28 +42,15 @@ pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
     let info = dev.device();
     let platform = dev.platform();
     writeln!(out, "platform: {platform}").map_err(written)?;
-    writeln!(
-        out,
-        "device:   {} (sm_{}{}, {} SMs, {} MiB, driver {})",
-        info.name,
-        info.arch_major,
-        info.arch_minor,
-        info.sm_count,
-        info.memory_bytes >> 20,
-        info.driver_version
-    )
-    .map_err(written)?;
-    // A fresh seed each run (printed, so a failure can be replayed).
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        ^ u64::from(std::process::id()) << 32;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let a: Vec<f32> = (0..n).map(|_| rng.random_range(-1e6f32..1e6)).collect();
-    let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1e6f32..1e6)).collect();
+    writeln!(out, "device:   {}", common::device_line(&info)).map_err(written)?;
+    let seed = common::fresh_seed();
+    let mut rng = common::rng(seed);
+    let a = common::random_f32(&mut rng, n);
+    let b = common::random_f32(&mut rng, n);
     let scoped = dev.scope(|s, gpu| -> Result<(Vec<f32>, u64), Error> {
         let da = s.alloc_from(&a)?;
         let db = s.alloc_from(&b)?;
-        let mut dc = s.alloc::<f32>(n)?;
-        dc.fill(f32::NAN)?;
+        let mut dc = common::poisoned_f32(s, n)?;
         let kernel = s.load("vector_add")?;
         let launch = Launch::new(&kernel)
             .grid([n.div_ceil(256) as u32, 1, 1])
@@ -76,7 +65,7 @@ pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
     });
     let (c, elapsed_ns) = scoped.value()?;
     let want = omega::kernels::vector_add_ref(&a, &b);
-    let bad: Vec<usize> = (0..n).filter(|&i| c[i].to_bits() != want[i].to_bits()).collect();
+    let bad = common::mismatches(&c, &want);
     writeln!(
         out,
         "launch:   vector_add of {n} f32 in {:.1} us ({})",

@@ -9,16 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Zero-filled bytes after kernel code in every code buffer, for instruction prefetch.
+// Zero-filled bytes after kernel code in every code buffer, at least, for instruction prefetch (a platform
+// may keep more: the nvidia platform keeps 4096).
 #define OMEGA_GPU_CODE_PREFETCH_TAIL 2048
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
-// EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus
-// `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to the installed platform's page, at least one page. Installs
-// the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
+// EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus the
+// platform's prefetch tail (at least `OMEGA_GPU_CODE_PREFETCH_TAIL`), rounded up to the installed
+// platform's page, at least one page. Installs the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
 // installed or the size is past what a platform can describe (the sum or the rounding overflows, or the
 // total passes `PTRDIFF_MAX`), the sizes `omega_gpu_session_alloc_code` refuses. Any thread, no lock.
 size_t omega_gpu_code_alloc_bytes(size_t code_size);

@@ -212,7 +212,8 @@ uint32_t omega_gpu_session_spin_us(void);
 int omega_gpu_session_alloc(size_t bytes, OmegaGpuMem *out);
 
 // STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
-// zero-filled `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to a page (`omega_gpu_code_alloc_bytes`). The
+// platform's zero-filled prefetch tail (at least `OMEGA_GPU_CODE_PREFETCH_TAIL`), rounded up to a page
+// (`omega_gpu_code_alloc_bytes`). The
 // caller writes the code to `out->cpu` and calls `omega_gpu_session_sync_to_gpu`. Same rules and return
 // values as `omega_gpu_session_alloc`; a `code_size` whose sum with the tail overflows is refused too
 // (`platform: OMEGA_GPU_PLAT_OVERFLOW`).

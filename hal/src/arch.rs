@@ -165,6 +165,11 @@ const CARVEOUTS_228: &[u32] = &[0, 8, 16, 32, 64, 100, 132, 164, 196, 228];
 /// Compute capability 12.x (GB20x, GB10): 128 KiB of L1, at most 100 KiB of it shared.
 const CARVEOUTS_100: &[u32] = &[0, 8, 16, 32, 64, 100];
 
+/// Bytes an NVIDIA GPU's instruction prefetcher may read past a kernel's last instruction, which must be
+/// mapped (tinygrad keeps 4 KiB after the code and saw faults on an unmapped page without it). The nvidia
+/// platform asks for it as its code prefetch tail, and a cubin's code image is allocated with it after.
+pub const CODE_PREFETCH_TAIL: u64 = 4096;
+
 /// Hopper: H100/H200, sm_90, `HOPPER_COMPUTE_A`. Verified on the H200.
 pub const HOPPER: Arch = Arch {
     name: "hopper",

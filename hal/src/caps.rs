@@ -11,6 +11,12 @@ pub const PLATFORM_ABI_MAJOR: u32 = 1;
 /// Platform contract minor number (`OMEGA_GPU_PLATFORM_ABI_MINOR`).
 pub const PLATFORM_ABI_MINOR: u32 = 2;
 
+/// The least zero-filled tail after kernel code every code buffer gets, whatever the platform asks in
+/// [`Caps::code_prefetch_tail`]: the runtime contract's `OMEGA_GPU_CODE_PREFETCH_TAIL` (2 KB since 0.1). A
+/// platform whose instruction prefetcher reads further (NVIDIA's, [`crate::arch::CODE_PREFETCH_TAIL`])
+/// asks for more.
+pub const MIN_CODE_PREFETCH_TAIL: u64 = 2048;
+
 bitflags! {
     /// The services of the platform table (`OMEGA_GPU_SVC_*`).
     #[repr(transparent)]
@@ -135,7 +141,8 @@ pub struct Caps {
     pub services: Services,
     /// Allocation granule in bytes (a power of two).
     pub page_bytes: u64,
-    /// Bytes of zero-filled tail after kernel code, for instruction prefetch.
+    /// Bytes of zero-filled tail after kernel code, for instruction prefetch. The session gives code buffers
+    /// this many, at least [`MIN_CODE_PREFETCH_TAIL`].
     pub code_prefetch_tail: u64,
     /// Byte offset of the kernel parameters in constant bank 0.
     pub param_base: u32,
@@ -295,7 +302,7 @@ mod tests {
             abi_minor: PLATFORM_ABI_MINOR,
             services,
             page_bytes: 4096,
-            code_prefetch_tail: 2048,
+            code_prefetch_tail: MIN_CODE_PREFETCH_TAIL,
             param_base: 0x210,
             max_param_bytes: 4096,
             launch: crate::queue::LaunchLimits::SM_90,

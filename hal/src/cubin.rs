@@ -36,9 +36,8 @@ pub const EM_CUDA: u16 = 190;
 /// Alignment of every section in an image, and so of each image's GPU address (tinygrad's choice; code
 /// needs 128, constant banks 64).
 pub const IMAGE_ALIGN: u64 = 128;
-/// Bytes to leave mapped after the code image: the instruction prefetcher reads past the last instruction
-/// (tinygrad saw faults without it).
-pub const CODE_SLACK_BYTES: u64 = 4096;
+/// Bytes to leave mapped after the code image: the instruction prefetcher's reach past the last instruction.
+pub const CODE_SLACK_BYTES: u64 = crate::arch::CODE_PREFETCH_TAIL;
 /// Stack assumed for a function whose call graph is recursive (its depth is not static): CUDA's default
 /// per-thread stack limit (`cudaLimitStackSize`).
 pub const RECURSIVE_STACK_BYTES: u32 = 1024;

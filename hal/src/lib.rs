@@ -50,7 +50,7 @@ pub mod nvidia;
 
 pub use caps::{
     check_buffer, negotiate, service_names, BufferDesc, BufferKind, CachePolicy, Caps, CodeFormat, Refusal, Rights,
-    Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
+    Services, MIN_CODE_PREFETCH_TAIL, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
 };
 pub use clock::{Clock, TimerSlack, WaitPolicy};
 pub use device::{Device, DeviceInfo};

@@ -47,7 +47,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::error::{Error, Result};
+use crate::error::{Error, HandleMismatch, LoadError, Result};
 use crate::kernel::Kernel;
 use crate::launch::{ArgBlock, KernelArg};
 use crate::mem::Mem;
@@ -113,27 +113,24 @@ impl<T: DeviceScalar> Bits<8> for &mut Mem<'_, Device<T>> {}
 /// table (ordinal, offset, size of each). `handle` names the handle in the error. A mismatch is
 /// [`Error::Load`], also recorded as the process's last error.
 pub fn check_kernel(kernel: &Kernel<'_>, handle: &str, entry: &str, layout: &[ParamInfo]) -> Result<()> {
-    let fail = |detail: String| {
-        let e = Error::Load(format!("kernel `{}` for `{handle}`: {detail}", kernel.name()));
+    let fail = |mismatch: HandleMismatch| {
+        let e = Error::Load(LoadError::HandleMismatch {
+            kernel: kernel.name().to_string(),
+            handle: handle.to_string(),
+            mismatch,
+        });
         runtime().set_error(&e);
         Err(e)
     };
     if kernel.name() != entry {
-        return fail(format!("the handle was generated for entry `{entry}`"));
+        return fail(HandleMismatch::Entry(entry.to_string()));
     }
     let mut declared = kernel.params().to_vec();
     declared.sort_by_key(|p| p.ordinal);
-    let show = |t: &[ParamInfo]| t.iter().map(|p| format!("{}@{}", p.size, p.offset)).collect::<Vec<_>>().join(" ");
     if declared.len() != layout.len()
         || declared.iter().zip(layout).any(|(d, l)| (d.ordinal, d.offset, d.size) != (l.ordinal, l.offset, l.size))
     {
-        return fail(format!(
-            "the kernel declares {} parameters [{}] (size@offset), the PTX the handle was generated from {} [{}]",
-            declared.len(),
-            show(&declared),
-            layout.len(),
-            show(layout)
-        ));
+        return fail(HandleMismatch::Params { declared, expected: layout.to_vec() });
     }
     Ok(())
 }

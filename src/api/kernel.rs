@@ -89,7 +89,7 @@ impl<'s> Module<'s> {
         let found = prepared.module.kernels.iter().position(|k| k.name == name);
         let Some(index) = found else {
             let e = prepared.module.kernel(name).expect_err("not among the kernels");
-            return runtime().fail(Error::Load(e.to_string()));
+            return runtime().fail(Error::Load(e.into()));
         };
         let meta =
             prepared.kernel_meta(&prepared.module.kernels[index], r.placement()).or_else(|e| runtime().fail(e))?;

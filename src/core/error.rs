@@ -1,8 +1,9 @@
 //! Errors of the session layer. Every failure names its stage: the stage is the first words of the text
 //! (the contract's `omega_gpu_session_last_error`), and [`Error::stage`] returns it alone.
 
-use omega_hal::Handle;
 /// The HAL's failures an [`Error`] carries, named here so that the shells need no door to the HAL.
+pub use omega_hal::cubin::CubinError;
+use omega_hal::Handle;
 pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
 
 /// A session-layer failure.
@@ -10,7 +11,7 @@ pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
 pub enum Error {
     /// The platform could not be chosen or installed.
     #[error("platform: {0}")]
-    Platform(String),
+    Platform(#[from] PlatformError),
     /// The platform lacks something the session needs (refused, never emulated).
     #[error("platform: {0}")]
     Refused(#[from] Refusal),
@@ -33,7 +34,7 @@ pub enum Error {
     },
     /// The device did not open; carries the driver's own text.
     #[error("open: {0}")]
-    Open(HalError),
+    Open(#[source] HalError),
     /// The call needs an open device.
     #[error("{0}: device not open")]
     NotOpen(&'static str),
@@ -42,7 +43,7 @@ pub enum Error {
     Latched(&'static str),
     /// A device allocation failed.
     #[error("alloc: {0}")]
-    Alloc(HalError),
+    Alloc(#[source] HalError),
     /// A handle was refused (stale, zero or foreign).
     #[error("{stage}: {source}")]
     Handle {
@@ -70,7 +71,7 @@ pub enum Error {
     },
     /// A visibility sync failed.
     #[error("sync: {0}")]
-    Sync(HalError),
+    Sync(#[source] HalError),
     /// Moving bytes into or out of a buffer (`write`, `read`) failed on the platform.
     #[error("{stage}: {source}")]
     Copy {
@@ -81,13 +82,13 @@ pub enum Error {
     },
     /// The platform could not say how much device memory is free.
     #[error("mem info: {0}")]
-    MemInfo(HalError),
+    MemInfo(#[source] HalError),
     /// A launch descriptor failed the contract's checks; nothing ran.
     #[error("launch arguments: {0}")]
     LaunchArguments(String),
     /// The submission failed before the device saw it.
     #[error("launch: submit failed: {0}")]
-    Submit(HalError),
+    Submit(#[source] HalError),
     /// The launch was cancelled before it was submitted; nothing ran.
     #[error("launch: cancelled before submit")]
     CancelledBeforeSubmit,
@@ -111,7 +112,7 @@ pub enum Error {
     PanicAfterSubmit(String),
     /// The channel reported an error (the kernel faulted); the channel is dead until close and reopen.
     #[error("launch: kernel fault: {0}")]
-    Fault(ChannelFault),
+    Fault(#[source] ChannelFault),
     /// A scratch request past an active reservation.
     #[error("scratch: request of {requested} bytes past the reservation of {reserved} bytes")]
     ScratchReserved {
@@ -122,7 +123,10 @@ pub enum Error {
     },
     /// A kernel could not be loaded.
     #[error("load: {0}")]
-    Load(String),
+    Load(#[from] LoadError),
+    /// A command list's own refusal (not a session failure), carried whole.
+    #[error(transparent)]
+    CmdList(Box<crate::cmdlist::CmdListError>),
     /// A setting out of range.
     #[error("{stage}: {detail}")]
     Setting {
@@ -159,6 +163,7 @@ impl Error {
             Error::ScratchReserved { .. } => "scratch",
             Error::Load(_) => "load",
             Error::Setting { stage, .. } => stage,
+            Error::CmdList(e) => e.stage(),
         }
     }
 
@@ -168,6 +173,243 @@ impl Error {
             self,
             Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
         )
+    }
+}
+
+/// Why no platform could be chosen or installed ([`Error::Platform`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlatformError {
+    /// A platform name that is neither `sim` nor `nvidia`.
+    #[error("unknown platform `{0}` (expected `sim` or `nvidia`)")]
+    UnknownName(String),
+    /// No NVIDIA kernel module is loaded (the environment's own text: the file read and why it failed).
+    #[error("nvidia: {0}")]
+    NoKernelModule(String),
+    /// The kernel module is loaded but the device files are missing (the backend's text names them and
+    /// the platform).
+    #[error("{0}")]
+    MissingDeviceFiles(String),
+    /// The nvidia backend refused to probe.
+    #[error("nvidia: {0}")]
+    Probe(#[source] HalError),
+    /// A build without the nvidia backend.
+    #[error("nvidia: this build has no nvidia backend (omega was built without its `nvidia` feature)")]
+    NoNvidiaBackend,
+    /// The nvidia backend off Linux.
+    #[error("nvidia: the open-driver backend exists only on Linux")]
+    NotLinux,
+    /// A platform instance another runtime of this process already holds.
+    #[error(
+        "this `{platform}` platform instance belongs to another runtime of this process (one runtime per \
+         device: its latch and its buffers are that runtime's); use that runtime, or a platform instance of your \
+         own"
+    )]
+    ClaimedByAnotherRuntime {
+        /// The platform's name.
+        platform: &'static str,
+    },
+    /// A C platform table refused at install.
+    #[cfg(not(loom))]
+    #[error("{0}")]
+    Table(#[source] omega_hal::ctable::TableRefusal),
+}
+
+/// Why a kernel or module could not be loaded ([`Error::Load`]). The text is the cause after the `load: `
+/// stage; the C layer's last error is `load: ` followed by it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// A refusal about one kernel, named.
+    #[error("kernel `{kernel}`: {cause}")]
+    Kernel {
+        /// The kernel's symbol name.
+        kernel: String,
+        /// Why.
+        cause: Box<LoadError>,
+    },
+    /// The cubin itself was refused (parse, relocation, link, a kernel it does not hold).
+    #[error(transparent)]
+    Cubin(#[from] CubinError),
+    /// A host kernel asked for on a platform that runs machine code.
+    #[error("host kernels run on the simulator only, the platform is {platform}")]
+    HostKernelOffSimulator {
+        /// The platform's name.
+        platform: &'static str,
+    },
+    /// A host kernel by a name the simulator has no implementation for.
+    #[error("no host implementation is registered with the simulator under that name")]
+    NoHostImplementation,
+    /// The open device's architecture is not in the table.
+    #[error("no architecture entry for sm_{major}{minor} ({device})")]
+    NoArchitecture {
+        /// Compute capability, major.
+        major: u32,
+        /// Compute capability, minor.
+        minor: u32,
+        /// The device's name.
+        device: String,
+    },
+    /// A kernel declaring a cluster launch (`dims` when the cubin gives them).
+    #[error(
+        "declares a cluster launch of {} CTAs (__cluster_dims__); Omega's launch path has no cluster support yet, \
+         so it cannot be launched as built",
+        cluster_text(.dims)
+    )]
+    ClusterLaunch {
+        /// The cluster's dimensions, when declared.
+        dims: Option<[u32; 3]>,
+    },
+    /// Parameters at a constant-bank offset the architecture does not use.
+    #[error("parameters at constant-bank offset {found:#x}, {arch} expects {expected:#x}")]
+    ParamBase {
+        /// The kernel's offset.
+        found: u32,
+        /// The architecture's name.
+        arch: &'static str,
+        /// The architecture's offset.
+        expected: u32,
+    },
+    /// A call of `vprintf` when device printf could not be made ready (`missing` says why).
+    #[error("calls `vprintf` (device printf), which is not available: {}", printf_missing_text(.missing))]
+    PrintfUnavailable {
+        /// Why device printf is not ready.
+        missing: Box<Error>,
+    },
+    /// An undefined symbol neither the module nor Omega defines.
+    #[error("needs symbol `{symbol}`, which the module does not define and Omega does not provide")]
+    UndefinedSymbol {
+        /// The symbol.
+        symbol: String,
+    },
+    /// A single-buffer load of a kernel that needs a symbol only a module load provides.
+    #[error(
+        "kernel `{kernel}` needs symbol `{symbol}`, which a single-buffer load cannot provide: load its module \
+         with Scope::load_module"
+    )]
+    NeedsModuleLoad {
+        /// The kernel.
+        kernel: String,
+        /// The symbol.
+        symbol: String,
+    },
+    /// A repository kernel with no cubin in this build, off the simulator (`why` is the build's reason).
+    #[error("kernel `{kernel}`: {why}")]
+    NotBuilt {
+        /// The kernel.
+        kernel: String,
+        /// Why there is no cubin.
+        why: &'static str,
+    },
+    /// No repository kernel of that name.
+    #[error("no kernel `{0}` in kernels/")]
+    NoSuchRepositoryKernel(String),
+    /// A code image larger than the code buffer's CPU view.
+    #[error("{bytes} bytes of code do not fit the code buffer's CPU view")]
+    CodeDoesNotFit {
+        /// The image's bytes.
+        bytes: usize,
+    },
+    /// Bytes larger than a buffer's CPU view.
+    #[error("{bytes} bytes do not fit the buffer's CPU view")]
+    BytesDoNotFit {
+        /// The bytes to write.
+        bytes: usize,
+    },
+    /// A kernel entry outside every code buffer of the session.
+    #[error("entry {va:#x} is not inside a code buffer of this session")]
+    EntryOutsideCode {
+        /// The entry's address.
+        va: u64,
+    },
+    /// A kernel's code running past the end of its code buffer.
+    #[error("{bytes} bytes of code from {va:#x} run past its code buffer ({left} bytes left)")]
+    CodePastBuffer {
+        /// The kernel's code bytes.
+        bytes: u64,
+        /// The entry's address.
+        va: u64,
+        /// Bytes of the buffer from the entry on.
+        left: u64,
+    },
+    /// A constant bank outside the code buffer of its entry.
+    #[error("constant bank {index} ({bytes} bytes at {va:#x}) lies outside the code buffer of its entry")]
+    BankOutsideCode {
+        /// The bank's index.
+        index: u32,
+        /// Its bytes.
+        bytes: u32,
+        /// Its address.
+        va: u64,
+    },
+    /// Omega's printf library was not built (`why` is the build's reason).
+    #[error("device printf: Omega's printf library (kernels/cuda/lib/printf.cu) was not built: {why}")]
+    PrintfNotBuilt {
+        /// Why.
+        why: &'static str,
+    },
+    /// Omega's printf library was refused.
+    #[error("device printf library: {0}")]
+    PrintfLibrary(#[source] CubinError),
+    /// Omega's printf library with data or constant banks of its own.
+    #[error("device printf library: it must have no module data or constant banks")]
+    PrintfLibraryHasData,
+    /// Omega's printf library with a symbol nothing resolves.
+    #[error("device printf library: undefined symbol {0}")]
+    PrintfLibraryUndefined(String),
+    /// A loaded kernel that does not match a typed handle's expectations.
+    #[error("kernel `{kernel}` for `{handle}`: {mismatch}")]
+    HandleMismatch {
+        /// The loaded kernel.
+        kernel: String,
+        /// The typed handle.
+        handle: String,
+        /// What differs.
+        mismatch: HandleMismatch,
+    },
+}
+
+/// How a loaded kernel differs from what a typed handle was generated for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleMismatch {
+    /// Another entry name.
+    #[error("the handle was generated for entry `{0}`")]
+    Entry(String),
+    /// Another parameter table: the kernel's, and the one of the PTX the handle was generated from.
+    #[error(
+        "the kernel declares {} parameters [{}] (size@offset), the PTX the handle was generated from {} [{}]",
+        .declared.len(),
+        param_table(.declared),
+        .expected.len(),
+        param_table(.expected)
+    )]
+    Params {
+        /// The loaded kernel's table, by ordinal.
+        declared: Vec<crate::session::ParamInfo>,
+        /// The handle's table.
+        expected: Vec<crate::session::ParamInfo>,
+    },
+}
+
+impl LoadError {
+    /// This refusal, about kernel `kernel`.
+    pub fn for_kernel(self, kernel: impl Into<String>) -> LoadError {
+        LoadError::Kernel { kernel: kernel.into(), cause: Box::new(self) }
+    }
+}
+
+fn param_table(t: &[crate::session::ParamInfo]) -> String {
+    t.iter().map(|p| format!("{}@{}", p.size, p.offset)).collect::<Vec<_>>().join(" ")
+}
+
+fn cluster_text(dims: &Option<[u32; 3]>) -> String {
+    dims.map_or("an explicit cluster".to_string(), |[x, y, z]| format!("{x}x{y}x{z}"))
+}
+
+/// A load refusal's cause without its stage (the printf library's own refusals say what they are), any
+/// other failure whole.
+fn printf_missing_text(e: &Error) -> String {
+    match e {
+        Error::Load(why) => why.to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -17,7 +17,7 @@
 use omega_hal::arch::{self, Arch};
 use omega_hal::cubin::{ConstBank, CubinError, ExternalFunction, KernelInfo, Module};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadError, Result};
 use crate::kernels::HostSpec;
 use crate::platform::Installed;
 use crate::printf::{self, VPRINTF};
@@ -65,15 +65,12 @@ pub(crate) fn sim_spec_kernel(installed: &Installed, spec: &HostSpec) -> (Vec<u8
 /// no host implementation has that name.
 pub(crate) fn host_kernel(name: &str, params: &[ParamInfo]) -> Result<(Vec<u8>, KernelMeta)> {
     let installed = runtime().installed()?;
-    let refuse = |why: String| Err(Error::Load(format!("kernel `{name}`: {why}")));
+    let refuse = |why: LoadError| Err(Error::Load(why.for_kernel(name)));
     let Some(sim) = installed.sim else {
-        return refuse(format!(
-            "host kernels run on the simulator only, the platform is {}",
-            installed.platform.name()
-        ));
+        return refuse(LoadError::HostKernelOffSimulator { platform: installed.platform.name() });
     };
     if !sim.has_kernel(name) {
-        return refuse("no host implementation is registered with the simulator under that name".into());
+        return refuse(LoadError::NoHostImplementation);
     }
     Ok(sim_kernel(name, params.to_vec(), 0, 0))
 }
@@ -93,7 +90,11 @@ fn register_reference(installed: &Installed, name: &str) {
 pub(crate) fn device_arch() -> Result<&'static Arch> {
     let info = runtime().device_info().ok_or(Error::NotOpen("load"))?;
     arch::for_sm(info.arch_major, info.arch_minor).ok_or_else(|| {
-        Error::Load(format!("no architecture entry for sm_{}{} ({})", info.arch_major, info.arch_minor, info.name))
+        Error::Load(LoadError::NoArchitecture {
+            major: info.arch_major,
+            minor: info.arch_minor,
+            device: info.name.to_string(),
+        })
     })
 }
 
@@ -105,7 +106,7 @@ pub(crate) struct PreparedModule {
     /// Device printf, when the module calls `vprintf` and it could be made ready.
     printf: Option<printf::Ready>,
     /// Why device printf is not ready, when the module calls `vprintf` and it is not.
-    printf_missing: Option<String>,
+    printf_missing: Option<Error>,
 }
 
 /// Where the buffers of a placed module are.
@@ -122,7 +123,7 @@ impl PreparedModule {
     /// Parses `cubin` for the open device; makes device printf ready when the module calls `vprintf`.
     pub(crate) fn new(cubin: &[u8]) -> Result<PreparedModule> {
         let arch = device_arch()?;
-        let module = Module::parse(cubin, arch).map_err(|e| Error::Load(e.to_string()))?;
+        let module = Module::parse(cubin, arch).map_err(LoadError::from)?;
         // The platform says which code it runs: the simulator's code images, or the cubin's machine code.
         let installed = runtime().installed()?;
         let sim = installed.platform.code_format() == omega_hal::CodeFormat::SimImage;
@@ -135,8 +136,7 @@ impl PreparedModule {
         if module.undefined.iter().any(|s| s == VPRINTF) {
             match printf::ready(sim) {
                 Ok(r) => printf = Some(r),
-                Err(Error::Load(why)) => printf_missing = Some(why),
-                Err(e) => printf_missing = Some(e.to_string()),
+                Err(e) => printf_missing = Some(e),
             }
         }
         Ok(PreparedModule { module, arch, sim, printf, printf_missing })
@@ -168,10 +168,7 @@ impl PreparedModule {
 
     /// The bytes of both buffers for `at`: (code, data), and each kernel's entry offset in the code.
     pub(crate) fn images(&self, at: Placement) -> Result<(Vec<u8>, Vec<u8>, Vec<u64>)> {
-        let relocated = self
-            .module
-            .relocate(at.code_va, at.data_va, &|s| self.resolve(s))
-            .map_err(|e| Error::Load(e.to_string()))?;
+        let relocated = self.module.relocate(at.code_va, at.data_va, &|s| self.resolve(s)).map_err(LoadError::from)?;
         if self.sim {
             let (code, entries) = self.sim_images(at);
             return Ok((code, relocated.data, entries));
@@ -210,34 +207,27 @@ impl PreparedModule {
     /// What every launch of kernel `k` needs, for a module placed at `at`; refused when `k` needs a
     /// symbol nothing provides or a launch feature the platform lacks.
     pub(crate) fn kernel_meta(&self, k: &KernelInfo, at: Placement) -> Result<KernelMeta> {
-        let refuse = |why: String| Err(Error::Load(format!("kernel `{}`: {why}", k.name)));
+        let refuse = |why: LoadError| Err(Error::Load(why.for_kernel(&k.name)));
         if k.explicit_cluster || k.cluster_dims.is_some_and(|d| d.iter().product::<u32>() > 1) {
-            let dims = k.cluster_dims.map_or("an explicit cluster".to_string(), |[x, y, z]| format!("{x}x{y}x{z}"));
-            return refuse(format!(
-                "declares a cluster launch of {dims} CTAs (__cluster_dims__); Omega's launch path has no cluster \
-                 support yet, so it cannot be launched as built"
-            ));
+            return refuse(LoadError::ClusterLaunch { dims: k.cluster_dims });
         }
         if k.param_base != self.arch.param_base {
-            return refuse(format!(
-                "parameters at constant-bank offset {:#x}, {} expects {:#x}",
-                k.param_base, self.arch.name, self.arch.param_base
-            ));
+            return refuse(LoadError::ParamBase {
+                found: k.param_base,
+                arch: self.arch.name,
+                expected: self.arch.param_base,
+            });
         }
         let linked = match self.module.link(k, self.arch, &|s| self.external(s)) {
             Ok(l) => l,
             Err(CubinError::UnresolvedSymbol { symbol, .. }) => {
                 let why = match (&symbol[..], &self.printf_missing) {
-                    (VPRINTF, Some(missing)) => {
-                        format!("calls `vprintf` (device printf), which is not available: {missing}")
-                    }
-                    _ => {
-                        format!("needs symbol `{symbol}`, which the module does not define and Omega does not provide")
-                    }
+                    (VPRINTF, Some(missing)) => LoadError::PrintfUnavailable { missing: Box::new(missing.clone()) },
+                    _ => LoadError::UndefinedSymbol { symbol },
                 };
                 return refuse(why);
             }
-            Err(e) => return refuse(e.to_string()),
+            Err(e) => return refuse(e.into()),
         };
         let const_banks = if self.sim {
             // The simulator's kernel is a host function holding its constant data itself.
@@ -312,7 +302,7 @@ impl Prepared {
         match &self.image {
             Image::Fixed(bytes) => Ok(bytes.clone()),
             Image::Cubin(m) => {
-                m.module.relocate_in_one(va).map_err(|e| Error::Load(format!("kernel `{}`: {e}", self.meta.name)))
+                m.module.relocate_in_one(va).map_err(|e| Error::Load(LoadError::from(e).for_kernel(&self.meta.name)))
             }
         }
     }
@@ -323,19 +313,16 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
     // Only a refusal of the cubin itself names the kernel; "device not open" and the platform's own
     // errors keep their stage as they are.
     let m = PreparedModule::new(cubin).map_err(|e| match e {
-        Error::Load(why) => Error::Load(format!("kernel `{entry}`: {why}")),
+        Error::Load(why) => Error::Load(why.for_kernel(entry)),
         other => other,
     })?;
     let index = m.module.kernels.iter().position(|k| k.name == entry);
     let Some(index) = index else {
-        return Err(Error::Load(m.module.kernel(entry).expect_err("not among the kernels").to_string()));
+        return Err(Error::Load(m.module.kernel(entry).expect_err("not among the kernels").into()));
     };
     let k = &m.module.kernels[index];
     if let Some(symbol) = k.externs.first() {
-        return Err(Error::Load(format!(
-            "kernel `{entry}` needs symbol `{symbol}`, which a single-buffer load cannot provide: load its module \
-             with Scope::load_module"
-        )));
+        return Err(Error::Load(LoadError::NeedsModuleLoad { kernel: entry.to_string(), symbol: symbol.clone() }));
     }
     let meta = m.kernel_meta(k, Placement { code_va: 0, data_va: 0 })?;
     if m.sim {
@@ -363,11 +350,12 @@ pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
 
 /// On the simulator in a build without ptxas: repository kernel `name`'s code image and launch template
 /// from its host spec. Elsewhere `why` (there is no cubin) is the error.
-pub(crate) fn host_spec_meta(name: &str, why: &str) -> Result<(Vec<u8>, KernelMeta)> {
+pub(crate) fn host_spec_meta(name: &str, why: &'static str) -> Result<(Vec<u8>, KernelMeta)> {
     let installed = runtime().installed()?;
     if installed.platform.code_format() != omega_hal::CodeFormat::SimImage {
-        return Err(Error::Load(format!("kernel `{name}`: {why}")));
+        return Err(Error::Load(LoadError::NotBuilt { kernel: name.to_string(), why }));
     }
-    let spec = crate::kernels::host_spec(name).ok_or_else(|| Error::Load(format!("no kernel `{name}` in kernels/")))?;
+    let spec = crate::kernels::host_spec(name)
+        .ok_or_else(|| Error::Load(LoadError::NoSuchRepositoryKernel(name.to_string())))?;
     Ok(sim_spec_kernel(&installed, spec))
 }

@@ -8,7 +8,7 @@ use omega_hal::ctable::{self, OmegaGpuPlatform, TablePlatform, TableRefusal};
 use omega_hal::sim::Sim;
 use omega_hal::Platform;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PlatformError, Result};
 #[cfg(not(loom))]
 use crate::session::Runtime;
 use crate::sync::{Arc, ProcessMutex, Weak};
@@ -39,7 +39,7 @@ impl PlatformKind {
         match s {
             "sim" => Ok(PlatformKind::Sim),
             "nvidia" => Ok(PlatformKind::Nvidia),
-            other => Err(Error::Platform(format!("unknown platform `{other}` (expected `sim` or `nvidia`)"))),
+            other => Err(Error::Platform(PlatformError::UnknownName(other.to_string()))),
         }
     }
 
@@ -144,25 +144,23 @@ fn nvidia() -> Result<Installed> {
         Ok(nv) => Ok(Installed::platform(nv)),
         Err(omega_hal::HalError::NoDevice(missing_files)) => {
             Err(match crate::doctor::module_version(std::path::Path::new("/")) {
-                Err(no_module) => Error::Platform(format!("nvidia: {no_module}")),
+                Err(no_module) => Error::Platform(PlatformError::NoKernelModule(no_module)),
                 // The backend's text already names the platform and the missing files.
-                Ok(_) => Error::Platform(missing_files),
+                Ok(_) => Error::Platform(PlatformError::MissingDeviceFiles(missing_files)),
             })
         }
-        Err(other) => Err(Error::Platform(format!("nvidia: {other}"))),
+        Err(other) => Err(Error::Platform(PlatformError::Probe(other))),
     }
 }
 
 #[cfg(all(target_os = "linux", not(feature = "nvidia")))]
 fn nvidia() -> Result<Installed> {
-    Err(Error::Platform(
-        "nvidia: this build has no nvidia backend (omega was built without its `nvidia` feature)".into(),
-    ))
+    Err(Error::Platform(PlatformError::NoNvidiaBackend))
 }
 
 #[cfg(not(target_os = "linux"))]
 fn nvidia() -> Result<Installed> {
-    Err(Error::Platform("nvidia: the open-driver backend exists only on Linux".into()))
+    Err(Error::Platform(PlatformError::NotLinux))
 }
 
 /// Which runtime holds which platform instance, for as long as the instance exists.
@@ -183,11 +181,7 @@ pub(crate) fn claim(platform: &Arc<dyn Platform>, owner: &Arc<()>) -> Result<()>
     // never reused by another instance or runtime while its entry exists.
     match claims.iter().find(|(p, _)| std::ptr::addr_eq(p.as_ptr(), key)) {
         Some((_, o)) if std::ptr::eq(o.as_ptr(), Arc::as_ptr(owner)) => Ok(()),
-        Some(_) => Err(Error::Platform(format!(
-            "this `{}` platform instance belongs to another runtime of this process (one runtime per device: \
-             its latch and its buffers are that runtime's); use that runtime, or a platform instance of your own",
-            platform.name()
-        ))),
+        Some(_) => Err(Error::Platform(PlatformError::ClaimedByAnotherRuntime { platform: platform.name() })),
         None => {
             claims.push((Arc::downgrade(platform), Arc::downgrade(owner)));
             Ok(())
@@ -215,7 +209,9 @@ mod tests {
     #[test]
     fn a_build_without_the_nvidia_backend_refuses_it_by_name() {
         match Installed::new(PlatformKind::Nvidia) {
-            Err(Error::Platform(why)) => assert!(why.starts_with("nvidia: "), "{why}"),
+            Err(Error::Platform(why)) => {
+                assert!(matches!(why, PlatformError::NoNvidiaBackend | PlatformError::NotLinux), "{why}")
+            }
             Err(other) => panic!("wrong error: {other}"),
             Ok(p) => panic!("installed {} instead of refusing", p.name()),
         }

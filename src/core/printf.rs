@@ -29,7 +29,7 @@ use omega_hal::cubin::ExternalFunction;
 use omega_hal::sim::{KernelCtx, KernelError};
 use omega_hal::LaunchDesc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadError, Result};
 use crate::session::{runtime, AllocKind, GpuMem, Handle, Runtime, PIN_PRINTF, PRINTF_BUFFER, PRINTF_LIBRARY};
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering};
 
@@ -248,36 +248,35 @@ pub(crate) fn ready(sim: bool) -> Result<Ready> {
 
 /// The printf library's cubin, parsed for the open device.
 fn library_module() -> Result<omega_hal::cubin::Module> {
-    let cubin = crate::kernels::device_library("printf").map_err(|why| {
-        Error::Load(format!("device printf: Omega's printf library (kernels/cuda/lib/printf.cu) was not built: {why}"))
-    })?;
+    let cubin =
+        crate::kernels::device_library("printf").map_err(|why| Error::Load(LoadError::PrintfNotBuilt { why }))?;
     let arch = crate::loader::device_arch()?;
-    omega_hal::cubin::Module::parse(cubin, arch).map_err(|e| Error::Load(format!("device printf library: {e}")))
+    omega_hal::cubin::Module::parse(cubin, arch).map_err(|e| Error::Load(LoadError::PrintfLibrary(e)))
 }
 
 /// Registers and stack of Omega's vprintf.
 fn library_needs() -> Result<ExternalFunction> {
     let m = library_module()?;
-    let f = m.function(LIBRARY_FUNCTION).map_err(|e| Error::Load(format!("device printf library: {e}")))?;
+    let f = m.function(LIBRARY_FUNCTION).map_err(|e| Error::Load(LoadError::PrintfLibrary(e)))?;
     Ok(ExternalFunction { registers: f.registers, stack_bytes: f.stack_bytes })
 }
 
 /// Loads the library into a code buffer of its own with its buffer symbol resolved to `buffer_va`.
 fn load_library(rt: &Runtime, buffer_va: u64) -> Result<Library> {
     let m = library_module()?;
-    let f = m.function(LIBRARY_FUNCTION).map_err(|e| Error::Load(format!("device printf library: {e}")))?;
+    let f = m.function(LIBRARY_FUNCTION).map_err(|e| Error::Load(LoadError::PrintfLibrary(e)))?;
     if !m.data.is_empty() || !m.const_banks.is_empty() {
         // It runs with the calling kernel's constant banks, and has no data buffer of its own.
-        return Err(Error::Load("device printf library: it must have no module data or constant banks".into()));
+        return Err(Error::Load(LoadError::PrintfLibraryHasData));
     }
     let mut code = rt.alloc_owned(m.alloc_bytes() as usize, AllocKind::Code, PRINTF_LIBRARY)?;
     let resolve = |s: &str| (s == BUFFER_SYMBOL).then_some(buffer_va);
-    let written = m
-        .relocate(code.va, 0, &resolve)
-        .map_err(|e| Error::Load(format!("device printf library: {e}")))
-        .and_then(|r| match r.unresolved.first() {
-            Some(s) => Err(Error::Load(format!("device printf library: undefined symbol {s}"))),
-            None => write_cpu(rt, &code, 0, &r.image),
+    let written =
+        m.relocate(code.va, 0, &resolve).map_err(|e| Error::Load(LoadError::PrintfLibrary(e))).and_then(|r| {
+            match r.unresolved.first() {
+                Some(s) => Err(Error::Load(LoadError::PrintfLibraryUndefined(s.clone()))),
+                None => write_cpu(rt, &code, 0, &r.image),
+            }
         });
     if let Err(e) = written {
         let _ = rt.release(&mut code, PRINTF_LIBRARY);
@@ -290,7 +289,7 @@ fn load_library(rt: &Runtime, buffer_va: u64) -> Result<Library> {
 /// Copies `bytes` into `m`'s CPU view at `offset` and makes them visible to the device.
 fn write_cpu(rt: &Runtime, m: &GpuMem, offset: usize, bytes: &[u8]) -> Result<()> {
     if m.cpu.is_null() || offset + bytes.len() > m.size {
-        return Err(Error::Load(format!("{} bytes do not fit the buffer's CPU view", bytes.len())));
+        return Err(Error::Load(LoadError::BytesDoNotFit { bytes: bytes.len() }));
     }
     // SAFETY: `m` is a live session buffer with a CPU view of `m.size >= offset + bytes.len()` bytes
     // (checked), the caller holds the session lock, and no launch is running (launches are synchronous).

@@ -5,28 +5,27 @@
 use super::boundary::{guard, refuse};
 use crate::session::runtime;
 
-/// Zero-filled bytes after kernel code in every code buffer, for instruction prefetch.
+/// Zero-filled bytes after kernel code in every code buffer, at least, for instruction prefetch (a platform
+/// may keep more: the nvidia platform keeps 4096).
 pub const OMEGA_GPU_CODE_PREFETCH_TAIL: usize = 2048;
 
 const _: () = assert!(OMEGA_GPU_CODE_PREFETCH_TAIL == crate::session::CODE_PREFETCH_TAIL);
 
-/// EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus
-/// `OMEGA_GPU_CODE_PREFETCH_TAIL`, rounded up to the installed platform's page, at least one page. Installs
-/// the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
+/// EXPERIMENTAL. Bytes `omega_gpu_session_alloc_code(code_size, ...)` allocates: `code_size` plus the
+/// platform's prefetch tail (at least `OMEGA_GPU_CODE_PREFETCH_TAIL`), rounded up to the installed
+/// platform's page, at least one page. Installs the environment's platform if none is installed. Returns 0 (stage `code alloc`) when no platform can be
 /// installed or the size is past what a platform can describe (the sum or the rounding overflows, or the
 /// total passes `PTRDIFF_MAX`), the sizes `omega_gpu_session_alloc_code` refuses. Any thread, no lock.
 #[no_mangle]
 pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
     guard("omega_gpu_code_alloc_bytes", 0, || {
-        let page = match runtime().page_bytes() {
-            Ok(page) => page,
+        let bytes = match runtime().alloc_bytes_for(code_size, crate::session::AllocKind::Code) {
+            Ok(b) => b.and_then(|b| usize::try_from(b).ok()),
             Err(e) => {
                 runtime().set_error(&e);
                 return 0;
             }
         };
-        let bytes = crate::session::buffer_bytes(code_size, crate::session::AllocKind::Code, page)
-            .and_then(|b| usize::try_from(b).ok());
         match bytes {
             Some(b) => b,
             None => {

@@ -10,7 +10,7 @@
 use core::ffi::{c_char, c_int};
 
 use super::boundary::{c_str, code, guard, refuse};
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadError, Result};
 use crate::session::{round_gpr, runtime, GpuMem, KernelMeta};
 
 /// EXPERIMENTAL. A kernel resident in a code buffer of the open session.
@@ -48,7 +48,7 @@ fn place(
     let placed = (|| {
         let image = build(mem.va)?;
         if mem.cpu.is_null() || image.len() > mem.size {
-            return Err(Error::Load(format!("{} bytes of code do not fit the code buffer's CPU view", image.len())));
+            return Err(Error::Load(LoadError::CodeDoesNotFit { bytes: image.len() }));
         }
         // SAFETY: the code buffer was just allocated with a CPU view of `mem.size >= image.len()` bytes, and
         // nothing else references it yet (no launch has its address).

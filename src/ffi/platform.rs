@@ -262,7 +262,7 @@ pub extern "C" fn omega_gpu_platform_sim() -> OmegaGpuPlatform {
 
 /// Records a table's refusal (stage `platform`) and returns its code.
 fn refused(r: TableRefusal) -> c_int {
-    runtime().set_error(&Error::Platform(r.to_string()));
+    runtime().set_error(&Error::Platform(crate::error::PlatformError::Table(r)));
     r.refusal.code()
 }
 

@@ -465,9 +465,7 @@ impl Platform for Nvidia {
             abi_minor: PLATFORM_ABI_MINOR,
             services: Services::all(),
             page_bytes: memory::PAGE,
-            // tinygrad keeps 4 KiB after the code: the instruction prefetcher reads past the last
-            // instruction and faults on an unmapped page.
-            code_prefetch_tail: 4096,
+            code_prefetch_tail: arch::CODE_PREFETCH_TAIL,
             param_base: arch.param_base,
             max_param_bytes: arch.max_param_bytes,
             // Every arch the backend knows takes Hopper's shapes and register count (`qmd::encode` checks

@@ -278,7 +278,8 @@ impl Platform for Sim {
             abi_minor: PLATFORM_ABI_MINOR,
             services: self.config.services,
             page_bytes: memory::PAGE,
-            code_prefetch_tail: 2048,
+            // The contract's tail: the simulator fetches nothing past the code.
+            code_prefetch_tail: crate::MIN_CODE_PREFETCH_TAIL,
             param_base: 0x210,
             max_param_bytes: 32764,
             launch: LaunchLimits::SM_90,

@@ -115,11 +115,7 @@ impl<'r> CmdList<'r> {
         rt.require_lock(stage)?;
         let opts = opts.copied().unwrap_or_default();
         let Some(mode) = BarrierMode::from_raw(opts.barrier) else {
-            let e = CmdListError::BadOption(format!(
-                "barrier mode {} is neither OMEGA_GPU_CMDLIST_BARRIER_DEFAULT ({BARRIER_DEFAULT}) nor \
-                 OMEGA_GPU_CMDLIST_BARRIER_NONE ({BARRIER_NONE})",
-                opts.barrier
-            ));
+            let e = CmdListError::BadBarrier(opts.barrier);
             rt.set_error(&e);
             return Err(e);
         };
@@ -312,11 +308,7 @@ impl<'r> CmdList<'r> {
             rt.session_markers().expect("an open session has its markers")
         };
         if !stamps::is_live(rt, &self.stamps) {
-            return self.refuse(CmdListError::Stale(
-                "the list's stamp area belongs to a device that was closed since the list was created; \
-                 create a new list"
-                    .into(),
-            ));
+            return self.refuse(CmdListError::StaleStamps);
         }
         if let Err(e) = self.check_code_live() {
             return self.refuse(e);
@@ -404,11 +396,7 @@ impl<'r> CmdList<'r> {
             checked = Some(l.code_va);
             let live = s.code_ranges.range(..=l.code_va).next_back().is_some_and(|(va, len)| l.code_va < va + len);
             if !live {
-                return Err(CmdListError::Stale(format!(
-                    "launch {k}: code_va {:#x} is no longer inside a code buffer of this session (freed since \
-                     the add?); nothing was submitted",
-                    l.code_va
-                )));
+                return Err(CmdListError::StaleCode { launch: k, code_va: l.code_va });
             }
         }
         Ok(())

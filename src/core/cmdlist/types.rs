@@ -148,16 +148,33 @@ pub enum CmdListError {
         /// Launches in the list.
         count: u32,
     },
-    /// An option out of range at create.
-    #[error("cmdlist create: {0}")]
-    BadOption(String),
+    /// A barrier mode no mode has, at create.
+    #[error(
+        "cmdlist create: barrier mode {0} is neither OMEGA_GPU_CMDLIST_BARRIER_DEFAULT ({BARRIER_DEFAULT}) nor \
+         OMEGA_GPU_CMDLIST_BARRIER_NONE ({BARRIER_NONE})"
+    )]
+    BadBarrier(u32),
     /// Submit of a list with no launches.
     #[error("cmdlist submit: the list is empty")]
     Empty,
-    /// The list's own buffers, or a launch's code, are gone (the device was closed, or the code freed,
-    /// since the launch was added); nothing was submitted.
-    #[error("cmdlist submit: {0}")]
-    Stale(String),
+    /// The list's own stamp area is gone: the device was closed since the list was created; nothing was
+    /// submitted.
+    #[error(
+        "cmdlist submit: the list's stamp area belongs to a device that was closed since the list was created; \
+         create a new list"
+    )]
+    StaleStamps,
+    /// Launch `launch`'s code is gone (freed since the add); nothing was submitted.
+    #[error(
+        "cmdlist submit: launch {launch}: code_va {code_va:#x} is no longer inside a code buffer of this session \
+         (freed since the add?); nothing was submitted"
+    )]
+    StaleCode {
+        /// The launch's index in the list.
+        launch: usize,
+        /// Its code address.
+        code_va: u64,
+    },
     /// The list latched after an uncertain completion; it refuses everything but free and the queries.
     #[error("{0}: refused, the list is latched after an uncertain completion")]
     ListLatched(&'static str),
@@ -172,8 +189,8 @@ impl CmdListError {
         match self {
             CmdListError::Full => "cmdlist add",
             CmdListError::NoSuchLaunch { .. } => "cmdlist mark independent",
-            CmdListError::BadOption(_) => "cmdlist create",
-            CmdListError::Empty | CmdListError::Stale(_) => "cmdlist submit",
+            CmdListError::BadBarrier(_) => "cmdlist create",
+            CmdListError::Empty | CmdListError::StaleStamps | CmdListError::StaleCode { .. } => "cmdlist submit",
             CmdListError::ListLatched(stage) => stage,
             CmdListError::Session(e) => e.stage(),
         }
@@ -186,17 +203,12 @@ impl CmdListError {
 }
 
 impl From<CmdListError> for Error {
+    /// A session failure unwrapped; a list's own refusal carried whole ([`Error::CmdList`]), so it prints
+    /// and matches the same.
     fn from(e: CmdListError) -> Error {
         match e {
             CmdListError::Session(e) => e,
-            other => Error::Setting { stage: other.stage(), detail: refusal_detail(&other) },
+            other => Error::CmdList(Box::new(other)),
         }
     }
-}
-
-/// The text of a list's own refusal without its leading stage, so that the converted [`Error`] prints the same.
-fn refusal_detail(e: &CmdListError) -> String {
-    let text = e.to_string();
-    let stage = e.stage();
-    text.strip_prefix(stage).and_then(|t| t.strip_prefix(": ")).map(str::to_owned).unwrap_or(text)
 }

@@ -73,7 +73,8 @@ impl SessionBackend {
         if installed.platform.code_format() == omega_hal::CodeFormat::SimImage {
             // The simulator runs the host reference named by a code image. Described by the host spec, not the
             // shared loader, because that loader consults the process's runtime and this one may be private.
-            let spec = crate::kernels::host_spec(KERNEL).ok_or_else(|| Error::Load(format!("no kernel `{KERNEL}`")))?;
+            let spec = crate::kernels::host_spec(KERNEL)
+                .ok_or_else(|| Error::Load(crate::error::LoadError::NoSuchRepositoryKernel(KERNEL.to_string())))?;
             let (image, meta) = crate::loader::sim_spec_kernel(&installed, spec);
             let code = rt.alloc_owned(image.len(), AllocKind::Code, ENGINE_BUFFER)?;
             self.code = Some(code);

@@ -13,6 +13,14 @@ impl Runtime {
         Ok(self.installed()?.platform.caps().page_bytes)
     }
 
+    /// Bytes a buffer of `bytes` bytes of `kind` takes on the installed platform (installing the
+    /// environment's choice first); `Ok(None)` for a size no platform can describe. The C layer's code
+    /// allocator asks it, so it rounds as the session does (the C layer is not built under loom).
+    #[cfg(not(loom))]
+    pub fn alloc_bytes_for(&self, bytes: usize, kind: super::AllocKind) -> Result<Option<u64>> {
+        Ok(super::memory::buffer_bytes(bytes, kind, &self.installed()?.platform.caps()))
+    }
+
     /// Argument words that precede a launch's own in constant bank 0 on the installed platform (132 on
     /// Hopper); 0 with no platform.
     pub fn param_prefix_words(&self) -> u32 {

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission, WaitPolicy};
 
 use super::{wait, RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadError, Result};
 use crate::sync::{self, Arc, Ordering};
 
 /// One kernel parameter as the kernel's parameter table declares it.
@@ -539,28 +539,19 @@ impl Runtime {
         let buffer = s.code_ranges.range(..=code_va).next_back().filter(|(va, len)| code_va - **va < **len);
         let Some((base, end)) = buffer.map(|(va, len)| (*va, *va + *len)) else {
             drop(s);
-            return self.fail(Error::Load(format!(
-                "kernel `{}`: entry {code_va:#x} is not inside a code buffer of this session",
-                meta.name
-            )));
+            return self.fail(Error::Load(LoadError::EntryOutsideCode { va: code_va }.for_kernel(&meta.name)));
         };
         if meta.code_bytes > end - code_va {
             drop(s);
-            return self.fail(Error::Load(format!(
-                "kernel `{}`: {} bytes of code from {code_va:#x} run past its code buffer ({} bytes left)",
-                meta.name,
-                meta.code_bytes,
-                end - code_va
-            )));
+            let why = LoadError::CodePastBuffer { bytes: meta.code_bytes, va: code_va, left: end - code_va };
+            return self.fail(Error::Load(why.for_kernel(&meta.name)));
         }
         for b in &meta.const_banks {
             let bytes = u64::from(b.bytes).next_multiple_of(16);
             if b.va < base || b.va.checked_add(bytes).is_none_or(|e| e > end) {
                 drop(s);
-                return self.fail(Error::Load(format!(
-                    "kernel `{}`: constant bank {} ({} bytes at {:#x}) lies outside the code buffer of its entry",
-                    meta.name, b.index, b.bytes, b.va
-                )));
+                let why = LoadError::BankOutsideCode { index: b.index, bytes: b.bytes, va: b.va };
+                return self.fail(Error::Load(why.for_kernel(&meta.name)));
             }
         }
         s.templates.insert(code_va, Arc::new(meta));

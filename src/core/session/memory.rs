@@ -8,7 +8,7 @@
 //! when the device cannot give a whole chunk (when out of memory, the manager's empty chunks are returned
 //! first and the allocation tried again).
 
-use omega_hal::{check_buffer, Allocation, BufferDesc, BufferKind, CachePolicy, DeviceMemory, HalError, Rights};
+use omega_hal::{check_buffer, Allocation, BufferDesc, BufferKind, CachePolicy, Caps, DeviceMemory, HalError, Rights};
 
 use super::suballoc::{Carve, CarverStats, Pool, CHUNK_BYTES};
 use super::{
@@ -223,13 +223,18 @@ impl Session {
     }
 }
 
-/// Bytes a buffer of `bytes` bytes of `kind` takes on a platform of `page`-byte pages: the request (plus the
-/// zero-filled prefetch tail for code), at least one byte, rounded up to a page. `None` when that is past
+/// Bytes a buffer of `bytes` bytes of `kind` takes on a platform of capabilities `caps`: the request (plus,
+/// for code, the zero-filled prefetch tail the platform asks, at least [`CODE_PREFETCH_TAIL`]), at least one
+/// byte, rounded up to the platform's page. `None` when that is past
 /// what any platform can describe: the sum or the rounding overflows, or the total passes `isize::MAX`,
 /// the most one CPU view can span. The same in debug and release builds.
-pub(crate) fn buffer_bytes(bytes: usize, kind: AllocKind, page: u64) -> Option<u64> {
+pub(crate) fn buffer_bytes(bytes: usize, kind: AllocKind, caps: &Caps) -> Option<u64> {
+    let page = caps.page_bytes;
     let want = match kind {
-        AllocKind::Code => bytes.checked_add(CODE_PREFETCH_TAIL)?,
+        AllocKind::Code => {
+            let tail = usize::try_from(caps.code_prefetch_tail).ok()?.max(CODE_PREFETCH_TAIL);
+            bytes.checked_add(tail)?
+        }
         AllocKind::Data | AllocKind::Cached | AllocKind::Device => bytes,
     };
     let rounded = u64::try_from(want.max(1)).ok()?.checked_next_multiple_of(page)?;
@@ -283,8 +288,7 @@ impl Runtime {
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
         }
-        let page = i.platform.caps().page_bytes;
-        let Some(rounded) = buffer_bytes(bytes, shape.alloc_kind(), page) else {
+        let Some(rounded) = buffer_bytes(bytes, shape.alloc_kind(), &i.platform.caps()) else {
             return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
         };
         let (rights, cache, hal_kind, c_kind, pool) = shape.describe();
@@ -815,5 +819,38 @@ impl Runtime {
             // SAFETY: forwarded from the caller.
             unsafe { h.free(p) }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use omega_hal::{LaunchLimits, Services, MIN_CODE_PREFETCH_TAIL, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR};
+
+    use super::*;
+
+    fn caps(code_prefetch_tail: u64) -> Caps {
+        Caps {
+            abi_major: PLATFORM_ABI_MAJOR,
+            abi_minor: PLATFORM_ABI_MINOR,
+            services: Services::all(),
+            page_bytes: 4096,
+            code_prefetch_tail,
+            param_base: 0x210,
+            max_param_bytes: 4096,
+            launch: LaunchLimits::SM_90,
+        }
+    }
+
+    #[test]
+    fn a_code_buffer_gets_the_platforms_prefetch_tail_and_never_less_than_the_contracts() {
+        // nvidia's 4096: 1000 + 4096 rounds to two pages, where the contract's 2048 fits one.
+        assert_eq!(buffer_bytes(1000, AllocKind::Code, &caps(omega_hal::arch::CODE_PREFETCH_TAIL)), Some(8192));
+        assert_eq!(buffer_bytes(1000, AllocKind::Code, &caps(MIN_CODE_PREFETCH_TAIL)), Some(4096));
+        // A C table that declares no tail still gets the contract's.
+        assert_eq!(buffer_bytes(2049, AllocKind::Code, &caps(0)), Some(8192));
+        assert_eq!(buffer_bytes(2048, AllocKind::Code, &caps(0)), Some(4096));
+        // Data has no tail.
+        assert_eq!(buffer_bytes(4096, AllocKind::Data, &caps(1 << 20)), Some(4096));
+        assert_eq!(buffer_bytes(usize::MAX - 100, AllocKind::Code, &caps(0)), None);
     }
 }

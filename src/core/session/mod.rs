@@ -22,9 +22,6 @@
 mod caps;
 mod launch;
 mod memory;
-// The C layer's code allocator rounds as the session does (the C layer is not built under loom).
-#[cfg(not(loom))]
-pub(crate) use memory::buffer_bytes;
 pub use memory::{AllocKind, MemoryStats};
 pub mod suballoc;
 pub mod types;

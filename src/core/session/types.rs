@@ -17,8 +17,9 @@ pub const PARK_MAX: usize = 512;
 pub const SCRATCH_RESERVED: i32 = -2;
 /// `OMEGA_GPU_SESSION_CANCELLED`: a launch saw a cancel request.
 pub const CANCELLED: i32 = -3;
-/// `OMEGA_GPU_CODE_PREFETCH_TAIL`: zero-filled bytes after kernel code, for instruction prefetch.
-pub const CODE_PREFETCH_TAIL: usize = 2048;
+/// `OMEGA_GPU_CODE_PREFETCH_TAIL`: the least zero-filled tail after kernel code in a code buffer (the HAL's
+/// contract floor); a platform whose GPU prefetches further asks for more in its caps, and gets it.
+pub const CODE_PREFETCH_TAIL: usize = omega_hal::MIN_CODE_PREFETCH_TAIL as usize;
 /// `OMEGA_GPU_SESSION_DEFAULT_SHARED_BYTES`: shared memory per block when a launch gives 0.
 pub const DEFAULT_SHARED_BYTES: u32 = 1024;
 /// `OMEGA_GPU_SESSION_ON_CLOSE_MAX`: on-close hooks.
