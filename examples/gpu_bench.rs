@@ -363,6 +363,55 @@ fn main() -> Result<(), Error> {
             }
             println!("omega.sync_4k_{name}_p50_us {:.2}", percentile(&mut lat, 0.50));
         }
+
+        // What hello_gpu prints: the process's first vector_add (a fresh load) on fresh 4 MiB buffers,
+        // submit to completion, beside CUDA's first launch of the same PTX.
+        {
+            let n = 1usize << 20;
+            let a = s.alloc_from(&vec![1.0f32; n])?;
+            let b = s.alloc_from(&vec![2.0f32; n])?;
+            let c = s.alloc::<f32>(n)?;
+            let va = s.load("vector_add")?;
+            let l = Launch::new(&va)
+                .grid([(n / 256) as u32, 1, 1])
+                .block([256, 1, 1])
+                .timeout_ms(2_000)
+                .arg(&a)
+                .arg(&b)
+                .arg(&c)
+                .arg(n as u32);
+            let done = gpu.launch(&l)?;
+            println!("omega.hello_vector_add_us {:.2}", done.elapsed_ns as f64 / 1e3);
+            gpu = done.gpu;
+        }
+
+        // A bandwidth kernel on Omega's device-only buffers: scale_copy over `big` bytes (one read and one
+        // write per element), 8 blocks of 256 per SM, best of 20 launches after 3, beside the same PTX
+        // under CUDA.
+        {
+            let n = big / 4;
+            let src = s.alloc_device::<f32>(n)?;
+            let dst = s.alloc_device::<f32>(n)?;
+            let k = s.load("scale_copy")?;
+            let l = Launch::new(&k)
+                .grid([info.sm_count * 8, 1, 1])
+                .block([256, 1, 1])
+                .timeout_ms(5_000)
+                .arg(&src)
+                .arg(&dst)
+                .arg(1.0f32)
+                .arg(n as u32);
+            let mut best = f64::MAX;
+            for rep in 0..23 {
+                let t = Instant::now();
+                gpu = gpu.launch(&l)?.gpu;
+                if rep >= 3 {
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+            }
+            let size = if quick { "64m" } else { "1g" };
+            println!("omega.bandwidth_scale_copy_{size}_gbps {:.1}", 8.0 * n as f64 / best / 1e9);
+        }
         Ok(())
     });
     r.value()

@@ -1112,6 +1112,12 @@ static void make_launch_fields(Launch *x) {
             case 7: L->n_args = pick_u32() % 40; break;
             case 8: L->code_va += pick_u32(); break;
             case 9: /* past the output buffer, into its guard gap: an MMU fault */
+                if (M.buf[c].pool >= 0) {
+                    /* A carved buffer has no guard gap: the stores past its end land in its chunk, on
+                     * whatever neighbours it has (documented), which the model cannot follow. */
+                    x->null_args = true;
+                    break;
+                }
                 x->args[6] = n = (uint32_t)(M.buf[c].m.size / 4) + 1 + b32() % 8192;
                 L->grid_x = (n + block - 1) / block;
                 /* Certain within the first slice of the simulated kernel; a longer one may run out of time. */

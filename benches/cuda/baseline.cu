@@ -8,8 +8,30 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <sys/resource.h>
+
+#define CKD(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { \
+    fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #x, (int)r_); exit(1); } } while (0)
+
+// A repository kernel's PTX (kernels/<name>.ptx, read from the repository root this runs in), loaded by the
+// driver: the same kernel Omega launches from its ptxas-built cubin.
+static CUfunction repo_kernel(const char *name) {
+    std::string path = std::string("kernels/") + name + ".ptx";
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) { fprintf(stderr, "cannot open %s (run from the repository root)\n", path.c_str()); exit(1); }
+    std::string ptx;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) ptx.append(buf, got);
+    fclose(f);
+    CUmodule m;
+    CKD(cuModuleLoadData(&m, ptx.c_str()));
+    CUfunction fn;
+    CKD(cuModuleGetFunction(&fn, m, name));
+    return fn;
+}
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -200,5 +222,57 @@ int main(int argc, char **argv) {
     // The graph is Omega's dependent command list's counterpart: same metric name, so the table pairs them.
     printf("cuda.graph_1000_per_node_us %.3f\n", pct(per, 0.5));
     printf("cuda.cmdlist_1000_dependent_per_launch_us %.3f\n", pct(per, 0.5));
+
+    // hello_gpu's figure: the first launch of vector_add (just loaded) on fresh 4 MiB buffers, launch to
+    // completion.
+    {
+        unsigned n = 1u << 20;
+        float *a, *b, *c;
+        CK(cudaMalloc(&a, n * 4));
+        CK(cudaMalloc(&b, n * 4));
+        CK(cudaMalloc(&c, n * 4));
+        std::vector<float> ha(n, 1.0f), hb(n, 2.0f);
+        CK(cudaMemcpy(a, ha.data(), n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b, hb.data(), n * 4, cudaMemcpyHostToDevice));
+        CUfunction va = repo_kernel("vector_add");
+        void *args[] = {&a, &b, &c, &n};
+        double t = now_us();
+        CKD(cuLaunchKernel(va, n / 256, 1, 1, 256, 1, 1, 0, st, args, nullptr));
+        CK(cudaStreamSynchronize(st));
+        printf("cuda.hello_vector_add_us %.2f\n", now_us() - t);
+        CK(cudaFree(a));
+        CK(cudaFree(b));
+        CK(cudaFree(c));
+    }
+
+    // The bandwidth kernel: scale_copy over `big` bytes, 8 blocks of 256 per SM, best of 20 launches
+    // (launch to completion) after 3.
+    {
+        unsigned n = (unsigned)(big / 4);
+        float *src, *dst, alpha = 1.0f;
+        CK(cudaMalloc(&src, big));
+        CK(cudaMalloc(&dst, big));
+        CUfunction sc = repo_kernel("scale_copy");
+        void *args[] = {&src, &dst, &alpha, &n};
+        double best = 1e30;
+        for (int rep = 0; rep < 23; rep++) {
+            double t = now_us();
+            CKD(cuLaunchKernel(sc, prop.multiProcessorCount * 8, 1, 1, 256, 1, 1, 0, st, args, nullptr));
+            CK(cudaStreamSynchronize(st));
+            if (rep >= 3) best = std::min(best, now_us() - t);
+        }
+        printf("cuda.bandwidth_scale_copy_%s_gbps %.1f\n", quick ? "64m" : "1g", 8.0 * n / best / 1e3);
+        // The copy engine's device-to-device copy of the same bytes, as the ceiling (read + write).
+        best = 1e30;
+        for (int rep = 0; rep < 13; rep++) {
+            double t = now_us();
+            CK(cudaMemcpyAsync(dst, src, big, cudaMemcpyDeviceToDevice, st));
+            CK(cudaStreamSynchronize(st));
+            if (rep >= 3) best = std::min(best, now_us() - t);
+        }
+        printf("cuda.memcpy_d2d_%s_gbps %.1f\n", quick ? "64m" : "1g", 2.0 * big / best / 1e3);
+        CK(cudaFree(src));
+        CK(cudaFree(dst));
+    }
     return 0;
 }

@@ -12,7 +12,7 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >"$OUT/smi.txt" 2>&1
 # The CUDA baseline is built first, so no idle gap falls between the suite and the benchmarks.
 if [ "${SUITE_ONLY:-0}" != 1 ]; then
-    /usr/local/cuda/bin/nvcc -O2 -arch=sm_90 -o /tmp/omega-cuda-baseline benches/cuda/baseline.cu >"$OUT/nvcc.log" 2>&1 || status=1
+    /usr/local/cuda/bin/nvcc -O2 -arch=sm_90 -o /tmp/omega-cuda-baseline benches/cuda/baseline.cu -lcuda >"$OUT/nvcc.log" 2>&1 || status=1
 fi
 if [ -x "$BIN/doctor" ]; then "$BIN/doctor" >"$OUT/doctor.log" 2>&1 || status=1; fi
 "$BIN/hello_gpu" >"$OUT/hello.log" 2>&1 || status=1

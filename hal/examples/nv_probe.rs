@@ -85,6 +85,27 @@ mod linux {
     }
 
     impl Probe {
+        /// How long allocating and freeing one device-only buffer takes at each size (the figure to
+        /// read beside an `strace -T` of the same run: which driver call the time goes to).
+        fn alloc_times(&mut self) {
+            for shift in [20u32, 26, 30, 34] {
+                let bytes = 1u64 << shift;
+                for _ in 0..2 {
+                    let t0 = std::time::Instant::now();
+                    let a = self.alloc(bytes, Rights::GPU_READ | Rights::GPU_WRITE, BufferKind::Data);
+                    let t1 = std::time::Instant::now();
+                    self.gpu.free(&a);
+                    let t2 = std::time::Instant::now();
+                    println!(
+                        "# alloc {} MiB device-only: alloc {:.1} us, free {:.1} us",
+                        bytes >> 20,
+                        (t1 - t0).as_secs_f64() * 1e6,
+                        (t2 - t1).as_secs_f64() * 1e6
+                    );
+                }
+            }
+        }
+
         // A probe stops at the first allocation, sync or load that fails: every later figure would be
         // measured on a broken device.
         fn alloc(&self, bytes: u64, rights: Rights, kind: BufferKind) -> Allocation {
@@ -1106,6 +1127,7 @@ mod linux {
             ("tma", Probe::tma as fn(&mut Probe)),
             ("cluster", Probe::cluster as fn(&mut Probe)),
             ("smem", Probe::smem as fn(&mut Probe)),
+            ("alloc", Probe::alloc_times as fn(&mut Probe)),
         ] {
             if what == "all" || what == name {
                 probe(&mut p);

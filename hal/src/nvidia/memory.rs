@@ -40,8 +40,9 @@ pub const PAGE: u64 = 4096;
 /// The huge page of video memory.
 pub const HUGE_PAGE: u64 = 2 << 20;
 /// From this size on, video memory uses huge pages (as tinygrad does; smaller buffers would waste up to
-/// 2 MiB each).
+/// 2 MiB each); `NvidiaConfig::huge_from` (`OMEGA_NVIDIA_HUGE_FROM`) moves it.
 pub const HUGE_FROM: u64 = 8 << 20;
+
 /// GPU VAs of memory the CPU also sees, of code, of the queue and of QMDs: SEND_PCAS_A carries
 /// `addr >> 8` in 32 bits, so a QMD must sit below 2^40.
 pub const LOW_VA: (u64, u64) = (0x10_0000_0000, 0x100_0000_0000);
@@ -74,8 +75,14 @@ pub struct Plan {
     pub low_va: bool,
 }
 
-/// Decides where the buffer `desc` describes lives (the table in the module docs).
+/// Decides where the buffer `desc` describes lives (the table in the module docs), with huge pages from
+/// [`HUGE_FROM`] bytes on.
 pub fn plan(desc: &BufferDesc) -> Plan {
+    plan_with(desc, HUGE_FROM)
+}
+
+/// [`plan`] with huge pages from `huge_from` bytes on.
+pub fn plan_with(desc: &BufferDesc, huge_from: u64) -> Plan {
     let cpu = desc.rights.intersects(Rights::CPU_READ | Rights::CPU_WRITE);
     let placement = if desc.kind == BufferKind::Queue || desc.rights.contains(Rights::HOST_POLLED) {
         Placement::SysmemPolled
@@ -86,10 +93,45 @@ pub fn plan(desc: &BufferDesc) -> Plan {
     } else {
         Placement::VidmemViewed
     };
-    let huge = placement != Placement::SysmemPolled && desc.bytes >= HUGE_FROM;
+    let huge = placement != Placement::SysmemPolled && desc.bytes >= huge_from;
     let page = if huge { HUGE_PAGE } else { PAGE };
     let low_va = matches!(placement, Placement::SysmemPolled | Placement::VidmemBar1) || desc.kind != BufferKind::Data;
     Plan { placement, page, bytes: desc.bytes.div_ceil(page) * page, low_va }
+}
+
+/// Times the driver steps of allocating and freeing one memory object when `OMEGA_NVIDIA_TRACE_MEMORY=1`
+/// (a diagnosis knob: which of the RM allocation, the RM and UVM mappings and their frees the time of a
+/// large allocation goes to). Prints one line per object to stderr.
+struct StepTimes {
+    on: bool,
+    at: std::time::Instant,
+    line: String,
+}
+
+impl StepTimes {
+    fn new(what: &str, bytes: u64) -> Self {
+        let on = std::env::var_os("OMEGA_NVIDIA_TRACE_MEMORY").is_some_and(|v| v == "1");
+        Self {
+            on,
+            at: std::time::Instant::now(),
+            line: if on { format!("{what} {} KiB:", bytes >> 10) } else { String::new() },
+        }
+    }
+    fn step(&mut self, name: &str) {
+        if self.on {
+            let now = std::time::Instant::now();
+            self.line += &format!(" {name} {:.1} us", (now - self.at).as_secs_f64() * 1e6);
+            self.at = now;
+        }
+    }
+}
+
+impl Drop for StepTimes {
+    fn drop(&mut self) {
+        if self.on {
+            eprintln!("omega (nvidia) memory trace: {}", self.line);
+        }
+    }
 }
 
 /// A first-fit allocator of GPU virtual addresses over one range, with coalescing frees.
@@ -215,13 +257,18 @@ impl Base {
     }
 
     /// Maps RM object `handle` at `va` for the GPU: a UVM external range, the RM DMA mapping at that fixed
-    /// address, then the UVM mapping (the three steps of the fact sheet).
-    pub(crate) fn map_gpu(&self, handle: u32, va: u64, len: u64) -> Result<(), HalError> {
+    /// address in page-table entries of `page` bytes (the page size the object was allocated with), then
+    /// the UVM mapping (the three steps of the fact sheet).
+    pub(crate) fn map_gpu(&self, handle: u32, va: u64, len: u64, page: u64) -> Result<(), HalError> {
+        let mut t = StepTimes::new("map", len);
         self.uvm.create_external_range(va, len)?;
-        let mapped = self
-            .rm
-            .map_dma(self.device, self.virtmem, handle, len, va)
-            .and_then(|()| self.uvm.map_external(self.uuid, self.rm.ctl_fd(), self.rm.client, handle, va, len));
+        t.step("UVM_CREATE_EXTERNAL_RANGE");
+        let mapped = self.rm.map_dma(self.device, self.virtmem, handle, len, va, page == HUGE_PAGE).and_then(|()| {
+            t.step("RM_MAP_MEMORY_DMA");
+            let r = self.uvm.map_external(self.uuid, self.rm.ctl_fd(), self.rm.client, handle, va, len);
+            t.step("UVM_MAP_EXTERNAL_ALLOCATION");
+            r
+        });
         if mapped.is_err() {
             let _ = self.uvm.free(va, len);
         }
@@ -284,7 +331,9 @@ impl Base {
                     ..Default::default()
                 };
                 let cls = if vid { MemoryClass::Video } else { MemoryClass::System };
+                let mut t = StepTimes::new("alloc", bytes);
                 m.handle = self.rm.alloc_memory(self.device, cls, &mut p, call)?;
+                t.step("RM_ALLOC memory");
                 if let Some(caching) = spec.cpu_map {
                     let via = if vid { MapVia::Device(self.minor) } else { MapVia::Ctl };
                     m.cpu = self.rm.map_cpu(self.device, m.handle, bytes, caching, via, call)?;
@@ -312,7 +361,7 @@ impl Base {
             }
             MemKind::Registered => unreachable!("registered pages are made by Base::register_pages"),
         }
-        self.map_gpu(m.handle, va, bytes)?;
+        self.map_gpu(m.handle, va, bytes, spec.page)?;
         m.va = va;
         Ok(())
     }
@@ -344,7 +393,7 @@ impl Base {
         let va = self.va_high.alloc(bytes, align).ok_or(HalError::OutOfMemory { bytes })?;
         let mut m = Mem { handle: 0, kind: MemKind::Registered, va: 0, bytes, cpu, low_va: false };
         // SAFETY: forwarded from the caller.
-        let made = unsafe { self.wrap_pages(&mut m) }.and_then(|()| self.map_gpu(m.handle, va, bytes));
+        let made = unsafe { self.wrap_pages(&mut m) }.and_then(|()| self.map_gpu(m.handle, va, bytes, PAGE));
         if let Err(e) = made {
             self.release_mem_parts(&m.record());
             self.va_high.free(va, bytes);
@@ -356,8 +405,10 @@ impl Base {
 
     /// Undoes whatever part of `m` exists: GPU mapping, CPU mapping, RM object, host pages.
     fn release_mem_parts(&self, m: &MemRecord) {
+        let mut t = StepTimes::new("free", m.bytes);
         if m.va != 0 {
             let _ = self.uvm.free(m.va, m.bytes);
+            t.step("UVM_FREE");
         }
         if matches!(m.kind, MemKind::Vid | MemKind::Sys) {
             // SAFETY: an RM CPU mapping of `bytes` this backend made for `m`; its owner is done with it.
@@ -365,6 +416,7 @@ impl Base {
         }
         if m.handle != 0 {
             let _ = self.rm.free(self.device, m.handle, "RM_FREE memory");
+            t.step("RM_FREE");
         }
         if m.kind == MemKind::Host {
             // SAFETY: the anonymous mapping made for `m`; the driver unpinned it when the object was freed.
@@ -494,7 +546,7 @@ impl Buffers {
         desc: &BufferDesc,
         config: &NvidiaConfig,
     ) -> Result<(Allocation, Placement), HalError> {
-        let p = plan(desc);
+        let p = plan_with(desc, config.huge_from);
         let spec =
             |kind, cpu_map, low_va| MemSpec { kind, bytes: p.bytes, page: p.page, contiguous: false, cpu_map, low_va };
         let (primary, view, bar1) = match p.placement {

@@ -98,6 +98,9 @@ use visibility::Syncs;
 /// Settings of the NVIDIA platform.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NvidiaConfig {
+    /// Video memory buffers of at least this many bytes take 2 MiB pages (`memory::HUGE_FROM` unless
+    /// `OMEGA_NVIDIA_HUGE_FROM` says otherwise; a measuring knob for buffers of 2-8 MiB).
+    pub huge_from: u64,
     /// Syncs to the GPU of at most this many bytes, of a buffer with a BAR1 view, are CPU stores through
     /// it instead of a copy-engine round trip. 0 turns the BAR1 path off. `OMEGA_NVIDIA_BAR1_SYNC_MAX`.
     pub bar1_sync_max: u64,
@@ -172,6 +175,7 @@ impl Default for NvidiaConfig {
             // One session chunk: every small buffer gets its syncs to the GPU through BAR1.
             bar1_view_max: env_or("OMEGA_NVIDIA_BAR1_VIEW_MAX", 64 << 20),
             // 2 x 64 MiB: a piece of 64 MiB already runs at full copy-engine speed (copy_chunk_bytes).
+            huge_from: env_or("OMEGA_NVIDIA_HUGE_FROM", memory::HUGE_FROM).max(memory::PAGE),
             staging_bytes: env_or("OMEGA_NVIDIA_STAGING_BYTES", 64 << 20).max(memory::PAGE) / memory::PAGE
                 * memory::PAGE,
             register_sync_bytes: env_or("OMEGA_NVIDIA_REGISTER_SYNC_BYTES", 16 << 20),

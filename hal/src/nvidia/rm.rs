@@ -565,14 +565,22 @@ impl Rm {
     }
 
     /// Maps `memory` at the fixed GPU address `va` through the virtual-memory object `hdma`.
-    pub(crate) fn map_dma(&self, device: u32, hdma: u32, memory: u32, len: u64, va: u64) -> Result<(), HalError> {
+    pub(crate) fn map_dma(
+        &self,
+        device: u32,
+        hdma: u32,
+        memory: u32,
+        len: u64,
+        va: u64,
+        huge: bool,
+    ) -> Result<(), HalError> {
         let mut m = sys::NvOs46 {
             h_client: self.client,
             h_device: device,
             h_dma: hdma,
             h_memory: memory,
             length: len,
-            flags: sys::DMA_MAP_FLAGS,
+            flags: if huge { sys::DMA_MAP_FLAGS_HUGE } else { sys::DMA_MAP_FLAGS },
             dma_offset: va,
             ..Default::default()
         };

@@ -206,9 +206,14 @@ pub mod map_caching {
     pub const WRITE_COMBINED: u32 = 2 << 23;
 }
 
-/// NVOS46 flags used for every GPU mapping: PAGE_SIZE 11:8 = 1 (4 KiB), CACHE_SNOOP bit 4, DMA_OFFSET_FIXED
-/// bit 15 (the VA is ours).
+/// NVOS46 flags of a GPU mapping of memory in 4 KiB pages: PAGE_SIZE 11:8 = 1 (4 KiB), CACHE_SNOOP bit 4,
+/// DMA_OFFSET_FIXED bit 15 (the VA is ours).
 pub const DMA_MAP_FLAGS: u32 = (1 << 8) | (1 << 4) | (1 << 15);
+/// [`DMA_MAP_FLAGS`] for memory allocated in 2 MiB pages: PAGE_SIZE 11:8 = 4 (HUGE), so the GPU's page
+/// tables get one entry per 2 MiB. With 4 KiB entries a 1 GiB buffer took 18.6 ms to map (262,144 entries
+/// written by RM) and a streaming kernel over it ran at 0.75x of the same kernel under CUDA
+/// (docs/perf/2026-12-01-memory-wait-validation.md).
+pub const DMA_MAP_FLAGS_HUGE: u32 = (4 << 8) | (1 << 4) | (1 << 15);
 
 /// NV_VASPACE_ALLOCATION_FLAGS: IS_EXTERNALLY_OWNED (bit 3) | ENABLE_PAGE_FAULTING (bit 6).
 pub const VASPACE_FLAGS: u32 = (1 << 3) | (1 << 6);
