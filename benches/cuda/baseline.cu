@@ -85,10 +85,8 @@ static int copy_timeline() {
 // as CUDA decides), the peer of Omega's default wait: empty launch + cudaStreamSynchronize on a default
 // stream, and the CPU time of the thread waiting on a 100 ms kernel. A process of its own, because the
 // main run sets cudaDeviceScheduleSpin before its context exists.
-static int default_wait(bool quick) {
-    int warm = quick ? 10 : 1000, iters = quick ? 200 : 10000;
-    cudaStream_t st;
-    CK(cudaStreamCreate(&st));
+// Launch + synchronize round trips of an empty kernel on `st`, `iters` timed after `warm`, in microseconds.
+static std::vector<double> empty_round_trips(cudaStream_t st, int warm, int iters) {
     for (int i = 0; i < warm; i++) { empty<<<1, 1, 0, st>>>(); CK(cudaStreamSynchronize(st)); }
     std::vector<double> rt;
     for (int i = 0; i < iters; i++) {
@@ -97,6 +95,14 @@ static int default_wait(bool quick) {
         CK(cudaStreamSynchronize(st));
         rt.push_back(now_us() - t);
     }
+    return rt;
+}
+
+static int default_wait(bool quick) {
+    int warm = quick ? 10 : 1000, iters = quick ? 200 : 10000;
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    std::vector<double> rt = empty_round_trips(st, warm, iters);
     printf("cuda.default_wait_roundtrip_p10_us %.2f\ncuda.default_wait_roundtrip_p50_us %.2f\n"
            "cuda.default_wait_roundtrip_p99_us %.2f\n", pct(rt, 0.10), pct(rt, 0.50), pct(rt, 0.99));
     std::vector<double> share;
@@ -154,14 +160,7 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     // Launch + synchronize round trip of an empty kernel.
-    for (int i = 0; i < warm; i++) { empty<<<1, 1, 0, st>>>(); CK(cudaStreamSynchronize(st)); }
-    std::vector<double> rt;
-    for (int i = 0; i < iters; i++) {
-        double t = now_us();
-        empty<<<1, 1, 0, st>>>();
-        CK(cudaStreamSynchronize(st));
-        rt.push_back(now_us() - t);
-    }
+    std::vector<double> rt = empty_round_trips(st, warm, iters);
     printf("cuda.roundtrip_p10_us %.2f\ncuda.roundtrip_p50_us %.2f\ncuda.roundtrip_p99_us %.2f\n",
            pct(rt, 0.10), pct(rt, 0.50), pct(rt, 0.99));
 

@@ -25,34 +25,7 @@
 
 #include "gemm_bf16.cuh"
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e = (x);                                                                        \
-    if (e != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));         \
-      exit(2);                                                                                  \
-    }                                                                                           \
-  } while (0)
-
-static uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+#include "check_common.cuh"
 
 static void encode(CUtensorMap* m, void* base, uint64_t inner, uint64_t outer, uint32_t box_inner, uint32_t box_outer) {
   cuuint64_t dims[2] = {inner, outer};
@@ -76,8 +49,8 @@ struct Run {
 static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64_t seed) {
   std::vector<uint16_t> hx((size_t)M * K), hw((size_t)N * K);
   uint64_t s = seed;
-  for (auto& v : hx) v = to_bf16((float)((splitmix(s) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f);
-  for (auto& v : hw) v = to_bf16((float)((splitmix(s) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f);
+  for (auto& v : hx) v = random_bf16(s);
+  for (auto& v : hw) v = random_bf16(s);
   void *dx, *dw;
   float *dy, *dref;
   CUtensorMap* dmaps;

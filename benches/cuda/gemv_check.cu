@@ -24,33 +24,7 @@
 
 #include "gemv_bf16.cuh"
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e = (x);                                                                      \
-    if (e != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));       \
-      exit(2);                                                                                \
-    }                                                                                         \
-  } while (0)
-
-static uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+#include "check_common.cuh"
 
 typedef void (*Entry)(const uint16_t*, const uint16_t*, float*, float*, uint32_t*, uint32_t, uint32_t, uint32_t,
                       uint32_t);
@@ -121,13 +95,13 @@ int main() {
     const int copies = (int)std::max<size_t>(1, std::min<size_t>(64, (256ull << 20) / wbytes + 1));
     std::vector<uint16_t> hw((size_t)N * K);
     uint64_t s = 99 + N + K;
-    for (auto& v : hw) v = to_bf16((float)((splitmix(s) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f);
+    for (auto& v : hw) v = random_bf16(s);
     uint16_t* dw;
     CK(cudaMalloc(&dw, wbytes * copies));
     for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + (size_t)c * N * K, hw.data(), wbytes, cudaMemcpyHostToDevice));
     for (uint32_t M : ms_list) {
       std::vector<uint16_t> hx((size_t)M * K);
-      for (auto& v : hx) v = to_bf16((float)((splitmix(s) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f);
+      for (auto& v : hx) v = random_bf16(s);
       uint16_t* dx;
       float *dy, *dref, *work;
       uint32_t* tickets;
