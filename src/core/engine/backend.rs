@@ -37,7 +37,7 @@ pub enum LaunchFailure {
 
 /// A completed launch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Launched {
+pub struct CompletedLaunch {
     /// Submit to the ENGINE_IDLE marker, backend-clock ns.
     pub kernel_ns: u64,
     /// The first marker word observed.
@@ -62,7 +62,7 @@ pub trait Backend: Send {
     /// Writes the inputs to the device and poisons the device output.
     fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), String>;
     /// Places the kernel, submits `out = a + b` over `n` elements and waits for both markers.
-    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<Launched, LaunchFailure>;
+    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure>;
     /// Copies the device output into `out`.
     fn readback(&mut self, out: &mut [f32]) -> Result<(), String>;
     /// Releases what `alloc` and `launch` took (parks it if the device is latched).

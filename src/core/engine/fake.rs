@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use super::backend::{Backend, LaunchFailure, Launched, Unready};
+use super::backend::{Backend, CompletedLaunch, LaunchFailure, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_FAKE};
 use crate::sync::{self, Arc, Mutex};
 
@@ -151,7 +151,7 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
-    fn launch(&mut self, n: usize, _timeouts: &Timeouts) -> Result<Launched, LaunchFailure> {
+    fn launch(&mut self, n: usize, _timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure> {
         let mut s = sync::lock(&self.inner);
         s.stats.calls[3] += 1;
         let fault = s.take(|f| {
@@ -195,7 +195,7 @@ impl Backend for FakeBackend {
                 let marker = s.sequence;
                 s.diag.marker = marker;
                 s.diag.kernel_ns = kernel_ns;
-                Ok(Launched { kernel_ns, marker })
+                Ok(CompletedLaunch { kernel_ns, marker })
             }
         }
     }

@@ -2,7 +2,7 @@
 //! is none) or a private one (tests) — through the same calls a program makes: alloc, sync, the repository's
 //! `vector_add` kernel, the two-marker wait, readback, free.
 
-use super::backend::{Backend, LaunchFailure, Launched, Unready};
+use super::backend::{Backend, CompletedLaunch, LaunchFailure, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_SESSION};
 use crate::error::Error;
 use crate::session::{runtime, AllocKind, GpuMem, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE};
@@ -164,7 +164,7 @@ impl Backend for SessionBackend {
         write_and_sync(rt, &self.data[2], f32_bytes(&vec![f32::NAN; a.len()])).map_err(|e| e.to_string())
     }
 
-    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<Launched, LaunchFailure> {
+    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure> {
         let entry = match self.place_kernel() {
             Ok(va) => va,
             Err(e) => return Err(LaunchFailure::Refused(e.to_string())),
@@ -191,7 +191,7 @@ impl Backend for SessionBackend {
             Ok(done) => {
                 self.diag.marker = done.marker;
                 self.diag.kernel_ns = done.elapsed_ns;
-                Ok(Launched { kernel_ns: done.elapsed_ns, marker: done.marker })
+                Ok(CompletedLaunch { kernel_ns: done.elapsed_ns, marker: done.marker })
             }
             Err(Error::Timeout { marker, .. }) => {
                 Err(LaunchFailure::Timeout(if marker == 0 { Wait::KernelDone } else { Wait::EngineIdle }))

@@ -4,7 +4,7 @@
 
 use core::ffi::c_void;
 
-use super::backend::{Backend, LaunchFailure, Launched, Unready};
+use super::backend::{Backend, CompletedLaunch, LaunchFailure, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_CUSTOM};
 
 /// A step succeeded.
@@ -136,7 +136,7 @@ impl Backend for TableBackend {
         step(unsafe { f(self.table.ctx, a.as_ptr(), b.as_ptr(), a.len() as u32) }, "upload")
     }
 
-    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<Launched, LaunchFailure> {
+    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure> {
         let Some(f) = self.table.launch else { return Err(LaunchFailure::Refused(Self::missing("launch"))) };
         let mut r = LaunchReport::default();
         // SAFETY: `new`'s contract; `timeouts` and `r` are valid for the call.
@@ -150,7 +150,7 @@ impl Backend for TableBackend {
         match outcome {
             LAUNCH_DONE => {
                 self.diag.kernel_ns = r.kernel_ns;
-                Ok(Launched { kernel_ns: r.kernel_ns, marker: r.marker })
+                Ok(CompletedLaunch { kernel_ns: r.kernel_ns, marker: r.marker })
             }
             LAUNCH_REFUSED => Err(LaunchFailure::Refused("custom backend: launch refused".into())),
             LAUNCH_POLL_REFUSED => Err(LaunchFailure::PollRefused(wait, "custom backend: poll refused".into())),
