@@ -28,6 +28,7 @@ use omega_hal::{BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Ord
 #[path = "common/mod.rs"]
 mod common;
 use common::{percentile, us_since};
+use omega::error::Stage;
 
 /// One `Instant::now` (a `clock_gettime`: a vDSO read or, in some VMs, a system call), ns.
 fn clock_read_ns() -> f64 {
@@ -295,7 +296,7 @@ fn main() -> Result<(), Error> {
             println!("omega.devonly_{name}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, big as f64 / best / 1e9);
         }
         if back != host {
-            return Err(Error::Setting { stage: "bench", detail: "a device-only buffer read back wrong".into() });
+            return Err(Error::Setting { stage: Stage::Bench, detail: "a device-only buffer read back wrong".into() });
         }
         drop((d, host, back));
         let mut d = s.alloc_device::<u8>(4096)?;

@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use crate::error::Stage;
 use crate::error::{Error, Result};
 use crate::loader::{CubinModule, Placement, PreparedModule, Segment};
 use crate::mem::Mem;
@@ -124,7 +125,7 @@ impl<'s> Module<'s> {
 
     /// The `__device__` object `name` and the data buffer holding it, or why there is none.
     fn device_object(&self, name: &str, len: usize) -> Result<(u64, &RefCell<Mem<'s, Data<u8>>>)> {
-        let refuse = |why: String| runtime().fail(Error::Setting { stage: "module data", detail: why });
+        let refuse = |why: String| runtime().fail(Error::Setting { stage: Stage::ModuleData, detail: why });
         let Some(s) = self.info().symbol(name) else {
             return refuse(format!("the module defines no data object `{name}`"));
         };

@@ -6,6 +6,147 @@ pub use omega_hal::cubin::CubinError;
 use omega_hal::Handle;
 pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
 
+/// The failing stage: the first words of every failure's text (the C layer's last error is
+/// `{stage}: {cause}`), one per call or step the contract names. [`Error::stage`] returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Stage {
+    /// `platform`.
+    Platform,
+    /// `lock`.
+    Lock,
+    /// `on close`.
+    OnClose,
+    /// `close`.
+    Close,
+    /// `open`.
+    Open,
+    /// `alloc`.
+    Alloc,
+    /// `free`.
+    Free,
+    /// `sync`.
+    Sync,
+    /// `mem info`.
+    MemInfo,
+    /// `launch arguments`.
+    LaunchArguments,
+    /// `launch`.
+    Launch,
+    /// `scratch`.
+    Scratch,
+    /// `load`.
+    Load,
+    /// `write`.
+    Write,
+    /// `read`.
+    Read,
+    /// `printf`.
+    Printf,
+    /// `module data`.
+    ModuleData,
+    /// `set platform`.
+    SetPlatform,
+    /// `set spin`.
+    SetSpin,
+    /// `sim inject`.
+    SimInject,
+    /// `device query`.
+    DeviceQuery,
+    /// `host alloc`.
+    HostAlloc,
+    /// `code alloc`.
+    CodeAlloc,
+    /// `alloc stats`.
+    AllocStats,
+    /// `platform check`.
+    PlatformCheck,
+    /// `platform negotiate`.
+    PlatformNegotiate,
+    /// `execute`.
+    Execute,
+    /// `parked`.
+    Parked,
+    /// `cmdlist create`.
+    CmdListCreate,
+    /// `cmdlist add`.
+    CmdListAdd,
+    /// `cmdlist mark independent`.
+    CmdListMarkIndependent,
+    /// `cmdlist submit`.
+    CmdListSubmit,
+    /// `cmdlist stamps`.
+    CmdListStamps,
+    /// `cmdlist reset`.
+    CmdListReset,
+    /// `cmdlist free`.
+    CmdListFree,
+    /// `cmdlist is latched`.
+    CmdListIsLatched,
+    /// `cmdlist count`.
+    CmdListCount,
+    /// `check`: a harness program's (examples/) comparison with its reference.
+    Check,
+    /// `report`: a harness program's writing of its report.
+    Report,
+    /// `bench`: a benchmark program's own check.
+    Bench,
+}
+
+impl Stage {
+    /// The stage's text, as the last-error text begins.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Platform => "platform",
+            Stage::Lock => "lock",
+            Stage::OnClose => "on close",
+            Stage::Close => "close",
+            Stage::Open => "open",
+            Stage::Alloc => "alloc",
+            Stage::Free => "free",
+            Stage::Sync => "sync",
+            Stage::MemInfo => "mem info",
+            Stage::LaunchArguments => "launch arguments",
+            Stage::Launch => "launch",
+            Stage::Scratch => "scratch",
+            Stage::Load => "load",
+            Stage::Write => "write",
+            Stage::Read => "read",
+            Stage::Printf => "printf",
+            Stage::ModuleData => "module data",
+            Stage::SetPlatform => "set platform",
+            Stage::SetSpin => "set spin",
+            Stage::SimInject => "sim inject",
+            Stage::DeviceQuery => "device query",
+            Stage::HostAlloc => "host alloc",
+            Stage::CodeAlloc => "code alloc",
+            Stage::AllocStats => "alloc stats",
+            Stage::PlatformCheck => "platform check",
+            Stage::PlatformNegotiate => "platform negotiate",
+            Stage::Execute => "execute",
+            Stage::Parked => "parked",
+            Stage::CmdListCreate => "cmdlist create",
+            Stage::CmdListAdd => "cmdlist add",
+            Stage::CmdListMarkIndependent => "cmdlist mark independent",
+            Stage::CmdListSubmit => "cmdlist submit",
+            Stage::CmdListStamps => "cmdlist stamps",
+            Stage::CmdListReset => "cmdlist reset",
+            Stage::CmdListFree => "cmdlist free",
+            Stage::CmdListIsLatched => "cmdlist is latched",
+            Stage::CmdListCount => "cmdlist count",
+            Stage::Check => "check",
+            Stage::Report => "report",
+            Stage::Bench => "bench",
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A session-layer failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -23,12 +164,12 @@ pub enum Error {
     LockPinned(&'static str),
     /// A call an on-close hook may not make (a hook may only release buffers and read state).
     #[error("on close: `{0}` refused inside an on-close hook (a hook may only release buffers and read state)")]
-    CloseHook(&'static str),
+    CloseHook(Stage),
     /// A release of a buffer the library owns and releases itself.
     #[error("{stage}: the buffer is {owner}; nothing was released")]
     NotCallers {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// Whose it is.
         owner: &'static str,
     },
@@ -37,10 +178,10 @@ pub enum Error {
     Open(#[source] HalError),
     /// The call needs an open device.
     #[error("{0}: device not open")]
-    NotOpen(&'static str),
+    NotOpen(Stage),
     /// An uncertain completion latched the process; nothing that could touch the device may run.
     #[error("{0}: refused, the process is latched after an uncertain completion")]
-    Latched(&'static str),
+    Latched(Stage),
     /// A device allocation failed.
     #[error("alloc: {0}")]
     Alloc(#[source] HalError),
@@ -48,7 +189,7 @@ pub enum Error {
     #[error("{stage}: {source}")]
     Handle {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// Why.
         source: HandleError,
     },
@@ -61,7 +202,7 @@ pub enum Error {
     )]
     ForeignAddress {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// The handle given, which is live.
         handle: Handle,
         /// The address given with it.
@@ -76,7 +217,7 @@ pub enum Error {
     #[error("{stage}: {source}")]
     Copy {
         /// The call: `write` or `read`.
-        stage: &'static str,
+        stage: Stage,
         /// What the platform said.
         source: HalError,
     },
@@ -131,7 +272,7 @@ pub enum Error {
     #[error("{stage}: {detail}")]
     Setting {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// What was wrong.
         detail: String,
     },
@@ -139,30 +280,30 @@ pub enum Error {
 
 impl Error {
     /// The stage alone ("launch arguments", "open", "alloc", ...).
-    pub fn stage(&self) -> &'static str {
+    pub fn stage(&self) -> Stage {
         match self {
-            Error::Platform(_) | Error::Refused(_) => "platform",
-            Error::Lock(_) | Error::LockPinned(_) => "lock",
-            Error::CloseHook(_) => "on close",
-            Error::NotCallers { stage, .. } => stage,
-            Error::Open(_) => "open",
-            Error::NotOpen(s) | Error::Latched(s) => s,
-            Error::Alloc(_) => "alloc",
-            Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => stage,
-            Error::Sync(_) => "sync",
-            Error::Copy { stage, .. } => stage,
-            Error::MemInfo(_) => "mem info",
-            Error::LaunchArguments(_) => "launch arguments",
+            Error::Platform(_) | Error::Refused(_) => Stage::Platform,
+            Error::Lock(_) | Error::LockPinned(_) => Stage::Lock,
+            Error::CloseHook(_) => Stage::OnClose,
+            Error::NotCallers { stage, .. } => *stage,
+            Error::Open(_) => Stage::Open,
+            Error::NotOpen(s) | Error::Latched(s) => *s,
+            Error::Alloc(_) => Stage::Alloc,
+            Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => *stage,
+            Error::Sync(_) => Stage::Sync,
+            Error::Copy { stage, .. } => *stage,
+            Error::MemInfo(_) => Stage::MemInfo,
+            Error::LaunchArguments(_) => Stage::LaunchArguments,
             Error::Submit(_)
             | Error::CancelledBeforeSubmit
             | Error::CancelledAfterSubmit
             | Error::Timeout { .. }
             | Error::PollRefused(_)
             | Error::PanicAfterSubmit(_)
-            | Error::Fault(_) => "launch",
-            Error::ScratchReserved { .. } => "scratch",
-            Error::Load(_) => "load",
-            Error::Setting { stage, .. } => stage,
+            | Error::Fault(_) => Stage::Launch,
+            Error::ScratchReserved { .. } => Stage::Scratch,
+            Error::Load(_) => Stage::Load,
+            Error::Setting { stage, .. } => *stage,
             Error::CmdList(e) => e.stage(),
         }
     }
@@ -415,3 +556,43 @@ fn printf_missing_text(e: &Error) -> String {
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last-error text is `{stage}: {cause}`: every failure's text begins with its [`Stage`]'s, so a
+    /// variant whose message spells a stage cannot drift from the stage it reports.
+    #[test]
+    fn every_failure_text_begins_with_its_stage() {
+        let hal = || HalError::Unsupported("x".into());
+        let errors = [
+            Error::Lock("x"),
+            Error::LockPinned("x"),
+            Error::CloseHook(Stage::Lock),
+            Error::NotCallers { stage: Stage::Free, owner: "x" },
+            Error::Open(hal()),
+            Error::NotOpen(Stage::Load),
+            Error::Latched(Stage::CmdListReset),
+            Error::Alloc(hal()),
+            Error::Sync(hal()),
+            Error::Copy { stage: Stage::Write, source: hal() },
+            Error::MemInfo(hal()),
+            Error::LaunchArguments("x".into()),
+            Error::Submit(hal()),
+            Error::CancelledBeforeSubmit,
+            Error::CancelledAfterSubmit,
+            Error::Timeout { marker: 0, timeout_ms: 1 },
+            Error::PollRefused("x".into()),
+            Error::PanicAfterSubmit("x".into()),
+            Error::ScratchReserved { requested: 2, reserved: 1 },
+            Error::Load(LoadError::NoHostImplementation),
+            Error::Platform(PlatformError::NotLinux),
+            Error::Setting { stage: Stage::SetSpin, detail: "x".into() },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(text.starts_with(&format!("{}: ", e.stage())), "{text:?} does not begin with {:?}", e.stage());
+        }
+    }
+}

@@ -17,6 +17,7 @@
 use omega_hal::arch::{self, Arch};
 use omega_hal::cubin::{CubinError, ExternalFunction, KernelInfo, Module, ModuleConstBank};
 
+use crate::error::Stage;
 use crate::error::{Error, LoadError, Result};
 use crate::kernels::HostSpec;
 use crate::platform::Installed;
@@ -88,7 +89,7 @@ fn register_reference(installed: &Installed, name: &str) {
 
 /// The architecture of the open device (the simulator models sm_90).
 pub(crate) fn device_arch() -> Result<&'static Arch> {
-    let info = runtime().device_info().ok_or(Error::NotOpen("load"))?;
+    let info = runtime().device_info().ok_or(Error::NotOpen(Stage::Load))?;
     arch::for_sm(info.arch_major, info.arch_minor).ok_or_else(|| {
         Error::Load(LoadError::NoArchitecture {
             major: info.arch_major,

@@ -29,6 +29,7 @@ use omega_hal::cubin::ExternalFunction;
 use omega_hal::sim::{KernelCtx, KernelError};
 use omega_hal::LaunchDesc;
 
+use crate::error::Stage;
 use crate::error::{Error, LoadError, Result};
 use crate::session::{runtime, AllocKind, GpuMem, Handle, Runtime, PIN_PRINTF, PRINTF_BUFFER, PRINTF_LIBRARY};
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering};
@@ -103,7 +104,8 @@ pub fn capture() -> Capture {
 pub fn set_buffer_bytes(bytes: usize) -> Result<()> {
     let rt = runtime();
     if bytes < 64 {
-        return rt.fail(Error::Setting { stage: "printf", detail: format!("a buffer of {bytes} bytes (at least 64)") });
+        return rt
+            .fail(Error::Setting { stage: Stage::Printf, detail: format!("a buffer of {bytes} bytes (at least 64)") });
     }
     let mut inner = sync::lock(&rt.printf.inner);
     if inner.buffer.is_some() && inner.session == rt.open_count() && rt.is_open() {
@@ -113,7 +115,7 @@ pub fn set_buffer_bytes(bytes: usize) -> Result<()> {
             inner.buffer_bytes
         );
         drop(inner);
-        return rt.fail(Error::Setting { stage: "printf", detail });
+        return rt.fail(Error::Setting { stage: Stage::Printf, detail });
     }
     inner.wanted_bytes = bytes;
     Ok(())
@@ -1222,7 +1224,7 @@ mod tests {
         // Whatever copy of its handle the caller holds, the caller's free refuses it: only close ends it.
         let mut copy = GpuMem { handle, va: ready.buffer_va, ..GpuMem::NONE };
         let e = rt.free(&mut copy).unwrap_err();
-        assert_eq!(e.stage(), "free");
+        assert_eq!(e.stage(), Stage::Free);
         assert!(
             rt.last_error().contains("the session's device printf buffer; nothing was released"),
             "{}",

@@ -9,6 +9,7 @@
 pub use omega_hal::sim::{Sim, SimConfig, SimFault};
 pub use omega_hal::Platform;
 
+use crate::error::Stage;
 use crate::error::{Error, Result};
 use crate::platform::Installed;
 use crate::session::{runtime, Runtime};
@@ -50,7 +51,7 @@ pub fn inject(rt: &Runtime, fault: SimFault) -> Result<()> {
             Ok(())
         }
         None => rt.fail(Error::Setting {
-            stage: "sim inject",
+            stage: Stage::SimInject,
             detail: format!("the installed platform is `{}`, not the simulator", installed.name()),
         }),
     }

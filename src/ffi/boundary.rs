@@ -9,6 +9,7 @@ use core::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::Error;
+use crate::error::Stage;
 use crate::session::{runtime, CANCELLED, SCRATCH_RESERVED};
 use crate::sync::{self, Mutex};
 
@@ -51,7 +52,7 @@ pub fn rc(r: crate::Result<()>) -> c_int {
 }
 
 /// Records `stage: detail` as the last error and returns -1 (a NULL or out-of-range argument).
-pub fn refuse(stage: &'static str, detail: impl Into<String>) -> c_int {
+pub fn refuse(stage: Stage, detail: impl Into<String>) -> c_int {
     runtime().set_error(&Error::Setting { stage, detail: detail.into() });
     -1
 }
@@ -79,7 +80,7 @@ pub use crate::core::c_abi::{fit, write_c_text as copy_c_text};
 ///
 /// # Safety
 /// - `p` is NULL or points to a NUL-terminated string that stays valid and unchanged during the call.
-pub unsafe fn c_str<'a>(stage: &'static str, what: &str, p: *const c_char) -> Result<&'a str, c_int> {
+pub unsafe fn c_str<'a>(stage: Stage, what: &str, p: *const c_char) -> Result<&'a str, c_int> {
     if p.is_null() {
         return Err(refuse(stage, format!("{what} is NULL")));
     }

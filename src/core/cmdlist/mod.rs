@@ -37,6 +37,7 @@ pub use types::*;
 use omega_hal::{ConstBank, LaunchDesc, Order};
 
 use crate::error::Error;
+use crate::error::Stage;
 use crate::session::{GpuMem, LaunchSpec, RawLaunch, Runtime};
 use crate::sync::{self, Ordering};
 
@@ -111,7 +112,7 @@ impl<'r> CmdList<'r> {
 
     /// [`CmdList::create`] for a caller that holds the session lock.
     pub fn create_locked(rt: &'r Runtime, opts: Option<&CmdListOpts>) -> Result<Self> {
-        let stage = "cmdlist create";
+        let stage = Stage::CmdListCreate;
         rt.require_lock(stage)?;
         let opts = opts.copied().unwrap_or_default();
         let Some(mode) = BarrierMode::from_raw(opts.barrier) else {
@@ -151,7 +152,7 @@ impl<'r> CmdList<'r> {
 
     /// [`CmdList::free`] for a caller that holds the session lock.
     pub fn free_locked(self) -> Result<()> {
-        self.rt.require_lock("cmdlist free")?;
+        self.rt.require_lock(Stage::CmdListFree)?;
         drop(self);
         Ok(())
     }
@@ -164,9 +165,9 @@ impl<'r> CmdList<'r> {
     /// `omega_gpu_cmdlist_reset`: forgets every recorded launch (statistics and options stay). Caller holds
     /// the lock, as for [`CmdList::add`]. Refused on a latched list.
     pub fn reset(&mut self) -> Result<()> {
-        self.rt.require_lock("cmdlist reset")?;
+        self.rt.require_lock(Stage::CmdListReset)?;
         if self.latched {
-            return self.refuse(CmdListError::ListLatched("cmdlist reset"));
+            return self.refuse(CmdListError::ListLatched(Stage::CmdListReset));
         }
         self.launches.clear();
         self.args.clear();
@@ -191,7 +192,7 @@ impl<'r> CmdList<'r> {
         match unsafe { LaunchSpec::from_raw(l) } {
             Ok(spec) => self.add(&spec),
             Err(e) => {
-                self.rt.require_lock("cmdlist add")?;
+                self.rt.require_lock(Stage::CmdListAdd)?;
                 self.stats.refusals += 1;
                 Err(record(self.rt, e))
             }
@@ -202,7 +203,7 @@ impl<'r> CmdList<'r> {
     /// names stage "launch arguments"), then records it, its argument words copied. Returns its index.
     /// Refused past [`MAX_LAUNCHES`] ([`CmdListError::Full`]). Caller holds the lock; the device is open.
     pub fn add(&mut self, spec: &LaunchSpec<'_>) -> Result<u32> {
-        let stage = "cmdlist add";
+        let stage = Stage::CmdListAdd;
         self.rt.require_lock(stage)?;
         if self.latched {
             return self.refuse(CmdListError::ListLatched(stage));
@@ -246,7 +247,7 @@ impl<'r> CmdList<'r> {
     /// `omega_gpu_cmdlist_mark_independent`: launch `index` may overlap the launch before it (no barrier).
     pub fn mark_independent(&mut self, index: u32) -> Result<()> {
         if self.latched {
-            return self.refuse(CmdListError::ListLatched("cmdlist mark independent"));
+            return self.refuse(CmdListError::ListLatched(Stage::CmdListMarkIndependent));
         }
         let count = self.count();
         match self.launches.get_mut(index as usize) {
@@ -278,7 +279,7 @@ impl<'r> CmdList<'r> {
     /// list, then the session. A kernel fault is certain: neither latches, and the channel is dead until
     /// close and reopen, as after a single launch.
     pub fn submit(&mut self) -> Result<ListCompletion> {
-        let stage = "cmdlist submit";
+        let stage = Stage::CmdListSubmit;
         let rt = self.rt;
         rt.require_lock(stage)?;
         if self.latched {

@@ -6,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission, WaitPolicy};
 
 use super::{wait, RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
+use crate::error::Stage;
 use crate::error::{Error, LoadError, Result};
 use crate::sync::{self, Arc, Ordering};
 
@@ -179,7 +180,7 @@ impl Runtime {
         match unsafe { LaunchSpec::from_raw(l) } {
             Ok(spec) => self.launch(&spec),
             Err(e) => {
-                self.require_lock("launch")?;
+                self.require_lock(Stage::Launch)?;
                 self.fail(e)
             }
         }
@@ -194,7 +195,7 @@ impl Runtime {
     /// observed, so a caller knows which wait a failure ended (the job engine names it).
     pub(crate) fn launch_each(&self, spec: &LaunchSpec<'_>, limits: [u32; 2], seen: &mut u8) -> Result<Completion> {
         let mut banks = Vec::new();
-        let (i, desc, slots) = self.resolve_launch(spec, &mut banks, "launch")?;
+        let (i, desc, slots) = self.resolve_launch(spec, &mut banks, Stage::Launch)?;
         if self.cancel.swap(false, Ordering::SeqCst) {
             return self.fail(Error::CancelledBeforeSubmit);
         }
@@ -210,7 +211,7 @@ impl Runtime {
         &self,
         spec: &LaunchSpec<'a>,
         banks: &'a mut Vec<ConstBank>,
-        stage: &'static str,
+        stage: Stage,
     ) -> Result<(crate::platform::Installed, LaunchDesc<'a>, [MarkerSlot; 2])> {
         self.require_lock(stage)?;
         if self.is_blocked() {
@@ -534,7 +535,7 @@ impl Runtime {
     /// that holds the entry: every launch of that address has the GPU fetch and read those ranges, so they
     /// must stay mapped for as long as the record lives, and it dies with that buffer (free, close).
     pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) -> Result<()> {
-        self.require_lock("load")?;
+        self.require_lock(Stage::Load)?;
         let mut s = sync::lock(&self.session);
         let buffer = s.code_ranges.range(..=code_va).next_back().filter(|(va, len)| code_va - **va < **len);
         let Some((base, end)) = buffer.map(|(va, len)| (*va, *va + *len)) else {

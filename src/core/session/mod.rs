@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, HandleTable, Platform, Refusal, Services};
 
+use crate::error::Stage;
 use crate::error::{Error, Result};
 use crate::platform::{Installed, PlatformKind};
 use crate::sync::{self, thread, Arc, AtomicBool, AtomicU32, Mutex, Ordering};
@@ -250,12 +251,12 @@ impl Runtime {
     /// a platform instance another runtime holds is refused (stage `platform`, see
     /// [`Runtime::with_platform`]).
     pub fn install(&self, installed: Installed) -> Result<()> {
-        self.require_lock("set platform")?;
+        self.require_lock(Stage::SetPlatform)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched("set platform"));
+            return self.fail(Error::Latched(Stage::SetPlatform));
         }
         if self.is_open() {
-            return self.fail(Error::Setting { stage: "set platform", detail: "close the device first".into() });
+            return self.fail(Error::Setting { stage: Stage::SetPlatform, detail: "close the device first".into() });
         }
         crate::platform::claim(&installed.platform, &self.identity).or_else(|e| self.fail(e))?;
         *sync::lock(&self.installed) = Some(installed);
@@ -286,7 +287,7 @@ impl Runtime {
     /// instead of waiting forever.
     pub fn lock(&self) {
         if self.in_close_hook() {
-            self.set_error(&Error::CloseHook("lock"));
+            self.set_error(&Error::CloseHook(Stage::Lock));
             return;
         }
         let Ok(i) = self.installed() else { return };
@@ -299,7 +300,7 @@ impl Runtime {
     /// Takes the session lock if it is free.
     pub fn try_lock(&self) -> bool {
         if self.in_close_hook() {
-            self.set_error(&Error::CloseHook("lock"));
+            self.set_error(&Error::CloseHook(Stage::Lock));
             return false;
         }
         let Ok(i) = self.installed() else { return false };
@@ -388,7 +389,7 @@ impl Runtime {
 
     /// The gate of every call that touches the device: the calling thread holds the lock, and is not
     /// inside an on-close hook (a hook may only release buffers).
-    pub(crate) fn require_lock(&self, stage: &'static str) -> Result<()> {
+    pub(crate) fn require_lock(&self, stage: Stage) -> Result<()> {
         self.require_lock_to_release(stage)?;
         // This thread holds the lock, and only the holder runs the hooks: the flag alone says it is in one.
         if self.in_close_hooks.load(Ordering::SeqCst) {
@@ -398,7 +399,7 @@ impl Runtime {
     }
 
     /// The gate of the calls that release buffers, which an on-close hook may make: the lock only.
-    pub(crate) fn require_lock_to_release(&self, stage: &'static str) -> Result<()> {
+    pub(crate) fn require_lock_to_release(&self, stage: Stage) -> Result<()> {
         if self.holds_lock() {
             return Ok(());
         }
@@ -455,9 +456,9 @@ impl Runtime {
 
     /// Opens the device on first use (caller holds the lock). Refused after a latch.
     pub fn open(&self) -> Result<()> {
-        self.require_lock("open")?;
+        self.require_lock(Stage::Open)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched("open"));
+            return self.fail(Error::Latched(Stage::Open));
         }
         let i = match self.installed() {
             Ok(i) => i,
@@ -555,7 +556,7 @@ impl Runtime {
     /// panic is resumed once the device is closed.
     pub(crate) fn close_locked(&self) -> Result<()> {
         if self.is_blocked() {
-            return self.fail(Error::Latched("close"));
+            return self.fail(Error::Latched(Stage::Close));
         }
         if !self.is_open() {
             return Ok(());
@@ -577,7 +578,7 @@ impl Runtime {
         self.in_close_hooks.store(true, Ordering::SeqCst);
         for h in hooks.iter_mut() {
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)) {
-                self.set_error(&Error::Setting { stage: "on close", detail: "a hook panicked".into() });
+                self.set_error(&Error::Setting { stage: Stage::OnClose, detail: "a hook panicked".into() });
                 first_panic.get_or_insert(p);
             }
         }
@@ -590,7 +591,7 @@ impl Runtime {
     /// check belongs here whatever happened before), else every buffer is released and the device closed.
     fn release_everything(&self) -> Result<()> {
         if self.is_blocked() {
-            return self.fail(Error::Latched("close"));
+            return self.fail(Error::Latched(Stage::Close));
         }
         let i = self.installed()?;
         // The printf buffer and library are session buffers: freed below with the rest.
@@ -636,7 +637,7 @@ impl Runtime {
     pub fn set_spin_us(&self, us: u32) -> Result<()> {
         if us > MAX_SPIN_US {
             return self.fail(Error::Setting {
-                stage: "set spin",
+                stage: Stage::SetSpin,
                 detail: format!("{us} us is above the maximum of {MAX_SPIN_US} us"),
             });
         }
@@ -655,7 +656,8 @@ impl Runtime {
         let mut hooks = sync::lock(&self.hooks);
         if hooks.len() >= ON_CLOSE_MAX {
             drop(hooks);
-            return self.fail(Error::Setting { stage: "on close", detail: format!("at most {ON_CLOSE_MAX} hooks") });
+            return self
+                .fail(Error::Setting { stage: Stage::OnClose, detail: format!("at most {ON_CLOSE_MAX} hooks") });
         }
         hooks.push(hook);
         Ok(())
