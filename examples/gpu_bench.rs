@@ -108,7 +108,7 @@ fn layers<'s>(
         for (which, m) in slots.iter().enumerate() {
             let mut spins = 0u32;
             // SAFETY: both slots lie in the live HOST_POLLED marker buffer.
-            while unsafe { poll.poll(m) }.map_err(|e| Error::PollRefused(e.0))? != *seq {
+            while unsafe { poll.poll(m) }.map_err(Error::PollRefused)? != *seq {
                 spins = spins.wrapping_add(1);
                 if spins.is_multiple_of(4096) && t.elapsed().as_secs() > 5 {
                     return Err(Error::Timeout { marker: which as u8, timeout_ms: 5_000 });

@@ -246,7 +246,7 @@ pub enum Error {
     },
     /// The platform refused a completion poll: the process latched.
     #[error("launch: completion poll refused ({0}); process latched")]
-    PollRefused(String),
+    PollRefused(#[source] omega_hal::PollRefused),
     /// Code panicked after the submit (the platform's submit or poll, a simulated kernel, the wait): the
     /// device may hold the work, so the completion is uncertain and the process latched.
     #[error("launch: panic after submit ({0}); completion uncertain, process latched")]
@@ -583,7 +583,7 @@ mod tests {
             Error::CancelledBeforeSubmit,
             Error::CancelledAfterSubmit,
             Error::Timeout { marker: 0, timeout_ms: 1 },
-            Error::PollRefused("x".into()),
+            Error::PollRefused(omega_hal::PollRefused::Injected),
             Error::PanicAfterSubmit("x".into()),
             Error::ScratchReserved { requested: 2, reserved: 1 },
             Error::Load(LoadError::NoHostImplementation),

@@ -30,7 +30,7 @@ mod session;
 mod table;
 mod types;
 
-pub use backend::{Backend, CompletedLaunch, LaunchFailure, Unready};
+pub use backend::{Backend, CompletedLaunch, LaunchFailure, StepCause, Unready};
 pub use fake::{FakeBackend, FakeFault, FakeStats};
 pub use session::SessionBackend;
 pub use table::{
@@ -160,7 +160,7 @@ impl Run<'_> {
         }
     }
 
-    fn fail(mut self, failure: Failure, step: Step, wait: Wait, detail: &str) -> JobResult {
+    fn fail(mut self, failure: Failure, step: Step, wait: Wait, detail: &dyn std::fmt::Display) -> JobResult {
         self.r.failure = failure as u32;
         self.r.step = step as u32;
         self.r.wait = wait as u32;
@@ -190,7 +190,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: EngineClock, blocked: &A
             Failure::UncertainCompletionBlocked,
             Step::Gate,
             Wait::None,
-            "an earlier completion was uncertain; the GPU may still be running, so nothing runs again in this process",
+            &"an earlier completion was uncertain; the GPU may still be running, so nothing runs again in this process",
         );
     }
 
@@ -223,7 +223,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: EngineClock, blocked: &A
     // From here every path releases what the backend holds (parked by it if the completion was uncertain).
     let failed = (|| {
         if let Err(why) = run.backend.upload(a, b) {
-            return Some((Failure::UploadFailed, Step::Upload, Wait::None, why));
+            return Some((Failure::UploadFailed, Step::Upload, Wait::None, why.to_string()));
         }
         run.enter(State::Uploaded);
         match run.backend.launch(n, &job.timeouts) {
@@ -251,7 +251,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: EngineClock, blocked: &A
         // only run writing it.
         let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
         if let Err(why) = run.backend.readback(out) {
-            return Some((Failure::ReadbackFailed, Step::Readback, Wait::None, why));
+            return Some((Failure::ReadbackFailed, Step::Readback, Wait::None, why.to_string()));
         }
         run.enter(State::ReadBack);
         None
@@ -269,7 +269,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: EngineClock, blocked: &A
 /// The one failure a launch step's outcome is, its step and wait, and whether the completion is uncertain.
 fn classify(f: LaunchFailure) -> (Failure, Step, Wait, String, bool) {
     match f {
-        LaunchFailure::Refused(why) => (Failure::LaunchRefused, Step::Launch, Wait::None, why, false),
+        LaunchFailure::Refused(why) => (Failure::LaunchRefused, Step::Launch, Wait::None, why.to_string(), false),
         LaunchFailure::Timeout(w) => (
             Failure::CompletionTimeout,
             Step::Wait,
@@ -277,10 +277,12 @@ fn classify(f: LaunchFailure) -> (Failure, Step, Wait, String, bool) {
             format!("the {} marker did not arrive within its limit; completion uncertain", w.name()),
             true,
         ),
-        LaunchFailure::PollRefused(w, why) => (Failure::PollRefused, Step::Wait, w, why, true),
+        LaunchFailure::PollRefused(w, why) => (Failure::PollRefused, Step::Wait, w, why.to_string(), true),
         LaunchFailure::Cancelled(w) => {
             (Failure::CompletionCancelled, Step::Wait, w, "cancelled after submit; completion uncertain".into(), true)
         }
-        LaunchFailure::Fault { wait, detail, .. } => (Failure::KernelFault, Step::Wait, wait, detail, false),
+        LaunchFailure::Fault { wait, detail, .. } => {
+            (Failure::KernelFault, Step::Wait, wait, detail.to_string(), false)
+        }
     }
 }

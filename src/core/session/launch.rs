@@ -436,7 +436,7 @@ impl Runtime {
         match unsafe { poll.poll(slot) } {
             Ok(w) if w == sequence => return Ok(w),
             Ok(_) => {}
-            Err(e) => return self.latch(Error::PollRefused(e.0)),
+            Err(e) => return self.latch(Error::PollRefused(e)),
         }
         let start = since.unwrap_or_else(|| clock.now_ns());
         let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
@@ -450,7 +450,7 @@ impl Runtime {
             // (never released) once latched.
             let word = match unsafe { poll.poll(slot) } {
                 Ok(w) => w,
-                Err(e) => return self.latch(Error::PollRefused(e.0)),
+                Err(e) => return self.latch(Error::PollRefused(e)),
             };
             if word == sequence {
                 return Ok(word);
