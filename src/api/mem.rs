@@ -93,7 +93,7 @@ impl<'s, K: MemKind> Mem<'s, K> {
         if src.len() > self.len {
             return Err(Error::Setting {
                 stage: Stage::Write,
-                detail: format!("{} elements into a buffer of {}", src.len(), self.len),
+                detail: crate::error::SettingError::WriteTooLong { n: src.len(), len: self.len },
             });
         }
         self.cpu_elems()[..src.len()].copy_from_slice(src);
@@ -119,7 +119,7 @@ impl<T: DeviceScalar> Mem<'_, Data<T>> {
         if dst.len() > self.len {
             return Err(Error::Setting {
                 stage: Stage::Read,
-                detail: format!("{} elements from {}", dst.len(), self.len),
+                detail: crate::error::SettingError::ReadTooLong { n: dst.len(), len: self.len },
             });
         }
         // The sync is refused after a latch, before the CPU view is read.
@@ -149,7 +149,8 @@ impl<T: DeviceScalar> Mem<'_, Device<T>> {
         match at.checked_add(n) {
             Some(end) if end <= self.len => Ok(at * size_of::<T>()),
             _ => {
-                let e = Error::Setting { stage, detail: format!("elements {at}+{n} past a buffer of {}", self.len) };
+                let e =
+                    Error::Setting { stage, detail: crate::error::SettingError::ElementsPast { at, n, len: self.len } };
                 runtime().fail(e)
             }
         }

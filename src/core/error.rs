@@ -268,13 +268,13 @@ pub enum Error {
     /// A command list's own refusal (not a session failure), carried whole.
     #[error(transparent)]
     CmdList(Box<crate::cmdlist::CmdListError>),
-    /// A setting out of range.
+    /// A setting or request out of range, or a call the session's state does not allow.
     #[error("{stage}: {detail}")]
     Setting {
         /// The call.
         stage: Stage,
         /// What was wrong.
-        detail: String,
+        detail: SettingError,
     },
 }
 
@@ -315,6 +315,129 @@ impl Error {
             Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
         )
     }
+}
+
+/// What was wrong with a setting or request ([`Error::Setting`]); the text is the cause after the stage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    /// A typed write of more elements than the buffer holds.
+    #[error("{n} elements into a buffer of {len}")]
+    WriteTooLong {
+        /// Elements given.
+        n: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
+    /// A typed read of more elements than the buffer holds.
+    #[error("{n} elements from {len}")]
+    ReadTooLong {
+        /// Elements asked for.
+        n: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
+    /// An element range past a typed buffer.
+    #[error("elements {at}+{n} past a buffer of {len}")]
+    ElementsPast {
+        /// First element.
+        at: usize,
+        /// Elements.
+        n: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
+    /// A byte range past a buffer.
+    #[error("range {offset}+{len} past the buffer")]
+    RangePast {
+        /// First byte.
+        offset: usize,
+        /// Bytes.
+        len: usize,
+    },
+    /// A byte range past a buffer of known size.
+    #[error("range {offset}+{len} past the buffer's {bytes} bytes")]
+    RangePastBytes {
+        /// First byte.
+        offset: usize,
+        /// Bytes.
+        len: usize,
+        /// The buffer's bytes.
+        bytes: u64,
+    },
+    /// A module with no data object of that name.
+    #[error("the module defines no data object `{0}`")]
+    NoDataObject(String),
+    /// A `__constant__` object asked for as `__device__` data.
+    #[error("`{0}` is __constant__ data, which the GPU reads from the code buffer")]
+    ConstantObject(String),
+    /// More bytes of a data object than it has.
+    #[error("{len} bytes of `{name}`, which has {bytes}")]
+    ObjectTooShort {
+        /// Bytes asked for.
+        len: usize,
+        /// The object.
+        name: String,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// Fault injection asked of a platform that is not the simulator.
+    #[error("the installed platform is `{0}`, not the simulator")]
+    NotSimulator(&'static str),
+    /// A device printf buffer below the minimum.
+    #[error("a buffer of {0} bytes (at least 64)")]
+    PrintfBufferTooSmall(usize),
+    /// A printf size change after the session's buffer exists.
+    #[error(
+        "this session's printf buffer exists ({0} bytes); set the size before the first module calling vprintf \
+         loads, or close and reopen"
+    )]
+    PrintfBufferExists(usize),
+    /// A platform change while the device is open.
+    #[error("close the device first")]
+    CloseDeviceFirst,
+    /// An on-close hook panicked.
+    #[error("a hook panicked")]
+    HookPanicked,
+    /// More on-close hooks than the session keeps.
+    #[error("at most {0} hooks")]
+    TooManyHooks(usize),
+    /// A spin setting above the maximum.
+    #[error("{us} us is above the maximum of {max} us")]
+    SpinTooLong {
+        /// The setting.
+        us: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// A platform allocation smaller than a memory-manager chunk.
+    #[error("the platform handed out {got} bytes for a chunk of {chunk}")]
+    ShortChunk {
+        /// Bytes handed out.
+        got: u64,
+        /// The chunk's bytes.
+        chunk: u64,
+    },
+    /// A platform allocation smaller than the request.
+    #[error("the platform handed out {got} bytes for a request of {asked}")]
+    ShortAllocation {
+        /// Bytes handed out.
+        got: u64,
+        /// Bytes asked for, rounded.
+        asked: u64,
+    },
+    /// A scratch whose buffer is parked after the latch.
+    #[error("its buffer is parked (freed after the latch) and cannot be used again")]
+    ScratchParked,
+    /// A scratch marked reserved whose buffer holds no reservation.
+    #[error(
+        "reserved is set but its buffer holds no reservation (its device was closed since, it was freed, or the \
+         field was set by hand): scratch_free it and reserve again"
+    )]
+    StaleReservation,
+    /// An argument refused at the C boundary or a harness program's own cause, in words (the C layer's
+    /// NULL, non-UTF-8 and out-of-range arguments: one text per argument of each entry point).
+    #[error("{0}")]
+    Text(String),
 }
 
 /// Why no platform could be chosen or installed ([`Error::Platform`]).
@@ -588,7 +711,7 @@ mod tests {
             Error::ScratchReserved { requested: 2, reserved: 1 },
             Error::Load(LoadError::NoHostImplementation),
             Error::Platform(PlatformError::NotLinux),
-            Error::Setting { stage: Stage::SetSpin, detail: "x".into() },
+            Error::Setting { stage: Stage::SetSpin, detail: SettingError::HookPanicked },
         ];
         for e in errors {
             let text = e.to_string();

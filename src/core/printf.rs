@@ -104,16 +104,14 @@ pub fn capture() -> Capture {
 pub fn set_buffer_bytes(bytes: usize) -> Result<()> {
     let rt = runtime();
     if bytes < 64 {
-        return rt
-            .fail(Error::Setting { stage: Stage::Printf, detail: format!("a buffer of {bytes} bytes (at least 64)") });
+        return rt.fail(Error::Setting {
+            stage: Stage::Printf,
+            detail: crate::error::SettingError::PrintfBufferTooSmall(bytes),
+        });
     }
     let mut inner = sync::lock(&rt.printf.inner);
     if inner.buffer.is_some() && inner.session == rt.open_count() && rt.is_open() {
-        let detail = format!(
-            "this session's printf buffer exists ({} bytes); set the size before the first module calling vprintf \
-             loads, or close and reopen",
-            inner.buffer_bytes
-        );
+        let detail = crate::error::SettingError::PrintfBufferExists(inner.buffer_bytes);
         drop(inner);
         return rt.fail(Error::Setting { stage: Stage::Printf, detail });
     }

@@ -52,7 +52,7 @@ pub fn inject(rt: &Runtime, fault: SimFault) -> Result<()> {
         }
         None => rt.fail(Error::Setting {
             stage: Stage::SimInject,
-            detail: format!("the installed platform is `{}`, not the simulator", installed.name()),
+            detail: crate::error::SettingError::NotSimulator(installed.name()),
         }),
     }
 }

@@ -53,7 +53,7 @@ pub fn rc(r: crate::Result<()>) -> c_int {
 
 /// Records `stage: detail` as the last error and returns -1 (a NULL or out-of-range argument).
 pub fn refuse(stage: Stage, detail: impl Into<String>) -> c_int {
-    runtime().set_error(&Error::Setting { stage, detail: detail.into() });
+    runtime().set_error(&Error::Setting { stage, detail: crate::error::SettingError::Text(detail.into()) });
     -1
 }
 

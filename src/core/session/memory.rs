@@ -173,7 +173,7 @@ impl Session {
                     unsafe { mem.free(&chunk) };
                     return Err(Error::Setting {
                         stage: Stage::Alloc,
-                        detail: format!("the platform handed out {} bytes for a chunk of {CHUNK_BYTES}", chunk.bytes),
+                        detail: crate::error::SettingError::ShortChunk { got: chunk.bytes, chunk: CHUNK_BYTES },
                     });
                 }
                 self.carver.add_chunk(pool, chunk);
@@ -333,7 +333,7 @@ impl Runtime {
             drop(s);
             return self.fail(Error::Setting {
                 stage,
-                detail: format!("the platform handed out {} bytes for a request of {rounded}", a.bytes),
+                detail: crate::error::SettingError::ShortAllocation { got: a.bytes, asked: rounded },
             });
         }
         if let Some(from) = shape.zeroed_from(bytes) {
@@ -548,7 +548,7 @@ impl Runtime {
         };
         if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
             drop(s);
-            return self.fail(Error::Setting { stage, detail: format!("range {offset}+{len} past the buffer") });
+            return self.fail(Error::Setting { stage, detail: crate::error::SettingError::RangePast { offset, len } });
         }
         if buf.alloc.cpu.is_null() || len == 0 {
             return Ok(());
@@ -645,7 +645,7 @@ impl Runtime {
             drop(s);
             return self.fail(Error::Setting {
                 stage,
-                detail: format!("range {offset}+{len} past the buffer's {bytes} bytes"),
+                detail: crate::error::SettingError::RangePastBytes { offset, len, bytes },
             });
         }
         if len == 0 {
@@ -721,22 +721,14 @@ impl Runtime {
         self.live_platform(stage)?;
         let now = self.scratch_buf(&s.mem);
         if let ScratchBuf::Live { parked: true, .. } = now {
-            return self.fail(Error::Setting {
-                stage,
-                detail: "its buffer is parked (freed after the latch) and cannot be used again".into(),
-            });
+            return self.fail(Error::Setting { stage, detail: crate::error::SettingError::ScratchParked });
         }
         if let ScratchBuf::Live { owner: Owner::Internal(whose), .. } = now {
             return self.fail(Error::NotCallers { stage, owner: whose });
         }
         if reserved {
             let ScratchBuf::Live { reserved: Some(bound), .. } = now else {
-                return self.fail(Error::Setting {
-                    stage,
-                    detail: "reserved is set but its buffer holds no reservation (its device was closed since, \
-                             it was freed, or the field was set by hand): scratch_free it and reserve again"
-                        .into(),
-                });
+                return self.fail(Error::Setting { stage, detail: crate::error::SettingError::StaleReservation });
             };
             if bytes > bound {
                 return self.fail(Error::ScratchReserved { requested: bytes, reserved: bound });

@@ -256,7 +256,10 @@ impl Runtime {
             return self.fail(Error::Latched(Stage::SetPlatform));
         }
         if self.is_open() {
-            return self.fail(Error::Setting { stage: Stage::SetPlatform, detail: "close the device first".into() });
+            return self.fail(Error::Setting {
+                stage: Stage::SetPlatform,
+                detail: crate::error::SettingError::CloseDeviceFirst,
+            });
         }
         crate::platform::claim(&installed.platform, &self.identity).or_else(|e| self.fail(e))?;
         *sync::lock(&self.installed) = Some(installed);
@@ -578,7 +581,10 @@ impl Runtime {
         self.in_close_hooks.store(true, Ordering::SeqCst);
         for h in hooks.iter_mut() {
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)) {
-                self.set_error(&Error::Setting { stage: Stage::OnClose, detail: "a hook panicked".into() });
+                self.set_error(&Error::Setting {
+                    stage: Stage::OnClose,
+                    detail: crate::error::SettingError::HookPanicked,
+                });
                 first_panic.get_or_insert(p);
             }
         }
@@ -638,7 +644,7 @@ impl Runtime {
         if us > MAX_SPIN_US {
             return self.fail(Error::Setting {
                 stage: Stage::SetSpin,
-                detail: format!("{us} us is above the maximum of {MAX_SPIN_US} us"),
+                detail: crate::error::SettingError::SpinTooLong { us, max: MAX_SPIN_US },
             });
         }
         self.spin_us.store(us, Ordering::SeqCst);
@@ -656,8 +662,10 @@ impl Runtime {
         let mut hooks = sync::lock(&self.hooks);
         if hooks.len() >= ON_CLOSE_MAX {
             drop(hooks);
-            return self
-                .fail(Error::Setting { stage: Stage::OnClose, detail: format!("at most {ON_CLOSE_MAX} hooks") });
+            return self.fail(Error::Setting {
+                stage: Stage::OnClose,
+                detail: crate::error::SettingError::TooManyHooks(ON_CLOSE_MAX),
+            });
         }
         hooks.push(hook);
         Ok(())
