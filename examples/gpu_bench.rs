@@ -54,15 +54,17 @@ fn layers<'s>(
     let spec = omega::session::LaunchSpec {
         code_va: k.entry_va(),
         gpr_count: meta.registers,
-        block: [1, 1, 1],
-        grid: [1, 1, 1],
         num_elements: 1,
         args: &words,
         max_args: words.len(),
-        timeout_ms: 5_000,
-        shared_bytes: 0,
-        dynamic_shared_bytes: 0,
-        spin_us: 100_000,
+        shape: omega::session::LaunchShape {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            dynamic_shared_bytes: 0,
+            timeout_ms: 5_000,
+            spin_us: 100_000,
+        },
     };
     // The HAL level: our own marker pair, the descriptor the session would build.
     let platform = omega::testing::platform_of(rt)?;

@@ -76,15 +76,17 @@ fn shared_memory_that_overflows_a_word_is_refused_before_anything_runs() {
     let spec = LaunchSpec {
         code_va: code.va,
         gpr_count: 0,
-        block: [1, 1, 1],
-        grid: [1, 1, 1],
         num_elements: 1,
         args: &[0],
         max_args: MAX_ARGS as usize,
-        timeout_ms: 100,
-        shared_bytes: 0,
-        dynamic_shared_bytes: u32::MAX,
-        spin_us: 0,
+        shape: omega::session::LaunchShape {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            dynamic_shared_bytes: u32::MAX,
+            timeout_ms: 100,
+            spin_us: 0,
+        },
     };
     let e = rt.launch(&spec).unwrap_err();
     assert_eq!(e.stage(), Stage::LaunchArguments, "{e}");

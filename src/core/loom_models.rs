@@ -20,7 +20,7 @@ use omega_hal::sim::{code_image, Sim, SimConfig, SimFault};
 
 use crate::error::Error;
 use crate::platform::Installed;
-use crate::session::{GpuMem, LaunchCompletion, LaunchSpec, Runtime};
+use crate::session::{GpuMem, LaunchCompletion, LaunchShape, LaunchSpec, Runtime};
 use crate::sync::Arc;
 
 /// Runs `f` under loom with a preemption bound of 2 unless `LOOM_MAX_PREEMPTIONS` says otherwise, and
@@ -102,15 +102,17 @@ fn launch(rt: &Runtime, code: &GpuMem, timeout_ms: u32) -> Result<LaunchCompleti
     rt.launch(&LaunchSpec {
         code_va: code.va,
         gpr_count: 32,
-        block: [1, 1, 1],
-        grid: [1, 1, 1],
         num_elements: 1,
         args: &[0],
         max_args: 32,
-        timeout_ms,
-        shared_bytes: 0,
-        dynamic_shared_bytes: 0,
-        spin_us: 0,
+        shape: LaunchShape {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            dynamic_shared_bytes: 0,
+            timeout_ms,
+            spin_us: 0,
+        },
     })
 }
 

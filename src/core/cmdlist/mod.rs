@@ -38,7 +38,7 @@ use omega_hal::{ConstBank, LaunchDesc, Order};
 
 use crate::error::Error;
 use crate::error::Stage;
-use crate::session::{GpuMem, LaunchSpec, RawLaunch, Runtime};
+use crate::session::{GpuMem, LaunchShape, LaunchSpec, RawLaunch, Runtime};
 use crate::sync::{self, Ordering};
 
 /// Result with [`CmdListError`].
@@ -50,10 +50,7 @@ struct Recorded {
     code_va: u64,
     code_bytes: u64,
     gpr_count: u32,
-    block: [u32; 3],
-    grid: [u32; 3],
-    shared_bytes: u32,
-    dynamic_shared_bytes: u32,
+    shape: LaunchShape,
     local_bytes_per_thread: u32,
     barrier_count: u32,
     num_elements: u32,
@@ -62,8 +59,6 @@ struct Recorded {
     /// Range in the list's constant-bank arena.
     banks: (usize, usize),
     independent: bool,
-    timeout_ms: u32,
-    spin_us: u32,
 }
 
 /// `OmegaGpuCmdList`: recorded launches on runtime `'r`, submitted as one unit.
@@ -228,18 +223,20 @@ impl<'r> CmdList<'r> {
             code_va: desc.code_va,
             code_bytes: desc.code_bytes,
             gpr_count: desc.gpr_count,
-            block: desc.block,
-            grid: desc.grid,
-            shared_bytes: desc.shared_bytes,
-            dynamic_shared_bytes: desc.dynamic_shared_bytes,
             local_bytes_per_thread: desc.local_bytes_per_thread,
             barrier_count: desc.barrier_count,
             num_elements: desc.num_elements,
             args: (start, desc.args.len()),
             banks: (banks_start, desc.const_banks.len()),
             independent: false,
-            timeout_ms: spec.timeout_ms,
-            spin_us: spec.spin_us,
+            shape: LaunchShape {
+                grid: desc.grid,
+                block: desc.block,
+                shared_bytes: desc.shared_bytes,
+                dynamic_shared_bytes: desc.dynamic_shared_bytes,
+                timeout_ms: spec.shape.timeout_ms,
+                spin_us: spec.shape.spin_us,
+            },
         });
         Ok(self.launches.len() as u32 - 1)
     }
@@ -269,7 +266,7 @@ impl<'r> CmdList<'r> {
         if self.opts.timeout_ms != 0 {
             return self.opts.timeout_ms;
         }
-        self.launches.iter().fold(0u32, |t, l| t.saturating_add(l.timeout_ms))
+        self.launches.iter().fold(0u32, |t, l| t.saturating_add(l.shape.timeout_ms))
     }
 
     /// `omega_gpu_cmdlist_submit`: submits every recorded launch as one submission and waits once for its
@@ -324,10 +321,10 @@ impl<'r> CmdList<'r> {
                 code_va: l.code_va,
                 code_bytes: l.code_bytes,
                 gpr_count: l.gpr_count,
-                block: l.block,
-                grid: l.grid,
-                shared_bytes: l.shared_bytes,
-                dynamic_shared_bytes: l.dynamic_shared_bytes,
+                block: l.shape.block,
+                grid: l.shape.grid,
+                shared_bytes: l.shape.shared_bytes,
+                dynamic_shared_bytes: l.shape.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
                 barrier_count: l.barrier_count,
                 features: omega_hal::LaunchFeatures::NONE,
@@ -345,7 +342,7 @@ impl<'r> CmdList<'r> {
         let spin_us = if self.opts.spin_us != 0 {
             self.opts.spin_us
         } else {
-            self.launches.iter().map(|l| l.spin_us).max().unwrap_or(0)
+            self.launches.iter().map(|l| l.shape.spin_us).max().unwrap_or(0)
         };
         // Latched from here until the completion is certain: the list first, then (inside the wait) the
         // session, so no path leaves a list usable whose work may still be running.

@@ -5,7 +5,9 @@
 use super::backend::{Backend, CompletedLaunch, LaunchFailure, StepCause, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_SESSION};
 use crate::error::Error;
-use crate::session::{runtime, AllocKind, GpuMem, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE};
+use crate::session::{
+    runtime, AllocKind, GpuMem, LaunchShape, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE,
+};
 use crate::sync;
 
 /// The kernel every VECTOR_1D job runs.
@@ -173,15 +175,17 @@ impl Backend for SessionBackend {
         let spec = LaunchSpec {
             code_va: entry,
             gpr_count: 0,
-            block: [BLOCK, 1, 1],
-            grid: [(n as u32).div_ceil(BLOCK), 1, 1],
             num_elements: n as u32,
             args: &words,
             max_args: MAX_ARGS as usize,
-            timeout_ms: limits[0],
-            shared_bytes: 0,
-            dynamic_shared_bytes: 0,
-            spin_us: timeouts.spin_us,
+            shape: LaunchShape {
+                grid: [(n as u32).div_ceil(BLOCK), 1, 1],
+                block: [BLOCK, 1, 1],
+                shared_bytes: 0,
+                dynamic_shared_bytes: 0,
+                timeout_ms: limits[0],
+                spin_us: timeouts.spin_us,
+            },
         };
         let mut seen = 0u8;
         let wait = |seen: u8| if seen == 0 { Wait::KernelDone } else { Wait::EngineIdle };

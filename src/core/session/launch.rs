@@ -50,6 +50,26 @@ pub struct KernelMeta {
     pub printf: bool,
 }
 
+/// What a launch asks for besides its kernel and arguments: its geometry, its shared memory and its
+/// wait. One struct, embedded by every Rust-side launch description (the typed builder, the session's
+/// `LaunchSpec`, a command list's recorded launch), so the fields and their meaning are written once.
+/// The C descriptors (`OmegaGpuLaunch`, the engine's job) keep their own `#[repr(C)]` fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    /// Grid size.
+    pub grid: [u32; 3],
+    /// Block size.
+    pub block: [u32; 3],
+    /// Shared memory per block; 0 = the kernel's static size, or the default.
+    pub shared_bytes: u32,
+    /// Dynamic shared memory per block, added to the kernel's static size.
+    pub dynamic_shared_bytes: u32,
+    /// Completion poll limit per marker.
+    pub timeout_ms: u32,
+    /// Spin window; 0 = process-wide setting.
+    pub spin_us: u32,
+}
+
 /// A launch as the Rust API describes it: the C descriptor's fields plus what C cannot say.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchSpec<'a> {
@@ -57,24 +77,14 @@ pub struct LaunchSpec<'a> {
     pub code_va: u64,
     /// Registers per thread (rounded by the session).
     pub gpr_count: u32,
-    /// Block size.
-    pub block: [u32; 3],
-    /// Grid size.
-    pub grid: [u32; 3],
+    /// Geometry, shared memory and wait.
+    pub shape: LaunchShape,
     /// The `num_elements` word.
     pub num_elements: u32,
     /// Parameter words.
     pub args: &'a [u32],
     /// Most words this caller may pass (32 for C; the constant bank's limit for the Rust builder).
     pub max_args: usize,
-    /// Completion poll limit per marker.
-    pub timeout_ms: u32,
-    /// Shared memory per block; 0 = the kernel's static size, or the default.
-    pub shared_bytes: u32,
-    /// Dynamic shared memory per block, added to the kernel's static size.
-    pub dynamic_shared_bytes: u32,
-    /// Spin window; 0 = process-wide setting.
-    pub spin_us: u32,
 }
 
 impl<'a> LaunchSpec<'a> {
@@ -94,15 +104,17 @@ impl<'a> LaunchSpec<'a> {
         Ok(LaunchSpec {
             code_va: l.code_va,
             gpr_count: l.gpr_count,
-            block: [l.threads_x, l.threads_y.max(1), 1],
-            grid: [l.grid_x, l.grid_y, 1],
             num_elements: l.num_elements,
             args,
             max_args: MAX_ARGS as usize,
-            timeout_ms: l.timeout_ms,
-            shared_bytes: l.shared_bytes,
-            dynamic_shared_bytes: 0,
-            spin_us: l.spin_us,
+            shape: LaunchShape {
+                grid: [l.grid_x, l.grid_y, 1],
+                block: [l.threads_x, l.threads_y.max(1), 1],
+                shared_bytes: l.shared_bytes,
+                dynamic_shared_bytes: 0,
+                timeout_ms: l.timeout_ms,
+                spin_us: l.spin_us,
+            },
         })
     }
 }
@@ -149,23 +161,23 @@ impl Runtime {
         if spec.args.is_empty() || spec.args.len() > spec.max_args {
             return bad(format!("n_args {} is not in 1..={}", spec.args.len(), spec.max_args));
         }
-        if spec.block[0] == 0 {
+        if spec.shape.block[0] == 0 {
             return bad("threads_x is 0".into());
         }
-        if spec.grid[0] == 0 || spec.grid[1] == 0 {
-            return bad(format!("grid {}x{} has a zero side", spec.grid[0], spec.grid[1]));
+        if spec.shape.grid[0] == 0 || spec.shape.grid[1] == 0 {
+            return bad(format!("grid {}x{} has a zero side", spec.shape.grid[0], spec.shape.grid[1]));
         }
-        if spec.block[2] == 0 || spec.grid[2] == 0 {
+        if spec.shape.block[2] == 0 || spec.shape.grid[2] == 0 {
             return bad("a z dimension of 0".into());
         }
-        let threads = spec.block.iter().map(|&b| b as u64).product::<u64>();
+        let threads = spec.shape.block.iter().map(|&b| b as u64).product::<u64>();
         if threads > 1024 {
             return bad(format!("{threads} threads per block (at most 1024)"));
         }
-        if spec.spin_us > MAX_SPIN_US {
+        if spec.shape.spin_us > MAX_SPIN_US {
             return bad(format!(
                 "spin_us {} is above the maximum of {MAX_SPIN_US} us (OMEGA_GPU_SESSION_MAX_SPIN_US)",
-                spec.spin_us
+                spec.shape.spin_us
             ));
         }
         Ok(())
@@ -188,7 +200,7 @@ impl Runtime {
 
     /// Submits one launch and waits for both markers (caller holds the lock, device open, not latched).
     pub fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Completion> {
-        self.launch_each(spec, [spec.timeout_ms; 2], &mut 0)
+        self.launch_each(spec, [spec.shape.timeout_ms; 2], &mut 0)
     }
 
     /// [`Runtime::launch`] with a limit per completion wait (marker 0, marker 1). `seen` counts the markers
@@ -199,7 +211,7 @@ impl Runtime {
         if self.cancel.swap(false, Ordering::SeqCst) {
             return self.fail(Error::CancelledBeforeSubmit);
         }
-        self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.spin_us, seen)
+        self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.shape.spin_us, seen)
     }
 
     /// Every check [`Runtime::launch`] makes, and the descriptor it would submit (in `AfterPrevious` order,
@@ -244,7 +256,7 @@ impl Runtime {
         let template = s.templates.get(&spec.code_va).cloned();
         let meta: &KernelMeta = template.as_deref().unwrap_or(&NO_TEMPLATE);
         if let Some(max) = meta.max_threads {
-            let threads: u32 = spec.block.iter().product();
+            let threads: u32 = spec.shape.block.iter().product();
             if threads > max {
                 drop(s);
                 return self.fail(Error::LaunchArguments(format!(
@@ -265,10 +277,10 @@ impl Runtime {
         let (_, markers) = s.markers.expect("open allocates the markers");
         let limits = s.launch_limits.expect("open records the launch limits");
         // In 64 bits: a static size plus a hostile dynamic one must be refused, not wrap.
-        let kernel_shared = u64::from(meta.static_shared_bytes) + u64::from(spec.dynamic_shared_bytes);
-        let shared = match spec.shared_bytes {
+        let kernel_shared = u64::from(meta.static_shared_bytes) + u64::from(spec.shape.dynamic_shared_bytes);
+        let shared = match spec.shape.shared_bytes {
             0 if meta.static_shared_bytes > 0 => kernel_shared,
-            0 => u64::from(DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes)),
+            0 => u64::from(DEFAULT_SHARED_BYTES.max(spec.shape.dynamic_shared_bytes)),
             n => u64::from(n).max(kernel_shared),
         };
         drop(s);
@@ -296,11 +308,11 @@ impl Runtime {
             code_va: spec.code_va,
             code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
             gpr_count,
-            block: spec.block,
-            grid: spec.grid,
+            block: spec.shape.block,
+            grid: spec.shape.grid,
             // At most the limit, checked above.
             shared_bytes: shared as u32,
-            dynamic_shared_bytes: spec.dynamic_shared_bytes,
+            dynamic_shared_bytes: spec.shape.dynamic_shared_bytes,
             local_bytes_per_thread: meta.local_bytes_per_thread,
             barrier_count: meta.barriers,
             features: omega_hal::LaunchFeatures::NONE,
