@@ -117,10 +117,7 @@ impl ArgBlock {
     /// [`MAX_ARG_BLOCK_BYTES`].
     fn check_size(&self) -> Result<()> {
         match self.oversized {
-            Some(end) => Err(Error::LaunchArguments(format!(
-                "a parameter would end at byte {end} of the block, past the {MAX_ARG_BLOCK_BYTES} bytes any launch \
-                 can pass"
-            ))),
+            Some(end) => Err(crate::error::LaunchArgError::ArgBlockTooLarge { end, max: MAX_ARG_BLOCK_BYTES }.into()),
             None => Ok(()),
         }
     }
@@ -251,18 +248,24 @@ impl<'k, 's> Launch<'k, 's> {
         let given = self.args.params();
         let name = self.kernel.name();
         if declared.len() != given.len() {
-            return Err(Error::LaunchArguments(format!(
-                "kernel `{name}` takes {} parameters, the launch gives {}",
-                declared.len(),
-                given.len()
-            )));
+            return Err(crate::error::LaunchArgError::ParamCount {
+                kernel: name.to_string(),
+                declared: declared.len(),
+                given: given.len(),
+            }
+            .into());
         }
         for (d, g) in declared.iter().zip(given) {
             if d.offset != g.offset || d.size != g.size {
-                return Err(Error::LaunchArguments(format!(
-                    "kernel `{name}` parameter {}: declared {} bytes at offset {}, given {} bytes at offset {}",
-                    d.ordinal, d.size, d.offset, g.size, g.offset
-                )));
+                return Err(crate::error::LaunchArgError::ParamLayout {
+                    kernel: name.to_string(),
+                    ordinal: d.ordinal,
+                    size: d.size,
+                    offset: d.offset,
+                    given_size: g.size,
+                    given_offset: g.offset,
+                }
+                .into());
             }
         }
         Ok(())
@@ -297,12 +300,12 @@ impl<'k, 's> Launch<'k, 's> {
             }
         };
         if words.len() * 4 > max_bytes as usize {
-            let e = Error::LaunchArguments(format!(
-                "{} bytes of arguments ({} words) for kernel `{}`; the constant bank takes at most {max_bytes} bytes",
-                words.len() * 4,
-                words.len(),
-                self.kernel.name()
-            ));
+            let e = Error::LaunchArguments(crate::error::LaunchArgError::ArgBytes {
+                bytes: words.len() * 4,
+                words: words.len(),
+                kernel: self.kernel.name().to_string(),
+                max: max_bytes,
+            });
             rt.set_error(&e);
             return Err(e.into());
         }

@@ -226,7 +226,7 @@ pub enum Error {
     MemInfo(#[source] HalError),
     /// A launch descriptor failed the contract's checks; nothing ran.
     #[error("launch arguments: {0}")]
-    LaunchArguments(String),
+    LaunchArguments(#[from] LaunchArgError),
     /// The submission failed before the device saw it.
     #[error("launch: submit failed: {0}")]
     Submit(#[source] HalError),
@@ -315,6 +315,138 @@ impl Error {
             Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
         )
     }
+}
+
+/// Why a launch descriptor failed the contract's checks ([`Error::LaunchArguments`]); nothing ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchArgError {
+    /// A NULL launch descriptor.
+    #[error("L is NULL")]
+    NullLaunch,
+    /// A NULL argument pointer.
+    #[error("args is NULL")]
+    NullArgs,
+    /// An argument count outside what the caller may pass.
+    #[error("n_args {n} is not in 1..={max}")]
+    ArgCount {
+        /// Words given.
+        n: usize,
+        /// Most words this caller may pass.
+        max: usize,
+    },
+    /// A block of zero threads in x.
+    #[error("threads_x is 0")]
+    ZeroThreadsX,
+    /// A grid with a zero side.
+    #[error("grid {x}x{y} has a zero side")]
+    ZeroGridSide {
+        /// Blocks in x.
+        x: u32,
+        /// Blocks in y.
+        y: u32,
+    },
+    /// A zero z dimension of the block or grid.
+    #[error("a z dimension of 0")]
+    ZeroZ,
+    /// More threads per block than any launch may have.
+    #[error("{0} threads per block (at most 1024)")]
+    TooManyThreads(u64),
+    /// A spin window above the session's maximum.
+    #[error("spin_us {us} is above the maximum of {max} us (OMEGA_GPU_SESSION_MAX_SPIN_US)")]
+    SpinTooLong {
+        /// The launch's spin window.
+        us: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// Code outside every code buffer of the session.
+    #[error("code_va {0:#x} is not inside a code buffer of this session")]
+    CodeOutsideBuffer(u64),
+    /// More threads per block than the kernel was built for.
+    #[error("{threads} threads per block, kernel `{kernel}` allows {max}")]
+    KernelThreads {
+        /// Threads per block.
+        threads: u32,
+        /// The kernel.
+        kernel: String,
+        /// Its maximum.
+        max: u32,
+    },
+    /// Fewer argument words than the kernel's parameters take.
+    #[error("{words} argument words, kernel `{kernel}` takes {bytes} bytes of parameters")]
+    TooFewArgs {
+        /// Words given.
+        words: usize,
+        /// The kernel.
+        kernel: String,
+        /// Its parameter bytes.
+        bytes: u32,
+    },
+    /// A launch past one of the platform's limits (shared memory, block or grid sides).
+    #[error("{0}")]
+    Limit(#[source] omega_hal::LimitError),
+    /// More registers than the platform allows, after the session's rounding.
+    #[error("gpr_count {given} (the kernel's own {own}, rounded up to a multiple of 8 and to at least 64): {limit}")]
+    Registers {
+        /// The descriptor's count.
+        given: u32,
+        /// The kernel's own count.
+        own: u32,
+        /// The limit it broke.
+        #[source]
+        limit: omega_hal::LimitError,
+    },
+    /// A typed argument block past the most any launch can pass.
+    #[error("a parameter would end at byte {end} of the block, past the {max} bytes any launch can pass")]
+    ArgBlockTooLarge {
+        /// Where the parameter would end.
+        end: u64,
+        /// The most bytes a block may have.
+        max: u32,
+    },
+    /// More argument bytes than the platform's constant bank takes.
+    #[error(
+        "{bytes} bytes of arguments ({words} words) for kernel `{kernel}`; the constant bank takes at most {max} bytes"
+    )]
+    ArgBytes {
+        /// Bytes given.
+        bytes: usize,
+        /// Words given.
+        words: usize,
+        /// The kernel.
+        kernel: String,
+        /// The bank's room.
+        max: u32,
+    },
+    /// A typed launch whose parameter count differs from the kernel's.
+    #[error("kernel `{kernel}` takes {declared} parameters, the launch gives {given}")]
+    ParamCount {
+        /// The kernel.
+        kernel: String,
+        /// Its parameters.
+        declared: usize,
+        /// Parameters given.
+        given: usize,
+    },
+    /// A typed launch whose parameter differs in size or offset from the kernel's.
+    #[error(
+        "kernel `{kernel}` parameter {ordinal}: declared {size} bytes at offset {offset}, given {given_size} bytes \
+         at offset {given_offset}"
+    )]
+    ParamLayout {
+        /// The kernel.
+        kernel: String,
+        /// The parameter's position.
+        ordinal: u32,
+        /// Its declared size.
+        size: u32,
+        /// Its declared offset.
+        offset: u32,
+        /// The size given.
+        given_size: u32,
+        /// The offset given.
+        given_offset: u32,
+    },
 }
 
 /// What was wrong with a setting or request ([`Error::Setting`]); the text is the cause after the stage.
@@ -701,7 +833,7 @@ mod tests {
             Error::Sync(hal()),
             Error::Copy { stage: Stage::Write, source: hal() },
             Error::MemInfo(hal()),
-            Error::LaunchArguments("x".into()),
+            Error::LaunchArguments(LaunchArgError::NullArgs),
             Error::Submit(hal()),
             Error::CancelledBeforeSubmit,
             Error::CancelledAfterSubmit,

@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(code(&Error::ScratchReserved { requested: 2, reserved: 1 }), -2);
         assert_eq!(code(&Error::CancelledBeforeSubmit), -3);
         assert_eq!(code(&Error::CancelledAfterSubmit), -3);
-        assert_eq!(code(&Error::LaunchArguments("x".into())), -1);
+        assert_eq!(code(&Error::LaunchArguments(crate::error::LaunchArgError::NullArgs)), -1);
         assert_eq!(rc(Ok(())), 0);
     }
 

@@ -239,7 +239,7 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
         }
         // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
         let Some(launch) = (unsafe { L.as_ref() }) else {
-            let e = Error::LaunchArguments("L is NULL".into());
+            let e = Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch);
             rt.set_error(&e);
             return code(&e);
         };

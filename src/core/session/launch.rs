@@ -94,10 +94,13 @@ impl<'a> LaunchSpec<'a> {
     /// - `l.args` is null or points to `l.n_args` readable words that stay valid for `'a`.
     pub unsafe fn from_raw(l: &RawLaunch) -> Result<LaunchSpec<'a>> {
         if l.args.is_null() {
-            return Err(Error::LaunchArguments("args is NULL".into()));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::NullArgs));
         }
         if l.n_args == 0 || l.n_args > MAX_ARGS {
-            return Err(Error::LaunchArguments(format!("n_args {} is not in 1..={MAX_ARGS}", l.n_args)));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::ArgCount {
+                n: l.n_args as usize,
+                max: MAX_ARGS as usize,
+            }));
         }
         // SAFETY: non-null (checked) and, by the caller's promise, `n_args` readable words for 'a.
         let args = unsafe { std::slice::from_raw_parts(l.args, l.n_args as usize) };
@@ -157,28 +160,25 @@ const SPIN_CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 16 };
 
 impl Runtime {
     fn check_spec(&self, spec: &LaunchSpec<'_>) -> Result<()> {
-        let bad = |m: String| Err(Error::LaunchArguments(m));
+        let bad = |m: crate::error::LaunchArgError| Err(Error::LaunchArguments(m));
         if spec.args.is_empty() || spec.args.len() > spec.max_args {
-            return bad(format!("n_args {} is not in 1..={}", spec.args.len(), spec.max_args));
+            return bad(crate::error::LaunchArgError::ArgCount { n: spec.args.len(), max: spec.max_args });
         }
         if spec.shape.block[0] == 0 {
-            return bad("threads_x is 0".into());
+            return bad(crate::error::LaunchArgError::ZeroThreadsX);
         }
         if spec.shape.grid[0] == 0 || spec.shape.grid[1] == 0 {
-            return bad(format!("grid {}x{} has a zero side", spec.shape.grid[0], spec.shape.grid[1]));
+            return bad(crate::error::LaunchArgError::ZeroGridSide { x: spec.shape.grid[0], y: spec.shape.grid[1] });
         }
         if spec.shape.block[2] == 0 || spec.shape.grid[2] == 0 {
-            return bad("a z dimension of 0".into());
+            return bad(crate::error::LaunchArgError::ZeroZ);
         }
         let threads = spec.shape.block.iter().map(|&b| b as u64).product::<u64>();
         if threads > 1024 {
-            return bad(format!("{threads} threads per block (at most 1024)"));
+            return bad(crate::error::LaunchArgError::TooManyThreads(threads));
         }
         if spec.shape.spin_us > MAX_SPIN_US {
-            return bad(format!(
-                "spin_us {} is above the maximum of {MAX_SPIN_US} us (OMEGA_GPU_SESSION_MAX_SPIN_US)",
-                spec.shape.spin_us
-            ));
+            return bad(crate::error::LaunchArgError::SpinTooLong { us: spec.shape.spin_us, max: MAX_SPIN_US });
         }
         Ok(())
     }
@@ -247,10 +247,7 @@ impl Runtime {
         let code = s.code_ranges.range(..=spec.code_va).next_back().filter(|(va, len)| spec.code_va < *va + *len);
         let Some((code_base, code_len)) = code.map(|(va, len)| (*va, *len)) else {
             drop(s);
-            return self.fail(Error::LaunchArguments(format!(
-                "code_va {:#x} is not inside a code buffer of this session",
-                spec.code_va
-            )));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::CodeOutsideBuffer(spec.code_va)));
         };
         let code_bytes = code_base + code_len - spec.code_va;
         let template = s.templates.get(&spec.code_va).cloned();
@@ -259,20 +256,20 @@ impl Runtime {
             let threads: u32 = spec.shape.block.iter().product();
             if threads > max {
                 drop(s);
-                return self.fail(Error::LaunchArguments(format!(
-                    "{threads} threads per block, kernel `{}` allows {max}",
-                    meta.name
-                )));
+                return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::KernelThreads {
+                    threads,
+                    kernel: meta.name.clone(),
+                    max,
+                }));
             }
         }
         if meta.param_bytes > 0 && (spec.args.len() * 4) < meta.param_bytes as usize {
             drop(s);
-            return self.fail(Error::LaunchArguments(format!(
-                "{} argument words, kernel `{}` takes {} bytes of parameters",
-                spec.args.len(),
-                meta.name,
-                meta.param_bytes
-            )));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::TooFewArgs {
+                words: spec.args.len(),
+                kernel: meta.name.clone(),
+                bytes: meta.param_bytes,
+            }));
         }
         let (_, markers) = s.markers.expect("open allocates the markers");
         let limits = s.launch_limits.expect("open records the launch limits");
@@ -291,15 +288,16 @@ impl Runtime {
                 reserved: limits.reserved_shared_bytes,
                 sm: limits.sm,
             };
-            return self.fail(Error::LaunchArguments(e.to_string()));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         let gpr_count = round_gpr(spec.gpr_count.max(meta.registers));
         if gpr_count > limits.max_registers {
             let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
-            return self.fail(Error::LaunchArguments(format!(
-                "gpr_count {} (the kernel's own {}, rounded up to a multiple of 8 and to at least 64): {e}",
-                spec.gpr_count, meta.registers
-            )));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Registers {
+                given: spec.gpr_count,
+                own: meta.registers,
+                limit: e,
+            }));
         }
         banks.clear();
         banks.extend_from_slice(&meta.const_banks);
@@ -324,7 +322,7 @@ impl Runtime {
         };
         // The architecture's shape limits (block and grid sides), the same the platform would refuse.
         if let Err(e) = limits.check(&desc) {
-            return self.fail(Error::LaunchArguments(e.to_string()));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         Ok((i, desc, marker_slots(&markers)))
     }
