@@ -9,8 +9,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::error::Stage;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::loader::{CubinModule, Placement, PreparedModule, Segment};
 use crate::mem::Mem;
 use crate::scope::Scope;

@@ -13,8 +13,7 @@
 
 use core::marker::PhantomData;
 
-use crate::error::Stage;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::session::{runtime, GpuMem, Handle, TYPED_BUFFER};
 use crate::state::{Cached, Code, Data, Device, DeviceScalar, MemKind};
 

@@ -17,8 +17,7 @@
 use omega_hal::arch::{self, Arch};
 use omega_hal::cubin::{CubinError, ExternalFunction, KernelInfo, Module, ModuleConstBank};
 
-use crate::error::Stage;
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::kernels::HostSpec;
 use crate::platform::Installed;
 use crate::printf::{self, VPRINTF};

@@ -29,8 +29,7 @@ use omega_hal::cubin::ExternalFunction;
 use omega_hal::sim::{KernelCtx, KernelError};
 use omega_hal::LaunchDesc;
 
-use crate::error::Stage;
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::session::{runtime, AllocKind, GpuMem, Handle, Runtime, PIN_PRINTF, PRINTF_BUFFER, PRINTF_LIBRARY};
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering};
 

@@ -9,8 +9,7 @@
 pub use omega_hal::sim::{Sim, SimConfig, SimFault};
 pub use omega_hal::Platform;
 
-use crate::error::Stage;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::platform::Installed;
 use crate::session::{runtime, Runtime};
 use crate::sync::Arc;

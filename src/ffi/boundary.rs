@@ -8,8 +8,7 @@
 use core::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::Error;
-use crate::error::Stage;
+use crate::error::{Error, Stage};
 use crate::session::{runtime, CANCELLED, SCRATCH_RESERVED};
 use crate::sync::{self, Mutex};
 

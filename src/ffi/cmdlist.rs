@@ -23,8 +23,7 @@ use std::collections::BTreeMap;
 use super::boundary::{code, guard, refuse};
 use super::engine::static_name;
 use crate::cmdlist::{self as core_list, CmdList, CmdListError, CmdListOpts, CmdListStats};
-use crate::error::Error;
-use crate::error::Stage;
+use crate::error::{Error, Stage};
 use crate::session::{runtime, RawLaunch};
 use crate::sync::{self, Arc, Mutex};
 

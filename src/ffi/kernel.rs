@@ -10,8 +10,7 @@
 use core::ffi::{c_char, c_int};
 
 use super::boundary::{c_str, code, guard, refuse};
-use crate::error::Stage;
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::session::{round_gpr, runtime, GpuMem, KernelMeta};
 
 /// EXPERIMENTAL. A kernel resident in a code buffer of the open session.

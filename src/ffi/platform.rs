@@ -22,8 +22,7 @@ use crate::platform::TableInstallError;
 use crate::testing::SimFault;
 
 use super::boundary::{code, guard, refuse};
-use crate::error::Error;
-use crate::error::Stage;
+use crate::error::{Error, Stage};
 use crate::session::runtime;
 use crate::sync::{self, Mutex};
 

@@ -10,8 +10,7 @@ use core::ptr;
 use crate::core::c_abi::{Handle, OmegaGpuPlatform};
 
 use super::boundary::{c_str, code, guard, last_error_ptr, rc, refuse};
-use crate::error::Error;
-use crate::error::Stage;
+use crate::error::{Error, Stage};
 use crate::platform::PlatformKind;
 use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, MemInfo, ParkStats, RawLaunch, Scratch};
 use crate::sync::{self, Mutex};

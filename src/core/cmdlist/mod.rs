@@ -36,8 +36,7 @@ pub use types::*;
 
 use omega_hal::{ConstBank, LaunchDesc, Order};
 
-use crate::error::Error;
-use crate::error::Stage;
+use crate::error::{Error, Stage};
 use crate::session::{GpuMem, LaunchShape, LaunchSpec, RawLaunch, Runtime};
 use crate::sync::{self, Ordering};
 

@@ -5,8 +5,7 @@
 use omega_hal::MarkerSlot;
 
 use super::types::STAMP_BYTES;
-use crate::error::Result;
-use crate::error::Stage;
+use crate::error::{Result, Stage};
 use crate::session::{GpuMem, Runtime, STAMP_AREA};
 use crate::sync;
 

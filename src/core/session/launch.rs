@@ -6,8 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission, WaitPolicy};
 
 use super::{wait, RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
-use crate::error::Stage;
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::sync::{self, Arc, Ordering};
 
 /// One kernel parameter as the kernel's parameter table declares it.

@@ -15,8 +15,7 @@ use super::{
     AllocStats, Backing, Buf, GpuMem, MemInfo, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL,
 };
 use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, HANDLE_BUF_QUEUE, PARK_MAX};
-use crate::error::Stage;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::platform::Installed;
 use crate::sync;
 

@@ -34,8 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, HandleTable, Platform, Refusal, Services};
 
-use crate::error::Stage;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::platform::{Installed, PlatformKind};
 use crate::sync::{self, thread, Arc, AtomicBool, AtomicU32, Mutex, Ordering};
 
