@@ -28,6 +28,7 @@ use omega_hal::{BufferDesc, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Ord
 #[path = "common/mod.rs"]
 mod common;
 use common::{percentile, us_since};
+use omega::error::Stage;
 
 /// One `Instant::now` (a `clock_gettime`: a vDSO read or, in some VMs, a system call), ns.
 fn clock_read_ns() -> f64 {
@@ -53,15 +54,17 @@ fn layers<'s>(
     let spec = omega::session::LaunchSpec {
         code_va: k.entry_va(),
         gpr_count: meta.registers,
-        block: [1, 1, 1],
-        grid: [1, 1, 1],
         num_elements: 1,
         args: &words,
         max_args: words.len(),
-        timeout_ms: 5_000,
-        shared_bytes: 0,
-        dynamic_shared_bytes: 0,
-        spin_us: 100_000,
+        shape: omega::session::LaunchShape {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            dynamic_shared_bytes: 0,
+            timeout_ms: 5_000,
+            spin_us: 100_000,
+        },
     };
     // The HAL level: our own marker pair, the descriptor the session would build.
     let platform = omega::testing::platform_of(rt)?;
@@ -107,7 +110,7 @@ fn layers<'s>(
         for (which, m) in slots.iter().enumerate() {
             let mut spins = 0u32;
             // SAFETY: both slots lie in the live HOST_POLLED marker buffer.
-            while unsafe { poll.poll(m) }.map_err(|e| Error::PollRefused(e.0))? != *seq {
+            while unsafe { poll.poll(m) }.map_err(Error::PollRefused)? != *seq {
                 spins = spins.wrapping_add(1);
                 if spins.is_multiple_of(4096) && t.elapsed().as_secs() > 5 {
                     return Err(Error::Timeout { marker: which as u8, timeout_ms: 5_000 });
@@ -295,7 +298,10 @@ fn main() -> Result<(), Error> {
             println!("omega.devonly_{name}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, big as f64 / best / 1e9);
         }
         if back != host {
-            return Err(Error::Setting { stage: "bench", detail: "a device-only buffer read back wrong".into() });
+            return Err(Error::Setting {
+                stage: Stage::Bench,
+                detail: omega::SettingError::Text("a device-only buffer read back wrong".into()),
+            });
         }
         drop((d, host, back));
         let mut d = s.alloc_device::<u8>(4096)?;

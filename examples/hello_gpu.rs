@@ -10,6 +10,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use omega::error::Stage;
 use omega::{Error, Launch};
 
 #[path = "common/mod.rs"]
@@ -37,7 +38,8 @@ fn launch_time_label(platform: &str) -> &'static str {
 
 /// The vector add of `n` elements, its report written to `out`.
 pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
-    let written = |e: std::io::Error| Error::Setting { stage: "report", detail: e.to_string() };
+    let written =
+        |e: std::io::Error| Error::Setting { stage: Stage::Report, detail: omega::SettingError::Text(e.to_string()) };
     let dev = omega::lock().open()?;
     let info = dev.device();
     let platform = dev.platform();
@@ -75,13 +77,13 @@ pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
     .map_err(written)?;
     if let Some(&i) = bad.first() {
         return Err(Error::Setting {
-            stage: "check",
-            detail: format!(
+            stage: Stage::Check,
+            detail: omega::SettingError::Text(format!(
                 "{} of {n} elements wrong (first at {i}: got {}, want {}; seed {seed})",
                 bad.len(),
                 c[i],
                 want[i]
-            ),
+            )),
         });
     }
     writeln!(out, "check:    all {n} elements match the CPU reference (seed {seed})").map_err(written)?;

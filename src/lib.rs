@@ -70,7 +70,7 @@ pub mod cmdlist {
 
 pub use crate::core::session::DeviceInfo;
 pub use args::LaunchArgs;
-pub use error::{Error, Result};
+pub use error::{Error, LaunchArgError, Result, SettingError, Stage};
 /// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
 pub use half;
 pub use kernel::{Kernel, Module};

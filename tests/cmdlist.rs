@@ -7,6 +7,7 @@ use common::*;
 use omega::cmdlist::{
     barrier_name, check_no_overlap, CmdList, CmdListError, CmdListOpts, BARRIER_DEFAULT, BARRIER_NONE, MAX_LAUNCHES,
 };
+use omega::error::Stage;
 use omega::session::{GpuMem, RawLaunch, Runtime};
 use omega::{Error, Launch, Scoped};
 use omega_hal::sim::SimFault;
@@ -78,7 +79,7 @@ fn the_list_holds_2048_launches_and_refuses_the_2049th_by_name() {
     }
     let e = add(&mut list, &l).unwrap_err();
     assert_eq!(e, CmdListError::Full);
-    assert_eq!(e.stage(), "cmdlist add");
+    assert_eq!(e.stage(), Stage::CmdListAdd);
     assert!(rt.last_error().starts_with("cmdlist add: OMEGA_GPU_CMDLIST_FULL"), "{}", rt.last_error());
     assert_eq!(list.count(), 2048);
     assert_eq!(list.stats().refusals, 1);
@@ -105,7 +106,7 @@ fn each_launch_gets_the_order_its_mode_and_mark_say() {
     list.mark_independent(2).unwrap();
     let e = list.mark_independent(4).unwrap_err();
     assert_eq!(e, CmdListError::NoSuchLaunch { index: 4, count: 4 });
-    assert_eq!(e.stage(), "cmdlist mark independent");
+    assert_eq!(e.stage(), Stage::CmdListMarkIndependent);
     assert_eq!(list.barrier_name(), "OMEGA_GPU_CMDLIST_BARRIER_DEFAULT");
     list.submit().unwrap();
     let orders: Vec<Order> = sim.launches().iter().rev().take(4).rev().map(|r| r.order).collect();
@@ -210,14 +211,14 @@ fn add_makes_the_launch_checks_and_names_their_stage() {
     let mut list = new_list(&rt, None);
     for (what, l) in cases {
         let e = add(&mut list, &l).expect_err(what);
-        assert_eq!(e.stage(), "launch arguments", "{what}: {e}");
+        assert_eq!(e.stage(), Stage::LaunchArguments, "{what}: {e}");
         assert!(rt.last_error().starts_with("launch arguments: "), "{what}: {}", rt.last_error());
     }
     assert_eq!(list.count(), 0);
     assert_eq!(list.stats().refusals, 6);
     rt.unlock();
     let e = add(&mut list, &ok).unwrap_err();
-    assert_eq!(e.stage(), "lock", "add touches the session: it needs the lock");
+    assert_eq!(e.stage(), Stage::Lock, "add touches the session: it needs the lock");
     rt.lock();
     add(&mut list, &ok).unwrap();
     list.submit().unwrap();
@@ -229,7 +230,7 @@ fn create_and_free_take_the_lock_themselves() {
     let (rt, sim) = open_runtime();
     let live = sim.stats().live_allocations;
     let e = CmdList::create(&rt, None).unwrap_err();
-    assert_eq!(e.stage(), "lock", "the C lock would deadlock here");
+    assert_eq!(e.stage(), Stage::Lock, "the C lock would deadlock here");
     rt.unlock();
     let list = CmdList::create(&rt, None).unwrap();
     assert!(!rt.holds_lock(), "create released the lock it took");
@@ -240,7 +241,7 @@ fn create_and_free_take_the_lock_themselves() {
     rt.lock();
     let list = CmdList::create_locked(&rt, None).unwrap();
     let e = list.free().unwrap_err();
-    assert_eq!(e.stage(), "lock");
+    assert_eq!(e.stage(), Stage::Lock);
     assert_eq!(sim.stats().live_allocations, live, "refused by name, released all the same");
     let list = new_list(&rt, None);
     list.free_locked().unwrap();
@@ -252,13 +253,13 @@ fn an_unknown_barrier_mode_is_refused_at_create() {
     let (rt, _sim) = open_runtime();
     let e = CmdList::create_locked(&rt, Some(&CmdListOpts { barrier: 7, ..Default::default() })).unwrap_err();
     assert_eq!(e, CmdListError::BadBarrier(7));
-    assert_eq!(e.stage(), "cmdlist create");
+    assert_eq!(e.stage(), Stage::CmdListCreate);
     assert!(rt.last_error().starts_with("cmdlist create: barrier mode 7"), "{}", rt.last_error());
     assert_eq!(barrier_name(BARRIER_DEFAULT), "OMEGA_GPU_CMDLIST_BARRIER_DEFAULT");
     assert_eq!(barrier_name(BARRIER_NONE), "OMEGA_GPU_CMDLIST_BARRIER_NONE");
     assert_eq!(barrier_name(7), "OMEGA_GPU_CMDLIST_BARRIER_UNKNOWN");
     let as_error: Error = e.into();
-    assert_eq!(as_error.stage(), "cmdlist create");
+    assert_eq!(as_error.stage(), Stage::CmdListCreate);
     assert!(matches!(&as_error, Error::CmdList(l) if **l == CmdListError::BadBarrier(7)), "{as_error}");
     assert_eq!(as_error.to_string(), rt.last_error(), "the same text through omega::Error");
 }
@@ -295,7 +296,7 @@ fn a_hang_latches_the_list_then_the_session_and_parks_the_stamp_area() {
     assert!(rt.is_parked(stamps.handle), "the device may still write the stamps: parked, never released");
     assert_eq!(sim.stats().frees, 0);
     let e = CmdList::create_locked(&rt, None).unwrap_err();
-    assert_eq!(e, CmdListError::Session(Error::Latched("cmdlist create")));
+    assert_eq!(e, CmdListError::Session(Error::Latched(Stage::CmdListCreate)));
 }
 
 #[test]
@@ -348,7 +349,7 @@ fn a_cancel_before_submit_and_a_kernel_fault_are_certain_and_do_not_latch() {
     assert!(!rt.is_blocked());
     let e = list.submit().unwrap_err();
     assert!(matches!(e, CmdListError::Session(Error::Fault(_))), "the channel stays dead until close and reopen");
-    assert_eq!(e.stage(), "launch");
+    assert_eq!(e.stage(), Stage::Launch);
 }
 
 #[test]
@@ -422,7 +423,7 @@ fn the_typed_list_is_bound_to_the_scope_and_submits_with_the_token() {
         list.add(&Launch::new(&k).grid(grid).block([128, 1, 1]).arg(&src).arg(&mid).arg(2.0f32).arg(n as u32))?;
         list.add(&Launch::new(&k).grid(grid).block([128, 1, 1]).arg(&mid).arg(&dst).arg(-0.5f32).arg(n as u32))?;
         let bad = list.add(&Launch::new(&k).arg(&src)).unwrap_err();
-        assert_eq!(bad.stage(), "launch arguments", "checked against the kernel's parameters: {bad}");
+        assert_eq!(bad.stage(), Stage::LaunchArguments, "checked against the kernel's parameters: {bad}");
         assert_eq!(list.len(), 2);
         let done = gpu.submit(&mut list)?;
         assert_eq!(done.launches, 2);

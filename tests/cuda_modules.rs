@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use omega::error::Stage;
 use omega::kernels::{self, MIXED, MIXED_COUNTER, MIXED_PLAIN, MIXED_PRINTF};
 use omega::{Error, Launch, Scoped};
 use omega_hal::{arch, cubin::Module};
@@ -212,7 +213,7 @@ fn kernels_are_refused_one_by_one_for_what_they_need_and_their_neighbours_load()
         assert!(module.kernel("neighbour").is_ok());
         assert!(module.kernel("barrier").is_ok());
         let e = module.kernel("allocates").unwrap_err();
-        assert_eq!(e.stage(), "load");
+        assert_eq!(e.stage(), Stage::Load);
         assert_eq!(
             e.to_string(),
             "load: kernel `allocates`: needs symbol `free`, which the module does not define and Omega does not provide"

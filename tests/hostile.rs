@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use omega::error::Stage;
 use omega::session::suballoc::LARGEST_CARVED;
 use omega::session::{GpuMem, RawLaunch, Runtime, Scratch, MAX_SPIN_US};
 use omega::Error;
@@ -174,7 +175,7 @@ fn shapes_past_the_architecture_are_refused_by_name_before_submit() {
     let submissions = sim.stats().submissions;
     for (what, l, text) in cases {
         let e = launch(&rt, &l).expect_err(what);
-        assert_eq!(e.stage(), "launch arguments", "{what}: {e}");
+        assert_eq!(e.stage(), Stage::LaunchArguments, "{what}: {e}");
         assert!(e.to_string().contains(text), "{what}: {e}");
         assert_eq!(rt.last_error(), e.to_string(), "{what}");
     }
@@ -193,7 +194,7 @@ fn shared_memory_is_bounded_by_what_a_block_may_have() {
     let ok = raw_launch(&code, &words, 32, 1);
     // 228 KiB per block on sm_90, the system's 1 KiB included: 227 KiB for the kernel.
     let e = launch(&rt, &RawLaunch { shared_bytes: 233_473, ..ok }).expect_err("one byte past");
-    assert_eq!(e.stage(), "launch arguments");
+    assert_eq!(e.stage(), Stage::LaunchArguments);
     assert!(e.to_string().contains("sm_90 allows at most 233472 (227 KiB for the kernel"), "{e}");
     launch(&rt, &RawLaunch { shared_bytes: 233_472, ..ok }).unwrap();
     assert_eq!(sim.launches().pop().unwrap().shared_bytes, 233_472);
@@ -261,7 +262,7 @@ fn a_panic_after_submit_latches_like_an_uncertain_completion() {
     let e = launch(&rt, &raw_launch(&code, &words, 1, 1)).expect_err("the kernel panicked");
     assert!(e.latched_the_process(), "{e}");
     assert!(e.to_string().starts_with("launch: panic after submit ("), "{e}");
-    assert_eq!(e.stage(), "launch");
+    assert_eq!(e.stage(), Stage::Launch);
     assert!(e.to_string().contains("kernel bug at word 3"), "{e}");
     assert!(rt.is_blocked(), "latched");
     assert!(rt.parked().buffers >= 1, "the session's launch buffer is parked");
@@ -296,7 +297,7 @@ fn a_live_handle_with_another_address_is_refused_by_its_own_name() {
     let m = rt.alloc(4096).unwrap();
     let mut forged = GpuMem { va: m.va + 4096, ..m };
     let e = rt.free(&mut forged).expect_err("the address is not the handle's buffer");
-    assert_eq!(e.stage(), "free");
+    assert_eq!(e.stage(), Stage::Free);
     let text = e.to_string();
     assert!(!text.contains("handle is zero"), "{text}");
     assert!(text.contains(&format!("is live but names the buffer at {:#x}, not {:#x}", m.va, m.va + 4096)), "{text}");
@@ -315,7 +316,7 @@ fn a_scratch_grow_that_cannot_allocate_keeps_the_old_buffer() {
     // A grow past the largest carved size: its own platform allocation, which the fault refuses.
     sim.inject(SimFault::FailAlloc);
     let e = rt.scratch(&mut s, 4 << 20).expect_err("the allocation fails");
-    assert_eq!(e.stage(), "alloc");
+    assert_eq!(e.stage(), Stage::Alloc);
     assert_eq!(s, old, "the old buffer, its capacity and high-water mark stay");
     assert_eq!(rt.alloc_stats().frees, frees, "nothing was freed");
     rt.sync_to_gpu(&s.mem).expect("the old buffer is still live");
@@ -363,7 +364,7 @@ fn a_hostile_dynamic_shared_size_is_refused_not_wrapped() {
             gpu.launch(&l).expect_err("4 GiB of dynamic shared memory").error
         })
         .value();
-    assert_eq!(e.stage(), "launch arguments", "{e}");
+    assert_eq!(e.stage(), Stage::LaunchArguments, "{e}");
     let text = e.to_string();
     assert!(text.contains("bytes of shared memory per block, sm_90 allows at most 233472"), "{text}");
 }

@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use omega::error::Stage;
 use omega::platform::Installed;
 use omega::session::suballoc::{CHUNK_BYTES, LARGEST_CARVED};
 use omega::session::{GpuMem, Runtime};
@@ -249,7 +250,7 @@ fn a_device_only_buffer_has_no_cpu_view_and_moves_through_the_platform() {
         rt.read(&m, bytes - 3, &mut tail).unwrap();
         assert_eq!(tail, [1, 2, 3]);
         let e = rt.write(&m, m.size - 1, &[0, 0]).unwrap_err();
-        assert_eq!(e.stage(), "write");
+        assert_eq!(e.stage(), Stage::Write);
         assert!(e.to_string().contains("past the buffer's"), "{e}");
     }
 }
@@ -287,11 +288,11 @@ fn write_and_read_work_on_buffers_with_a_cpu_view_too_and_are_refused_after_a_la
     assert_eq!(&got, b"hello");
     sim.inject(SimFault::FailSync);
     let e = rt.write(&m, 0, b"x").unwrap_err();
-    assert_eq!(e.stage(), "sync", "{e}");
+    assert_eq!(e.stage(), Stage::Sync, "{e}");
     let d = rt.alloc_device(4096).unwrap();
     sim.inject(SimFault::FailSync);
     let e = rt.read(&d, 0, &mut got).unwrap_err();
-    assert_eq!(e.stage(), "read", "{e}");
+    assert_eq!(e.stage(), Stage::Read, "{e}");
     assert!(!rt.is_blocked(), "a failed copy is certain: no latch");
     let code = load(&rt, "spin");
     sim.inject(SimFault::Hang);
@@ -320,7 +321,7 @@ fn mem_info_reports_the_devices_free_and_total_bytes() {
     rt.close().unwrap();
     rt.lock();
     let e = rt.mem_info().unwrap_err();
-    assert_eq!(e.stage(), "mem info");
+    assert_eq!(e.stage(), Stage::MemInfo);
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use omega::cmdlist::CmdList;
+use omega::error::Stage;
 use omega::session::runtime;
 
 /// Set in the child: the case runs its checks instead of spawning.
@@ -32,14 +33,14 @@ fn in_child(case: &str, platform: &str) {
 /// it that would have needed the lock, report `cause` under stage `platform`.
 fn open_reports(cause: &str) {
     let err = omega::lock().open().expect_err("no platform, so no open");
-    assert_eq!(err.error.stage(), "platform", "{}", err.error);
+    assert_eq!(err.error.stage(), Stage::Platform, "{}", err.error);
     assert!(err.error.to_string().contains(cause), "{}", err.error);
     drop(err); // releases the token: there was no lock to release, and that is no lock error
     let after_unlock = runtime().last_error();
     assert!(after_unlock.starts_with("platform: ") && after_unlock.contains(cause), "{after_unlock}");
 
     let close = runtime().close().expect_err("close cannot take a lock that does not exist");
-    assert_eq!(close.stage(), "platform", "{close}");
+    assert_eq!(close.stage(), Stage::Platform, "{close}");
     assert!(runtime().last_error().contains(cause), "{}", runtime().last_error());
 
     let create = CmdList::create(runtime(), None).expect_err("no platform, so no list");
@@ -52,7 +53,7 @@ fn open_reports(cause: &str) {
         Ok(())
     }
     let e = open().expect_err("still no platform");
-    assert_eq!(e.stage(), "platform");
+    assert_eq!(e.stage(), Stage::Platform);
     assert!(runtime().last_error().contains(cause), "{}", runtime().last_error());
 }
 

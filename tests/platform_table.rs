@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use omega::error::Stage;
 use omega::platform::Installed;
 use omega::session::Runtime;
 use omega_hal::ctable::{check_for, export, OmegaGpuPlatform, TablePlatform};
@@ -106,7 +107,7 @@ fn a_hang_through_the_table_times_out_and_latches() {
     assert!(e.latched_the_process(), "{e}");
     assert!(rt.is_blocked());
     rt.unlock();
-    assert_eq!(rt.close().unwrap_err().stage(), "close");
+    assert_eq!(rt.close().unwrap_err().stage(), Stage::Close);
 }
 
 #[test]

@@ -14,6 +14,7 @@
 mod common;
 
 use common::*;
+use omega::error::Stage;
 use omega::session::suballoc::{Carve, Carver, Pool};
 use omega::session::{AllocKind, AllocStats, GpuMem, Handle, ParkStats, Runtime, Scratch, PARK_MAX};
 use omega::Error;
@@ -201,11 +202,11 @@ impl Run {
         let before = self.rt.alloc_stats();
         let r = self.rt.alloc_kind(bytes, kind);
         if !self.open {
-            self.check(matches!(r, Err(Error::NotOpen("alloc"))), "alloc on a closed device");
+            self.check(matches!(r, Err(Error::NotOpen(Stage::Alloc))), "alloc on a closed device");
             return;
         }
         if self.latched {
-            self.check(r == Err(Error::Latched("alloc")), "alloc after the latch");
+            self.check(r == Err(Error::Latched(Stage::Alloc)), "alloc after the latch");
             return;
         }
         if bytes > isize::MAX as usize {
@@ -215,7 +216,7 @@ impl Run {
         }
         let size = rounded(bytes, kind);
         let Some(carve) = self.place(size, kind) else {
-            self.check(r.as_ref().is_err_and(|e| e.stage() == "alloc"), "an injected alloc failure");
+            self.check(r.as_ref().is_err_and(|e| e.stage() == Stage::Alloc), "an injected alloc failure");
             self.stats.alloc_failures += 1;
             return;
         };
@@ -228,7 +229,7 @@ impl Run {
             let mut bytes = vec![0u8; size];
             let r = self.rt.read(&m, 0, &mut bytes);
             if std::mem::take(&mut self.fail_sync) {
-                self.check(r.as_ref().is_err_and(|e| e.stage() == "read"), "an injected copy failure");
+                self.check(r.as_ref().is_err_and(|e| e.stage() == Stage::Read), "an injected copy failure");
                 self.rt.read(&m, 0, &mut bytes).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
             } else {
                 r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("read: {e}"))));
@@ -270,11 +271,11 @@ impl Run {
         if self.live[i].kind == AllocKind::Device {
             let r = self.rt.write(&m, off, &data);
             if self.latched {
-                self.check(r == Err(Error::Latched("write")), "a write after the latch");
+                self.check(r == Err(Error::Latched(Stage::Write)), "a write after the latch");
                 return;
             }
             if std::mem::take(&mut self.fail_sync) {
-                self.check(r.as_ref().is_err_and(|e| e.stage() == "write"), "an injected copy failure");
+                self.check(r.as_ref().is_err_and(|e| e.stage() == Stage::Write), "an injected copy failure");
                 self.rt.write(&m, off, &data).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
             } else {
                 r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("write: {e}"))));
@@ -286,12 +287,12 @@ impl Run {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), m.cpu.cast::<u8>().add(off), len) };
         let r = self.rt.sync_range_to_gpu(&m, off, len);
         if self.latched {
-            self.check(r == Err(Error::Latched("sync")), "a sync after the latch");
+            self.check(r == Err(Error::Latched(Stage::Sync)), "a sync after the latch");
             // The CPU view holds it; the device copy may not: the model can no longer say what it holds.
             return;
         }
         if std::mem::take(&mut self.fail_sync) {
-            self.check(r.as_ref().is_err_and(|e| e.stage() == "sync"), "an injected sync failure");
+            self.check(r.as_ref().is_err_and(|e| e.stage() == Stage::Sync), "an injected sync failure");
             // Sync it properly, so the model stays exact.
             self.rt.sync_range_to_gpu(&m, off, len).unwrap_or_else(|e| panic!("{}", self.ctx(&e.to_string())));
         } else {
@@ -307,7 +308,7 @@ impl Run {
             let mut got = vec![0u8; l.bytes.len()];
             let r = self.rt.read(&l.mem, 0, &mut got);
             if self.latched {
-                self.check(r == Err(Error::Latched("read")), "a read after the latch");
+                self.check(r == Err(Error::Latched(Stage::Read)), "a read after the latch");
                 return;
             }
             if std::mem::take(&mut self.fail_sync) {
@@ -324,7 +325,7 @@ impl Run {
         }
         let r = self.rt.sync_to_cpu(&l.mem);
         if self.latched {
-            self.check(r == Err(Error::Latched("sync")), "a sync after the latch");
+            self.check(r == Err(Error::Latched(Stage::Sync)), "a sync after the latch");
             return;
         }
         if std::mem::take(&mut self.fail_sync) {
@@ -371,7 +372,7 @@ impl Run {
         self.stats.stale_refusals += 1;
         // A stale handle stays stale however often it is tried; so does a copy of it.
         if !self.open {
-            self.check(matches!(r, Err(Error::NotOpen("free"))), "a free on a closed device");
+            self.check(matches!(r, Err(Error::NotOpen(Stage::Free))), "a free on a closed device");
         }
     }
 
@@ -417,11 +418,11 @@ impl Run {
         // SAFETY: `args` lives for the call.
         let r = unsafe { self.rt.launch_raw(&l) };
         if self.latched {
-            self.check(r == Err(Error::Latched("launch")), "a launch after the latch");
+            self.check(r == Err(Error::Latched(Stage::Launch)), "a launch after the latch");
             return;
         }
         if l.grid_x == 0 {
-            self.check(r.is_err_and(|e| e.stage() == "launch arguments"), "a refused descriptor");
+            self.check(r.is_err_and(|e| e.stage() == Stage::LaunchArguments), "a refused descriptor");
             return;
         }
         r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("launch: {e}"))));
@@ -507,7 +508,7 @@ impl Run {
         if live.is_some_and(|b| want <= b) {
             self.check(r.is_ok() && self.scratch.mem == before.mem, "a request the buffer holds allocates nothing");
         } else if self.latched {
-            self.check(r == Err(Error::Latched("alloc")), "a scratch grow after the latch");
+            self.check(r == Err(Error::Latched(Stage::Alloc)), "a scratch grow after the latch");
             self.check(self.scratch == Scratch { reserved: 0, ..before }, "a failed grow keeps the old buffer");
             self.sm.reserved = None;
             return;
@@ -544,7 +545,7 @@ impl Run {
         let r = self.rt.close();
         self.rt.lock();
         if self.latched {
-            self.check(r == Err(Error::Latched("close")), "close after the latch");
+            self.check(r == Err(Error::Latched(Stage::Close)), "close after the latch");
             return;
         }
         r.unwrap_or_else(|e| panic!("{}", self.ctx(&format!("close: {e}"))));

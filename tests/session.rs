@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use omega::error::Stage;
 use omega::session::{Scratch, MAX_ARGS, MAX_SPIN_US, PARK_MAX};
 use omega::Error;
 use omega_hal::sim::SimFault;
@@ -69,7 +70,7 @@ fn every_launch_argument_check_names_its_stage() {
     let launches_before = sim.stats().launches;
     for (what, l) in cases {
         let e = launch(&rt, &l).expect_err(what);
-        assert_eq!(e.stage(), "launch arguments", "{what}: {e}");
+        assert_eq!(e.stage(), Stage::LaunchArguments, "{what}: {e}");
         assert!(rt.last_error().starts_with("launch arguments: "), "{what}: {}", rt.last_error());
     }
     assert_eq!(sim.stats().launches, launches_before, "a refused launch runs nothing");
@@ -109,7 +110,7 @@ fn stale_handles_are_refused_counted_and_zeroed() {
     assert_eq!(m, omega::session::GpuMem::NONE, "free zeroes the buffer");
     let mut stale = copy;
     let e = rt.free(&mut stale).unwrap_err();
-    assert_eq!(e.stage(), "free");
+    assert_eq!(e.stage(), Stage::Free);
     assert!(rt.last_error().contains("stale"), "{}", rt.last_error());
     assert_eq!(stale, omega::session::GpuMem::NONE);
     assert!(rt.sync_to_gpu(&copy).is_err(), "a stale handle cannot be synced");
@@ -124,7 +125,7 @@ fn stale_handles_are_refused_counted_and_zeroed() {
     rt.open().unwrap();
     assert_eq!(rt.open_count(), 2);
     let e = rt.free(&mut live).unwrap_err();
-    assert_eq!(e.stage(), "free");
+    assert_eq!(e.stage(), Stage::Free);
     assert_eq!(rt.alloc_stats().stale_refusals, 2);
 }
 
@@ -170,7 +171,7 @@ fn a_failed_allocation_is_named_and_counted() {
     // A buffer past the largest carved size is its own platform allocation, which the fault refuses.
     sim.inject(SimFault::FailAlloc);
     let e = rt.alloc(4 << 20).unwrap_err();
-    assert_eq!(e.stage(), "alloc");
+    assert_eq!(e.stage(), Stage::Alloc);
     assert!(rt.last_error().starts_with("alloc: out of device memory"), "{}", rt.last_error());
     assert_eq!(rt.alloc_stats().alloc_failures, 1);
     rt.alloc(4096).unwrap();
@@ -190,7 +191,7 @@ fn a_kernel_fault_is_named_promptly_and_does_not_latch() {
     assert!(sim.sim_clock().peek() - t0 < 1_000_000_000, "seen long before the 10 s timeout");
     assert!(!rt.is_blocked(), "a fault stopped the work: completion is certain");
     let again = launch(&rt, &raw_launch(&code, &[0; 3], 1, 1)).unwrap_err();
-    assert_eq!(again.stage(), "launch", "the channel stays dead until close and reopen");
+    assert_eq!(again.stage(), Stage::Launch, "the channel stays dead until close and reopen");
     rt.unlock();
     rt.close().unwrap();
     rt.lock();
@@ -203,10 +204,10 @@ fn a_kernel_fault_is_named_promptly_and_does_not_latch() {
 fn calls_that_touch_the_device_need_the_lock_and_close_takes_it_itself() {
     let (rt, _sim) = open_runtime();
     let e = rt.close().unwrap_err();
-    assert_eq!(e.stage(), "lock", "close with the lock held is refused, not a deadlock");
+    assert_eq!(e.stage(), Stage::Lock, "close with the lock held is refused, not a deadlock");
     rt.unlock();
     let e = rt.alloc(10).unwrap_err();
-    assert_eq!(e.stage(), "lock");
+    assert_eq!(e.stage(), Stage::Lock);
     assert!(rt.last_error().contains("does not hold the session lock"));
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -270,7 +271,7 @@ fn a_platform_missing_a_service_is_refused_at_open() {
     let rt = omega::session::Runtime::with_platform(omega::platform::Installed::simulator(sim)).unwrap();
     rt.lock();
     let e = rt.open().unwrap_err();
-    assert_eq!(e.stage(), "platform");
+    assert_eq!(e.stage(), Stage::Platform);
     assert!(rt.last_error().contains("OMEGA_GPU_PLAT_MISSING_SERVICE"), "{}", rt.last_error());
 }
 
@@ -282,7 +283,7 @@ fn a_failed_open_carries_the_drivers_text() {
         .inject(SimFault::FailOpen("NV_ERR_INVALID_DEVICE from the driver".into()));
     let rt = omega::session::Runtime::with_platform(installed).unwrap();
     rt.lock();
-    assert_eq!(rt.open().unwrap_err().stage(), "open");
+    assert_eq!(rt.open().unwrap_err().stage(), Stage::Open);
     assert!(rt.last_error().contains("NV_ERR_INVALID_DEVICE from the driver"));
     rt.open().unwrap();
 }
@@ -295,7 +296,7 @@ fn forcing_nvidia_without_a_device_is_an_error_not_a_fallback() {
         return; // a GPU machine: nvidia is real here.
     }
     let e = e.expect("no device: no platform");
-    assert_eq!(e.stage(), "platform");
+    assert_eq!(e.stage(), Stage::Platform);
     assert!(e.to_string().contains("nvidia"), "{e}");
     drop(rt);
 }
@@ -361,8 +362,8 @@ fn a_never_completing_launch_latches_the_process() {
     assert!(rt.is_blocked());
     // Later launches are refused, and so is everything else that could touch the device.
     let e = launch(&rt, &raw_launch(&code, &words, 1, 1)).unwrap_err();
-    assert_eq!(e, Error::Latched("launch"));
-    assert_eq!(rt.alloc(10).unwrap_err(), Error::Latched("alloc"));
+    assert_eq!(e, Error::Latched(Stage::Launch));
+    assert_eq!(rt.alloc(10).unwrap_err(), Error::Latched(Stage::Alloc));
     // Frees park: counted with their bytes, handles still inspectable, nothing released.
     let h = keep.handle;
     rt.free(&mut keep).unwrap();
@@ -374,10 +375,10 @@ fn a_never_completing_launch_latches_the_process() {
     assert_eq!(sim.stats().frees, 0);
     // Close and reopen are refused.
     rt.unlock();
-    assert_eq!(rt.close().unwrap_err(), Error::Latched("close"));
+    assert_eq!(rt.close().unwrap_err(), Error::Latched(Stage::Close));
     assert!(rt.is_open(), "close was a no-op");
     rt.lock();
-    assert_eq!(rt.open().unwrap_err(), Error::Latched("open"));
+    assert_eq!(rt.open().unwrap_err(), Error::Latched(Stage::Open));
     assert_eq!(sim.stats().closes, 0);
 }
 

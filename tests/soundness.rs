@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
+use omega::error::Stage;
 use omega::platform::Installed;
 use omega::session::{GpuMem, Handle, KernelMeta, LaunchSpec, Runtime, Scratch, MAX_ARGS};
 use omega::Error;
@@ -54,7 +55,7 @@ fn impossible_sizes_are_refused_as_overflow_and_allocate_nothing() {
     for (what, kind, bytes) in cases {
         let e = rt.alloc_kind(bytes, kind).expect_err(what);
         assert_eq!(e, Error::Refused(omega_hal::Refusal::Overflow), "{what}");
-        assert_eq!(e.stage(), "platform", "{what}");
+        assert_eq!(e.stage(), Stage::Platform, "{what}");
         assert!(rt.last_error().starts_with("platform: OMEGA_GPU_PLAT_OVERFLOW"), "{what}: {}", rt.last_error());
     }
     assert_eq!((rt.alloc_stats(), sim.stats().live_allocations), before, "nothing allocated, nothing counted");
@@ -75,18 +76,20 @@ fn shared_memory_that_overflows_a_word_is_refused_before_anything_runs() {
     let spec = LaunchSpec {
         code_va: code.va,
         gpr_count: 0,
-        block: [1, 1, 1],
-        grid: [1, 1, 1],
         num_elements: 1,
         args: &[0],
         max_args: MAX_ARGS as usize,
-        timeout_ms: 100,
-        shared_bytes: 0,
-        dynamic_shared_bytes: u32::MAX,
-        spin_us: 0,
+        shape: omega::session::LaunchShape {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            dynamic_shared_bytes: u32::MAX,
+            timeout_ms: 100,
+            spin_us: 0,
+        },
     };
     let e = rt.launch(&spec).unwrap_err();
-    assert_eq!(e.stage(), "launch arguments", "{e}");
+    assert_eq!(e.stage(), Stage::LaunchArguments, "{e}");
     // Summed in 64 bits, static + dynamic cannot wrap to a small size: it is refused by the limit.
     assert!(
         e.to_string().contains(&format!("{} bytes of shared memory per block", 16u64 + u64::from(u32::MAX))),
@@ -118,11 +121,11 @@ fn a_kernel_record_must_lie_inside_its_code_buffer() {
     ];
     for (what, va, m) in refused {
         let e = rt.register_kernel(va, m).expect_err(what);
-        assert_eq!(e.stage(), "load", "{what}: {e}");
+        assert_eq!(e.stage(), Stage::Load, "{what}: {e}");
     }
     rt.register_kernel(code.va + 64, meta(code.size as u64 - 64, vec![bank(code.va + 256, 100)])).unwrap();
     rt.unlock();
-    assert_eq!(rt.register_kernel(code.va, meta(0, vec![])).unwrap_err().stage(), "lock");
+    assert_eq!(rt.register_kernel(code.va, meta(0, vec![])).unwrap_err().stage(), Stage::Lock);
 }
 
 // ----- 2, 6. buffers the library owns --------------------------------------------------------------------
@@ -135,13 +138,13 @@ fn the_stamp_area_of_a_command_list_cannot_be_freed_through_the_callers_free() {
     let mut copy = *list.stamp_buffer();
     let frees = rt.alloc_stats().frees;
     let e = rt.free(&mut copy).unwrap_err();
-    assert_eq!(e.stage(), "free");
+    assert_eq!(e.stage(), Stage::Free);
     assert!(rt.last_error().contains("a command list's stamp area; nothing was released"), "{}", rt.last_error());
     assert_eq!(copy, *list.stamp_buffer(), "the caller's copy is left as it was");
     assert_eq!(rt.alloc_stats().frees, frees, "a refusal is not a free");
     // Neither can a scratch call that is handed its handle.
     let mut s = Scratch { mem: copy, cap: 0, high_water: 0, reserved: 0 };
-    assert_eq!(rt.scratch(&mut s, 1 << 20).unwrap_err().stage(), "scratch");
+    assert_eq!(rt.scratch(&mut s, 1 << 20).unwrap_err().stage(), Stage::Scratch);
     assert!(rt.scratch_free(&mut s).is_err());
     assert_eq!(s.mem, copy, "a refused scratch free keeps the scratch");
     // The list still submits and stamps.
@@ -302,7 +305,7 @@ fn a_scratch_of_a_closed_device_is_never_reused() {
     rt.scratch_reserve(&mut s, 1000).unwrap();
     reopen(&rt);
     let e = rt.scratch(&mut s, 10).unwrap_err();
-    assert_eq!(e.stage(), "scratch");
+    assert_eq!(e.stage(), Stage::Scratch);
     assert!(rt.last_error().contains("holds no reservation"), "{}", rt.last_error());
     assert_eq!(sim.stats().live_allocations, 1, "nothing allocated");
     rt.scratch_free(&mut s).unwrap_err(); // stale: refused, counted, and the scratch is cleared
@@ -316,11 +319,11 @@ fn scratch_needs_the_lock_even_when_the_request_fits() {
     rt.scratch_reserve(&mut s, 1000).unwrap();
     let kept = s;
     rt.unlock();
-    assert_eq!(rt.scratch(&mut s, 10).unwrap_err().stage(), "lock");
-    assert_eq!(rt.scratch_unreserve(&mut s).unwrap_err().stage(), "lock");
-    assert_eq!(rt.scratch_reserve(&mut s, 10).unwrap_err().stage(), "lock");
+    assert_eq!(rt.scratch(&mut s, 10).unwrap_err().stage(), Stage::Lock);
+    assert_eq!(rt.scratch_unreserve(&mut s).unwrap_err().stage(), Stage::Lock);
+    assert_eq!(rt.scratch_reserve(&mut s, 10).unwrap_err().stage(), Stage::Lock);
     assert_eq!(s, kept, "the reservation stays");
-    assert_eq!(rt.scratch_free(&mut s).unwrap_err().stage(), "lock");
+    assert_eq!(rt.scratch_free(&mut s).unwrap_err().stage(), Stage::Lock);
     assert_eq!(s, kept, "a refused free leaves the scratch as it was: nothing leaks");
     rt.lock();
     rt.scratch_free(&mut s).unwrap();
@@ -369,7 +372,7 @@ fn a_failed_grow_keeps_the_old_buffer() {
     let old = s;
     // A grow past the largest carved size: its own platform allocation, which the fault refuses.
     sim.inject(SimFault::FailAlloc);
-    assert_eq!(rt.scratch(&mut s, 4 << 20).unwrap_err().stage(), "alloc");
+    assert_eq!(rt.scratch(&mut s, 4 << 20).unwrap_err().stage(), Stage::Alloc);
     assert_eq!(s, old);
     rt.sync_to_gpu(&s.mem).expect("still live");
 }
@@ -380,7 +383,7 @@ fn a_failed_grow_keeps_the_old_buffer() {
 fn a_second_runtime_on_the_same_platform_cannot_be_made() {
     let (rt, sim) = open_runtime();
     let e = Runtime::with_platform(rt.installed().unwrap()).err().expect("refused");
-    assert_eq!(e.stage(), "platform");
+    assert_eq!(e.stage(), Stage::Platform);
     assert!(e.to_string().contains("belongs to another runtime"), "{e}");
     let again = Runtime::with_platform(Installed::simulator(sim.clone()));
     assert!(again.is_err(), "whatever handle reaches the instance");
@@ -388,7 +391,7 @@ fn a_second_runtime_on_the_same_platform_cannot_be_made() {
     let other = Runtime::with_platform(Installed::sim()).unwrap();
     other.lock();
     let e = other.install(rt.installed().unwrap()).unwrap_err();
-    assert_eq!(e.stage(), "platform");
+    assert_eq!(e.stage(), Stage::Platform);
     assert!(other.last_error().starts_with("platform: "), "{}", other.last_error());
     other.unlock();
     // Its own runtime may install it again.
@@ -414,7 +417,7 @@ fn the_latch_belongs_to_the_device_whatever_handle_reaches_it() {
     // No second runtime can reach this device to open, launch or close it.
     assert!(Runtime::with_platform(rt.installed().unwrap()).is_err());
     rt.unlock();
-    assert_eq!(rt.close().unwrap_err(), Error::Latched("close"));
+    assert_eq!(rt.close().unwrap_err(), Error::Latched(Stage::Close));
     assert_eq!(sim.stats().frees, 0, "nothing was released");
     assert_eq!(sim.stats().closes, 0);
 }

@@ -1,5 +1,6 @@
 //! The typed API over the process's own runtime. Tests in this binary take turns on the one lock.
 
+use omega::error::Stage;
 use omega::{Error, Launch, Scoped};
 use rand::{Rng, SeedableRng};
 
@@ -43,7 +44,7 @@ fn a_launch_whose_arguments_do_not_match_the_kernel_is_refused_and_the_token_com
         let k = s.load("vector_add").unwrap();
         let l = Launch::new(&k).block([8, 1, 1]).arg(&a).arg(8u32);
         let e = gpu.launch(&l).unwrap_err();
-        assert_eq!(e.error.stage(), "launch arguments");
+        assert_eq!(e.error.stage(), Stage::LaunchArguments);
         assert!(e.error.to_string().contains("takes 4 parameters, the launch gives 2"), "{}", e.error);
         let gpu = e.gpu.expect("a refused launch does not latch");
         let l = Launch::new(&k).block([8, 1, 1]).arg(&a).arg(&a).arg(1.0f32).arg(8u32);
@@ -139,18 +140,18 @@ fn safe_code_can_neither_free_a_typed_buffer_nor_let_the_lock_go_under_it() {
         // A copy of the handle, from raw() or guessed, frees nothing: the buffer is the Mem's.
         let mut copy = *m.raw();
         let e = runtime().free(&mut copy).unwrap_err();
-        assert_eq!(e.stage(), "free");
+        assert_eq!(e.stage(), Stage::Free);
         assert!(e.to_string().contains("typed omega::Mem"), "{e}");
         assert_eq!(copy, *m.raw());
         let mut forged = Scratch { mem: copy, cap: 0, high_water: 0, reserved: 0 };
-        assert_eq!(runtime().scratch(&mut forged, 1 << 20).unwrap_err().stage(), "scratch");
+        assert_eq!(runtime().scratch(&mut forged, 1 << 20).unwrap_err().stage(), Stage::Scratch);
         assert!(runtime().scratch_free(&mut forged).is_err());
         // The lock cannot be handed to another thread (which could close the device) while the scope lives.
         runtime().unlock();
         assert!(runtime().last_error().starts_with("lock: unlock refused: the lock is pinned by a typed lock token"));
         omega::ffi::session::omega_gpu_session_unlock();
         assert!(runtime().holds_lock());
-        assert_eq!(runtime().close().unwrap_err().stage(), "lock", "and close from here is refused");
+        assert_eq!(runtime().close().unwrap_err().stage(), Stage::Lock, "and close from here is refused");
         // The buffer is intact and writable.
         m.write(&[5, 6, 7, 8]).unwrap();
         assert_eq!(m.to_vec().unwrap(), vec![5, 6, 7, 8]);

@@ -1,5 +1,6 @@
 //! A never-completing launch through the typed API latches the whole process: this binary holds one test.
 
+use omega::error::Stage;
 use omega::{Launch, Scoped};
 use omega_hal::sim::SimFault;
 
@@ -29,6 +30,6 @@ fn a_hang_ends_the_scope_latched_and_everything_parks() {
     let lock = omega::lock();
     assert!(lock.is_blocked());
     let e = lock.open().unwrap_err();
-    assert_eq!(e.error.stage(), "open");
+    assert_eq!(e.error.stage(), Stage::Open);
     assert!(e.to_string().contains("latched"));
 }

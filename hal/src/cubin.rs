@@ -162,7 +162,7 @@ pub enum CubinError {
 
 /// One kernel parameter, as `KPARAM_INFO` describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ParamInfo {
+pub struct KParamInfo {
     /// Position in the kernel's signature, from 0.
     pub ordinal: u32,
     /// Byte offset from the start of the parameters (add `param_base` for the bank offset).
@@ -186,7 +186,7 @@ pub enum Segment {
 
 /// A constant bank other than 0 that the module's data occupies, bound by the launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConstBank {
+pub struct ModuleConstBank {
     /// Bank index (`c[index][...]` in the code).
     pub index: u32,
     /// Offset of its bytes in [`Module::image`].
@@ -223,7 +223,7 @@ pub struct KernelInfo {
     /// through its call graph declares. Undefined callees (see `externs`) are not counted.
     pub registers: u32,
     /// Parameters in signature order.
-    pub params: Vec<ParamInfo>,
+    pub params: Vec<KParamInfo>,
     /// Bytes of parameters (`CBANK_PARAM_SIZE`; 0 for a kernel without parameters).
     pub param_bytes: u32,
     /// Where the parameters start in constant bank 0 (`PARAM_CBANK`; the arch's base when absent).
@@ -264,7 +264,7 @@ pub struct KernelInfo {
     /// Offsets of the kernel's `EXIT` instructions from its entry.
     pub exit_offsets: Vec<u32>,
     /// Constant banks other than 0 to bind for this kernel (module-wide ones included).
-    pub const_banks: Vec<ConstBank>,
+    pub const_banks: Vec<ModuleConstBank>,
     /// Symbols the module leaves undefined that this kernel needs (`EXTERNS`, the call graph, relocations
     /// in its own code; and any undefined symbol that no function claims, which every kernel gets).
     pub externs: Vec<String>,
@@ -464,7 +464,7 @@ pub struct Module {
     /// The functions that are not entries, in symbol-table order.
     pub functions: Vec<FunctionInfo>,
     /// Module-wide constant banks other than 0 (also listed in each kernel's `const_banks`).
-    pub const_banks: Vec<ConstBank>,
+    pub const_banks: Vec<ModuleConstBank>,
     /// The data objects it defines.
     pub symbols: Vec<DataSymbol>,
     /// Undefined symbols its relocations name, sorted.
@@ -1056,13 +1056,13 @@ fn load(elf: &Elf<'_>, arch: &Arch) -> Result<Module, CubinError> {
     let (image, data, placed) = lay_out(elf)?;
 
     let mut module_banks = Vec::new();
-    let mut kernel_banks: HashMap<&str, Vec<ConstBank>> = HashMap::new();
+    let mut kernel_banks: HashMap<&str, Vec<ModuleConstBank>> = HashMap::new();
     for (index, s) in elf.sections.iter().enumerate() {
         let (Some(&(Segment::Code, offset)), Some((bank, owner))) = (placed.get(&index), constant_bank_name(s.name))
         else {
             continue;
         };
-        let b = ConstBank { index: bank, offset, bytes: s.size as u32 };
+        let b = ModuleConstBank { index: bank, offset, bytes: s.size as u32 };
         match owner {
             None => module_banks.push(b),
             Some(f) => kernel_banks.entry(f).or_default().push(b),
@@ -1299,7 +1299,7 @@ fn kernel_attrs(section: &Section<'_>, arch: &Arch, k: &mut KernelInfo) -> Resul
                 let (offset, size) = (u32::from(u16_at(r.payload, 6)), flags >> 18);
                 let align_cap = size.max(1).next_power_of_two().min(16);
                 let align = if offset == 0 { align_cap } else { (1 << offset.trailing_zeros()).min(align_cap) };
-                k.params.push(ParamInfo { ordinal: u32::from(u16_at(r.payload, 4)), offset, size, align });
+                k.params.push(KParamInfo { ordinal: u32::from(u16_at(r.payload, 4)), offset, size, align });
             }
             EIATTR_NUM_BARRIERS => k.barriers = u32::from(r.value & 0xff),
             EIATTR_NUM_MBARRIERS => k.mbarriers = u32::from(r.value),

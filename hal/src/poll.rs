@@ -15,10 +15,23 @@ unsafe impl Send for MarkerSlot {}
 // SAFETY: as above.
 unsafe impl Sync for MarkerSlot {}
 
-/// A poll the platform would not perform.
+/// A poll the platform would not perform, and why (the text is the cause; the session says what was
+/// refused: `launch: completion poll refused (<cause>); process latched`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("completion poll refused: {0}")]
-pub struct PollRefused(pub String);
+pub enum PollRefused {
+    /// The simulator's injected refusal (`SimFault::RefusePoll`).
+    #[error("sim: injected poll refusal")]
+    Injected,
+    /// A marker with no CPU view, which the nvidia backend cannot read.
+    #[error("nvidia: marker at {va:#x} has no CPU view")]
+    NoCpuView {
+        /// The marker's GPU address.
+        va: u64,
+    },
+    /// A C platform table's refusal, in the table's own words.
+    #[error("{0}")]
+    Table(String),
+}
 
 /// An error the channel reported (the driver's error notifier), with its Xid.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::loader::{CubinModule, Placement, PreparedModule, Segment};
 use crate::mem::Mem;
 use crate::scope::Scope;
@@ -124,15 +124,16 @@ impl<'s> Module<'s> {
 
     /// The `__device__` object `name` and the data buffer holding it, or why there is none.
     fn device_object(&self, name: &str, len: usize) -> Result<(u64, &RefCell<Mem<'s, Data<u8>>>)> {
-        let refuse = |why: String| runtime().fail(Error::Setting { stage: "module data", detail: why });
+        let refuse =
+            |why: crate::error::SettingError| runtime().fail(Error::Setting { stage: Stage::ModuleData, detail: why });
         let Some(s) = self.info().symbol(name) else {
-            return refuse(format!("the module defines no data object `{name}`"));
+            return refuse(crate::error::SettingError::NoDataObject(name.to_string()));
         };
         if s.segment != Segment::Data {
-            return refuse(format!("`{name}` is __constant__ data, which the GPU reads from the code buffer"));
+            return refuse(crate::error::SettingError::ConstantObject(name.to_string()));
         }
         if len as u64 > s.bytes {
-            return refuse(format!("{len} bytes of `{name}`, which has {}", s.bytes));
+            return refuse(crate::error::SettingError::ObjectTooShort { len, name: name.to_string(), bytes: s.bytes });
         }
         let data = self.resident.data.as_ref().expect("a module with data objects has a data buffer");
         Ok((s.offset, data))

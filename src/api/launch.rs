@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::mem::Mem;
-use crate::session::{runtime, LaunchCompletion, LaunchSpec, ParamInfo};
+use crate::session::{runtime, LaunchCompletion, LaunchShape, LaunchSpec, ParamInfo};
 use crate::state::{Data, Device, DeviceScalar};
 
 /// Default completion limit per marker.
@@ -117,10 +117,7 @@ impl ArgBlock {
     /// [`MAX_ARG_BLOCK_BYTES`].
     fn check_size(&self) -> Result<()> {
         match self.oversized {
-            Some(end) => Err(Error::LaunchArguments(format!(
-                "a parameter would end at byte {end} of the block, past the {MAX_ARG_BLOCK_BYTES} bytes any launch \
-                 can pass"
-            ))),
+            Some(end) => Err(crate::error::LaunchArgError::ArgBlockTooLarge { end, max: MAX_ARG_BLOCK_BYTES }.into()),
             None => Ok(()),
         }
     }
@@ -169,11 +166,8 @@ impl ArgBlock {
 #[must_use = "a Launch does nothing until `Gpu::launch` runs it"]
 pub struct Launch<'k, 's> {
     kernel: &'k Kernel<'s>,
-    grid: [u32; 3],
-    block: [u32; 3],
-    dynamic_shared_bytes: u32,
-    timeout_ms: u32,
-    spin_us: u32,
+    /// Its geometry and wait (`shared_bytes` stays 0: the kernel's static size plus the dynamic part).
+    shape: LaunchShape,
     args: ArgBlock,
 }
 
@@ -182,42 +176,45 @@ impl<'k, 's> Launch<'k, 's> {
     pub fn new(kernel: &'k Kernel<'s>) -> Self {
         Launch {
             kernel,
-            grid: [1, 1, 1],
-            block: [1, 1, 1],
-            dynamic_shared_bytes: 0,
-            timeout_ms: DEFAULT_TIMEOUT_MS,
-            spin_us: 0,
             args: ArgBlock::default(),
+            shape: LaunchShape {
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_bytes: 0,
+                dynamic_shared_bytes: 0,
+                timeout_ms: DEFAULT_TIMEOUT_MS,
+                spin_us: 0,
+            },
         }
     }
 
     /// Blocks per grid (`[x, y, z]`).
     pub fn grid(mut self, grid: [u32; 3]) -> Self {
-        self.grid = grid;
+        self.shape.grid = grid;
         self
     }
 
     /// Threads per block (`[x, y, z]`).
     pub fn block(mut self, block: [u32; 3]) -> Self {
-        self.block = block;
+        self.shape.block = block;
         self
     }
 
     /// Dynamic shared memory per block, in bytes.
     pub fn dynamic_shared(mut self, bytes: u32) -> Self {
-        self.dynamic_shared_bytes = bytes;
+        self.shape.dynamic_shared_bytes = bytes;
         self
     }
 
     /// Completion limit per marker; past it the process latches.
     pub fn timeout_ms(mut self, ms: u32) -> Self {
-        self.timeout_ms = ms;
+        self.shape.timeout_ms = ms;
         self
     }
 
     /// Spin-poll window before sleep-polling (0: the process-wide setting).
     pub fn spin_us(mut self, us: u32) -> Self {
-        self.spin_us = us;
+        self.shape.spin_us = us;
         self
     }
 
@@ -251,18 +248,24 @@ impl<'k, 's> Launch<'k, 's> {
         let given = self.args.params();
         let name = self.kernel.name();
         if declared.len() != given.len() {
-            return Err(Error::LaunchArguments(format!(
-                "kernel `{name}` takes {} parameters, the launch gives {}",
-                declared.len(),
-                given.len()
-            )));
+            return Err(crate::error::LaunchArgError::ParamCount {
+                kernel: name.to_string(),
+                declared: declared.len(),
+                given: given.len(),
+            }
+            .into());
         }
         for (d, g) in declared.iter().zip(given) {
             if d.offset != g.offset || d.size != g.size {
-                return Err(Error::LaunchArguments(format!(
-                    "kernel `{name}` parameter {}: declared {} bytes at offset {}, given {} bytes at offset {}",
-                    d.ordinal, d.size, d.offset, g.size, g.offset
-                )));
+                return Err(crate::error::LaunchArgError::ParamLayout {
+                    kernel: name.to_string(),
+                    ordinal: d.ordinal,
+                    size: d.size,
+                    offset: d.offset,
+                    given_size: g.size,
+                    given_offset: g.offset,
+                }
+                .into());
             }
         }
         Ok(())
@@ -297,12 +300,12 @@ impl<'k, 's> Launch<'k, 's> {
             }
         };
         if words.len() * 4 > max_bytes as usize {
-            let e = Error::LaunchArguments(format!(
-                "{} bytes of arguments ({} words) for kernel `{}`; the constant bank takes at most {max_bytes} bytes",
-                words.len() * 4,
-                words.len(),
-                self.kernel.name()
-            ));
+            let e = Error::LaunchArguments(crate::error::LaunchArgError::ArgBytes {
+                bytes: words.len() * 4,
+                words: words.len(),
+                kernel: self.kernel.name().to_string(),
+                max: max_bytes,
+            });
             rt.set_error(&e);
             return Err(e.into());
         }
@@ -315,15 +318,10 @@ impl<'k, 's> Launch<'k, 's> {
         let spec = LaunchSpec {
             code_va: self.kernel.entry_va(),
             gpr_count: meta.registers,
-            block: self.block,
-            grid: self.grid,
-            num_elements: self.grid[0].saturating_mul(self.block[0]),
+            num_elements: self.shape.grid[0].saturating_mul(self.shape.block[0]),
             args: words,
             max_args: max_words,
-            timeout_ms: self.timeout_ms,
-            shared_bytes: 0,
-            dynamic_shared_bytes: self.dynamic_shared_bytes,
-            spin_us: self.spin_us,
+            shape: self.shape,
         };
         f(&spec)
     }

@@ -13,7 +13,7 @@
 
 use core::marker::PhantomData;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::session::{runtime, GpuMem, Handle, TYPED_BUFFER};
 use crate::state::{Cached, Code, Data, Device, DeviceScalar, MemKind};
 
@@ -79,7 +79,7 @@ impl<'s, K: MemKind> Mem<'s, K> {
     }
 
     /// After a latch the device may still be writing the buffer: the CPU leaves it alone.
-    fn refuse_after_latch(stage: &'static str) -> Result<()> {
+    fn refuse_after_latch(stage: Stage) -> Result<()> {
         let rt = runtime();
         if rt.is_blocked() {
             return rt.fail(Error::Latched(stage));
@@ -88,11 +88,11 @@ impl<'s, K: MemKind> Mem<'s, K> {
     }
 
     fn write_elems(&mut self, src: &[K::Elem]) -> Result<()> {
-        Self::refuse_after_latch("write")?;
+        Self::refuse_after_latch(Stage::Write)?;
         if src.len() > self.len {
             return Err(Error::Setting {
-                stage: "write",
-                detail: format!("{} elements into a buffer of {}", src.len(), self.len),
+                stage: Stage::Write,
+                detail: crate::error::SettingError::WriteTooLong { n: src.len(), len: self.len },
             });
         }
         self.cpu_elems()[..src.len()].copy_from_slice(src);
@@ -108,7 +108,7 @@ impl<T: DeviceScalar> Mem<'_, Data<T>> {
 
     /// Fills the whole buffer with `value` (poisoning an output before a launch) and syncs it.
     pub fn fill(&mut self, value: T) -> Result<()> {
-        Self::refuse_after_latch("write")?;
+        Self::refuse_after_latch(Stage::Write)?;
         self.cpu_elems().fill(value);
         runtime().sync_to_gpu(&self.raw)
     }
@@ -116,7 +116,10 @@ impl<T: DeviceScalar> Mem<'_, Data<T>> {
     /// Makes device writes visible and copies the first `dst.len()` elements out.
     pub fn read(&mut self, dst: &mut [T]) -> Result<()> {
         if dst.len() > self.len {
-            return Err(Error::Setting { stage: "read", detail: format!("{} elements from {}", dst.len(), self.len) });
+            return Err(Error::Setting {
+                stage: Stage::Read,
+                detail: crate::error::SettingError::ReadTooLong { n: dst.len(), len: self.len },
+            });
         }
         // The sync is refused after a latch, before the CPU view is read.
         runtime().sync_range_to_cpu(&self.raw, 0, core::mem::size_of_val(dst))?;
@@ -141,11 +144,12 @@ impl<T: DeviceScalar> Mem<'_, Cached<T>> {
 
 impl<T: DeviceScalar> Mem<'_, Device<T>> {
     /// The byte range of `n` elements from element `at`, checked against the buffer (stage `stage`).
-    fn byte_range(&self, stage: &'static str, at: usize, n: usize) -> Result<usize> {
+    fn byte_range(&self, stage: Stage, at: usize, n: usize) -> Result<usize> {
         match at.checked_add(n) {
             Some(end) if end <= self.len => Ok(at * size_of::<T>()),
             _ => {
-                let e = Error::Setting { stage, detail: format!("elements {at}+{n} past a buffer of {}", self.len) };
+                let e =
+                    Error::Setting { stage, detail: crate::error::SettingError::ElementsPast { at, n, len: self.len } };
                 runtime().fail(e)
             }
         }
@@ -154,7 +158,7 @@ impl<T: DeviceScalar> Mem<'_, Device<T>> {
     /// Writes `src` at element `at` through the platform's staging; visible to the device on return.
     /// Refused after a latch.
     pub fn write_at(&mut self, at: usize, src: &[T]) -> Result<()> {
-        let offset = self.byte_range("write", at, src.len())?;
+        let offset = self.byte_range(Stage::Write, at, src.len())?;
         // SAFETY: T is a DeviceScalar (plain bytes, no padding, any bit pattern valid), so its slice is
         // `size_of_val(src)` initialised bytes, borrowed for this call only.
         let bytes = unsafe { core::slice::from_raw_parts(src.as_ptr().cast::<u8>(), core::mem::size_of_val(src)) };
@@ -168,7 +172,7 @@ impl<T: DeviceScalar> Mem<'_, Device<T>> {
 
     /// Reads `dst.len()` elements from element `at`, as the device left them. Refused after a latch.
     pub fn read_at(&mut self, at: usize, dst: &mut [T]) -> Result<()> {
-        let offset = self.byte_range("read", at, dst.len())?;
+        let offset = self.byte_range(Stage::Read, at, dst.len())?;
         let len = core::mem::size_of_val(dst);
         // SAFETY: as in `write_at`; every bit pattern is a valid T, so any bytes written through this view
         // leave `dst` valid; `dst` is borrowed mutably for this call only.

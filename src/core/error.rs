@@ -6,6 +6,147 @@ pub use omega_hal::cubin::CubinError;
 use omega_hal::Handle;
 pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
 
+/// The failing stage: the first words of every failure's text (the C layer's last error is
+/// `{stage}: {cause}`), one per call or step the contract names. [`Error::stage`] returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Stage {
+    /// `platform`.
+    Platform,
+    /// `lock`.
+    Lock,
+    /// `on close`.
+    OnClose,
+    /// `close`.
+    Close,
+    /// `open`.
+    Open,
+    /// `alloc`.
+    Alloc,
+    /// `free`.
+    Free,
+    /// `sync`.
+    Sync,
+    /// `mem info`.
+    MemInfo,
+    /// `launch arguments`.
+    LaunchArguments,
+    /// `launch`.
+    Launch,
+    /// `scratch`.
+    Scratch,
+    /// `load`.
+    Load,
+    /// `write`.
+    Write,
+    /// `read`.
+    Read,
+    /// `printf`.
+    Printf,
+    /// `module data`.
+    ModuleData,
+    /// `set platform`.
+    SetPlatform,
+    /// `set spin`.
+    SetSpin,
+    /// `sim inject`.
+    SimInject,
+    /// `device query`.
+    DeviceQuery,
+    /// `host alloc`.
+    HostAlloc,
+    /// `code alloc`.
+    CodeAlloc,
+    /// `alloc stats`.
+    AllocStats,
+    /// `platform check`.
+    PlatformCheck,
+    /// `platform negotiate`.
+    PlatformNegotiate,
+    /// `execute`.
+    Execute,
+    /// `parked`.
+    Parked,
+    /// `cmdlist create`.
+    CmdListCreate,
+    /// `cmdlist add`.
+    CmdListAdd,
+    /// `cmdlist mark independent`.
+    CmdListMarkIndependent,
+    /// `cmdlist submit`.
+    CmdListSubmit,
+    /// `cmdlist stamps`.
+    CmdListStamps,
+    /// `cmdlist reset`.
+    CmdListReset,
+    /// `cmdlist free`.
+    CmdListFree,
+    /// `cmdlist is latched`.
+    CmdListIsLatched,
+    /// `cmdlist count`.
+    CmdListCount,
+    /// `check`: a harness program's (examples/) comparison with its reference.
+    Check,
+    /// `report`: a harness program's writing of its report.
+    Report,
+    /// `bench`: a benchmark program's own check.
+    Bench,
+}
+
+impl Stage {
+    /// The stage's text, as the last-error text begins.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Platform => "platform",
+            Stage::Lock => "lock",
+            Stage::OnClose => "on close",
+            Stage::Close => "close",
+            Stage::Open => "open",
+            Stage::Alloc => "alloc",
+            Stage::Free => "free",
+            Stage::Sync => "sync",
+            Stage::MemInfo => "mem info",
+            Stage::LaunchArguments => "launch arguments",
+            Stage::Launch => "launch",
+            Stage::Scratch => "scratch",
+            Stage::Load => "load",
+            Stage::Write => "write",
+            Stage::Read => "read",
+            Stage::Printf => "printf",
+            Stage::ModuleData => "module data",
+            Stage::SetPlatform => "set platform",
+            Stage::SetSpin => "set spin",
+            Stage::SimInject => "sim inject",
+            Stage::DeviceQuery => "device query",
+            Stage::HostAlloc => "host alloc",
+            Stage::CodeAlloc => "code alloc",
+            Stage::AllocStats => "alloc stats",
+            Stage::PlatformCheck => "platform check",
+            Stage::PlatformNegotiate => "platform negotiate",
+            Stage::Execute => "execute",
+            Stage::Parked => "parked",
+            Stage::CmdListCreate => "cmdlist create",
+            Stage::CmdListAdd => "cmdlist add",
+            Stage::CmdListMarkIndependent => "cmdlist mark independent",
+            Stage::CmdListSubmit => "cmdlist submit",
+            Stage::CmdListStamps => "cmdlist stamps",
+            Stage::CmdListReset => "cmdlist reset",
+            Stage::CmdListFree => "cmdlist free",
+            Stage::CmdListIsLatched => "cmdlist is latched",
+            Stage::CmdListCount => "cmdlist count",
+            Stage::Check => "check",
+            Stage::Report => "report",
+            Stage::Bench => "bench",
+        }
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A session-layer failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -23,12 +164,12 @@ pub enum Error {
     LockPinned(&'static str),
     /// A call an on-close hook may not make (a hook may only release buffers and read state).
     #[error("on close: `{0}` refused inside an on-close hook (a hook may only release buffers and read state)")]
-    CloseHook(&'static str),
+    CloseHook(Stage),
     /// A release of a buffer the library owns and releases itself.
     #[error("{stage}: the buffer is {owner}; nothing was released")]
     NotCallers {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// Whose it is.
         owner: &'static str,
     },
@@ -37,10 +178,10 @@ pub enum Error {
     Open(#[source] HalError),
     /// The call needs an open device.
     #[error("{0}: device not open")]
-    NotOpen(&'static str),
+    NotOpen(Stage),
     /// An uncertain completion latched the process; nothing that could touch the device may run.
     #[error("{0}: refused, the process is latched after an uncertain completion")]
-    Latched(&'static str),
+    Latched(Stage),
     /// A device allocation failed.
     #[error("alloc: {0}")]
     Alloc(#[source] HalError),
@@ -48,7 +189,7 @@ pub enum Error {
     #[error("{stage}: {source}")]
     Handle {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// Why.
         source: HandleError,
     },
@@ -61,7 +202,7 @@ pub enum Error {
     )]
     ForeignAddress {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// The handle given, which is live.
         handle: Handle,
         /// The address given with it.
@@ -76,7 +217,7 @@ pub enum Error {
     #[error("{stage}: {source}")]
     Copy {
         /// The call: `write` or `read`.
-        stage: &'static str,
+        stage: Stage,
         /// What the platform said.
         source: HalError,
     },
@@ -85,7 +226,7 @@ pub enum Error {
     MemInfo(#[source] HalError),
     /// A launch descriptor failed the contract's checks; nothing ran.
     #[error("launch arguments: {0}")]
-    LaunchArguments(String),
+    LaunchArguments(#[from] LaunchArgError),
     /// The submission failed before the device saw it.
     #[error("launch: submit failed: {0}")]
     Submit(#[source] HalError),
@@ -105,7 +246,7 @@ pub enum Error {
     },
     /// The platform refused a completion poll: the process latched.
     #[error("launch: completion poll refused ({0}); process latched")]
-    PollRefused(String),
+    PollRefused(#[source] omega_hal::PollRefused),
     /// Code panicked after the submit (the platform's submit or poll, a simulated kernel, the wait): the
     /// device may hold the work, so the completion is uncertain and the process latched.
     #[error("launch: panic after submit ({0}); completion uncertain, process latched")]
@@ -127,42 +268,42 @@ pub enum Error {
     /// A command list's own refusal (not a session failure), carried whole.
     #[error(transparent)]
     CmdList(Box<crate::cmdlist::CmdListError>),
-    /// A setting out of range.
+    /// A setting or request out of range, or a call the session's state does not allow.
     #[error("{stage}: {detail}")]
     Setting {
         /// The call.
-        stage: &'static str,
+        stage: Stage,
         /// What was wrong.
-        detail: String,
+        detail: SettingError,
     },
 }
 
 impl Error {
     /// The stage alone ("launch arguments", "open", "alloc", ...).
-    pub fn stage(&self) -> &'static str {
+    pub fn stage(&self) -> Stage {
         match self {
-            Error::Platform(_) | Error::Refused(_) => "platform",
-            Error::Lock(_) | Error::LockPinned(_) => "lock",
-            Error::CloseHook(_) => "on close",
-            Error::NotCallers { stage, .. } => stage,
-            Error::Open(_) => "open",
-            Error::NotOpen(s) | Error::Latched(s) => s,
-            Error::Alloc(_) => "alloc",
-            Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => stage,
-            Error::Sync(_) => "sync",
-            Error::Copy { stage, .. } => stage,
-            Error::MemInfo(_) => "mem info",
-            Error::LaunchArguments(_) => "launch arguments",
+            Error::Platform(_) | Error::Refused(_) => Stage::Platform,
+            Error::Lock(_) | Error::LockPinned(_) => Stage::Lock,
+            Error::CloseHook(_) => Stage::OnClose,
+            Error::NotCallers { stage, .. } => *stage,
+            Error::Open(_) => Stage::Open,
+            Error::NotOpen(s) | Error::Latched(s) => *s,
+            Error::Alloc(_) => Stage::Alloc,
+            Error::Handle { stage, .. } | Error::ForeignAddress { stage, .. } => *stage,
+            Error::Sync(_) => Stage::Sync,
+            Error::Copy { stage, .. } => *stage,
+            Error::MemInfo(_) => Stage::MemInfo,
+            Error::LaunchArguments(_) => Stage::LaunchArguments,
             Error::Submit(_)
             | Error::CancelledBeforeSubmit
             | Error::CancelledAfterSubmit
             | Error::Timeout { .. }
             | Error::PollRefused(_)
             | Error::PanicAfterSubmit(_)
-            | Error::Fault(_) => "launch",
-            Error::ScratchReserved { .. } => "scratch",
-            Error::Load(_) => "load",
-            Error::Setting { stage, .. } => stage,
+            | Error::Fault(_) => Stage::Launch,
+            Error::ScratchReserved { .. } => Stage::Scratch,
+            Error::Load(_) => Stage::Load,
+            Error::Setting { stage, .. } => *stage,
             Error::CmdList(e) => e.stage(),
         }
     }
@@ -174,6 +315,261 @@ impl Error {
             Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
         )
     }
+}
+
+/// Why a launch descriptor failed the contract's checks ([`Error::LaunchArguments`]); nothing ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchArgError {
+    /// A NULL launch descriptor.
+    #[error("L is NULL")]
+    NullLaunch,
+    /// A NULL argument pointer.
+    #[error("args is NULL")]
+    NullArgs,
+    /// An argument count outside what the caller may pass.
+    #[error("n_args {n} is not in 1..={max}")]
+    ArgCount {
+        /// Words given.
+        n: usize,
+        /// Most words this caller may pass.
+        max: usize,
+    },
+    /// A block of zero threads in x.
+    #[error("threads_x is 0")]
+    ZeroThreadsX,
+    /// A grid with a zero side.
+    #[error("grid {x}x{y} has a zero side")]
+    ZeroGridSide {
+        /// Blocks in x.
+        x: u32,
+        /// Blocks in y.
+        y: u32,
+    },
+    /// A zero z dimension of the block or grid.
+    #[error("a z dimension of 0")]
+    ZeroZ,
+    /// More threads per block than any launch may have.
+    #[error("{0} threads per block (at most 1024)")]
+    TooManyThreads(u64),
+    /// A spin window above the session's maximum.
+    #[error("spin_us {us} is above the maximum of {max} us (OMEGA_GPU_SESSION_MAX_SPIN_US)")]
+    SpinTooLong {
+        /// The launch's spin window.
+        us: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// Code outside every code buffer of the session.
+    #[error("code_va {0:#x} is not inside a code buffer of this session")]
+    CodeOutsideBuffer(u64),
+    /// More threads per block than the kernel was built for.
+    #[error("{threads} threads per block, kernel `{kernel}` allows {max}")]
+    KernelThreads {
+        /// Threads per block.
+        threads: u32,
+        /// The kernel.
+        kernel: String,
+        /// Its maximum.
+        max: u32,
+    },
+    /// Fewer argument words than the kernel's parameters take.
+    #[error("{words} argument words, kernel `{kernel}` takes {bytes} bytes of parameters")]
+    TooFewArgs {
+        /// Words given.
+        words: usize,
+        /// The kernel.
+        kernel: String,
+        /// Its parameter bytes.
+        bytes: u32,
+    },
+    /// A launch past one of the platform's limits (shared memory, block or grid sides).
+    #[error("{0}")]
+    Limit(#[source] omega_hal::LimitError),
+    /// More registers than the platform allows, after the session's rounding.
+    #[error("gpr_count {given} (the kernel's own {own}, rounded up to a multiple of 8 and to at least 64): {limit}")]
+    Registers {
+        /// The descriptor's count.
+        given: u32,
+        /// The kernel's own count.
+        own: u32,
+        /// The limit it broke.
+        #[source]
+        limit: omega_hal::LimitError,
+    },
+    /// A typed argument block past the most any launch can pass.
+    #[error("a parameter would end at byte {end} of the block, past the {max} bytes any launch can pass")]
+    ArgBlockTooLarge {
+        /// Where the parameter would end.
+        end: u64,
+        /// The most bytes a block may have.
+        max: u32,
+    },
+    /// More argument bytes than the platform's constant bank takes.
+    #[error(
+        "{bytes} bytes of arguments ({words} words) for kernel `{kernel}`; the constant bank takes at most {max} bytes"
+    )]
+    ArgBytes {
+        /// Bytes given.
+        bytes: usize,
+        /// Words given.
+        words: usize,
+        /// The kernel.
+        kernel: String,
+        /// The bank's room.
+        max: u32,
+    },
+    /// A typed launch whose parameter count differs from the kernel's.
+    #[error("kernel `{kernel}` takes {declared} parameters, the launch gives {given}")]
+    ParamCount {
+        /// The kernel.
+        kernel: String,
+        /// Its parameters.
+        declared: usize,
+        /// Parameters given.
+        given: usize,
+    },
+    /// A typed launch whose parameter differs in size or offset from the kernel's.
+    #[error(
+        "kernel `{kernel}` parameter {ordinal}: declared {size} bytes at offset {offset}, given {given_size} bytes \
+         at offset {given_offset}"
+    )]
+    ParamLayout {
+        /// The kernel.
+        kernel: String,
+        /// The parameter's position.
+        ordinal: u32,
+        /// Its declared size.
+        size: u32,
+        /// Its declared offset.
+        offset: u32,
+        /// The size given.
+        given_size: u32,
+        /// The offset given.
+        given_offset: u32,
+    },
+}
+
+/// What was wrong with a setting or request ([`Error::Setting`]); the text is the cause after the stage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    /// A typed write of more elements than the buffer holds.
+    #[error("{n} elements into a buffer of {len}")]
+    WriteTooLong {
+        /// Elements given.
+        n: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
+    /// A typed read of more elements than the buffer holds.
+    #[error("{n} elements from {len}")]
+    ReadTooLong {
+        /// Elements asked for.
+        n: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
+    /// An element range past a typed buffer.
+    #[error("elements {at}+{n} past a buffer of {len}")]
+    ElementsPast {
+        /// First element.
+        at: usize,
+        /// Elements.
+        n: usize,
+        /// The buffer's elements.
+        len: usize,
+    },
+    /// A byte range past a buffer.
+    #[error("range {offset}+{len} past the buffer")]
+    RangePast {
+        /// First byte.
+        offset: usize,
+        /// Bytes.
+        len: usize,
+    },
+    /// A byte range past a buffer of known size.
+    #[error("range {offset}+{len} past the buffer's {bytes} bytes")]
+    RangePastBytes {
+        /// First byte.
+        offset: usize,
+        /// Bytes.
+        len: usize,
+        /// The buffer's bytes.
+        bytes: u64,
+    },
+    /// A module with no data object of that name.
+    #[error("the module defines no data object `{0}`")]
+    NoDataObject(String),
+    /// A `__constant__` object asked for as `__device__` data.
+    #[error("`{0}` is __constant__ data, which the GPU reads from the code buffer")]
+    ConstantObject(String),
+    /// More bytes of a data object than it has.
+    #[error("{len} bytes of `{name}`, which has {bytes}")]
+    ObjectTooShort {
+        /// Bytes asked for.
+        len: usize,
+        /// The object.
+        name: String,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// Fault injection asked of a platform that is not the simulator.
+    #[error("the installed platform is `{0}`, not the simulator")]
+    NotSimulator(&'static str),
+    /// A device printf buffer below the minimum.
+    #[error("a buffer of {0} bytes (at least 64)")]
+    PrintfBufferTooSmall(usize),
+    /// A printf size change after the session's buffer exists.
+    #[error(
+        "this session's printf buffer exists ({0} bytes); set the size before the first module calling vprintf \
+         loads, or close and reopen"
+    )]
+    PrintfBufferExists(usize),
+    /// A platform change while the device is open.
+    #[error("close the device first")]
+    CloseDeviceFirst,
+    /// An on-close hook panicked.
+    #[error("a hook panicked")]
+    HookPanicked,
+    /// More on-close hooks than the session keeps.
+    #[error("at most {0} hooks")]
+    TooManyHooks(usize),
+    /// A spin setting above the maximum.
+    #[error("{us} us is above the maximum of {max} us")]
+    SpinTooLong {
+        /// The setting.
+        us: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// A platform allocation smaller than a memory-manager chunk.
+    #[error("the platform handed out {got} bytes for a chunk of {chunk}")]
+    ShortChunk {
+        /// Bytes handed out.
+        got: u64,
+        /// The chunk's bytes.
+        chunk: u64,
+    },
+    /// A platform allocation smaller than the request.
+    #[error("the platform handed out {got} bytes for a request of {asked}")]
+    ShortAllocation {
+        /// Bytes handed out.
+        got: u64,
+        /// Bytes asked for, rounded.
+        asked: u64,
+    },
+    /// A scratch whose buffer is parked after the latch.
+    #[error("its buffer is parked (freed after the latch) and cannot be used again")]
+    ScratchParked,
+    /// A scratch marked reserved whose buffer holds no reservation.
+    #[error(
+        "reserved is set but its buffer holds no reservation (its device was closed since, it was freed, or the \
+         field was set by hand): scratch_free it and reserve again"
+    )]
+    StaleReservation,
+    /// An argument refused at the C boundary or a harness program's own cause, in words (the C layer's
+    /// NULL, non-UTF-8 and out-of-range arguments: one text per argument of each entry point).
+    #[error("{0}")]
+    Text(String),
 }
 
 /// Why no platform could be chosen or installed ([`Error::Platform`]).
@@ -415,3 +811,43 @@ fn printf_missing_text(e: &Error) -> String {
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last-error text is `{stage}: {cause}`: every failure's text begins with its [`Stage`]'s, so a
+    /// variant whose message spells a stage cannot drift from the stage it reports.
+    #[test]
+    fn every_failure_text_begins_with_its_stage() {
+        let hal = || HalError::Unsupported("x".into());
+        let errors = [
+            Error::Lock("x"),
+            Error::LockPinned("x"),
+            Error::CloseHook(Stage::Lock),
+            Error::NotCallers { stage: Stage::Free, owner: "x" },
+            Error::Open(hal()),
+            Error::NotOpen(Stage::Load),
+            Error::Latched(Stage::CmdListReset),
+            Error::Alloc(hal()),
+            Error::Sync(hal()),
+            Error::Copy { stage: Stage::Write, source: hal() },
+            Error::MemInfo(hal()),
+            Error::LaunchArguments(LaunchArgError::NullArgs),
+            Error::Submit(hal()),
+            Error::CancelledBeforeSubmit,
+            Error::CancelledAfterSubmit,
+            Error::Timeout { marker: 0, timeout_ms: 1 },
+            Error::PollRefused(omega_hal::PollRefused::Injected),
+            Error::PanicAfterSubmit("x".into()),
+            Error::ScratchReserved { requested: 2, reserved: 1 },
+            Error::Load(LoadError::NoHostImplementation),
+            Error::Platform(PlatformError::NotLinux),
+            Error::Setting { stage: Stage::SetSpin, detail: SettingError::HookPanicked },
+        ];
+        for e in errors {
+            let text = e.to_string();
+            assert!(text.starts_with(&format!("{}: ", e.stage())), "{text:?} does not begin with {:?}", e.stage());
+        }
+    }
+}

@@ -15,9 +15,9 @@
 //! buffer for a kernel that calls `vprintf`.
 
 use omega_hal::arch::{self, Arch};
-use omega_hal::cubin::{ConstBank, CubinError, ExternalFunction, KernelInfo, Module};
+use omega_hal::cubin::{CubinError, ExternalFunction, KernelInfo, Module, ModuleConstBank};
 
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::kernels::HostSpec;
 use crate::platform::Installed;
 use crate::printf::{self, VPRINTF};
@@ -88,7 +88,7 @@ fn register_reference(installed: &Installed, name: &str) {
 
 /// The architecture of the open device (the simulator models sm_90).
 pub(crate) fn device_arch() -> Result<&'static Arch> {
-    let info = runtime().device_info().ok_or(Error::NotOpen("load"))?;
+    let info = runtime().device_info().ok_or(Error::NotOpen(Stage::Load))?;
     arch::for_sm(info.arch_major, info.arch_minor).ok_or_else(|| {
         Error::Load(LoadError::NoArchitecture {
             major: info.arch_major,
@@ -235,7 +235,11 @@ impl PreparedModule {
         } else {
             k.const_banks
                 .iter()
-                .map(|b: &ConstBank| omega_hal::ConstBank { index: b.index, va: at.code_va + b.offset, bytes: b.bytes })
+                .map(|b: &ModuleConstBank| omega_hal::ConstBank {
+                    index: b.index,
+                    va: at.code_va + b.offset,
+                    bytes: b.bytes,
+                })
                 .collect()
         };
         // What the GPU fetches from the entry on: the machine code, or on the simulator the code image.
@@ -268,7 +272,7 @@ enum Image {
 /// the job engine's loads). The module's `__device__` data then lies in the code buffer after the code,
 /// which the GPU may read but not write: the repository's PTX kernels only read theirs. Kernels that
 /// write module data or call undefined symbols load through [`crate::Scope::load_module`].
-pub(crate) struct Prepared {
+pub(crate) struct PreparedKernel {
     image: Image,
     /// Bytes to allocate for the code buffer.
     pub(crate) image_bytes: usize,
@@ -276,11 +280,11 @@ pub(crate) struct Prepared {
     pub(crate) entry_offset: u64,
     /// The entry's position among the module's kernels.
     entry: usize,
-    /// What every launch of the entry needs, but its constant banks (see [`Prepared::meta_at`]).
+    /// What every launch of the entry needs, but its constant banks (see [`PreparedKernel::meta_at`]).
     meta: KernelMeta,
 }
 
-impl Prepared {
+impl PreparedKernel {
     /// What every launch of the entry needs once the image lies at `va`: its constant banks are the
     /// image's own bytes (relocated, GPU-readable in the code buffer), at `va` plus their offsets.
     pub(crate) fn meta_at(&self, va: u64) -> KernelMeta {
@@ -309,7 +313,7 @@ impl Prepared {
 }
 
 /// Parses `cubin` for the open device and picks `entry`, for a single-buffer load.
-pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
+pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<PreparedKernel> {
     // Only a refusal of the cubin itself names the kernel; "device not open" and the platform's own
     // errors keep their stage as they are.
     let m = PreparedModule::new(cubin).map_err(|e| match e {
@@ -329,21 +333,27 @@ pub(crate) fn prepare(cubin: &[u8], entry: &str) -> Result<Prepared> {
         // The code the buffer holds is the code image naming the entry, not the cubin's machine code.
         let img = omega_hal::sim::code_image(entry);
         let meta = KernelMeta { code_bytes: img.len() as u64, ..meta };
-        return Ok(Prepared { image_bytes: img.len(), entry_offset: 0, entry: index, meta, image: Image::Fixed(img) });
+        return Ok(PreparedKernel {
+            image_bytes: img.len(),
+            entry_offset: 0,
+            entry: index,
+            meta,
+            image: Image::Fixed(img),
+        });
     }
     let image_bytes = m.module.alloc_bytes_in_one() as usize;
     let entry_offset = k.code_offset;
-    Ok(Prepared { image: Image::Cubin(Box::new(m)), image_bytes, entry_offset, entry: index, meta })
+    Ok(PreparedKernel { image: Image::Cubin(Box::new(m)), image_bytes, entry_offset, entry: index, meta })
 }
 
 /// Prepares repository kernel `name` (`kernels/<name>.ptx`) for a single-buffer load: its cubin, or — on
 /// the simulator in a build without ptxas — its host reference, described by the repository's host spec.
-pub(crate) fn prepare_named(name: &str) -> Result<Prepared> {
+pub(crate) fn prepare_named(name: &str) -> Result<PreparedKernel> {
     match crate::kernels::sm90_cubin(name) {
         Ok(c) => prepare(c, name),
         Err(why) => {
             let (img, meta) = host_spec_meta(name, why)?;
-            Ok(Prepared { image_bytes: img.len(), entry_offset: 0, entry: 0, meta, image: Image::Fixed(img) })
+            Ok(PreparedKernel { image_bytes: img.len(), entry_offset: 0, entry: 0, meta, image: Image::Fixed(img) })
         }
     }
 }

@@ -18,9 +18,9 @@ use loom::cell::UnsafeCell;
 use loom::thread;
 use omega_hal::sim::{code_image, Sim, SimConfig, SimFault};
 
-use crate::error::Error;
+use crate::error::{Error, Stage};
 use crate::platform::Installed;
-use crate::session::{GpuMem, LaunchCompletion, LaunchSpec, Runtime};
+use crate::session::{GpuMem, LaunchCompletion, LaunchShape, LaunchSpec, Runtime};
 use crate::sync::Arc;
 
 /// Runs `f` under loom with a preemption bound of 2 unless `LOOM_MAX_PREEMPTIONS` says otherwise, and
@@ -102,15 +102,17 @@ fn launch(rt: &Runtime, code: &GpuMem, timeout_ms: u32) -> Result<LaunchCompleti
     rt.launch(&LaunchSpec {
         code_va: code.va,
         gpr_count: 32,
-        block: [1, 1, 1],
-        grid: [1, 1, 1],
         num_elements: 1,
         args: &[0],
         max_args: 32,
-        timeout_ms,
-        shared_bytes: 0,
-        dynamic_shared_bytes: 0,
-        spin_us: 0,
+        shape: LaunchShape {
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            dynamic_shared_bytes: 0,
+            timeout_ms,
+            spin_us: 0,
+        },
     })
 }
 
@@ -235,7 +237,7 @@ fn nothing_is_released_after_the_latch_free() {
             assert_eq!(sim.stats().live_allocations, live - 1);
         }
         assert_eq!(sim.stats().frees, frees_at_latch, "released to the platform after the latch");
-        assert!(matches!(rt.close(), Err(Error::Latched("close"))));
+        assert!(matches!(rt.close(), Err(Error::Latched(Stage::Close))));
         assert_eq!((sim.stats().frees, sim.stats().closes), (frees_at_latch, 0));
     });
     seen.assert_all(&["free before the latch", "free after the latch"]);
@@ -269,12 +271,12 @@ fn nothing_is_released_after_the_latch_close() {
         let launched = launcher.join().unwrap();
         let closed = closer.join().unwrap();
         match (&launched, &closed) {
-            (Err(Error::NotOpen("launch")), Ok(())) => {
+            (Err(Error::NotOpen(Stage::Launch)), Ok(())) => {
                 seen2.hit(0);
                 assert!(!rt.is_blocked());
                 assert_eq!((sim.stats().closes, sim.stats().live_allocations), (1, 0));
             }
-            (Err(Error::Timeout { .. }), Err(Error::Latched("close"))) => {
+            (Err(Error::Timeout { .. }), Err(Error::Latched(Stage::Close))) => {
                 seen2.hit(1);
                 assert!(rt.is_blocked());
                 assert_eq!((sim.stats().closes, sim.stats().frees), (0, 0));

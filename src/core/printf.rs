@@ -29,7 +29,7 @@ use omega_hal::cubin::ExternalFunction;
 use omega_hal::sim::{KernelCtx, KernelError};
 use omega_hal::LaunchDesc;
 
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::session::{runtime, AllocKind, GpuMem, Handle, Runtime, PIN_PRINTF, PRINTF_BUFFER, PRINTF_LIBRARY};
 use crate::sync::{self, Arc, AtomicBool, Mutex, Ordering};
 
@@ -103,17 +103,16 @@ pub fn capture() -> Capture {
 pub fn set_buffer_bytes(bytes: usize) -> Result<()> {
     let rt = runtime();
     if bytes < 64 {
-        return rt.fail(Error::Setting { stage: "printf", detail: format!("a buffer of {bytes} bytes (at least 64)") });
+        return rt.fail(Error::Setting {
+            stage: Stage::Printf,
+            detail: crate::error::SettingError::PrintfBufferTooSmall(bytes),
+        });
     }
     let mut inner = sync::lock(&rt.printf.inner);
     if inner.buffer.is_some() && inner.session == rt.open_count() && rt.is_open() {
-        let detail = format!(
-            "this session's printf buffer exists ({} bytes); set the size before the first module calling vprintf \
-             loads, or close and reopen",
-            inner.buffer_bytes
-        );
+        let detail = crate::error::SettingError::PrintfBufferExists(inner.buffer_bytes);
         drop(inner);
-        return rt.fail(Error::Setting { stage: "printf", detail });
+        return rt.fail(Error::Setting { stage: Stage::Printf, detail });
     }
     inner.wanted_bytes = bytes;
     Ok(())
@@ -1222,7 +1221,7 @@ mod tests {
         // Whatever copy of its handle the caller holds, the caller's free refuses it: only close ends it.
         let mut copy = GpuMem { handle, va: ready.buffer_va, ..GpuMem::NONE };
         let e = rt.free(&mut copy).unwrap_err();
-        assert_eq!(e.stage(), "free");
+        assert_eq!(e.stage(), Stage::Free);
         assert!(
             rt.last_error().contains("the session's device printf buffer; nothing was released"),
             "{}",

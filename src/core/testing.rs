@@ -9,7 +9,7 @@
 pub use omega_hal::sim::{Sim, SimConfig, SimFault};
 pub use omega_hal::Platform;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::platform::Installed;
 use crate::session::{runtime, Runtime};
 use crate::sync::Arc;
@@ -50,8 +50,8 @@ pub fn inject(rt: &Runtime, fault: SimFault) -> Result<()> {
             Ok(())
         }
         None => rt.fail(Error::Setting {
-            stage: "sim inject",
-            detail: format!("the installed platform is `{}`, not the simulator", installed.name()),
+            stage: Stage::SimInject,
+            detail: crate::error::SettingError::NotSimulator(installed.name()),
         }),
     }
 }

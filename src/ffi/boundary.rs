@@ -8,7 +8,7 @@
 use core::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::Error;
+use crate::error::{Error, Stage};
 use crate::session::{runtime, CANCELLED, SCRATCH_RESERVED};
 use crate::sync::{self, Mutex};
 
@@ -51,8 +51,8 @@ pub fn rc(r: crate::Result<()>) -> c_int {
 }
 
 /// Records `stage: detail` as the last error and returns -1 (a NULL or out-of-range argument).
-pub fn refuse(stage: &'static str, detail: impl Into<String>) -> c_int {
-    runtime().set_error(&Error::Setting { stage, detail: detail.into() });
+pub fn refuse(stage: Stage, detail: impl Into<String>) -> c_int {
+    runtime().set_error(&Error::Setting { stage, detail: crate::error::SettingError::Text(detail.into()) });
     -1
 }
 
@@ -79,7 +79,7 @@ pub use crate::core::c_abi::{fit, write_c_text as copy_c_text};
 ///
 /// # Safety
 /// - `p` is NULL or points to a NUL-terminated string that stays valid and unchanged during the call.
-pub unsafe fn c_str<'a>(stage: &'static str, what: &str, p: *const c_char) -> Result<&'a str, c_int> {
+pub unsafe fn c_str<'a>(stage: Stage, what: &str, p: *const c_char) -> Result<&'a str, c_int> {
     if p.is_null() {
         return Err(refuse(stage, format!("{what} is NULL")));
     }
@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(code(&Error::ScratchReserved { requested: 2, reserved: 1 }), -2);
         assert_eq!(code(&Error::CancelledBeforeSubmit), -3);
         assert_eq!(code(&Error::CancelledAfterSubmit), -3);
-        assert_eq!(code(&Error::LaunchArguments("x".into())), -1);
+        assert_eq!(code(&Error::LaunchArguments(crate::error::LaunchArgError::NullArgs)), -1);
         assert_eq!(rc(Ok(())), 0);
     }
 

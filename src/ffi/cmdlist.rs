@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use super::boundary::{code, guard, refuse};
 use super::engine::static_name;
 use crate::cmdlist::{self as core_list, CmdList, CmdListError, CmdListOpts, CmdListStats};
-use crate::error::Error;
+use crate::error::{Error, Stage};
 use crate::session::{runtime, RawLaunch};
 use crate::sync::{self, Arc, Mutex};
 
@@ -84,7 +84,7 @@ fn register(list: CmdList<'static>) -> *mut OmegaGpuCmdList {
 }
 
 /// The live list `list` names, or the refusal (recorded) of a NULL or unknown pointer.
-fn find(stage: &'static str, list: *const OmegaGpuCmdList) -> Result<Shared, c_int> {
+fn find(stage: Stage, list: *const OmegaGpuCmdList) -> Result<Shared, c_int> {
     if list.is_null() {
         return Err(refuse(stage, "list is NULL"));
     }
@@ -94,14 +94,14 @@ fn find(stage: &'static str, list: *const OmegaGpuCmdList) -> Result<Shared, c_i
     }
 }
 
-fn unknown(stage: &'static str, list: *const OmegaGpuCmdList) -> c_int {
+fn unknown(stage: Stage, list: *const OmegaGpuCmdList) -> c_int {
     refuse(stage, format!("{list:p} is not a live command list (never created, or freed already)"))
 }
 
 /// Runs `f` on the live list `list` names under its mutex, or returns the refusal (recorded) of a NULL,
 /// unknown or just freed pointer.
 fn with_list<R>(
-    stage: &'static str,
+    stage: Stage,
     list: *const OmegaGpuCmdList,
     f: impl FnOnce(&mut CmdList<'static>) -> R,
 ) -> Result<R, c_int> {
@@ -142,7 +142,7 @@ fn list_rc<T>(r: Result<T, CmdListError>) -> c_int {
 pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out: *mut *mut OmegaGpuCmdList) -> c_int {
     guard("omega_gpu_cmdlist_create", -1, || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable pointer.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("cmdlist create", "out is NULL") };
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::CmdListCreate, "out is NULL") };
         *out = ptr::null_mut();
         // SAFETY: by the caller's promise `opts` is NULL or points to a readable OmegaGpuCmdListOpts.
         let opts = unsafe { opts.as_ref() };
@@ -176,7 +176,7 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
             return code(&e);
         }
         let Some(shared) = sync::lock(&REGISTRY).lists.remove(&list.addr()) else {
-            return unknown("cmdlist free", list);
+            return unknown(Stage::CmdListFree, list);
         };
         // Waits for a call on this list that is in progress (calls on one list take turns), then takes the
         // list out, so that the reference that call still holds releases nothing; the list is released here,
@@ -186,7 +186,7 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
         drop(shared);
         match taken {
             Some(l) => list_rc(l.free()),
-            None => unknown("cmdlist free", list),
+            None => unknown(Stage::CmdListFree, list),
         }
     })
 }
@@ -197,7 +197,7 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
     guard("omega_gpu_cmdlist_reset", -1, || {
-        with_list("cmdlist reset", list, |l| list_rc(l.reset())).unwrap_or_else(|rc| rc)
+        with_list(Stage::CmdListReset, list, |l| list_rc(l.reset())).unwrap_or_else(|rc| rc)
     })
 }
 
@@ -206,7 +206,7 @@ pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
 /// list).
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_count(list: *const OmegaGpuCmdList) -> u32 {
-    guard("omega_gpu_cmdlist_count", 0, || with_list("cmdlist count", list, |l| l.count()).unwrap_or(0))
+    guard("omega_gpu_cmdlist_count", 0, || with_list(Stage::CmdListCount, list, |l| l.count()).unwrap_or(0))
 }
 
 /// EXPERIMENTAL. Records launch `*L` (its argument words are copied) after the checks
@@ -227,7 +227,7 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
     index_out: *mut u32,
 ) -> c_int {
     guard("omega_gpu_cmdlist_add", -1, || {
-        let stage = "cmdlist add";
+        let stage = Stage::CmdListAdd;
         let l = match find(stage, list) {
             Ok(l) => l,
             Err(rc) => return rc,
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
         }
         // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
         let Some(launch) = (unsafe { L.as_ref() }) else {
-            let e = Error::LaunchArguments("L is NULL".into());
+            let e = Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch);
             rt.set_error(&e);
             return code(&e);
         };
@@ -266,7 +266,7 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList, index: u32) -> c_int {
     guard("omega_gpu_cmdlist_mark_independent", -1, || {
-        with_list("cmdlist mark independent", list, |l| list_rc(l.mark_independent(index))).unwrap_or_else(|rc| rc)
+        with_list(Stage::CmdListMarkIndependent, list, |l| list_rc(l.mark_independent(index))).unwrap_or_else(|rc| rc)
     })
 }
 
@@ -285,7 +285,7 @@ pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList,
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, stats: *mut CmdListStats) -> c_int {
     guard("omega_gpu_cmdlist_submit", -1, || {
-        with_list("cmdlist submit", list, |l| {
+        with_list(Stage::CmdListSubmit, list, |l| {
             let r = l.submit();
             // SAFETY: by the caller's promise `stats` is NULL or points to a writable OmegaGpuCmdListStats.
             if let Some(s) = unsafe { stats.as_mut() } {
@@ -302,7 +302,7 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, st
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> c_int {
     guard("omega_gpu_cmdlist_is_latched", -1, || {
-        with_list("cmdlist is latched", list, |l| c_int::from(l.is_latched())).unwrap_or_else(|rc| rc)
+        with_list(Stage::CmdListIsLatched, list, |l| c_int::from(l.is_latched())).unwrap_or_else(|rc| rc)
     })
 }
 
@@ -317,7 +317,7 @@ pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> 
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_stamps(list: *const OmegaGpuCmdList, out: *mut u64, max: usize) -> usize {
     guard("omega_gpu_cmdlist_stamps", 0, || {
-        let stage = "cmdlist stamps";
+        let stage = Stage::CmdListStamps;
         with_list(stage, list, |l| {
             if max == 0 {
                 return 0;

@@ -3,6 +3,7 @@
 //! the platform's page.
 
 use super::boundary::{guard, refuse};
+use crate::error::Stage;
 use crate::session::runtime;
 
 /// Zero-filled bytes after kernel code in every code buffer, at least, for instruction prefetch (a platform
@@ -29,7 +30,7 @@ pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
         match bytes {
             Some(b) => b,
             None => {
-                refuse("code alloc", format!("code size {code_size} overflows"));
+                refuse(Stage::CodeAlloc, format!("code size {code_size} overflows"));
                 0
             }
         }

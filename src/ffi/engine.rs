@@ -17,6 +17,7 @@ use crate::engine::{
     LAUNCH_FAULT, LAUNCH_POLL_REFUSED, LAUNCH_REFUSED, LAUNCH_TIMEOUT, LAYOUT_VECTOR_1D, STATE_COUNT, STEP_COUNT,
     STEP_FAILED, STEP_LATCHED, STEP_OK, WAIT_COUNT,
 };
+use crate::error::Stage;
 use crate::session::runtime;
 use crate::sync::{self, Mutex};
 
@@ -268,12 +269,12 @@ fn null_job_result() -> JobResult {
 pub unsafe extern "C" fn omega_gpu_execute(job: *const Job<'_>, result: *mut JobResult) -> c_int {
     guard("omega_gpu_execute", -1, || {
         // SAFETY: by the caller's promise `result` is NULL or points to a writable OmegaGpuResult.
-        let Some(result) = (unsafe { result.as_mut() }) else { return refuse("execute", "result is NULL") };
+        let Some(result) = (unsafe { result.as_mut() }) else { return refuse(Stage::Execute, "result is NULL") };
         // SAFETY: by the caller's promise `job` is NULL or points to a readable OmegaGpuJob whose memory is
         // valid as the engine needs it for the duration of this call.
         let Some(job) = (unsafe { job.as_ref() }) else {
             *result = null_job_result();
-            return refuse("execute", "job is NULL");
+            return refuse(Stage::Execute, "job is NULL");
         };
         let r = engine::execute(job);
         *result = r;

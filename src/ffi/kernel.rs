@@ -10,7 +10,7 @@
 use core::ffi::{c_char, c_int};
 
 use super::boundary::{c_str, code, guard, refuse};
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::session::{round_gpr, runtime, GpuMem, KernelMeta};
 
 /// EXPERIMENTAL. A kernel resident in a code buffer of the open session.
@@ -75,7 +75,7 @@ fn place(
 
 fn load(name: &str) -> Result<OmegaGpuKernel> {
     let rt = runtime();
-    rt.require_lock("load")?;
+    rt.require_lock(Stage::Load)?;
     let prepared = crate::loader::prepare_named(name).or_else(|e| rt.fail(e))?;
     place(prepared.image_bytes, |va| prepared.relocate(va), prepared.entry_offset, |va| prepared.meta_at(va))
 }
@@ -94,10 +94,10 @@ fn load(name: &str) -> Result<OmegaGpuKernel> {
 pub unsafe extern "C" fn omega_gpu_kernel_load(name: *const c_char, out: *mut OmegaGpuKernel) -> c_int {
     guard("omega_gpu_kernel_load", -1, || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuKernel.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("load", "out is NULL") };
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::Load, "out is NULL") };
         *out = OmegaGpuKernel::default();
         // SAFETY: forwarded from the caller.
-        let name = match unsafe { c_str("load", "name", name) } {
+        let name = match unsafe { c_str(Stage::Load, "name", name) } {
             Ok(n) => n,
             Err(rc) => return rc,
         };

@@ -22,7 +22,7 @@ use crate::platform::TableInstallError;
 use crate::testing::SimFault;
 
 use super::boundary::{code, guard, refuse};
-use crate::error::Error;
+use crate::error::{Error, Stage};
 use crate::session::runtime;
 use crate::sync::{self, Mutex};
 
@@ -284,7 +284,7 @@ fn services(bits: u32) -> Result<Services, TableRefusal> {
 pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
     guard("omega_gpu_platform_negotiate", -1, || {
         // SAFETY: by the caller's promise `p` is NULL or readable.
-        let Some(p) = (unsafe { p.as_ref() }) else { return refuse("platform negotiate", "p is NULL") };
+        let Some(p) = (unsafe { p.as_ref() }) else { return refuse(Stage::PlatformNegotiate, "p is NULL") };
         match services(needed).and_then(|s| negotiate(&ctable::caps_of(p), s).map_err(TableRefusal::from)) {
             Ok(()) => 0,
             Err(r) => refused(r),
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform
 pub unsafe extern "C" fn omega_gpu_platform_check_for(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
     guard("omega_gpu_platform_check_for", -1, || {
         // SAFETY: by the caller's promise `p` is NULL or readable.
-        let Some(p) = (unsafe { p.as_ref() }) else { return refuse("platform check", "p is NULL") };
+        let Some(p) = (unsafe { p.as_ref() }) else { return refuse(Stage::PlatformCheck, "p is NULL") };
         match services(needed).and_then(|s| ctable::check_for(p, s)) {
             Ok(()) => 0,
             Err(r) => refused(r),
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn omega_gpu_platform_check(p: *const OmegaGpuPlatform) ->
 pub unsafe extern "C" fn omega_gpu_platform_check_buffer(d: *const OmegaGpuBufferDesc) -> c_int {
     guard("omega_gpu_platform_check_buffer", -1, || {
         // SAFETY: by the caller's promise `d` is NULL or readable.
-        let Some(d) = (unsafe { d.as_ref() }) else { return refuse("platform check", "d is NULL") };
+        let Some(d) = (unsafe { d.as_ref() }) else { return refuse(Stage::PlatformCheck, "d is NULL") };
         match d.to_hal() {
             Ok(_) => 0,
             Err(r) => refused(r.into()),
@@ -378,14 +378,14 @@ pub(crate) fn table_name(name: &str) -> Option<*const c_char> {
 pub(crate) unsafe fn install_table(name: &str, table: &OmegaGpuPlatform) -> c_int {
     if name == "sim" || name == "nvidia" {
         return refuse(
-            "set platform",
+            Stage::SetPlatform,
             format!("`{name}` is a built-in platform's name; give the table a name of its own"),
         );
     }
     if name.is_empty() || name.len() > 63 || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return refuse("set platform", "a table's name is 1 to 63 printable ASCII characters, no spaces");
+        return refuse(Stage::SetPlatform, "a table's name is 1 to 63 printable ASCII characters, no spaces");
     }
-    let Some(cname) = intern(name) else { return refuse("set platform", "the name is not a C string") };
+    let Some(cname) = intern(name) else { return refuse(Stage::SetPlatform, "the name is not a C string") };
     let name: &'static str = cname.to_str().expect("checked ASCII above");
     // SAFETY: forwarded from the caller (the table keeps its Safety section while installed).
     match unsafe { crate::platform::install_table(runtime(), table, name) } {
@@ -532,7 +532,7 @@ pub extern "C" fn omega_gpu_sim_inject(fault: c_int) -> c_int {
             OMEGA_GPU_SIM_FAULT_KERNEL_FAULT => SimFault::KernelFault(31),
             OMEGA_GPU_SIM_FAULT_FAIL_OPEN => SimFault::FailOpen("injected open failure".into()),
             OMEGA_GPU_SIM_FAULT_FAIL_SYNC => SimFault::FailSync,
-            other => return refuse("sim inject", format!("unknown fault {other}")),
+            other => return refuse(Stage::SimInject, format!("unknown fault {other}")),
         };
         match crate::testing::inject(runtime(), f) {
             Ok(()) => 0,

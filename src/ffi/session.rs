@@ -10,7 +10,7 @@ use core::ptr;
 use crate::core::c_abi::{Handle, OmegaGpuPlatform};
 
 use super::boundary::{c_str, code, guard, last_error_ptr, rc, refuse};
-use crate::error::Error;
+use crate::error::{Error, Stage};
 use crate::platform::PlatformKind;
 use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, MemInfo, ParkStats, RawLaunch, Scratch};
 use crate::sync::{self, Mutex};
@@ -200,7 +200,7 @@ pub extern "C" fn omega_gpu_session_spin_us() -> u32 {
 ///
 /// # Safety
 /// - `out` is NULL or points to a writable, aligned `OmegaGpuMem`.
-unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce() -> crate::Result<GpuMem>) -> c_int {
+unsafe fn alloc_into(stage: Stage, out: *mut GpuMem, alloc: impl FnOnce() -> crate::Result<GpuMem>) -> c_int {
     // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMem.
     let Some(out) = (unsafe { out.as_mut() }) else { return refuse(stage, "out is NULL") };
     match alloc() {
@@ -226,7 +226,7 @@ unsafe fn alloc_into(stage: &'static str, out: *mut GpuMem, alloc: impl FnOnce()
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
-    guard("omega_gpu_session_alloc", -1, || unsafe { alloc_into("alloc", out, || runtime().alloc(bytes)) })
+    guard("omega_gpu_session_alloc", -1, || unsafe { alloc_into(Stage::Alloc, out, || runtime().alloc(bytes)) })
 }
 
 /// STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
@@ -242,7 +242,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem)
 pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
     guard("omega_gpu_session_alloc_code", -1, || unsafe {
-        alloc_into("alloc", out, || runtime().alloc_code(code_size))
+        alloc_into(Stage::Alloc, out, || runtime().alloc_code(code_size))
     })
 }
 
@@ -256,7 +256,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mu
 pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
     guard("omega_gpu_session_alloc_cached", -1, || unsafe {
-        alloc_into("alloc", out, || runtime().alloc_cached(bytes))
+        alloc_into(Stage::Alloc, out, || runtime().alloc_cached(bytes))
     })
 }
 
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut 
 pub unsafe extern "C" fn omega_gpu_session_alloc_device(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
     guard("omega_gpu_session_alloc_device", -1, || unsafe {
-        alloc_into("alloc", out, || runtime().alloc_device(bytes))
+        alloc_into(Stage::Alloc, out, || runtime().alloc_device(bytes))
     })
 }
 
@@ -297,7 +297,7 @@ pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
                 let _ = runtime().free(m);
             }
             None => {
-                refuse("free", "m is NULL");
+                refuse(Stage::Free, "m is NULL");
             }
         }
     })
@@ -315,7 +315,7 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_in
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
         match unsafe { m.as_ref() } {
             Some(m) => rc(runtime().sync_to_gpu(m)),
-            None => refuse("sync", "m is NULL"),
+            None => refuse(Stage::Sync, "m is NULL"),
         }
     })
 }
@@ -331,7 +331,7 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_in
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
         match unsafe { m.as_ref() } {
             Some(m) => rc(runtime().sync_to_cpu(m)),
-            None => refuse("sync", "m is NULL"),
+            None => refuse(Stage::Sync, "m is NULL"),
         }
     })
 }
@@ -355,10 +355,10 @@ pub unsafe extern "C" fn omega_gpu_session_write(
 ) -> c_int {
     guard("omega_gpu_session_write", -1, || {
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
-        let Some(m) = (unsafe { m.as_ref() }) else { return refuse("write", "m is NULL") };
+        let Some(m) = (unsafe { m.as_ref() }) else { return refuse(Stage::Write, "m is NULL") };
         let src: &[u8] = match (src.is_null(), bytes) {
             (_, 0) => &[],
-            (true, _) => return refuse("write", "src is NULL"),
+            (true, _) => return refuse(Stage::Write, "src is NULL"),
             // SAFETY: by the caller's promise `src` points to `bytes` readable bytes; a buffer's views are
             // handed out only as raw pointers, so no Rust reference aliases them while this slice lives.
             (false, n) => unsafe { core::slice::from_raw_parts(src.cast::<u8>(), n) },
@@ -384,10 +384,10 @@ pub unsafe extern "C" fn omega_gpu_session_read(
 ) -> c_int {
     guard("omega_gpu_session_read", -1, || {
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
-        let Some(m) = (unsafe { m.as_ref() }) else { return refuse("read", "m is NULL") };
+        let Some(m) = (unsafe { m.as_ref() }) else { return refuse(Stage::Read, "m is NULL") };
         let dst: &mut [u8] = match (dst.is_null(), bytes) {
             (_, 0) => &mut [],
-            (true, _) => return refuse("read", "dst is NULL"),
+            (true, _) => return refuse(Stage::Read, "dst is NULL"),
             // SAFETY: by the caller's promise `dst` points to `bytes` writable bytes no one else touches
             // during the call; a buffer's views are raw pointers only, so nothing aliases this slice.
             (false, n) => unsafe { core::slice::from_raw_parts_mut(dst.cast::<u8>(), n) },
@@ -413,7 +413,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
         match unsafe { s.as_mut() } {
             Some(s) => rc(runtime().scratch(s, bytes)),
-            None => refuse("scratch", "s is NULL"),
+            None => refuse(Stage::Scratch, "s is NULL"),
         }
     })
 }
@@ -433,7 +433,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
                 let _ = runtime().scratch_free(s);
             }
             None => {
-                refuse("scratch", "s is NULL");
+                refuse(Stage::Scratch, "s is NULL");
             }
         }
     })
@@ -453,7 +453,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, byte
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
         match unsafe { s.as_mut() } {
             Some(s) => rc(runtime().scratch_reserve(s, bytes)),
-            None => refuse("scratch", "s is NULL"),
+            None => refuse(Stage::Scratch, "s is NULL"),
         }
     })
 }
@@ -472,7 +472,7 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
                 let _ = runtime().scratch_unreserve(s);
             }
             None => {
-                refuse("scratch", "s is NULL");
+                refuse(Stage::Scratch, "s is NULL");
             }
         }
     })
@@ -489,7 +489,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
         match unsafe { out.as_mut() } {
             Some(out) => *out = runtime().alloc_stats(),
             None => {
-                refuse("alloc stats", "out is NULL");
+                refuse(Stage::AllocStats, "out is NULL");
             }
         }
     })
@@ -506,7 +506,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
 pub unsafe extern "C" fn omega_gpu_session_mem_info(out: *mut MemInfo) -> c_int {
     guard("omega_gpu_session_mem_info", -1, || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMemInfo.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("mem info", "out is NULL") };
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::MemInfo, "out is NULL") };
         match runtime().mem_info() {
             Ok(m) => {
                 *out = m;
@@ -543,17 +543,17 @@ pub unsafe extern "C" fn omega_gpu_session_launch(
     guard("omega_gpu_session_launch", -1, || {
         let rt = runtime();
         // The core's order: the lock, then the latch, then the arguments.
-        if let Err(e) = rt.require_lock("launch") {
+        if let Err(e) = rt.require_lock(Stage::Launch) {
             return code(&e);
         }
         if rt.is_blocked() {
-            let e = Error::Latched("launch");
+            let e = Error::Latched(Stage::Launch);
             rt.set_error(&e);
             return code(&e);
         }
         // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
         let Some(l) = (unsafe { L.as_ref() }) else {
-            let e = Error::LaunchArguments("L is NULL".into());
+            let e = Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch);
             rt.set_error(&e);
             return code(&e);
         };
@@ -617,7 +617,7 @@ pub unsafe extern "C" fn omega_gpu_session_parked(out: *mut ParkStats) {
         match unsafe { out.as_mut() } {
             Some(out) => *out = runtime().parked(),
             None => {
-                refuse("parked", "out is NULL");
+                refuse(Stage::Parked, "out is NULL");
             }
         }
     })
@@ -652,7 +652,7 @@ pub extern "C" fn omega_gpu_session_is_parked(h: Handle) -> c_int {
 pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char, table: *const OmegaGpuPlatform) -> c_int {
     guard("omega_gpu_session_set_platform", -1, || {
         // SAFETY: forwarded from the caller.
-        let name = match unsafe { c_str("set platform", "name", name) } {
+        let name = match unsafe { c_str(Stage::SetPlatform, "name", name) } {
             Ok(n) => n,
             Err(rc) => return rc,
         };
@@ -730,9 +730,9 @@ pub extern "C" fn omega_gpu_session_now_ns() -> u64 {
 pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) -> c_int {
     guard("omega_gpu_device_query", -1, || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuDeviceInfo.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse("device query", "out is NULL") };
+        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::DeviceQuery, "out is NULL") };
         let Some(d) = runtime().device_info() else {
-            let e = Error::NotOpen("device query");
+            let e = Error::NotOpen(Stage::DeviceQuery);
             runtime().set_error(&e);
             return code(&e);
         };
@@ -743,7 +743,7 @@ pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) ->
 
 // ----- host memory ---------------------------------------------------------------------------------------
 
-fn host(stage: &'static str, bytes: usize, zeroed: bool) -> *mut c_void {
+fn host(stage: Stage, bytes: usize, zeroed: bool) -> *mut c_void {
     let p = runtime().host_alloc(bytes, zeroed);
     if p.is_null() {
         refuse(stage, format!("{bytes} bytes: no memory, or no platform with the HOST_MEM service"));
@@ -755,7 +755,7 @@ fn host(stage: &'static str, bytes: usize, zeroed: bool) -> *mut c_void {
 /// any scalar; NULL (stage `host alloc`) on failure. Release with `omega_gpu_host_free`. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_host_alloc(bytes: usize) -> *mut c_void {
-    guard("omega_gpu_host_alloc", ptr::null_mut(), || host("host alloc", bytes, false))
+    guard("omega_gpu_host_alloc", ptr::null_mut(), || host(Stage::HostAlloc, bytes, false))
 }
 
 /// EXPERIMENTAL. `count * size` bytes of zeroed CPU-only memory from the platform HOST_MEM service; NULL
@@ -763,9 +763,9 @@ pub extern "C" fn omega_gpu_host_alloc(bytes: usize) -> *mut c_void {
 #[no_mangle]
 pub extern "C" fn omega_gpu_host_calloc(count: usize, size: usize) -> *mut c_void {
     guard("omega_gpu_host_calloc", ptr::null_mut(), || match count.checked_mul(size) {
-        Some(bytes) => host("host alloc", bytes, true),
+        Some(bytes) => host(Stage::HostAlloc, bytes, true),
         None => {
-            refuse("host alloc", format!("{count} * {size} bytes overflows"));
+            refuse(Stage::HostAlloc, format!("{count} * {size} bytes overflows"));
             ptr::null_mut()
         }
     })
@@ -823,7 +823,7 @@ pub unsafe extern "C" fn omega_gpu_session_on_close(
     ctx: *mut c_void,
 ) -> c_int {
     guard("omega_gpu_session_on_close", -1, || {
-        let Some(hook) = hook else { return refuse("on close", "hook is NULL") };
+        let Some(hook) = hook else { return refuse(Stage::OnClose, "hook is NULL") };
         let h = CHook { hook, ctx };
         rc(runtime().on_close(Box::new(move || {
             let h = &h;

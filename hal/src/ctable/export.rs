@@ -233,7 +233,7 @@ unsafe extern "C" fn poll(
         let poll = p.poll().ok_or("the platform has no POLL service")?;
         // SAFETY: OmegaGpuPollService's caller passes a marker in a live HOST_POLLED buffer of this
         // platform: CompletionPoll::poll's contract.
-        unsafe { poll.poll(&m.to_hal()) }.map_err(|e| e.0)
+        unsafe { poll.poll(&m.to_hal()) }.map_err(|e| e.to_string())
     });
     // SAFETY: the caller passes `word` and `err` NULL or writable.
     match (r, unsafe { word.as_mut() }) {

@@ -24,7 +24,7 @@ impl CompletionPoll for TablePlatform {
         // OmegaGpuPollService's `poll` rule; `c`, `word` and `err` are live locals for the call.
         match unsafe { f(self.table.poll.poll)(self.ctx(), &c, &mut word, &mut err) } {
             0 => Ok(word),
-            _ => Err(PollRefused(read_c_text(&err.text))),
+            _ => Err(PollRefused::Table(read_c_text(&err.text))),
         }
     }
 

@@ -9,7 +9,7 @@
 
 use std::ptr;
 
-use super::memory::{Mem, MemKind, MemSpec, HUGE_FROM, HUGE_PAGE, PAGE};
+use super::memory::{DriverMem, DriverMemKind, DriverMemSpec, HUGE_FROM, HUGE_PAGE, PAGE};
 use super::push::{gpfifo_entry, Push};
 use super::queue::queue_buffer;
 use super::sys::{self, userd, NvNotification};
@@ -41,7 +41,7 @@ pub(crate) struct Channel {
     /// The copy-engine class bound to subchannel 4.
     pub(crate) copy_class: u32,
     /// Ring at offset 0, USERD at `userd_offset`; video memory, write-combined CPU view.
-    pub(crate) gpfifo: Mem,
+    pub(crate) gpfifo: DriverMem,
     pub(crate) userd_offset: u64,
     pub(crate) entries: u32,
     /// Entries written so far (GPPut is this modulo `entries`).
@@ -50,17 +50,17 @@ pub(crate) struct Channel {
     pub(crate) shadow: Vec<u64>,
     pub(crate) token: u32,
     /// The driver's error notifier (system memory, CPU-mapped): entry 0 is the channel error.
-    pub(crate) notifier: Mem,
+    pub(crate) notifier: DriverMem,
 }
 
 impl Channel {
     /// The channel on a ring of `entries` entries at the start of `gpfifo` (USERD `userd_offset` bytes in),
     /// with its `notifier`, the copy class bound to subchannel 4, and its work-submit `token`.
     pub(crate) fn new(
-        gpfifo: Mem,
+        gpfifo: DriverMem,
         userd_offset: u64,
         entries: u32,
-        notifier: Mem,
+        notifier: DriverMem,
         copy_class: u32,
         token: u32,
     ) -> Self {
@@ -125,7 +125,7 @@ pub(crate) fn notifier_detail(n: &NvNotification) -> String {
 /// tail is too short. Reuse is safe because nothing written here is still needed when it is reused: a
 /// reservation is only made when no earlier work is in flight.
 pub(crate) struct Arena {
-    pub(crate) mem: Mem,
+    pub(crate) mem: DriverMem,
     pub(crate) head: u64,
 }
 
@@ -237,11 +237,11 @@ pub(crate) struct Channels {
     arena: Arena,
     /// The internal semaphore page (system memory): slot [`SEM_WAIT`] the backend's own waits, slot
     /// [`SEM_BARRIER`] barrier scratch.
-    sems: Mem,
+    sems: DriverMem,
     /// The last value released to [`SEM_WAIT`].
     sem_value: u32,
     /// The SLM backing store, and the per-thread local memory it covers (0 before the first).
-    slm: Option<Mem>,
+    slm: Option<DriverMem>,
     slm_per_thread: u32,
 }
 
@@ -250,9 +250,9 @@ pub(crate) struct ChannelParts {
     pub(crate) compute: Channel,
     pub(crate) copy: Option<CopyChannel>,
     pub(crate) doorbell: *mut u8,
-    pub(crate) arena: Mem,
-    pub(crate) sems: Mem,
-    pub(crate) slm: Option<Mem>,
+    pub(crate) arena: DriverMem,
+    pub(crate) sems: DriverMem,
+    pub(crate) slm: Option<DriverMem>,
 }
 
 impl Channels {
@@ -272,7 +272,13 @@ impl Channels {
 
     /// The service on the channels made at open, the mapped usermode page, the first command arena and
     /// the internal semaphore page (zeroed). No SLM store yet.
-    pub(crate) fn new(compute: Channel, copy: Option<CopyChannel>, doorbell: *mut u8, arena: Mem, sems: Mem) -> Self {
+    pub(crate) fn new(
+        compute: Channel,
+        copy: Option<CopyChannel>,
+        doorbell: *mut u8,
+        arena: DriverMem,
+        sems: DriverMem,
+    ) -> Self {
         Channels {
             compute,
             copy,
@@ -323,7 +329,14 @@ impl Channels {
         }
         let (per_tpc, total) = slm_sizes(per_thread, gr);
         let page = if total >= HUGE_FROM { HUGE_PAGE } else { PAGE };
-        let spec = MemSpec { kind: MemKind::Vid, bytes: total, page, contiguous: false, cpu_map: None, low_va: false };
+        let spec = DriverMemSpec {
+            kind: DriverMemKind::Vid,
+            bytes: total,
+            page,
+            contiguous: false,
+            cpu_map: None,
+            low_va: false,
+        };
         let mem = base.new_mem(spec, "allocate local memory (SLM)")?;
         push.local_memory(mem.va, per_tpc, 0xff);
         if let Some(old) = self.slm.replace(mem) {
@@ -339,8 +352,8 @@ impl Channels {
             return Ok(r);
         }
         let bytes = (len * 2).next_power_of_two();
-        let spec = MemSpec {
-            kind: MemKind::Vid,
+        let spec = DriverMemSpec {
+            kind: DriverMemKind::Vid,
             bytes,
             page: PAGE,
             contiguous: false,
@@ -464,9 +477,9 @@ mod tests {
     #[test]
     fn the_arena_aligns_wraps_and_refuses_what_cannot_fit() {
         let mut backing = vec![0u8; 4096];
-        let mem = Mem {
+        let mem = DriverMem {
             handle: 1,
-            kind: MemKind::Vid,
+            kind: DriverMemKind::Vid,
             va: 0x10_0000_0000,
             bytes: 4096,
             cpu: backing.as_mut_ptr(),

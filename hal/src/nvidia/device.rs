@@ -1,12 +1,12 @@
 //! Device open and close: the object sequence from the root client to a scheduled compute channel
 //! (docs/nvidia-bringup.md section 4), and its teardown.
 //!
-//! [`Open::create`] reads as the list of steps: connect to the driver, make the device objects, find out
+//! [`OpenDevice::create`] reads as the list of steps: connect to the driver, make the device objects, find out
 //! what the device is, ask for the performance boost, make the address space, then the compute channel
 //! and (optionally) a copy channel, and assemble the services. Every step that can fail returns
 //! `HalError::Driver` naming the call and carrying the driver's text, and every step makes what it makes
 //! through a stage (`stage.rs`): a failure at any step releases exactly what the steps before it made, in
-//! reverse order, before the driver's files close. The first submission ([`Open::setup`]) then runs on the
+//! reverse order, before the driver's files close. The first submission ([`OpenDevice::setup`]) then runs on the
 //! assembled device; if it fails, the device is closed as `close` closes it.
 
 use zerocopy::FromZeros;
@@ -14,7 +14,7 @@ use zerocopy::FromZeros;
 use super::abi::{self, DriverAbi};
 use super::channel::{Channel, Channels, CopyChannel, Target, Wait, INTERNAL_SPIN_NS};
 use super::ioctl::{DriverFd, GpuFile};
-use super::memory::{Buffers, Mem, MemKind, MemSpec, VaRange, HIGH_VA, HUGE_PAGE, LOW_VA, PAGE};
+use super::memory::{Buffers, DriverMem, DriverMemKind, DriverMemSpec, VaRange, HIGH_VA, HUGE_PAGE, LOW_VA, PAGE};
 use super::push::{Push, SUBC_COMPUTE, SUBC_COPY};
 use super::queue::{Queue, PREPARED_POOL_BYTES};
 use super::rm::{class, unmap, ClassId, CopyClass, GpfifoClass, MapVia, Rm};
@@ -22,7 +22,7 @@ use super::stage::{rm_object, Named, Object, Records, RmStage, Stage};
 use super::sys::{self, gr_info, userd};
 use super::uvm::Uvm;
 use super::visibility::Syncs;
-use super::{Base, Boost, GrInfo, Nvidia, NvidiaConfig, Open};
+use super::{Base, Boost, GrInfo, Nvidia, NvidiaConfig, OpenDevice};
 use crate::arch::{self, Arch};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceInfo};
@@ -67,8 +67,8 @@ fn missing_class(what: &'static str, wanted: &[u32], arch: &Arch) -> HalError {
 
 /// Memory of the backend's own: small pages in the low VA range (below 2^40, where QMDs and pushbuffers
 /// must be), CPU-mapped with `caching`.
-fn own_spec(kind: MemKind, bytes: u64, contiguous: bool, caching: u32) -> MemSpec {
-    MemSpec { kind, bytes, page: PAGE, contiguous, cpu_map: Some(caching), low_va: true }
+fn own_spec(kind: DriverMemKind, bytes: u64, contiguous: bool, caching: u32) -> DriverMemSpec {
+    DriverMemSpec { kind, bytes, page: PAGE, contiguous, cpu_map: Some(caching), low_va: true }
 }
 
 /// Step 1: the driver's files, and what the driver says before any device object exists.
@@ -248,8 +248,8 @@ impl AddressSpace {
 /// A channel's ring memory, zeroed where the GPU or the driver reads it first: the GPFIFO area (ring,
 /// then a page of USERD) and the error notifier.
 struct RingMemory {
-    gpfifo: Mem,
-    notifier: Mem,
+    gpfifo: DriverMem,
+    notifier: DriverMem,
     entries: u32,
     /// Bytes of the ring (USERD starts here).
     ring_bytes: u64,
@@ -261,9 +261,9 @@ impl RingMemory {
         let entries = config.gpfifo_entries.next_power_of_two().max(16);
         let (ring_bytes, area_bytes) = Channel::area_bytes(entries);
         let wc = sys::map_caching::WRITE_COMBINED;
-        let gpfifo = s.mem(own_spec(MemKind::Vid, area_bytes, true, wc), names[0])?;
+        let gpfifo = s.mem(own_spec(DriverMemKind::Vid, area_bytes, true, wc), names[0])?;
         let cached = sys::map_caching::CACHED;
-        let notifier = s.mem(own_spec(MemKind::Sys, NOTIFIER_BYTES, false, cached), names[1])?;
+        let notifier = s.mem(own_spec(DriverMemKind::Sys, NOTIFIER_BYTES, false, cached), names[1])?;
         // SAFETY: both are fresh CPU mappings of the sizes given; nothing else has them yet. The driver
         // writes the notifier only after the channel exists; the GPU reads USERD only after it exists.
         unsafe {
@@ -335,10 +335,10 @@ fn register_and_schedule(s: &mut Stage<'_>, tsg: u32, channel: u32, bind_engine:
 struct ComputeChannel {
     channel: Channel,
     /// The internal semaphore page (zeroed).
-    sems: Mem,
-    arena: Mem,
+    sems: DriverMem,
+    arena: DriverMem,
     /// The prepared-submission pool.
-    pool: Mem,
+    pool: DriverMem,
 }
 
 impl ComputeChannel {
@@ -354,15 +354,15 @@ impl ComputeChannel {
 
         let ring = RingMemory::alloc(s, config, ["allocate GPFIFO ring and USERD", "allocate error notifier"])?;
         let cached = sys::map_caching::CACHED;
-        let sems = s.mem(own_spec(MemKind::Sys, PAGE, false, cached), "allocate internal semaphores")?;
+        let sems = s.mem(own_spec(DriverMemKind::Sys, PAGE, false, cached), "allocate internal semaphores")?;
         // SAFETY: a fresh CPU mapping of one page; nothing else has it yet.
         unsafe { std::ptr::write_bytes(sems.cpu, 0, PAGE as usize) };
         let wc = sys::map_caching::WRITE_COMBINED;
-        let arena = s.mem(own_spec(MemKind::Vid, ARENA_BYTES, false, wc), "allocate command arena")?;
+        let arena = s.mem(own_spec(DriverMemKind::Vid, ARENA_BYTES, false, wc), "allocate command arena")?;
         // Huge pages keep a long list's QMDs under few GPU TLB entries; small pages if the driver refuses.
-        let small_pool = own_spec(MemKind::Vid, PREPARED_POOL_BYTES, false, wc);
+        let small_pool = own_spec(DriverMemKind::Vid, PREPARED_POOL_BYTES, false, wc);
         let pool = s
-            .mem(MemSpec { page: HUGE_PAGE, ..small_pool }, "allocate prepared-submission pool")
+            .mem(DriverMemSpec { page: HUGE_PAGE, ..small_pool }, "allocate prepared-submission pool")
             .or_else(|_| s.mem(small_pool, "allocate prepared-submission pool"))?;
 
         let mut cp = ring.channel_params();
@@ -468,9 +468,9 @@ impl Base {
 const CHANNEL_OBJECTS: [&str; 6] =
     ["asynchronous copy object", "copy GPFIFO channel", "debugger", "copy object", "compute object", "GPFIFO channel"];
 
-impl Open {
+impl OpenDevice {
     /// Runs the whole open sequence.
-    pub(crate) fn create(config: &NvidiaConfig, clock: &dyn Clock) -> Result<Box<Open>, HalError> {
+    pub(crate) fn create(config: &NvidiaConfig, clock: &dyn Clock) -> Result<Box<OpenDevice>, HalError> {
         let conn = Connection::open()?;
         let mut s = RmStage::new(&conn.rm);
         let dev = DeviceObjects::create(&mut s, &conn)?;
@@ -487,7 +487,7 @@ impl Open {
         let objects = s.keep();
 
         let Identity { arch, gr, info, .. } = id;
-        let mut open = Box::new(Open {
+        let mut open = Box::new(OpenDevice {
             base,
             abi,
             arch,
@@ -566,7 +566,7 @@ impl Open {
                 rest.push(o);
             }
         }
-        let Open { mut base, channels, queue, syncs, .. } = *self;
+        let OpenDevice { mut base, channels, queue, syncs, .. } = *self;
         let parts = channels.into_parts();
         let (copy_ring, copy_notifier) = parts.copy.map(|c| (c.channel.gpfifo, c.channel.notifier)).unzip();
         let memory = [
@@ -605,7 +605,7 @@ impl Device for Nvidia {
         if st.is_some() {
             return Err(HalError::Driver { call: "open", status: 0, detail: "nvidia: device already open".into() });
         }
-        let open = Open::create(&self.config(), &self.clock)?;
+        let open = OpenDevice::create(&self.config(), &self.clock)?;
         let info = open.info.clone();
         *st = Some(open);
         Ok(info)

@@ -1,6 +1,6 @@
 //! Device memory on a discrete GPU: where each kind of buffer lives, its views, and the GPU virtual
 //! address map. The memory service's state is [`Buffers`]; [`Base`] holds the machinery every service
-//! allocates its own memory ([`Mem`]) through.
+//! allocates its own memory ([`DriverMem`]) through.
 //!
 //! | Buffer | GPU side | CPU view (`Allocation::cpu`) |
 //! |---|---|---|
@@ -29,7 +29,7 @@ use std::ptr;
 use super::rm::{unmap, MapVia, MemoryClass};
 use super::stage::{Records, Stage};
 use super::sys::{self, mem_attr};
-use super::{Base, Nvidia, NvidiaConfig, Open};
+use super::{Base, Nvidia, NvidiaConfig, OpenDevice};
 use crate::caps::{BufferDesc, BufferKind, Rights};
 use crate::error::HalError;
 use crate::memory::{Allocation, DeviceMemory, MemInfo};
@@ -64,7 +64,7 @@ pub enum Placement {
 
 /// The decision for one buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct BufferPlan {
     /// Where it lives.
     pub placement: Placement,
     /// Page size of its GPU side.
@@ -77,12 +77,12 @@ pub struct Plan {
 
 /// Decides where the buffer `desc` describes lives (the table in the module docs), with huge pages from
 /// [`HUGE_FROM`] bytes on.
-pub fn plan(desc: &BufferDesc) -> Plan {
+pub fn plan(desc: &BufferDesc) -> BufferPlan {
     plan_with(desc, HUGE_FROM)
 }
 
 /// [`plan`] with huge pages from `huge_from` bytes on.
-pub fn plan_with(desc: &BufferDesc, huge_from: u64) -> Plan {
+pub fn plan_with(desc: &BufferDesc, huge_from: u64) -> BufferPlan {
     let cpu = desc.rights.intersects(Rights::CPU_READ | Rights::CPU_WRITE);
     let placement = if desc.kind == BufferKind::Queue || desc.rights.contains(Rights::HOST_POLLED) {
         Placement::SysmemPolled
@@ -96,7 +96,7 @@ pub fn plan_with(desc: &BufferDesc, huge_from: u64) -> Plan {
     let huge = placement != Placement::SysmemPolled && desc.bytes >= huge_from;
     let page = if huge { HUGE_PAGE } else { PAGE };
     let low_va = matches!(placement, Placement::SysmemPolled | Placement::VidmemBar1) || desc.kind != BufferKind::Data;
-    Plan { placement, page, bytes: desc.bytes.div_ceil(page) * page, low_va }
+    BufferPlan { placement, page, bytes: desc.bytes.div_ceil(page) * page, low_va }
 }
 
 /// Times the driver steps of allocating and freeing one memory object when `OMEGA_NVIDIA_TRACE_MEMORY=1`
@@ -189,9 +189,9 @@ impl VaRange {
     }
 }
 
-/// What backs a [`Mem`].
+/// What backs a [`DriverMem`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MemKind {
+pub(crate) enum DriverMemKind {
     /// Video memory (class 0x40).
     Vid,
     /// RM-owned system memory (class 0x3e), GPU-uncached.
@@ -204,10 +204,10 @@ pub(crate) enum MemKind {
     Registered,
 }
 
-/// How a new [`Mem`] is made.
+/// How a new [`DriverMem`] is made.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct MemSpec {
-    pub(crate) kind: MemKind,
+pub(crate) struct DriverMemSpec {
+    pub(crate) kind: DriverMemKind,
     pub(crate) bytes: u64,
     pub(crate) page: u64,
     pub(crate) contiguous: bool,
@@ -218,31 +218,31 @@ pub(crate) struct MemSpec {
 
 /// One RM memory object with its GPU mapping and, maybe, a CPU mapping.
 #[derive(Debug)]
-pub(crate) struct Mem {
+pub(crate) struct DriverMem {
     pub(crate) handle: u32,
-    pub(crate) kind: MemKind,
+    pub(crate) kind: DriverMemKind,
     pub(crate) va: u64,
     pub(crate) bytes: u64,
     pub(crate) cpu: *mut u8,
     pub(crate) low_va: bool,
 }
 
-/// What releasing a [`Mem`] needs, kept by a stage (`stage.rs`) in case a later step fails while the
-/// `Mem` itself has gone on to its owner.
+/// What releasing a [`DriverMem`] needs, kept by a stage (`stage.rs`) in case a later step fails while the
+/// `DriverMem` itself has gone on to its owner.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct MemRecord {
     handle: u32,
-    kind: MemKind,
+    kind: DriverMemKind,
     va: u64,
     bytes: u64,
     cpu: *mut u8,
     low_va: bool,
 }
 
-impl Mem {
+impl DriverMem {
     /// Its release record.
     pub(crate) fn record(&self) -> MemRecord {
-        let Mem { handle, kind, va, bytes, cpu, low_va } = *self;
+        let DriverMem { handle, kind, va, bytes, cpu, low_va } = *self;
         MemRecord { handle, kind, va, bytes, cpu, low_va }
     }
 }
@@ -276,11 +276,11 @@ impl Base {
     }
 
     /// Allocates, maps for the GPU and (as asked) maps for the CPU one memory object.
-    pub(crate) fn new_mem(&mut self, spec: MemSpec, call: &'static str) -> Result<Mem, HalError> {
+    pub(crate) fn new_mem(&mut self, spec: DriverMemSpec, call: &'static str) -> Result<DriverMem, HalError> {
         let bytes = spec.bytes.div_ceil(spec.page) * spec.page;
         let align = spec.page.max(64 << 10);
         let va = self.va_range(spec.low_va).alloc(bytes, align).ok_or(HalError::OutOfMemory { bytes })?;
-        let mut m = Mem { handle: 0, kind: spec.kind, va: 0, bytes, cpu: ptr::null_mut(), low_va: spec.low_va };
+        let mut m = DriverMem { handle: 0, kind: spec.kind, va: 0, bytes, cpu: ptr::null_mut(), low_va: spec.low_va };
         let made = self.fill_mem(&mut m, spec, va, call);
         if let Err(e) = made {
             self.release_mem_parts(&m.record());
@@ -290,11 +290,17 @@ impl Base {
         Ok(m)
     }
 
-    fn fill_mem(&mut self, m: &mut Mem, spec: MemSpec, va: u64, call: &'static str) -> Result<(), HalError> {
+    fn fill_mem(
+        &mut self,
+        m: &mut DriverMem,
+        spec: DriverMemSpec,
+        va: u64,
+        call: &'static str,
+    ) -> Result<(), HalError> {
         let bytes = m.bytes;
         match spec.kind {
-            MemKind::Vid | MemKind::Sys => {
-                let vid = spec.kind == MemKind::Vid;
+            DriverMemKind::Vid | DriverMemKind::Sys => {
+                let vid = spec.kind == DriverMemKind::Vid;
                 let huge = spec.page == HUGE_PAGE;
                 let mut attr = if spec.contiguous {
                     mem_attr::ATTR_PHYSICALITY_CONTIGUOUS
@@ -339,7 +345,7 @@ impl Base {
                     m.cpu = self.rm.map_cpu(self.device, m.handle, bytes, caching, via, call)?;
                 }
             }
-            MemKind::Host => {
+            DriverMemKind::Host => {
                 // SAFETY: a fresh anonymous shared mapping the kernel places; nothing else is mapped over.
                 let p = unsafe {
                     libc::mmap(
@@ -359,7 +365,7 @@ impl Base {
                 // `release_mem_parts` frees the object first and unmaps it after.
                 unsafe { self.wrap_pages(m) }?;
             }
-            MemKind::Registered => unreachable!("registered pages are made by Base::register_pages"),
+            DriverMemKind::Registered => unreachable!("registered pages are made by Base::register_pages"),
         }
         self.map_gpu(m.handle, va, bytes, spec.page)?;
         m.va = va;
@@ -372,7 +378,7 @@ impl Base {
     /// # Safety
     /// - `m.cpu..m.cpu + m.bytes` is a page-aligned mapping of this process that stays mapped until the
     ///   object is freed.
-    unsafe fn wrap_pages(&mut self, m: &mut Mem) -> Result<(), HalError> {
+    unsafe fn wrap_pages(&mut self, m: &mut DriverMem) -> Result<(), HalError> {
         let handle = self.next_os_handle;
         self.next_os_handle += 1;
         // SAFETY: forwarded from the caller.
@@ -382,16 +388,16 @@ impl Base {
     }
 
     /// Registers `bytes` of this process's pages at `cpu` with the driver: pinned and mapped for the GPU in
-    /// the high VA range, as a [`MemKind::Registered`] memory whose release unpins them and leaves them
+    /// the high VA range, as a [`DriverMemKind::Registered`] memory whose release unpins them and leaves them
     /// mapped.
     ///
     /// # Safety
     /// - `cpu..cpu + bytes` is a page-aligned mapping of this process (`bytes` a multiple of [`PAGE`]) that
     ///   stays mapped until the returned memory is released.
-    pub(crate) unsafe fn register_pages(&mut self, cpu: *mut u8, bytes: u64) -> Result<Mem, HalError> {
+    pub(crate) unsafe fn register_pages(&mut self, cpu: *mut u8, bytes: u64) -> Result<DriverMem, HalError> {
         let align = 64 << 10;
         let va = self.va_high.alloc(bytes, align).ok_or(HalError::OutOfMemory { bytes })?;
-        let mut m = Mem { handle: 0, kind: MemKind::Registered, va: 0, bytes, cpu, low_va: false };
+        let mut m = DriverMem { handle: 0, kind: DriverMemKind::Registered, va: 0, bytes, cpu, low_va: false };
         // SAFETY: forwarded from the caller.
         let made = unsafe { self.wrap_pages(&mut m) }.and_then(|()| self.map_gpu(m.handle, va, bytes, PAGE));
         if let Err(e) = made {
@@ -410,7 +416,7 @@ impl Base {
             let _ = self.uvm.free(m.va, m.bytes);
             t.step("UVM_FREE");
         }
-        if matches!(m.kind, MemKind::Vid | MemKind::Sys) {
+        if matches!(m.kind, DriverMemKind::Vid | DriverMemKind::Sys) {
             // SAFETY: an RM CPU mapping of `bytes` this backend made for `m`; its owner is done with it.
             unsafe { unmap(m.cpu, m.bytes) };
         }
@@ -418,7 +424,7 @@ impl Base {
             let _ = self.rm.free(self.device, m.handle, "RM_FREE memory");
             t.step("RM_FREE");
         }
-        if m.kind == MemKind::Host {
+        if m.kind == DriverMemKind::Host {
             // SAFETY: the anonymous mapping made for `m`; the driver unpinned it when the object was freed.
             unsafe { unmap(m.cpu, m.bytes) };
         }
@@ -434,7 +440,7 @@ impl Base {
     }
 
     /// Frees `m` and returns its GPU addresses.
-    pub(crate) fn drop_mem(&mut self, m: Mem) {
+    pub(crate) fn drop_mem(&mut self, m: DriverMem) {
         self.release(m.record());
     }
 }
@@ -473,7 +479,7 @@ pub(crate) struct View {
     pub(crate) bytes: u64,
     /// The view registered with the driver (pinned, GPU-mapped): the copy engine reads and writes it
     /// directly.
-    pub(crate) registered: Option<Mem>,
+    pub(crate) registered: Option<DriverMem>,
     /// Large syncs that went through the ring while the view was not registered.
     pub(crate) staged_large_syncs: u32,
     /// The driver refused to register the view once; it is not asked again.
@@ -484,7 +490,7 @@ pub(crate) struct View {
 pub(crate) struct NvAlloc {
     pub(crate) placement: Placement,
     /// The GPU side (its VA is `Allocation::va`).
-    pub(crate) primary: Mem,
+    pub(crate) primary: DriverMem,
     /// The CPU view of a data buffer.
     pub(crate) view: Option<View>,
     /// A write-combined BAR1 view of `primary` for small syncs to the GPU.
@@ -547,23 +553,31 @@ impl Buffers {
         config: &NvidiaConfig,
     ) -> Result<(Allocation, Placement), HalError> {
         let p = plan_with(desc, config.huge_from);
-        let spec =
-            |kind, cpu_map, low_va| MemSpec { kind, bytes: p.bytes, page: p.page, contiguous: false, cpu_map, low_va };
+        let spec = |kind, cpu_map, low_va| DriverMemSpec {
+            kind,
+            bytes: p.bytes,
+            page: p.page,
+            contiguous: false,
+            cpu_map,
+            low_va,
+        };
         let (primary, view, bar1) = match p.placement {
             Placement::SysmemPolled => (
-                base.new_mem(spec(MemKind::Sys, Some(sys::map_caching::CACHED), true), "allocate polled sysmem")?,
+                base.new_mem(spec(DriverMemKind::Sys, Some(sys::map_caching::CACHED), true), "allocate polled sysmem")?,
                 None,
                 None,
             ),
             Placement::VidmemBar1 => {
                 let wc = Some(sys::map_caching::WRITE_COMBINED);
-                (base.new_mem(spec(MemKind::Vid, wc, p.low_va), "allocate code vidmem")?, None, None)
+                (base.new_mem(spec(DriverMemKind::Vid, wc, p.low_va), "allocate code vidmem")?, None, None)
             }
-            Placement::VidmemOnly => (base.new_mem(spec(MemKind::Vid, None, p.low_va), "allocate vidmem")?, None, None),
+            Placement::VidmemOnly => {
+                (base.new_mem(spec(DriverMemKind::Vid, None, p.low_va), "allocate vidmem")?, None, None)
+            }
             Placement::VidmemViewed => {
                 // Two parts that must both exist; a failure of the second releases the first.
                 let mut s = Stage::new(base);
-                let vid = s.mem(spec(MemKind::Vid, None, p.low_va), "allocate data vidmem")?;
+                let vid = s.mem(spec(DriverMemKind::Vid, None, p.low_va), "allocate data vidmem")?;
                 let cpu = s.anonymous(p.bytes, reserve_view)?;
                 // The BAR1 view only speeds up small syncs: without it they go through the copy engine.
                 let bar1 = if p.bytes <= config.bar1_view_max {
@@ -651,7 +665,7 @@ impl Buffers {
     }
 }
 
-impl Open {
+impl OpenDevice {
     /// Frees the buffer `id`; code memory going away makes the next submission invalidate the instruction
     /// cache (new code may be placed where it was).
     pub(crate) fn free_buffer(&mut self, id: u64) {
@@ -774,7 +788,8 @@ mod tests {
     /// A viewed buffer of `bytes` on the null machinery: fake video memory, a real anonymous view.
     fn viewed(buffers: &mut Buffers, bytes: u64) -> (u64, *mut u8) {
         let cpu = reserve_view(bytes).unwrap();
-        let primary = Mem { handle: 0, kind: MemKind::Vid, va: 0, bytes, cpu: ptr::null_mut(), low_va: false };
+        let primary =
+            DriverMem { handle: 0, kind: DriverMemKind::Vid, va: 0, bytes, cpu: ptr::null_mut(), low_va: false };
         let view = View { cpu, bytes, registered: None, staged_large_syncs: 0, refused: false };
         let id = buffers.next_id;
         buffers.next_id += 1;
@@ -830,7 +845,8 @@ mod tests {
         let mut b = Buffers::new();
         let (id, cpu) = viewed(&mut b, 2 * PAGE);
         let va = base.va_high.alloc(2 * PAGE, 64 << 10).unwrap();
-        let reg = Mem { handle: 0x1000, kind: MemKind::Registered, va, bytes: 2 * PAGE, cpu, low_va: false };
+        let reg =
+            DriverMem { handle: 0x1000, kind: DriverMemKind::Registered, va, bytes: 2 * PAGE, cpu, low_va: false };
         b.get_mut(id).unwrap().view.as_mut().unwrap().registered = Some(reg);
         b.stats.pinned_bytes = 2 * PAGE;
         b.stats.registered_views = 1;

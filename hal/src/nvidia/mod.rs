@@ -26,7 +26,7 @@
 //! - the services, one file each as in `sim/`: `device` (the open sequence as a list of steps, and
 //!   close), `memory`, `visibility`, `queue`, `poll`, `clock`; `channel` holds the GPFIFO channels, the
 //!   doorbell, the command arena, the internal semaphores and the local-memory store. The open device
-//!   (`Open` inside the state mutex) is the driver objects plus one state per service, each with its
+//!   (`OpenDevice` inside the state mutex) is the driver objects plus one state per service, each with its
 //!   constructor: `Channels`, `Buffers` (memory), `Queue`, `Syncs` (visibility).
 //!
 //! ## Backend notes
@@ -72,7 +72,7 @@ mod visibility;
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
-pub use memory::{plan, MemoryStats, Placement, Plan, VaRange};
+pub use memory::{plan, BufferPlan, MemoryStats, Placement, VaRange};
 pub use queue::{Barrier, LaunchTuning, Marker1};
 
 use crate::arch;
@@ -300,7 +300,7 @@ pub(crate) struct Boost {
 }
 
 /// Everything the open device holds: what it is, the driver objects, and one state per service.
-pub(crate) struct Open {
+pub(crate) struct OpenDevice {
     pub(crate) base: Base,
     pub(crate) abi: &'static abi::DriverAbi,
     pub(crate) arch: &'static arch::Arch,
@@ -319,10 +319,10 @@ pub(crate) struct Open {
     pub(crate) boost: Boost,
 }
 
-// SAFETY: the raw pointers in `Open` (the usermode page, CPU views) are mappings owned by it; every access
+// SAFETY: the raw pointers in `OpenDevice` (the usermode page, CPU views) are mappings owned by it; every access
 // goes through the `Nvidia::state` mutex, so moving the state between threads moves sole access with it.
-unsafe impl Send for Open {}
-// SAFETY: as for `Open`: the pointers are owned mappings reached only under the state mutex.
+unsafe impl Send for OpenDevice {}
+// SAFETY: as for `OpenDevice`: the pointers are owned mappings reached only under the state mutex.
 unsafe impl Send for Base {}
 
 /// The NVIDIA platform.
@@ -331,7 +331,7 @@ pub struct Nvidia {
     clock: NvidiaClock,
     lock: PlainLock,
     heap: LibcHeap,
-    pub(crate) state: Mutex<Option<Box<Open>>>,
+    pub(crate) state: Mutex<Option<Box<OpenDevice>>>,
     /// What the driver refused during the last close (close itself cannot fail).
     pub(crate) close_errors: Mutex<Vec<String>>,
 }

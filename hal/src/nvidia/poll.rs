@@ -9,7 +9,7 @@ use crate::sync;
 impl CompletionPoll for Nvidia {
     unsafe fn poll(&self, m: &MarkerSlot) -> Result<u32, PollRefused> {
         if m.cpu.is_null() {
-            return Err(PollRefused(format!("nvidia: marker at {:#x} has no CPU view", m.va)));
+            return Err(PollRefused::NoCpuView { va: m.va });
         }
         // SAFETY: the caller promised `m` lies in a live HOST_POLLED allocation, which this backend maps
         // CPU-cached over GPU-uncached system memory: the GPU's release is visible to this read.

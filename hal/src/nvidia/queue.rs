@@ -35,10 +35,10 @@ use std::collections::HashMap;
 
 use super::channel::{describe_error, write_lines, write_words, Channels, Target, LINE_WORDS};
 use super::device::{LOCAL_WINDOW, SHARED_WINDOW};
-use super::memory::Mem;
+use super::memory::DriverMem;
 use super::push::{host, Push};
 use super::qmd::{self, Cbuf0Params, DependentAction, QmdParams, QMD_WORDS};
-use super::{Base, GrInfo, Nvidia, NvidiaConfig, Open};
+use super::{Base, GrInfo, Nvidia, NvidiaConfig, OpenDevice};
 use crate::arch::{Arch, QmdVersion};
 use crate::error::HalError;
 use crate::queue::{LaunchDesc, Order, QueueBuffer, Submission, SubmitQueue};
@@ -224,7 +224,7 @@ const BUCKET_MAX: usize = 4;
 
 /// A submission's QMDs and constant banks as they lie in memory, and what its pushbuffer needs.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Plan {
+pub(crate) struct SubmitPlan {
     /// QMD address of each live launch, in order.
     qmds: Vec<u64>,
     /// Per live launch: an idle release goes in front of its SEND_PCAS.
@@ -268,18 +268,18 @@ impl Patch {
 
 /// A prepared submission: its key (everything its encoding depends on except the sequence) and plan.
 #[derive(Debug)]
-struct Prepared {
+struct PreparedSubmit {
     key: Vec<u32>,
     offset: u64,
-    plan: Plan,
+    plan: SubmitPlan,
 }
 
 /// Encoded submissions kept for reuse (see [`LaunchTuning::prepared`]).
 pub(crate) struct PreparedPool {
-    mem: Mem,
+    mem: DriverMem,
     head: u64,
     /// Prepared submissions by key hash; keys that hash alike share a (short) bucket.
-    entries: HashMap<u64, Vec<Prepared>>,
+    entries: HashMap<u64, Vec<PreparedSubmit>>,
     /// Prepared submissions held.
     count: usize,
     /// Submissions sent from a prepared encoding, and ones encoded afresh.
@@ -288,7 +288,7 @@ pub(crate) struct PreparedPool {
 }
 
 impl PreparedPool {
-    fn new(mem: Mem) -> Self {
+    fn new(mem: DriverMem) -> Self {
         PreparedPool { mem, head: 0, entries: HashMap::new(), count: 0, hits: 0, misses: 0 }
     }
 
@@ -315,7 +315,7 @@ impl PreparedPool {
 
     /// The plan of entry `pos` of bucket `hash`, its payload lines rewritten to carry `sequence` first.
     /// Only called with no work in flight.
-    fn patched(&mut self, hash: u64, pos: usize, sequence: u32) -> &Plan {
+    fn patched(&mut self, hash: u64, pos: usize, sequence: u32) -> &SubmitPlan {
         let cpu = self.mem.cpu;
         let e = &mut self.entries.get_mut(&hash).expect("found by `find`")[pos];
         if e.plan.sequence != sequence {
@@ -337,14 +337,14 @@ impl PreparedPool {
 
     /// Keeps `plan`, encoded at `offset` of the pool, under `key` (hashing to `hash`); the oldest of a
     /// full bucket goes.
-    fn insert(&mut self, hash: u64, key: Vec<u32>, offset: u64, plan: Plan) -> &Plan {
+    fn insert(&mut self, hash: u64, key: Vec<u32>, offset: u64, plan: SubmitPlan) -> &SubmitPlan {
         let bucket = self.entries.entry(hash).or_default();
         if bucket.len() >= BUCKET_MAX {
             bucket.remove(0);
         } else {
             self.count += 1;
         }
-        bucket.push(Prepared { key, offset, plan });
+        bucket.push(PreparedSubmit { key, offset, plan });
         &bucket.last().expect("just pushed").plan
     }
 }
@@ -509,7 +509,7 @@ fn tune_qmd(
 /// of a chain), an idle release to `barrier_va` in front of each that must wait for its predecessor, then
 /// the markers — marker 0 as a host release when nothing launches (else the last QMD releases it; a chain
 /// is first waited for), and marker 1 last.
-fn push_launches(push: &mut Push, plan: &Plan, s: &Submission<'_>, t: &LaunchTuning, barrier_va: u64) {
+fn push_launches(push: &mut Push, plan: &SubmitPlan, s: &Submission<'_>, t: &LaunchTuning, barrier_va: u64) {
     for (k, &qmd_va) in plan.qmds.iter().enumerate() {
         if k == 0 || !plan.chain {
             if plan.barrier_before[k] {
@@ -533,7 +533,7 @@ fn push_launches(push: &mut Push, plan: &Plan, s: &Submission<'_>, t: &LaunchTun
 impl Queue {
     /// The service with the prepared-submission pool `pool`; the first submission invalidates the
     /// instruction cache.
-    pub(crate) fn new(pool: Mem) -> Self {
+    pub(crate) fn new(pool: DriverMem) -> Self {
         Queue {
             templates: HashMap::new(),
             prepared: PreparedPool::new(pool),
@@ -553,7 +553,7 @@ impl Queue {
     }
 
     /// The pool's memory, for close.
-    pub(crate) fn into_pool(self) -> Mem {
+    pub(crate) fn into_pool(self) -> DriverMem {
         self.prepared.mem
     }
 
@@ -614,9 +614,9 @@ impl Queue {
         w: &Work<'_, '_>,
         key: &mut Vec<u32>,
         cbuf: &mut Vec<u32>,
-    ) -> Result<Cow<'q, Plan>, HalError> {
+    ) -> Result<Cow<'q, SubmitPlan>, HalError> {
         if w.live.is_empty() {
-            return Ok(Cow::Owned(Plan::default()));
+            return Ok(Cow::Owned(SubmitPlan::default()));
         }
         let mut hash = 0;
         if w.tuning.prepared {
@@ -660,13 +660,13 @@ impl Queue {
         base_va: u64,
         base_cpu: *mut u8,
         cbuf: &mut Vec<u32>,
-    ) -> Result<Plan, HalError> {
+    ) -> Result<SubmitPlan, HalError> {
         let (s, t, arch) = (w.s, &w.tuning, w.arch);
         let cbuf_off = (arch.qmd_bytes as u64).next_multiple_of(64);
         let payload0 = qmd::release_payload_word(arch, 0).expect("release 0 exists");
         let payload1 = qmd::release_payload_word(arch, 1).expect("release 1 exists");
         let encode_error = |i: usize, e: qmd::QmdError| HalError::Unsupported(format!("launch {i}: {e}"));
-        let mut plan = Plan { chain: w.chain, sequence: s.sequence, ..Plan::default() };
+        let mut plan = SubmitPlan { chain: w.chain, sequence: s.sequence, ..SubmitPlan::default() };
         plan.qmds.reserve(w.live.len());
         plan.barrier_before.reserve(w.live.len());
         for (k, &i) in w.live.iter().enumerate() {
@@ -729,16 +729,16 @@ impl Queue {
     }
 }
 
-impl Open {
+impl OpenDevice {
     /// [`Queue::submit`] on this device's channels.
     pub(crate) fn submit(&mut self, s: &Submission<'_>, config: &NvidiaConfig) -> Result<(), HalError> {
-        let Open { base, arch, gr, channels, queue, .. } = self;
+        let OpenDevice { base, arch, gr, channels, queue, .. } = self;
         queue.submit(base, channels, arch, gr, s, config)
     }
 }
 
 /// One of the backend's own buffers as the session's latch report names it.
-pub(crate) fn queue_buffer(what: &'static str, m: &Mem) -> QueueBuffer {
+pub(crate) fn queue_buffer(what: &'static str, m: &DriverMem) -> QueueBuffer {
     QueueBuffer { what, va: m.va, bytes: m.bytes }
 }
 
@@ -1017,20 +1017,21 @@ mod tests {
         let s = Submission { launches: &[], markers: [m(0x1000), m(0x1010)], sequence: 9, stamps: None };
         let t = LaunchTuning::default();
         let qmds = vec![0x10_0000_0000, 0x10_0000_0400, 0x10_0000_0800];
-        let sent = |plan: &Plan| {
+        let sent = |plan: &SubmitPlan| {
             let mut push = Push::new();
             push_launches(&mut push, plan, &s, &t, 0x2010);
             push
         };
         // A chain: only its first QMD is sent; marker 1 waits until the last QMD released marker 0.
-        let chain = Plan { qmds: qmds.clone(), barrier_before: vec![false; 3], chain: true, ..Plan::default() };
+        let chain =
+            SubmitPlan { qmds: qmds.clone(), barrier_before: vec![false; 3], chain: true, ..SubmitPlan::default() };
         let mut want = Push::new();
         want.send_pcas_with(qmds[0], t.pcas_action);
         want.host_semaphore(0x1000, 9, host::SEM_OP_ACQ_CIRC_GEQ);
         want.release_after_idle(0x1010, 9);
         assert_eq!(sent(&chain), want);
         // Idle releases: every QMD is sent, with the barrier in front of the ones that wait.
-        let idle = Plan { qmds: qmds.clone(), barrier_before: vec![false, true, false], ..Plan::default() };
+        let idle = SubmitPlan { qmds: qmds.clone(), barrier_before: vec![false, true, false], ..SubmitPlan::default() };
         let mut want = Push::new();
         want.send_pcas_with(qmds[0], t.pcas_action);
         want.release_after_idle(0x2010, 1);
@@ -1042,7 +1043,7 @@ mod tests {
         let mut want = Push::new();
         want.release_after_idle(0x1000, 9);
         want.release_after_idle(0x1010, 9);
-        assert_eq!(sent(&Plan::default()), want);
+        assert_eq!(sent(&SubmitPlan::default()), want);
     }
 
     #[test]

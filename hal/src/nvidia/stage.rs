@@ -18,7 +18,7 @@
 //! only be built after them: [`RmStage`] records through the RM client alone (device objects, the
 //! usermode mapping, the boost), and [`Stage::resume`] takes its records over once `Base` exists.
 
-use super::memory::{Mem, MemRecord, MemSpec};
+use super::memory::{DriverMem, DriverMemSpec, MemRecord};
 use super::rm::{MapVia, Rm, RmAllocParams};
 use super::sys::perf_boost;
 use super::Base;
@@ -227,7 +227,7 @@ impl<'a> Stage<'a> {
     }
 
     /// [`Base::new_mem`], recorded.
-    pub(crate) fn mem(&mut self, spec: MemSpec, call: &'static str) -> Result<Mem, HalError> {
+    pub(crate) fn mem(&mut self, spec: DriverMemSpec, call: &'static str) -> Result<DriverMem, HalError> {
         let m = self.base.new_mem(spec, call)?;
         self.made.push(Record::Mem(m.record()));
         Ok(m)
@@ -297,7 +297,7 @@ mod tests {
     use std::cell::RefCell;
 
     use super::*;
-    use crate::nvidia::memory::MemKind;
+    use crate::nvidia::memory::DriverMemKind;
 
     thread_local! {
         /// What the stages of this thread released, in order.
@@ -329,7 +329,14 @@ mod tests {
     /// A memory object of 2 MiB of low VA (the record a successful `Stage::mem` would keep).
     fn mem(s: &mut Stage<'_>) {
         let va = s.base().va_low.alloc(2 << 20, 2 << 20).unwrap();
-        let m = Mem { handle: 0, kind: MemKind::Vid, va, bytes: 2 << 20, cpu: std::ptr::null_mut(), low_va: true };
+        let m = DriverMem {
+            handle: 0,
+            kind: DriverMemKind::Vid,
+            va,
+            bytes: 2 << 20,
+            cpu: std::ptr::null_mut(),
+            low_va: true,
+        };
         s.made.push(Record::Mem(m.record()));
     }
 

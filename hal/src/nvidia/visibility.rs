@@ -26,9 +26,9 @@
 use std::ptr;
 
 use super::channel::{store_fence, Target, Wait, INTERNAL_SPIN_NS};
-use super::memory::{Mem, MemKind, MemSpec, Placement, HUGE_PAGE, PAGE};
+use super::memory::{DriverMem, DriverMemKind, DriverMemSpec, Placement, HUGE_PAGE, PAGE};
 use super::push::Push;
-use super::{sys, Base, Nvidia, NvidiaConfig, Open};
+use super::{sys, Base, Nvidia, NvidiaConfig, OpenDevice};
 use crate::clock::Clock;
 use crate::error::HalError;
 use crate::memory::Allocation;
@@ -50,7 +50,7 @@ struct HostBytes {
 
 /// The staging ring: two halves of `half` bytes, pinned host memory mapped for the GPU.
 pub(crate) struct StagingRing {
-    mem: Mem,
+    mem: DriverMem,
     half: u64,
 }
 
@@ -64,7 +64,7 @@ pub(crate) struct Syncs {
     ring: Option<StagingRing>,
     /// Rings given up after a copy that did not complete: the device may still write them, so they are
     /// only freed at close, after the channels.
-    lost: Vec<Mem>,
+    lost: Vec<DriverMem>,
 }
 
 impl Syncs {
@@ -86,7 +86,7 @@ impl Syncs {
     }
 
     /// The memory close frees (after the channels): the ring and every ring given up.
-    pub(crate) fn into_memory(self) -> impl Iterator<Item = Mem> {
+    pub(crate) fn into_memory(self) -> impl Iterator<Item = DriverMem> {
         self.ring.map(|r| r.mem).into_iter().chain(self.lost)
     }
 
@@ -110,8 +110,8 @@ impl Syncs {
             base.drop_mem(old.mem);
         }
         if self.ring.is_none() {
-            let host = MemSpec {
-                kind: MemKind::Host,
+            let host = DriverMemSpec {
+                kind: DriverMemKind::Host,
                 bytes: 2 * half,
                 page: PAGE,
                 contiguous: false,
@@ -120,8 +120,8 @@ impl Syncs {
             };
             // Driver-owned system memory in 2 MiB pages when asked (`huge_staging`); this process's own
             // pinned pages when that is off or refused.
-            let huge = MemSpec {
-                kind: MemKind::Sys,
+            let huge = DriverMemSpec {
+                kind: DriverMemKind::Sys,
                 bytes: (2 * half).next_multiple_of(HUGE_PAGE),
                 page: HUGE_PAGE,
                 cpu_map: Some(sys::map_caching::CACHED),
@@ -169,7 +169,7 @@ fn piece(i: u64, len: u64, half: u64) -> (u64, u64, u64) {
     (i * half, half.min(len - i * half), (i % 2) * half)
 }
 
-impl Open {
+impl OpenDevice {
     fn sync(
         &mut self,
         a: &Allocation,
@@ -302,7 +302,7 @@ impl Open {
         }
     }
 
-    /// The pieces of [`Open::staged_copy`] on the ring at (`ring_va`, `ring_cpu`) with halves of `half`.
+    /// The pieces of [`OpenDevice::staged_copy`] on the ring at (`ring_va`, `ring_cpu`) with halves of `half`.
     #[allow(clippy::too_many_arguments)]
     fn staged_pieces(
         &mut self,
@@ -403,7 +403,7 @@ impl Nvidia {
     /// Runs `f` on the open device with the settings and the clock.
     fn with_open<R>(
         &self,
-        f: impl FnOnce(&mut Open, &NvidiaConfig, &dyn Clock) -> Result<R, HalError>,
+        f: impl FnOnce(&mut OpenDevice, &NvidiaConfig, &dyn Clock) -> Result<R, HalError>,
     ) -> Result<R, HalError> {
         let config = self.config();
         let mut st = sync::lock(&self.state);

@@ -11,7 +11,7 @@ impl CompletionPoll for Sim {
         let now = self.clock.now_ns();
         let mut st = sync::lock(&self.state);
         if st.take_fault(|f| *f == SimFault::RefusePoll).is_some() {
-            return Err(PollRefused("sim: injected poll refusal".into()));
+            return Err(PollRefused::Injected);
         }
         self.advance(&mut st, now);
         drop(st);

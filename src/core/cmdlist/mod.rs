@@ -36,8 +36,8 @@ pub use types::*;
 
 use omega_hal::{ConstBank, LaunchDesc, Order};
 
-use crate::error::Error;
-use crate::session::{GpuMem, LaunchSpec, RawLaunch, Runtime};
+use crate::error::{Error, Stage};
+use crate::session::{GpuMem, LaunchShape, LaunchSpec, RawLaunch, Runtime};
 use crate::sync::{self, Ordering};
 
 /// Result with [`CmdListError`].
@@ -49,10 +49,7 @@ struct Recorded {
     code_va: u64,
     code_bytes: u64,
     gpr_count: u32,
-    block: [u32; 3],
-    grid: [u32; 3],
-    shared_bytes: u32,
-    dynamic_shared_bytes: u32,
+    shape: LaunchShape,
     local_bytes_per_thread: u32,
     barrier_count: u32,
     num_elements: u32,
@@ -61,8 +58,6 @@ struct Recorded {
     /// Range in the list's constant-bank arena.
     banks: (usize, usize),
     independent: bool,
-    timeout_ms: u32,
-    spin_us: u32,
 }
 
 /// `OmegaGpuCmdList`: recorded launches on runtime `'r`, submitted as one unit.
@@ -111,7 +106,7 @@ impl<'r> CmdList<'r> {
 
     /// [`CmdList::create`] for a caller that holds the session lock.
     pub fn create_locked(rt: &'r Runtime, opts: Option<&CmdListOpts>) -> Result<Self> {
-        let stage = "cmdlist create";
+        let stage = Stage::CmdListCreate;
         rt.require_lock(stage)?;
         let opts = opts.copied().unwrap_or_default();
         let Some(mode) = BarrierMode::from_raw(opts.barrier) else {
@@ -151,7 +146,7 @@ impl<'r> CmdList<'r> {
 
     /// [`CmdList::free`] for a caller that holds the session lock.
     pub fn free_locked(self) -> Result<()> {
-        self.rt.require_lock("cmdlist free")?;
+        self.rt.require_lock(Stage::CmdListFree)?;
         drop(self);
         Ok(())
     }
@@ -164,9 +159,9 @@ impl<'r> CmdList<'r> {
     /// `omega_gpu_cmdlist_reset`: forgets every recorded launch (statistics and options stay). Caller holds
     /// the lock, as for [`CmdList::add`]. Refused on a latched list.
     pub fn reset(&mut self) -> Result<()> {
-        self.rt.require_lock("cmdlist reset")?;
+        self.rt.require_lock(Stage::CmdListReset)?;
         if self.latched {
-            return self.refuse(CmdListError::ListLatched("cmdlist reset"));
+            return self.refuse(CmdListError::ListLatched(Stage::CmdListReset));
         }
         self.launches.clear();
         self.args.clear();
@@ -191,7 +186,7 @@ impl<'r> CmdList<'r> {
         match unsafe { LaunchSpec::from_raw(l) } {
             Ok(spec) => self.add(&spec),
             Err(e) => {
-                self.rt.require_lock("cmdlist add")?;
+                self.rt.require_lock(Stage::CmdListAdd)?;
                 self.stats.refusals += 1;
                 Err(record(self.rt, e))
             }
@@ -202,7 +197,7 @@ impl<'r> CmdList<'r> {
     /// names stage "launch arguments"), then records it, its argument words copied. Returns its index.
     /// Refused past [`MAX_LAUNCHES`] ([`CmdListError::Full`]). Caller holds the lock; the device is open.
     pub fn add(&mut self, spec: &LaunchSpec<'_>) -> Result<u32> {
-        let stage = "cmdlist add";
+        let stage = Stage::CmdListAdd;
         self.rt.require_lock(stage)?;
         if self.latched {
             return self.refuse(CmdListError::ListLatched(stage));
@@ -227,18 +222,20 @@ impl<'r> CmdList<'r> {
             code_va: desc.code_va,
             code_bytes: desc.code_bytes,
             gpr_count: desc.gpr_count,
-            block: desc.block,
-            grid: desc.grid,
-            shared_bytes: desc.shared_bytes,
-            dynamic_shared_bytes: desc.dynamic_shared_bytes,
             local_bytes_per_thread: desc.local_bytes_per_thread,
             barrier_count: desc.barrier_count,
             num_elements: desc.num_elements,
             args: (start, desc.args.len()),
             banks: (banks_start, desc.const_banks.len()),
             independent: false,
-            timeout_ms: spec.timeout_ms,
-            spin_us: spec.spin_us,
+            shape: LaunchShape {
+                grid: desc.grid,
+                block: desc.block,
+                shared_bytes: desc.shared_bytes,
+                dynamic_shared_bytes: desc.dynamic_shared_bytes,
+                timeout_ms: spec.shape.timeout_ms,
+                spin_us: spec.shape.spin_us,
+            },
         });
         Ok(self.launches.len() as u32 - 1)
     }
@@ -246,7 +243,7 @@ impl<'r> CmdList<'r> {
     /// `omega_gpu_cmdlist_mark_independent`: launch `index` may overlap the launch before it (no barrier).
     pub fn mark_independent(&mut self, index: u32) -> Result<()> {
         if self.latched {
-            return self.refuse(CmdListError::ListLatched("cmdlist mark independent"));
+            return self.refuse(CmdListError::ListLatched(Stage::CmdListMarkIndependent));
         }
         let count = self.count();
         match self.launches.get_mut(index as usize) {
@@ -268,7 +265,7 @@ impl<'r> CmdList<'r> {
         if self.opts.timeout_ms != 0 {
             return self.opts.timeout_ms;
         }
-        self.launches.iter().fold(0u32, |t, l| t.saturating_add(l.timeout_ms))
+        self.launches.iter().fold(0u32, |t, l| t.saturating_add(l.shape.timeout_ms))
     }
 
     /// `omega_gpu_cmdlist_submit`: submits every recorded launch as one submission and waits once for its
@@ -278,7 +275,7 @@ impl<'r> CmdList<'r> {
     /// list, then the session. A kernel fault is certain: neither latches, and the channel is dead until
     /// close and reopen, as after a single launch.
     pub fn submit(&mut self) -> Result<ListCompletion> {
-        let stage = "cmdlist submit";
+        let stage = Stage::CmdListSubmit;
         let rt = self.rt;
         rt.require_lock(stage)?;
         if self.latched {
@@ -323,10 +320,10 @@ impl<'r> CmdList<'r> {
                 code_va: l.code_va,
                 code_bytes: l.code_bytes,
                 gpr_count: l.gpr_count,
-                block: l.block,
-                grid: l.grid,
-                shared_bytes: l.shared_bytes,
-                dynamic_shared_bytes: l.dynamic_shared_bytes,
+                block: l.shape.block,
+                grid: l.shape.grid,
+                shared_bytes: l.shape.shared_bytes,
+                dynamic_shared_bytes: l.shape.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
                 barrier_count: l.barrier_count,
                 features: omega_hal::LaunchFeatures::NONE,
@@ -344,7 +341,7 @@ impl<'r> CmdList<'r> {
         let spin_us = if self.opts.spin_us != 0 {
             self.opts.spin_us
         } else {
-            self.launches.iter().map(|l| l.spin_us).max().unwrap_or(0)
+            self.launches.iter().map(|l| l.shape.spin_us).max().unwrap_or(0)
         };
         // Latched from here until the completion is certain: the list first, then (inside the wait) the
         // session, so no path leaves a list usable whose work may still be running.

@@ -5,13 +5,13 @@
 use omega_hal::MarkerSlot;
 
 use super::types::STAMP_BYTES;
-use crate::error::Result;
+use crate::error::{Result, Stage};
 use crate::session::{GpuMem, Runtime, STAMP_AREA};
 use crate::sync;
 
 /// Allocates a zeroed stamp area for `launches` launches, through the session's memory. Caller holds the
 /// lock; the device is open.
-pub(super) fn alloc(rt: &Runtime, launches: u32, stage: &'static str) -> Result<GpuMem> {
+pub(super) fn alloc(rt: &Runtime, launches: u32, stage: Stage) -> Result<GpuMem> {
     rt.alloc_polled((u64::from(launches) * STAMP_BYTES) as usize, STAMP_AREA, stage)
 }
 

@@ -2,7 +2,7 @@
 
 use omega_hal::Order;
 
-use crate::error::Error;
+use crate::error::{Error, Stage};
 
 /// `OMEGA_GPU_CMDLIST_MAX_LAUNCHES`: launches one list can hold.
 pub const MAX_LAUNCHES: u32 = 2048;
@@ -177,7 +177,7 @@ pub enum CmdListError {
     },
     /// The list latched after an uncertain completion; it refuses everything but free and the queries.
     #[error("{0}: refused, the list is latched after an uncertain completion")]
-    ListLatched(&'static str),
+    ListLatched(Stage),
     /// A session failure.
     #[error(transparent)]
     Session(#[from] Error),
@@ -185,13 +185,13 @@ pub enum CmdListError {
 
 impl CmdListError {
     /// The stage alone.
-    pub fn stage(&self) -> &'static str {
+    pub fn stage(&self) -> Stage {
         match self {
-            CmdListError::Full => "cmdlist add",
-            CmdListError::NoSuchLaunch { .. } => "cmdlist mark independent",
-            CmdListError::BadBarrier(_) => "cmdlist create",
-            CmdListError::Empty | CmdListError::StaleStamps | CmdListError::StaleCode { .. } => "cmdlist submit",
-            CmdListError::ListLatched(stage) => stage,
+            CmdListError::Full => Stage::CmdListAdd,
+            CmdListError::NoSuchLaunch { .. } => Stage::CmdListMarkIndependent,
+            CmdListError::BadBarrier(_) => Stage::CmdListCreate,
+            CmdListError::Empty | CmdListError::StaleStamps | CmdListError::StaleCode { .. } => Stage::CmdListSubmit,
+            CmdListError::ListLatched(stage) => *stage,
             CmdListError::Session(e) => e.stage(),
         }
     }

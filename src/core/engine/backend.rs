@@ -3,25 +3,108 @@
 //! same way.
 
 use super::types::{BackendDiag, Timeouts, Wait};
+use crate::error::{ChannelFault, Error};
+
+/// Why a backend's step could not go on, in the backend's terms; the run's detail text is its Display.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StepCause {
+    /// The session's own failure (the session backend), whole.
+    #[error("{0}")]
+    Session(Box<Error>),
+    /// A job of `n` f32 whose bytes overflow the address space.
+    #[error("{n} f32 overflow the address space")]
+    Overflow {
+        /// The job's length.
+        n: usize,
+    },
+    /// The calling thread does not hold the session lock.
+    #[error("the calling thread does not hold the session lock (take it first)")]
+    LockNotHeld,
+    /// The session is latched; its last error says why.
+    #[error("the session is latched: {last_error}")]
+    SessionLatched {
+        /// The session's last-error text.
+        last_error: String,
+    },
+    /// The channel faulted in an earlier run and stays dead until close and reopen.
+    #[error("the channel is dead until close and reopen ({0})")]
+    ChannelDead(ChannelFault),
+    /// The channel reported an error during this launch.
+    #[error("{0}")]
+    Fault(ChannelFault),
+    /// A custom backend table without the step's function.
+    #[error("the backend table has no `{0}` function")]
+    TableMissing(&'static str),
+    /// A custom backend's step returned a failure code.
+    #[error("custom backend: {step} returned {rc}")]
+    TableStep {
+        /// The step.
+        step: &'static str,
+        /// Its return code.
+        rc: i32,
+    },
+    /// A custom backend's prepare reported a latched device.
+    #[error("custom backend: the device is latched")]
+    TableLatched,
+    /// A custom backend refused the launch.
+    #[error("custom backend: launch refused")]
+    TableRefused,
+    /// A custom backend's poll was refused.
+    #[error("custom backend: poll refused")]
+    TablePollRefused,
+    /// A custom backend reported a channel error.
+    #[error("custom backend: channel error Xid {0}")]
+    TableFault(u32),
+    /// The fake backend's injected faults, one per step it can fail.
+    #[error("fake: device unavailable (injected)")]
+    FakeUnavailable,
+    /// Injected: latched.
+    #[error("fake: device latched (injected)")]
+    FakeLatched,
+    /// Injected: out of memory at alloc.
+    #[error("fake: out of device memory (injected)")]
+    FakeOutOfMemory,
+    /// Injected: the upload's sync refused.
+    #[error("fake: sync to device refused (injected)")]
+    FakeSyncToDevice,
+    /// Injected: the launch refused before submit.
+    #[error("fake: launch refused before submit (injected)")]
+    FakeRefused,
+    /// Injected: the poll refused.
+    #[error("fake: poll refused (injected)")]
+    FakePollRefused,
+    /// Injected: a channel error.
+    #[error("fake: channel error Xid {0} (injected)")]
+    FakeFault(u32),
+    /// Injected: the readback's sync refused.
+    #[error("fake: sync to CPU refused (injected)")]
+    FakeSyncToCpu,
+}
+
+impl From<Error> for StepCause {
+    fn from(e: Error) -> StepCause {
+        StepCause::Session(Box::new(e))
+    }
+}
 
 /// Why the backend's device is not usable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unready {
     /// Not usable now (lock not held, open failed, channel dead): DEVICE_UNAVAILABLE.
-    Unavailable(String),
+    Unavailable(StepCause),
     /// Latched after an uncertain completion: the device may still be running (UNCERTAIN_COMPLETION_BLOCKED).
-    Latched(String),
+    Latched(StepCause),
 }
 
 /// How the launch step failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LaunchFailure {
     /// Refused before the device saw anything: certain, nothing ran.
-    Refused(String),
+    Refused(StepCause),
     /// A marker did not arrive within its limit: uncertain.
     Timeout(Wait),
     /// The poll of a marker was refused: uncertain.
-    PollRefused(Wait, String),
+    PollRefused(Wait, StepCause),
     /// Cancelled while waiting for a marker: uncertain.
     Cancelled(Wait),
     /// The channel reported an error while waiting for a marker: certain (the work stopped).
@@ -30,14 +113,14 @@ pub enum LaunchFailure {
         wait: Wait,
         /// The channel's error code.
         xid: u32,
-        /// Its text.
-        detail: String,
+        /// The channel's report.
+        detail: StepCause,
     },
 }
 
 /// A completed launch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Launched {
+pub struct CompletedLaunch {
     /// Submit to the ENGINE_IDLE marker, backend-clock ns.
     pub kernel_ns: u64,
     /// The first marker word observed.
@@ -58,13 +141,13 @@ pub trait Backend: Send {
     /// Makes the device usable.
     fn prepare(&mut self) -> Result<(), Unready>;
     /// Allocates device buffers for two inputs and an output of `n` f32.
-    fn alloc(&mut self, n: usize) -> Result<(), String>;
+    fn alloc(&mut self, n: usize) -> Result<(), StepCause>;
     /// Writes the inputs to the device and poisons the device output.
-    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), String>;
+    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), StepCause>;
     /// Places the kernel, submits `out = a + b` over `n` elements and waits for both markers.
-    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<Launched, LaunchFailure>;
+    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure>;
     /// Copies the device output into `out`.
-    fn readback(&mut self, out: &mut [f32]) -> Result<(), String>;
+    fn readback(&mut self, out: &mut [f32]) -> Result<(), StepCause>;
     /// Releases what `alloc` and `launch` took (parks it if the device is latched).
     fn release(&mut self);
     /// What the backend saw of the last run.

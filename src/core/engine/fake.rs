@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use super::backend::{Backend, LaunchFailure, Launched, Unready};
+use super::backend::{Backend, CompletedLaunch, LaunchFailure, StepCause, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_FAKE};
 use crate::sync::{self, Arc, Mutex};
 
@@ -120,17 +120,17 @@ impl Backend for FakeBackend {
         s.stats.calls[0] += 1;
         s.diag = BackendDiag { backend: BACKEND_FAKE, ..Default::default() };
         match s.take(|f| matches!(f, FakeFault::Unavailable | FakeFault::Latched)) {
-            Some(FakeFault::Unavailable) => Err(Unready::Unavailable("fake: device unavailable (injected)".into())),
-            Some(_) => Err(Unready::Latched("fake: device latched (injected)".into())),
+            Some(FakeFault::Unavailable) => Err(Unready::Unavailable(StepCause::FakeUnavailable)),
+            Some(_) => Err(Unready::Latched(StepCause::FakeLatched)),
             None => Ok(()),
         }
     }
 
-    fn alloc(&mut self, n: usize) -> Result<(), String> {
+    fn alloc(&mut self, n: usize) -> Result<(), StepCause> {
         let mut s = sync::lock(&self.inner);
         s.stats.calls[1] += 1;
         if s.take(|f| *f == FakeFault::Alloc).is_some() {
-            return Err("fake: out of device memory (injected)".into());
+            return Err(StepCause::FakeOutOfMemory);
         }
         s.device = Some([vec![0.0; n], vec![0.0; n], vec![0.0; n]]);
         s.stats.live_buffers = 3;
@@ -138,11 +138,11 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
-    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), String> {
+    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), StepCause> {
         let mut s = sync::lock(&self.inner);
         s.stats.calls[2] += 1;
         if s.take(|f| *f == FakeFault::Upload).is_some() {
-            return Err("fake: sync to device refused (injected)".into());
+            return Err(StepCause::FakeSyncToDevice);
         }
         let d = s.device.as_mut().expect("the engine uploads only after a successful alloc");
         d[0].copy_from_slice(a);
@@ -151,7 +151,7 @@ impl Backend for FakeBackend {
         Ok(())
     }
 
-    fn launch(&mut self, n: usize, _timeouts: &Timeouts) -> Result<Launched, LaunchFailure> {
+    fn launch(&mut self, n: usize, _timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure> {
         let mut s = sync::lock(&self.inner);
         s.stats.calls[3] += 1;
         let fault = s.take(|f| {
@@ -166,7 +166,7 @@ impl Backend for FakeBackend {
             )
         });
         if fault == Some(FakeFault::Refuse) {
-            return Err(LaunchFailure::Refused("fake: launch refused before submit (injected)".into()));
+            return Err(LaunchFailure::Refused(StepCause::FakeRefused));
         }
         let start = s.tick();
         s.sequence = s.sequence.wrapping_add(1).max(1);
@@ -181,13 +181,11 @@ impl Backend for FakeBackend {
         }
         match fault {
             Some(FakeFault::Timeout(w)) => Err(LaunchFailure::Timeout(w)),
-            Some(FakeFault::RefusePoll(w)) => {
-                Err(LaunchFailure::PollRefused(w, "fake: poll refused (injected)".into()))
-            }
+            Some(FakeFault::RefusePoll(w)) => Err(LaunchFailure::PollRefused(w, StepCause::FakePollRefused)),
             Some(FakeFault::Cancel(w)) => Err(LaunchFailure::Cancelled(w)),
             Some(FakeFault::Fault(w, xid)) => {
                 s.diag.xid = xid;
-                Err(LaunchFailure::Fault { wait: w, xid, detail: format!("fake: channel error Xid {xid} (injected)") })
+                Err(LaunchFailure::Fault { wait: w, xid, detail: StepCause::FakeFault(xid) })
             }
             _ => {
                 let kernel_ns = s.tick() - start;
@@ -195,16 +193,16 @@ impl Backend for FakeBackend {
                 let marker = s.sequence;
                 s.diag.marker = marker;
                 s.diag.kernel_ns = kernel_ns;
-                Ok(Launched { kernel_ns, marker })
+                Ok(CompletedLaunch { kernel_ns, marker })
             }
         }
     }
 
-    fn readback(&mut self, out: &mut [f32]) -> Result<(), String> {
+    fn readback(&mut self, out: &mut [f32]) -> Result<(), StepCause> {
         let mut s = sync::lock(&self.inner);
         s.stats.calls[4] += 1;
         if s.take(|f| *f == FakeFault::Readback).is_some() {
-            return Err("fake: sync to CPU refused (injected)".into());
+            return Err(StepCause::FakeSyncToCpu);
         }
         let d = s.device.as_ref().expect("the engine reads back only after a successful alloc");
         out.copy_from_slice(&d[2][..out.len()]);

@@ -30,7 +30,7 @@ mod session;
 mod table;
 mod types;
 
-pub use backend::{Backend, LaunchFailure, Launched, Unready};
+pub use backend::{Backend, CompletedLaunch, LaunchFailure, StepCause, Unready};
 pub use fake::{FakeBackend, FakeFault, FakeStats};
 pub use session::SessionBackend;
 pub use table::{
@@ -45,7 +45,7 @@ use crate::sync::{self, AtomicBool, Mutex, Ordering};
 pub type ClockFn = extern "C" fn() -> u64;
 
 #[derive(Clone, Copy, Debug)]
-enum Clock {
+enum EngineClock {
     /// The backend's own.
     Backend,
     /// Installed by [`set_clock`].
@@ -63,7 +63,7 @@ struct Globals {
     blocked: AtomicBool,
     engine: Mutex<Engine>,
     /// Apart from `engine`, so that setting it never waits for a run (whose clock callback may set it).
-    clock: Mutex<Clock>,
+    clock: Mutex<EngineClock>,
 }
 
 fn globals() -> &'static Globals {
@@ -71,12 +71,12 @@ fn globals() -> &'static Globals {
     GLOBALS.get_or_init(|| Globals {
         blocked: AtomicBool::new(false),
         engine: Mutex::new(Engine { backend: None }),
-        clock: Mutex::new(Clock::Backend),
+        clock: Mutex::new(EngineClock::Backend),
     })
 }
 
 /// The clock a run starting now reads.
-fn current_clock() -> Clock {
+fn current_clock() -> EngineClock {
     *sync::lock(&globals().clock)
 }
 
@@ -114,7 +114,7 @@ pub fn is_blocked() -> bool {
 /// `omega_gpu_engine_set_clock`: the clock result times are read from (`None`: the backend's own), from the
 /// next run on. Never waits for a run in progress, so a clock callback may call it too.
 pub fn set_clock(clock: Option<ClockFn>) {
-    *sync::lock(&globals().clock) = clock.map_or(Clock::Backend, Clock::Fn);
+    *sync::lock(&globals().clock) = clock.map_or(EngineClock::Backend, EngineClock::Fn);
 }
 
 /// `omega_gpu_engine_test_reset_block`: clears the block. TEST ONLY (INTERNAL): a blocked process must stay
@@ -131,22 +131,22 @@ pub fn test_force_block() {
 /// `omega_gpu_engine_test_set_clock`: pins the engine clock at `now_ns` (it does not move until set again or
 /// [`set_clock`] is called). TEST ONLY (INTERNAL).
 pub fn test_set_clock(now_ns: u64) {
-    *sync::lock(&globals().clock) = Clock::Fixed(now_ns);
+    *sync::lock(&globals().clock) = EngineClock::Fixed(now_ns);
 }
 
 /// The state machine of one run.
 struct Run<'b> {
     backend: &'b mut dyn Backend,
-    clock: Clock,
+    clock: EngineClock,
     r: JobResult,
 }
 
 impl Run<'_> {
     fn now(&self) -> u64 {
         match self.clock {
-            Clock::Backend => self.backend.now_ns(),
-            Clock::Fn(f) => f(),
-            Clock::Fixed(t) => t,
+            EngineClock::Backend => self.backend.now_ns(),
+            EngineClock::Fn(f) => f(),
+            EngineClock::Fixed(t) => t,
         }
     }
 
@@ -160,7 +160,7 @@ impl Run<'_> {
         }
     }
 
-    fn fail(mut self, failure: Failure, step: Step, wait: Wait, detail: &str) -> JobResult {
+    fn fail(mut self, failure: Failure, step: Step, wait: Wait, detail: &dyn std::fmt::Display) -> JobResult {
         self.r.failure = failure as u32;
         self.r.step = step as u32;
         self.r.wait = wait as u32;
@@ -181,7 +181,7 @@ impl Run<'_> {
     }
 }
 
-fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: Clock, blocked: &AtomicBool) -> JobResult {
+fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: EngineClock, blocked: &AtomicBool) -> JobResult {
     let mut run = Run { backend, clock, r: JobResult::new() };
     run.r.started_ns = run.now();
     run.enter(State::Initial);
@@ -190,7 +190,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: Clock, blocked: &AtomicB
             Failure::UncertainCompletionBlocked,
             Step::Gate,
             Wait::None,
-            "an earlier completion was uncertain; the GPU may still be running, so nothing runs again in this process",
+            &"an earlier completion was uncertain; the GPU may still be running, so nothing runs again in this process",
         );
     }
 
@@ -223,7 +223,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: Clock, blocked: &AtomicB
     // From here every path releases what the backend holds (parked by it if the completion was uncertain).
     let failed = (|| {
         if let Err(why) = run.backend.upload(a, b) {
-            return Some((Failure::UploadFailed, Step::Upload, Wait::None, why));
+            return Some((Failure::UploadFailed, Step::Upload, Wait::None, why.to_string()));
         }
         run.enter(State::Uploaded);
         match run.backend.launch(n, &job.timeouts) {
@@ -251,7 +251,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: Clock, blocked: &AtomicB
         // only run writing it.
         let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
         if let Err(why) = run.backend.readback(out) {
-            return Some((Failure::ReadbackFailed, Step::Readback, Wait::None, why));
+            return Some((Failure::ReadbackFailed, Step::Readback, Wait::None, why.to_string()));
         }
         run.enter(State::ReadBack);
         None
@@ -269,7 +269,7 @@ fn run(backend: &mut dyn Backend, job: &Job<'_>, clock: Clock, blocked: &AtomicB
 /// The one failure a launch step's outcome is, its step and wait, and whether the completion is uncertain.
 fn classify(f: LaunchFailure) -> (Failure, Step, Wait, String, bool) {
     match f {
-        LaunchFailure::Refused(why) => (Failure::LaunchRefused, Step::Launch, Wait::None, why, false),
+        LaunchFailure::Refused(why) => (Failure::LaunchRefused, Step::Launch, Wait::None, why.to_string(), false),
         LaunchFailure::Timeout(w) => (
             Failure::CompletionTimeout,
             Step::Wait,
@@ -277,10 +277,12 @@ fn classify(f: LaunchFailure) -> (Failure, Step, Wait, String, bool) {
             format!("the {} marker did not arrive within its limit; completion uncertain", w.name()),
             true,
         ),
-        LaunchFailure::PollRefused(w, why) => (Failure::PollRefused, Step::Wait, w, why, true),
+        LaunchFailure::PollRefused(w, why) => (Failure::PollRefused, Step::Wait, w, why.to_string(), true),
         LaunchFailure::Cancelled(w) => {
             (Failure::CompletionCancelled, Step::Wait, w, "cancelled after submit; completion uncertain".into(), true)
         }
-        LaunchFailure::Fault { wait, detail, .. } => (Failure::KernelFault, Step::Wait, wait, detail, false),
+        LaunchFailure::Fault { wait, detail, .. } => {
+            (Failure::KernelFault, Step::Wait, wait, detail.to_string(), false)
+        }
     }
 }

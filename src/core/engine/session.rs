@@ -2,10 +2,12 @@
 //! is none) or a private one (tests) — through the same calls a program makes: alloc, sync, the repository's
 //! `vector_add` kernel, the two-marker wait, readback, free.
 
-use super::backend::{Backend, LaunchFailure, Launched, Unready};
+use super::backend::{Backend, CompletedLaunch, LaunchFailure, StepCause, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_SESSION};
 use crate::error::Error;
-use crate::session::{runtime, AllocKind, GpuMem, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE};
+use crate::session::{
+    runtime, AllocKind, GpuMem, LaunchShape, LaunchSpec, Runtime, ENGINE_BUFFER, MAX_ARGS, PIN_ENGINE,
+};
 use crate::sync;
 
 /// The kernel every VECTOR_1D job runs.
@@ -129,16 +131,14 @@ impl Backend for SessionBackend {
         self.diag = BackendDiag { backend: BACKEND_SESSION, ..Default::default() };
         let rt = self.rt;
         if !rt.holds_lock() {
-            return Err(Unready::Unavailable(
-                "the calling thread does not hold the session lock (take it first)".into(),
-            ));
+            return Err(Unready::Unavailable(StepCause::LockNotHeld));
         }
         if rt.is_blocked() {
-            return Err(Unready::Latched(format!("the session is latched: {}", rt.last_error())));
+            return Err(Unready::Latched(StepCause::SessionLatched { last_error: rt.last_error() }));
         }
-        rt.open().map_err(|e| Unready::Unavailable(e.to_string()))?;
+        rt.open().map_err(|e| Unready::Unavailable(e.into()))?;
         if let Some(f) = sync::lock(&rt.session).channel_fault.clone() {
-            return Err(Unready::Unavailable(format!("the channel is dead until close and reopen ({f})")));
+            return Err(Unready::Unavailable(StepCause::ChannelDead(f)));
         }
         // The engine calls `release` after anything from here on.
         rt.pin_lock(PIN_ENGINE);
@@ -146,28 +146,28 @@ impl Backend for SessionBackend {
         Ok(())
     }
 
-    fn alloc(&mut self, n: usize) -> Result<(), String> {
+    fn alloc(&mut self, n: usize) -> Result<(), StepCause> {
         for _ in 0..3 {
-            let bytes = n.checked_mul(4).ok_or_else(|| format!("{n} f32 overflow the address space"))?;
-            let m = self.rt.alloc_owned(bytes, AllocKind::Data, ENGINE_BUFFER).map_err(|e| e.to_string())?;
+            let bytes = n.checked_mul(4).ok_or(StepCause::Overflow { n })?;
+            let m = self.rt.alloc_owned(bytes, AllocKind::Data, ENGINE_BUFFER).map_err(StepCause::from)?;
             self.data.push(m);
             self.diag.buffers += 1;
         }
         Ok(())
     }
 
-    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), String> {
+    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), StepCause> {
         let rt = self.rt;
-        write_and_sync(rt, &self.data[0], f32_bytes(a)).map_err(|e| e.to_string())?;
-        write_and_sync(rt, &self.data[1], f32_bytes(b)).map_err(|e| e.to_string())?;
+        write_and_sync(rt, &self.data[0], f32_bytes(a)).map_err(StepCause::from)?;
+        write_and_sync(rt, &self.data[1], f32_bytes(b)).map_err(StepCause::from)?;
         // Poisoned, so an output the kernel did not write cannot pass for a result.
-        write_and_sync(rt, &self.data[2], f32_bytes(&vec![f32::NAN; a.len()])).map_err(|e| e.to_string())
+        write_and_sync(rt, &self.data[2], f32_bytes(&vec![f32::NAN; a.len()])).map_err(StepCause::from)
     }
 
-    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<Launched, LaunchFailure> {
+    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure> {
         let entry = match self.place_kernel() {
             Ok(va) => va,
-            Err(e) => return Err(LaunchFailure::Refused(e.to_string())),
+            Err(e) => return Err(LaunchFailure::Refused(e.into())),
         };
         let words: Vec<u32> =
             [addr(self.data[0].va), addr(self.data[1].va), addr(self.data[2].va), [n as u32, 0]].concat()[..7].to_vec();
@@ -175,15 +175,17 @@ impl Backend for SessionBackend {
         let spec = LaunchSpec {
             code_va: entry,
             gpr_count: 0,
-            block: [BLOCK, 1, 1],
-            grid: [(n as u32).div_ceil(BLOCK), 1, 1],
             num_elements: n as u32,
             args: &words,
             max_args: MAX_ARGS as usize,
-            timeout_ms: limits[0],
-            shared_bytes: 0,
-            dynamic_shared_bytes: 0,
-            spin_us: timeouts.spin_us,
+            shape: LaunchShape {
+                grid: [(n as u32).div_ceil(BLOCK), 1, 1],
+                block: [BLOCK, 1, 1],
+                shared_bytes: 0,
+                dynamic_shared_bytes: 0,
+                timeout_ms: limits[0],
+                spin_us: timeouts.spin_us,
+            },
         };
         let mut seen = 0u8;
         let wait = |seen: u8| if seen == 0 { Wait::KernelDone } else { Wait::EngineIdle };
@@ -191,29 +193,29 @@ impl Backend for SessionBackend {
             Ok(done) => {
                 self.diag.marker = done.marker;
                 self.diag.kernel_ns = done.elapsed_ns;
-                Ok(Launched { kernel_ns: done.elapsed_ns, marker: done.marker })
+                Ok(CompletedLaunch { kernel_ns: done.elapsed_ns, marker: done.marker })
             }
             Err(Error::Timeout { marker, .. }) => {
                 Err(LaunchFailure::Timeout(if marker == 0 { Wait::KernelDone } else { Wait::EngineIdle }))
             }
-            Err(Error::PollRefused(why)) => Err(LaunchFailure::PollRefused(wait(seen), why)),
+            Err(Error::PollRefused(why)) => Err(LaunchFailure::PollRefused(wait(seen), Error::PollRefused(why).into())),
             // The completion could not be observed (a panic in the platform or the wait): uncertain, as a
             // refused poll is.
-            Err(e @ Error::PanicAfterSubmit(_)) => Err(LaunchFailure::PollRefused(wait(seen), e.to_string())),
+            Err(e @ Error::PanicAfterSubmit(_)) => Err(LaunchFailure::PollRefused(wait(seen), e.into())),
             Err(Error::CancelledAfterSubmit) => Err(LaunchFailure::Cancelled(wait(seen))),
             Err(Error::Fault(f)) => {
                 self.diag.xid = f.xid;
-                Err(LaunchFailure::Fault { wait: wait(seen), xid: f.xid, detail: f.to_string() })
+                Err(LaunchFailure::Fault { wait: wait(seen), xid: f.xid, detail: StepCause::Fault(f) })
             }
             // Refused descriptor, cancel before submit, failed submit: the device saw nothing.
-            Err(e) => Err(LaunchFailure::Refused(e.to_string())),
+            Err(e) => Err(LaunchFailure::Refused(e.into())),
         }
     }
 
-    fn readback(&mut self, out: &mut [f32]) -> Result<(), String> {
+    fn readback(&mut self, out: &mut [f32]) -> Result<(), StepCause> {
         let c = &self.data[2];
         let bytes = std::mem::size_of_val(out);
-        self.rt.sync_range_to_cpu(c, 0, bytes).map_err(|e| e.to_string())?;
+        self.rt.sync_range_to_cpu(c, 0, bytes).map_err(StepCause::from)?;
         // SAFETY: `c` is a live session buffer of at least `bytes` bytes (allocated for `out.len()` f32) with a
         // CPU view, the kernel has completed (both markers observed) and `out` is the caller's own memory.
         unsafe { std::ptr::copy_nonoverlapping(c.cpu.cast::<f32>(), out.as_mut_ptr(), out.len()) };

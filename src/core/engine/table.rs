@@ -4,7 +4,7 @@
 
 use core::ffi::c_void;
 
-use super::backend::{Backend, LaunchFailure, Launched, Unready};
+use super::backend::{Backend, CompletedLaunch, LaunchFailure, StepCause, Unready};
 use super::types::{BackendDiag, Timeouts, Wait, BACKEND_CUSTOM};
 
 /// A step succeeded.
@@ -88,16 +88,16 @@ impl TableBackend {
         TableBackend { table, diag: BackendDiag { backend: BACKEND_CUSTOM, ..Default::default() } }
     }
 
-    fn missing(step: &str) -> String {
-        format!("the backend table has no `{step}` function")
+    fn missing(step: &'static str) -> StepCause {
+        StepCause::TableMissing(step)
     }
 }
 
-fn step(rc: i32, step: &str) -> Result<(), String> {
+fn step(rc: i32, step: &'static str) -> Result<(), StepCause> {
     if rc == STEP_OK {
         Ok(())
     } else {
-        Err(format!("custom backend: {step} returned {rc}"))
+        Err(StepCause::TableStep { step, rc })
     }
 }
 
@@ -117,12 +117,12 @@ impl Backend for TableBackend {
         // SAFETY: `new`'s contract.
         match unsafe { f(self.table.ctx) } {
             STEP_OK => Ok(()),
-            STEP_LATCHED => Err(Unready::Latched("custom backend: the device is latched".into())),
-            rc => Err(Unready::Unavailable(format!("custom backend: prepare returned {rc}"))),
+            STEP_LATCHED => Err(Unready::Latched(StepCause::TableLatched)),
+            rc => Err(Unready::Unavailable(StepCause::TableStep { step: "prepare", rc })),
         }
     }
 
-    fn alloc(&mut self, n: usize) -> Result<(), String> {
+    fn alloc(&mut self, n: usize) -> Result<(), StepCause> {
         let f = self.table.alloc.ok_or_else(|| Self::missing("alloc"))?;
         // SAFETY: `new`'s contract; `n` fits in u32 (the engine caps jobs at JOB_MAX_ELEMENTS).
         step(unsafe { f(self.table.ctx, n as u32) }, "alloc")?;
@@ -130,13 +130,13 @@ impl Backend for TableBackend {
         Ok(())
     }
 
-    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), String> {
+    fn upload(&mut self, a: &[f32], b: &[f32]) -> Result<(), StepCause> {
         let f = self.table.upload.ok_or_else(|| Self::missing("upload"))?;
         // SAFETY: `new`'s contract; `a` and `b` are valid for `a.len()` f32 during the call.
         step(unsafe { f(self.table.ctx, a.as_ptr(), b.as_ptr(), a.len() as u32) }, "upload")
     }
 
-    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<Launched, LaunchFailure> {
+    fn launch(&mut self, n: usize, timeouts: &Timeouts) -> Result<CompletedLaunch, LaunchFailure> {
         let Some(f) = self.table.launch else { return Err(LaunchFailure::Refused(Self::missing("launch"))) };
         let mut r = LaunchReport::default();
         // SAFETY: `new`'s contract; `timeouts` and `r` are valid for the call.
@@ -150,25 +150,21 @@ impl Backend for TableBackend {
         match outcome {
             LAUNCH_DONE => {
                 self.diag.kernel_ns = r.kernel_ns;
-                Ok(Launched { kernel_ns: r.kernel_ns, marker: r.marker })
+                Ok(CompletedLaunch { kernel_ns: r.kernel_ns, marker: r.marker })
             }
-            LAUNCH_REFUSED => Err(LaunchFailure::Refused("custom backend: launch refused".into())),
-            LAUNCH_POLL_REFUSED => Err(LaunchFailure::PollRefused(wait, "custom backend: poll refused".into())),
+            LAUNCH_REFUSED => Err(LaunchFailure::Refused(StepCause::TableRefused)),
+            LAUNCH_POLL_REFUSED => Err(LaunchFailure::PollRefused(wait, StepCause::TablePollRefused)),
             LAUNCH_CANCELLED => Err(LaunchFailure::Cancelled(wait)),
             LAUNCH_FAULT => {
                 self.diag.xid = r.xid;
-                Err(LaunchFailure::Fault {
-                    wait,
-                    xid: r.xid,
-                    detail: format!("custom backend: channel error Xid {}", r.xid),
-                })
+                Err(LaunchFailure::Fault { wait, xid: r.xid, detail: StepCause::TableFault(r.xid) })
             }
             // A timeout, or an outcome code the engine does not know: the completion cannot be confirmed.
             _ => Err(LaunchFailure::Timeout(wait)),
         }
     }
 
-    fn readback(&mut self, out: &mut [f32]) -> Result<(), String> {
+    fn readback(&mut self, out: &mut [f32]) -> Result<(), StepCause> {
         let f = self.table.readback.ok_or_else(|| Self::missing("readback"))?;
         // SAFETY: `new`'s contract; `out` is valid for writes of `out.len()` f32 during the call.
         step(unsafe { f(self.table.ctx, out.as_mut_ptr(), out.len() as u32) }, "readback")

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use omega_hal::{CompletionPoll, ConstBank, LaunchDesc, LimitError, MarkerSlot, Order, Submission, WaitPolicy};
 
 use super::{wait, RawLaunch, Runtime, DEFAULT_SHARED_BYTES, MAX_ARGS, MAX_SPIN_US};
-use crate::error::{Error, LoadError, Result};
+use crate::error::{Error, LoadError, Result, Stage};
 use crate::sync::{self, Arc, Ordering};
 
 /// One kernel parameter as the kernel's parameter table declares it.
@@ -49,6 +49,26 @@ pub struct KernelMeta {
     pub printf: bool,
 }
 
+/// What a launch asks for besides its kernel and arguments: its geometry, its shared memory and its
+/// wait. One struct, embedded by every Rust-side launch description (the typed builder, the session's
+/// `LaunchSpec`, a command list's recorded launch), so the fields and their meaning are written once.
+/// The C descriptors (`OmegaGpuLaunch`, the engine's job) keep their own `#[repr(C)]` fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    /// Grid size.
+    pub grid: [u32; 3],
+    /// Block size.
+    pub block: [u32; 3],
+    /// Shared memory per block; 0 = the kernel's static size, or the default.
+    pub shared_bytes: u32,
+    /// Dynamic shared memory per block, added to the kernel's static size.
+    pub dynamic_shared_bytes: u32,
+    /// Completion poll limit per marker.
+    pub timeout_ms: u32,
+    /// Spin window; 0 = process-wide setting.
+    pub spin_us: u32,
+}
+
 /// A launch as the Rust API describes it: the C descriptor's fields plus what C cannot say.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchSpec<'a> {
@@ -56,24 +76,14 @@ pub struct LaunchSpec<'a> {
     pub code_va: u64,
     /// Registers per thread (rounded by the session).
     pub gpr_count: u32,
-    /// Block size.
-    pub block: [u32; 3],
-    /// Grid size.
-    pub grid: [u32; 3],
+    /// Geometry, shared memory and wait.
+    pub shape: LaunchShape,
     /// The `num_elements` word.
     pub num_elements: u32,
     /// Parameter words.
     pub args: &'a [u32],
     /// Most words this caller may pass (32 for C; the constant bank's limit for the Rust builder).
     pub max_args: usize,
-    /// Completion poll limit per marker.
-    pub timeout_ms: u32,
-    /// Shared memory per block; 0 = the kernel's static size, or the default.
-    pub shared_bytes: u32,
-    /// Dynamic shared memory per block, added to the kernel's static size.
-    pub dynamic_shared_bytes: u32,
-    /// Spin window; 0 = process-wide setting.
-    pub spin_us: u32,
 }
 
 impl<'a> LaunchSpec<'a> {
@@ -83,25 +93,30 @@ impl<'a> LaunchSpec<'a> {
     /// - `l.args` is null or points to `l.n_args` readable words that stay valid for `'a`.
     pub unsafe fn from_raw(l: &RawLaunch) -> Result<LaunchSpec<'a>> {
         if l.args.is_null() {
-            return Err(Error::LaunchArguments("args is NULL".into()));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::NullArgs));
         }
         if l.n_args == 0 || l.n_args > MAX_ARGS {
-            return Err(Error::LaunchArguments(format!("n_args {} is not in 1..={MAX_ARGS}", l.n_args)));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::ArgCount {
+                n: l.n_args as usize,
+                max: MAX_ARGS as usize,
+            }));
         }
         // SAFETY: non-null (checked) and, by the caller's promise, `n_args` readable words for 'a.
         let args = unsafe { std::slice::from_raw_parts(l.args, l.n_args as usize) };
         Ok(LaunchSpec {
             code_va: l.code_va,
             gpr_count: l.gpr_count,
-            block: [l.threads_x, l.threads_y.max(1), 1],
-            grid: [l.grid_x, l.grid_y, 1],
             num_elements: l.num_elements,
             args,
             max_args: MAX_ARGS as usize,
-            timeout_ms: l.timeout_ms,
-            shared_bytes: l.shared_bytes,
-            dynamic_shared_bytes: 0,
-            spin_us: l.spin_us,
+            shape: LaunchShape {
+                grid: [l.grid_x, l.grid_y, 1],
+                block: [l.threads_x, l.threads_y.max(1), 1],
+                shared_bytes: l.shared_bytes,
+                dynamic_shared_bytes: 0,
+                timeout_ms: l.timeout_ms,
+                spin_us: l.spin_us,
+            },
         })
     }
 }
@@ -144,28 +159,25 @@ const SPIN_CLOCK_EVERY: u32 = if cfg!(loom) { 1 } else { 16 };
 
 impl Runtime {
     fn check_spec(&self, spec: &LaunchSpec<'_>) -> Result<()> {
-        let bad = |m: String| Err(Error::LaunchArguments(m));
+        let bad = |m: crate::error::LaunchArgError| Err(Error::LaunchArguments(m));
         if spec.args.is_empty() || spec.args.len() > spec.max_args {
-            return bad(format!("n_args {} is not in 1..={}", spec.args.len(), spec.max_args));
+            return bad(crate::error::LaunchArgError::ArgCount { n: spec.args.len(), max: spec.max_args });
         }
-        if spec.block[0] == 0 {
-            return bad("threads_x is 0".into());
+        if spec.shape.block[0] == 0 {
+            return bad(crate::error::LaunchArgError::ZeroThreadsX);
         }
-        if spec.grid[0] == 0 || spec.grid[1] == 0 {
-            return bad(format!("grid {}x{} has a zero side", spec.grid[0], spec.grid[1]));
+        if spec.shape.grid[0] == 0 || spec.shape.grid[1] == 0 {
+            return bad(crate::error::LaunchArgError::ZeroGridSide { x: spec.shape.grid[0], y: spec.shape.grid[1] });
         }
-        if spec.block[2] == 0 || spec.grid[2] == 0 {
-            return bad("a z dimension of 0".into());
+        if spec.shape.block[2] == 0 || spec.shape.grid[2] == 0 {
+            return bad(crate::error::LaunchArgError::ZeroZ);
         }
-        let threads = spec.block.iter().map(|&b| b as u64).product::<u64>();
+        let threads = spec.shape.block.iter().map(|&b| b as u64).product::<u64>();
         if threads > 1024 {
-            return bad(format!("{threads} threads per block (at most 1024)"));
+            return bad(crate::error::LaunchArgError::TooManyThreads(threads));
         }
-        if spec.spin_us > MAX_SPIN_US {
-            return bad(format!(
-                "spin_us {} is above the maximum of {MAX_SPIN_US} us (OMEGA_GPU_SESSION_MAX_SPIN_US)",
-                spec.spin_us
-            ));
+        if spec.shape.spin_us > MAX_SPIN_US {
+            return bad(crate::error::LaunchArgError::SpinTooLong { us: spec.shape.spin_us, max: MAX_SPIN_US });
         }
         Ok(())
     }
@@ -179,7 +191,7 @@ impl Runtime {
         match unsafe { LaunchSpec::from_raw(l) } {
             Ok(spec) => self.launch(&spec),
             Err(e) => {
-                self.require_lock("launch")?;
+                self.require_lock(Stage::Launch)?;
                 self.fail(e)
             }
         }
@@ -187,18 +199,18 @@ impl Runtime {
 
     /// Submits one launch and waits for both markers (caller holds the lock, device open, not latched).
     pub fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Completion> {
-        self.launch_each(spec, [spec.timeout_ms; 2], &mut 0)
+        self.launch_each(spec, [spec.shape.timeout_ms; 2], &mut 0)
     }
 
     /// [`Runtime::launch`] with a limit per completion wait (marker 0, marker 1). `seen` counts the markers
     /// observed, so a caller knows which wait a failure ended (the job engine names it).
     pub(crate) fn launch_each(&self, spec: &LaunchSpec<'_>, limits: [u32; 2], seen: &mut u8) -> Result<Completion> {
         let mut banks = Vec::new();
-        let (i, desc, slots) = self.resolve_launch(spec, &mut banks, "launch")?;
+        let (i, desc, slots) = self.resolve_launch(spec, &mut banks, Stage::Launch)?;
         if self.cancel.swap(false, Ordering::SeqCst) {
             return self.fail(Error::CancelledBeforeSubmit);
         }
-        self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.spin_us, seen)
+        self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.shape.spin_us, seen)
     }
 
     /// Every check [`Runtime::launch`] makes, and the descriptor it would submit (in `AfterPrevious` order,
@@ -210,7 +222,7 @@ impl Runtime {
         &self,
         spec: &LaunchSpec<'a>,
         banks: &'a mut Vec<ConstBank>,
-        stage: &'static str,
+        stage: Stage,
     ) -> Result<(crate::platform::Installed, LaunchDesc<'a>, [MarkerSlot; 2])> {
         self.require_lock(stage)?;
         if self.is_blocked() {
@@ -234,40 +246,37 @@ impl Runtime {
         let code = s.code_ranges.range(..=spec.code_va).next_back().filter(|(va, len)| spec.code_va < *va + *len);
         let Some((code_base, code_len)) = code.map(|(va, len)| (*va, *len)) else {
             drop(s);
-            return self.fail(Error::LaunchArguments(format!(
-                "code_va {:#x} is not inside a code buffer of this session",
-                spec.code_va
-            )));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::CodeOutsideBuffer(spec.code_va)));
         };
         let code_bytes = code_base + code_len - spec.code_va;
         let template = s.templates.get(&spec.code_va).cloned();
         let meta: &KernelMeta = template.as_deref().unwrap_or(&NO_TEMPLATE);
         if let Some(max) = meta.max_threads {
-            let threads: u32 = spec.block.iter().product();
+            let threads: u32 = spec.shape.block.iter().product();
             if threads > max {
                 drop(s);
-                return self.fail(Error::LaunchArguments(format!(
-                    "{threads} threads per block, kernel `{}` allows {max}",
-                    meta.name
-                )));
+                return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::KernelThreads {
+                    threads,
+                    kernel: meta.name.clone(),
+                    max,
+                }));
             }
         }
         if meta.param_bytes > 0 && (spec.args.len() * 4) < meta.param_bytes as usize {
             drop(s);
-            return self.fail(Error::LaunchArguments(format!(
-                "{} argument words, kernel `{}` takes {} bytes of parameters",
-                spec.args.len(),
-                meta.name,
-                meta.param_bytes
-            )));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::TooFewArgs {
+                words: spec.args.len(),
+                kernel: meta.name.clone(),
+                bytes: meta.param_bytes,
+            }));
         }
         let (_, markers) = s.markers.expect("open allocates the markers");
         let limits = s.launch_limits.expect("open records the launch limits");
         // In 64 bits: a static size plus a hostile dynamic one must be refused, not wrap.
-        let kernel_shared = u64::from(meta.static_shared_bytes) + u64::from(spec.dynamic_shared_bytes);
-        let shared = match spec.shared_bytes {
+        let kernel_shared = u64::from(meta.static_shared_bytes) + u64::from(spec.shape.dynamic_shared_bytes);
+        let shared = match spec.shape.shared_bytes {
             0 if meta.static_shared_bytes > 0 => kernel_shared,
-            0 => u64::from(DEFAULT_SHARED_BYTES.max(spec.dynamic_shared_bytes)),
+            0 => u64::from(DEFAULT_SHARED_BYTES.max(spec.shape.dynamic_shared_bytes)),
             n => u64::from(n).max(kernel_shared),
         };
         drop(s);
@@ -278,15 +287,16 @@ impl Runtime {
                 reserved: limits.reserved_shared_bytes,
                 sm: limits.sm,
             };
-            return self.fail(Error::LaunchArguments(e.to_string()));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         let gpr_count = round_gpr(spec.gpr_count.max(meta.registers));
         if gpr_count > limits.max_registers {
             let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
-            return self.fail(Error::LaunchArguments(format!(
-                "gpr_count {} (the kernel's own {}, rounded up to a multiple of 8 and to at least 64): {e}",
-                spec.gpr_count, meta.registers
-            )));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Registers {
+                given: spec.gpr_count,
+                own: meta.registers,
+                limit: e,
+            }));
         }
         banks.clear();
         banks.extend_from_slice(&meta.const_banks);
@@ -295,11 +305,11 @@ impl Runtime {
             code_va: spec.code_va,
             code_bytes: if meta.code_bytes > 0 { meta.code_bytes } else { code_bytes },
             gpr_count,
-            block: spec.block,
-            grid: spec.grid,
+            block: spec.shape.block,
+            grid: spec.shape.grid,
             // At most the limit, checked above.
             shared_bytes: shared as u32,
-            dynamic_shared_bytes: spec.dynamic_shared_bytes,
+            dynamic_shared_bytes: spec.shape.dynamic_shared_bytes,
             local_bytes_per_thread: meta.local_bytes_per_thread,
             barrier_count: meta.barriers,
             features: omega_hal::LaunchFeatures::NONE,
@@ -311,7 +321,7 @@ impl Runtime {
         };
         // The architecture's shape limits (block and grid sides), the same the platform would refuse.
         if let Err(e) = limits.check(&desc) {
-            return self.fail(Error::LaunchArguments(e.to_string()));
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         Ok((i, desc, marker_slots(&markers)))
     }
@@ -435,7 +445,7 @@ impl Runtime {
         match unsafe { poll.poll(slot) } {
             Ok(w) if w == sequence => return Ok(w),
             Ok(_) => {}
-            Err(e) => return self.latch(Error::PollRefused(e.0)),
+            Err(e) => return self.latch(Error::PollRefused(e)),
         }
         let start = since.unwrap_or_else(|| clock.now_ns());
         let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
@@ -449,7 +459,7 @@ impl Runtime {
             // (never released) once latched.
             let word = match unsafe { poll.poll(slot) } {
                 Ok(w) => w,
-                Err(e) => return self.latch(Error::PollRefused(e.0)),
+                Err(e) => return self.latch(Error::PollRefused(e)),
             };
             if word == sequence {
                 return Ok(word);
@@ -534,7 +544,7 @@ impl Runtime {
     /// that holds the entry: every launch of that address has the GPU fetch and read those ranges, so they
     /// must stay mapped for as long as the record lives, and it dies with that buffer (free, close).
     pub fn register_kernel(&self, code_va: u64, meta: KernelMeta) -> Result<()> {
-        self.require_lock("load")?;
+        self.require_lock(Stage::Load)?;
         let mut s = sync::lock(&self.session);
         let buffer = s.code_ranges.range(..=code_va).next_back().filter(|(va, len)| code_va - **va < **len);
         let Some((base, end)) = buffer.map(|(va, len)| (*va, *va + *len)) else {

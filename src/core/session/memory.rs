@@ -15,7 +15,7 @@ use super::{
     AllocStats, Backing, Buf, GpuMem, MemInfo, Owner, ParkStats, Runtime, Scratch, Session, CODE_PREFETCH_TAIL,
 };
 use super::{HANDLE_BUF_CODE, HANDLE_BUF_DATA, HANDLE_BUF_QUEUE, PARK_MAX};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::platform::Installed;
 use crate::sync;
 
@@ -171,8 +171,8 @@ impl Session {
                     // SAFETY: just allocated under the lock; nothing has its address yet.
                     unsafe { mem.free(&chunk) };
                     return Err(Error::Setting {
-                        stage: "alloc",
-                        detail: format!("the platform handed out {} bytes for a chunk of {CHUNK_BYTES}", chunk.bytes),
+                        stage: Stage::Alloc,
+                        detail: crate::error::SettingError::ShortChunk { got: chunk.bytes, chunk: CHUNK_BYTES },
                     });
                 }
                 self.carver.add_chunk(pool, chunk);
@@ -252,7 +252,7 @@ enum ScratchBuf {
 }
 
 impl Runtime {
-    fn live_platform(&self, stage: &'static str) -> Result<Installed> {
+    fn live_platform(&self, stage: Stage) -> Result<Installed> {
         self.require_lock(stage)?;
         let i = self.installed()?;
         if !self.is_open() {
@@ -269,21 +269,21 @@ impl Runtime {
 
     /// [`Runtime::alloc_kind`] for `owner`: a buffer only that owner releases (and close).
     pub(crate) fn alloc_owned(&self, bytes: usize, kind: AllocKind, owner: Owner) -> Result<GpuMem> {
-        self.allocate("alloc", bytes, Shape::Mem(kind), owner)
+        self.allocate(Stage::Alloc, bytes, Shape::Mem(kind), owner)
     }
 
     /// A zeroed QUEUE buffer of at least `bytes` bytes for `owner` (a command list's stamp area): what the
     /// CPU polls and the device releases to, so HOST_POLLED and GPU-uncached, as the contract requires of
     /// anything the CPU polls. Not in the allocation counters, which count the caller's kinds of buffer.
     /// Always a platform allocation of its own.
-    pub(crate) fn alloc_polled(&self, bytes: usize, owner: Owner, stage: &'static str) -> Result<GpuMem> {
+    pub(crate) fn alloc_polled(&self, bytes: usize, owner: Owner, stage: Stage) -> Result<GpuMem> {
         self.allocate(stage, bytes, Shape::Polled, owner)
     }
 
     /// Every session allocation: the checks (lock, open device, not latched, a size a platform can
     /// describe, a valid descriptor), the placement under the session mutex (carved from a chunk, or a
     /// platform allocation of its own), the zero fill the shape promises, the counters and the handle.
-    fn allocate(&self, stage: &'static str, bytes: usize, shape: Shape, owner: Owner) -> Result<GpuMem> {
+    fn allocate(&self, stage: Stage, bytes: usize, shape: Shape, owner: Owner) -> Result<GpuMem> {
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
@@ -332,7 +332,7 @@ impl Runtime {
             drop(s);
             return self.fail(Error::Setting {
                 stage,
-                detail: format!("the platform handed out {} bytes for a request of {rounded}", a.bytes),
+                detail: crate::error::SettingError::ShortAllocation { got: a.bytes, asked: rounded },
             });
         }
         if let Some(from) = shape.zeroed_from(bytes) {
@@ -392,7 +392,7 @@ impl Runtime {
 
     /// [`Runtime::free`] by `owner`, the only one (but close) that may release the buffer.
     pub(crate) fn release(&self, m: &mut GpuMem, owner: Owner) -> Result<()> {
-        let stage = "free";
+        let stage = Stage::Free;
         self.require_lock_to_release(stage)?;
         if m.handle.is_none() {
             *m = GpuMem::NONE;
@@ -521,7 +521,7 @@ impl Runtime {
     /// which count every process's allocations; the session's own chunks, spares included, count as
     /// used). Caller holds the lock, device open; allowed after a latch (it touches no buffer).
     pub fn mem_info(&self) -> Result<MemInfo> {
-        let stage = "mem info";
+        let stage = Stage::MemInfo;
         let i = self.live_platform(stage)?;
         let mem = i.platform.memory().expect("negotiated at open");
         // SAFETY: the lock is held and the device is open (checked above; close needs the lock).
@@ -532,7 +532,7 @@ impl Runtime {
     }
 
     fn sync_dir(&self, m: &GpuMem, to_gpu: bool, offset: usize, len: usize) -> Result<()> {
-        let stage = "sync";
+        let stage = Stage::Sync;
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
             return self.fail(Error::Latched(stage));
@@ -547,7 +547,7 @@ impl Runtime {
         };
         if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
             drop(s);
-            return self.fail(Error::Setting { stage, detail: format!("range {offset}+{len} past the buffer") });
+            return self.fail(Error::Setting { stage, detail: crate::error::SettingError::RangePast { offset, len } });
         }
         if buf.alloc.cpu.is_null() || len == 0 {
             return Ok(());
@@ -573,7 +573,7 @@ impl Runtime {
     /// for a buffer that has one, straight to the device side (the platform's staging) for one that has
     /// not (a device-only buffer). Caller holds the lock, device open, not latched.
     pub fn write(&self, m: &GpuMem, offset: usize, src: &[u8]) -> Result<()> {
-        let Some((a, base, cpu)) = self.copy_target(m, offset, src.len(), "write")? else { return Ok(()) };
+        let Some((a, base, cpu)) = self.copy_target(m, offset, src.len(), Stage::Write)? else { return Ok(()) };
         let i = self.installed()?;
         let vis = i.platform.visibility().expect("negotiated at open");
         let at = base + offset as u64;
@@ -581,7 +581,7 @@ impl Runtime {
             // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range lies
             // inside the buffer, which lies at `base` inside `a`, and no work is running.
             return unsafe { vis.write_device(&a, at, src) }
-                .or_else(|e| self.fail(Error::Copy { stage: "write", source: e }));
+                .or_else(|e| self.fail(Error::Copy { stage: Stage::Write, source: e }));
         }
         // SAFETY: the CPU view covers the buffer's bytes and `offset + len` is inside it (checked); it stays
         // mapped while the lock is held; `src` is a caller's slice, which cannot overlap a platform view the
@@ -595,14 +595,14 @@ impl Runtime {
     /// buffer that has one, straight from the device side for one that has not. Caller holds the lock,
     /// device open, not latched.
     pub fn read(&self, m: &GpuMem, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let Some((a, base, cpu)) = self.copy_target(m, offset, dst.len(), "read")? else { return Ok(()) };
+        let Some((a, base, cpu)) = self.copy_target(m, offset, dst.len(), Stage::Read)? else { return Ok(()) };
         let i = self.installed()?;
         let vis = i.platform.visibility().expect("negotiated at open");
         let at = base + offset as u64;
         if cpu.is_null() {
             // SAFETY: as in `write`.
             return unsafe { vis.read_device(&a, at, dst) }
-                .or_else(|e| self.fail(Error::Copy { stage: "read", source: e }));
+                .or_else(|e| self.fail(Error::Copy { stage: Stage::Read, source: e }));
         }
         // SAFETY: as in `write`.
         unsafe { vis.sync_to_cpu(&a, at, dst.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))?;
@@ -620,7 +620,7 @@ impl Runtime {
         m: &GpuMem,
         offset: usize,
         len: usize,
-        stage: &'static str,
+        stage: Stage,
     ) -> Result<Option<(Allocation, u64, *mut u8)>> {
         self.live_platform(stage)?;
         if self.is_blocked() {
@@ -644,7 +644,7 @@ impl Runtime {
             drop(s);
             return self.fail(Error::Setting {
                 stage,
-                detail: format!("range {offset}+{len} past the buffer's {bytes} bytes"),
+                detail: crate::error::SettingError::RangePastBytes { offset, len, bytes },
             });
         }
         if len == 0 {
@@ -716,26 +716,18 @@ impl Runtime {
     }
 
     fn scratch_to(&self, s: &mut Scratch, bytes: usize, reserved: bool) -> Result<()> {
-        let stage = "scratch";
+        let stage = Stage::Scratch;
         self.live_platform(stage)?;
         let now = self.scratch_buf(&s.mem);
         if let ScratchBuf::Live { parked: true, .. } = now {
-            return self.fail(Error::Setting {
-                stage,
-                detail: "its buffer is parked (freed after the latch) and cannot be used again".into(),
-            });
+            return self.fail(Error::Setting { stage, detail: crate::error::SettingError::ScratchParked });
         }
         if let ScratchBuf::Live { owner: Owner::Internal(whose), .. } = now {
             return self.fail(Error::NotCallers { stage, owner: whose });
         }
         if reserved {
             let ScratchBuf::Live { reserved: Some(bound), .. } = now else {
-                return self.fail(Error::Setting {
-                    stage,
-                    detail: "reserved is set but its buffer holds no reservation (its device was closed since, \
-                             it was freed, or the field was set by hand): scratch_free it and reserve again"
-                        .into(),
-                });
+                return self.fail(Error::Setting { stage, detail: crate::error::SettingError::StaleReservation });
             };
             if bytes > bound {
                 return self.fail(Error::ScratchReserved { requested: bytes, reserved: bound });
@@ -781,7 +773,7 @@ impl Runtime {
     /// reserved.
     pub fn scratch_reserve(&self, s: &mut Scratch, bytes: usize) -> Result<()> {
         // Refused without the lock before anything changes: the old reservation stays.
-        self.require_lock("scratch")?;
+        self.require_lock(Stage::Scratch)?;
         self.set_reservation(&s.mem, None);
         s.reserved = 0;
         self.scratch_to(s, bytes, false)?;
@@ -793,7 +785,7 @@ impl Runtime {
     /// Ends the reservation; the buffer stays. Caller holds the lock (refused without it: the reservation
     /// stays).
     pub fn scratch_unreserve(&self, s: &mut Scratch) -> Result<()> {
-        self.require_lock("scratch")?;
+        self.require_lock(Stage::Scratch)?;
         self.set_reservation(&s.mem, None);
         s.reserved = 0;
         Ok(())

@@ -27,14 +27,14 @@ pub mod suballoc;
 pub mod types;
 mod wait;
 
-pub use launch::{round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchSpec, ParamInfo};
+pub use launch::{round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchShape, LaunchSpec, ParamInfo};
 pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
 
 use omega_hal::{check_buffer, negotiate, Allocation, BufferDesc, HandleTable, Platform, Refusal, Services};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Stage};
 use crate::platform::{Installed, PlatformKind};
 use crate::sync::{self, thread, Arc, AtomicBool, AtomicU32, Mutex, Ordering};
 
@@ -250,12 +250,15 @@ impl Runtime {
     /// a platform instance another runtime holds is refused (stage `platform`, see
     /// [`Runtime::with_platform`]).
     pub fn install(&self, installed: Installed) -> Result<()> {
-        self.require_lock("set platform")?;
+        self.require_lock(Stage::SetPlatform)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched("set platform"));
+            return self.fail(Error::Latched(Stage::SetPlatform));
         }
         if self.is_open() {
-            return self.fail(Error::Setting { stage: "set platform", detail: "close the device first".into() });
+            return self.fail(Error::Setting {
+                stage: Stage::SetPlatform,
+                detail: crate::error::SettingError::CloseDeviceFirst,
+            });
         }
         crate::platform::claim(&installed.platform, &self.identity).or_else(|e| self.fail(e))?;
         *sync::lock(&self.installed) = Some(installed);
@@ -286,7 +289,7 @@ impl Runtime {
     /// instead of waiting forever.
     pub fn lock(&self) {
         if self.in_close_hook() {
-            self.set_error(&Error::CloseHook("lock"));
+            self.set_error(&Error::CloseHook(Stage::Lock));
             return;
         }
         let Ok(i) = self.installed() else { return };
@@ -299,7 +302,7 @@ impl Runtime {
     /// Takes the session lock if it is free.
     pub fn try_lock(&self) -> bool {
         if self.in_close_hook() {
-            self.set_error(&Error::CloseHook("lock"));
+            self.set_error(&Error::CloseHook(Stage::Lock));
             return false;
         }
         let Ok(i) = self.installed() else { return false };
@@ -388,7 +391,7 @@ impl Runtime {
 
     /// The gate of every call that touches the device: the calling thread holds the lock, and is not
     /// inside an on-close hook (a hook may only release buffers).
-    pub(crate) fn require_lock(&self, stage: &'static str) -> Result<()> {
+    pub(crate) fn require_lock(&self, stage: Stage) -> Result<()> {
         self.require_lock_to_release(stage)?;
         // This thread holds the lock, and only the holder runs the hooks: the flag alone says it is in one.
         if self.in_close_hooks.load(Ordering::SeqCst) {
@@ -398,7 +401,7 @@ impl Runtime {
     }
 
     /// The gate of the calls that release buffers, which an on-close hook may make: the lock only.
-    pub(crate) fn require_lock_to_release(&self, stage: &'static str) -> Result<()> {
+    pub(crate) fn require_lock_to_release(&self, stage: Stage) -> Result<()> {
         if self.holds_lock() {
             return Ok(());
         }
@@ -455,9 +458,9 @@ impl Runtime {
 
     /// Opens the device on first use (caller holds the lock). Refused after a latch.
     pub fn open(&self) -> Result<()> {
-        self.require_lock("open")?;
+        self.require_lock(Stage::Open)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched("open"));
+            return self.fail(Error::Latched(Stage::Open));
         }
         let i = match self.installed() {
             Ok(i) => i,
@@ -555,7 +558,7 @@ impl Runtime {
     /// panic is resumed once the device is closed.
     pub(crate) fn close_locked(&self) -> Result<()> {
         if self.is_blocked() {
-            return self.fail(Error::Latched("close"));
+            return self.fail(Error::Latched(Stage::Close));
         }
         if !self.is_open() {
             return Ok(());
@@ -577,7 +580,10 @@ impl Runtime {
         self.in_close_hooks.store(true, Ordering::SeqCst);
         for h in hooks.iter_mut() {
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)) {
-                self.set_error(&Error::Setting { stage: "on close", detail: "a hook panicked".into() });
+                self.set_error(&Error::Setting {
+                    stage: Stage::OnClose,
+                    detail: crate::error::SettingError::HookPanicked,
+                });
                 first_panic.get_or_insert(p);
             }
         }
@@ -590,7 +596,7 @@ impl Runtime {
     /// check belongs here whatever happened before), else every buffer is released and the device closed.
     fn release_everything(&self) -> Result<()> {
         if self.is_blocked() {
-            return self.fail(Error::Latched("close"));
+            return self.fail(Error::Latched(Stage::Close));
         }
         let i = self.installed()?;
         // The printf buffer and library are session buffers: freed below with the rest.
@@ -636,8 +642,8 @@ impl Runtime {
     pub fn set_spin_us(&self, us: u32) -> Result<()> {
         if us > MAX_SPIN_US {
             return self.fail(Error::Setting {
-                stage: "set spin",
-                detail: format!("{us} us is above the maximum of {MAX_SPIN_US} us"),
+                stage: Stage::SetSpin,
+                detail: crate::error::SettingError::SpinTooLong { us, max: MAX_SPIN_US },
             });
         }
         self.spin_us.store(us, Ordering::SeqCst);
@@ -655,7 +661,10 @@ impl Runtime {
         let mut hooks = sync::lock(&self.hooks);
         if hooks.len() >= ON_CLOSE_MAX {
             drop(hooks);
-            return self.fail(Error::Setting { stage: "on close", detail: format!("at most {ON_CLOSE_MAX} hooks") });
+            return self.fail(Error::Setting {
+                stage: Stage::OnClose,
+                detail: crate::error::SettingError::TooManyHooks(ON_CLOSE_MAX),
+            });
         }
         hooks.push(hook);
         Ok(())
