@@ -162,6 +162,8 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
   const int warp = t128 / 32, lane = t128 % 32;
   float acc[128];
   uint32_t it = 0;
+  // The same walk over tiles and K blocks as the producer's: the ring's stage and phase are a function of
+  // the step count `it`, so both sides must take exactly the same steps.
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     tile_of(t, tiles_m, tiles_n, &tm, &tn);
