@@ -72,6 +72,30 @@ pub struct Cbuf0Layout {
     ///
     /// `None` for Blackwell: no sm_100/sm_121 SASS of ours reads it yet.
     pub param_address: Option<u32>,
+    /// The cluster words (`%cluster_nctaid`, `%nclusterid`, `%cluster_nctarank`, `%clusterid`,
+    /// `%is_explicit_cluster` are constant-bank reads, not hardware registers), where known.
+    ///
+    /// `None` for Blackwell: not read from its SASS yet.
+    pub cluster: Option<ClusterWords>,
+}
+
+/// Where constant bank 0 holds a launch's cluster shape. Read from nvdisasm's SASS of sm_90a kernels that
+/// read each PTX special register (nvcc 13.0): the hardware supplies only the CTA's rank in its cluster
+/// (`SR_CgaCtaId`); everything else is these words, written for every launch (a launch without a cluster
+/// is a grid of 1×1×1 clusters, as CUDA presents it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterWords {
+    /// `%is_explicit_cluster` is `c[0x0][explicit] == 1` (u32).
+    pub explicit: u32,
+    /// `%cluster_nctaid.x/y/z`: CTAs per cluster along each side (three u32).
+    pub dims: u32,
+    /// `%clusterid.x/y/z` is `trunc(f32(%ctaid) * c[0x0][reciprocal + 4 * axis])`: three f32 reciprocals
+    /// of the cluster sides.
+    pub reciprocal: u32,
+    /// `%nclusterid.x/y/z`: clusters along each side of the grid (three u32).
+    pub count: u32,
+    /// `%cluster_nctarank`: CTAs in one cluster (u32).
+    pub ctas: u32,
 }
 
 /// Everything chip-specific about one GPU architecture.
@@ -195,6 +219,7 @@ pub const HOPPER: Arch = Arch {
         // libcuda writes the parameter block's start and end here (captured on the H200); nvcc's code
         // for a `__grid_constant__` CUtensorMap adds the parameter's offset to this word.
         param_address: Some(0x198),
+        cluster: Some(ClusterWords { explicit: 0x140, dims: 0x144, reciprocal: 0x150, count: 0x15c, ctas: 0x188 }),
     },
     stack_top_value: STACK_TOP_VALUE,
     stack_headroom: STACK_HEADROOM,
@@ -287,6 +312,7 @@ const BLACKWELL_CBUF0: Cbuf0Layout = Cbuf0Layout {
     dynamic_shared: None,
     global_memory_descriptor: 0x358,
     param_address: None,
+    cluster: None,
 };
 
 /// Every architecture the backend knows, newest last.

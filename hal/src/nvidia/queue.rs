@@ -677,6 +677,7 @@ impl Queue {
             let p = Cbuf0Params {
                 block: d.block,
                 grid: d.grid,
+                cluster: d.features.cluster,
                 shared_window: SHARED_WINDOW,
                 local_window: LOCAL_WINDOW,
                 dynamic_shared_bytes: d.dynamic_shared_bytes,
@@ -913,6 +914,7 @@ mod tests {
             let p = Cbuf0Params {
                 block: [1; 3],
                 grid: [1; 3],
+                cluster: [1; 3],
                 shared_window: SHARED_WINDOW,
                 local_window: LOCAL_WINDOW,
                 dynamic_shared_bytes: 0,

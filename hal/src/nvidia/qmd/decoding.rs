@@ -120,6 +120,6 @@ mod tests {
         };
         let d = decode(&HOPPER, &encode(&HOPPER, &p).unwrap());
         assert_eq!((d.qmd_type, d.gpc_cga, d.cga_distribution_mode, d.gpu_cga), (3, [2, 3, 1], 1, [0; 3]));
-        assert_eq!(d.grid, [8, 6, 2], "the grid stays in CTAs");
+        assert_eq!(d.grid, [4, 2, 2], "the grid fields count clusters");
     }
 }

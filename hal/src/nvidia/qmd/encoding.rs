@@ -270,8 +270,9 @@ fn known(arch: &Arch, field: Option<Field>, name: &'static str) -> Result<Field,
 }
 
 /// Writes a cluster launch's fields: `QMD_TYPE` = GRID_GPC_CGA, the CTAs per cluster in
-/// `GPC_CGA_WIDTH/HEIGHT/DEPTH`, and `CGA_CTA_DISTRIBUTION_MODE`. The grid fields keep counting CTAs, as
-/// CUDA's `gridDim` does (READ from the field names only; the cluster probe checks it on the H200).
+/// `GPC_CGA_WIDTH/HEIGHT/DEPTH`, and `CGA_CTA_DISTRIBUTION_MODE`. The grid fields then count clusters,
+/// not CTAs (`encode` divides them): the H200 ran twice the CTAs of a 2-CTA-cluster launch whose grid
+/// fields counted CTAs (docs/perf/2026-12-01-hopper-launch-probes.md).
 fn set_cluster(arch: &Arch, q: &mut [u32; QMD_WORDS], f: &LaunchFeatures) -> Result<(), QmdError> {
     let l = layout(arch.qmd_version);
     let dims = known3(arch, l.gpc_cga, "GPC_CGA_WIDTH")?;
@@ -343,8 +344,10 @@ pub fn encode(arch: &Arch, p: &QmdParams) -> Result<[u32; QMD_WORDS], QmdError> 
     set_invalidations(arch, &mut q, LIBCUDA_INVALIDATIONS)?;
     set_field(&mut q, l.cwd_membar_type, 1)?;
 
-    for axis in 0..3 {
-        set_field(&mut q, l.grid[axis], u64::from(p.grid[axis]))?;
+    // `check_cluster` proved every side whole clusters; a launch without one is clusters of one CTA.
+    let clusters = std::array::from_fn::<u32, 3, _>(|axis| p.grid[axis] / p.features.cluster[axis].max(1));
+    for (axis, &count) in clusters.iter().enumerate() {
+        set_field(&mut q, l.grid[axis], u64::from(count))?;
         set_field(&mut q, l.block[axis], u64::from(p.block[axis]))?;
     }
     set_field(&mut q, l.register_count, u64::from(p.registers))?;
@@ -620,7 +623,7 @@ mod tests {
         assert_eq!((bits(&q, 2149, 2144), bits(&q, 2157, 2152), bits(&q, 2165, 2160)), (2, 1, 1));
         assert_eq!(bits(&q, 2207, 2207), 0, "LOAD_BALANCING");
         assert_eq!(bits(&q, 2255, 2208), 0, "GPU_CGA_* untouched");
-        assert_eq!([bits(&q, 1055, 1024), bits(&q, 1071, 1056), bits(&q, 1103, 1088)], [132, 2, 1], "grid in CTAs");
+        assert_eq!([bits(&q, 1055, 1024), bits(&q, 1071, 1056), bits(&q, 1103, 1088)], [66, 2, 1], "grid in clusters");
         // Word 67 holds the GPC CGA sides: width at bit 0, height at 8, depth at 16 (2144 = 67 * 32).
         assert_eq!(q[67], 0x0001_0102);
         assert_eq!(bits(&plain, 25, 23), 2, "a plain launch stays GRID_CTA");
@@ -632,11 +635,12 @@ mod tests {
         assert_eq!(q[67], 0x0002_0202);
         assert_eq!(bits(&q, 2207, 2207), 1, "MULTI_CAST");
         assert_eq!(q[68], 1 << 31, "bit 2207 is the top bit of word 68, alone in it");
-        // Everything else is the plain encoding of the same launch.
+        // Everything else is the plain encoding of the same launch with a grid of 2 × 2 × 1 CTAs.
         let mut same = q;
         crate::nvidia::qmd::set_bits(&mut same, 25, 23, 2).unwrap();
         crate::nvidia::qmd::set_bits(&mut same, 2207, 2144, 0).unwrap();
-        assert_eq!(same, encode(&HOPPER, &QmdParams { features: LaunchFeatures::NONE, ..p }).unwrap());
+        let plain = QmdParams { features: LaunchFeatures::NONE, grid: [2, 2, 1], ..p };
+        assert_eq!(same, encode(&HOPPER, &plain).unwrap());
     }
 
     #[test]
