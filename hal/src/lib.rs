@@ -38,6 +38,7 @@ pub mod memory;
 pub mod poll;
 pub mod queue;
 pub mod sync;
+pub mod tma;
 pub mod visibility;
 
 pub mod sim;
