@@ -14,7 +14,7 @@
 //
 // A K split writes partial sums to a workspace; the CTA that finishes a 64-row block last (an atomic
 // ticket per block) adds the partials in split order, so the result does not depend on timing.
-// Requirements: K % 32 == 0, x and W 16-byte aligned (this path); M <= 8 * MB.
+// Requirements: K % 32 == 0, x and W 16-byte aligned (this path).
 #pragma once
 #include <stdint.h>
 
@@ -49,71 +49,79 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 
 }  // namespace omega_gemv
 
-// grid (ceil(N / 64), split), block 128. `work` holds split * M * N floats and `tickets` ceil(N / 64)
-// zeroed words when split > 1 (the last CTA of a block puts its ticket back to zero).
+// One CTA's share of a group of rows: W rows [64 * nblock, +64) over K slice `s` of `split`, for the M
+// rows of x that `x_rows` names (NULL: rows 0..M-1), into rows 0..M-1 of `y` (split == 1) or of slice s
+// of `work` (slice stride `work_slice` floats); more than 8 * MB rows are taken 8 * MB at a time, each
+// chunk streaming the CTA's W slice again (L2 keeps it for the next chunk). With split > 1 the CTA that
+// takes `*ticket` last adds the slices in split order into y and puts the ticket back to zero.
 template <int MB>
-__device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
-                                             float* __restrict__ y, float* __restrict__ work,
-                                             uint32_t* __restrict__ tickets, uint32_t M, uint32_t N, uint32_t K,
-                                             uint32_t k_per_split) {
+__device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, const uint32_t* __restrict__ x_rows,
+                                                const uint16_t* __restrict__ w, float* __restrict__ y,
+                                                float* __restrict__ work, uint32_t* __restrict__ ticket, uint32_t M,
+                                                uint32_t N, uint32_t K, uint32_t k_per_split, uint32_t nblock,
+                                                uint32_t s, uint32_t split, size_t work_slice) {
   using namespace omega_gemv;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t g = lane / 4, t = lane % 4;
-  const uint32_t n_base = blockIdx.x * GEMV_ROWS + warp * 16;
-  const uint32_t split = gridDim.y, s = blockIdx.y;
+  const uint32_t n_base = nblock * GEMV_ROWS + warp * 16;
   const uint32_t k0 = s * k_per_split;
   const uint32_t k1 = min(K, k0 + k_per_split);
   // Rows past N read row N-1 (any valid row) and are dropped at the store.
   const uint16_t* w_lo = w + (size_t)min(n_base + g, N - 1) * K + 8 * t;
   const uint16_t* w_hi = w + (size_t)min(n_base + g + 8, N - 1) * K + 8 * t;
-  const uint16_t* x_row[MB];
-  bool x_live[MB];
-#pragma unroll
-  for (int nb = 0; nb < MB; ++nb) {
-    x_live[nb] = nb * 8 + g < M;
-    x_row[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + 8 * t;
-  }
-  float acc[MB][4];
-#pragma unroll
-  for (int nb = 0; nb < MB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
+  float* out = split == 1 ? y : work + (size_t)s * work_slice;
 
-  uint32_t k = k0;
-  for (; k + 32 * GEMV_UNROLL <= k1; k += 32 * GEMV_UNROLL) {
-    uint4 lo[GEMV_UNROLL], hi[GEMV_UNROLL];
-#pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; ++u) {
-      lo[u] = ldg_stream(w_lo + k + 32 * u);
-      hi[u] = ldg_stream(w_hi + k + 32 * u);
-    }
-#pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; ++u) {
-#pragma unroll
-      for (int nb = 0; nb < MB; ++nb) {
-        uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k + 32 * u) : make_uint4(0, 0, 0, 0);
-        mma_bf16(acc[nb], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b.x, b.y);
-        mma_bf16(acc[nb], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b.z, b.w);
-      }
-    }
-  }
-  for (; k < k1; k += 32) {
-    uint4 lo = ldg_stream(w_lo + k), hi = ldg_stream(w_hi + k);
+  for (uint32_t m0 = 0; m0 < M; m0 += 8 * MB) {
+    const uint16_t* x_row[MB];
+    bool x_live[MB];
 #pragma unroll
     for (int nb = 0; nb < MB; ++nb) {
-      uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k) : make_uint4(0, 0, 0, 0);
-      mma_bf16(acc[nb], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-      mma_bf16(acc[nb], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+      const uint32_t m = m0 + nb * 8 + g;
+      x_live[nb] = m < M;
+      const uint32_t r = min(m, M - 1);
+      x_row[nb] = x + (size_t)(x_rows ? x_rows[r] : r) * K + 8 * t;
     }
-  }
+    float acc[MB][4];
+#pragma unroll
+    for (int nb = 0; nb < MB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
 
-  // C fragment: c0, c1 at (W row g, x rows 2t, 2t+1), c2, c3 at W row g + 8.
-  float* out = split == 1 ? y : work + (size_t)s * M * N;
+    uint32_t k = k0;
+    for (; k + 32 * GEMV_UNROLL <= k1; k += 32 * GEMV_UNROLL) {
+      uint4 lo[GEMV_UNROLL], hi[GEMV_UNROLL];
 #pragma unroll
-  for (int nb = 0; nb < MB; ++nb) {
+      for (int u = 0; u < GEMV_UNROLL; ++u) {
+        lo[u] = ldg_stream(w_lo + k + 32 * u);
+        hi[u] = ldg_stream(w_hi + k + 32 * u);
+      }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t m = nb * 8 + 2 * t + (i & 1);
-      const uint32_t n = n_base + g + 8 * (i >> 1);
-      if (m < M && n < N) out[(size_t)m * N + n] = acc[nb][i];
+      for (int u = 0; u < GEMV_UNROLL; ++u) {
+#pragma unroll
+        for (int nb = 0; nb < MB; ++nb) {
+          uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k + 32 * u) : make_uint4(0, 0, 0, 0);
+          mma_bf16(acc[nb], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b.x, b.y);
+          mma_bf16(acc[nb], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b.z, b.w);
+        }
+      }
+    }
+    for (; k < k1; k += 32) {
+      uint4 lo = ldg_stream(w_lo + k), hi = ldg_stream(w_hi + k);
+#pragma unroll
+      for (int nb = 0; nb < MB; ++nb) {
+        uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k) : make_uint4(0, 0, 0, 0);
+        mma_bf16(acc[nb], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[nb], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+      }
+    }
+
+    // C fragment: c0, c1 at (W row g, x rows 2t, 2t+1), c2, c3 at W row g + 8.
+#pragma unroll
+    for (int nb = 0; nb < MB; ++nb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t m = m0 + nb * 8 + 2 * t + (i & 1);
+        const uint32_t n = n_base + g + 8 * (i >> 1);
+        if (m < M && n < N) out[(size_t)m * N + n] = acc[nb][i];
+      }
     }
   }
   if (split == 1) return;
@@ -123,20 +131,52 @@ __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, con
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint32_t ticket = atomicAdd(&tickets[blockIdx.x], 1u);
-    last = ticket == split - 1;
-    if (last) tickets[blockIdx.x] = 0;
+    uint32_t taken = atomicAdd(ticket, 1u);
+    last = taken == split - 1;
+    if (last) *ticket = 0;
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const uint32_t rows = min(GEMV_ROWS, N - blockIdx.x * GEMV_ROWS);
+  const uint32_t rows = min(GEMV_ROWS, N - nblock * GEMV_ROWS);
   for (uint32_t i = threadIdx.x; i < rows * M; i += GEMV_THREADS) {
-    const uint32_t m = i / rows, n = blockIdx.x * GEMV_ROWS + i % rows;
+    const uint32_t m = i / rows, n = nblock * GEMV_ROWS + i % rows;
     float sum = 0.f;
-    for (uint32_t p = 0; p < split; ++p) sum += __ldcg(&work[((size_t)p * M + m) * N + n]);
+    for (uint32_t p = 0; p < split; ++p) sum += __ldcg(&work[p * work_slice + (size_t)m * N + n]);
     y[(size_t)m * N + n] = sum;
   }
+}
+
+// Dense: grid (ceil(N / 64), split), block 128, any M (8 * MB rows per pass over W). `work` holds
+// split * M * N floats and `tickets` ceil(N / 64) zeroed words when split > 1 (the last CTA of a block
+// puts its ticket back to zero, so the words stay zero between launches).
+template <int MB>
+__device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                                             float* __restrict__ y, float* __restrict__ work,
+                                             uint32_t* __restrict__ tickets, uint32_t M, uint32_t N, uint32_t K,
+                                             uint32_t k_per_split) {
+  gemv_bf16_group<MB>(x, nullptr, w, y, work, tickets + blockIdx.x, M, N, K, k_per_split, blockIdx.x, blockIdx.y,
+                      gridDim.y, (size_t)M * N);
+}
+
+// Grouped (mixture of experts): grid (ceil(N / 64), split, E), block 128. Expert e's weights are
+// W[e] = w + e * N * K ([N, K], as a linear layer stores them); its rows are the slots
+// offsets[e] .. offsets[e + 1] - 1 of the routing (offsets has E + 1 words, read on the device), slot i
+// taking x row rows[i] and writing y row i: y[i, :] = x[rows[i], :] . W[e]^T. An expert with no slot
+// ends at once, so the launch streams only the experts the routing touched. `work` holds
+// split * max_slots * N floats and `tickets` E * ceil(N / 64) zeroed words when split > 1.
+template <int MB>
+__device__ __forceinline__ void moe_gemv_bf16(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                                              float* __restrict__ y, float* __restrict__ work,
+                                              uint32_t* __restrict__ tickets, const uint32_t* __restrict__ offsets,
+                                              const uint32_t* __restrict__ rows, uint32_t N, uint32_t K,
+                                              uint32_t k_per_split, uint32_t max_slots) {
+  const uint32_t e = blockIdx.z;
+  const uint32_t first = offsets[e], count = offsets[e + 1] - first;
+  if (count == 0) return;
+  gemv_bf16_group<MB>(x, rows + first, w + (size_t)e * N * K, y + (size_t)first * N, work + (size_t)first * N,
+                      tickets + (size_t)e * gridDim.x + blockIdx.x, count, N, K, k_per_split, blockIdx.x, blockIdx.y,
+                      gridDim.y, (size_t)max_slots * N);
 }
 
 #define OMEGA_GEMV_ENTRY(MB)                                                                              \
@@ -149,3 +189,14 @@ OMEGA_GEMV_ENTRY(1)
 OMEGA_GEMV_ENTRY(2)
 OMEGA_GEMV_ENTRY(4)
 OMEGA_GEMV_ENTRY(8)
+
+#define OMEGA_MOE_GEMV_ENTRY(MB)                                                                          \
+  extern "C" __global__ void __launch_bounds__(GEMV_THREADS) omega_moe_gemv_bf16_m##MB(                   \
+      const uint16_t* x, const uint16_t* w, float* y, float* work, uint32_t* tickets, const uint32_t* offsets, \
+      const uint32_t* rows, uint32_t N, uint32_t K, uint32_t k_per_split, uint32_t max_slots) {                \
+    moe_gemv_bf16<MB>(x, w, y, work, tickets, offsets, rows, N, K, k_per_split, max_slots);                 \
+  }
+OMEGA_MOE_GEMV_ENTRY(1)
+OMEGA_MOE_GEMV_ENTRY(2)
+OMEGA_MOE_GEMV_ENTRY(4)
+OMEGA_MOE_GEMV_ENTRY(8)

@@ -1,0 +1,20 @@
+// matmul: the kernels of the matmul library (src/libs/matmul), one module so one load brings them all.
+//
+// Every product is y = x . W^T with x [M, K] row-major and W [N, K] as a linear layer stores it; y is
+// [M, N] row-major f32. Which kernel runs for which shape is the library's choice (docs/kernels.md,
+// "Matmul"); what each requires is said at its definition:
+//
+//   omega_gemm_bf16_tn          large M: TMA + wgmma, persistent, warp-specialised (gemm_bf16.cuh)
+//   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh)
+//   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
+//   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)
+//   omega_gemm_f32_tn           f32 x f32, f32 FMA, any shape (gemm_simt.cuh)
+//   omega_gemm_bf16_simt_tn     bf16 of any shape or alignment (gemm_simt.cuh)
+//   omega_convert_f32_bf16      bf16 outputs (convert.cuh)
+//
+// The host references the simulator runs are in src/core/kernels/matmul.rs.
+#include "matmul/convert.cuh"
+#include "matmul/gemm_bf16.cuh"
+#include "matmul/gemm_simt.cuh"
+#include "matmul/gemv_bf16.cuh"
+#include "matmul/moe_route.cuh"
