@@ -55,7 +55,7 @@ pub use crate::api::{args, kernel, launch, mem, state};
 pub(crate) use crate::api::{locked, scope};
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub use crate::core::doctor;
-pub use crate::core::{engine, error, kernels, platform, printf, session, testing};
+pub use crate::core::{engine, error, kernels, platform, printf, session, testing, tma};
 pub(crate) use crate::core::{loader, sync};
 
 /// # Command lists (EXPERIMENTAL)

@@ -21,5 +21,12 @@ pub mod session;
 pub(crate) mod sync;
 pub mod testing;
 
+/// TMA descriptors encoded on the host, byte for byte the driver's (`omega_hal::tma`): a kernel that
+/// reads its operands with `cp.async.bulk.tensor` takes them in a buffer or as a parameter. Pure data, so
+/// the shells and the libraries use it as the core does.
+pub mod tma {
+    pub use omega_hal::tma::*;
+}
+
 #[cfg(all(test, loom))]
 mod loom_models;
