@@ -55,15 +55,15 @@ fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
     }
 }
 
-/// `n` random bf16 in [-1, 1) (bit patterns) and their f32 values.
+/// `n` random bf16 in [-1, 1] (bit patterns) and their f32 values.
 fn bf16s(rng: &mut SmallRng, n: usize) -> (Vec<u16>, Vec<f32>) {
-    let bits: Vec<u16> = (0..n).map(|_| mm::f32_to_bf16(rng.random_range(-1.0f32..1.0))).collect();
-    let values = bits.iter().map(|&b| mm::bf16_to_f32(b)).collect();
+    let bits = mm::random_bf16(rng.random(), n);
+    let values = mm::bf16s_to_f32(&bits);
     (bits, values)
 }
 
 fn f32s(rng: &mut SmallRng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    mm::random_f32(rng.random(), n)
 }
 
 /// `got[i * n + j]` against row i of `x` times row j of `w` (k elements each), within the tolerance the
@@ -218,8 +218,8 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
     // A y of 525,312 floats (2 MiB and a page) is an allocation of its own, ending at a page where the
     // simulator's mapping ends; smaller buffers are carved from a larger chunk and their neighbours' bytes
     // lie past them. N is one more than that.
-    let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 64u32);
-    let run = |shared: u32, box_b: u32, k_arg: u32, map_offset: u64, y_len: usize| -> (u32, String) {
+    let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 8u32);
+    let run = |shared: u32, box_b: u32, k_arg: u32, map_offset: u64, y_len: usize| -> (u32, String, u64) {
         on_sim(|s, gpu| {
             let module = s.load_module(module()).unwrap();
             let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
@@ -228,8 +228,8 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
             let b = TiledSpec::matrix(
                 omega::tma::TmaElem::Bf16,
                 dw.va(),
-                [n.into(), 64],
-                128,
+                [n.into(), kk.into()],
+                2 * u64::from(kk),
                 [box_b, 64],
                 TmaSwizzle::B128,
             );
@@ -244,22 +244,42 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
                 .arg(m)
                 .arg(n)
                 .arg(k_arg);
-            fault_of(gpu.launch(&l))
+            let (xid, e) = fault_of(gpu.launch(&l));
+            (xid, e, y.va())
         })
     };
     let full = mm::GEMM_SMEM_BYTES;
     let all = Y_SHORT + 1;
-    let (xid, e) = run(full - 1, 256, kk, 0, all);
+    let (xid, e, _) = run(full - 1, 256, kk, 0, all);
     assert!(xid == 13 && e.contains("197696"), "{e}");
-    let (xid, e) = run(full, 128, kk, 0, all);
+    let (xid, e, _) = run(full, 128, kk, 0, all);
     assert!(xid == 13 && e.contains("tmap_b") && e.contains("box [64, 128]"), "{e}");
-    let (xid, e) = run(full, 256, 0, 0, all);
+    let (xid, e, _) = run(full, 256, 0, 0, all);
     assert!(xid == 13 && e.contains("K = 0"), "{e}");
-    let (xid, e) = run(full, 256, kk, 32, all);
+    let (xid, e, _) = run(full, 256, kk, 32, all);
     assert!(xid == 13 && e.contains("not 64-byte aligned"), "{e}");
-    // y holds all outputs but the last: its store faults.
-    let (xid, e) = run(full, 256, kk, 0, Y_SHORT);
-    assert_eq!(xid, 31, "{e}");
+    // y holds all outputs but the last: the store of the last one faults, at y's end.
+    let (xid, e, y) = run(full, 256, kk, 0, Y_SHORT);
+    assert!(xid == 31 && e.contains(&format!("at {:#x}", y + 4 * Y_SHORT as u64)), "{e}");
+    // A full tile of an even N stores float2 pairs: y must be 8-byte aligned then.
+    let (xid, e) = on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
+        let (dx, dw) = (device(s, &[0x3f80u16; 8]), device(s, &[0x3f80u16; 256 * 8]));
+        let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), 1, 8), mm::gemm_tmap_b(dw.va(), 256, 8));
+        let y = poisoned(s, 257);
+        let l = Launch::new(&k)
+            .block([mm::GEMM_THREADS, 1, 1])
+            .dynamic_shared(full)
+            .arg(maps.va())
+            .arg(maps.va() + 128)
+            .arg(y.va() + 4)
+            .arg(1u32)
+            .arg(256u32)
+            .arg(8u32);
+        fault_of(gpu.launch(&l))
+    });
+    assert!(xid == 13 && e.contains("y at") && e.contains("not 8-byte aligned"), "{e}");
 }
 
 // ----- the GEMVs -----------------------------------------------------------------------------------------
@@ -353,7 +373,7 @@ fn a_gemv_ticket_that_was_not_zero_stays_so_and_a_short_or_misaligned_buffer_fau
     // A y one float short of N, allocated on its own (see the TMA GEMM's faults).
     let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 32u32);
     let plan = mm::gemv_plan(n, kk, 132);
-    let run = |y_len: usize, w_offset: u64, block: u32| -> (u32, String) {
+    let run = |y_len: usize, w_offset: u64, block: u32| -> (u32, String, u64) {
         on_sim(|s, gpu| {
             let module = s.load_module(module()).unwrap();
             let k = module.kernel(mm::GEMV_BF16_TN[0]).unwrap();
@@ -373,14 +393,15 @@ fn a_gemv_ticket_that_was_not_zero_stays_so_and_a_short_or_misaligned_buffer_fau
                 .arg(n)
                 .arg(kk)
                 .arg(plan.k_per_split);
-            fault_of(gpu.launch(&l))
+            let (xid, e) = fault_of(gpu.launch(&l));
+            (xid, e, y.va())
         })
     };
-    let (xid, e) = run(Y_SHORT, 0, mm::GEMV_THREADS);
-    assert_eq!(xid, 31, "y one float short: the last CTA's store faults ({e})");
-    let (xid, e) = run((m * n) as usize, 8, mm::GEMV_THREADS);
+    let (xid, e, y) = run(Y_SHORT, 0, mm::GEMV_THREADS);
+    assert!(xid == 31 && e.contains(&format!("at {:#x}", y + 4 * Y_SHORT as u64)), "y one float short: {e}");
+    let (xid, e, _) = run((m * n) as usize, 8, mm::GEMV_THREADS);
     assert!(xid == 13 && e.contains("misaligned") && e.contains("W row"), "{e}");
-    let (xid, e) = run((m * n) as usize, 0, 64);
+    let (xid, e, _) = run((m * n) as usize, 0, 64);
     assert!(xid == 13 && e.contains("written for [128, 1, 1]"), "{e}");
 }
 

@@ -165,6 +165,22 @@ pub fn bf16_to_f32(bits: u16) -> f32 {
     math::bf16_to_f32(bits)
 }
 
+/// The f32 values of bf16 bit patterns (exact; fast in debug builds too).
+pub fn bf16s_to_f32(bits: &[u16]) -> Vec<f32> {
+    math::bf16s_to_f32(bits)
+}
+
+/// `n` random bf16 (bit patterns) uniform in [-1, 1] from `seed`, the same on every machine: inputs for
+/// tests and examples at real shapes, generated fast in debug builds too.
+pub fn random_bf16(seed: u64, n: usize) -> Vec<u16> {
+    math::random_bf16(seed, n)
+}
+
+/// `n` random f32 uniform in [-1, 1) from `seed` (as [`random_bf16`]).
+pub fn random_f32(seed: u64, n: usize) -> Vec<f32> {
+    math::random_f32(seed, n)
+}
+
 /// bf16 bit pattern of `f`, as `omega_convert_f32_bf16` rounds it (nearest even; NaN made quiet).
 pub fn f32_to_bf16(f: f32) -> u16 {
     math::f32_to_bf16(f)
@@ -259,6 +275,15 @@ fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
     fault(kernel, format_args!("misaligned address: {what} at {va:#x} is not {align}-byte aligned"))
 }
 
+/// Refuses an access of `align` bytes at `va` that is not aligned to them (a misaligned address).
+fn aligned(kernel: &str, what: &str, va: u64, align: u64) -> Result<(), KernelError> {
+    if va.is_multiple_of(align) {
+        Ok(())
+    } else {
+        Err(misaligned(kernel, what, va, align))
+    }
+}
+
 /// Refuses a launch whose block is not `want`: the kernels index their warps and tiles by a fixed block
 /// (on the GPU another shape would hang or leave outputs unwritten).
 fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
@@ -283,12 +308,15 @@ fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
 /// buffer holds costs no more host memory than the part that exists before the fault.
 fn load(ctx: &KernelCtx<'_>, va: u64, len: u64) -> Result<Vec<u8>, KernelError> {
     const CHUNK: u64 = 1 << 20;
-    let mut out = Vec::new();
+    // `vec![0; n]` is one zeroed allocation, where growing a Vec would write each byte (slow in the debug
+    // builds the tests are).
+    let mut out = vec![0u8; len.min(CHUNK) as usize];
+    ctx.read(va, &mut out)?;
     while (out.len() as u64) < len {
-        let at = out.len();
-        let n = (len - at as u64).min(CHUNK) as usize;
-        out.resize(at + n, 0);
-        ctx.read(va.wrapping_add(at as u64), &mut out[at..])?;
+        let at = out.len() as u64;
+        let mut chunk = vec![0u8; (len - at).min(CHUNK) as usize];
+        ctx.read(va.wrapping_add(at), &mut chunk)?;
+        out.extend_from_slice(&chunk);
     }
     Ok(out)
 }
@@ -467,6 +495,9 @@ fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     }
     let a = gemm_tensor_map(ctx, tmap_a, "tmap_a", GEMM_TILE_M)?;
     let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", GEMM_TILE_N)?;
+    // The epilogue stores float2 pairs in a tile whose 256 columns all lie below an even N, floats
+    // elsewhere.
+    aligned(name, "y", y, if n.is_multiple_of(2) && n >= GEMM_TILE_N { 8 } else { 4 })?;
     let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
     // Elements past a descriptor's inner dim read as zero: the product runs over the K both hold.
     let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
@@ -506,8 +537,8 @@ fn gemm_simt(ctx: &mut KernelCtx<'_>, name: &str, elem: Elem) -> Result<(), Kern
     let [gx, gy, _] = ctx.grid.map(u64::from);
     // `blockIdx.x * 128` wraps past 2^32: a grid that long covers every column.
     let cols = if gx * tile >= 1 << 32 { n } else { n.min(gx * tile) };
-    if m.min(gy * tile) > 0 && cols > 0 && !y.is_multiple_of(4) {
-        return Err(misaligned(name, "y", y, 4));
+    if m.min(gy * tile) > 0 && cols > 0 {
+        aligned(name, "y", y, 4)?;
     }
     let rows = |va: u64, rows: u64| Rows { elem, va, row_bytes: k * elem.bytes(), rows, loaded: k, check_align: true };
     Dense {
@@ -607,7 +638,10 @@ impl GemvCta<'_> {
         while m0 < self.m {
             let m1 = self.m.min(m0.saturating_add(self.pass));
             let indices: Vec<u32> = match self.x_rows {
-                Some(va) => ctx.read_u32s(va.wrapping_add(4 * u64::from(m0)), (m1 - m0) as usize)?,
+                Some(va) => {
+                    aligned(self.kernel, "rows", va, 4)?;
+                    ctx.read_u32s(va.wrapping_add(4 * u64::from(m0)), (m1 - m0) as usize)?
+                }
                 None => (m0..m1).collect(),
             };
             let mut x = Vec::with_capacity(indices.len() * span as usize);
@@ -628,6 +662,7 @@ impl GemvCta<'_> {
             return Ok(());
         }
         // The ticket, in device memory: the CTA that takes `split - 1` adds the slices and puts it back to 0.
+        aligned(self.kernel, "a ticket", self.ticket, 4)?;
         let taken = ctx.read_u32s(self.ticket, 1)?[0];
         ctx.write_u32s(self.ticket, &[taken.wrapping_add(1)])?;
         if taken != self.split - 1 {
@@ -635,6 +670,9 @@ impl GemvCta<'_> {
         }
         ctx.write_u32s(self.ticket, &[0])?;
         let cols = GEMV_ROWS.min(self.n.wrapping_sub(nb0));
+        if self.m > 0 && cols > 0 {
+            aligned(self.kernel, "y", self.y, 4)?;
+        }
         for mm in 0..self.m {
             let at = u64::from(mm) * ldy + u64::from(nb0);
             let mut sum = vec![0f32; cols as usize];
@@ -701,6 +739,7 @@ fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelEr
     require_block(ctx, name, GEMV_THREADS)?;
     let shape = ctx.shape();
     let experts = shape.grid[2];
+    aligned(name, "offsets", offsets, 4)?;
     let offs = ctx.read_u32s(offsets, experts as usize + 1)?;
     let count = |e: usize| offs[e + 1].wrapping_sub(offs[e]);
     // CTAs of one expert are consecutive (z slowest); each costs what its expert's slots cost.
@@ -768,6 +807,9 @@ fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     if items.is_empty() {
         return Ok(());
     }
+    for (what, va) in [("topk", topk), ("offsets", offsets), ("rows", rows), ("pairs", pairs), ("dropped", dropped)] {
+        aligned(name, what, va, 4)?;
+    }
     let choices = ctx.read_u32s(topk, p as usize)?;
     for pass in items {
         if pass == passes {
@@ -824,12 +866,8 @@ fn convert_f32_bf16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     if part.is_empty() {
         return Ok(());
     }
-    if !input.is_multiple_of(4) {
-        return Err(misaligned(name, "in", input, 4));
-    }
-    if !out.is_multiple_of(2) {
-        return Err(misaligned(name, "out", out, 2));
-    }
+    aligned(name, "in", input, 4)?;
+    aligned(name, "out", out, 2)?;
     let group = u64::from(CONVERT_THREADS);
     let mut i = part.start;
     while i < part.end {
