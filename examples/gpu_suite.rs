@@ -1185,9 +1185,10 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
                 bytes / done.elapsed_ns as f64
             )
         };
+        let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
         Ok(format!(
             "T={t} top-{top_k} of E={e}, N={n} K={k}: {touched} experts touched, {slots} slots, {} positions \
-             checked; routing {:.1} us, grouped GEMV {rate}",
+             checked; routing {:.1} us{clock}, grouped GEMV {rate}",
             at.len(),
             routed.elapsed_ns as f64 / 1e3
         ))

@@ -813,15 +813,15 @@ fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let choices = ctx.read_u32s(topk, p as usize)?;
     for pass in items {
         if pass == passes {
+            if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
+                // `base += 1024` wraps below E: the pass loop never ends.
+                return Err(KernelError::Hang);
+            }
             let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
             if bad > 0 {
                 let blocks = ctx.shape().blocks() as u32;
                 let before = ctx.read_u32s(dropped, 1)?[0];
                 ctx.write_u32s(dropped, &[before.wrapping_add(bad.wrapping_mul(blocks))])?;
-            }
-            if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
-                // `base += 1024` wrapped below E: the loop never ends.
-                return Err(KernelError::Hang);
             }
             continue;
         }
