@@ -83,7 +83,7 @@ fn layers<'s>(
     let hal_desc = LaunchDesc {
         code_va: k.entry_va(),
         code_bytes: meta.code_bytes,
-        gpr_count: omega::session::round_gpr(meta.registers),
+        gpr_count: omega::session::launch_gpr(0, meta),
         block: [1, 1, 1],
         grid: [1, 1, 1],
         shared_bytes: meta.static_shared_bytes.max(1024),

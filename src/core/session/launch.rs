@@ -105,7 +105,8 @@ impl<'a> LaunchSpec<'a> {
         let args = unsafe { std::slice::from_raw_parts(l.args, l.n_args as usize) };
         Ok(LaunchSpec {
             code_va: l.code_va,
-            gpr_count: l.gpr_count,
+            // The C launch (STABLE) keeps the contract's rule for every kernel, loaded or not.
+            gpr_count: round_gpr(l.gpr_count),
             num_elements: l.num_elements,
             args,
             max_args: MAX_ARGS as usize,
@@ -148,6 +149,24 @@ static NO_TEMPLATE: KernelMeta = KernelMeta {
 /// Rounds a declared register count the way the contract says: a multiple of 8, at least 64.
 pub fn round_gpr(gpr: u32) -> u32 {
     gpr.div_ceil(8).saturating_mul(8).max(64)
+}
+
+/// The register count a launch declares, given what the caller declared and what the loader knows of
+/// the kernel (`meta.registers` is 0 for code it did not load).
+///
+/// A self-contained kernel the loader loaded, launched from Rust, declares its own count (or the
+/// caller's, if larger) rounded to a multiple of 8, as libcuda does: the contract's floor of 64 halved the resident blocks of
+/// a 16-register kernel and held the bandwidth kernel to 0.79x of CUDA (1861 against 2737 GB/s without
+/// the floor, 2343 for CUDA, docs/perf/2026-12-02-matmul-bringup.md). Code the runtime did not load, and a
+/// kernel that calls a device library function Omega links (printf, which uses R0..R31 of its caller's
+/// registers, kernels/cuda/lib/printf.cu), keep the floor, and so does every launch through the C
+/// layer, whose STABLE `omega_gpu_session_launch` documents it ([`LaunchSpec::from_raw`] rounds first).
+pub fn launch_gpr(declared: u32, meta: &KernelMeta) -> u32 {
+    if meta.registers == 0 || meta.printf {
+        round_gpr(declared.max(meta.registers))
+    } else {
+        declared.max(meta.registers).div_ceil(8).saturating_mul(8)
+    }
 }
 
 /// Spin iterations between looks at the channel's error notifier inside a spin window (a multiple of
@@ -289,7 +308,7 @@ impl Runtime {
             };
             return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
-        let gpr_count = round_gpr(spec.gpr_count.max(meta.registers));
+        let gpr_count = launch_gpr(spec.gpr_count, meta);
         if gpr_count > limits.max_registers {
             let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
             return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Registers {

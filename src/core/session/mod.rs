@@ -27,7 +27,9 @@ pub mod suballoc;
 pub mod types;
 mod wait;
 
-pub use launch::{round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchShape, LaunchSpec, ParamInfo};
+pub use launch::{
+    launch_gpr, round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchShape, LaunchSpec, ParamInfo,
+};
 pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
