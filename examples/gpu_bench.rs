@@ -64,6 +64,7 @@ fn layers<'s>(
             dynamic_shared_bytes: 0,
             timeout_ms: 5_000,
             spin_us: 100_000,
+            cluster: [1, 1, 1],
         },
     };
     // The HAL level: our own marker pair, the descriptor the session would build.

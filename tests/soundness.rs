@@ -86,6 +86,7 @@ fn shared_memory_that_overflows_a_word_is_refused_before_anything_runs() {
             dynamic_shared_bytes: u32::MAX,
             timeout_ms: 100,
             spin_us: 0,
+            cluster: [1, 1, 1],
         },
     };
     let e = rt.launch(&spec).unwrap_err();

@@ -290,3 +290,36 @@ fn a_typed_handle_checks_a_host_kernel_it_did_not_declare() {
     })
     .value();
 }
+
+#[test]
+fn a_cluster_launch_is_checked_before_submit() {
+    use omega::LaunchArgError::Limit;
+    use omega_hal::LimitError;
+    let (mut rng, seed) = rng();
+    let n = 1024usize;
+    let (x, y) = (floats(&mut rng, n), floats(&mut rng, n));
+    let dev = sim();
+    let out = dev.scope(|s, gpu| -> omega::Result<Vec<f32>> {
+        let a = s.alloc_from(&x)?;
+        let b = s.alloc_from(&y)?;
+        let mut c = s.alloc::<f32>(n)?;
+        c.fill(POISON_F32)?;
+        let k = s.load("vector_add")?;
+        let base = || Launch::new(&k).arg(&a).arg(&b).arg(&c).arg(n as u32).block([128, 1, 1]);
+        // Whole clusters of 2 run (the simulator's reference does not depend on them).
+        let gpu = gpu.launch(&base().grid([8, 1, 1]).cluster([2, 1, 1]))?.gpu;
+        // A grid that is not whole clusters, and a cluster past Hopper's 8 portable CTAs, never launch.
+        let e = gpu.launch(&base().grid([7, 1, 1]).cluster([2, 1, 1])).unwrap_err();
+        assert!(
+            matches!(e.error, Error::LaunchArguments(Limit(LimitError::ClusterGrid { axis: 'x', .. }))),
+            "{}",
+            e.error
+        );
+        let gpu = e.gpu.expect("a refused launch hands the token back");
+        let e = gpu.launch(&base().grid([16, 1, 1]).cluster([16, 1, 1])).unwrap_err();
+        assert!(matches!(e.error, Error::LaunchArguments(Limit(LimitError::Cluster { ctas: 16, max: 8, .. }))));
+        drop(e);
+        c.to_vec()
+    });
+    assert_eq!(out.value().unwrap(), vector_add_ref(&x, &y), "seed {seed}");
+}

@@ -184,6 +184,7 @@ impl<'k, 's> Launch<'k, 's> {
                 dynamic_shared_bytes: 0,
                 timeout_ms: DEFAULT_TIMEOUT_MS,
                 spin_us: 0,
+                cluster: [1, 1, 1],
             },
         }
     }
@@ -203,6 +204,14 @@ impl<'k, 's> Launch<'k, 's> {
     /// Dynamic shared memory per block, in bytes.
     pub fn dynamic_shared(mut self, bytes: u32) -> Self {
         self.shape.dynamic_shared_bytes = bytes;
+        self
+    }
+
+    /// Runs the grid in thread-block clusters of `ctas` (x, y, z): every grid side a multiple of the
+    /// cluster's, at most 8 CTAs per cluster on Hopper. A kernel built with `__cluster_dims__` already
+    /// runs in its own shape; naming another is refused at the launch.
+    pub fn cluster(mut self, ctas: [u32; 3]) -> Self {
+        self.shape.cluster = ctas;
         self
     }
 

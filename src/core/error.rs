@@ -385,6 +385,16 @@ pub enum LaunchArgError {
     /// A launch past one of the platform's limits (shared memory, block or grid sides).
     #[error("{0}")]
     Limit(#[source] omega_hal::LimitError),
+    /// A launch naming a cluster other than the one its kernel was built for.
+    #[error("kernel `{kernel}` was built for clusters of {fixed:?} (__cluster_dims__); the launch asks for {asked:?}")]
+    ClusterFixed {
+        /// The kernel.
+        kernel: String,
+        /// Its built-in cluster.
+        fixed: [u32; 3],
+        /// What the launch asked for.
+        asked: [u32; 3],
+    },
     /// More registers than the platform allows, after the session's rounding.
     #[error("gpr_count {given} (the kernel's own {own}, rounded up to a multiple of 8 and to at least 64): {limit}")]
     Registers {
@@ -644,10 +654,10 @@ pub enum LoadError {
         /// The device's name.
         device: String,
     },
-    /// A kernel declaring a cluster launch (`dims` when the cubin gives them).
+    /// A kernel declaring an explicit cluster launch without its shape (`dims` when the cubin gives them).
     #[error(
-        "declares a cluster launch of {} CTAs (__cluster_dims__); Omega's launch path has no cluster support yet, \
-         so it cannot be launched as built",
+        "declares a cluster launch of {} CTAs but not its shape (CTA_PER_CLUSTER); launch-time cluster shapes \
+         for such kernels are not supported",
         cluster_text(.dims)
     )]
     ClusterLaunch {

@@ -112,6 +112,7 @@ fn launch(rt: &Runtime, code: &GpuMem, timeout_ms: u32) -> Result<LaunchCompleti
             dynamic_shared_bytes: 0,
             timeout_ms,
             spin_us: 0,
+            cluster: [1, 1, 1],
         },
     })
 }

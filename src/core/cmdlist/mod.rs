@@ -52,6 +52,8 @@ struct Recorded {
     shape: LaunchShape,
     local_bytes_per_thread: u32,
     barrier_count: u32,
+    /// The cluster the launch checks settled on (the kernel's own, or the launch's).
+    features: omega_hal::LaunchFeatures,
     num_elements: u32,
     /// Range in the list's argument arena.
     args: (usize, usize),
@@ -224,6 +226,7 @@ impl<'r> CmdList<'r> {
             gpr_count: desc.gpr_count,
             local_bytes_per_thread: desc.local_bytes_per_thread,
             barrier_count: desc.barrier_count,
+            features: desc.features,
             num_elements: desc.num_elements,
             args: (start, desc.args.len()),
             banks: (banks_start, desc.const_banks.len()),
@@ -235,6 +238,7 @@ impl<'r> CmdList<'r> {
                 dynamic_shared_bytes: desc.dynamic_shared_bytes,
                 timeout_ms: spec.shape.timeout_ms,
                 spin_us: spec.shape.spin_us,
+                cluster: spec.shape.cluster,
             },
         });
         Ok(self.launches.len() as u32 - 1)
@@ -326,7 +330,7 @@ impl<'r> CmdList<'r> {
                 dynamic_shared_bytes: l.shape.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
                 barrier_count: l.barrier_count,
-                features: omega_hal::LaunchFeatures::NONE,
+                features: l.features,
                 num_elements: l.num_elements,
                 args: &self.args[l.args.0..l.args.0 + l.args.1],
                 const_banks: &self.banks[l.banks.0..l.banks.0 + l.banks.1],

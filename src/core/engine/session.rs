@@ -185,6 +185,7 @@ impl Backend for SessionBackend {
                 dynamic_shared_bytes: 0,
                 timeout_ms: limits[0],
                 spin_us: timeouts.spin_us,
+                cluster: [1, 1, 1],
             },
         };
         let mut seen = 0u8;

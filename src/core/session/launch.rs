@@ -47,6 +47,9 @@ pub struct KernelMeta {
     pub const_banks: Vec<ConstBank>,
     /// True when the kernel calls Omega's device printf: a completion that ran it drains the printf buffer.
     pub printf: bool,
+    /// The cluster the kernel was built for (`__cluster_dims__`: `EXPLICIT_CLUSTER` with
+    /// `CTA_PER_CLUSTER`); every launch of it runs in clusters of this shape.
+    pub cluster: Option<[u32; 3]>,
 }
 
 /// What a launch asks for besides its kernel and arguments: its geometry, its shared memory and its
@@ -67,6 +70,10 @@ pub struct LaunchShape {
     pub timeout_ms: u32,
     /// Spin window; 0 = process-wide setting.
     pub spin_us: u32,
+    /// CTAs per cluster along x, y, z (`[1, 1, 1]`: no cluster; a 0 side counts as 1). Every grid side
+    /// must be whole clusters. A kernel built with `__cluster_dims__` runs in its own shape whatever this
+    /// says, unless this names another, which is refused.
+    pub cluster: [u32; 3],
 }
 
 /// A launch as the Rust API describes it: the C descriptor's fields plus what C cannot say.
@@ -117,6 +124,7 @@ impl<'a> LaunchSpec<'a> {
                 dynamic_shared_bytes: 0,
                 timeout_ms: l.timeout_ms,
                 spin_us: l.spin_us,
+                cluster: [1, 1, 1],
             },
         })
     }
@@ -144,6 +152,7 @@ static NO_TEMPLATE: KernelMeta = KernelMeta {
     max_threads: None,
     const_banks: Vec::new(),
     printf: false,
+    cluster: None,
 };
 
 /// Rounds a declared register count the way the contract says: a multiple of 8, at least 64.
@@ -308,6 +317,20 @@ impl Runtime {
             };
             return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
+        let asked = spec.shape.cluster.map(|side| side.max(1));
+        let cluster = match meta.cluster {
+            Some(fixed) if asked != [1, 1, 1] && asked != fixed => {
+                let kernel = meta.name.clone();
+                let e = crate::error::LaunchArgError::ClusterFixed { kernel, fixed, asked };
+                return self.fail(Error::LaunchArguments(e));
+            }
+            Some(fixed) => fixed,
+            None => asked,
+        };
+        let features = omega_hal::LaunchFeatures { cluster, ..omega_hal::LaunchFeatures::NONE };
+        if let Err(e) = limits.check_features(spec.shape.grid, &features) {
+            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
+        }
         let gpr_count = launch_gpr(spec.gpr_count, meta);
         if gpr_count > limits.max_registers {
             let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
@@ -331,7 +354,7 @@ impl Runtime {
             dynamic_shared_bytes: spec.shape.dynamic_shared_bytes,
             local_bytes_per_thread: meta.local_bytes_per_thread,
             barrier_count: meta.barriers,
-            features: omega_hal::LaunchFeatures::NONE,
+            features,
             num_elements: spec.num_elements,
             args: spec.args,
             const_banks: banks,
