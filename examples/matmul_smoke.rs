@@ -53,9 +53,14 @@ fn main() -> omega::Result<()> {
         let module = s.load_module(omega::kernels::cuda_module("matmul").expect("the matmul module was built"))?;
         let mut results = Vec::new();
         // The TMA GEMM.
-        for (m, n, k) in
-            [(1024usize, 1024usize, 1024usize), (1000, 1000, 1000), (4096, 2048, 2048), (512, 151936, 2048)]
-        {
+        for (m, n, k) in [
+            (1024usize, 1024usize, 1024usize),
+            (1000, 1000, 1000),
+            (4096, 2048, 2048),
+            (512, 151936, 2048),
+            (4096, 4096, 4096),
+            (8192, 8192, 8192),
+        ] {
             let xh = bf16s(&mut rng, m * k);
             let wh = bf16s(&mut rng, n * k);
             let x: Mem<'_, Device<bf16>> = s.alloc_device_from(&xh)?;
@@ -94,19 +99,25 @@ fn main() -> omega::Result<()> {
                 .arg(m as u32)
                 .arg(n as u32)
                 .arg(k as u32)
-                .timeout_ms(5000);
+                .timeout_ms(10_000);
+            // Five launches of the same submission (the later ones replay its prepared encoding); the best.
             let t = std::time::Instant::now();
-            let done = gpu.launch(&l).map_err(|e| e.error)?;
+            let mut done = gpu.launch(&l).map_err(|e| e.error)?;
             let us = t.elapsed().as_secs_f64() * 1e6;
+            let mut best = done.elapsed_ns;
+            for _ in 0..4 {
+                done = done.gpu.launch(&l).map_err(|e| e.error)?;
+                best = best.min(done.elapsed_ns);
+            }
             gpu = done.gpu;
             let mut yh = vec![0f32; m * n];
             y.read(&mut yh)?;
             let xf: Vec<f32> = xh.iter().map(|v| v.to_f32()).collect();
             let wf: Vec<f32> = wh.iter().map(|v| v.to_f32()).collect();
             println!(
-                "# gemm {m}x{n}x{k}: {us:.0} us wall, {:.1} us device, {:.1} TFLOP/s device",
-                done.elapsed_ns as f64 / 1e3,
-                2.0 * (m * n * k) as f64 / done.elapsed_ns as f64 / 1e3
+                "# gemm {m}x{n}x{k}: first {us:.0} us wall; best of 5 {:.1} us device, {:.1} TFLOP/s",
+                best as f64 / 1e3,
+                2.0 * (m * n * k) as f64 / best as f64 / 1e3
             );
             results.push(check(&format!("gemm_bf16_tn {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
         }
@@ -161,13 +172,14 @@ fn main() -> omega::Result<()> {
             results.push(check(&format!("gemv_bf16 m{mb} {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
         }
         // The f32 SIMT GEMM.
-        for (m, n, k) in [(513usize, 257usize, 1000usize), (2048, 2048, 2048)] {
+        for (m, n, k) in [(513usize, 257usize, 1000usize), (2048, 2048, 2048), (8192, 8192, 8192)] {
             let xh: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let wh: Vec<f32> = (0..n * k).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             let x = s.alloc_device_from(&xh)?;
             let w = s.alloc_device_from(&wh)?;
             let mut y = s.alloc_device_from(&vec![f32::NAN; m * n])?;
             let kern = module.kernel("omega_gemm_f32_tn")?;
+            // An unaligned view of the same rows would take the scalar path; these take the vector path.
             let l = Launch::new(&kern)
                 .grid([n.div_ceil(128) as u32, m.div_ceil(128) as u32, 1])
                 .block([256, 1, 1])
@@ -176,15 +188,21 @@ fn main() -> omega::Result<()> {
                 .arg(&y)
                 .arg(m as u32)
                 .arg(n as u32)
-                .arg(k as u32);
-            let done = gpu.launch(&l).map_err(|e| e.error)?;
+                .arg(k as u32)
+                .timeout_ms(10_000);
+            let mut done = gpu.launch(&l).map_err(|e| e.error)?;
+            let mut best = done.elapsed_ns;
+            for _ in 0..2 {
+                done = done.gpu.launch(&l).map_err(|e| e.error)?;
+                best = best.min(done.elapsed_ns);
+            }
             gpu = done.gpu;
             let mut yh = vec![0f32; m * n];
             y.read(&mut yh)?;
             println!(
-                "# f32 {m}x{n}x{k}: {:.1} us device, {:.1} TFLOP/s",
-                done.elapsed_ns as f64 / 1e3,
-                2.0 * (m * n * k) as f64 / done.elapsed_ns as f64 / 1e3
+                "# f32 {m}x{n}x{k}: best of 3 {:.1} us device, {:.1} TFLOP/s",
+                best as f64 / 1e3,
+                2.0 * (m * n * k) as f64 / best as f64 / 1e3
             );
             results.push(check(&format!("gemm_f32_tn {m}x{n}x{k}"), &yh, &xh, &wh, [m, n, k], &mut rng));
         }
