@@ -122,7 +122,14 @@ fn main() -> omega::Result<()> {
             results.push(check(&format!("gemm_bf16_tn {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
         }
         // The split-K GEMV.
-        for (m, n, k) in [(1usize, 2048usize, 4096usize), (8, 5120, 2048), (64, 2048, 768), (1, 151936, 2048)] {
+        for (m, n, k) in [
+            (1usize, 2048usize, 4096usize),
+            (4, 1536, 2048),
+            (8, 5120, 2048),
+            (64, 2048, 768),
+            (1, 151936, 2048),
+            (2, 151936, 2048),
+        ] {
             let xh = bf16s(&mut rng, m * k);
             let wh = bf16s(&mut rng, n * k);
             let x = s.alloc_device_from(&xh)?;
