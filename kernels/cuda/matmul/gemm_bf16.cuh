@@ -106,8 +106,14 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 
 }  // namespace omega_gemm
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
-    omega_gemm_bf16_tn(const void* tmap_a, const void* tmap_b, float* y, uint32_t M, uint32_t N, uint32_t K) {
+// The body of both entries. A work unit is (tile, K split): tile u / splits of the grouped order over
+// K blocks [s * per, min(kblocks, (s + 1) * per)), per = ceil(kblocks / splits) (splits past what K
+// needs are dropped). With one split a unit stores its tile into y; with more it stores its partial sums
+// into slice s of `work` ([splits][M][N] f32), and the unit that takes the tile's ticket last adds the
+// slices in split order into y and puts the ticket back to zero, so y does not depend on timing.
+__device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* tmap_b, float* y, float* work,
+                                               uint32_t* tickets, uint32_t M, uint32_t N, uint32_t K,
+                                               uint32_t splits_asked) {
   using namespace omega_gemm;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -119,6 +125,9 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
   const int tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
   const int tiles = tiles_m * tiles_n;
   const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
+  const int per = (kblocks + (int)max(splits_asked, 1u) - 1) / (int)max(splits_asked, 1u);
+  const int splits = (kblocks + per - 1) / per;
+  const int units = tiles * splits;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < GEMM_STAGES; ++s) {
@@ -137,10 +146,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
       uint32_t it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int tm, tn;
-        tile_of(t, tiles_m, tiles_n, &tm, &tn);
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        tile_of(u / splits, tiles_m, tiles_n, &tm, &tn);
+        const int kb0 = (u % splits) * per, kb1 = min(kblocks, kb0 + per);
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           uint32_t s = it % GEMM_STAGES;
           // A fresh barrier's "previous" phase counts as complete, so the first pass through the ring
           // does not wait (parity 1 on phase 0).
@@ -164,10 +174,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
   uint32_t it = 0;
   // The same walk over tiles and K blocks as the producer's: the ring's stage and phase are a function of
   // the step count `it`, so both sides must take exactly the same steps.
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int tm, tn;
-    tile_of(t, tiles_m, tiles_n, &tm, &tn);
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+    const int tile = u / splits, split = u % splits;
+    tile_of(tile, tiles_m, tiles_n, &tm, &tn);
+    const int kb0 = split * per, kb1 = min(kblocks, kb0 + per);
+    for (int kb = kb0; kb < kb1; ++kb, ++it) {
       uint32_t s = it % GEMM_STAGES;
       mbar_wait(&full[s], (it / GEMM_STAGES) & 1);
       const uint8_t* a = smem + s * GEMM_STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
@@ -176,12 +188,12 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
 #pragma unroll
       for (int k = 0; k < GEMM_BK / 16; ++k) {
         // Each k16 step is 32 bytes further along the (swizzled) 128-byte row.
-        wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+        wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > kb0 || k > 0) ? 1 : 0);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       // One group in flight: the previous stage's wgmma has retired, so that stage is free.
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      if (kb > 0 && t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
+      if (kb > kb0 && t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     if (t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
@@ -191,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
     const uint32_t row0 = tm * GEMM_BM + consumer * 64 + warp * 16 + lane / 4;
     const uint32_t col0 = tn * GEMM_BN + 2 * (lane % 4);
     const bool full_cols = tn * GEMM_BN + GEMM_BN <= N && (N % 2 == 0);
+    float* out = splits == 1 ? y : work + (size_t)split * M * N;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       const uint32_t col = col0 + 8 * j;
@@ -198,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
       for (int h = 0; h < 2; ++h) {
         const uint32_t row = row0 + 8 * h;
         if (row >= M) continue;
-        float* dst = y + (size_t)row * N + col;
+        float* dst = out + (size_t)row * N + col;
         if (full_cols) {
           *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         } else {
@@ -207,5 +220,46 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
         }
       }
     }
+    if (splits == 1) continue;
+
+    // Both consumer warpgroups have stored their halves; one thread takes the tile's ticket.
+    __shared__ uint32_t last_unit;
+    __threadfence();
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (consumer == 0 && t128 == 0) {
+      const uint32_t taken = atomicAdd(&tickets[tile], 1u);
+      last_unit = taken == (uint32_t)splits - 1;
+      if (last_unit) tickets[tile] = 0;
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (!last_unit) continue;
+    __threadfence();
+    // The last unit adds the slices, each thread at the positions it stored.
+#pragma unroll 1
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t col = col0 + 8 * j;
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t row = row0 + 8 * h;
+        if (row >= M) continue;
+        for (uint32_t c = col; c < col + 2 && c < N; ++c) {
+          float sum = 0.f;
+          for (int p = 0; p < splits; ++p) sum += __ldcg(&work[((size_t)p * M + row) * N + c]);
+          y[(size_t)row * N + c] = sum;
+        }
+      }
+    }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn(const void* tmap_a, const void* tmap_b, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_body(tmap_a, tmap_b, y, nullptr, nullptr, M, N, K, 1);
+}
+
+// Split K for shapes with fewer tiles than SMs (M = 512 of the Qwen matrices: 4 x 8 tiles for 132 SMs).
+// work: splits * M * N f32 (scratch); tickets: one zeroed word per tile, left zero.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_splitk(const void* tmap_a, const void* tmap_b, float* y, float* work, uint32_t* tickets,
+                              uint32_t M, uint32_t N, uint32_t K, uint32_t splits) {
+  gemm_bf16_body(tmap_a, tmap_b, y, work, tickets, M, N, K, splits);
 }
