@@ -137,7 +137,8 @@ fn main() -> omega::Result<()> {
             let d: Mem<'_, Device<u8>> = s.alloc_device_from(&descs)?;
             let tiles = (m.div_ceil(128) * n.div_ceil(256)) as u32;
             let kblocks = k.div_ceil(64) as u32;
-            let splits = SMS.div_ceil(tiles).min(kblocks).max(1);
+            // Whole waves: as many splits as fit the SMs once (a second, partial wave costs a whole unit).
+            let splits = (SMS / tiles).clamp(1, kblocks);
             let work = s.alloc_device::<f32>(splits as usize * m * n)?;
             let tickets = s.alloc_device_from(&vec![0u32; tiles as usize])?;
             let kern = module.kernel("omega_gemm_bf16_tn_splitk")?;
@@ -216,7 +217,12 @@ fn main() -> omega::Result<()> {
                 .arg(n as u32)
                 .arg(k as u32)
                 .arg(kps);
-            let done = gpu.launch(&l).map_err(|e| e.error)?;
+            let mut done = gpu.launch(&l).map_err(|e| e.error)?;
+            let mut best = done.elapsed_ns;
+            for _ in 0..4 {
+                done = done.gpu.launch(&l).map_err(|e| e.error)?;
+                best = best.min(done.elapsed_ns);
+            }
             gpu = done.gpu;
             let mut yh = vec![0f32; m * n];
             y.read(&mut yh)?;
@@ -224,9 +230,9 @@ fn main() -> omega::Result<()> {
             let wf: Vec<f32> = wh.iter().map(|v| v.to_f32()).collect();
             let bytes = (2 * n * k) as f64;
             println!(
-                "# gemv {m}x{n}x{k} split {split}: {:.1} us device, {:.0} GB/s of weights",
-                done.elapsed_ns as f64 / 1e3,
-                bytes / done.elapsed_ns as f64
+                "# gemv {m}x{n}x{k} split {split}: best of 5 {:.1} us device, {:.0} GB/s of weights",
+                best as f64 / 1e3,
+                bytes / best as f64
             );
             results.push(check(&format!("gemv_bf16 m{mb} {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
         }

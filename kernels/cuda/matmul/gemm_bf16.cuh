@@ -234,17 +234,45 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
     asm volatile("bar.sync 1, 256;" ::: "memory");
     if (!last_unit) continue;
     __threadfence();
-    // The last unit adds the slices, each thread at the positions it stored.
-#pragma unroll 1
+    // The last unit adds the slices in split order (its own from memory too, so the order never depends
+    // on which unit came last), each thread at the positions it stored, into its accumulator registers:
+    // per slice 64 independent loads in flight per thread.
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    for (int p = 0; p < splits; ++p) {
+      const float* src = work + (size_t)p * M * N;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const uint32_t col = col0 + 8 * j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t row = row0 + 8 * h;
+          if (row >= M) continue;
+          const float* at = src + (size_t)row * N + col;
+          if (full_cols) {
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(at));
+            acc[4 * j + 2 * h] += v.x;
+            acc[4 * j + 2 * h + 1] += v.y;
+          } else {
+            if (col < N) acc[4 * j + 2 * h] += __ldcg(at);
+            if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcg(at + 1);
+          }
+        }
+      }
+    }
+#pragma unroll
     for (int j = 0; j < 32; ++j) {
       const uint32_t col = col0 + 8 * j;
+#pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t row = row0 + 8 * h;
         if (row >= M) continue;
-        for (uint32_t c = col; c < col + 2 && c < N; ++c) {
-          float sum = 0.f;
-          for (int p = 0; p < splits; ++p) sum += __ldcg(&work[((size_t)p * M + row) * N + c]);
-          y[(size_t)row * N + c] = sum;
+        float* dst = y + (size_t)row * N + col;
+        if (full_cols) {
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        } else {
+          if (col < N) dst[0] = acc[4 * j + 2 * h];
+          if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
         }
       }
     }
