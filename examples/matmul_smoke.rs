@@ -121,31 +121,55 @@ fn main() -> omega::Result<()> {
             );
             results.push(check(&format!("gemm_bf16_tn {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
         }
-        // The split-K GEMM, for shapes with fewer 128x256 tiles than SMs.
-        for (m, n, k) in [(512usize, 2048usize, 4096usize), (512, 5120, 2048), (512, 1536, 2048), (512, 2048, 768), (1000, 1000, 1000)] {
+        // The split-K GEMM and the narrow (128x128) form, for shapes with fewer 128x256 tiles than SMs.
+        let variants = [("omega_gemm_bf16_tn_splitk", 256u32, 197_696u32), ("omega_gemm_bf16_tn_n128", 128, 197_728)];
+        for ((m, n, k), (entry, bn, smem)) in [
+            (512usize, 2048usize, 4096usize),
+            (512, 5120, 2048),
+            (512, 1536, 2048),
+            (512, 2048, 768),
+            (1000, 1000, 1000),
+        ]
+        .into_iter()
+        .flat_map(|shape| variants.map(|v| (shape, v)))
+        {
             let xh = bf16s(&mut rng, m * k);
             let wh = bf16s(&mut rng, n * k);
             let x: Mem<'_, Device<bf16>> = s.alloc_device_from(&xh)?;
             let w: Mem<'_, Device<bf16>> = s.alloc_device_from(&wh)?;
             let mut y = s.alloc_device_from(&vec![f32::NAN; m * n])?;
-            let a = encode_tiled(&TiledSpec::matrix(TmaElem::Bf16, x.va(), [m as u64, k as u64], 2 * k as u64, [128, 64], TmaSwizzle::B128))
-                .expect("A");
-            let b = encode_tiled(&TiledSpec::matrix(TmaElem::Bf16, w.va(), [n as u64, k as u64], 2 * k as u64, [256, 64], TmaSwizzle::B128))
-                .expect("B");
+            let a = encode_tiled(&TiledSpec::matrix(
+                TmaElem::Bf16,
+                x.va(),
+                [m as u64, k as u64],
+                2 * k as u64,
+                [128, 64],
+                TmaSwizzle::B128,
+            ))
+            .expect("A");
+            let b = encode_tiled(&TiledSpec::matrix(
+                TmaElem::Bf16,
+                w.va(),
+                [n as u64, k as u64],
+                2 * k as u64,
+                [bn, 64],
+                TmaSwizzle::B128,
+            ))
+            .expect("B");
             let mut descs = a.0.to_vec();
             descs.extend_from_slice(&b.0);
             let d: Mem<'_, Device<u8>> = s.alloc_device_from(&descs)?;
-            let tiles = (m.div_ceil(128) * n.div_ceil(256)) as u32;
+            let tiles = (m.div_ceil(128) * n.div_ceil(bn as usize)) as u32;
             let kblocks = k.div_ceil(64) as u32;
             // Whole waves: as many splits as fit the SMs once (a second, partial wave costs a whole unit).
             let splits = (SMS / tiles).clamp(1, kblocks);
             let work = s.alloc_device::<f32>(splits as usize * m * n)?;
             let tickets = s.alloc_device_from(&vec![0u32; tiles as usize])?;
-            let kern = module.kernel("omega_gemm_bf16_tn_splitk")?;
+            let kern = module.kernel(entry)?;
             let l = Launch::new(&kern)
                 .grid([(tiles * splits).min(SMS), 1, 1])
                 .block([384, 1, 1])
-                .dynamic_shared(197_696)
+                .dynamic_shared(smem)
                 .arg(d.va())
                 .arg(d.va() + 128)
                 .arg(&y)
@@ -168,11 +192,11 @@ fn main() -> omega::Result<()> {
             let xf: Vec<f32> = xh.iter().map(|v| v.to_f32()).collect();
             let wf: Vec<f32> = wh.iter().map(|v| v.to_f32()).collect();
             println!(
-                "# gemm split-K {m}x{n}x{k} ({tiles} tiles x {splits} splits): best of 5 {:.1} us device, {:.1} TFLOP/s",
+                "# {entry} {m}x{n}x{k} ({tiles} tiles x {splits} splits): best of 5 {:.1} us device, {:.1} TFLOP/s",
                 best as f64 / 1e3,
                 2.0 * (m * n * k) as f64 / best as f64 / 1e3
             );
-            results.push(check(&format!("gemm_bf16_tn_splitk {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
+            results.push(check(&format!("{entry} {m}x{n}x{k}"), &yh, &xf, &wf, [m, n, k], &mut rng));
         }
         // The split-K GEMV.
         for (m, n, k) in [
