@@ -23,7 +23,7 @@ fn open_with(config: SimConfig) -> (Runtime, Arc<Sim>) {
     let sim = Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
     let rt = Runtime::with_platform(Installed::simulator(sim.clone())).unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().expect("sim opens");
     (rt, sim)
 }
@@ -317,9 +317,9 @@ fn mem_info_reports_the_devices_free_and_total_bytes() {
     assert_eq!(rt.mem_info().unwrap().free_bytes, base.free_bytes - CHUNK_BYTES, "the chunk counts as used");
     let _big = rt.alloc_device(100 << 20).unwrap();
     assert_eq!(rt.mem_info().unwrap().free_bytes, base.free_bytes - CHUNK_BYTES - (100 << 20));
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     let e = rt.mem_info().unwrap_err();
     assert_eq!(e.stage(), Stage::MemInfo);
 }

@@ -179,7 +179,6 @@ fn a_handle_whose_ptx_disagrees_with_the_kernel_is_refused_at_load() {
         })
         .into_open()
         .unwrap();
-    assert!(omega::session::runtime().last_error().starts_with("load: "));
     drop(dev);
 }
 

@@ -527,9 +527,6 @@ pub enum SettingError {
     /// A platform change while the device is open.
     #[error("close the device first")]
     CloseDeviceFirst,
-    /// An on-close hook panicked.
-    #[error("a hook panicked")]
-    HookPanicked,
     /// More on-close hooks than the session keeps.
     #[error("at most {0} hooks")]
     TooManyHooks(usize),
@@ -566,8 +563,50 @@ pub enum SettingError {
          field was set by hand): scratch_free it and reserve again"
     )]
     StaleReservation,
-    /// An argument refused at the C boundary or a harness program's own cause, in words (the C layer's
-    /// NULL, non-UTF-8 and out-of-range arguments: one text per argument of each entry point).
+    /// A NULL pointer where the C call needs an object (`{what} is NULL`, the argument's C name).
+    #[error("{0} is NULL")]
+    Null(&'static str),
+    /// A NULL output array given room for `max` elements.
+    #[error("{what} is NULL (max {max})")]
+    NullArray {
+        /// The argument's C name.
+        what: &'static str,
+        /// The elements the caller said it has room for.
+        max: usize,
+    },
+    /// A C string argument that is not UTF-8.
+    #[error("{0} is not UTF-8")]
+    NotUtf8(&'static str),
+    /// A code size whose code buffer's size (with the prefetch tail, page-rounded) overflows.
+    #[error("code size {0} overflows")]
+    CodeSizeOverflows(usize),
+    /// A pointer (its address) that names no live command list.
+    #[error("{0:#x} is not a live command list (never created, or freed already)")]
+    NotALiveList(usize),
+    /// Host memory the platform did not give.
+    #[error("{0} bytes: no memory, or no platform with the HOST_MEM service")]
+    NoHostMemory(usize),
+    /// A host allocation of `count * size` bytes, which overflows.
+    #[error("{count} * {size} bytes overflows")]
+    HostSizeOverflows {
+        /// Elements.
+        count: usize,
+        /// Bytes of each.
+        size: usize,
+    },
+    /// A C platform table given a built-in platform's name.
+    #[error("`{0}` is a built-in platform's name; give the table a name of its own")]
+    BuiltInName(&'static str),
+    /// A C platform table's name outside what a name may be.
+    #[error("a table's name is 1 to 63 printable ASCII characters, no spaces")]
+    BadTableName,
+    /// A C platform table's name that cannot be made a C string.
+    #[error("the name is not a C string")]
+    NameNotCString,
+    /// A simulator fault number no fault has.
+    #[error("unknown fault {0}")]
+    UnknownFault(i32),
+    /// A harness program's own cause, in words (examples/: a check or report of theirs).
     #[error("{0}")]
     Text(String),
 }
@@ -844,7 +883,7 @@ mod tests {
             Error::ScratchReserved { requested: 2, reserved: 1 },
             Error::Load(LoadError::NoHostImplementation),
             Error::Platform(PlatformError::NotLinux),
-            Error::Setting { stage: Stage::SetSpin, detail: SettingError::HookPanicked },
+            Error::Setting { stage: Stage::SetSpin, detail: SettingError::CloseDeviceFirst },
         ];
         for e in errors {
             let text = e.to_string();
@@ -979,32 +1018,17 @@ mod tests {
             set(Stage::Alloc, SettingError::ShortAllocation { got: 4096, asked: 8192 }),
             set(Stage::Scratch, SettingError::ScratchParked),
             set(Stage::Scratch, SettingError::StaleReservation),
-            set(Stage::Alloc, SettingError::Text("out is NULL".into())),
-            set(Stage::SetPlatform, SettingError::Text("name is not UTF-8".into())),
-            set(Stage::CodeAlloc, SettingError::Text("code size 99 overflows".into())),
-            set(
-                Stage::CmdListAdd,
-                SettingError::Text(format!(
-                    "{:p} is not a live command list (never created, or freed already)",
-                    core::ptr::without_provenance::<u8>(0x10)
-                )),
-            ),
-            set(Stage::CmdListStamps, SettingError::Text("out is NULL (max 4)".into())),
-            set(
-                Stage::HostAlloc,
-                SettingError::Text("64 bytes: no memory, or no platform with the HOST_MEM service".into()),
-            ),
-            set(Stage::HostAlloc, SettingError::Text("2 * 3 bytes overflows".into())),
-            set(
-                Stage::SetPlatform,
-                SettingError::Text("`sim` is a built-in platform's name; give the table a name of its own".into()),
-            ),
-            set(
-                Stage::SetPlatform,
-                SettingError::Text("a table's name is 1 to 63 printable ASCII characters, no spaces".into()),
-            ),
-            set(Stage::SetPlatform, SettingError::Text("the name is not a C string".into())),
-            set(Stage::SimInject, SettingError::Text("unknown fault 99".into())),
+            set(Stage::Alloc, SettingError::Null("out")),
+            set(Stage::SetPlatform, SettingError::NotUtf8("name")),
+            set(Stage::CodeAlloc, SettingError::CodeSizeOverflows(99)),
+            set(Stage::CmdListAdd, SettingError::NotALiveList(0x10)),
+            set(Stage::CmdListStamps, SettingError::NullArray { what: "out", max: 4 }),
+            set(Stage::HostAlloc, SettingError::NoHostMemory(64)),
+            set(Stage::HostAlloc, SettingError::HostSizeOverflows { count: 2, size: 3 }),
+            set(Stage::SetPlatform, SettingError::BuiltInName("sim")),
+            set(Stage::SetPlatform, SettingError::BadTableName),
+            set(Stage::SetPlatform, SettingError::NameNotCString),
+            set(Stage::SimInject, SettingError::UnknownFault(99)),
             CmdListError::Full.into(),
             CmdListError::NoSuchLaunch { index: 5, count: 2 }.into(),
             CmdListError::BadBarrier(7).into(),

@@ -10,7 +10,7 @@ pub fn open_runtime() -> (Runtime, Arc<Sim>) {
     let installed = omega::kernels::simulator();
     let sim = omega::testing::simulator_in(&installed).unwrap();
     let rt = Runtime::with_platform(installed).expect("a fresh simulator is this runtime's");
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().expect("sim opens");
     (rt, sim)
 }
@@ -61,4 +61,13 @@ pub fn get_f32(rt: &Runtime, m: &GpuMem, n: usize) -> Vec<f32> {
     rt.sync_to_cpu(m).unwrap();
     // SAFETY: as above.
     unsafe { std::slice::from_raw_parts(m.cpu.cast::<f32>(), n).to_vec() }
+}
+
+/// The C layer's last error, as `omega_gpu_session_last_error()` hands it to C: the text C callers read,
+/// which the C layer records at its boundary (Rust callers read the `Error` a call returns instead).
+pub fn c_last_error() -> String {
+    // SAFETY: the function returns a pointer into a NUL-terminated process-wide buffer that stays as it is
+    // until the next call of it; the text is copied out at once.
+    let text = unsafe { std::ffi::CStr::from_ptr(omega::ffi::session::omega_gpu_session_last_error()) };
+    text.to_string_lossy().into_owned()
 }
