@@ -642,9 +642,33 @@ pub enum SettingError {
     /// A simulator fault number no fault has.
     #[error("unknown fault {0}")]
     UnknownFault(i32),
-    /// A harness program's own cause, in words (examples/: a check or report of theirs).
+    /// A harness program's (examples/) report that could not be written: the OS's own words for it.
     #[error("{0}")]
-    Text(String),
+    ReportNotWritten(String),
+    /// A harness program's f32 results that differ from its reference: `wrong` of `of` elements, the first
+    /// at `first` (`got` and `want` are its f32 bit patterns), with the `seed` the inputs came from.
+    #[error(
+        "{wrong} of {of} elements wrong (first at {first}: got {}, want {}; seed {seed})",
+        f32::from_bits(*.got),
+        f32::from_bits(*.want)
+    )]
+    ElementsWrong {
+        /// Elements that differ.
+        wrong: usize,
+        /// Elements compared.
+        of: usize,
+        /// The first that differs.
+        first: usize,
+        /// Its value, as f32 bits.
+        got: u32,
+        /// The reference's, as f32 bits.
+        want: u32,
+        /// The inputs' seed.
+        seed: u64,
+    },
+    /// A harness program's bytes that came back from a device-only buffer other than they went in.
+    #[error("a device-only buffer read back wrong")]
+    ReadBackWrong,
 }
 
 /// Why no platform could be chosen or installed ([`Error::Platform`]).
@@ -1031,6 +1055,19 @@ mod tests {
             set(Stage::SetPlatform, SettingError::BadTableName),
             set(Stage::SetPlatform, SettingError::NameNotCString),
             set(Stage::SimInject, SettingError::UnknownFault(99)),
+            set(Stage::Report, SettingError::ReportNotWritten("No space left on device (os error 28)".into())),
+            set(
+                Stage::Check,
+                SettingError::ElementsWrong {
+                    wrong: 2,
+                    of: 8,
+                    first: 3,
+                    got: 1.5f32.to_bits(),
+                    want: 2.0f32.to_bits(),
+                    seed: 7,
+                },
+            ),
+            set(Stage::Bench, SettingError::ReadBackWrong),
             CmdListError::Full.into(),
             CmdListError::NoSuchLaunch { index: 5, count: 2 }.into(),
             CmdListError::BadBarrier(7).into(),
@@ -1146,6 +1183,9 @@ mod tests {
         "set platform: a table's name is 1 to 63 printable ASCII characters, no spaces",
         "set platform: the name is not a C string",
         "sim inject: unknown fault 99",
+        "report: No space left on device (os error 28)",
+        "check: 2 of 8 elements wrong (first at 3: got 1.5, want 2; seed 7)",
+        "bench: a device-only buffer read back wrong",
         "cmdlist add: OMEGA_GPU_CMDLIST_FULL: the list already holds 2048 launches",
         "cmdlist mark independent: launch 5 is not in the list (2 launches)",
         "cmdlist create: barrier mode 7 is neither OMEGA_GPU_CMDLIST_BARRIER_DEFAULT (0) nor OMEGA_GPU_CMDLIST_BARRIER_NONE (1)",
