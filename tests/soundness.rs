@@ -15,11 +15,7 @@ use omega::platform::Installed;
 use omega::session::{GpuMem, Handle, KernelMeta, LaunchSpec, Runtime, Scratch, MAX_ARGS};
 use omega::Error;
 use omega_hal::sim::{Sim, SimConfig, SimFault};
-use omega_hal::LimitError;
-use omega_hal::{
-    Clock, CompletionPoll, Device, DeviceMemory, HalError, HostMemory, Platform, ProcessLock, QueueBuffer, Submission,
-    SubmitQueue, Visibility,
-};
+use omega_hal::{HalError, LimitError, QueueBuffer, Submission, SubmitQueue};
 
 fn launch(rt: &Runtime, l: &omega::session::RawLaunch) -> Result<omega::session::LaunchCompletion, Error> {
     // SAFETY: `l.args` points to `l.n_args` live words for the duration of the call.
@@ -426,7 +422,7 @@ fn the_latch_belongs_to_the_device_whatever_handle_reaches_it() {
 
 // ----- 12. the latch parks what the device may still touch -----------------------------------------------
 
-/// The simulator with a queue that reports buffers of its own in flight, as the NVIDIA backend's does.
+/// The simulator's queue, reporting buffers of its own in flight as the NVIDIA backend's does.
 struct Reporting(Arc<Sim>);
 
 const RING: QueueBuffer = QueueBuffer { what: "ring", va: 0x10, bytes: 65536 };
@@ -442,45 +438,11 @@ impl SubmitQueue for Reporting {
     }
 }
 
-impl Platform for Reporting {
-    fn name(&self) -> &'static str {
-        "sim"
-    }
-    fn caps(&self) -> omega_hal::Caps {
-        self.0.caps()
-    }
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.0.clock()
-    }
-    fn lock(&self) -> Option<&dyn ProcessLock> {
-        Platform::lock(&*self.0)
-    }
-    fn memory(&self) -> Option<&dyn DeviceMemory> {
-        self.0.memory()
-    }
-    fn queue(&self) -> Option<&dyn SubmitQueue> {
-        Some(self)
-    }
-    fn poll(&self) -> Option<&dyn CompletionPoll> {
-        Platform::poll(&*self.0)
-    }
-    fn host(&self) -> Option<&dyn HostMemory> {
-        self.0.host()
-    }
-    fn visibility(&self) -> Option<&dyn Visibility> {
-        self.0.visibility()
-    }
-    fn device(&self) -> Option<&dyn Device> {
-        self.0.device()
-    }
-}
-
 #[test]
 fn the_latch_counts_the_platforms_own_buffers_and_the_lists_stamps_as_parked() {
     let sim = Sim::new();
     omega::kernels::register_host_kernels(&sim);
-    let platform: Arc<dyn Platform> = Arc::new(Reporting(sim.clone()));
-    let rt = Runtime::with_platform(Installed::simulator_behind(platform, sim.clone())).unwrap();
+    let rt = Runtime::with_platform(Forwarding::with_queue(sim.clone(), Reporting(sim.clone())).installed()).unwrap();
     rt.lock().unwrap();
     rt.open().unwrap();
     let code = load(&rt, "spin");

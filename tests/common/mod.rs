@@ -71,3 +71,63 @@ pub fn c_last_error() -> String {
     let text = unsafe { std::ffi::CStr::from_ptr(omega::ffi::session::omega_gpu_session_last_error()) };
     text.to_string_lossy().into_owned()
 }
+
+/// The simulator's services under a platform of a test's own: every service forwarded to the simulator,
+/// except the submission queue when the test gives one. What the simulator declares beyond its services
+/// is left at the platform contract's defaults, so a `Forwarding` platform says it runs machine code (the
+/// default code format) where the simulator says it runs its code images.
+pub struct Forwarding {
+    sim: Arc<Sim>,
+    queue: Option<Box<dyn omega_hal::SubmitQueue>>,
+}
+
+impl Forwarding {
+    /// Every service the simulator's.
+    pub fn new(sim: Arc<Sim>) -> Self {
+        Forwarding { sim, queue: None }
+    }
+
+    /// The simulator's services, with `queue` as the submission queue.
+    pub fn with_queue(sim: Arc<Sim>, queue: impl omega_hal::SubmitQueue + 'static) -> Self {
+        Forwarding { sim, queue: Some(Box::new(queue)) }
+    }
+
+    /// This platform installed, with the simulator behind it for fault injection and host kernels.
+    pub fn installed(self) -> omega::platform::Installed {
+        let sim = self.sim.clone();
+        omega::platform::Installed::simulator_behind(Arc::new(self), sim)
+    }
+}
+
+impl omega_hal::Platform for Forwarding {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+    fn caps(&self) -> omega_hal::Caps {
+        self.sim.caps()
+    }
+    fn clock(&self) -> Option<&dyn omega_hal::Clock> {
+        self.sim.clock()
+    }
+    fn lock(&self) -> Option<&dyn omega_hal::ProcessLock> {
+        omega_hal::Platform::lock(&*self.sim)
+    }
+    fn memory(&self) -> Option<&dyn omega_hal::DeviceMemory> {
+        self.sim.memory()
+    }
+    fn queue(&self) -> Option<&dyn omega_hal::SubmitQueue> {
+        self.queue.as_deref().or_else(|| self.sim.queue())
+    }
+    fn poll(&self) -> Option<&dyn omega_hal::CompletionPoll> {
+        omega_hal::Platform::poll(&*self.sim)
+    }
+    fn host(&self) -> Option<&dyn omega_hal::HostMemory> {
+        self.sim.host()
+    }
+    fn visibility(&self) -> Option<&dyn omega_hal::Visibility> {
+        self.sim.visibility()
+    }
+    fn device(&self) -> Option<&dyn omega_hal::Device> {
+        self.sim.device()
+    }
+}
