@@ -109,9 +109,33 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
   *tn = in_group / rows;
 }
 
+// Stores a consumer thread's accumulators (wgmma m64nBN layout: register 4j+{0,1} at row row0, columns
+// col0 + 8j + {0,1}; 4j+{2,3} eight rows further down) into the row-major [M, N] matrix `out`, dropping
+// what lies outside it; float2 stores when the tile's columns are all inside and rows even-aligned.
+template <int BN>
+__device__ __forceinline__ void store_acc(const float (&acc)[BN / 2], float* out, uint32_t M, uint32_t N,
+                                          uint32_t row0, uint32_t col0, bool full_cols) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const uint32_t col = col0 + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t row = row0 + 8 * h;
+      if (row >= M) continue;
+      float* dst = out + (size_t)row * N + col;
+      if (full_cols) {
+        *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      } else {
+        if (col < N) dst[0] = acc[4 * j + 2 * h];
+        if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
+      }
+    }
+  }
+}
+
 }  // namespace omega_gemm
 
-// The body of both entries. A work unit is (tile, K split): tile u / splits of the grouped order over
+// The body of every entry. A work unit is (tile, K split): tile u / splits of the grouped order over
 // K blocks [s * per, min(kblocks, (s + 1) * per)), per = ceil(kblocks / splits) (splits past what K
 // needs are dropped). With one split a unit stores its tile into y; with more it stores its partial sums
 // into slice s of `work` ([splits][M][N] f32), and the unit that takes the tile's ticket last adds the
@@ -215,22 +239,7 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
     const uint32_t col0 = tn * BN + 2 * (lane % 4);
     const bool full_cols = tn * BN + BN <= N && (N % 2 == 0);
     float* out = splits == 1 ? y : work + (size_t)split * M * N;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const uint32_t col = col0 + 8 * j;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t row = row0 + 8 * h;
-        if (row >= M) continue;
-        float* dst = out + (size_t)row * N + col;
-        if (full_cols) {
-          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        } else {
-          if (col < N) dst[0] = acc[4 * j + 2 * h];
-          if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
-        }
-      }
-    }
+    store_acc<BN>(acc, out, M, N, row0, col0, full_cols);
     if (splits == 1) continue;
 
     // Both consumer warpgroups have stored their halves; one thread takes the tile's ticket.
@@ -271,22 +280,7 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
         }
       }
     }
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const uint32_t col = col0 + 8 * j;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t row = row0 + 8 * h;
-        if (row >= M) continue;
-        float* dst = y + (size_t)row * N + col;
-        if (full_cols) {
-          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        } else {
-          if (col < N) dst[0] = acc[4 * j + 2 * h];
-          if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
-        }
-      }
-    }
+    store_acc<BN>(acc, y, M, N, row0, col0, full_cols);
   }
 }
 
