@@ -432,7 +432,7 @@ pub enum LaunchArgError {
         asked: [u32; 3],
     },
     /// More registers than the platform allows, after the session's rounding.
-    #[error("gpr_count {given} (the kernel's own {own}, rounded up to a multiple of 8 and to at least 64): {limit}")]
+    #[error("gpr_count {given} (the kernel's own {own}, rounded as the launch declares it: a multiple of 8, at least 64 from C): {limit}")]
     Registers {
         /// The descriptor's count.
         given: u32,
@@ -753,16 +753,13 @@ pub enum LoadError {
         /// The device's name.
         device: String,
     },
-    /// A kernel declaring an explicit cluster launch without its shape (`dims` when the cubin gives them).
+    /// A kernel declaring an explicit cluster launch (`EXPLICIT_CLUSTER`) without its shape
+    /// (`CTA_PER_CLUSTER`), which CUDA takes from the launch; a kernel with `__cluster_dims__` loads.
     #[error(
-        "declares a cluster launch of {} CTAs but not its shape (CTA_PER_CLUSTER); launch-time cluster shapes \
-         for such kernels are not supported",
-        cluster_text(.dims)
+        "declares an explicit cluster launch without its shape (CTA_PER_CLUSTER); launch-time cluster shapes \
+         for such kernels are not supported"
     )]
-    ClusterLaunch {
-        /// The cluster's dimensions, when declared.
-        dims: Option<[u32; 3]>,
-    },
+    ClusterShapeMissing,
     /// Parameters at a constant-bank offset the architecture does not use.
     #[error("parameters at constant-bank offset {found:#x}, {arch} expects {expected:#x}")]
     ParamBase {
@@ -905,10 +902,6 @@ fn param_table(t: &[crate::session::ParamInfo]) -> String {
     t.iter().map(|p| format!("{}@{}", p.size, p.offset)).collect::<Vec<_>>().join(" ")
 }
 
-fn cluster_text(dims: &Option<[u32; 3]>) -> String {
-    dims.map_or("an explicit cluster".to_string(), |[x, y, z]| format!("{x}x{y}x{z}"))
-}
-
 /// A load refusal's cause without its stage (the printf library's own refusals say what they are), any
 /// other failure whole.
 fn printf_missing_text(e: &Error) -> String {
@@ -1006,8 +999,7 @@ mod tests {
             load(LoadError::Cubin(CubinError::NoSuchKernel { name: "k".into(), known: vec!["a".into(), "b".into()] })),
             load(LoadError::HostKernelOffSimulator { platform: "nvidia" }),
             load(LoadError::NoArchitecture { major: 7, minor: 5, device: "T4".into() }),
-            load(LoadError::ClusterLaunch { dims: Some([2, 1, 1]) }),
-            load(LoadError::ClusterLaunch { dims: None }),
+            load(LoadError::ClusterShapeMissing),
             load(LoadError::ParamBase { found: 0x160, arch: "sm_90", expected: 0x210 }),
             load(LoadError::PrintfUnavailable {
                 missing: Box::new(load(LoadError::PrintfNotBuilt { why: "no nvcc" })),
@@ -1135,7 +1127,7 @@ mod tests {
         "launch arguments: 512 threads per block, kernel `k` allows 256",
         "launch arguments: 1 argument words, kernel `k` takes 16 bytes of parameters",
         "launch arguments: 2048 threads per block, sm_90 allows at most 1024",
-        "launch arguments: gpr_count 300 (the kernel's own 290, rounded up to a multiple of 8 and to at least 64): 2048 threads per block, sm_90 allows at most 1024",
+        "launch arguments: gpr_count 300 (the kernel's own 290, rounded as the launch declares it: a multiple of 8, at least 64 from C): 2048 threads per block, sm_90 allows at most 1024",
         "launch arguments: a parameter would end at byte 40000 of the block, past the 32764 bytes any launch can pass",
         "launch arguments: 5000 bytes of arguments (1250 words) for kernel `k`; the constant bank takes at most 4096 bytes",
         "launch arguments: kernel `k` takes 3 parameters, the launch gives 2",
@@ -1144,8 +1136,7 @@ mod tests {
         "load: no kernel named k in the module (its kernels: a, b)",
         "load: host kernels run on the simulator only, the platform is nvidia",
         "load: no architecture entry for sm_75 (T4)",
-        "load: declares a cluster launch of 2x1x1 CTAs (__cluster_dims__); Omega's launch path has no cluster support yet, so it cannot be launched as built",
-        "load: declares a cluster launch of an explicit cluster CTAs (__cluster_dims__); Omega's launch path has no cluster support yet, so it cannot be launched as built",
+        "load: declares an explicit cluster launch without its shape (CTA_PER_CLUSTER); launch-time cluster shapes for such kernels are not supported",
         "load: parameters at constant-bank offset 0x160, sm_90 expects 0x210",
         "load: calls `vprintf` (device printf), which is not available: device printf: Omega's printf library (kernels/cuda/lib/printf.cu) was not built: no nvcc",
         "load: calls `vprintf` (device printf), which is not available: printf: device not open",
