@@ -64,6 +64,7 @@ fn layers<'s>(
             dynamic_shared_bytes: 0,
             timeout_ms: 5_000,
             spin_us: 100_000,
+            cluster: [1, 1, 1],
         },
     };
     // The HAL level: our own marker pair, the descriptor the session would build.
@@ -83,7 +84,7 @@ fn layers<'s>(
     let hal_desc = LaunchDesc {
         code_va: k.entry_va(),
         code_bytes: meta.code_bytes,
-        gpr_count: omega::session::round_gpr(meta.registers),
+        gpr_count: omega::session::launch_gpr(0, meta),
         block: [1, 1, 1],
         grid: [1, 1, 1],
         shared_bytes: meta.static_shared_bytes.max(1024),
@@ -298,10 +299,7 @@ fn main() -> Result<(), Error> {
             println!("omega.devonly_{name}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, big as f64 / best / 1e9);
         }
         if back != host {
-            return Err(Error::Setting {
-                stage: Stage::Bench,
-                detail: omega::SettingError::Text("a device-only buffer read back wrong".into()),
-            });
+            return Err(Error::Setting { stage: Stage::Bench, detail: omega::SettingError::ReadBackWrong });
         }
         drop((d, host, back));
         let mut d = s.alloc_device::<u8>(4096)?;

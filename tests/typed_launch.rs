@@ -9,7 +9,7 @@ use omega::args::check_kernel;
 use omega::error::{HandleMismatch, LoadError};
 use omega::kernels::{grid_index_ref, local_array_ref, scale_copy_ref, shared_reverse_ref, vector_add_ref};
 use omega::session::ParamInfo;
-use omega::{Data, Error, Kernel, Launch, LaunchArgs, Locked, Mem, Open, PlatformKind};
+use omega::{Data, Error, Kernel, Launch, LaunchArgError, LaunchArgs, Locked, Mem, Open, PlatformKind};
 use omega_hal::sim::{HostKernel, KernelCtx, KernelError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -179,7 +179,6 @@ fn a_handle_whose_ptx_disagrees_with_the_kernel_is_refused_at_load() {
         })
         .into_open()
         .unwrap();
-    assert!(omega::session::runtime().last_error().starts_with("load: "));
     drop(dev);
 }
 
@@ -259,8 +258,7 @@ fn arguments_past_the_constant_bank_are_refused_before_submit() {
         })
         .into_open()
         .unwrap();
-    assert!(matches!(e, Error::LaunchArguments(_)), "{e}");
-    assert!(e.to_string().contains("the constant bank takes at most 32764 bytes"), "{e}");
+    assert!(matches!(e, Error::LaunchArguments(LaunchArgError::ArgBytes { max: 32764, .. })), "{e}");
     assert_eq!(sim.stats().submissions, submissions, "nothing was submitted");
 }
 
@@ -289,4 +287,37 @@ fn a_typed_handle_checks_a_host_kernel_it_did_not_declare() {
         );
     })
     .value();
+}
+
+#[test]
+fn a_cluster_launch_is_checked_before_submit() {
+    use omega::LaunchArgError::Limit;
+    use omega_hal::LimitError;
+    let (mut rng, seed) = rng();
+    let n = 1024usize;
+    let (x, y) = (floats(&mut rng, n), floats(&mut rng, n));
+    let dev = sim();
+    let out = dev.scope(|s, gpu| -> omega::Result<Vec<f32>> {
+        let a = s.alloc_from(&x)?;
+        let b = s.alloc_from(&y)?;
+        let mut c = s.alloc::<f32>(n)?;
+        c.fill(POISON_F32)?;
+        let k = s.load("vector_add")?;
+        let base = || Launch::new(&k).arg(&a).arg(&b).arg(&c).arg(n as u32).block([128, 1, 1]);
+        // Whole clusters of 2 run (the simulator's reference does not depend on them).
+        let gpu = gpu.launch(&base().grid([8, 1, 1]).cluster([2, 1, 1]))?.gpu;
+        // A grid that is not whole clusters, and a cluster past Hopper's 8 portable CTAs, never launch.
+        let e = gpu.launch(&base().grid([7, 1, 1]).cluster([2, 1, 1])).unwrap_err();
+        assert!(
+            matches!(e.error, Error::LaunchArguments(Limit(LimitError::ClusterGrid { axis: 'x', .. }))),
+            "{}",
+            e.error
+        );
+        let gpu = e.gpu.expect("a refused launch hands the token back");
+        let e = gpu.launch(&base().grid([16, 1, 1]).cluster([16, 1, 1])).unwrap_err();
+        assert!(matches!(e.error, Error::LaunchArguments(Limit(LimitError::Cluster { ctas: 16, max: 8, .. }))));
+        drop(e);
+        c.to_vec()
+    });
+    assert_eq!(out.value().unwrap(), vector_add_ref(&x, &y), "seed {seed}");
 }

@@ -48,6 +48,7 @@ mod linux {
 
     use omega_hal::nvidia::qmd::DependentAction;
     use omega_hal::nvidia::{Barrier, Marker1, NvidiaConfig};
+    use omega_hal::tma::{encode_tiled, TiledSpec, TmaElem, TmaSwizzle};
     use omega_hal::{Allocation, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights};
 
     use super::harness::{self, pct, Gpu, Kernel, Markers, Report, CODE, DATA, POLLED};
@@ -764,6 +765,15 @@ mod linux {
             b
         }
 
+        /// The same descriptor as the host encoder writes it (`omega_hal::tma`, the driver's bytes).
+        fn encoded(&self) -> [u8; 128] {
+            let swizzle = [TmaSwizzle::None, TmaSwizzle::B32, TmaSwizzle::B64, TmaSwizzle::B128][self.swizzle as usize];
+            let [w, h] = self.dims.map(u64::from);
+            let [bw, bh] = self.box_dims;
+            let spec = TiledSpec::matrix(TmaElem::Bf16, self.base, [h, w], self.row_bytes, [bh, bw], swizzle);
+            encode_tiled(&spec).expect("the probe's descriptors are valid").0
+        }
+
         /// What the box at (c0, c1) looks like in shared memory: row-major, zeros outside the tensor, and
         /// with the 128-byte swizzle each 16-byte chunk j of row r at chunk j ^ (r % 8).
         fn expected(&self, src: &[u16], c0: u32, c1: u32) -> Vec<u16> {
@@ -818,12 +828,14 @@ mod linux {
 
         // ----- tma ----------------------------------------------------------------------------------
 
-        /// Two descriptors built on the device (no swizzle, box 32 x 16; 128-byte swizzle, box 64 x 8) over
+        /// Two descriptors encoded on the host (no swizzle, box 32 x 16; 128-byte swizzle, box 64 x 8) over
         /// a random 200 x 96 bf16 tensor; each loads a box inside the tensor and one hanging over its
         /// corner, through the `__grid_constant__` parameter and through global memory; then the same
-        /// with prepared encodings off, so consecutive launches reuse one parameter area.
+        /// with prepared encodings off, so consecutive launches reuse one parameter area. Last, the
+        /// device-side builder (`tensormap.replace`) is run on the same parameters and its bytes compared
+        /// with the host's: last, because it has hung on the H200, which ends the channel.
         fn tma(&mut self) {
-            println!("# tma: descriptors built on the device, loaded with cp.async.bulk.tensor");
+            println!("# tma: descriptors encoded on the host, loaded with cp.async.bulk.tensor");
             let (Some(build), Some(by_param), Some(by_global)) = (
                 self.probe_kernel("probe_tma", "omega_tma_build"),
                 self.probe_kernel("probe_tma", "probe_tma_load_param"),
@@ -843,50 +855,43 @@ mod linux {
                 TmaArgs { base: src.va, dims: [w, h], row_bytes: u64::from(w) * 2, box_dims: [32, 16], swizzle: 0 },
                 TmaArgs { base: src.va, dims: [w, h], row_bytes: u64::from(w) * 2, box_dims: [64, 8], swizzle: 3 },
             ];
-            let args = self.alloc(128 * descs.len() as u64, DATA, BufferKind::Data);
             let built = self.alloc(128 * descs.len() as u64, DATA, BufferKind::Data);
-            let status = self.alloc(4 * descs.len() as u64, DATA, BufferKind::Data);
-            for (i, d) in descs.iter().enumerate() {
-                self.gpu.bytes(&args)[128 * i..128 * (i + 1)].copy_from_slice(&d.bytes());
-            }
-            self.gpu.bytes(&built).fill(0xa5);
-            self.gpu.bytes(&status).fill(0);
-            for b in [&args, &built, &status] {
-                self.to_gpu(b, b.bytes);
-            }
-            let n = descs.len() as u32;
-            let words = pack(
-                &build,
-                &[&args.va.to_le_bytes(), &built.va.to_le_bytes(), &status.va.to_le_bytes(), &n.to_le_bytes()],
-            );
-            let ok = self.go("tma build", &[build.launch(&words, [32, 1, 1], [n, 1, 1], Order::AfterPrevious)]);
-            self.to_cpu(&built, built.bytes);
-            self.to_cpu(&status, status.bytes);
-            let st: Vec<u32> =
-                self.gpu.bytes(&status).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-            let images: Vec<[u8; 128]> =
-                (0..descs.len()).map(|i| self.gpu.bytes(&built)[128 * i..128 * (i + 1)].try_into().unwrap()).collect();
-            let fresh = images.iter().all(|d| d.iter().any(|&b| b != 0xa5));
-            if !self.report.check("tma build", ok && st.iter().all(|&s| s == 1) && fresh, format!("status {st:?}")) {
-                return;
-            }
+            let images: Vec<[u8; 128]> = descs.iter().map(TmaArgs::encoded).collect();
             for (i, img) in images.iter().enumerate() {
+                self.gpu.bytes(&built)[128 * i..128 * (i + 1)].copy_from_slice(img);
                 let hex: Vec<String> =
                     img.chunks(8).map(|c| format!("{:016x}", u64::from_le_bytes(c.try_into().unwrap()))).collect();
                 println!("# tma descriptor {i} (swizzle {}): {}", descs[i].swizzle, hex.join(" "));
             }
+            self.to_gpu(&built, built.bytes);
+            // The same descriptors in GPU-uncached system memory, where the launch's constant bank (and so a
+            // `__grid_constant__` parameter) lives.
+            let built_sys = self.alloc(128 * descs.len() as u64, POLLED, BufferKind::Data);
+            for (i, img) in images.iter().enumerate() {
+                self.gpu.bytes(&built_sys)[128 * i..128 * (i + 1)].copy_from_slice(img);
+            }
             let out = self.alloc(64 * 64 * 2, DATA, BufferKind::Data);
-            for prepared in [true, false] {
+            // A fault ends the channel, so each run takes the paths `OMEGA_PROBE_TMA_PATHS` names (default all,
+            // in this order): descriptors in video memory, in system memory, as a parameter.
+            let paths = std::env::var("OMEGA_PROBE_TMA_PATHS").unwrap_or_else(|_| "global,sysmem,param".into());
+            let runs: Vec<(&str, bool)> = ["global", "sysmem", "param"]
+                .into_iter()
+                .filter(|p| paths.split(',').any(|q| q == *p))
+                .flat_map(|p| [(p, true), (p, false)])
+                .collect();
+            for (path, prepared) in runs {
                 self.tune(|c| c.tuning.prepared = prepared);
                 let tag = if prepared { "" } else { " (parameter area reused)" };
-                for (i, d) in descs.iter().enumerate() {
+                // `OMEGA_PROBE_TMA_SWIZZLE` (0 or 3) keeps one descriptor, for the same reason.
+                let only = std::env::var("OMEGA_PROBE_TMA_SWIZZLE").ok().and_then(|v| v.parse::<u32>().ok());
+                for (i, d) in descs.iter().enumerate().filter(|(_, d)| only.is_none_or(|z| z == d.swizzle)) {
                     let [bw, bh] = d.box_dims;
                     let inside = (rng.below(u64::from(w - bw)) as u32, rng.below(u64::from(h - bh)) as u32);
                     let corner = (w - bw / 2, h - bh / 2);
                     for (where_, (c0, c1)) in [("inside", inside), ("over the corner", corner)] {
                         let box_bytes = bw * bh * 2;
                         let want = d.expected(&host, c0, c1);
-                        for path in ["param", "global"] {
+                        {
                             let poison = rng.next() as u16 | 1;
                             for c in self.gpu.bytes(&out).chunks_mut(2) {
                                 c.copy_from_slice(&poison.to_le_bytes());
@@ -894,7 +899,8 @@ mod linux {
                             self.to_gpu(&out, out.bytes);
                             let (c0b, c1b, bb) =
                                 ((c0 as i32).to_le_bytes(), (c1 as i32).to_le_bytes(), box_bytes.to_le_bytes());
-                            let desc_va = (built.va + 128 * i as u64).to_le_bytes();
+                            let table = if path == "sysmem" { &built_sys } else { &built };
+                            let desc_va = (table.va + 128 * i as u64).to_le_bytes();
                             let words = if path == "param" {
                                 pack(&by_param, &[&img_of(&images, i), &out.va.to_le_bytes(), &c0b, &c1b, &bb])
                             } else {
@@ -928,11 +934,55 @@ mod linux {
                 }
             }
             self.tune(|_| {});
-            for b in [&src, &args, &built, &status, &out] {
+            self.gpu.free(&out);
+            self.tma_device_builder(&build, &descs, &images);
+            for b in [&src, &built, &built_sys] {
                 self.gpu.free(b);
             }
             for k in [&build, &by_param, &by_global] {
                 self.gpu.free(&k.code);
+            }
+        }
+
+        /// The device-side builder on `descs`, compared with the host encoder's `images` byte for byte
+        /// except the two fields only the driver's encoder derives (box bytes, bytes 64..67, and the
+        /// swizzle atom, bytes 72..74), which `tensormap.replace` has no instruction for.
+        fn tma_device_builder(&mut self, build: &Kernel, descs: &[TmaArgs], images: &[[u8; 128]]) {
+            let n = descs.len() as u32;
+            let args = self.alloc(128 * u64::from(n), DATA, BufferKind::Data);
+            let out = self.alloc(128 * u64::from(n), DATA, BufferKind::Data);
+            let status = self.alloc(4 * u64::from(n), DATA, BufferKind::Data);
+            for (i, d) in descs.iter().enumerate() {
+                self.gpu.bytes(&args)[128 * i..128 * (i + 1)].copy_from_slice(&d.bytes());
+            }
+            self.gpu.bytes(&out).fill(0xa5);
+            self.gpu.bytes(&status).fill(0);
+            for b in [&args, &out, &status] {
+                self.to_gpu(b, b.bytes);
+            }
+            let words = pack(
+                build,
+                &[&args.va.to_le_bytes(), &out.va.to_le_bytes(), &status.va.to_le_bytes(), &n.to_le_bytes()],
+            );
+            if self.go("tma device builder", &[build.launch(&words, [32, 1, 1], [n, 1, 1], Order::AfterPrevious)]) {
+                self.to_cpu(&out, out.bytes);
+                let derived = |b: usize| (64..67).contains(&b) || (72..74).contains(&b);
+                let bad: Vec<String> = (0..n as usize)
+                    .flat_map(|i| {
+                        let got = self.gpu.bytes(&out)[128 * i..128 * (i + 1)].to_vec();
+                        (0..128)
+                            .filter(move |&b| !derived(b) && got[b] != images[i][b])
+                            .map(move |b| format!("{i}:{b}"))
+                    })
+                    .collect();
+                self.report.check(
+                    "tma device builder",
+                    bad.is_empty(),
+                    format!("bytes that differ from the host's: {bad:?}"),
+                );
+            }
+            for b in [&args, &out, &status] {
+                self.gpu.free(b);
             }
         }
 

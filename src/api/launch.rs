@@ -184,6 +184,7 @@ impl<'k, 's> Launch<'k, 's> {
                 dynamic_shared_bytes: 0,
                 timeout_ms: DEFAULT_TIMEOUT_MS,
                 spin_us: 0,
+                cluster: [1, 1, 1],
             },
         }
     }
@@ -203,6 +204,14 @@ impl<'k, 's> Launch<'k, 's> {
     /// Dynamic shared memory per block, in bytes.
     pub fn dynamic_shared(mut self, bytes: u32) -> Self {
         self.shape.dynamic_shared_bytes = bytes;
+        self
+    }
+
+    /// Runs the grid in thread-block clusters of `ctas` (x, y, z): every grid side a multiple of the
+    /// cluster's, at most 8 CTAs per cluster on Hopper. A kernel built with `__cluster_dims__` already
+    /// runs in its own shape; naming another is refused at the launch.
+    pub fn cluster(mut self, ctas: [u32; 3]) -> Self {
+        self.shape.cluster = ctas;
         self
     }
 
@@ -276,16 +285,13 @@ impl<'k, 's> Launch<'k, 's> {
     }
 
     /// Checks the launch against its kernel and hands the resulting spec to `f` (a run launches it, a
-    /// command list records it). A refusal is recorded in last_error.
+    /// command list records it), or returns why it is refused.
     pub(crate) fn with_spec<R, E: From<Error>>(
         &self,
         f: impl FnOnce(&LaunchSpec<'_>) -> core::result::Result<R, E>,
     ) -> core::result::Result<R, E> {
         let rt = runtime();
-        if let Err(e) = self.args.check_size() {
-            rt.set_error(&e);
-            return Err(e.into());
-        }
+        self.args.check_size()?;
         // The Rust builder is not held to the C launch's 32 words: its limit is the constant bank's room
         // for parameters on this architecture.
         let max_bytes = rt.max_param_bytes()?;
@@ -306,13 +312,9 @@ impl<'k, 's> Launch<'k, 's> {
                 kernel: self.kernel.name().to_string(),
                 max: max_bytes,
             });
-            rt.set_error(&e);
             return Err(e.into());
         }
-        if let Err(e) = self.check_against_kernel() {
-            rt.set_error(&e);
-            return Err(e.into());
-        }
+        self.check_against_kernel()?;
         let max_words = max_bytes as usize / 4;
         let meta = self.kernel.meta();
         let spec = LaunchSpec {

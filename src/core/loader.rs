@@ -208,8 +208,10 @@ impl PreparedModule {
     /// symbol nothing provides or a launch feature the platform lacks.
     pub(crate) fn kernel_meta(&self, k: &KernelInfo, at: Placement) -> Result<KernelMeta> {
         let refuse = |why: LoadError| Err(Error::Load(why.for_kernel(&k.name)));
-        if k.explicit_cluster || k.cluster_dims.is_some_and(|d| d.iter().product::<u32>() > 1) {
-            return refuse(LoadError::ClusterLaunch { dims: k.cluster_dims });
+        // An explicit cluster without its shape (`CTA_PER_CLUSTER`) is CUDA's launch-time cluster, which
+        // the Rust launch sets; one with it runs in that shape (`KernelMeta::cluster`).
+        if k.explicit_cluster && k.cluster_dims.is_none() {
+            return refuse(LoadError::ClusterShapeMissing);
         }
         if k.param_base != self.arch.param_base {
             return refuse(LoadError::ParamBase {
@@ -256,6 +258,7 @@ impl PreparedModule {
             max_threads: k.max_threads,
             const_banks,
             printf: k.externs.iter().any(|s| s == VPRINTF),
+            cluster: k.cluster_dims.filter(|_| k.explicit_cluster),
         })
     }
 }

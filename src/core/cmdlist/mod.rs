@@ -52,6 +52,8 @@ struct Recorded {
     shape: LaunchShape,
     local_bytes_per_thread: u32,
     barrier_count: u32,
+    /// The cluster the launch checks settled on (the kernel's own, or the launch's).
+    features: omega_hal::LaunchFeatures,
     num_elements: u32,
     /// Range in the list's argument arena.
     args: (usize, usize),
@@ -100,7 +102,9 @@ impl<'r> CmdList<'r> {
     pub fn create(rt: &'r Runtime, opts: Option<&CmdListOpts>) -> Result<Self> {
         rt.lock_itself("cmdlist create takes the session lock itself: call it without the lock")?;
         let r = Self::create_locked(rt, opts);
-        rt.unlock();
+        // This thread took the lock just above and pins nothing (it did not hold the lock before), so the
+        // release is not refused.
+        let _ = rt.unlock();
         r
     }
 
@@ -110,9 +114,7 @@ impl<'r> CmdList<'r> {
         rt.require_lock(stage)?;
         let opts = opts.copied().unwrap_or_default();
         let Some(mode) = BarrierMode::from_raw(opts.barrier) else {
-            let e = CmdListError::BadBarrier(opts.barrier);
-            rt.set_error(&e);
-            return Err(e);
+            return Err(CmdListError::BadBarrier(opts.barrier));
         };
         let stamps = stamps::alloc(rt, MAX_LAUNCHES, stage)?;
         Ok(CmdList {
@@ -135,10 +137,7 @@ impl<'r> CmdList<'r> {
     /// lock would turn into a deadlock, and the list is released all the same.
     pub fn free(self) -> Result<()> {
         if self.rt.holds_lock() {
-            return Err(record(
-                self.rt,
-                Error::Lock("cmdlist free takes the session lock itself: call it without the lock"),
-            ));
+            return Err(Error::Lock("cmdlist free takes the session lock itself: call it without the lock").into());
         }
         drop(self);
         Ok(())
@@ -188,7 +187,7 @@ impl<'r> CmdList<'r> {
             Err(e) => {
                 self.rt.require_lock(Stage::CmdListAdd)?;
                 self.stats.refusals += 1;
-                Err(record(self.rt, e))
+                Err(e.into())
             }
         }
     }
@@ -224,6 +223,7 @@ impl<'r> CmdList<'r> {
             gpr_count: desc.gpr_count,
             local_bytes_per_thread: desc.local_bytes_per_thread,
             barrier_count: desc.barrier_count,
+            features: desc.features,
             num_elements: desc.num_elements,
             args: (start, desc.args.len()),
             banks: (banks_start, desc.const_banks.len()),
@@ -235,6 +235,7 @@ impl<'r> CmdList<'r> {
                 dynamic_shared_bytes: desc.dynamic_shared_bytes,
                 timeout_ms: spec.shape.timeout_ms,
                 spin_us: spec.shape.spin_us,
+                cluster: spec.shape.cluster,
             },
         });
         Ok(self.launches.len() as u32 - 1)
@@ -326,7 +327,7 @@ impl<'r> CmdList<'r> {
                 dynamic_shared_bytes: l.shape.dynamic_shared_bytes,
                 local_bytes_per_thread: l.local_bytes_per_thread,
                 barrier_count: l.barrier_count,
-                features: omega_hal::LaunchFeatures::NONE,
+                features: l.features,
                 num_elements: l.num_elements,
                 args: &self.args[l.args.0..l.args.0 + l.args.1],
                 const_banks: &self.banks[l.banks.0..l.banks.0 + l.banks.1],
@@ -445,17 +446,11 @@ impl<'r> CmdList<'r> {
         &self.stamps
     }
 
+    /// A refusal before anything was submitted, counted in the list's statistics.
     fn refuse<T>(&mut self, e: CmdListError) -> Result<T> {
         self.stats.refusals += 1;
-        self.rt.set_error(&e);
         Err(e)
     }
-}
-
-/// Records `e` as the process-wide last error and returns it as a list error.
-fn record(rt: &Runtime, e: Error) -> CmdListError {
-    rt.set_error(&e);
-    e.into()
 }
 
 impl Drop for CmdList<'_> {
@@ -464,9 +459,11 @@ impl Drop for CmdList<'_> {
         if self.rt.holds_lock() {
             stamps::free(self.rt, &mut self.stamps);
         } else {
-            self.rt.lock();
+            // Neither is refused here: the thread does not hold the lock, so it is in no on-close hook and
+            // pins nothing. With no platform there is no lock, and nothing of a device to release.
+            let _ = self.rt.lock();
             stamps::free(self.rt, &mut self.stamps);
-            self.rt.unlock();
+            let _ = self.rt.unlock();
         }
     }
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The matmul library's peer: cuBLAS through PyTorch, on the GPU machine, in the same run as Omega's
+examples/matmul_bench. Prints `torch.<metric> <value>` lines with the metric names matmul_bench prints,
+so benches/gpu/compare.py can put the two side by side as ratios.
+
+A harness, not part of Omega (Omega never links CUDA or PyTorch). Timing: CUDA events around each call,
+median of --iters after a warm-up, the operands resident on the device, y = x @ W.T as torch's
+F.linear computes it (bf16 in, bf16 out: what a serving engine calls; the f32 path with TF32 off).
+
+  python3 benches/torch/matmul_peer.py [--quick]
+"""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+QWEN = {  # name: (N, K), as a linear layer stores W [N, K]
+    "qkv": (5120, 2048),
+    "o": (2048, 4096),
+    "router": (128, 2048),
+    "gateup": (1536, 2048),
+    "down": (2048, 768),
+    "lmhead": (151936, 2048),
+}
+MS = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096]
+
+
+def timed(fn, iters):
+    """Seconds per call: the median over `iters` rounds of one call between two events (what a caller
+    waiting for each result sees), and, where that is shorter, a round of 20 back-to-back calls divided
+    by 20 (the GPU running ahead of Python, so the launch gaps of the single call do not count)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    single, batched = [], []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        single.append(a.elapsed_time(b) * 1e-3)
+        a.record()
+        for _ in range(20):
+            fn()
+        b.record()
+        b.synchronize()
+        batched.append(a.elapsed_time(b) * 1e-3 / 20)
+    return min(statistics.median(single), statistics.median(batched))
+
+
+def emit(name, value):
+    print(f"torch.{name} {value:.4g}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    iters = 5 if args.quick else 20
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"# torch {torch.__version__} device={torch.cuda.get_device_name()} cuda={torch.version.cuda}")
+
+    # Copy bandwidth: the ceiling the weight-streaming goals are stated against (read + write of 1 GiB).
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    t = timed(lambda: dst.copy_(src), iters)
+    emit("copy_d2d_1g_gbps", 2 * src.numel() / t / 1e9)
+    del src, dst
+
+    for n in ([4096, 8192] if not args.quick else [4096]):
+        x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+        t = timed(lambda: F.linear(x, w), iters)
+        emit(f"matmul_bf16_{n}x{n}x{n}_tflops", 2 * n**3 / t / 1e12)
+    n = 8192 if not args.quick else 2048
+    x = torch.randn(n, n, device=dev, dtype=torch.float32)
+    w = torch.randn(n, n, device=dev, dtype=torch.float32)
+    t = timed(lambda: F.linear(x, w), iters)
+    emit(f"matmul_f32_{n}x{n}x{n}_tflops", 2 * n**3 / t / 1e12)
+    del x, w
+
+    for name, (N, K) in QWEN.items():
+        w = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
+        for m in MS if not args.quick else [1, 64, 512]:
+            x = torch.randn(m, K, device=dev, dtype=torch.bfloat16)
+            t = timed(lambda: F.linear(x, w), iters)
+            tag = f"matmul_bf16_{m}x{N}x{K}"
+            emit(f"{tag}_us", t * 1e6)
+            emit(f"{tag}_tflops", 2 * m * N * K / t / 1e12)
+            emit(f"{tag}_gbps", 2 * N * K / t / 1e9)
+        del w
+
+    # Grouped experts at decode: 128 experts, top-8, random routing; torch loops over the touched experts.
+    E, top = 128, 8
+    for name, (N, K) in (("gateup", QWEN["gateup"]), ("down", QWEN["down"])):
+        w = torch.randn(E, N, K, device=dev, dtype=torch.bfloat16)
+        for T in [1, 8, 64]:
+            x = torch.randn(T, K, device=dev, dtype=torch.bfloat16)
+            g = torch.Generator().manual_seed(1000 + T)
+            ids = torch.stack([torch.randperm(E, generator=g)[:top] for _ in range(T)]).to(dev)
+            touched = torch.unique(ids).tolist()
+            rows = {e: (ids == e).nonzero()[:, 0] for e in touched}
+
+            def loop():
+                return [F.linear(x[rows[e]], w[e]) for e in touched]
+
+            t = timed(loop, iters)
+            emit(f"moe_{name}_T{T}_us", t * 1e6)
+            emit(f"moe_{name}_T{T}_gbps", 2 * len(touched) * N * K / t / 1e9)
+        del w
+
+
+if __name__ == "__main__":
+    main()
