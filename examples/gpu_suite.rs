@@ -995,6 +995,64 @@ fn matmul_tma_gemm(m: u32, n: u32, k: u32) -> CaseResult {
     })
 }
 
+/// The split-K TMA GEMM `name` (`omega_gemm_bf16_tn_splitk`, or the narrow `omega_gemm_bf16_tn_n128` of
+/// 128-column tiles) at `[m, n, k]`, split as the planner splits it for the device's SMs; checked at a
+/// sample, the tickets zero after.
+fn matmul_tma_gemm_split(name: &'static str, m: u32, n: u32, k: u32) -> CaseResult {
+    let (tile_n, smem) = if name == mm::GEMM_BF16_TN_N128 {
+        (mm::GEMM_N128_TILE_N, mm::GEMM_N128_SMEM_BYTES)
+    } else {
+        (mm::GEMM_TILE_N, mm::GEMM_SMEM_BYTES)
+    };
+    let mut g = rng();
+    let sms = device_sms()?;
+    let split = mm::GemmSplit::planned(m, n, k, tile_n, sms);
+    let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+    let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+    let at = sample_positions(&mut g, m as usize, n as usize);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(name).map_err(err)?;
+        let dx = s.alloc_device_from(&xb).map_err(err)?;
+        let dw = s.alloc_device_from(&wb).map_err(err)?;
+        let mut maps = omega::tma::encode_tiled(&mm::gemm_tmap_a(dx.va(), m, k)).map_err(err)?.0.to_vec();
+        maps.extend_from_slice(&omega::tma::encode_tiled(&mm::gemm_tmap_b_rows(dw.va(), n, k, tile_n)).map_err(err)?.0);
+        let dmaps = s.alloc_device_from(&maps).map_err(err)?;
+        let work = s.alloc_device::<f32>(split.work_floats(m, n).max(1) as usize).map_err(err)?;
+        let mut tickets = s.alloc_device_from(&vec![0u32; split.tiles as usize]).map_err(err)?;
+        let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+        let grid = split.units.min(sms);
+        let l = Launch::new(&kernel)
+            .grid([grid, 1, 1])
+            .block([mm::GEMM_THREADS, 1, 1])
+            .dynamic_shared(smem)
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(dmaps.va())
+            .arg(dmaps.va() + 128)
+            .arg(&y)
+            .arg(&work)
+            .arg(&tickets)
+            .arg(m)
+            .arg(n)
+            .arg(k)
+            .arg(split.splits);
+        let done = gpu.launch(&l).map_err(|e| format!("{name} {m}x{n}x{k}: {e}"))?;
+        check_matmul(name, &y.to_vec().map_err(err)?, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+        if let Some(t) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
+            return Err(format!("{name} {m}x{n}x{k}: ticket {t} left non-zero"));
+        }
+        let macs = f64::from(m) * f64::from(n) * f64::from(k);
+        Ok(format!(
+            "{m}x{n}x{k}, {} tiles x {} splits of {} K blocks on {grid} CTAs, {} positions checked; {}",
+            split.tiles,
+            split.splits,
+            split.per,
+            at.len(),
+            matmul_rate(s.platform(), done.elapsed_ns, macs)
+        ))
+    })
+}
+
 /// The split-K GEMV (`omega_gemv_bf16_tn_m*`) at each M of `ms` on `[n, k]`, planned for the device's
 /// SMs; every output checked up to the sample size; the tickets must be zero again after each launch.
 fn matmul_gemv(ms: &[u32], n: u32, k: u32) -> CaseResult {
@@ -1340,7 +1398,14 @@ fn main() -> ExitCode {
         ("matmul: TMA GEMM bf16 1024x1024x1024", || matmul_tma_gemm(1024, 1024, 1024)),
         ("matmul: TMA GEMM bf16 ragged 1000x1000x1000", || matmul_tma_gemm(1000, 1000, 1000)),
         ("matmul: TMA GEMM bf16 4096x2048x2048", || matmul_tma_gemm(4096, 2048, 2048)),
+        ("matmul: TMA GEMM bf16 split-K 512x2048x2048", || {
+            matmul_tma_gemm_split(mm::GEMM_BF16_TN_SPLITK, 512, 2048, 2048)
+        }),
+        ("matmul: TMA GEMM bf16 128-wide tiles 512x2048x2048", || {
+            matmul_tma_gemm_split(mm::GEMM_BF16_TN_N128, 512, 2048, 2048)
+        }),
         ("matmul: split-K GEMV bf16 M=1,8,64 N=2048 K=4096", || matmul_gemv(&[1, 8, 64], 2048, 4096)),
+        ("matmul: GEMV bf16 lm_head M=1,4 N=151936 K=2048 (row streaming)", || matmul_gemv(&[1, 4], 151_936, 2048)),
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),

@@ -69,9 +69,13 @@ fn f32s(rng: &mut SmallRng, n: usize) -> Vec<f32> {
 /// `got[i * n + j]` against row i of `x` times row j of `w` (k elements each), within the tolerance the
 /// module comment argues; panics naming the first position that is not.
 fn check(what: &str, got: &[f32], x: &[f32], w: &[f32], [m, n, k]: [usize; 3]) {
+    check_against(what, got, &mm::products_f64(x, w, k), [m, n, k]);
+}
+
+/// [`check`] against an f64 product computed once (`products_f64`'s values and magnitudes).
+fn check_against(what: &str, got: &[f32], (want, mag): &(Vec<f64>, Vec<f64>), [m, n, k]: [usize; 3]) {
     assert_eq!(got.len(), m * n, "{what}: output length");
-    let (want, mag) = mm::products_f64(x, w, k);
-    for (i, (&g, (&v, &a))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+    for (i, (&g, (&v, &a))) in got.iter().zip(want.iter().zip(mag)).enumerate() {
         let bound = k as f64 * 2f64.powi(-22) * a;
         assert!(
             (f64::from(g) - v).abs() <= bound,
@@ -148,6 +152,7 @@ fn the_tma_gemm_matches_f64_at_primes_and_ragged_tiles_whatever_its_persistent_g
             let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b(dw.va(), n, kk));
             let mut y = poisoned(s, (m * n) as usize);
             let tiles = gemm_tiles(m, n);
+            let want = mm::products_f64(&x, &w, kk as usize);
             // The library's grid (one CTA per SM), one CTA, and more CTAs than tiles: the same y.
             for grid in [tiles.min(132), 1, tiles + 3] {
                 y.write(&vec![POISON; (m * n) as usize]).unwrap();
@@ -162,13 +167,63 @@ fn the_tma_gemm_matches_f64_at_primes_and_ragged_tiles_whatever_its_persistent_g
                     .arg(n)
                     .arg(kk);
                 gpu = gpu.launch(&l).unwrap().gpu;
-                check(
-                    &format!("gemm_bf16_tn grid {grid}"),
-                    &y.to_vec().unwrap(),
-                    &x,
-                    &w,
-                    [m, n, kk].map(|v| v as usize),
-                );
+                let what = format!("gemm_bf16_tn grid {grid}");
+                check_against(&what, &y.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+            }
+        }
+    });
+}
+
+#[test]
+fn the_split_k_and_narrow_gemms_add_their_splits_in_order_and_leave_the_tickets_zero() {
+    let mut g = rng("split-k gemm");
+    // (entry, tile width, dynamic shared, shape)
+    let cases = [
+        (mm::GEMM_BF16_TN_SPLITK, mm::GEMM_TILE_N, mm::GEMM_SMEM_BYTES, [129u32, 257u32, 1000u32]),
+        (mm::GEMM_BF16_TN_SPLITK, mm::GEMM_TILE_N, mm::GEMM_SMEM_BYTES, [1, 1, 8]),
+        (mm::GEMM_BF16_TN_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_SMEM_BYTES, [7, 300, 1000]),
+        (mm::GEMM_BF16_TN_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_SMEM_BYTES, [260, 129, 136]),
+    ];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for (name, tile_n, smem, [m, n, kk]) in cases {
+            let k = module.kernel(name).unwrap();
+            let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+            let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b_rows(dw.va(), n, kk, tile_n));
+            let mut y = poisoned(s, (m * n) as usize);
+            let want = mm::products_f64(&x, &w, kk as usize);
+            // No split, a few, more than K has blocks (one block each), and the planner's for 132 SMs.
+            let planned = mm::GemmSplit::planned(m, n, kk, tile_n, 132).splits;
+            for asked in [1, 2, 3, 40, planned] {
+                let split = mm::GemmSplit::new(m, n, kk, tile_n, asked);
+                let work = poisoned(s, split.work_floats(m, n).max(1) as usize);
+                let mut tickets = device(s, &vec![0u32; split.tiles as usize]);
+                // Any grid covers every unit: the library's, one CTA, more CTAs than units (for a split of 3).
+                let grids: &[u32] =
+                    if asked == 3 { &[split.units.min(132), 1, split.units + 3] } else { &[split.units.min(132)] };
+                for &grid in grids {
+                    y.write(&vec![POISON; (m * n) as usize]).unwrap();
+                    let l = Launch::new(&k)
+                        .grid([grid, 1, 1])
+                        .block([mm::GEMM_THREADS, 1, 1])
+                        .dynamic_shared(smem)
+                        .arg(maps.va())
+                        .arg(maps.va() + 128)
+                        .arg(&y)
+                        .arg(&work)
+                        .arg(&tickets)
+                        .arg(m)
+                        .arg(n)
+                        .arg(kk)
+                        .arg(asked);
+                    gpu = gpu.launch(&l).unwrap().gpu;
+                    let what = format!("{name} {split:?} grid {grid}");
+                    check_against(&what, &y.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+                    assert!(tickets.to_vec().unwrap().iter().all(|&t| t == 0), "{what}: tickets left non-zero");
+                }
             }
         }
     });
@@ -329,8 +384,9 @@ fn the_gemv_matches_f64_for_every_m_up_to_64_with_and_without_a_k_split() {
         let mut gpu = gpu;
         for m in [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64] {
             for (n, kk) in [(7u32, 4064u32), (33, 1024), (100, 96), (1000, 32)] {
-                // The library's plan on an H200, and on an SM count that splits differently.
-                for sms in [132, 7] {
+                // The library's plan on an H200, on an SM count that splits differently, and on one SM
+                // (one slice of all of K: the row-streaming form for M <= 4 once K >= 1024).
+                for sms in [132, 7, 1] {
                     gpu = gemv_case(s, gpu, &module, &mut g, [m, n, kk], mm::gemv_plan(n, kk, sms));
                 }
             }
@@ -338,6 +394,11 @@ fn the_gemv_matches_f64_for_every_m_up_to_64_with_and_without_a_k_split() {
         // The split is gridDim.y slices of k_per_split, whatever the planner would say: 64 of K per slice.
         let plan = mm::GemvPlan { blocks: 2, split: 16, k_per_split: 64 };
         gpu = gemv_case(s, gpu, &module, &mut g, [5, 65, 1024], plan);
+        // The streaming form over a split: slices of 2048 and 2016, then the ticket.
+        for m in [1, 3, 4, 5] {
+            let plan = mm::GemvPlan { blocks: 2, split: 2, k_per_split: 2048 };
+            gpu = gemv_case(s, gpu, &module, &mut g, [m, 100, 4064], plan);
+        }
         // One slice of the whole K, written straight to y.
         gemv_case(s, gpu, &module, &mut g, [1, 1, 32], mm::GemvPlan { blocks: 1, split: 1, k_per_split: 32 });
     });
