@@ -1347,6 +1347,46 @@ fn in_child(case: &str) -> CaseResult {
     }
 }
 
+/// Thread-block clusters through the typed API: a kernel built with `__cluster_dims__(2, 1, 1)`, the same
+/// body in runtime clusters of 4 (`Launch::cluster`), and without a cluster; each block's rank, cluster
+/// index and counts, `%is_explicit_cluster`, and the 128 values it read from its neighbour's shared memory
+/// through distributed shared memory, against the reference, the output poisoned first.
+fn clusters() -> CaseResult {
+    use omega::kernels::cluster::{cluster_ref, CLUSTER_ANY, CLUSTER_PAIRS, CLUSTER_THREADS, CLUSTER_WORDS_PER_BLOCK};
+    let mut g = rng();
+    let salt: u32 = g.random();
+    let module = omega::kernels::cuda_module(omega::kernels::CLUSTER).map_err(|e| e.to_string())?;
+    with_scope(|s, mut gpu| {
+        let m = s.load_module(module).map_err(err)?;
+        let mut seen = Vec::new();
+        for (entry, grid, asked, built) in
+            [(CLUSTER_PAIRS, 16u32, [1, 1, 1], 2u32), (CLUSTER_ANY, 32, [4, 1, 1], 4), (CLUSTER_ANY, 8, [1, 1, 1], 1)]
+        {
+            let k = m.kernel(entry).map_err(err)?;
+            let mut out = s.alloc::<u32>(grid as usize * CLUSTER_WORDS_PER_BLOCK).map_err(err)?;
+            out.fill(0xdead_beef).map_err(err)?;
+            let l =
+                Launch::new(&k).grid([grid, 1, 1]).block([CLUSTER_THREADS, 1, 1]).cluster(asked).arg(&out).arg(salt);
+            gpu = gpu.launch(&l).map_err(err)?.gpu;
+            let got = out.to_vec().map_err(err)?;
+            for b in 0..grid {
+                let want = cluster_ref(b, grid, built, built > 1, salt);
+                let at = b as usize * CLUSTER_WORDS_PER_BLOCK;
+                if got[at..at + CLUSTER_WORDS_PER_BLOCK] != want[..] {
+                    let head = &got[at..at + 8];
+                    return Err(format!(
+                        "{entry} in clusters of {built}, block {b}: rank/id/nid/nrank/cluster_ctaid/nctaid/explicit {head:?}, want {:?}; neighbour values {}",
+                        &want[..8],
+                        if got[at + 8..at + CLUSTER_WORDS_PER_BLOCK] == want[8..] { "match" } else { "wrong" }
+                    ));
+                }
+            }
+            seen.push(format!("{entry} x {grid} in clusters of {built}"));
+        }
+        Ok(format!("{}: ranks, cluster ids and neighbours' shared memory match", seen.join(", ")))
+    })
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 3 && args[1] == "--case" {
@@ -1395,6 +1435,7 @@ fn main() -> ExitCode {
         ("many buffers: 10^5 live, each checked", many_buffers),
         ("default wait: empty launch, CPU of a 100 ms wait <= 10%", default_wait),
         ("large buffer: >= 130 GiB device-only, written, read by a kernel, freed", large_buffer),
+        ("thread-block clusters: __cluster_dims__, runtime clusters, distributed shared memory", clusters),
         ("matmul: TMA GEMM bf16 1024x1024x1024", || matmul_tma_gemm(1024, 1024, 1024)),
         ("matmul: TMA GEMM bf16 ragged 1000x1000x1000", || matmul_tma_gemm(1000, 1000, 1000)),
         ("matmul: TMA GEMM bf16 4096x2048x2048", || matmul_tma_gemm(4096, 2048, 2048)),

@@ -30,7 +30,7 @@ fn fresh() -> omega::Locked<omega::Open> {
 
 #[test]
 fn the_build_compiled_the_mixed_module_whose_kernels_match_their_host_references() {
-    assert_eq!(kernels::cuda_module_names(), ["matmul", MIXED]);
+    assert_eq!(kernels::cuda_module_names(), ["cluster", "matmul", MIXED]);
     assert!(kernels::cuda_module_source(MIXED).unwrap().contains("extern \"C\" __global__ void mixed_plain("));
     let m = Module::parse(mixed(), &arch::HOPPER).unwrap();
     let mut names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
@@ -249,4 +249,38 @@ fn load_cubin_takes_any_kernel_of_a_module() {
         assert!(s.load_cubin(mixed(), MIXED_PLAIN).is_ok());
     });
     assert!(matches!(r, Scoped::Open(..)));
+}
+
+#[test]
+fn cluster_kernels_run_in_their_shape_and_refuse_another() {
+    use omega::kernels::cluster::{cluster_ref, CLUSTER_ANY, CLUSTER_PAIRS, CLUSTER_THREADS, CLUSTER_WORDS_PER_BLOCK};
+    let dev = fresh();
+    let module = kernels::cuda_module(kernels::CLUSTER).unwrap();
+    let r = dev.scope(|s, gpu| -> Result<(), Error> {
+        let m = s.load_module(module)?;
+        let pairs = m.kernel(CLUSTER_PAIRS)?;
+        assert_eq!(pairs.meta().cluster, Some([2, 1, 1]));
+        let mut out = s.alloc::<u32>(8 * CLUSTER_WORDS_PER_BLOCK)?;
+        out.fill(0xdead_beef)?;
+        fn shape<'k, 's>(l: Launch<'k, 's>) -> Launch<'k, 's> {
+            l.grid([8, 1, 1]).block([CLUSTER_THREADS, 1, 1]).arg(7u32)
+        }
+        // Its own shape runs; another is refused before submit, naming both.
+        let gpu = gpu.launch(&shape(Launch::new(&pairs).arg(&out))).map_err(|e| e.error)?.gpu;
+        let want: Vec<u32> = (0..8).flat_map(|b| cluster_ref(b, 8, 2, true, 7)).collect();
+        assert_eq!(out.to_vec()?, want);
+        let e = gpu.launch(&shape(Launch::new(&pairs).arg(&out)).cluster([4, 1, 1])).unwrap_err();
+        assert!(matches!(
+            &e.error,
+            Error::LaunchArguments(omega::LaunchArgError::ClusterFixed { fixed: [2, 1, 1], asked: [4, 1, 1], .. })
+        ));
+        // The same body in runtime clusters of 4.
+        let any = m.kernel(CLUSTER_ANY)?;
+        let gpu = e.gpu.expect("a refusal hands the token back");
+        gpu.launch(&shape(Launch::new(&any).arg(&out)).cluster([4, 1, 1])).map_err(|e| e.error)?;
+        let want: Vec<u32> = (0..8).flat_map(|b| cluster_ref(b, 8, 4, true, 7)).collect();
+        assert_eq!(out.to_vec()?, want);
+        Ok(())
+    });
+    r.value().unwrap();
 }
