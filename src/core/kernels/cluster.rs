@@ -19,8 +19,8 @@ pub const CLUSTER_THREADS: u32 = 128;
 
 /// The module's kernels with their host references.
 pub const CLUSTER_HOST_SPECS: &[HostSpec] = &[
-    HostSpec { name: CLUSTER_PAIRS, param_sizes: &[8, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run: run },
-    HostSpec { name: CLUSTER_ANY, param_sizes: &[8, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run: run },
+    HostSpec { name: CLUSTER_PAIRS, param_sizes: &[8, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run },
+    HostSpec { name: CLUSTER_ANY, param_sizes: &[8, 4], static_shared_bytes: 0, local_bytes_per_thread: 0, run },
 ];
 
 /// What block `b` of a 1-D grid of `grid` blocks in clusters of `cluster` writes, for `salt`.
