@@ -91,6 +91,16 @@ pub enum Stage {
     Report,
     /// `bench`: a benchmark program's own check.
     Bench,
+    /// `keep`: a kept buffer or module (`omega::Kept`) used after its device was closed.
+    Keep,
+    /// `matmul args`: a matmul library entry's NULL or unusable argument.
+    MatmulArgs,
+    /// `matmul shape`: a matmul shape that cannot exist, or that the operands' buffers do not hold.
+    MatmulShape,
+    /// `matmul plan`: a product the library cannot launch within its CTA budget.
+    MatmulPlan,
+    /// `matmul tensor`: a resident tensor that is not live, or not of the entry's element type.
+    MatmulTensor,
 }
 
 impl Stage {
@@ -137,6 +147,11 @@ impl Stage {
             Stage::Check => "check",
             Stage::Report => "report",
             Stage::Bench => "bench",
+            Stage::Keep => "keep",
+            Stage::MatmulArgs => "matmul args",
+            Stage::MatmulShape => "matmul shape",
+            Stage::MatmulPlan => "matmul plan",
+            Stage::MatmulTensor => "matmul tensor",
         }
     }
 }
@@ -576,6 +591,14 @@ pub enum SettingError {
          field was set by hand): scratch_free it and reserve again"
     )]
     StaleReservation,
+    /// A kept buffer or module of an earlier device open.
+    #[error("kept in device open {opened}, and the device was closed since (open {now} now); its memory went with the close")]
+    KeptStale {
+        /// The open it was kept in ([`crate::session::Runtime::open_count`] then).
+        opened: u32,
+        /// The open count now.
+        now: u32,
+    },
     /// An argument refused at the C boundary or a harness program's own cause, in words (the C layer's
     /// NULL, non-UTF-8 and out-of-range arguments: one text per argument of each entry point).
     #[error("{0}")]
@@ -854,6 +877,7 @@ mod tests {
             Error::Load(LoadError::NoHostImplementation),
             Error::Platform(PlatformError::NotLinux),
             Error::Setting { stage: Stage::SetSpin, detail: SettingError::HookPanicked },
+            Error::Setting { stage: Stage::Keep, detail: SettingError::KeptStale { opened: 1, now: 2 } },
         ];
         for e in errors {
             let text = e.to_string();
