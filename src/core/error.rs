@@ -93,6 +93,8 @@ pub enum Stage {
     Bench,
     /// `keep`: a kept buffer or module (`omega::Kept`) used after its device was closed.
     Keep,
+    /// `matmul`: a matmul library entry as a whole (refused after a latch).
+    Matmul,
     /// `matmul args`: a matmul library entry's NULL or unusable argument.
     MatmulArgs,
     /// `matmul shape`: a matmul shape that cannot exist, or that the operands' buffers do not hold.
@@ -148,6 +150,7 @@ impl Stage {
             Stage::Report => "report",
             Stage::Bench => "bench",
             Stage::Keep => "keep",
+            Stage::Matmul => "matmul",
             Stage::MatmulArgs => "matmul args",
             Stage::MatmulShape => "matmul shape",
             Stage::MatmulPlan => "matmul plan",
