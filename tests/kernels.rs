@@ -1,5 +1,7 @@
 //! The repository's kernels: each cubin parses for sm_90, and the simulator's hand-written parameter
 //! tables agree with the cubins' own (KPARAM_INFO), so a kernel checked on `sim` is checked like on a GPU.
+//! The same for every CUDA C++ module with host references (`mixed`, `matmul`): every kernel nvcc built
+//! has one, under its symbol name, with the cubin's parameters, static shared memory and stack use.
 
 use omega_hal::{arch, cubin::Module};
 
@@ -19,6 +21,82 @@ fn every_kernel_has_a_cubin_and_a_host_reference_with_the_same_parameters() {
         assert_eq!(k.local_bytes_per_thread > 0, spec.local_bytes_per_thread > 0, "{name}: stack use differs");
         assert!(omega::kernels::ptx_source(name).unwrap().contains(&format!(".entry {name}(")));
     }
+}
+
+#[test]
+fn every_cuda_module_kernel_has_a_host_reference_with_the_cubins_parameters_and_shared_memory() {
+    let nvcc = omega::kernels::nvcc();
+    assert!(nvcc.is_ok(), "CI installs the pinned nvcc set; the build said: {nvcc:?}");
+    let mut modules: Vec<&str> = omega::kernels::CUDA_HOST_SPECS.iter().map(|(m, _)| *m).collect();
+    modules.sort();
+    assert_eq!(modules, omega::kernels::cuda_module_names(), "every module in kernels/cuda/ has its references");
+    for (module, specs) in omega::kernels::CUDA_HOST_SPECS {
+        let cubin = omega::kernels::cuda_module(module).unwrap();
+        let m = Module::parse(cubin, &arch::HOPPER).unwrap_or_else(|e| panic!("{module}: {e}"));
+        let mut names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
+        let mut by_hand: Vec<&str> = specs.iter().map(|s| s.name).collect();
+        names.sort();
+        by_hand.sort();
+        assert_eq!(names, by_hand, "{module}: the cubin's kernels and the host references");
+        for spec in *specs {
+            let k = m.kernel(spec.name).unwrap();
+            let from_cubin: Vec<(u32, u32, u32)> = k.params.iter().map(|p| (p.ordinal, p.offset, p.size)).collect();
+            let by_hand: Vec<(u32, u32, u32)> = spec.params().iter().map(|p| (p.ordinal, p.offset, p.size)).collect();
+            assert_eq!(from_cubin, by_hand, "{module}::{}: parameter tables differ", spec.name);
+            // The kernel's `.nv.shared` section: the 1 KiB the system reserves, then its own arrays, padded
+            // to a whole KiB.
+            let own = k.shared_bytes - arch::HOPPER.reserved_shared_bytes;
+            assert!(
+                spec.static_shared_bytes <= own && own < spec.static_shared_bytes + 1024,
+                "{module}::{}: {} bytes of static shared memory by hand, the cubin's section has {}",
+                spec.name,
+                spec.static_shared_bytes,
+                k.shared_bytes
+            );
+            assert_eq!(k.stack_bytes > 0, spec.local_bytes_per_thread > 0, "{module}::{}: stack use", spec.name);
+            assert!(omega::kernels::host_reference(spec.name).is_some(), "{}", spec.name);
+        }
+    }
+}
+
+#[test]
+fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take() {
+    use omega::kernels::matmul as mm;
+    let m = Module::parse(omega::kernels::cuda_module(mm::MATMUL).unwrap(), &arch::HOPPER).unwrap();
+    let threads = |name: &str| m.kernel(name).unwrap().max_threads;
+    assert_eq!(threads(mm::GEMM_BF16_TN), Some(mm::GEMM_THREADS));
+    for name in mm::GEMV_BF16_TN.iter().chain(&mm::MOE_GEMV_BF16) {
+        assert_eq!(threads(name), Some(mm::GEMV_THREADS), "{name}");
+    }
+    assert_eq!(threads(mm::MOE_ROUTE), Some(mm::ROUTE_THREADS));
+    assert_eq!(threads(mm::GEMM_F32_TN), Some(mm::SIMT_THREADS));
+    assert_eq!(threads(mm::GEMM_BF16_SIMT_TN), Some(mm::SIMT_THREADS));
+    assert_eq!(threads(mm::CONVERT_F32_BF16), Some(mm::CONVERT_THREADS));
+    // The GEMM's stages, barriers and alignment slack, as gemm_bf16.cuh sizes them.
+    assert_eq!(mm::GEMM_SMEM_BYTES, 197_696);
+    let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();
+    assert!(src.contains("#include \"matmul/gemm_bf16.cuh\""), "{src}");
+    // Its register split needs setmaxnreg, which the cubin records.
+    assert!(m.kernel(mm::GEMM_BF16_TN).unwrap().reg_reconfig);
+}
+
+#[test]
+fn the_gemv_planner_fills_the_sms_in_slices_of_whole_chunks() {
+    use omega::kernels::matmul::{gemv_plan, gemv_variant, GemvPlan};
+    // Qwen3's O projection on 132 SMs: 32 blocks want 17 slices; 241 rounds up to 256, so 16.
+    assert_eq!(gemv_plan(2048, 4096, 132), GemvPlan { blocks: 32, split: 16, k_per_split: 256 });
+    // lm_head: thousands of blocks already fill the SMs.
+    assert_eq!(gemv_plan(151_936, 2048, 132), GemvPlan { blocks: 2374, split: 1, k_per_split: 2048 });
+    // Never below 128 of K per slice: K = 256 splits in two at most.
+    assert_eq!(gemv_plan(64, 256, 132), GemvPlan { blocks: 1, split: 2, k_per_split: 128 });
+    assert_eq!(gemv_plan(1, 32, 132), GemvPlan { blocks: 1, split: 1, k_per_split: 32 });
+    for (k, n) in [(32u32, 1u32), (4096, 5120), (768, 2048), (2048, 128), (4064, 7)] {
+        let p = gemv_plan(n, k, 132);
+        assert!(p.k_per_split.is_multiple_of(32) && p.split == k.div_ceil(p.k_per_split), "{p:?}");
+        assert_eq!(p.blocks, n.div_ceil(64));
+    }
+    let mb: Vec<usize> = [1, 8, 9, 16, 17, 32, 33, 64, 1000].iter().map(|&m| gemv_variant(m)).collect();
+    assert_eq!(mb, [0, 0, 1, 1, 2, 2, 3, 3, 3]);
 }
 
 #[test]

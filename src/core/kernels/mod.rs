@@ -11,6 +11,8 @@ use crate::sync::Arc;
 
 mod cuda;
 pub use cuda::*;
+pub mod matmul;
+pub use matmul::{MATMUL, MATMUL_HOST_SPECS};
 
 include!(concat!(env!("OUT_DIR"), "/cubins.rs"));
 
@@ -160,9 +162,12 @@ pub fn host_spec(name: &str) -> Option<&'static HostSpec> {
     HOST_SPECS.iter().find(|s| s.name == name)
 }
 
+/// Every CUDA C++ module's kernels with their host references: `(module, kernels)`.
+pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[(MIXED, MIXED_HOST_SPECS), (MATMUL, MATMUL_HOST_SPECS)];
+
 /// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.
 pub fn cuda_host_spec(name: &str) -> Option<&'static HostSpec> {
-    MIXED_HOST_SPECS.iter().find(|s| s.name == name)
+    CUDA_HOST_SPECS.iter().flat_map(|(_, specs)| specs.iter()).find(|s| s.name == name)
 }
 
 /// The host reference of repository kernel `name`, a PTX kernel's or a CUDA module's.
@@ -179,7 +184,7 @@ pub fn register_host_kernel(sim: &Sim, spec: &HostSpec) {
 
 /// Registers every host reference with a simulator (the PTX kernels' and the CUDA modules' kernels').
 pub fn register_host_kernels(sim: &Sim) {
-    for spec in HOST_SPECS.iter().chain(MIXED_HOST_SPECS) {
+    for spec in HOST_SPECS.iter().chain(CUDA_HOST_SPECS.iter().flat_map(|(_, specs)| specs.iter())) {
         register_host_kernel(sim, spec);
     }
 }

@@ -1,0 +1,164 @@
+//! The arithmetic of the simulator's matmul references (`omega::kernels`, `src/core/kernels/matmul.rs`)
+//! and of the tests' f64 checks: dot products over rows and bf16 conversions.
+//!
+//! It is a crate of its own so that the workspace's `Cargo.toml` can compile it optimised in every
+//! profile (`[profile.dev.package.omega-refmath]`): the tests are debug builds, and an unoptimised dot
+//! product is about 150 times slower, which would keep CI from running the matmul kernels at shapes that
+//! matter. The functions are plain (not generic, not `#[inline]`), so their code is this crate's and
+//! keeps its optimisation whoever calls them. No `unsafe`, no allocation but the results.
+
+#![forbid(unsafe_code)]
+
+/// Accumulator lanes of the order-free dot products: independent partial sums the compiler keeps in
+/// vector registers.
+const LANES: usize = 8;
+
+/// The f32 value of bf16 bit pattern `bits` (exact: bf16 is f32's top half).
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// bf16 of `f`, rounded to nearest even; a NaN stays a NaN, made quiet (`(u >> 16) | 0x40`), as
+/// `omega_convert_f32_bf16` does it.
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let u = f.to_bits();
+    if u & 0x7fff_ffff > 0x7f80_0000 {
+        return ((u >> 16) | 0x40) as u16;
+    }
+    (u.wrapping_add(0x7fff).wrapping_add((u >> 16) & 1) >> 16) as u16
+}
+
+/// f32 values of the little-endian bf16 bit patterns in `bytes` (two bytes each; a trailing odd byte
+/// is ignored).
+#[inline(never)]
+pub fn widen_bf16(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(2).map(|b| bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect()
+}
+
+/// f32 values of the little-endian f32s in `bytes` (four bytes each; a trailing partial one is ignored).
+#[inline(never)]
+pub fn f32s_le(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+/// Little-endian bytes of `values`.
+#[inline(never)]
+pub fn f32s_to_le(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `Σ_k x[k] · w[k]` in f32, in an order of its own (LANES partial sums, then their sum): what a
+/// tensor-core kernel computes up to the order of its additions. Over the shorter of the two.
+#[inline(never)]
+pub fn dot(x: &[f32], w: &[f32]) -> f32 {
+    let n = x.len().min(w.len());
+    let (x, w) = (&x[..n], &w[..n]);
+    let mut acc = [0f32; LANES];
+    let (xc, wc) = (x.chunks_exact(LANES), w.chunks_exact(LANES));
+    let tail: f32 = xc.remainder().iter().zip(wc.remainder()).map(|(a, b)| a * b).sum();
+    for (a, b) in xc.zip(wc) {
+        for i in 0..LANES {
+            acc[i] += a[i] * b[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `Σ_k x[k] · w[k]` as one chain of fused multiply-adds in increasing k from +0: `acc = fma(x[k], w[k],
+/// acc)`, each rounded once to f32 — bit for bit what the SIMT kernels' `fmaf` loop computes. Over the
+/// shorter of the two.
+#[inline(never)]
+pub fn dot_fma(x: &[f32], w: &[f32]) -> f32 {
+    x.iter().zip(w).fold(0f32, |acc, (a, b)| a.mul_add(*b, acc))
+}
+
+/// `out[r * cols + c]` = the dot product of row `r` of `a` and row `c` of `b`, both of `k` elements per
+/// row (`rows = a.len() / k`, `cols = b.len() / k`, `out` holding `rows * cols`): with [`dot_fma`]'s
+/// arithmetic when `fused`, else [`dot`]'s. With `k == 0` every product is +0.
+#[inline(never)]
+pub fn products(a: &[f32], b: &[f32], k: usize, fused: bool, out: &mut [f32]) {
+    if k == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let cols = b.len() / k;
+    for (r, x) in a.chunks_exact(k).enumerate() {
+        let row = &mut out[r * cols..(r + 1) * cols];
+        for (o, w) in row.iter_mut().zip(b.chunks_exact(k)) {
+            *o = if fused { dot_fma(x, w) } else { dot(x, w) };
+        }
+    }
+}
+
+/// `(Σ_k x[k] · w[k], Σ_k |x[k] · w[k]|)` in f64: a product of two f32 is exact in f64, so the only
+/// error is the f64 additions' (relative 2^-53 per term), far below any f32 tolerance. The second sum
+/// scales the tests' tolerance. Over the shorter of the two.
+#[inline(never)]
+pub fn dot_f64(x: &[f32], w: &[f32]) -> (f64, f64) {
+    let (mut sum, mut mag) = (0f64, 0f64);
+    for (a, b) in x.iter().zip(w) {
+        let p = f64::from(*a) * f64::from(*b);
+        sum += p;
+        mag += p.abs();
+    }
+    (sum, mag)
+}
+
+/// [`dot_f64`] of every row of `a` with every row of `b` (`k` elements per row), row-major
+/// `[rows, cols]`: the values and the magnitudes.
+#[inline(never)]
+pub fn products_f64(a: &[f32], b: &[f32], k: usize) -> (Vec<f64>, Vec<f64>) {
+    if k == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let (rows, cols) = (a.len() / k, b.len() / k);
+    let (mut sums, mut mags) = (Vec::with_capacity(rows * cols), Vec::with_capacity(rows * cols));
+    for x in a.chunks_exact(k) {
+        for w in b.chunks_exact(k) {
+            let (s, m) = dot_f64(x, w);
+            sums.push(s);
+            mags.push(m);
+        }
+    }
+    (sums, mags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_conversions_round_to_nearest_even_and_keep_nan_quiet() {
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        // 1 + 2^-8 is halfway between bf16 1.0 and 1 + 2^-7: even (1.0) wins; 1 + 3 * 2^-8 rounds up.
+        assert_eq!(f32_to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
+        assert_eq!(f32_to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::INFINITY), 0x7f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x7f80_0001)), 0x7fc0);
+        assert_eq!(f32_to_bf16(f32::from_bits(0xff81_2345)), 0xffc1);
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80, "rounds up to infinity");
+        for bits in [0u16, 0x8000, 0x3f80, 0xc2f7, 0x0001, 0x7f7f] {
+            assert_eq!(f32_to_bf16(bf16_to_f32(bits)), bits);
+        }
+    }
+
+    #[test]
+    fn dot_products_agree_with_f64_and_the_fused_chain_rounds_once_per_step() {
+        let x: Vec<f32> = (0..1001).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+        let w: Vec<f32> = (0..1001).map(|i| ((i * 53 % 89) as f32 - 44.0) / 32.0).collect();
+        // Multiples of 2^-11 below 2^10 in magnitude: every partial sum is exact in f32.
+        let (exact, _) = dot_f64(&x, &w);
+        assert_eq!(f64::from(dot(&x, &w)), exact);
+        assert_eq!(f64::from(dot_fma(&x, &w)), exact);
+        // (1 + e)(1 - e) = 1 - e^2 is not an f32: a separate multiply rounds it to 1 and the sum with -1 is
+        // 0; the fused step adds the exact product to -1 and keeps -e^2.
+        let (a, b) = ([1.0, 1.0 + f32::EPSILON], [-1.0, 1.0 - f32::EPSILON]);
+        assert_eq!(dot_fma(&a, &b), -f32::EPSILON * f32::EPSILON);
+        assert_eq!(dot(&a, &b), 0.0);
+        let mut out = vec![f32::NAN; 6];
+        products(&[1.0, 2.0, 3.0, 4.0], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], 2, false, &mut out);
+        assert_eq!(out, [1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
+        let (s, m) = products_f64(&[1.0, -2.0], &[3.0, 4.0], 2);
+        assert_eq!((s, m), (vec![-5.0], vec![11.0]));
+    }
+}

@@ -1,0 +1,847 @@
+//! The `matmul` module's kernels (`kernels/cuda/matmul.cu`, the matmul library's): their names, the
+//! launch constants their sources fix, the GEMV planner, and the host references the simulator runs.
+//!
+//! Every product is `y = x · Wᵀ`: `x` is `[M, K]` row-major, `W` is `[N, K]` row-major (a linear layer's
+//! weight), `y` is `[M, N]` row-major f32; bf16 operands are `u16` bit patterns. docs/kernels.md
+//! ("Matmul") states each kernel's contract — requirements, launch shape — and what its reference does.
+//!
+//! Each reference computes what its kernel computes from the simulator's memory, as the kernel addresses
+//! it: it reads the TMA descriptors the GEMM reads (out-of-bounds boxes read zero), the rows the GEMV's
+//! warps load (its 32-element chunks, its clamped rows), the routing the grouped kernel reads on the
+//! device, and it stores exactly where the kernel stores — so a buffer too small faults (Xid 31) where the
+//! kernel's load or store would, and a misaligned vector load faults (Xid 13) as on the GPU. It honours
+//! the launch as given: the persistent GEMM covers every tile whatever its grid; the SIMT GEMMs cover the
+//! tiles their grid names; the GEMV's K split is `gridDim.y` slices of `k_per_split`, with its partial
+//! sums in `work` and its tickets read and written in device memory, so tickets that were zero stay zero
+//! and tickets that were not break the result as they would on the GPU. What a kernel cannot do at all
+//! (another block shape than the one it is written for, too little dynamic shared memory, a descriptor
+//! whose boxes are not its stages, K = 0 for the tensor-core GEMM, whose accumulators would stay
+//! unwritten) faults with the reason named, where the GPU would hang or store garbage.
+//!
+//! Arithmetic: f32 accumulation. The tensor-core kernels' addition order is their hardware's; the
+//! references add in an order of their own ([`omega_refmath::dot`]), so results agree to rounding. The
+//! SIMT kernels are one `fmaf` chain per output in increasing k, which [`omega_refmath::dot_fma`] repeats
+//! bit for bit. The GEMV's split-K partials are summed in split order, as the kernel's last CTA does.
+//!
+//! Work is sliced as the simulator asks ([`KernelCtx::take`]): one work unit is one output value's 64
+//! multiply-adds ([`MACS_PER_UNIT`]), so a slice of the simulator's default 2^16 units is about 4 million
+//! multiply-adds whatever the shape, and virtual time grows with the arithmetic. A work item (a GEMM
+//! row segment, a GEMV CTA) runs whole in the call that holds its first unit.
+
+use std::ops::Range;
+
+use omega_hal::sim::{KernelCtx, KernelError};
+use omega_hal::tma::{
+    decode_tiled, TensorMap, TiledSpec, TmaElem, TmaFill, TmaInterleave, TmaSwizzle, TENSOR_MAP_BYTES,
+};
+use omega_refmath as math;
+
+use super::HostSpec;
+
+/// The module's name (`kernels/cuda/matmul.cu`).
+pub const MATMUL: &str = "matmul";
+/// Large M: `omega_gemm_bf16_tn(tmap_a, tmap_b, y, M, N, K)`, TMA + wgmma, persistent.
+pub const GEMM_BF16_TN: &str = "omega_gemm_bf16_tn";
+/// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
+/// [`GEMV_MB`] (index with [`gemv_variant`]).
+pub const GEMV_BF16_TN: [&str; 4] =
+    ["omega_gemv_bf16_tn_m1", "omega_gemv_bf16_tn_m2", "omega_gemv_bf16_tn_m4", "omega_gemv_bf16_tn_m8"];
+/// Grouped experts: `omega_moe_gemv_bf16_m{1,2,4,8}(x, w, y, work, tickets, offsets, rows, N, K,
+/// k_per_split, max_slots)`, by [`GEMV_MB`].
+pub const MOE_GEMV_BF16: [&str; 4] =
+    ["omega_moe_gemv_bf16_m1", "omega_moe_gemv_bf16_m2", "omega_moe_gemv_bf16_m4", "omega_moe_gemv_bf16_m8"];
+/// `omega_moe_route(topk, T, top_k, E, offsets, rows, pairs, dropped)`: top-k choices to CSR routing.
+pub const MOE_ROUTE: &str = "omega_moe_route";
+/// `omega_gemm_f32_tn(x, w, y, M, N, K)`: f32 FMA, any shape.
+pub const GEMM_F32_TN: &str = "omega_gemm_f32_tn";
+/// `omega_gemm_bf16_simt_tn(x, w, y, M, N, K)`: bf16 widened exactly, f32 FMA, any shape or alignment.
+pub const GEMM_BF16_SIMT_TN: &str = "omega_gemm_bf16_simt_tn";
+/// `omega_convert_f32_bf16(in, out, n)`: round to nearest even, grid-stride.
+pub const CONVERT_F32_BF16: &str = "omega_convert_f32_bf16";
+
+/// The TMA GEMM's output tile rows (`GEMM_BM`).
+pub const GEMM_TILE_M: u32 = 128;
+/// The TMA GEMM's output tile columns (`GEMM_BN`).
+pub const GEMM_TILE_N: u32 = 256;
+/// The TMA GEMM's K slice per pipeline stage (`GEMM_BK`): the descriptors' inner box.
+pub const GEMM_TILE_K: u32 = 64;
+/// The TMA GEMM's block: a producer and two consumer warpgroups.
+pub const GEMM_THREADS: u32 = 384;
+/// The TMA GEMM's dynamic shared memory: 4 stages of A and B tiles, 8 mbarriers, 1 KiB of alignment
+/// slack (`GEMM_SMEM_BYTES`, 197,696 bytes).
+pub const GEMM_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 4 * 8 + 1024;
+/// The GEMV's W rows per CTA (`GEMV_ROWS`): `gridDim.x = ceil(N / 64)`.
+pub const GEMV_ROWS: u32 = 64;
+/// The GEMV's block (`GEMV_THREADS`).
+pub const GEMV_THREADS: u32 = 128;
+/// The GEMV's K granule: each warp pass loads 32 elements of a row (`K % 32 == 0` is its requirement).
+pub const GEMV_K_CHUNK: u32 = 32;
+/// `MB` of the four GEMV and grouped-GEMV entries: each pass over W takes `8 * MB` rows of x.
+pub const GEMV_MB: [u32; 4] = [1, 2, 4, 8];
+/// The routing kernel's block (`ROUTE_THREADS`): one thread per expert, 1024 experts a pass.
+pub const ROUTE_THREADS: u32 = 1024;
+/// The SIMT GEMMs' output tile (128 x 128): `grid = [ceil(N / 128), ceil(M / 128), 1]`.
+pub const SIMT_TILE: u32 = 128;
+/// The SIMT GEMMs' block.
+pub const SIMT_THREADS: u32 = 256;
+/// The conversion's block (`omega_convert_f32_bf16` strides by `gridDim.x * 256`).
+pub const CONVERT_THREADS: u32 = 256;
+/// Multiply-adds per work unit of the references' slices (one output value's 64 of K).
+pub const MACS_PER_UNIT: u64 = 64;
+
+/// Which of the four GEMV entries serves `m` rows of x (`MB` = 1 up to 8 rows, 2 up to 16, 4 up to 32,
+/// 8 past): the index into [`GEMV_BF16_TN`], [`MOE_GEMV_BF16`] and [`GEMV_MB`].
+pub const fn gemv_variant(m: u32) -> usize {
+    match m {
+        0..=8 => 0,
+        9..=16 => 1,
+        17..=32 => 2,
+        _ => 3,
+    }
+}
+
+/// A GEMV launch's K split, as the planner of kernel_abi.md (`gemv_check.cu`'s `plan`) makes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemvPlan {
+    /// `gridDim.x`: `ceil(N / 64)`.
+    pub blocks: u32,
+    /// `gridDim.y`: `ceil(K / k_per_split)`.
+    pub split: u32,
+    /// K elements per slice, a multiple of 32.
+    pub k_per_split: u32,
+}
+
+impl GemvPlan {
+    /// `split * M * N` floats of split-K scratch when `split > 1` (none otherwise): the dense GEMV's
+    /// `work`, and the grouped GEMV's with `M` = `max_slots`.
+    pub const fn work_floats(&self, m: u32, n: u32) -> u64 {
+        if self.split > 1 {
+            self.split as u64 * m as u64 * n as u64
+        } else {
+            0
+        }
+    }
+}
+
+/// The GEMV plan for `[., K] · [N, K]ᵀ` on `sms` SMs: enough CTAs to fill every SM about four times over
+/// (`want = ceil(4 * sms / blocks)` slices), never a slice below 128 of K, slices rounded up to 32.
+pub fn gemv_plan(n: u32, k: u32, sms: u32) -> GemvPlan {
+    let blocks = n.div_ceil(GEMV_ROWS).max(1);
+    let want = (4 * sms.max(1)).div_ceil(blocks);
+    let split = want.min(k / 128).max(1);
+    let k_per_split = k.div_ceil(split).next_multiple_of(GEMV_K_CHUNK).max(GEMV_K_CHUNK);
+    GemvPlan { blocks, split: k.div_ceil(k_per_split).max(1), k_per_split }
+}
+
+/// The TMA GEMM's A descriptor for x at `x_va` (`[m, k]` bf16, rows `2k` bytes apart): boxes of 128 rows
+/// by 64 elements, 128-byte swizzle (kernel_abi.md). Encode it with [`omega_hal::tma::encode_tiled`].
+pub fn gemm_tmap_a(x_va: u64, m: u32, k: u32) -> TiledSpec {
+    let (rows, cols) = (u64::from(m), u64::from(k));
+    TiledSpec::matrix(TmaElem::Bf16, x_va, [rows, cols], 2 * cols, [GEMM_TILE_M, GEMM_TILE_K], TmaSwizzle::B128)
+}
+
+/// The TMA GEMM's B descriptor for W at `w_va` (`[n, k]` bf16): boxes of 256 rows by 64 elements,
+/// 128-byte swizzle.
+pub fn gemm_tmap_b(w_va: u64, n: u32, k: u32) -> TiledSpec {
+    let (rows, cols) = (u64::from(n), u64::from(k));
+    TiledSpec::matrix(TmaElem::Bf16, w_va, [rows, cols], 2 * cols, [GEMM_TILE_N, GEMM_TILE_K], TmaSwizzle::B128)
+}
+
+/// The f64 value and magnitude of one product, `(Σ_k x[k]·w[k], Σ_k |x[k]·w[k]|)`: what a test checks a
+/// matmul result against (every f32 product is exact in f64). Optimised in every build
+/// ([`omega_refmath`]), so debug-built tests check real shapes fast.
+pub fn dot_f64(x: &[f32], w: &[f32]) -> (f64, f64) {
+    math::dot_f64(x, w)
+}
+
+/// [`dot_f64`] of every row of `x` (`[m, k]`) with every row of `w` (`[n, k]`): `[m, n]` values and
+/// magnitudes, row-major.
+pub fn products_f64(x: &[f32], w: &[f32], k: usize) -> (Vec<f64>, Vec<f64>) {
+    math::products_f64(x, w, k)
+}
+
+/// f32 of a bf16 bit pattern (exact).
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    math::bf16_to_f32(bits)
+}
+
+/// bf16 bit pattern of `f`, as `omega_convert_f32_bf16` rounds it (nearest even; NaN made quiet).
+pub fn f32_to_bf16(f: f32) -> u16 {
+    math::f32_to_bf16(f)
+}
+
+/// The matmul module's kernels with their host references, by symbol name.
+pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
+    HostSpec {
+        name: GEMM_BF16_TN,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn,
+    },
+    gemv_spec(0, gemv_bf16_tn::<0>),
+    gemv_spec(1, gemv_bf16_tn::<1>),
+    gemv_spec(2, gemv_bf16_tn::<2>),
+    gemv_spec(3, gemv_bf16_tn::<3>),
+    moe_spec(0, 0, moe_gemv_bf16::<0>),
+    moe_spec(1, 0, moe_gemv_bf16::<1>),
+    moe_spec(2, 0, moe_gemv_bf16::<2>),
+    // MB = 8 spills: an 8-byte frame, 608 bytes per thread with the headroom, as nvcc 13.0 builds it.
+    moe_spec(3, 608, moe_gemv_bf16::<3>),
+    HostSpec {
+        name: MOE_ROUTE,
+        param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8],
+        // `counts[ROUTE_THREADS + 1]`.
+        static_shared_bytes: (ROUTE_THREADS + 1) * 4,
+        local_bytes_per_thread: 0,
+        run: moe_route,
+    },
+    HostSpec {
+        name: GEMM_F32_TN,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: SIMT_SHARED_BYTES,
+        local_bytes_per_thread: 0,
+        run: gemm_f32_tn,
+    },
+    HostSpec {
+        name: GEMM_BF16_SIMT_TN,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: SIMT_SHARED_BYTES,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_simt_tn,
+    },
+    HostSpec {
+        name: CONVERT_F32_BF16,
+        param_sizes: &[8, 8, 8],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: convert_f32_bf16,
+    },
+];
+
+/// The SIMT GEMMs' two double-buffered `[16][128]` f32 tiles (32 KiB).
+const SIMT_SHARED_BYTES: u32 = 2 * 2 * 16 * SIMT_TILE * 4;
+
+const fn gemv_spec(variant: usize, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+    HostSpec {
+        name: GEMV_BF16_TN[variant],
+        param_sizes: &[8, 8, 8, 8, 8, 4, 4, 4, 4],
+        // `__shared__ uint32_t last`: the split-K ticket's answer.
+        static_shared_bytes: 4,
+        local_bytes_per_thread: 0,
+        run,
+    }
+}
+
+const fn moe_spec(
+    variant: usize,
+    local_bytes_per_thread: u32,
+    run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>,
+) -> HostSpec {
+    HostSpec {
+        name: MOE_GEMV_BF16[variant],
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4],
+        static_shared_bytes: 4,
+        local_bytes_per_thread,
+        run,
+    }
+}
+
+// ----- what every reference shares ----------------------------------------------------------------------
+
+/// A fault of kernel `kernel` that is not an address the MMU refused: Xid 13, as the GPU reports an
+/// exception of the graphics engine (a misaligned address, a shared-memory access past the window).
+fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
+    KernelError::Fault { xid: 13, detail: format!("{kernel}: {why}") }
+}
+
+fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
+    fault(kernel, format_args!("misaligned address: {what} at {va:#x} is not {align}-byte aligned"))
+}
+
+/// Refuses a launch whose block is not `want`: the kernels index their warps and tiles by a fixed block
+/// (on the GPU another shape would hang or leave outputs unwritten).
+fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
+    if ctx.block != [want, 1, 1] {
+        return Err(fault(
+            kernel,
+            format_args!("launched with block {:?}; it is written for [{want}, 1, 1]", ctx.block),
+        ));
+    }
+    Ok(())
+}
+
+/// This call's items of `items` equal ones of `cost` units each: those whose first unit lies in the
+/// call's take, so each item runs whole in exactly one call.
+fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
+    let cost = cost.max(1);
+    let units = ctx.take(items.saturating_mul(cost));
+    units.start.div_ceil(cost)..units.end.div_ceil(cost)
+}
+
+/// Bytes `va .. va + len` of device memory (a GPU load). Read a chunk at a time, so a length that no
+/// buffer holds costs no more host memory than the part that exists before the fault.
+fn load(ctx: &KernelCtx<'_>, va: u64, len: u64) -> Result<Vec<u8>, KernelError> {
+    const CHUNK: u64 = 1 << 20;
+    let mut out = Vec::new();
+    while (out.len() as u64) < len {
+        let at = out.len();
+        let n = (len - at as u64).min(CHUNK) as usize;
+        out.resize(at + n, 0);
+        ctx.read(va.wrapping_add(at as u64), &mut out[at..])?;
+    }
+    Ok(out)
+}
+
+/// An operand's element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Elem {
+    Bf16,
+    F32,
+}
+
+impl Elem {
+    const fn bytes(self) -> u64 {
+        match self {
+            Elem::Bf16 => 2,
+            Elem::F32 => 4,
+        }
+    }
+
+    /// `n` elements at `va`, widened to f32.
+    fn load(self, ctx: &KernelCtx<'_>, va: u64, n: u64) -> Result<Vec<f32>, KernelError> {
+        let bytes = load(ctx, va, n.saturating_mul(self.bytes()))?;
+        Ok(match self {
+            Elem::Bf16 => math::widen_bf16(&bytes),
+            Elem::F32 => math::f32s_le(&bytes),
+        })
+    }
+}
+
+/// Where the rows of one operand of a dense product lie.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    elem: Elem,
+    /// Row 0.
+    va: u64,
+    /// Bytes between rows.
+    row_bytes: u64,
+    /// Rows that exist; the others read as zeros without a load (the TMA's out-of-bounds fill).
+    rows: u64,
+    /// Elements the kernel loads of each row (at least the ones it multiplies).
+    loaded: u64,
+    /// Whether a misaligned row faults (scalar loads of the element size), or alignment is the
+    /// descriptor's business (TMA).
+    check_align: bool,
+}
+
+impl Rows {
+    /// The first `kk` elements of row `r`, after loading what the kernel loads of it.
+    fn row(&self, ctx: &KernelCtx<'_>, kernel: &str, what: &str, r: u64, kk: usize) -> Result<Vec<f32>, KernelError> {
+        if r >= self.rows {
+            return Ok(vec![0.0; kk]);
+        }
+        let va = self.va.wrapping_add(r.wrapping_mul(self.row_bytes));
+        if self.check_align && !va.is_multiple_of(self.elem.bytes()) {
+            return Err(misaligned(kernel, what, va, self.elem.bytes()));
+        }
+        let mut v = self.elem.load(ctx, va, self.loaded)?;
+        v.resize(kk, 0.0);
+        Ok(v)
+    }
+}
+
+/// A dense product `y[m, n] = Σ_{k < kk} a[m, k] · b[n, k]` for `m < rows`, `n < cols`, computed in
+/// items of one row by `tile_n` columns, column blocks outermost (so a call reuses the B rows it read).
+struct Dense<'a> {
+    kernel: &'a str,
+    a: Rows,
+    b: Rows,
+    kk: u64,
+    y: u64,
+    /// Floats between rows of y (N).
+    ldy: u64,
+    rows: u64,
+    cols: u64,
+    tile_n: u64,
+    fused: bool,
+}
+
+impl Dense<'_> {
+    fn run(&self, ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+        if self.rows == 0 || self.cols == 0 {
+            return Ok(());
+        }
+        let blocks = self.cols.div_ceil(self.tile_n);
+        let cost = self.tile_n * self.kk.div_ceil(MACS_PER_UNIT).max(1);
+        let items = take_items(ctx, blocks.saturating_mul(self.rows), cost);
+        let kk = usize::try_from(self.kk).map_err(|_| fault(self.kernel, "K past the host's address space"))?;
+        let mut i = items.start;
+        while i < items.end {
+            let (nb, m0) = (i / self.rows, i % self.rows);
+            let m1 = self.rows.min(m0 + (items.end - i));
+            let (n0, n1) = (nb * self.tile_n, self.cols.min((nb + 1) * self.tile_n));
+            let mut b = Vec::with_capacity((n1 - n0) as usize * kk);
+            for n in n0..n1 {
+                b.extend(self.b.row(ctx, self.kernel, "a W row", n, kk)?);
+            }
+            let mut a = Vec::with_capacity((m1 - m0) as usize * kk);
+            for m in m0..m1 {
+                a.extend(self.a.row(ctx, self.kernel, "an x row", m, kk)?);
+            }
+            let width = (n1 - n0) as usize;
+            let mut out = vec![0f32; (m1 - m0) as usize * width];
+            math::products(&a, &b, kk, self.fused, &mut out);
+            for (m, row) in (m0..m1).zip(out.chunks_exact(width)) {
+                let va = self.y.wrapping_add(m.wrapping_mul(self.ldy).wrapping_add(n0).wrapping_mul(4));
+                ctx.write(va, &math::f32s_to_le(row))?;
+            }
+            i += m1 - m0;
+        }
+        Ok(())
+    }
+}
+
+// ----- the TMA GEMM --------------------------------------------------------------------------------------
+
+/// A TMA descriptor the GEMM reads at `va`, checked against what its stages are laid out for: bf16, 2-D,
+/// boxes of `box_rows` rows by 64 elements, 128-byte swizzle, zero fill. Another descriptor would make the
+/// stages' byte count or layout wrong (a barrier that never completes, or garbage), so it faults here.
+fn gemm_tensor_map(ctx: &KernelCtx<'_>, va: u64, which: &str, box_rows: u32) -> Result<TiledSpec, KernelError> {
+    let k = GEMM_BF16_TN;
+    if !va.is_multiple_of(64) {
+        return Err(misaligned(k, which, va, 64));
+    }
+    let mut m = TensorMap([0; TENSOR_MAP_BYTES]);
+    ctx.read(va, &mut m.0)?;
+    let s = decode_tiled(&m).map_err(|e| fault(k, format_args!("{which} at {va:#x} is not a tensor map: {e}")))?;
+    let want_box = [GEMM_TILE_K, box_rows];
+    let wrong = if s.elem != TmaElem::Bf16 {
+        Some(format!("element type {:?}, not Bf16", s.elem))
+    } else if s.rank != 2 {
+        Some(format!("rank {}, not 2", s.rank))
+    } else if s.box_dim[..2] != want_box {
+        Some(format!("box {:?}, not {want_box:?} (elements, rows)", &s.box_dim[..2]))
+    } else if s.element_stride[..2] != [1, 1] {
+        Some(format!("element strides {:?}, not [1, 1]", &s.element_stride[..2]))
+    } else if s.interleave != TmaInterleave::None || s.swizzle != TmaSwizzle::B128 {
+        Some(format!("interleave {:?} and swizzle {:?}, not None and B128", s.interleave, s.swizzle))
+    } else if s.fill != TmaFill::Zeros {
+        Some("a NaN fill, not zeros (ragged tiles would sum NaN)".to_string())
+    } else {
+        None
+    };
+    match wrong {
+        Some(why) => Err(fault(k, format_args!("{which} at {va:#x}: {why}; the kernel's stages take those"))),
+        None => Ok(s),
+    }
+}
+
+/// `omega_gemm_bf16_tn`: every output `y[m < M, n < N]` of the tiles the kernel's 32-bit tile count
+/// covers, summed over the K blocks it loads (`ceil(K / 64)` boxes of 64), each operand element read
+/// through its descriptor (zero outside the descriptor's dims). The persistent grid only decides which
+/// CTA takes which tile: any grid of at least one CTA gives the same y.
+fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = GEMM_BF16_TN;
+    let (tmap_a, tmap_b, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let (m, n, k) = (ctx.word(6), ctx.word(7), ctx.word(8));
+    require_block(ctx, name, GEMM_THREADS)?;
+    if ctx.dynamic_shared_bytes < GEMM_SMEM_BYTES {
+        return Err(fault(
+            name,
+            format_args!(
+                "out-of-range shared address: {} bytes of dynamic shared memory, its stages need {GEMM_SMEM_BYTES}",
+                ctx.dynamic_shared_bytes
+            ),
+        ));
+    }
+    // The kernel's `int` arithmetic: `(M + 127) / 128` in 32 bits, the tile count as an int.
+    let tiles_m = m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
+    let tiles_n = n.wrapping_add(GEMM_TILE_N - 1) / GEMM_TILE_N;
+    if (tiles_m as i32).wrapping_mul(tiles_n as i32) <= 0 {
+        return Ok(());
+    }
+    let kblocks = k.wrapping_add(GEMM_TILE_K - 1) / GEMM_TILE_K;
+    if kblocks == 0 {
+        return Err(fault(name, "K = 0: no K block is loaded and the accumulators are stored unwritten"));
+    }
+    let a = gemm_tensor_map(ctx, tmap_a, "tmap_a", GEMM_TILE_M)?;
+    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", GEMM_TILE_N)?;
+    let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
+    // Elements past a descriptor's inner dim read as zero: the product runs over the K both hold.
+    let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
+    let rows = |s: &TiledSpec, loaded: u64| Rows {
+        elem: Elem::Bf16,
+        va: s.global_address,
+        row_bytes: s.global_stride[0],
+        rows: s.global_dim[1],
+        loaded,
+        check_align: false,
+    };
+    Dense {
+        kernel: name,
+        a: rows(&a, ka),
+        b: rows(&b, kb),
+        kk: ka.min(kb),
+        y,
+        ldy: u64::from(n),
+        rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
+        cols: u64::from(n).min(u64::from(tiles_n) * u64::from(GEMM_TILE_N)),
+        tile_n: u64::from(GEMM_TILE_N),
+        fused: false,
+    }
+    .run(ctx)
+}
+
+// ----- the SIMT GEMMs -----------------------------------------------------------------------------------
+
+/// `omega_gemm_f32_tn` / `omega_gemm_bf16_simt_tn`: the outputs of the 128 x 128 tiles the grid names
+/// (`blockIdx.y` rows of tiles, `blockIdx.x` columns, in the kernel's 32-bit arithmetic; `blockIdx.z`
+/// repeats the same stores), each one `fmaf` chain over k = 0..K from +0.
+fn gemm_simt(ctx: &mut KernelCtx<'_>, name: &str, elem: Elem) -> Result<(), KernelError> {
+    let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
+    require_block(ctx, name, SIMT_THREADS)?;
+    let tile = u64::from(SIMT_TILE);
+    let [gx, gy, _] = ctx.grid.map(u64::from);
+    // `blockIdx.x * 128` wraps past 2^32: a grid that long covers every column.
+    let cols = if gx * tile >= 1 << 32 { n } else { n.min(gx * tile) };
+    if m.min(gy * tile) > 0 && cols > 0 && !y.is_multiple_of(4) {
+        return Err(misaligned(name, "y", y, 4));
+    }
+    let rows = |va: u64, rows: u64| Rows { elem, va, row_bytes: k * elem.bytes(), rows, loaded: k, check_align: true };
+    Dense {
+        kernel: name,
+        a: rows(x, m),
+        b: rows(w, n),
+        kk: k,
+        y,
+        ldy: n,
+        rows: m.min(gy * tile),
+        cols,
+        tile_n: tile,
+        fused: true,
+    }
+    .run(ctx)
+}
+
+fn gemm_f32_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemm_simt(ctx, GEMM_F32_TN, Elem::F32)
+}
+
+fn gemm_bf16_simt_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemm_simt(ctx, GEMM_BF16_SIMT_TN, Elem::Bf16)
+}
+
+// ----- the GEMVs -----------------------------------------------------------------------------------------
+
+/// One CTA of a GEMV (`gemv_bf16_group` in gemv_bf16.cuh): W rows `[64 * nblock, +64)` over K slice `s`
+/// of `split`, for `m` rows of x.
+struct GemvCta<'a> {
+    kernel: &'a str,
+    x: u64,
+    /// The x row of each of the `m` rows (`rows + first`, u32 each), or row i itself.
+    x_rows: Option<u64>,
+    w: u64,
+    y: u64,
+    work: u64,
+    ticket: u64,
+    m: u32,
+    n: u32,
+    k: u32,
+    k_per_split: u32,
+    nblock: u32,
+    s: u32,
+    split: u32,
+    /// Floats between the work slices.
+    work_slice: u64,
+    /// x rows per pass over W (`8 * MB`).
+    pass: u32,
+}
+
+impl GemvCta<'_> {
+    /// The elements of a row the warps load: whole 32-element chunks from `k0` while the chunk starts
+    /// below `k1`, read flat from the row's start (a K that is not a multiple of 32 reads on into the
+    /// next row, as the kernel's 16-byte loads do). 16-byte loads: the address must be 16-byte aligned.
+    fn load_row(
+        &self,
+        ctx: &KernelCtx<'_>,
+        base: u64,
+        row: u64,
+        k0: u32,
+        span: u64,
+        what: &str,
+    ) -> Result<Vec<f32>, KernelError> {
+        if span == 0 {
+            return Ok(Vec::new());
+        }
+        let va = base.wrapping_add(row.wrapping_mul(u64::from(self.k)).wrapping_add(u64::from(k0)).wrapping_mul(2));
+        if !va.is_multiple_of(16) {
+            return Err(misaligned(self.kernel, what, va, 16));
+        }
+        Elem::Bf16.load(ctx, va, span)
+    }
+
+    fn run(&self, ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+        let k0 = self.s.wrapping_mul(self.k_per_split);
+        let k1 = self.k.min(k0.wrapping_add(self.k_per_split));
+        let span = if k1 > k0 { u64::from((k1 - k0).div_ceil(GEMV_K_CHUNK)) * u64::from(GEMV_K_CHUNK) } else { 0 };
+        // The CTA's 64 W rows, as its warps address them: `min(n, N - 1)` (a multiple of 64 below 2^32, so
+        // `nb0 + 63` does not wrap); the ones below N are stored.
+        let nb0 = self.nblock.wrapping_mul(GEMV_ROWS);
+        let last = self.n.wrapping_sub(1);
+        let mut w_rows: Vec<u32> = (0..GEMV_ROWS).map(|i| (nb0 + i).min(last)).collect();
+        w_rows.dedup();
+        let stored: Vec<u32> = (nb0..nb0 + GEMV_ROWS).filter(|&r| r < self.n).collect();
+        let mut w = Vec::with_capacity(stored.len() * span as usize);
+        for &r in &w_rows {
+            let row = self.load_row(ctx, self.w, u64::from(r), k0, span, "a W row")?;
+            if r >= nb0 && r < self.n {
+                w.extend(row);
+            }
+        }
+        let out =
+            if self.split == 1 { self.y } else { self.work.wrapping_add(u64::from(self.s) * self.work_slice * 4) };
+        let ldy = u64::from(self.n);
+        let mut m0 = 0u32;
+        while m0 < self.m {
+            let m1 = self.m.min(m0.saturating_add(self.pass));
+            let indices: Vec<u32> = match self.x_rows {
+                Some(va) => ctx.read_u32s(va.wrapping_add(4 * u64::from(m0)), (m1 - m0) as usize)?,
+                None => (m0..m1).collect(),
+            };
+            let mut x = Vec::with_capacity(indices.len() * span as usize);
+            for &r in &indices {
+                x.extend(self.load_row(ctx, self.x, u64::from(r), k0, span, "an x row")?);
+            }
+            if !stored.is_empty() {
+                let mut y = vec![0f32; indices.len() * stored.len()];
+                math::products(&x, &w, span as usize, false, &mut y);
+                for (i, row) in y.chunks_exact(stored.len()).enumerate() {
+                    let at = (u64::from(m0) + i as u64) * ldy + u64::from(nb0);
+                    ctx.write(out.wrapping_add(at * 4), &math::f32s_to_le(row))?;
+                }
+            }
+            m0 = m1;
+        }
+        if self.split == 1 {
+            return Ok(());
+        }
+        // The ticket, in device memory: the CTA that takes `split - 1` adds the slices and puts it back to 0.
+        let taken = ctx.read_u32s(self.ticket, 1)?[0];
+        ctx.write_u32s(self.ticket, &[taken.wrapping_add(1)])?;
+        if taken != self.split - 1 {
+            return Ok(());
+        }
+        ctx.write_u32s(self.ticket, &[0])?;
+        let cols = GEMV_ROWS.min(self.n.wrapping_sub(nb0));
+        for mm in 0..self.m {
+            let at = u64::from(mm) * ldy + u64::from(nb0);
+            let mut sum = vec![0f32; cols as usize];
+            for p in 0..self.split {
+                let part =
+                    ctx.read_f32s(self.work.wrapping_add((u64::from(p) * self.work_slice + at) * 4), cols as usize)?;
+                for (s, v) in sum.iter_mut().zip(part) {
+                    *s += v;
+                }
+            }
+            ctx.write(self.y.wrapping_add(at * 4), &math::f32s_to_le(&sum))?;
+        }
+        Ok(())
+    }
+
+    /// Work units of a CTA of `m` rows: 64 W rows times m times its slice's 64-element blocks.
+    fn cost(m: u32, k_per_split: u32) -> u64 {
+        u64::from(GEMV_ROWS) * u64::from(m.max(1)) * u64::from(k_per_split).div_ceil(MACS_PER_UNIT).max(1)
+    }
+}
+
+/// `omega_gemv_bf16_tn_m*`: CTA `(bx, s)` of the grid (x fastest; `blockIdx.z` repeats the CTA, ticket
+/// included) computes its W rows over its K slice, `split = gridDim.y`.
+fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = GEMV_BF16_TN[V];
+    let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
+    let (m, n, k, k_per_split) = (ctx.word(10), ctx.word(11), ctx.word(12), ctx.word(13));
+    require_block(ctx, name, GEMV_THREADS)?;
+    let shape = ctx.shape();
+    let ctas = take_items(ctx, shape.blocks(), GemvCta::cost(m, k_per_split));
+    for b in ctas {
+        let [bx, s, _] = shape.block_id(b);
+        GemvCta {
+            kernel: name,
+            x,
+            x_rows: None,
+            w,
+            y,
+            work,
+            ticket: tickets.wrapping_add(4 * u64::from(bx)),
+            m,
+            n,
+            k,
+            k_per_split,
+            nblock: bx,
+            s,
+            split: shape.grid[1],
+            work_slice: u64::from(m) * u64::from(n),
+            pass: 8 * GEMV_MB[V],
+        }
+        .run(ctx)?;
+    }
+    Ok(())
+}
+
+/// `omega_moe_gemv_bf16_m*`: CTA `(bx, s, e)` computes expert e's slots `offsets[e] .. offsets[e + 1]`
+/// (read on the device; an expert with none ends at once) with W = `w + e * N * K`, x rows `rows[slot]`,
+/// y rows `slot`.
+fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = MOE_GEMV_BF16[V];
+    let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
+    let (offsets, rows) = (ctx.u64_at(10), ctx.u64_at(12));
+    let (n, k, k_per_split, max_slots) = (ctx.word(14), ctx.word(15), ctx.word(16), ctx.word(17));
+    require_block(ctx, name, GEMV_THREADS)?;
+    let shape = ctx.shape();
+    let experts = shape.grid[2];
+    let offs = ctx.read_u32s(offsets, experts as usize + 1)?;
+    let count = |e: usize| offs[e + 1].wrapping_sub(offs[e]);
+    // CTAs of one expert are consecutive (z slowest); each costs what its expert's slots cost.
+    let per_expert = u64::from(shape.grid[0]) * u64::from(shape.grid[1]);
+    let costs: Vec<u64> =
+        (0..experts as usize).map(|e| if count(e) == 0 { 1 } else { GemvCta::cost(count(e), k_per_split) }).collect();
+    let total = costs.iter().fold(0u64, |t, c| t.saturating_add(c.saturating_mul(per_expert)));
+    let units = ctx.take(total);
+    let mut first_unit = 0u64;
+    for (e, &cost) in costs.iter().enumerate() {
+        let end = first_unit.saturating_add(cost.saturating_mul(per_expert));
+        let (lo, hi) = (units.start.max(first_unit), units.end.min(end));
+        if lo < hi {
+            let ctas = (lo - first_unit).div_ceil(cost)..(hi - first_unit).div_ceil(cost);
+            if count(e) != 0 {
+                let first = offs[e];
+                for j in ctas {
+                    let (bx, s) = ((j % u64::from(shape.grid[0])) as u32, (j / u64::from(shape.grid[0])) as u32);
+                    let slot = u64::from(first) * u64::from(n);
+                    GemvCta {
+                        kernel: name,
+                        x,
+                        x_rows: Some(rows.wrapping_add(4 * u64::from(first))),
+                        w: w.wrapping_add((e as u64 * u64::from(n) * u64::from(k)).wrapping_mul(2)),
+                        y: y.wrapping_add(slot.wrapping_mul(4)),
+                        work: work.wrapping_add(slot.wrapping_mul(4)),
+                        ticket: tickets.wrapping_add(4 * (e as u64 * u64::from(shape.grid[0]) + u64::from(bx))),
+                        m: count(e),
+                        n,
+                        k,
+                        k_per_split,
+                        nblock: bx,
+                        s,
+                        split: shape.grid[1],
+                        work_slice: u64::from(max_slots) * u64::from(n),
+                        pass: 8 * GEMV_MB[V],
+                    }
+                    .run(ctx)?;
+                }
+            }
+        }
+        first_unit = end;
+        if first_unit >= units.end {
+            break;
+        }
+    }
+    Ok(())
+}
+
+// ----- the routing ---------------------------------------------------------------------------------------
+
+/// `omega_moe_route`: pass after pass of 1024 experts, thread 0 writes the pass's offsets (the running
+/// total carried in `offsets[base]`), then each expert's slots get its choices in increasing choice
+/// index; last, every choice naming an expert >= E is added to `*dropped` — once per CTA of the grid, as
+/// each CTA adds its own count (the rest of a second CTA's work stores the same values again).
+fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = MOE_ROUTE;
+    let (topk, t, top_k, e) = (ctx.u64_at(0), ctx.word(2), ctx.word(3), ctx.word(4));
+    let (offsets, rows, pairs, dropped) = (ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), ctx.u64_at(12));
+    require_block(ctx, name, ROUTE_THREADS)?;
+    let p = t.wrapping_mul(top_k);
+    let passes = u64::from(e).div_ceil(u64::from(ROUTE_THREADS));
+    // Every pass scans every choice; the drop count is one more scan.
+    let items = take_items(ctx, passes + 1, u64::from(ROUTE_THREADS) + u64::from(p));
+    if items.is_empty() {
+        return Ok(());
+    }
+    let choices = ctx.read_u32s(topk, p as usize)?;
+    for pass in items {
+        if pass == passes {
+            let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
+            if bad > 0 {
+                let blocks = ctx.shape().blocks() as u32;
+                let before = ctx.read_u32s(dropped, 1)?[0];
+                ctx.write_u32s(dropped, &[before.wrapping_add(bad.wrapping_mul(blocks))])?;
+            }
+            if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
+                // `base += 1024` wrapped below E: the loop never ends.
+                return Err(KernelError::Hang);
+            }
+            continue;
+        }
+        let base = (pass * u64::from(ROUTE_THREADS)) as u32;
+        let here = ROUTE_THREADS.min(e - base);
+        let mut slots: Vec<Vec<u32>> = vec![Vec::new(); here as usize];
+        for (i, &c) in choices.iter().enumerate() {
+            if c >= base && c - base < here {
+                slots[(c - base) as usize].push(i as u32);
+            }
+        }
+        let mut run = if base == 0 { 0 } else { ctx.read_u32s(offsets.wrapping_add(4 * u64::from(base)), 1)?[0] };
+        let mut offs = Vec::with_capacity(here as usize + 1);
+        for s in &slots {
+            offs.push(run);
+            run = run.wrapping_add(s.len() as u32);
+        }
+        offs.push(run);
+        ctx.write_u32s(offsets.wrapping_add(4 * u64::from(base)), &offs)?;
+        for (s, &at) in slots.iter().zip(&offs) {
+            if s.is_empty() {
+                continue;
+            }
+            let tokens: Vec<u32> = s.iter().map(|&c| c / top_k).collect();
+            ctx.write_u32s(rows.wrapping_add(4 * u64::from(at)), &tokens)?;
+            ctx.write_u32s(pairs.wrapping_add(4 * u64::from(at)), s)?;
+        }
+    }
+    Ok(())
+}
+
+// ----- the conversion ------------------------------------------------------------------------------------
+
+/// `omega_convert_f32_bf16`: thread `t` of every block converts the elements `i < n` with `i % 256 ==
+/// t`, whatever the grid (a grid-stride loop of `gridDim.x * 256`), so a block of fewer than 256 threads
+/// leaves the others as they were.
+fn convert_f32_bf16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = CONVERT_F32_BF16;
+    let (input, out, n) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let lanes = u64::from(ctx.block[0].min(CONVERT_THREADS));
+    let part = ctx.take(n);
+    if part.is_empty() {
+        return Ok(());
+    }
+    if !input.is_multiple_of(4) {
+        return Err(misaligned(name, "in", input, 4));
+    }
+    if !out.is_multiple_of(2) {
+        return Err(misaligned(name, "out", out, 2));
+    }
+    let group = u64::from(CONVERT_THREADS);
+    let mut i = part.start;
+    while i < part.end {
+        // The run of covered elements from i: to the end of its 256-group's first `lanes`.
+        let (g0, lane) = (i - i % group, i % group);
+        let end = if lane < lanes { part.end.min(g0 + lanes) } else { i };
+        if end > i {
+            let values = math::f32s_le(&load(ctx, input.wrapping_add(i * 4), (end - i) * 4)?);
+            let bytes: Vec<u8> = values.iter().flat_map(|&v| math::f32_to_bf16(v).to_le_bytes()).collect();
+            ctx.write(out.wrapping_add(i * 2), &bytes)?;
+        }
+        i = part.end.min(g0 + group).max(end);
+    }
+    Ok(())
+}

@@ -1,0 +1,688 @@
+//! The `matmul` module's kernels on the simulator, each launched through the typed API as the matmul
+//! library launches it (`load_module`, `Launch`, device buffers), on fresh random inputs with the output
+//! poisoned first, and checked against an f64 product.
+//!
+//! The tolerance: every f32 product of two bf16 is exact, and every product of two f32 is exact in f64,
+//! so what separates a kernel's f32 result from the f64 sum is its f32 additions (and, for f32 x f32
+//! without FMA, one rounding per product). Recursive summation of K terms in any order errs by at most
+//! `(K - 1) · 2^-24 · Σ|x·w|` (plus second-order terms); tensor cores add with truncation rather than
+//! rounding, up to twice that. `K · 2^-22 · Σ|x·w|` is that bound with a factor of 2 to 4 to spare, and
+//! still catches a missing or doubled 32-element chunk (its terms are about `32 / K` of `Σ|x·w|`, far
+//! more than `K · 2^-22` of it for K below 2^13). The SIMT kernels are also checked bit for bit against
+//! their own arithmetic (one `fmaf` chain per output in k order), which the reference claims to repeat.
+//!
+//! Shapes are small (CI runs these in a debug build): 1x1x1 where a kernel allows it, primes (7, 33,
+//! 1000, 4095) and ragged tile edges; the GPU suite (examples/gpu_suite.rs) runs the large ones. Each
+//! test prints its seed; a failure names the shape, the position, what came back and what was wanted.
+//! Tests in this binary take turns on the process's one lock.
+
+use omega::kernels::{self, matmul as mm};
+use omega::tma::{encode_tiled, TiledSpec, TmaSwizzle};
+use omega::{Device, Error, Gpu, Launch, Mem, Scope, Scoped};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Floats of a y that is a platform allocation of its own (past the 2 MiB the session carves from
+/// chunks), one page over: a store past it faults.
+const Y_SHORT: usize = ((2 << 20) + 4096) / 4;
+
+/// What an output holds before the kernel runs: a NaN no kernel computes from finite inputs.
+const POISON: f32 = f32::from_bits(0x7fc0_dead);
+const POISON_U32: u32 = 0xdead_beef;
+
+fn module() -> &'static [u8] {
+    let nvcc = kernels::nvcc();
+    assert!(nvcc.is_ok(), "CI installs the pinned nvcc set; the build said: {nvcc:?}");
+    kernels::cuda_module(mm::MATMUL).unwrap()
+}
+
+/// A fresh generator and its seed (printed, so a failure can be replayed with `OMEGA_MATMUL_SEED`).
+fn rng(test: &str) -> SmallRng {
+    let seed = std::env::var("OMEGA_MATMUL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("{test}: seed {seed} (rerun with OMEGA_MATMUL_SEED={seed})");
+    SmallRng::seed_from_u64(seed)
+}
+
+/// `f` in a scope of a freshly opened simulator (nothing of an earlier test's faults or buffers left).
+fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
+    let dev = omega::lock().open().expect("open");
+    assert_eq!(dev.platform(), "sim", "these tests run where there is no GPU");
+    match dev.close().open().expect("reopen").scope(f) {
+        Scoped::Open(_, r) => r,
+        Scoped::Latched(..) => panic!("a kernel's launch latched the process"),
+    }
+}
+
+/// `n` random bf16 in [-1, 1) (bit patterns) and their f32 values.
+fn bf16s(rng: &mut SmallRng, n: usize) -> (Vec<u16>, Vec<f32>) {
+    let bits: Vec<u16> = (0..n).map(|_| mm::f32_to_bf16(rng.random_range(-1.0f32..1.0))).collect();
+    let values = bits.iter().map(|&b| mm::bf16_to_f32(b)).collect();
+    (bits, values)
+}
+
+fn f32s(rng: &mut SmallRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// `got[i * n + j]` against row i of `x` times row j of `w` (k elements each), within the tolerance the
+/// module comment argues; panics naming the first position that is not.
+fn check(what: &str, got: &[f32], x: &[f32], w: &[f32], [m, n, k]: [usize; 3]) {
+    assert_eq!(got.len(), m * n, "{what}: output length");
+    let (want, mag) = mm::products_f64(x, w, k);
+    for (i, (&g, (&v, &a))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+        let bound = k as f64 * 2f64.powi(-22) * a;
+        assert!(
+            (f64::from(g) - v).abs() <= bound,
+            "{what} {m}x{n}x{k}: y[{}, {}] = {g:e} (bits {:#010x}), want {v:e} within {bound:e}",
+            i / n,
+            i % n,
+            g.to_bits()
+        );
+    }
+}
+
+/// Row-major `rows x cols` values read as `[rows, cols]` with `from[r * stride + c]`.
+fn rows(from: &[f32], rows: usize, cols: usize, stride: usize) -> Vec<f32> {
+    (0..rows).flat_map(|r| from[r * stride..][..cols].iter().copied()).collect()
+}
+
+fn device<'s, T: omega::DeviceScalar>(s: &'s Scope<'s>, v: &[T]) -> Mem<'s, Device<T>> {
+    s.alloc_device_from(v).unwrap()
+}
+
+fn poisoned<'s>(s: &'s Scope<'s>, n: usize) -> Mem<'s, Device<f32>> {
+    let mut m = s.alloc_device::<f32>(n).unwrap();
+    m.write(&vec![POISON; n]).unwrap();
+    m
+}
+
+/// The Xid of a launch that faulted, with its message.
+#[track_caller]
+fn fault_of<T>(r: Result<T, omega::LaunchError<'_>>) -> (u32, String) {
+    match r {
+        Ok(_) => panic!("the launch completed; a fault was expected"),
+        Err(e) => match &e.error {
+            Error::Fault(f) => (f.xid, e.error.to_string()),
+            other => panic!("expected a fault, got {other}"),
+        },
+    }
+}
+
+// ----- the TMA GEMM --------------------------------------------------------------------------------------
+
+/// The two descriptors of a GEMM of x `[m, k]` at `x_va` and W `[n, k]` at `w_va`, encoded as
+/// kernel_abi.md says, in one device buffer: A at byte 0, B at byte 128 (both 64-byte aligned).
+fn tmaps<'s>(s: &'s Scope<'s>, a: TiledSpec, b: TiledSpec) -> Mem<'s, Device<u8>> {
+    let mut bytes = encode_tiled(&a).unwrap().0.to_vec();
+    bytes.extend_from_slice(&encode_tiled(&b).unwrap().0);
+    device(s, &bytes)
+}
+
+fn gemm_tiles(m: u32, n: u32) -> u32 {
+    m.div_ceil(mm::GEMM_TILE_M) * n.div_ceil(mm::GEMM_TILE_N)
+}
+
+#[test]
+fn the_tma_gemm_matches_f64_at_primes_and_ragged_tiles_whatever_its_persistent_grid() {
+    let mut g = rng("tma gemm");
+    let shapes: [[u32; 3]; 8] = [
+        [1, 1, 8],
+        [7, 33, 1000],
+        [33, 7, 8],
+        [1000, 33, 64],
+        [129, 257, 136],
+        [7, 4095, 16],
+        [4095, 7, 24],
+        [256, 512, 128],
+    ];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
+        let mut gpu = gpu;
+        for [m, n, kk] in shapes {
+            let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+            let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b(dw.va(), n, kk));
+            let mut y = poisoned(s, (m * n) as usize);
+            let tiles = gemm_tiles(m, n);
+            // The library's grid (one CTA per SM), one CTA, and more CTAs than tiles: the same y.
+            for grid in [tiles.min(132), 1, tiles + 3] {
+                y.write(&vec![POISON; (m * n) as usize]).unwrap();
+                let l = Launch::new(&k)
+                    .grid([grid, 1, 1])
+                    .block([mm::GEMM_THREADS, 1, 1])
+                    .dynamic_shared(mm::GEMM_SMEM_BYTES)
+                    .arg(maps.va())
+                    .arg(maps.va() + 128)
+                    .arg(&y)
+                    .arg(m)
+                    .arg(n)
+                    .arg(kk);
+                gpu = gpu.launch(&l).unwrap().gpu;
+                check(
+                    &format!("gemm_bf16_tn grid {grid}"),
+                    &y.to_vec().unwrap(),
+                    &x,
+                    &w,
+                    [m, n, kk].map(|v| v as usize),
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn the_tma_gemm_reads_through_its_descriptors_dims_and_strides() {
+    // x is the left 40 columns of a [50, 48] matrix (rows 96 bytes apart) and W the first 20 rows of a
+    // [30, 40] one: the descriptors say so, the kernel's M, N, K only bound the tiles and the stores.
+    let mut g = rng("tma gemm strides");
+    let (m, n, kk, ld) = (50u32, 20u32, 40u32, 48u32);
+    let (xb, xall) = bf16s(&mut g, (m * ld) as usize);
+    let (wb, w) = bf16s(&mut g, (30 * kk) as usize);
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
+        let (dx, dw) = (device(s, &xb), device(s, &wb));
+        let a = TiledSpec::matrix(
+            omega::tma::TmaElem::Bf16,
+            dx.va(),
+            [m.into(), kk.into()],
+            2 * u64::from(ld),
+            [128, 64],
+            TmaSwizzle::B128,
+        );
+        let maps = tmaps(s, a, mm::gemm_tmap_b(dw.va(), n, kk));
+        let y = poisoned(s, (m * n) as usize);
+        let l = Launch::new(&k)
+            .grid([1, 1, 1])
+            .block([mm::GEMM_THREADS, 1, 1])
+            .dynamic_shared(mm::GEMM_SMEM_BYTES)
+            .arg(maps.va())
+            .arg(maps.va() + 128)
+            .arg(&y)
+            .arg(m)
+            .arg(n)
+            .arg(kk);
+        gpu.launch(&l).unwrap();
+        let mut y = y;
+        let x = rows(&xall, m as usize, kk as usize, ld as usize);
+        check("gemm_bf16_tn, strided x", &y.to_vec().unwrap(), &x, &w[..(n * kk) as usize], [50, 20, 40]);
+    });
+}
+
+#[test]
+fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
+    // A y of 525,312 floats (2 MiB and a page) is an allocation of its own, ending at a page where the
+    // simulator's mapping ends; smaller buffers are carved from a larger chunk and their neighbours' bytes
+    // lie past them. N is one more than that.
+    let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 64u32);
+    let run = |shared: u32, box_b: u32, k_arg: u32, map_offset: u64, y_len: usize| -> (u32, String) {
+        on_sim(|s, gpu| {
+            let module = s.load_module(module()).unwrap();
+            let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
+            let (dx, dw) =
+                (device(s, &vec![0x3f80u16; (m * kk) as usize]), device(s, &vec![0x3f80u16; (n * kk) as usize]));
+            let b = TiledSpec::matrix(
+                omega::tma::TmaElem::Bf16,
+                dw.va(),
+                [n.into(), 64],
+                128,
+                [box_b, 64],
+                TmaSwizzle::B128,
+            );
+            let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), m, kk), b);
+            let y = poisoned(s, y_len);
+            let l = Launch::new(&k)
+                .block([mm::GEMM_THREADS, 1, 1])
+                .dynamic_shared(shared)
+                .arg(maps.va() + map_offset)
+                .arg(maps.va() + 128)
+                .arg(&y)
+                .arg(m)
+                .arg(n)
+                .arg(k_arg);
+            fault_of(gpu.launch(&l))
+        })
+    };
+    let full = mm::GEMM_SMEM_BYTES;
+    let all = Y_SHORT + 1;
+    let (xid, e) = run(full - 1, 256, kk, 0, all);
+    assert!(xid == 13 && e.contains("197696"), "{e}");
+    let (xid, e) = run(full, 128, kk, 0, all);
+    assert!(xid == 13 && e.contains("tmap_b") && e.contains("box [64, 128]"), "{e}");
+    let (xid, e) = run(full, 256, 0, 0, all);
+    assert!(xid == 13 && e.contains("K = 0"), "{e}");
+    let (xid, e) = run(full, 256, kk, 32, all);
+    assert!(xid == 13 && e.contains("not 64-byte aligned"), "{e}");
+    // y holds all outputs but the last: its store faults.
+    let (xid, e) = run(full, 256, kk, 0, Y_SHORT);
+    assert_eq!(xid, 31, "{e}");
+}
+
+// ----- the GEMVs -----------------------------------------------------------------------------------------
+
+/// One dense GEMV launch of `[m, k] · [n, k]ᵀ` split as `plan` says, checked, tickets zero after.
+#[allow(clippy::too_many_arguments)]
+fn gemv_case<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    module: &omega::Module<'s>,
+    g: &mut SmallRng,
+    [m, n, kk]: [u32; 3],
+    plan: mm::GemvPlan,
+) -> Gpu<'s> {
+    let name = mm::GEMV_BF16_TN[mm::gemv_variant(m)];
+    let k = module.kernel(name).unwrap();
+    let (xb, x) = bf16s(g, (m * kk) as usize);
+    let (wb, w) = bf16s(g, (n * kk) as usize);
+    let (dx, dw) = (device(s, &xb), device(s, &wb));
+    let y = poisoned(s, (m * n) as usize);
+    let work = poisoned(s, plan.work_floats(m, n).max(1) as usize);
+    let mut tickets = device(s, &vec![0u32; plan.blocks as usize]);
+    let l = Launch::new(&k)
+        .grid([plan.blocks, plan.split, 1])
+        .block([mm::GEMV_THREADS, 1, 1])
+        .arg(&dx)
+        .arg(&dw)
+        .arg(&y)
+        .arg(&work)
+        .arg(&tickets)
+        .arg(m)
+        .arg(n)
+        .arg(kk)
+        .arg(plan.k_per_split);
+    let gpu = gpu.launch(&l).unwrap().gpu;
+    let mut y = y;
+    check(&format!("{name} {plan:?}"), &y.to_vec().unwrap(), &x, &w, [m, n, kk].map(|v| v as usize));
+    assert!(tickets.to_vec().unwrap().iter().all(|&t| t == 0), "{name} {plan:?}: tickets left non-zero");
+    gpu
+}
+
+#[test]
+fn the_gemv_matches_f64_for_every_m_up_to_64_with_and_without_a_k_split() {
+    let mut g = rng("gemv");
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for m in [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64] {
+            for (n, kk) in [(7u32, 4064u32), (33, 1024), (100, 96), (1000, 32)] {
+                // The library's plan on an H200, and on an SM count that splits differently.
+                for sms in [132, 7] {
+                    gpu = gemv_case(s, gpu, &module, &mut g, [m, n, kk], mm::gemv_plan(n, kk, sms));
+                }
+            }
+        }
+        // The split is gridDim.y slices of k_per_split, whatever the planner would say: 64 of K per slice.
+        let plan = mm::GemvPlan { blocks: 2, split: 16, k_per_split: 64 };
+        gpu = gemv_case(s, gpu, &module, &mut g, [5, 65, 1024], plan);
+        // One slice of the whole K, written straight to y.
+        gemv_case(s, gpu, &module, &mut g, [1, 1, 32], mm::GemvPlan { blocks: 1, split: 1, k_per_split: 32 });
+    });
+}
+
+#[test]
+fn a_gemv_ticket_that_was_not_zero_stays_so_and_a_short_or_misaligned_buffer_faults() {
+    let (m, n, kk) = (2u32, 64u32, 256u32);
+    let plan = mm::GemvPlan { blocks: 1, split: 4, k_per_split: 64 };
+    // Ticket 1 before: the third CTA to arrive takes split - 1, sums early and resets it; the fourth
+    // leaves 1 behind, as it would on the GPU.
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMV_BF16_TN[0]).unwrap();
+        let (dx, dw) = (device(s, &vec![0x3f80u16; (m * kk) as usize]), device(s, &vec![0x3f80u16; (n * kk) as usize]));
+        let (y, work) = (poisoned(s, (m * n) as usize), poisoned(s, plan.work_floats(m, n) as usize));
+        let mut tickets = device(s, &[1u32]);
+        let l = Launch::new(&k)
+            .grid([plan.blocks, plan.split, 1])
+            .block([mm::GEMV_THREADS, 1, 1])
+            .arg(&dx)
+            .arg(&dw)
+            .arg(&y)
+            .arg(&work)
+            .arg(&tickets)
+            .arg(m)
+            .arg(n)
+            .arg(kk)
+            .arg(plan.k_per_split);
+        gpu.launch(&l).unwrap();
+        assert_eq!(tickets.to_vec().unwrap(), [1]);
+    });
+    // A y one float short of N, allocated on its own (see the TMA GEMM's faults).
+    let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 32u32);
+    let plan = mm::gemv_plan(n, kk, 132);
+    let run = |y_len: usize, w_offset: u64, block: u32| -> (u32, String) {
+        on_sim(|s, gpu| {
+            let module = s.load_module(module()).unwrap();
+            let k = module.kernel(mm::GEMV_BF16_TN[0]).unwrap();
+            let (dx, dw) = (device(s, &vec![0u16; (m * kk) as usize]), device(s, &vec![0u16; (n * kk + 8) as usize]));
+            let y = poisoned(s, y_len);
+            let work = poisoned(s, plan.work_floats(m, n) as usize);
+            let tickets = device(s, &vec![0u32; plan.blocks as usize]);
+            let l = Launch::new(&k)
+                .grid([plan.blocks, plan.split, 1])
+                .block([block, 1, 1])
+                .arg(&dx)
+                .arg(dw.va() + w_offset)
+                .arg(&y)
+                .arg(&work)
+                .arg(&tickets)
+                .arg(m)
+                .arg(n)
+                .arg(kk)
+                .arg(plan.k_per_split);
+            fault_of(gpu.launch(&l))
+        })
+    };
+    let (xid, e) = run(Y_SHORT, 0, mm::GEMV_THREADS);
+    assert_eq!(xid, 31, "y one float short: the last CTA's store faults ({e})");
+    let (xid, e) = run((m * n) as usize, 8, mm::GEMV_THREADS);
+    assert!(xid == 13 && e.contains("misaligned") && e.contains("W row"), "{e}");
+    let (xid, e) = run((m * n) as usize, 0, 64);
+    assert!(xid == 13 && e.contains("written for [128, 1, 1]"), "{e}");
+}
+
+// ----- routing and the grouped GEMV ----------------------------------------------------------------------
+
+/// The routing the kernel must produce: per expert its choices in increasing choice index.
+fn route_ref(topk: &[u32], top_k: u32, e: u32) -> (Vec<u32>, Vec<u32>, Vec<u32>, u32) {
+    let mut offsets = vec![0u32];
+    let (mut rows, mut pairs) = (Vec::new(), Vec::new());
+    for expert in 0..e {
+        for (p, _) in topk.iter().enumerate().filter(|(_, &c)| c == expert) {
+            rows.push(p as u32 / top_k);
+            pairs.push(p as u32);
+        }
+        offsets.push(rows.len() as u32);
+    }
+    (offsets, rows, pairs, topk.iter().filter(|&&c| c >= e).count() as u32)
+}
+
+/// Random top-k choices: distinct experts per token from the first `used` of `e` (so the rest get no
+/// rows), and `bad` choices replaced by ids >= e.
+fn choices(g: &mut SmallRng, t: u32, top_k: u32, e: u32, used: u32, bad: u32) -> Vec<u32> {
+    let mut topk = Vec::new();
+    for _ in 0..t {
+        let mut mine: Vec<u32> = Vec::new();
+        while mine.len() < top_k as usize {
+            let c = g.random_range(0..used);
+            if !mine.contains(&c) {
+                mine.push(c);
+            }
+        }
+        topk.extend(mine);
+    }
+    for _ in 0..bad {
+        let i = g.random_range(0..topk.len());
+        topk[i] = e + g.random_range(0..5);
+    }
+    topk
+}
+
+#[test]
+fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_each_slot() {
+    let mut g = rng("moe");
+    // (tokens, top-k, experts, experts used, out-of-range choices, N, K)
+    let cases: [(u32, u32, u32, u32, u32, u32, u32); 5] = [
+        (1, 1, 1, 1, 0, 1, 32),
+        (3, 2, 8, 5, 1, 33, 128),
+        (8, 8, 128, 40, 2, 70, 256),
+        (13, 4, 16, 16, 0, 7, 4064),
+        (64, 2, 6, 6, 3, 64, 96),
+    ];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let route = module.kernel(mm::MOE_ROUTE).unwrap();
+        let mut gpu = gpu;
+        for (t, top_k, e, used, bad, n, kk) in cases {
+            let topk = choices(&mut g, t, top_k, e, used, bad);
+            let slots = (t * top_k) as usize;
+            let dtopk = device(s, &topk);
+            let mut offsets = device(s, &vec![POISON_U32; e as usize + 1]);
+            let mut rows = device(s, &vec![POISON_U32; slots]);
+            let mut pairs = device(s, &vec![POISON_U32; slots]);
+            let mut dropped = device(s, &[0u32]);
+            let l = Launch::new(&route)
+                .block([mm::ROUTE_THREADS, 1, 1])
+                .arg(&dtopk)
+                .arg(t)
+                .arg(top_k)
+                .arg(e)
+                .arg(&offsets)
+                .arg(&rows)
+                .arg(&pairs)
+                .arg(&dropped);
+            gpu = gpu.launch(&l).unwrap().gpu;
+            let (want_off, want_rows, want_pairs, want_bad) = route_ref(&topk, top_k, e);
+            let placed = want_rows.len();
+            let what = format!("route T={t} top_k={top_k} E={e}");
+            assert_eq!(offsets.to_vec().unwrap(), want_off, "{what}: offsets");
+            assert_eq!(rows.to_vec().unwrap()[..placed], want_rows, "{what}: rows");
+            assert_eq!(pairs.to_vec().unwrap()[..placed], want_pairs, "{what}: pairs");
+            assert_eq!(dropped.to_vec().unwrap(), [want_bad], "{what}: dropped");
+            assert!((0..e as usize).any(|x| want_off[x] == want_off[x + 1]) || used == e, "{what}: an empty expert");
+
+            // The grouped GEMV over that routing: slot i = x[rows[i]] · W[expert of i]ᵀ.
+            let name = mm::MOE_GEMV_BF16[mm::gemv_variant(t * top_k / used.max(1))];
+            let kernel = module.kernel(name).unwrap();
+            let (xb, x) = bf16s(&mut g, (t * kk) as usize);
+            let (wb, w) = bf16s(&mut g, (e * n * kk) as usize);
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            let plan = mm::gemv_plan(n, kk, 132);
+            let max_slots = slots as u32;
+            let y = poisoned(s, slots * n as usize);
+            let work = poisoned(s, plan.work_floats(max_slots, n).max(1) as usize);
+            let mut tickets = device(s, &vec![0u32; (e * plan.blocks) as usize]);
+            let l = Launch::new(&kernel)
+                .grid([plan.blocks, plan.split, e])
+                .block([mm::GEMV_THREADS, 1, 1])
+                .arg(&dx)
+                .arg(&dw)
+                .arg(&y)
+                .arg(&work)
+                .arg(&tickets)
+                .arg(&offsets)
+                .arg(&rows)
+                .arg(n)
+                .arg(kk)
+                .arg(plan.k_per_split)
+                .arg(max_slots);
+            gpu = gpu.launch(&l).unwrap().gpu;
+            let mut y = y;
+            let got = y.to_vec().unwrap();
+            let (n_, k_) = (n as usize, kk as usize);
+            for expert in 0..e as usize {
+                let (lo, hi) = (want_off[expert] as usize, want_off[expert + 1] as usize);
+                if lo == hi {
+                    continue;
+                }
+                let xs: Vec<f32> =
+                    want_rows[lo..hi].iter().flat_map(|&r| x[r as usize * k_..][..k_].to_vec()).collect();
+                let we = &w[expert * n_ * k_..][..n_ * k_];
+                check(&format!("{name} {what} expert {expert}"), &got[lo * n_..hi * n_], &xs, we, [hi - lo, n_, k_]);
+            }
+            // Slots past the placed ones (the dropped choices') are never written.
+            assert!(got[placed * n_..].iter().all(|v| v.to_bits() == POISON.to_bits()), "{what}: unplaced slots");
+            assert!(tickets.to_vec().unwrap().iter().all(|&t| t == 0), "{what}: tickets left non-zero");
+        }
+    });
+}
+
+#[test]
+fn routing_takes_more_experts_than_threads_in_passes_and_counts_drops_once_per_cta() {
+    let mut g = rng("route passes");
+    let (t, top_k, e) = (7u32, 3u32, 2500u32);
+    let topk = choices(&mut g, t, top_k, e, e, 2);
+    let (want_off, want_rows, want_pairs, want_bad) = route_ref(&topk, top_k, e);
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let route = module.kernel(mm::MOE_ROUTE).unwrap();
+        let dtopk = device(s, &topk);
+        let mut offsets = device(s, &vec![POISON_U32; e as usize + 1]);
+        let mut rows = device(s, &vec![POISON_U32; topk.len()]);
+        let mut pairs = device(s, &vec![POISON_U32; topk.len()]);
+        let mut dropped = device(s, &[5u32]);
+        // Two CTAs: each adds its own count of the dropped choices.
+        let l = Launch::new(&route)
+            .grid([2, 1, 1])
+            .block([mm::ROUTE_THREADS, 1, 1])
+            .arg(&dtopk)
+            .arg(t)
+            .arg(top_k)
+            .arg(e)
+            .arg(&offsets)
+            .arg(&rows)
+            .arg(&pairs)
+            .arg(&dropped);
+        gpu.launch(&l).unwrap();
+        assert_eq!(offsets.to_vec().unwrap(), want_off);
+        assert_eq!(rows.to_vec().unwrap()[..want_rows.len()], want_rows);
+        assert_eq!(pairs.to_vec().unwrap()[..want_pairs.len()], want_pairs);
+        assert_eq!(dropped.to_vec().unwrap(), [5 + 2 * want_bad]);
+    });
+}
+
+// ----- the SIMT GEMMs ------------------------------------------------------------------------------------
+
+/// What the SIMT kernels compute, bit for bit: one fused multiply-add chain per output, k ascending.
+fn fma_chain(x: &[f32], w: &[f32], [m, n, k]: [usize; 3]) -> Vec<f32> {
+    let mut y = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            y.push((0..k).fold(0f32, |acc, kk| x[i * k + kk].mul_add(w[j * k + kk], acc)));
+        }
+    }
+    y
+}
+
+fn simt_grid(m: u32, n: u32) -> [u32; 3] {
+    [n.div_ceil(mm::SIMT_TILE), m.div_ceil(mm::SIMT_TILE), 1]
+}
+
+#[test]
+fn the_simt_gemms_match_f64_and_their_fma_chain_bit_for_bit_at_any_shape_and_alignment() {
+    let mut g = rng("simt");
+    let shapes: [[u32; 3]; 6] = [[1, 1, 1], [7, 33, 1000], [33, 7, 4095], [129, 130, 17], [1000, 7, 33], [4, 3, 0]];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let f32k = module.kernel(mm::GEMM_F32_TN).unwrap();
+        let bf16k = module.kernel(mm::GEMM_BF16_SIMT_TN).unwrap();
+        let mut gpu = gpu;
+        for [m, n, kk] in shapes {
+            let dims = [m, n, kk].map(|v| v as usize);
+            let (x, w) = (f32s(&mut g, (m * kk) as usize), f32s(&mut g, (n * kk) as usize));
+            let (dx, dw) = (device(s, &x), device(s, &w));
+            let mut y = poisoned(s, (m * n) as usize);
+            let l = Launch::new(&f32k)
+                .grid(simt_grid(m, n))
+                .block([mm::SIMT_THREADS, 1, 1])
+                .arg(&dx)
+                .arg(&dw)
+                .arg(&y)
+                .arg(m)
+                .arg(n)
+                .arg(kk);
+            gpu = gpu.launch(&l).unwrap().gpu;
+            let got = y.to_vec().unwrap();
+            check("gemm_f32_tn", &got, &x, &w, dims);
+            assert_eq!(got, fma_chain(&x, &w, dims), "gemm_f32_tn {m}x{n}x{kk}: not its fma chain");
+
+            // bf16 from odd element offsets: 2-byte aligned, never 16 (the path for unaligned operands).
+            let (xb, xv) = bf16s(&mut g, (m * kk) as usize + 1);
+            let (wb, wv) = bf16s(&mut g, (n * kk) as usize + 3);
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            y.write(&vec![POISON; (m * n) as usize]).unwrap();
+            let l = Launch::new(&bf16k)
+                .grid(simt_grid(m, n))
+                .block([mm::SIMT_THREADS, 1, 1])
+                .arg(dx.va() + 2)
+                .arg(dw.va() + 6)
+                .arg(&y)
+                .arg(m)
+                .arg(n)
+                .arg(kk);
+            gpu = gpu.launch(&l).unwrap().gpu;
+            let got = y.to_vec().unwrap();
+            let (xv, wv) = (&xv[1..], &wv[3..]);
+            check("gemm_bf16_simt_tn", &got, xv, wv, dims);
+            assert_eq!(got, fma_chain(xv, wv, dims), "gemm_bf16_simt_tn {m}x{n}x{kk}: not its fma chain");
+        }
+    });
+}
+
+#[test]
+fn a_simt_grid_covers_the_tiles_it_names_and_no_others() {
+    let mut g = rng("simt grid");
+    let (m, n, kk) = (300u32, 200u32, 5u32);
+    let (x, w) = (f32s(&mut g, (m * kk) as usize), f32s(&mut g, (n * kk) as usize));
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_F32_TN).unwrap();
+        let (dx, dw) = (device(s, &x), device(s, &w));
+        let mut y = poisoned(s, (m * n) as usize);
+        // One tile column of two rows of tiles: rows 0..256, columns 0..128; z repeats the same stores.
+        let l = Launch::new(&k).grid([1, 2, 3]).block([256, 1, 1]).arg(&dx).arg(&dw).arg(&y).arg(m).arg(n).arg(kk);
+        gpu.launch(&l).unwrap();
+        let got = y.to_vec().unwrap();
+        let want = fma_chain(&x, &w, [m, n, kk].map(|v| v as usize));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (r, c) = (i / n as usize, i % n as usize);
+            if r < 256 && c < 128 {
+                assert_eq!(g, w, "y[{r}, {c}]");
+            } else {
+                assert_eq!(g.to_bits(), POISON.to_bits(), "y[{r}, {c}] is outside the grid's tiles");
+            }
+        }
+    });
+}
+
+// ----- the conversion ------------------------------------------------------------------------------------
+
+#[test]
+fn conversion_rounds_to_nearest_even_keeps_nan_quiet_and_strides_over_any_grid() {
+    let mut g = rng("convert");
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffc1_2345),
+        f32::from_bits(1),
+    ];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::CONVERT_F32_BF16).unwrap();
+        let mut gpu = gpu;
+        for (n, grid) in [(1usize, 1u32), (11, 1), (1000, 1), (70_001, 3), (70_001, 300)] {
+            let mut input: Vec<f32> = (0..n).map(|_| g.random_range(-1e30f32..1e30)).collect();
+            for (v, sp) in input.iter_mut().zip(specials) {
+                *v = sp;
+            }
+            let din = device(s, &input);
+            let mut out = device(s, &vec![0xdeadu16; n]);
+            let l =
+                Launch::new(&k).grid([grid, 1, 1]).block([mm::CONVERT_THREADS, 1, 1]).arg(&din).arg(&out).arg(n as u64);
+            gpu = gpu.launch(&l).unwrap().gpu;
+            let want: Vec<u16> = input.iter().map(|&v| mm::f32_to_bf16(v)).collect();
+            assert_eq!(out.to_vec().unwrap(), want, "convert n={n} grid={grid}");
+        }
+        let want = [0x0000u16, 0x8000, 0x3f80, 0x3f80, 0x3f82, 0x7f80, 0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x0000];
+        assert_eq!(specials.map(mm::f32_to_bf16), want);
+        // A block of 128 threads converts the first half of every 256.
+        let input: Vec<f32> = (0..600).map(|i| i as f32).collect();
+        let din = device(s, &input);
+        let mut out = device(s, &vec![0xdeadu16; 600]);
+        gpu.launch(&Launch::new(&k).block([128, 1, 1]).arg(&din).arg(&out).arg(600u64)).unwrap();
+        for (i, v) in out.to_vec().unwrap().into_iter().enumerate() {
+            let want = if i % 256 < 128 { mm::f32_to_bf16(i as f32) } else { 0xdead };
+            assert_eq!(v, want, "out[{i}]");
+        }
+    });
+}
