@@ -296,8 +296,9 @@ int omega_gpu_matmul_is_blocked(void);
 void omega_gpu_matmul_cache_clear(void);
 
 // EXPERIMENTAL. Frees what `omega_gpu_matmul_cache_clear` frees and closes the device if a library call
-// opened it. Tensors keep their device memory until `omega_gpu_tensor_free`: while any is alive the device
-// stays open, and the free of the last one closes it. A device the caller opened stays open. Takes the
+// opened it. Tensors keep their device memory until `omega_gpu_tensor_free`: while any uploaded since the
+// device opened is alive the device stays open, and the free of the last one closes it. A device the
+// caller opened stays open. Takes the
 // session lock itself (a caller that holds it is refused, recorded, nothing done); after an uncertain
 // completion nothing is closed (the latch forbids it) and the buffers are parked.
 void omega_gpu_device_close(void);

@@ -14,8 +14,9 @@
 //!    and a tensor of the closed device is refused by name.
 //! 3. **Who opened the device closes it.** An entry that found the device closed opens it and remembers
 //!    so; `omega_gpu_device_close` frees the module, the workspace and the staging and closes the device if
-//!    the library opened it. Tensors keep their device memory until `omega_gpu_tensor_free`: while any is
-//!    alive the close waits, and the last free completes it.
+//!    the library opened it. Tensors keep their device memory until `omega_gpu_tensor_free`: while any of
+//!    the open device is alive the close waits, and the free of the last completes it (a tensor of an
+//!    earlier open owns nothing: its memory went with that close).
 //! 4. **Every failure is named**: a negative `OMEGA_GPU_MATMUL_ERR_*` ([`omega_gpu_matmul_rc_name`]), the
 //!    text `{stage}: {cause}` as the library's last error ([`omega_gpu_matmul_last_error`]) and the
 //!    session's, and the stage and code in the call's `OmegaGpuMatmulInfo`. An uncertain completion
@@ -928,7 +929,9 @@ pub unsafe extern "C" fn omega_gpu_tensor_upload_f32(
 /// Closes the device the library opened, once nothing of it is alive (the lock held by the caller's
 /// `lock`); a no-op when it is not the library's to close.
 fn close_if_due(lib: &mut Library, lock: crate::Locked<crate::Closed>) {
-    if !(lib.opened && lib.tensors.is_empty()) {
+    // A tensor of an earlier device open owns nothing any more (its memory went with that close).
+    let owning = lib.tensors.values().any(|t| t.data.is_current());
+    if !lib.opened || owning {
         return;
     }
     lib.opened = false;
@@ -1067,8 +1070,9 @@ pub extern "C" fn omega_gpu_matmul_cache_clear() {
 }
 
 /// EXPERIMENTAL. Frees what `omega_gpu_matmul_cache_clear` frees and closes the device if a library call
-/// opened it. Tensors keep their device memory until `omega_gpu_tensor_free`: while any is alive the device
-/// stays open, and the free of the last one closes it. A device the caller opened stays open. Takes the
+/// opened it. Tensors keep their device memory until `omega_gpu_tensor_free`: while any uploaded since the
+/// device opened is alive the device stays open, and the free of the last one closes it. A device the
+/// caller opened stays open. Takes the
 /// session lock itself (a caller that holds it is refused, recorded, nothing done); after an uncertain
 /// completion nothing is closed (the latch forbids it) and the buffers are parked.
 #[no_mangle]
