@@ -613,3 +613,40 @@ fn an_uncertain_completion_inside_a_call_latches_and_takes_the_token() {
     assert!(latched.parked().buffers > 0);
     println!("latched as it should");
 }
+
+#[test]
+fn resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and_free() {
+    use omega::ffi::matmul::*;
+    let mut g = rng("resident");
+    // The C entries take the lock themselves: nothing here holds it.
+    let (m, n, k) = (5usize, 1536usize, 2048usize);
+    let xb = bf16s(&mut g, m * k);
+    let wb = bf16_matrix(&mut g, n, k);
+    let mut t: *mut OmegaGpuTensor = std::ptr::null_mut();
+    // SAFETY: `wb` holds n * k u16 and `t` is a writable pointer.
+    assert_eq!(unsafe { omega_gpu_tensor_upload_bf16(n as u32, k as u32, wb.as_ptr(), &mut t) }, OMEGA_GPU_MATMUL_OK);
+    let (mut rows, mut cols) = (0u32, 0u32);
+    // SAFETY: `rows` and `cols` are writable u32.
+    unsafe { omega_gpu_tensor_shape(t, &mut rows, &mut cols) };
+    assert_eq!((rows, cols), (n as u32, k as u32));
+    let mut y = vec![POISON; m * n];
+    let mut info = OmegaGpuMatmulInfo::default();
+    // SAFETY: `xb` holds m * k u16, `y` m * n f32, `info` is writable; `t` is the live tensor.
+    let rc = unsafe { omega_gpu_matmul_resident_bf16(m as u32, xb.as_ptr(), t, y.as_mut_ptr(), &mut info) };
+    assert_eq!(rc, OMEGA_GPU_MATMUL_OK);
+    assert_eq!(info.path, OMEGA_GPU_MATMUL_PATH_GEMV);
+    assert_ne!(info.flags & OMEGA_GPU_MATMUL_FLAG_RESIDENT, 0);
+    assert!(info.h2d_bytes < (wb.len() * 2) as u64, "W stayed on the device: {info:?}");
+    assert_eq!(info.d2h_bytes, (m * n * 4) as u64);
+    let cols: Vec<usize> = columns(&mut g, m, n, k);
+    check("resident gate_up M=5", &y, &widen(&xb), |c| widen(&wb[c * k..][..k]), [m, n, k], &cols);
+    omega_gpu_tensor_free(t);
+    // SAFETY: as above.
+    let rc = unsafe { omega_gpu_matmul_resident_bf16(m as u32, xb.as_ptr(), t, y.as_mut_ptr(), &mut info) };
+    assert_eq!(rc, OMEGA_GPU_MATMUL_ERR_TENSOR);
+    assert_eq!(info.stage, OMEGA_GPU_MATMUL_STAGE_TENSOR);
+    // SAFETY: the library's last error is a NUL-terminated static buffer.
+    let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_matmul_last_error()) }.to_str().unwrap().to_owned();
+    assert!(text.starts_with("matmul tensor: ") && text.contains("is not a live tensor"), "{text}");
+    omega_gpu_device_close();
+}
