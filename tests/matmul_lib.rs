@@ -313,8 +313,8 @@ fn the_gemv_plan_is_the_kernels_planner_and_every_launch_keeps_to_the_cta_budget
 fn route(topk: &[u32], top_k: usize, e: usize) -> (Vec<u32>, Vec<u32>, Vec<u32>, u32) {
     let mut offsets = vec![0u32; e + 1];
     let (mut rows, mut pairs) = (Vec::new(), Vec::new());
-    for x in 0..e {
-        offsets[x] = rows.len() as u32;
+    for (x, offset) in offsets.iter_mut().enumerate().take(e) {
+        *offset = rows.len() as u32;
         for (p, &c) in topk.iter().enumerate() {
             if c as usize == x {
                 rows.push((p / top_k) as u32);
@@ -434,9 +434,8 @@ fn launches_added_to_a_command_list_run_in_one_submission_and_replay() {
         assert_eq!(list.len(), 1 + 2 + 1 + gi.launches as usize);
         let subs = sim().stats().submissions;
         let done = gpu.submit(&mut list).unwrap();
-        let done = done.gpu.submit(&mut list).unwrap();
+        let _gpu = done.gpu.submit(&mut list).unwrap().gpu;
         assert_eq!(sim().stats().submissions - subs, 2, "one submission each");
-        drop(done);
         drop(list);
         let (mut y, mut y16, mut y32, mut yg, mut routing) = (y, y16, y32, yg, routing);
         let got = y.to_vec().unwrap();

@@ -548,20 +548,22 @@ fn outcome(r: Result<Info, Failed<'_>>, flags: u32, h2d: u64, d2h: u64) -> Outco
             Outcome { info, flags, result: Ok(()) }
         }
         Err(f) => {
-            let mut info = f.info;
+            let mut info = *f.info;
             info.h2d_bytes += h2d;
             Outcome { info, flags, result: Err(f.error.into()) }
         }
     }
 }
 
+/// The staging slots of x, W and y.
+type Slots<'a, T> =
+    (&'a mut Option<Kept<Device<T>>>, &'a mut Option<Kept<Device<T>>>, &'a mut Option<Kept<Device<f32>>>);
+
 /// The element type of a host-pointer or resident entry.
 trait HostElem: DeviceScalar {
     const NAME: &'static str;
-    /// The staging slots of x and W.
-    fn slots(
-        st: &mut Staging,
-    ) -> (&mut Option<Kept<Device<Self>>>, &mut Option<Kept<Device<Self>>>, &mut Option<Kept<Device<f32>>>);
+    /// The staging slots of x, W and y.
+    fn slots(st: &mut Staging) -> Slots<'_, Self>;
     /// The tensor's buffer, when it holds this type.
     fn tensor(d: &TensorData) -> Option<&Kept<Device<Self>>>;
     fn wrap(k: Kept<Device<Self>>) -> TensorData;
@@ -578,9 +580,7 @@ trait HostElem: DeviceScalar {
 
 impl HostElem for u16 {
     const NAME: &'static str = "bf16";
-    fn slots(
-        st: &mut Staging,
-    ) -> (&mut Option<Kept<Device<u16>>>, &mut Option<Kept<Device<u16>>>, &mut Option<Kept<Device<f32>>>) {
+    fn slots(st: &mut Staging) -> Slots<'_, u16> {
         (&mut st.x16, &mut st.w16, &mut st.y)
     }
     fn tensor(d: &TensorData) -> Option<&Kept<Device<u16>>> {
@@ -606,9 +606,7 @@ impl HostElem for u16 {
 
 impl HostElem for f32 {
     const NAME: &'static str = "f32";
-    fn slots(
-        st: &mut Staging,
-    ) -> (&mut Option<Kept<Device<f32>>>, &mut Option<Kept<Device<f32>>>, &mut Option<Kept<Device<f32>>>) {
+    fn slots(st: &mut Staging) -> Slots<'_, f32> {
         (&mut st.x32, &mut st.w32, &mut st.y)
     }
     fn tensor(d: &TensorData) -> Option<&Kept<Device<f32>>> {
@@ -648,7 +646,7 @@ fn host_product<T: HostElem>(shape: Shape, x: &[T], w: Weights<'_, T>, y: &mut [
         };
         let Library { staging, tensors, matmul, .. } = lib;
         let (x_slot, w_slot, y_slot) = T::slots(staging);
-        let (h2d, d2h) = ((x.len() * size_of::<T>()) as u64, (y.len() * 4) as u64);
+        let (h2d, d2h) = (size_of_val(x) as u64, size_of_val(y) as u64);
         let run = || -> Result<Outcome, EntryError> {
             let xs = staged(s, x_slot, x.len())?;
             xs.write(x)?;
@@ -656,7 +654,7 @@ fn host_product<T: HostElem>(shape: Shape, x: &[T], w: Weights<'_, T>, y: &mut [
                 Weights::Host(w) => {
                     let ws = staged(s, w_slot, w.len())?;
                     ws.write(w)?;
-                    (ws, (w.len() * size_of::<T>()) as u64)
+                    (ws, size_of_val(w) as u64)
                 }
                 Weights::Tensor(key) => {
                     let t = tensors.get(&key).ok_or(EntryError::UnknownTensor(key))?;
@@ -1124,6 +1122,9 @@ unsafe fn span<T: DeviceScalar>(what: &'static str, m: *const GpuMem) -> Result<
     Ok(unsafe { DeviceSpan::new(m.va, (bytes / size_of::<T>() as u64) as usize) })
 }
 
+/// The x, W and y spans of a dense device-resident product.
+type Spans3<A, B, C> = (DeviceSpan<A>, DeviceSpan<B>, DeviceSpan<C>);
+
 /// Three spans, or the first refusal.
 ///
 /// # Safety
@@ -1132,7 +1133,7 @@ unsafe fn spans3<A: DeviceScalar, B: DeviceScalar, C: DeviceScalar>(
     a: *const GpuMem,
     b: *const GpuMem,
     c: *const GpuMem,
-) -> Result<(DeviceSpan<A>, DeviceSpan<B>, DeviceSpan<C>), EntryError> {
+) -> Result<Spans3<A, B, C>, EntryError> {
     // SAFETY: forwarded from the caller.
     unsafe { Ok((span("x", a)?, span("w", b)?, span("y", c)?)) }
 }

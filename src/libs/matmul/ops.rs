@@ -146,8 +146,8 @@ pub struct Failed<'s> {
     pub gpu: Option<Gpu<'s>>,
     /// What failed, naming its stage.
     pub error: MatmulError,
-    /// What was planned and what ran before the failure.
-    pub info: Info,
+    /// What was planned and what ran before the failure (boxed: a failure stays small to pass around).
+    pub info: Box<Info>,
 }
 
 impl core::fmt::Display for Failed<'_> {
@@ -442,6 +442,7 @@ impl<'s> Matmul<'s> {
     /// choices naming no expert) and computes one output row per slot, `y[slot, :] = x[rows[slot], :] .
     /// W[e]^T`, in the routing's slot order (`pairs[slot]` says which choice a row is). Nothing of the
     /// routing returns to the host. Rows of slots that a dropped choice left empty are not written.
+    #[allow(clippy::too_many_arguments)]
     pub fn grouped_bf16<B: Bf16>(
         &self,
         gpu: Gpu<'s>,
@@ -649,7 +650,7 @@ impl<'s> Matmul<'s> {
         let fail = |gpu, error: MatmulError, mut info: Info| {
             info.stage = Some(error.stage());
             info.host_ns = start.elapsed().as_nanos() as u64;
-            Err(Failed { gpu, error, info })
+            Err(Failed { gpu, error, info: Box::new(info) })
         };
         let (plan, tma) = match checked {
             Ok(p) => p,
