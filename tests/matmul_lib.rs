@@ -344,6 +344,10 @@ fn choices(g: &mut SmallRng, t: usize, top_k: usize, e: usize, drop: bool) -> Ve
         }
         out.extend(picked);
     }
+    if drop && out.iter().all(|&c| (c as usize) < e) {
+        // At least one choice names no expert, so the case always exercises the drop count.
+        *out.last_mut().expect("at least one choice") = e as u32 + 1;
+    }
     out
 }
 
@@ -580,19 +584,28 @@ fn a_kept_buffer_is_refused_after_its_device_was_closed() {
     assert!(frees_after_close > frees);
 }
 
+/// True in the child process `test` runs in when it must have the process to itself; in the parent, runs
+/// that child (this binary, filtered to `test`), requires it to pass and print `done`, and returns false.
+fn in_child(test: &str, done: &str) -> bool {
+    if std::env::var("OMEGA_MATMUL_CHILD").is_ok_and(|t| t == test) {
+        return true;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", test, "--nocapture"])
+        .env("OMEGA_MATMUL_CHILD", test)
+        .env("OMEGA_PLATFORM", "sim")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains(done), "{text}");
+    false
+}
+
 #[test]
 fn an_uncertain_completion_inside_a_call_latches_and_takes_the_token() {
     // A latch lasts for the rest of the process: this test runs in a child process of its own.
-    if std::env::var("OMEGA_MATMUL_LATCH_CHILD").is_err() {
-        let exe = std::env::current_exe().unwrap();
-        let out = std::process::Command::new(exe)
-            .args(["--exact", "an_uncertain_completion_inside_a_call_latches_and_takes_the_token", "--nocapture"])
-            .env("OMEGA_MATMUL_LATCH_CHILD", "1")
-            .env("OMEGA_PLATFORM", "sim")
-            .output()
-            .unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && text.contains("latched as it should"), "{text}");
+    if !in_child("an_uncertain_completion_inside_a_call_latches_and_takes_the_token", "latched as it should") {
         return;
     }
     let dev = omega::lock().open().expect("open");
@@ -616,6 +629,12 @@ fn an_uncertain_completion_inside_a_call_latches_and_takes_the_token() {
 #[test]
 fn resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and_free() {
     use omega::ffi::matmul::*;
+    // The C entries take the lock per call, so another test's close between two of them would make the
+    // tensor stale (refused by name, as it should be): this test has a process of its own.
+    if !in_child("resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and_free", "resident: done")
+    {
+        return;
+    }
     let mut g = rng("resident");
     // The C entries take the lock themselves: nothing here holds it.
     let (m, n, k) = (5usize, 1536usize, 2048usize);
@@ -648,4 +667,5 @@ fn resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and
     let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_matmul_last_error()) }.to_str().unwrap().to_owned();
     assert!(text.starts_with("matmul tensor: ") && text.contains("is not a live tensor"), "{text}");
     omega_gpu_device_close();
+    println!("resident: done");
 }
