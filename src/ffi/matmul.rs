@@ -1360,9 +1360,7 @@ mod tests {
     fn the_routing_words_match_the_library_layout() {
         let g = GroupedShape { tokens: 3, top_k: 2, experts: 5, n: 1, k: 32 };
         assert_eq!(omega_gpu_matmul_routing_words(3, 2, 5), g.routing().words);
-        assert_eq!(
-            omega_gpu_matmul_routing_words(u32::MAX, u32::MAX, u32::MAX) as u64,
-            2 * (u32::MAX as u64).pow(2) + u32::MAX as u64 + 2
-        );
+        assert_eq!(omega_gpu_matmul_routing_words(1 << 16, 1 << 15, 7), (1 << 32) + 9);
+        assert_eq!(omega_gpu_matmul_routing_words(u32::MAX, u32::MAX, u32::MAX), 0, "past u64: 0");
     }
 }

@@ -22,16 +22,16 @@
 //! The library is written against the typed API alone (docs/design.md, "Layers").
 //!
 //! ```no_run
-//! use omega::libs::matmul::{Matmul, Shape};
+//! use omega::libs::matmul::{Matmul, MatmulError, Shape};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dev = omega::lock().open()?;
-//! let y = dev.scope(|s, gpu| -> Result<Vec<f32>, Box<dyn std::error::Error>> {
+//! let y = dev.scope(|s, gpu| -> Result<Vec<f32>, MatmulError> {
 //!     let shape = Shape::new(2, 3, 4);
 //!     let x = s.alloc_device_from(&[half::bf16::from_f32(1.0); 8])?;     // [M, K]
 //!     let w = s.alloc_device_from(&[half::bf16::from_f32(0.5); 12])?;    // [N, K]
 //!     let mut y = s.alloc_device::<f32>(6)?;                               // [M, N]
 //!     let mm = Matmul::new(s)?;
-//!     let done = mm.bf16(gpu, &x, &w, &mut y, shape)?;
+//!     let done = mm.bf16(gpu, &x, &w, &mut y, shape)?;                    // a failure: MatmulError
 //!     println!("{:?} ran {} launch(es)", done.info.path, done.info.launches);
 //!     Ok(y.to_vec()?)
 //! });
