@@ -227,6 +227,31 @@ fn every_qwen3_30b_a3b_matrix_matches_f64_at_small_m() {
 }
 
 #[test]
+fn operands_that_do_not_start_16_byte_aligned_take_the_simt_kernel() {
+    with_matmul("unaligned", |g, s, gpu, mm| {
+        let (m, n, k) = (2usize, 100usize, 64usize);
+        let xb = bf16s(g, m * k + 1);
+        let wb = bf16s(g, n * k);
+        let x = s.alloc_device_from(&xb).unwrap();
+        let w = s.alloc_device_from(&wb).unwrap();
+        let mut y = poisoned(s, m * n);
+        // SAFETY: x's buffer holds m * k + 1 u16, so the span of m * k from element 1 lies inside it, and
+        // it lives to the end of the scope.
+        let x1 = unsafe { matmul::DeviceSpan::<u16>::new(x.va() + 2, m * k) };
+        let done = mm.bf16(gpu, &x1, &w, &mut y, Shape::new(m as u32, n as u32, k as u32)).unwrap();
+        assert_eq!(done.info.path, Some(Path::SimtBf16), "a GEMV-shaped product of a misaligned x");
+        check(
+            "unaligned",
+            &y.to_vec().unwrap(),
+            &widen(&xb[1..]),
+            |c| widen(&wb[c * k..][..k]),
+            [m, n, k],
+            &(0..n).collect::<Vec<_>>(),
+        );
+    });
+}
+
+#[test]
 fn f32_products_use_the_simt_kernel_and_match_f64() {
     with_matmul("f32", |g, s, gpu, mm| {
         let mut gpu = gpu;

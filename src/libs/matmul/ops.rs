@@ -9,7 +9,7 @@ use crate::tma::{encode_tiled, TiledSpec, TmaElem, TmaSwizzle};
 use crate::{Cached, Data, Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Mem, Module, Scope, Stage};
 
 use super::error::{AnyShape, MatmulError, Operand, ShapeError};
-use super::plan::{self, Arg, Elem, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_PAIR_BYTES};
+use super::plan::{self, Arg, DenseOpts, Elem, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_PAIR_BYTES};
 
 mod sealed {
     pub trait Sealed {}
@@ -257,7 +257,9 @@ struct Operands {
     routing: u64,
 }
 
-/// The process-wide CTA budget (see [`set_cta_budget`]).
+/// The process-wide CTA budget (see [`set_cta_budget`]). A std atomic rather than the crate's `sync`
+/// facade: a static needs a const constructor, and the budget is a setting read once per call, in no
+/// protocol the loom models check.
 static CTA_BUDGET: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(plan::MAX_CTAS);
 
 /// Sets the process-wide CTA budget: every launch of the library has at most this many CTAs (the
@@ -561,7 +563,8 @@ impl<'s> Matmul<'s> {
             check_operand(any, Operand::X, x.elements(), e)?;
             check_operand(any, Operand::W, w.elements(), e)?;
             check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
-            let plan = plan::dense(elem, shape, self.sms, budget, out_bf16);
+            let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
+            let plan = plan::dense(elem, shape, DenseOpts { sms: self.sms, budget, out_bf16, aligned });
             let tma = if plan.tma { Some(descriptor_pair(x.device_va(), w.device_va(), shape)?) } else { None };
             Ok((plan, tma))
         })();

@@ -4,11 +4,13 @@
 //!
 //! The paths (docs/kernels.md, "Matmul"; the kernels' contract is kernels/cuda/matmul.cu):
 //!
-//! - **split-K GEMV** (bf16, M <= 64, K % 32 == 0, its 64-row blocks within the budget): weight streaming,
+//! - **split-K GEMV** (bf16, M <= 64, K % 32 == 0, x and W 16-byte aligned — whole buffers always are —
+//!   its 64-row blocks within the budget): weight streaming,
 //!   K split until every SM streams a share of W (`gemv_check.cu`'s planner), the split lowered until
 //!   `blocks * split` fits the budget;
-//! - **TMA GEMM** (bf16, K % 8 == 0): the persistent wgmma kernel, grid `min(tiles, SMs, budget)`;
-//! - **SIMT** (bf16 of any other K, and every f32 product): one launch per band of M rows that fits the
+//! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned): the persistent wgmma kernel, grid
+//!   `min(tiles, SMs, budget)`;
+//! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
 //! - **bf16 output**: the f32 product into the workspace, then the conversion kernel;
@@ -312,9 +314,23 @@ fn clamp_budget(budget: u32) -> u64 {
     u64::from(budget.clamp(1, MAX_CTAS))
 }
 
-/// The plan of a dense product (`shape` checked: no side is 0). `out_bf16`: the output is bf16, so the
-/// f32 product goes to the workspace and a conversion follows.
-pub(crate) fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: bool) -> Plan {
+/// The options of a dense plan beyond its shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DenseOpts {
+    /// The device's SMs.
+    pub(crate) sms: u32,
+    /// The CTA budget.
+    pub(crate) budget: u32,
+    /// The output is bf16: the f32 product goes to the workspace and a conversion follows.
+    pub(crate) out_bf16: bool,
+    /// x and W start 16-byte aligned (whole buffers always do): the GEMV's vector loads and the TMA's
+    /// global address need it, the SIMT kernels do not.
+    pub(crate) aligned: bool,
+}
+
+/// The plan of a dense product (`shape` checked: no side is 0).
+pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
+    let DenseOpts { sms, budget, out_bf16, aligned } = opts;
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let budget = clamp_budget(budget);
     let sms = u64::from(sms.max(1));
@@ -327,7 +343,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: b
     let mut steps = Vec::new();
     let (path, tickets, tma, split);
     let blocks = ceil(n, 64);
-    if elem == Elem::Bf16 && m <= 64 && k.is_multiple_of(32) && blocks <= budget {
+    if elem == Elem::Bf16 && aligned && m <= 64 && k.is_multiple_of(32) && blocks <= budget {
         let want = ceil(4 * sms, blocks);
         let (s, kps) = k_split(k, want, blocks, budget);
         let work = if s > 1 {
@@ -355,7 +371,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: b
             ],
         });
         (path, tickets, tma, split) = (Path::Gemv, blocks, false, word(s));
-    } else if elem == Elem::Bf16 && k.is_multiple_of(8) {
+    } else if elem == Elem::Bf16 && aligned && k.is_multiple_of(8) {
         let tiles = ceil(m, 128) * ceil(n, 256);
         let grid = tiles.min(sms).min(budget);
         steps.push(Step {
@@ -496,6 +512,10 @@ mod tests {
 
     const SMS: u32 = 132;
 
+    fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: bool) -> Plan {
+        super::dense(elem, shape, DenseOpts { sms, budget, out_bf16, aligned: true })
+    }
+
     #[test]
     fn the_path_follows_the_shape() {
         let p = |m, n, k| dense(Elem::Bf16, Shape::new(m, n, k), SMS, MAX_CTAS, false).path;
@@ -506,6 +526,9 @@ mod tests {
         assert_eq!(p(8, 151_936, 2048), Path::Gemm, "2374 blocks are past the budget: the persistent GEMM");
         assert_eq!(p(4095, 33, 7), Path::SimtBf16);
         assert_eq!(dense(Elem::F32, Shape::new(1, 1, 1), SMS, MAX_CTAS, false).path, Path::SimtF32);
+        let unaligned = DenseOpts { sms: SMS, budget: MAX_CTAS, out_bf16: false, aligned: false };
+        assert_eq!(super::dense(Elem::Bf16, Shape::new(1, 2048, 4096), unaligned).path, Path::SimtBf16);
+        assert_eq!(super::dense(Elem::Bf16, Shape::new(512, 2048, 4096), unaligned).path, Path::SimtBf16);
     }
 
     #[test]
