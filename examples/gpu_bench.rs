@@ -299,10 +299,7 @@ fn main() -> Result<(), Error> {
             println!("omega.devonly_{name}_{}_gbps {:.2}", if quick { "64m" } else { "1g" }, big as f64 / best / 1e9);
         }
         if back != host {
-            return Err(Error::Setting {
-                stage: Stage::Bench,
-                detail: omega::SettingError::Text("a device-only buffer read back wrong".into()),
-            });
+            return Err(Error::Setting { stage: Stage::Bench, detail: omega::SettingError::ReadBackWrong });
         }
         drop((d, host, back));
         let mut d = s.alloc_device::<u8>(4096)?;

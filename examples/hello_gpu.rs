@@ -38,8 +38,10 @@ fn launch_time_label(platform: &str) -> &'static str {
 
 /// The vector add of `n` elements, its report written to `out`.
 pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
-    let written =
-        |e: std::io::Error| Error::Setting { stage: Stage::Report, detail: omega::SettingError::Text(e.to_string()) };
+    let written = |e: std::io::Error| Error::Setting {
+        stage: Stage::Report,
+        detail: omega::SettingError::ReportNotWritten(e.to_string()),
+    };
     let dev = omega::lock().open()?;
     let info = dev.device();
     let platform = dev.platform();
@@ -78,12 +80,14 @@ pub fn run(n: usize, out: &mut impl Write) -> Result<(), Error> {
     if let Some(&i) = bad.first() {
         return Err(Error::Setting {
             stage: Stage::Check,
-            detail: omega::SettingError::Text(format!(
-                "{} of {n} elements wrong (first at {i}: got {}, want {}; seed {seed})",
-                bad.len(),
-                c[i],
-                want[i]
-            )),
+            detail: omega::SettingError::ElementsWrong {
+                wrong: bad.len(),
+                of: n,
+                first: i,
+                got: c[i].to_bits(),
+                want: want[i].to_bits(),
+                seed,
+            },
         });
     }
     writeln!(out, "check:    all {n} elements match the CPU reference (seed {seed})").map_err(written)?;

@@ -24,9 +24,44 @@
 use std::time::Instant;
 
 use omega::error::Stage;
-use omega::libs::matmul::{self, GroupedShape, Info, Matmul, Shape};
+use omega::libs::matmul::{self, GroupedShape, Info, Matmul, MatmulError, Shape};
 use omega::{Device, Error, Gpu, Mem, Scope};
 use rand::Rng;
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    /// A device call of the harness itself (an allocation, a copy).
+    #[error(transparent)]
+    Device(#[from] Error),
+    /// A library call.
+    #[error(transparent)]
+    Matmul(#[from] MatmulError),
+    /// `--check`: a sampled element off its f64 value.
+    #[error("{}: {kind} {m}x{n}x{k}: y[{r}, {c}] = {got:e}, want {want:e} within {bound:e}", Stage::Check)]
+    Miss {
+        /// Which product ("bf16", "f32", "grouped" with m = tokens and r the slot, "host").
+        kind: &'static str,
+        m: u32,
+        n: u32,
+        k: u32,
+        r: usize,
+        c: usize,
+        got: f32,
+        want: f64,
+        bound: f64,
+    },
+    /// The host-pointer entry failed (its text is printed before the run stops).
+    #[error("{}: omega_gpu_matmul_bf16 {m}x{n}x{k} returned {rc}", Stage::Bench)]
+    HostEntry { m: u32, n: u32, k: u32, rc: i32 },
+}
+
+/// Where a sampled element lies: the product, its shape and the position.
+struct Sample {
+    kind: &'static str,
+    shape: [u32; 3],
+    at: [usize; 2],
+}
 
 #[path = "common/mod.rs"]
 mod common;
@@ -66,15 +101,14 @@ fn dot(x: impl Iterator<Item = f32>, w: impl Iterator<Item = f32>) -> (f64, f64)
 }
 
 /// One element against its f64 value, within `K · 2^-22 · Σ|x·w|` (tests/matmul_lib.rs argues it).
-fn verify(what: &str, got: f32, (want, mag): (f64, f64), k: u32) -> Result<(), Error> {
+fn verify(s: Sample, got: f32, (want, mag): (f64, f64)) -> Result<(), BenchError> {
+    let [m, n, k] = s.shape;
     let bound = f64::from(k) * 2f64.powi(-22) * mag;
     if (f64::from(got) - want).abs() <= bound {
         return Ok(());
     }
-    Err(Error::Setting {
-        stage: Stage::Check,
-        detail: omega::SettingError::Text(format!("{what}: {got:e}, want {want:e} within {bound:e}")),
-    })
+    let [r, c] = s.at;
+    Err(BenchError::Miss { kind: s.kind, m, n, k, r, c, got, want, bound })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -99,12 +133,12 @@ fn time<'s>(
     gpu: Gpu<'s>,
     iters: usize,
     mut call: impl FnMut(Gpu<'s>) -> Result<matmul::Done<'s>, matmul::Failed<'s>>,
-) -> Result<(Gpu<'s>, f64, Info), Error> {
+) -> Result<(Gpu<'s>, f64, Info), BenchError> {
     let mut gpu = gpu;
     let mut last = Info::default();
     let mut ts = Vec::with_capacity(iters);
     for i in 0..3 + iters {
-        let done = call(gpu).map_err(matmul_error)?;
+        let done = call(gpu).map_err(|f| f.error)?;
         gpu = done.gpu;
         last = done.info;
         if i >= 3 {
@@ -112,13 +146,6 @@ fn time<'s>(
         }
     }
     Ok((gpu, median(ts), last))
-}
-
-fn matmul_error(f: matmul::Failed<'_>) -> Error {
-    match f.error {
-        matmul::MatmulError::Device(e) => e,
-        other => Error::Setting { stage: other.stage(), detail: omega::SettingError::Text(other.to_string()) },
-    }
 }
 
 /// A dense bf16 product at `shape`, timed; with `--check`, one random element verified.
@@ -129,7 +156,7 @@ fn dense_bf16<'s>(
     rng: &mut impl Rng,
     o: &Opts,
     shape: Shape,
-) -> Result<(Gpu<'s>, f64, Info), Error> {
+) -> Result<(Gpu<'s>, f64, Info), BenchError> {
     let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
     let xh = bf16s(rng, m * k);
     let wh = bf16s(rng, n * k);
@@ -142,12 +169,18 @@ fn dense_bf16<'s>(
         let mut got = [0f32];
         y.read_at(r * n + c, &mut got)?;
         let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
-        verify(&format!("bf16 {shape} y[{r}, {c}]"), got[0], want, shape.k)?;
+        verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
     }
     Ok((gpu, t, info))
 }
 
-fn cubes<'s>(s: &'s Scope<'s>, gpu: Gpu<'s>, mm: &Matmul<'s>, rng: &mut impl Rng, o: &Opts) -> Result<Gpu<'s>, Error> {
+fn cubes<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
     let mut gpu = gpu;
     for n in if o.quick { vec![256u32] } else { vec![4096, 8192] } {
         let shape = Shape::new(n, n, n);
@@ -170,14 +203,20 @@ fn cubes<'s>(s: &'s Scope<'s>, gpu: Gpu<'s>, mm: &Matmul<'s>, rng: &mut impl Rng
         let mut got = [0f32];
         y.read_at(r * nu + c, &mut got)?;
         let want = dot(xh[r * nu..][..nu].iter().copied(), wh[c * nu..][..nu].iter().copied());
-        verify(&format!("f32 {shape} y[{r}, {c}]"), got[0], want, n)?;
+        verify(Sample { kind: "f32", shape: [n, n, n], at: [r, c] }, got[0], want)?;
     }
     println!("# f32 {shape}: {}", describe(&info));
     println!("omega.matmul_f32_{n}x{n}x{n}_tflops {:.4}", 2.0 * f64::from(n).powi(3) / t / 1e12);
     Ok(gpu)
 }
 
-fn qwen<'s>(s: &'s Scope<'s>, gpu: Gpu<'s>, mm: &Matmul<'s>, rng: &mut impl Rng, o: &Opts) -> Result<Gpu<'s>, Error> {
+fn qwen<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
     let mut gpu = gpu;
     for (name, n, k) in QWEN {
         if o.quick && name == "lmhead" {
@@ -205,7 +244,7 @@ fn grouped<'s>(
     mm: &Matmul<'s>,
     rng: &mut impl Rng,
     o: &Opts,
-) -> Result<Gpu<'s>, Error> {
+) -> Result<Gpu<'s>, BenchError> {
     let mut gpu = gpu;
     let (experts, top_k) = (if o.quick { 16u32 } else { 128 }, 8u32);
     let suffix = if o.quick { "_E16" } else { "" };
@@ -249,7 +288,7 @@ fn grouped<'s>(
                 y.read_at(slot * nu + c, &mut got)?;
                 let wrow = &wh[(expert * nu + c) * ku..][..ku];
                 let want = dot(xh[token * ku..][..ku].iter().map(|&b| bf16(b)), wrow.iter().map(|&b| bf16(b)));
-                verify(&format!("grouped {shape} slot {slot} col {c}"), got[0], want, k)?;
+                verify(Sample { kind: "grouped", shape: [t, n, k], at: [slot, c] }, got[0], want)?;
             }
             println!("# moe {name} {shape}: {} touched {} experts", describe(&info), touched.len());
             println!("omega.moe_{name}{suffix}_T{t}_us {:.3}", secs * 1e6);
@@ -261,7 +300,7 @@ fn grouped<'s>(
 }
 
 /// The host-pointer entry (it takes the lock itself: called with none held).
-fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), Error> {
+fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
     use omega::ffi::matmul::{omega_gpu_matmul_bf16, omega_gpu_matmul_last_error, OmegaGpuMatmulInfo};
     let shapes: &[(u32, u32, u32)] = if o.quick {
         &[(1, 128, 2048), (64, 2048, 768)]
@@ -282,10 +321,8 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), Error> {
             if rc != 0 {
                 // SAFETY: the library's last error is a NUL-terminated process-wide buffer.
                 let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_matmul_last_error()) };
-                return Err(Error::Setting {
-                    stage: Stage::Bench,
-                    detail: omega::SettingError::Text(text.to_string_lossy().into_owned()),
-                });
+                eprintln!("# omega_gpu_matmul_bf16: {}", text.to_string_lossy());
+                return Err(BenchError::HostEntry { m, n, k, rc });
             }
             if i >= 3 {
                 wall.push(common::us_since(t));
@@ -295,7 +332,7 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), Error> {
         if o.check {
             let (r, c) = (rng.random_range(0..mu), rng.random_range(0..nu));
             let want = dot(x[r * ku..][..ku].iter().map(|&b| bf16(b)), w[c * ku..][..ku].iter().map(|&b| bf16(b)));
-            verify(&format!("host entry {m}x{n}x{k} y[{r}, {c}]"), y[r * nu + c], want, k)?;
+            verify(Sample { kind: "host", shape: [m, n, k], at: [r, c] }, y[r * nu + c], want)?;
         }
         let tag = format!("host_bf16_{m}x{n}x{k}");
         println!("# {tag}: h2d {} bytes, d2h {} bytes, path {}", info.h2d_bytes, info.d2h_bytes, info.path);
@@ -306,7 +343,7 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), Error> {
     Ok(())
 }
 
-fn main() -> Result<(), Error> {
+fn main() -> Result<(), BenchError> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let check = args.iter().any(|a| a == "--check");
@@ -329,9 +366,8 @@ fn main() -> Result<(), Error> {
     if common::is_sim(dev.platform()) {
         println!("# platform sim: every time below is the simulator's virtual clock, not a GPU's");
     }
-    let r = dev.scope(|s, gpu| -> Result<(), Error> {
-        let mm = Matmul::new(s)
-            .map_err(|e| Error::Setting { stage: e.stage(), detail: omega::SettingError::Text(e.to_string()) })?;
+    let r = dev.scope(|s, gpu| -> Result<(), BenchError> {
+        let mm = Matmul::new(s)?;
         mm.set_timeout_ms(60_000);
         let gpu = cubes(s, gpu, &mm, &mut rng, &o)?;
         let gpu = qwen(s, gpu, &mm, &mut rng, &o)?;

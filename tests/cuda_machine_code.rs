@@ -3,59 +3,20 @@
 //! nothing is launched): what the session's load checks accept is what the H200 gets. This binary holds
 //! one test, since it installs that platform as the process's own.
 
-use std::sync::Arc;
+mod common;
 
+use common::Forwarding;
 use omega::kernels::{self, MIXED, MIXED_PLAIN, MIXED_PRINTF};
-use omega::platform::Installed;
 use omega::Error;
 use omega_hal::sim::Sim;
-use omega_hal::{
-    Clock, CompletionPoll, Device, DeviceMemory, HostMemory, Platform, ProcessLock, SubmitQueue, Visibility,
-};
-
-/// The simulator's services under a platform whose code format is the default one, machine code.
-struct MachineCode(Arc<Sim>);
-
-impl Platform for MachineCode {
-    fn name(&self) -> &'static str {
-        "sim"
-    }
-    fn caps(&self) -> omega_hal::Caps {
-        self.0.caps()
-    }
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.0.clock()
-    }
-    fn lock(&self) -> Option<&dyn ProcessLock> {
-        Platform::lock(&*self.0)
-    }
-    fn memory(&self) -> Option<&dyn DeviceMemory> {
-        self.0.memory()
-    }
-    fn queue(&self) -> Option<&dyn SubmitQueue> {
-        self.0.queue()
-    }
-    fn poll(&self) -> Option<&dyn CompletionPoll> {
-        Platform::poll(&*self.0)
-    }
-    fn host(&self) -> Option<&dyn HostMemory> {
-        self.0.host()
-    }
-    fn visibility(&self) -> Option<&dyn Visibility> {
-        self.0.visibility()
-    }
-    fn device(&self) -> Option<&dyn Device> {
-        self.0.device()
-    }
-}
 
 #[test]
 fn a_module_loads_as_machine_code_with_its_banks_in_the_code_buffer_and_its_data_apart() {
     let cubin = kernels::cuda_module(MIXED).expect("CI installs the pinned nvcc set");
     let sim = Sim::new();
     let lock = omega::lock();
-    let platform: Arc<dyn Platform> = Arc::new(MachineCode(sim.clone()));
-    omega::session::runtime().install(Installed::simulator_behind(platform, sim.clone())).unwrap();
+    // The simulator's services under a platform whose code format is the default one, machine code.
+    omega::session::runtime().install(Forwarding::new(sim.clone()).installed()).unwrap();
     let dev = lock.open().expect("open");
     let r = dev.scope(|s, _gpu| -> Result<(), Error> {
         let module = s.load_module(cubin)?;

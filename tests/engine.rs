@@ -30,7 +30,7 @@ fn private(config: SimConfig) -> (&'static Runtime, std::sync::Arc<Sim>) {
     let sim = Sim::with_config(config);
     omega::kernels::register_host_kernels(&sim);
     let rt: &'static Runtime = Box::leak(Box::new(Runtime::with_platform(Installed::simulator(sim.clone())).unwrap()));
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().expect("sim opens");
     (rt, sim)
 }
@@ -145,12 +145,12 @@ fn certain_failures_on_the_session_backend_are_named_and_do_not_block() {
     let live = sim.stats().live_allocations;
     let t = Timeouts::default();
 
-    rt.unlock();
+    rt.unlock().unwrap();
     let (r, out, _) = run_vector(&mut backend, 64, 1, t);
     assert_failed(&r, Failure::DeviceUnavailable, Step::Prepare, Wait::None, State::Validated);
     assert!(r.detail().contains("does not hold the session lock"), "{r}");
     assert!(untouched(&out));
-    rt.lock();
+    rt.lock().unwrap();
 
     // Buffers past the largest carved size (4 MiB each): their own platform allocations, the first of
     // which the fault refuses.
@@ -187,9 +187,9 @@ fn certain_failures_on_the_session_backend_are_named_and_do_not_block() {
     assert_failed(&r, Failure::DeviceUnavailable, Step::Prepare, Wait::None, State::Validated);
     assert!(r.detail().contains("channel is dead"), "{r}");
 
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     let (r, out, want) = run_vector(&mut backend, 64, 7, t);
     assert!(r.is_success(), "the backend reopens a closed device: {r}");
     assert_eq!(out, want);
@@ -420,7 +420,9 @@ fn the_engine_clock_is_settable_and_pinnable() {
 
 /// The runtime the meddling clock below reaches for, its simulator, and what its calls answered.
 static MEDDLED: std::sync::OnceLock<(&'static Runtime, std::sync::Arc<Sim>)> = std::sync::OnceLock::new();
-static MEDDLING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// For each meddling call: whether the lock was still held, and what the unlock and the close answered.
+type Meddled = (bool, Result<(), omega::Error>, Result<(), omega::Error>);
+static MEDDLING: Mutex<Vec<Meddled>> = Mutex::new(Vec::new());
 
 /// A clock callback that tries to take the run's buffers away while the run holds them (the session has
 /// buffers live besides its launch buffer): it hands the lock back (so that another thread, or itself,
@@ -429,10 +431,9 @@ extern "C" fn meddling_clock() -> u64 {
     let (rt, _) = MEDDLED.get().expect("set before the run");
     let ms = rt.memory_stats();
     if ms.carved.buffers + ms.direct_buffers > 1 {
-        rt.unlock();
-        let unlocked = rt.last_error();
-        let closed = rt.close().map_err(|e| e.to_string());
-        MEDDLING.lock().unwrap().push(format!("{} | {unlocked} | {closed:?}", rt.holds_lock()));
+        let unlocked = rt.unlock();
+        let closed = rt.close();
+        MEDDLING.lock().unwrap().push((rt.holds_lock(), unlocked, closed));
     }
     rt.now_ns()
 }
@@ -449,9 +450,13 @@ fn a_clock_callback_cannot_let_the_lock_go_under_a_session_run() {
     assert_eq!(out, want);
     let seen = MEDDLING.lock().unwrap().clone();
     assert!(seen.len() >= 5, "ALLOCATED to READ_BACK read the clock while the run held its buffers: {seen:?}");
+    let refused = (
+        true,
+        Err(omega::Error::LockPinned("a job-engine run")),
+        Err(omega::Error::Lock("close takes the session lock itself: call it without the lock")),
+    );
     for s in &seen {
-        assert!(s.starts_with("true | lock: unlock refused: the lock is pinned by a job-engine run"), "{s}");
-        assert!(s.ends_with("\"lock: close takes the session lock itself: call it without the lock\")"), "{s}");
+        assert_eq!(*s, refused);
     }
     assert!(rt.is_open());
     let ms = rt.memory_stats();
@@ -462,7 +467,7 @@ fn a_clock_callback_cannot_let_the_lock_go_under_a_session_run() {
     );
     assert_eq!(sim.stats().live_allocations, 1 + ms.carved.chunks as usize, "the launch buffer and the spare chunk");
     // Outside a run the raw lock is the caller's to release again.
-    rt.unlock();
+    rt.unlock().unwrap();
     assert!(!rt.holds_lock());
 }
 

@@ -1,16 +1,19 @@
 //! Opening where no platform can be installed, the way a user does it: take the lock, then open. The
 //! failure must name stage `platform` and the real cause, and nothing after it (the lock's release, close,
-//! command-list create) may record a lock error that hides the cause.
+//! command-list create) may answer with a lock error that hides the cause, nor leave one for C to read.
 //!
 //! The platform is chosen from `OMEGA_PLATFORM` once per process, so each case runs in a child process of
 //! this test binary with the variable set (the parent re-runs itself with `--exact <case>`).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
+use common::c_last_error;
 use omega::cmdlist::CmdList;
-use omega::error::Stage;
 use omega::session::runtime;
+use omega::Error;
 
 /// Set in the child: the case runs its checks instead of spawning.
 const CHILD: &str = "OMEGA_NO_PLATFORM_CHILD";
@@ -30,31 +33,34 @@ fn in_child(case: &str, platform: &str) {
 }
 
 /// What a user sees when `OMEGA_PLATFORM` names no installable platform: the open, and every call after
-/// it that would have needed the lock, report `cause` under stage `platform`.
+/// it that would have needed the lock, report `cause` under stage `platform` — the same failure, never a
+/// lock error that hides it.
 fn open_reports(cause: &str) {
     let err = omega::lock().open().expect_err("no platform, so no open");
-    assert_eq!(err.error.stage(), Stage::Platform, "{}", err.error);
+    assert!(matches!(err.error, Error::Platform(_)), "{}", err.error);
     assert!(err.error.to_string().contains(cause), "{}", err.error);
+    let failure = err.error.clone();
     drop(err); // releases the token: there was no lock to release, and that is no lock error
-    let after_unlock = runtime().last_error();
-    assert!(after_unlock.starts_with("platform: ") && after_unlock.contains(cause), "{after_unlock}");
 
-    let close = runtime().close().expect_err("close cannot take a lock that does not exist");
-    assert_eq!(close.stage(), Stage::Platform, "{close}");
-    assert!(runtime().last_error().contains(cause), "{}", runtime().last_error());
-
+    // The raw unlock says why there is no lock to release: the platform's failure, not a lock misuse.
+    assert_eq!(runtime().unlock(), Err(failure.clone()));
+    assert_eq!(runtime().close(), Err(failure.clone()), "close cannot take a lock that does not exist");
     let create = CmdList::create(runtime(), None).expect_err("no platform, so no list");
-    assert!(create.to_string().starts_with("platform: ") && create.to_string().contains(cause), "{create}");
-    assert!(runtime().last_error().starts_with("platform: "), "{}", runtime().last_error());
+    assert_eq!(Error::from(create), failure);
 
     // `?` turns the open error into the crate's error, stage and all.
     fn open() -> Result<(), omega::Error> {
         let _dev = omega::lock().open()?;
         Ok(())
     }
-    let e = open().expect_err("still no platform");
-    assert_eq!(e.stage(), Stage::Platform);
-    assert!(runtime().last_error().contains(cause), "{}", runtime().last_error());
+    assert_eq!(open(), Err(failure.clone()));
+
+    // The C layer records each of those failures as it returns it: C reads the cause after every call.
+    omega::ffi::session::omega_gpu_session_unlock();
+    assert_eq!(c_last_error(), failure.to_string());
+    omega::ffi::session::omega_gpu_session_close();
+    assert_eq!(c_last_error(), failure.to_string());
+    assert!(c_last_error().starts_with("platform: ") && c_last_error().contains(cause), "{}", c_last_error());
 }
 
 #[test]

@@ -25,7 +25,7 @@ fn through_the_table() -> (Runtime, Arc<Sim>) {
     let platform = unsafe { TablePlatform::new(&table, "sim-table") }.expect("the simulator's table is complete");
     platform.adopt();
     let rt = Runtime::with_platform(Installed::platform(platform)).expect("a fresh platform instance");
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().expect("the table opens the simulator");
     (rt, sim)
 }
@@ -61,7 +61,7 @@ fn a_launch_through_the_c_table_gives_the_simulators_answer() {
     assert_eq!(record.kernel, "vector_add");
     assert_eq!(record.grid, [8, 1, 1]);
     assert_eq!(record.args.len(), 7, "the argument words cross as a pointer and a length");
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
     assert_eq!(sim.stats().live_allocations, 0, "close freed every buffer through the table");
     assert_eq!(sim.stats().closes, 1);
@@ -83,10 +83,10 @@ fn the_simulators_faults_arrive_through_the_table_with_their_words() {
     let e = got.unwrap_err();
     assert!(e.to_string().starts_with("launch: kernel fault: channel error Xid 31 (MMU fault)"), "{e}");
     assert!(!rt.is_blocked(), "a fault is certain: no latch");
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
 
-    rt.lock();
+    rt.lock().unwrap();
     sim.inject(SimFault::FailOpen("injected open failure".into()));
     let e = rt.open().unwrap_err();
     assert!(e.to_string().starts_with("open: driver refused open: injected open failure"), "{e}");
@@ -106,7 +106,7 @@ fn a_hang_through_the_table_times_out_and_latches() {
     let e = got.unwrap_err();
     assert!(e.latched_the_process(), "{e}");
     assert!(rt.is_blocked());
-    rt.unlock();
+    rt.unlock().unwrap();
     assert_eq!(rt.close().unwrap_err().stage(), Stage::Close);
 }
 

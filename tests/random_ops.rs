@@ -541,9 +541,9 @@ impl Run {
     }
 
     fn close_and_reopen(&mut self) {
-        self.rt.unlock();
+        self.rt.unlock().unwrap();
         let r = self.rt.close();
-        self.rt.lock();
+        self.rt.lock().unwrap();
         if self.latched {
             self.check(r == Err(Error::Latched(Stage::Close)), "close after the latch");
             return;

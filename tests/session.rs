@@ -7,6 +7,7 @@ use omega::error::Stage;
 use omega::session::{Scratch, MAX_ARGS, MAX_SPIN_US, PARK_MAX};
 use omega::Error;
 use omega_hal::sim::SimFault;
+use omega_hal::{HalError, HandleError, Refusal, Services};
 use rand::{Rng, SeedableRng};
 
 fn launch(
@@ -70,8 +71,7 @@ fn every_launch_argument_check_names_its_stage() {
     let launches_before = sim.stats().launches;
     for (what, l) in cases {
         let e = launch(&rt, &l).expect_err(what);
-        assert_eq!(e.stage(), Stage::LaunchArguments, "{what}: {e}");
-        assert!(rt.last_error().starts_with("launch arguments: "), "{what}: {}", rt.last_error());
+        assert!(matches!(e, Error::LaunchArguments(_)), "{what}: {e}");
     }
     assert_eq!(sim.stats().launches, launches_before, "a refused launch runs nothing");
     assert!(!rt.is_blocked());
@@ -110,8 +110,7 @@ fn stale_handles_are_refused_counted_and_zeroed() {
     assert_eq!(m, omega::session::GpuMem::NONE, "free zeroes the buffer");
     let mut stale = copy;
     let e = rt.free(&mut stale).unwrap_err();
-    assert_eq!(e.stage(), Stage::Free);
-    assert!(rt.last_error().contains("stale"), "{}", rt.last_error());
+    assert!(matches!(e, Error::Handle { stage: Stage::Free, source: HandleError::Stale { .. } }), "{e}");
     assert_eq!(stale, omega::session::GpuMem::NONE);
     assert!(rt.sync_to_gpu(&copy).is_err(), "a stale handle cannot be synced");
     let st = rt.alloc_stats();
@@ -119,9 +118,9 @@ fn stale_handles_are_refused_counted_and_zeroed() {
 
     // Handles of a closed device are stale after reopen, even where a slot is reused.
     let mut live = rt.alloc(10).unwrap();
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().unwrap();
     assert_eq!(rt.open_count(), 2);
     let e = rt.free(&mut live).unwrap_err();
@@ -171,8 +170,7 @@ fn a_failed_allocation_is_named_and_counted() {
     // A buffer past the largest carved size is its own platform allocation, which the fault refuses.
     sim.inject(SimFault::FailAlloc);
     let e = rt.alloc(4 << 20).unwrap_err();
-    assert_eq!(e.stage(), Stage::Alloc);
-    assert!(rt.last_error().starts_with("alloc: out of device memory"), "{}", rt.last_error());
+    assert!(matches!(e, Error::Alloc(HalError::OutOfMemory { .. })), "{e}");
     assert_eq!(rt.alloc_stats().alloc_failures, 1);
     rt.alloc(4096).unwrap();
 }
@@ -186,15 +184,14 @@ fn a_kernel_fault_is_named_promptly_and_does_not_latch() {
     l.timeout_ms = 10_000;
     let t0 = sim.sim_clock().peek();
     let e = launch(&rt, &l).unwrap_err();
-    assert!(matches!(&e, Error::Fault(f) if f.xid == 31), "{e}");
-    assert!(rt.last_error().contains("Xid 31 (MMU fault)"), "{}", rt.last_error());
+    assert!(matches!(&e, Error::Fault(f) if f.xid == 31 && f.name == "MMU fault"), "{e}");
     assert!(sim.sim_clock().peek() - t0 < 1_000_000_000, "seen long before the 10 s timeout");
     assert!(!rt.is_blocked(), "a fault stopped the work: completion is certain");
     let again = launch(&rt, &raw_launch(&code, &[0; 3], 1, 1)).unwrap_err();
     assert_eq!(again.stage(), Stage::Launch, "the channel stays dead until close and reopen");
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().unwrap();
     let code = load(&rt, "empty");
     launch(&rt, &raw_launch(&code, &[0], 1, 1)).unwrap();
@@ -205,20 +202,18 @@ fn calls_that_touch_the_device_need_the_lock_and_close_takes_it_itself() {
     let (rt, _sim) = open_runtime();
     let e = rt.close().unwrap_err();
     assert_eq!(e.stage(), Stage::Lock, "close with the lock held is refused, not a deadlock");
-    rt.unlock();
+    rt.unlock().unwrap();
     let e = rt.alloc(10).unwrap_err();
-    assert_eq!(e.stage(), Stage::Lock);
-    assert!(rt.last_error().contains("does not hold the session lock"));
+    assert_eq!(e, Error::Lock("the calling thread does not hold the session lock (take it first)"));
     std::thread::scope(|s| {
         s.spawn(|| {
-            rt.lock();
+            rt.lock().unwrap();
             assert!(rt.alloc(10).is_ok());
-            rt.unlock();
+            rt.unlock().unwrap();
         });
     });
     assert!(!rt.holds_lock());
-    rt.unlock();
-    assert_eq!(rt.last_error(), "lock: unlock from a thread that does not hold the session lock");
+    assert_eq!(rt.unlock(), Err(Error::Lock("unlock from a thread that does not hold the session lock")));
 }
 
 #[test]
@@ -257,7 +252,7 @@ fn close_runs_the_on_close_hooks_up_to_eight() {
         .unwrap();
     }
     assert!(rt.on_close(Box::new(|| {})).is_err());
-    rt.unlock();
+    rt.unlock().unwrap();
     rt.close().unwrap();
     assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 8);
 }
@@ -269,10 +264,9 @@ fn a_platform_missing_a_service_is_refused_at_open() {
         ..Default::default()
     });
     let rt = omega::session::Runtime::with_platform(omega::platform::Installed::simulator(sim)).unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     let e = rt.open().unwrap_err();
-    assert_eq!(e.stage(), Stage::Platform);
-    assert!(rt.last_error().contains("OMEGA_GPU_PLAT_MISSING_SERVICE"), "{}", rt.last_error());
+    assert_eq!(e, Error::Refused(Refusal::MissingService(Services::POLL)));
 }
 
 #[test]
@@ -282,9 +276,12 @@ fn a_failed_open_carries_the_drivers_text() {
         .unwrap()
         .inject(SimFault::FailOpen("NV_ERR_INVALID_DEVICE from the driver".into()));
     let rt = omega::session::Runtime::with_platform(installed).unwrap();
-    rt.lock();
-    assert_eq!(rt.open().unwrap_err().stage(), Stage::Open);
-    assert!(rt.last_error().contains("NV_ERR_INVALID_DEVICE from the driver"));
+    rt.lock().unwrap();
+    let e = rt.open().unwrap_err();
+    assert!(
+        matches!(&e, Error::Open(HalError::Driver { detail, .. }) if detail == "NV_ERR_INVALID_DEVICE from the driver"),
+        "{e}"
+    );
     rt.open().unwrap();
 }
 
@@ -304,19 +301,19 @@ fn forcing_nvidia_without_a_device_is_an_error_not_a_fallback() {
 #[test]
 fn threads_take_turns_on_the_lock() {
     let (rt, _sim) = open_runtime();
-    rt.unlock();
+    rt.unlock().unwrap();
     let inside = std::sync::atomic::AtomicU32::new(0);
     std::thread::scope(|s| {
         for t in 0..4u32 {
             let (rt, inside) = (&rt, &inside);
             s.spawn(move || {
                 for i in 0..50 {
-                    rt.lock();
+                    rt.lock().unwrap();
                     assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "exclusive");
                     let mut m = rt.alloc(64 + (t * 50 + i) as usize).unwrap();
                     rt.free(&mut m).unwrap();
                     inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                    rt.unlock();
+                    rt.unlock().unwrap();
                 }
             });
         }
@@ -358,7 +355,7 @@ fn a_never_completing_launch_latches_the_process() {
     let e = launch(&rt, &raw_launch(&code, &words, 32, 4)).unwrap_err();
     assert_eq!(e, Error::Timeout { marker: 0, timeout_ms: 100 });
     assert!(e.latched_the_process());
-    assert!(rt.last_error().starts_with("launch: completion timeout"), "{}", rt.last_error());
+    assert_eq!(rt.latch_cause(), Some(e));
     assert!(rt.is_blocked());
     // Later launches are refused, and so is everything else that could touch the device.
     let e = launch(&rt, &raw_launch(&code, &words, 1, 1)).unwrap_err();
@@ -374,10 +371,10 @@ fn a_never_completing_launch_latches_the_process() {
     assert_eq!(p.bytes, 4096 + 3 * 4096);
     assert_eq!(sim.stats().frees, 0);
     // Close and reopen are refused.
-    rt.unlock();
+    rt.unlock().unwrap();
     assert_eq!(rt.close().unwrap_err(), Error::Latched(Stage::Close));
     assert!(rt.is_open(), "close was a no-op");
-    rt.lock();
+    rt.lock().unwrap();
     assert_eq!(rt.open().unwrap_err(), Error::Latched(Stage::Open));
     assert_eq!(sim.stats().closes, 0);
 }
@@ -390,7 +387,7 @@ fn a_refused_completion_poll_latches() {
     let e = launch(&rt, &raw_launch(&code, &[0], 1, 1)).unwrap_err();
     assert!(matches!(e, Error::PollRefused(_)), "{e}");
     assert!(rt.is_blocked());
-    assert!(rt.last_error().starts_with("launch: completion poll refused"));
+    assert_eq!(rt.latch_cause(), Some(e), "the failure that latched is kept");
 }
 
 #[test]
@@ -424,7 +421,7 @@ fn open_with(config: omega_hal::sim::SimConfig) -> (omega::session::Runtime, std
     omega::kernels::register_host_kernels(&sim);
     let installed = omega::platform::Installed::simulator(sim.clone());
     let rt = omega::session::Runtime::with_platform(installed).unwrap();
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().unwrap();
     (rt, sim)
 }

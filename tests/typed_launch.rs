@@ -9,7 +9,7 @@ use omega::args::check_kernel;
 use omega::error::{HandleMismatch, LoadError};
 use omega::kernels::{grid_index_ref, local_array_ref, scale_copy_ref, shared_reverse_ref, vector_add_ref};
 use omega::session::ParamInfo;
-use omega::{Data, Error, Kernel, Launch, LaunchArgs, Locked, Mem, Open, PlatformKind};
+use omega::{Data, Error, Kernel, Launch, LaunchArgError, LaunchArgs, Locked, Mem, Open, PlatformKind};
 use omega_hal::sim::{HostKernel, KernelCtx, KernelError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -179,7 +179,6 @@ fn a_handle_whose_ptx_disagrees_with_the_kernel_is_refused_at_load() {
         })
         .into_open()
         .unwrap();
-    assert!(omega::session::runtime().last_error().starts_with("load: "));
     drop(dev);
 }
 
@@ -259,8 +258,7 @@ fn arguments_past_the_constant_bank_are_refused_before_submit() {
         })
         .into_open()
         .unwrap();
-    assert!(matches!(e, Error::LaunchArguments(_)), "{e}");
-    assert!(e.to_string().contains("the constant bank takes at most 32764 bytes"), "{e}");
+    assert!(matches!(e, Error::LaunchArguments(LaunchArgError::ArgBytes { max: 32764, .. })), "{e}");
     assert_eq!(sim.stats().submissions, submissions, "nothing was submitted");
 }
 

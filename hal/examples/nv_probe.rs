@@ -864,18 +864,34 @@ mod linux {
                 println!("# tma descriptor {i} (swizzle {}): {}", descs[i].swizzle, hex.join(" "));
             }
             self.to_gpu(&built, built.bytes);
+            // The same descriptors in GPU-uncached system memory, where the launch's constant bank (and so a
+            // `__grid_constant__` parameter) lives.
+            let built_sys = self.alloc(128 * descs.len() as u64, POLLED, BufferKind::Data);
+            for (i, img) in images.iter().enumerate() {
+                self.gpu.bytes(&built_sys)[128 * i..128 * (i + 1)].copy_from_slice(img);
+            }
             let out = self.alloc(64 * 64 * 2, DATA, BufferKind::Data);
-            for prepared in [true, false] {
+            // A fault ends the channel, so each run takes the paths `OMEGA_PROBE_TMA_PATHS` names (default all,
+            // in this order): descriptors in video memory, in system memory, as a parameter.
+            let paths = std::env::var("OMEGA_PROBE_TMA_PATHS").unwrap_or_else(|_| "global,sysmem,param".into());
+            let runs: Vec<(&str, bool)> = ["global", "sysmem", "param"]
+                .into_iter()
+                .filter(|p| paths.split(',').any(|q| q == *p))
+                .flat_map(|p| [(p, true), (p, false)])
+                .collect();
+            for (path, prepared) in runs {
                 self.tune(|c| c.tuning.prepared = prepared);
                 let tag = if prepared { "" } else { " (parameter area reused)" };
-                for (i, d) in descs.iter().enumerate() {
+                // `OMEGA_PROBE_TMA_SWIZZLE` (0 or 3) keeps one descriptor, for the same reason.
+                let only = std::env::var("OMEGA_PROBE_TMA_SWIZZLE").ok().and_then(|v| v.parse::<u32>().ok());
+                for (i, d) in descs.iter().enumerate().filter(|(_, d)| only.is_none_or(|z| z == d.swizzle)) {
                     let [bw, bh] = d.box_dims;
                     let inside = (rng.below(u64::from(w - bw)) as u32, rng.below(u64::from(h - bh)) as u32);
                     let corner = (w - bw / 2, h - bh / 2);
                     for (where_, (c0, c1)) in [("inside", inside), ("over the corner", corner)] {
                         let box_bytes = bw * bh * 2;
                         let want = d.expected(&host, c0, c1);
-                        for path in ["param", "global"] {
+                        {
                             let poison = rng.next() as u16 | 1;
                             for c in self.gpu.bytes(&out).chunks_mut(2) {
                                 c.copy_from_slice(&poison.to_le_bytes());
@@ -883,7 +899,8 @@ mod linux {
                             self.to_gpu(&out, out.bytes);
                             let (c0b, c1b, bb) =
                                 ((c0 as i32).to_le_bytes(), (c1 as i32).to_le_bytes(), box_bytes.to_le_bytes());
-                            let desc_va = (built.va + 128 * i as u64).to_le_bytes();
+                            let table = if path == "sysmem" { &built_sys } else { &built };
+                            let desc_va = (table.va + 128 * i as u64).to_le_bytes();
                             let words = if path == "param" {
                                 pack(&by_param, &[&img_of(&images, i), &out.va.to_le_bytes(), &c0b, &c1b, &bb])
                             } else {
@@ -919,7 +936,7 @@ mod linux {
             self.tune(|_| {});
             self.gpu.free(&out);
             self.tma_device_builder(&build, &descs, &images);
-            for b in [&src, &built] {
+            for b in [&src, &built, &built_sys] {
                 self.gpu.free(b);
             }
             for k in [&build, &by_param, &by_global] {

@@ -51,7 +51,7 @@ use crate::error::{Error, HandleMismatch, LoadError, Result};
 use crate::kernel::Kernel;
 use crate::launch::{ArgBlock, KernelArg};
 use crate::mem::Mem;
-use crate::session::{runtime, ParamInfo};
+use crate::session::ParamInfo;
 use crate::state::{Data, Device, DeviceScalar};
 
 /// A struct that describes a launch's arguments: what `#[derive(LaunchArgs)]` produces.
@@ -111,16 +111,14 @@ impl<T: DeviceScalar> Bits<8> for &mut Mem<'_, Device<T>> {}
 
 /// Checks a loaded kernel against a typed handle's expectations: the entry name and the parameter
 /// table (ordinal, offset, size of each). `handle` names the handle in the error. A mismatch is
-/// [`Error::Load`], also recorded as the process's last error.
+/// [`Error::Load`].
 pub fn check_kernel(kernel: &Kernel<'_>, handle: &str, entry: &str, layout: &[ParamInfo]) -> Result<()> {
     let fail = |mismatch: HandleMismatch| {
-        let e = Error::Load(LoadError::HandleMismatch {
+        Err(Error::Load(LoadError::HandleMismatch {
             kernel: kernel.name().to_string(),
             handle: handle.to_string(),
             mismatch,
-        });
-        runtime().set_error(&e);
-        Err(e)
+        }))
     };
     if kernel.name() != entry {
         return fail(HandleMismatch::Entry(entry.to_string()));

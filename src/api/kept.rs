@@ -36,7 +36,7 @@ fn check_open(opened: u32) -> Result<()> {
     if now == opened && rt.is_open() {
         return Ok(());
     }
-    rt.fail(Error::Setting { stage: Stage::Keep, detail: SettingError::KeptStale { opened, now } })
+    Err(Error::Setting { stage: Stage::Keep, detail: SettingError::KeptStale { opened, now } })
 }
 
 /// True when `opened` is the device open of now, on a thread that holds the lock: the only state in which

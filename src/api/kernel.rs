@@ -75,14 +75,14 @@ impl core::fmt::Debug for Module<'_> {
 
 impl<'s> Module<'s> {
     pub(crate) fn load(scope: &'s Scope<'s>, cubin: &[u8]) -> Result<Self> {
-        let prepared = PreparedModule::new(cubin).or_else(|e| runtime().fail(e))?;
+        let prepared = PreparedModule::new(cubin)?;
         let mut code = scope.alloc_code(prepared.code_bytes())?.into_static();
         let mut data = match prepared.data_bytes() {
             0 => None,
             n => Some(scope.alloc::<u8>(n)?.into_static()),
         };
         let at = Placement { code_va: code.va(), data_va: data.as_ref().map_or(0, Mem::va) };
-        let (code_image, data_image, entries) = prepared.images(at).or_else(|e| runtime().fail(e))?;
+        let (code_image, data_image, entries) = prepared.images(at)?;
         code.write_code(&code_image)?;
         if let Some(d) = &mut data {
             d.write(&data_image)?;
@@ -125,10 +125,9 @@ impl<'s> Module<'s> {
         let found = prepared.module.kernels.iter().position(|k| k.name == name);
         let Some(index) = found else {
             let e = prepared.module.kernel(name).expect_err("not among the kernels");
-            return runtime().fail(Error::Load(e.into()));
+            return Err(Error::Load(e.into()));
         };
-        let meta =
-            prepared.kernel_meta(&prepared.module.kernels[index], r.placement()).or_else(|e| runtime().fail(e))?;
+        let meta = prepared.kernel_meta(&prepared.module.kernels[index], r.placement())?;
         let entry_va = r.code.va() + r.entries[index];
         runtime().register_kernel(entry_va, meta.clone())?;
         r.kernels.borrow_mut().insert(name.to_string(), (entry_va, meta.clone()));
@@ -161,8 +160,7 @@ impl<'s> Module<'s> {
 
     /// The `__device__` object `name` and the data buffer holding it, or why there is none.
     fn device_object(&self, name: &str, len: usize) -> Result<(u64, &RefCell<Mem<'static, Data<u8>>>)> {
-        let refuse =
-            |why: crate::error::SettingError| runtime().fail(Error::Setting { stage: Stage::ModuleData, detail: why });
+        let refuse = |why: crate::error::SettingError| Err(Error::Setting { stage: Stage::ModuleData, detail: why });
         let Some(s) = self.info().symbol(name) else {
             return refuse(crate::error::SettingError::NoDataObject(name.to_string()));
         };
@@ -242,7 +240,7 @@ impl<'s> Kernel<'s> {
         match crate::kernels::sm90_cubin(name) {
             Ok(cubin) => Module::load(scope, cubin)?.kernel(name),
             Err(why) => {
-                let (image, meta) = crate::loader::host_spec_meta(name, why).or_else(|e| runtime().fail(e))?;
+                let (image, meta) = crate::loader::host_spec_meta(name, why)?;
                 Self::place_fixed(scope, &image, meta)
             }
         }
@@ -253,7 +251,7 @@ impl<'s> Kernel<'s> {
     /// kernel without a repository host spec runs on the simulator (tests, typed handles of new PTX).
     /// Refused with [`Error::Load`] on a GPU platform, or when no host implementation has that name.
     pub fn load_host(scope: &'s Scope<'s>, name: &str, params: &[ParamInfo]) -> Result<Self> {
-        let (image, meta) = crate::loader::host_kernel(name, params).or_else(|e| runtime().fail(e))?;
+        let (image, meta) = crate::loader::host_kernel(name, params)?;
         Self::place_fixed(scope, &image, meta)
     }
 

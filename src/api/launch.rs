@@ -285,16 +285,13 @@ impl<'k, 's> Launch<'k, 's> {
     }
 
     /// Checks the launch against its kernel and hands the resulting spec to `f` (a run launches it, a
-    /// command list records it). A refusal is recorded in last_error.
+    /// command list records it), or returns why it is refused.
     pub(crate) fn with_spec<R, E: From<Error>>(
         &self,
         f: impl FnOnce(&LaunchSpec<'_>) -> core::result::Result<R, E>,
     ) -> core::result::Result<R, E> {
         let rt = runtime();
-        if let Err(e) = self.args.check_size() {
-            rt.set_error(&e);
-            return Err(e.into());
-        }
+        self.args.check_size()?;
         // The Rust builder is not held to the C launch's 32 words: its limit is the constant bank's room
         // for parameters on this architecture.
         let max_bytes = rt.max_param_bytes()?;
@@ -315,13 +312,9 @@ impl<'k, 's> Launch<'k, 's> {
                 kernel: self.kernel.name().to_string(),
                 max: max_bytes,
             });
-            rt.set_error(&e);
             return Err(e.into());
         }
-        if let Err(e) = self.check_against_kernel() {
-            rt.set_error(&e);
-            return Err(e.into());
-        }
+        self.check_against_kernel()?;
         let max_words = max_bytes as usize / 4;
         let meta = self.kernel.meta();
         let spec = LaunchSpec {

@@ -32,7 +32,8 @@ static_assertions::assert_not_impl_any!(Latched: Send, Sync);
 /// Takes the process-wide session lock, blocking until it is free.
 pub fn lock() -> Locked<Closed> {
     let rt = runtime();
-    rt.lock();
+    // Refused only inside an on-close hook, on the thread that runs close and holds the lock already.
+    let _ = rt.lock();
     rt.pin_lock(PIN_TOKEN);
     Locked { _state: PhantomData, _not_send: PhantomData }
 }
@@ -40,7 +41,7 @@ pub fn lock() -> Locked<Closed> {
 /// Takes the session lock if no one holds it.
 pub fn try_lock() -> Option<Locked<Closed>> {
     let rt = runtime();
-    if !rt.try_lock() {
+    if !rt.try_lock().unwrap_or(false) {
         return None;
     }
     rt.pin_lock(PIN_TOKEN);
@@ -72,7 +73,9 @@ impl<S: DeviceState> Locked<S> {
 
 impl<S: DeviceState> Drop for Locked<S> {
     fn drop(&mut self) {
-        runtime().unlock_pinned(PIN_TOKEN);
+        // Refused only where there was no lock to take (no platform installs): the open already
+        // returned that failure to the caller.
+        let _ = runtime().unlock_pinned(PIN_TOKEN);
     }
 }
 
@@ -190,9 +193,9 @@ impl Latched {
         runtime().parked()
     }
 
-    /// The stage of the failure that latched (the last error text).
-    pub fn cause(&self) -> String {
-        runtime().last_error()
+    /// The failure that latched the process (its stage is [`Error::stage`]).
+    pub fn cause(&self) -> Error {
+        runtime().latch_cause().expect("the token exists only once the process latched, and a latch keeps its cause")
     }
 }
 
@@ -204,6 +207,7 @@ impl core::fmt::Debug for Latched {
 
 impl Drop for Latched {
     fn drop(&mut self) {
-        runtime().unlock_pinned(PIN_TOKEN);
+        // The token exists only while this thread holds the lock, so the release is not refused.
+        let _ = runtime().unlock_pinned(PIN_TOKEN);
     }
 }

@@ -29,7 +29,7 @@ impl<'s, K: MemKind> Mem<'s, K> {
     pub(crate) fn alloc(len: usize) -> Result<Self> {
         let rt = runtime();
         let Some(bytes) = len.checked_mul(size_of::<K::Elem>()) else {
-            return rt.fail(Error::Refused(crate::error::Refusal::Overflow));
+            return Err(Error::Refused(crate::error::Refusal::Overflow));
         };
         let raw = rt.alloc_owned(bytes, K::ALLOC, TYPED_BUFFER)?;
         Ok(Mem { raw, len, _scope: PhantomData, _kind: PhantomData })
@@ -96,7 +96,7 @@ impl<'s, K: MemKind> Mem<'s, K> {
     fn refuse_after_latch(stage: Stage) -> Result<()> {
         let rt = runtime();
         if rt.is_blocked() {
-            return rt.fail(Error::Latched(stage));
+            return Err(Error::Latched(stage));
         }
         Ok(())
     }
@@ -164,7 +164,7 @@ impl<T: DeviceScalar> Mem<'_, Device<T>> {
             _ => {
                 let e =
                     Error::Setting { stage, detail: crate::error::SettingError::ElementsPast { at, n, len: self.len } };
-                runtime().fail(e)
+                Err(e)
             }
         }
     }
@@ -220,8 +220,8 @@ impl<K: MemKind> Drop for Mem<'_, K> {
             // Disowned: nothing of the session to release, and no lock to ask for.
             return;
         }
-        // Latched: this parks instead of releasing. A failure here (closed device) is already recorded
-        // in last_error and leaves nothing to release.
+        // Latched: this parks instead of releasing. A failure here (closed device) leaves nothing to
+        // release, and a drop has no one to tell.
         let _ = runtime().release(&mut self.raw, TYPED_BUFFER);
     }
 }

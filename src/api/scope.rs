@@ -88,9 +88,7 @@ impl<'s> Scope<'s> {
     pub fn load_cuda_module(&'s self, name: &str) -> Result<crate::kernel::Module<'s>> {
         match crate::kernels::cuda_module(name) {
             Ok(cubin) => crate::kernel::Module::load(self, cubin),
-            Err(why) => {
-                runtime().fail(Error::Load(crate::error::LoadError::NotBuilt { kernel: name.to_string(), why }))
-            }
+            Err(why) => Err(Error::Load(crate::error::LoadError::NotBuilt { kernel: name.to_string(), why })),
         }
     }
 

@@ -181,10 +181,11 @@ fn simulator_runs() -> Result<String, String> {
     let b: Vec<f32> = (0..n).map(|i| 0.5 * i as f32).collect();
     let mut out = vec![f32::NAN; n];
     let job = Job::vector_1d(&a, &b, &mut out).map_err(|e| e.to_string())?;
-    rt.lock();
+    rt.lock().map_err(|e| e.to_string())?;
     let result = execute_on(&mut SessionBackend::on(rt), &job);
     let info = rt.device_info();
-    rt.unlock();
+    // Not refused: this thread took the lock above and pins nothing.
+    let _ = rt.unlock();
     let _ = rt.close();
     if result.failure() != Some(crate::engine::Failure::Ok) {
         return Err(format!("a vector add on the simulator failed: {}", result.detail()));
@@ -200,9 +201,10 @@ fn simulator_runs() -> Result<String, String> {
 fn open_nvidia() -> Result<String, String> {
     let installed = crate::platform::Installed::new(crate::PlatformKind::Nvidia).map_err(|e| e.to_string())?;
     let rt = crate::session::Runtime::with_platform(installed).map_err(|e| e.to_string())?;
-    rt.lock();
+    rt.lock().map_err(|e| e.to_string())?;
     let r = rt.open().map(|()| rt.device_info().expect("open"));
-    rt.unlock();
+    // Not refused: this thread took the lock above and pins nothing.
+    let _ = rt.unlock();
     let info = r.map_err(|e| e.to_string())?;
     let _ = rt.close();
     Ok(format!(

@@ -1,5 +1,8 @@
-//! Errors of the session layer. Every failure names its stage: the stage is the first words of the text
-//! (the contract's `omega_gpu_session_last_error`), and [`Error::stage`] returns it alone.
+//! Errors of the session layer. Every failure names its stage, as data: [`Error::stage`] returns it, and
+//! the text (what the C layer records as `omega_gpu_session_last_error`) is rendered from it in one place,
+//! `{stage}: {cause}` (`Display for Error`), where the cause ([`Error::cause`]) is the variant's own words
+//! and never spells a stage. The cause enums below (`LaunchArgError`, `LoadError`, `SettingError`,
+//! `PlatformError`) carry data, not text, except where the text is the driver's or the OS's own.
 
 /// The HAL's failures an [`Error`] carries, named here so that the shells need no door to the HAL.
 pub use omega_hal::cubin::CubinError;
@@ -165,26 +168,21 @@ impl std::fmt::Display for Stage {
     }
 }
 
-/// A session-layer failure.
+/// A session-layer failure. Its text is `{stage}: {cause}` ([`Error::stage`], [`Error::cause`]): the
+/// stage is rendered from the [`Stage`] enum, in this one place, never spelled by a variant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The platform could not be chosen or installed.
-    #[error("platform: {0}")]
     Platform(#[from] PlatformError),
     /// The platform lacks something the session needs (refused, never emulated).
-    #[error("platform: {0}")]
     Refused(#[from] Refusal),
     /// The lock was used against its discipline.
-    #[error("lock: {0}")]
     Lock(&'static str),
     /// An unlock while the library holds the lock across code it does not control (named).
-    #[error("lock: unlock refused: the lock is pinned by {0} on this thread, which releases it when it ends")]
     LockPinned(&'static str),
     /// A call an on-close hook may not make (a hook may only release buffers and read state).
-    #[error("on close: `{0}` refused inside an on-close hook (a hook may only release buffers and read state)")]
     CloseHook(Stage),
     /// A release of a buffer the library owns and releases itself.
-    #[error("{stage}: the buffer is {owner}; nothing was released")]
     NotCallers {
         /// The call.
         stage: Stage,
@@ -192,19 +190,14 @@ pub enum Error {
         owner: &'static str,
     },
     /// The device did not open; carries the driver's own text.
-    #[error("open: {0}")]
     Open(#[source] HalError),
     /// The call needs an open device.
-    #[error("{0}: device not open")]
     NotOpen(Stage),
     /// An uncertain completion latched the process; nothing that could touch the device may run.
-    #[error("{0}: refused, the process is latched after an uncertain completion")]
     Latched(Stage),
     /// A device allocation failed.
-    #[error("alloc: {0}")]
     Alloc(#[source] HalError),
     /// A handle was refused (stale, zero or foreign).
-    #[error("{stage}: {source}")]
     Handle {
         /// The call.
         stage: Stage,
@@ -213,11 +206,6 @@ pub enum Error {
     },
     /// A live handle given with another buffer's address: the `GpuMem` was changed or assembled by hand.
     /// Nothing is released.
-    #[error(
-        "{stage}: handle (index {}, generation {}) is live but names the buffer at {live_va:#x}, not {va:#x}",
-        .handle.index,
-        .handle.generation
-    )]
     ForeignAddress {
         /// The call.
         stage: Stage,
@@ -229,10 +217,8 @@ pub enum Error {
         live_va: u64,
     },
     /// A visibility sync failed.
-    #[error("sync: {0}")]
     Sync(#[source] HalError),
     /// Moving bytes into or out of a buffer (`write`, `read`) failed on the platform.
-    #[error("{stage}: {source}")]
     Copy {
         /// The call: `write` or `read`.
         stage: Stage,
@@ -240,22 +226,16 @@ pub enum Error {
         source: HalError,
     },
     /// The platform could not say how much device memory is free.
-    #[error("mem info: {0}")]
     MemInfo(#[source] HalError),
     /// A launch descriptor failed the contract's checks; nothing ran.
-    #[error("launch arguments: {0}")]
     LaunchArguments(#[from] LaunchArgError),
     /// The submission failed before the device saw it.
-    #[error("launch: submit failed: {0}")]
     Submit(#[source] HalError),
     /// The launch was cancelled before it was submitted; nothing ran.
-    #[error("launch: cancelled before submit")]
     CancelledBeforeSubmit,
     /// The launch was cancelled after submit: completion is uncertain and the process latched.
-    #[error("launch: cancelled after submit; completion uncertain, process latched")]
     CancelledAfterSubmit,
     /// A completion marker did not arrive in time: the process latched.
-    #[error("launch: completion timeout: marker {marker} not released within {timeout_ms} ms; process latched")]
     Timeout {
         /// Which marker (0 kernel done, 1 engine idle).
         marker: u8,
@@ -263,17 +243,13 @@ pub enum Error {
         timeout_ms: u32,
     },
     /// The platform refused a completion poll: the process latched.
-    #[error("launch: completion poll refused ({0}); process latched")]
     PollRefused(#[source] omega_hal::PollRefused),
     /// Code panicked after the submit (the platform's submit or poll, a simulated kernel, the wait): the
     /// device may hold the work, so the completion is uncertain and the process latched.
-    #[error("launch: panic after submit ({0}); completion uncertain, process latched")]
     PanicAfterSubmit(String),
     /// The channel reported an error (the kernel faulted); the channel is dead until close and reopen.
-    #[error("launch: kernel fault: {0}")]
     Fault(#[source] ChannelFault),
     /// A scratch request past an active reservation.
-    #[error("scratch: request of {requested} bytes past the reservation of {reserved} bytes")]
     ScratchReserved {
         /// Bytes asked for.
         requested: usize,
@@ -281,13 +257,10 @@ pub enum Error {
         reserved: usize,
     },
     /// A kernel could not be loaded.
-    #[error("load: {0}")]
     Load(#[from] LoadError),
     /// A command list's own refusal (not a session failure), carried whole.
-    #[error(transparent)]
     CmdList(Box<crate::cmdlist::CmdListError>),
     /// A setting or request out of range, or a call the session's state does not allow.
-    #[error("{stage}: {detail}")]
     Setting {
         /// The call.
         stage: Stage,
@@ -332,6 +305,69 @@ impl Error {
             self,
             Error::CancelledAfterSubmit | Error::Timeout { .. } | Error::PollRefused(_) | Error::PanicAfterSubmit(_)
         )
+    }
+
+    /// The failure's text without its stage: what follows `{stage}: ` in the last error.
+    pub fn cause(&self) -> Cause<'_> {
+        Cause(self)
+    }
+}
+
+/// `{stage}: {cause}`, the one rendering of every failure's text (the C layer's last error).
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.stage(), self.cause())
+    }
+}
+
+/// The text of a failure after its stage ([`Error::cause`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Cause<'a>(&'a Error);
+
+impl std::fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Error::Platform(e) => e.fmt(f),
+            Error::Refused(r) => r.fmt(f),
+            Error::Lock(why) => f.write_str(why),
+            Error::LockPinned(by) => {
+                write!(f, "unlock refused: the lock is pinned by {by} on this thread, which releases it when it ends")
+            }
+            Error::CloseHook(refused) => write!(
+                f,
+                "`{refused}` refused inside an on-close hook (a hook may only release buffers and read state)"
+            ),
+            Error::NotCallers { owner, .. } => write!(f, "the buffer is {owner}; nothing was released"),
+            Error::NotOpen(_) => f.write_str("device not open"),
+            Error::Latched(_) => f.write_str("refused, the process is latched after an uncertain completion"),
+            Error::Open(e) | Error::Alloc(e) | Error::Sync(e) | Error::MemInfo(e) | Error::Copy { source: e, .. } => {
+                e.fmt(f)
+            }
+            Error::Handle { source, .. } => source.fmt(f),
+            Error::ForeignAddress { handle, va, live_va, .. } => write!(
+                f,
+                "handle (index {}, generation {}) is live but names the buffer at {live_va:#x}, not {va:#x}",
+                handle.index, handle.generation
+            ),
+            Error::LaunchArguments(e) => e.fmt(f),
+            Error::Submit(e) => write!(f, "submit failed: {e}"),
+            Error::CancelledBeforeSubmit => f.write_str("cancelled before submit"),
+            Error::CancelledAfterSubmit => f.write_str("cancelled after submit; completion uncertain, process latched"),
+            Error::Timeout { marker, timeout_ms } => {
+                write!(f, "completion timeout: marker {marker} not released within {timeout_ms} ms; process latched")
+            }
+            Error::PollRefused(e) => write!(f, "completion poll refused ({e}); process latched"),
+            Error::PanicAfterSubmit(what) => {
+                write!(f, "panic after submit ({what}); completion uncertain, process latched")
+            }
+            Error::Fault(fault) => write!(f, "kernel fault: {fault}"),
+            Error::ScratchReserved { requested, reserved } => {
+                write!(f, "request of {requested} bytes past the reservation of {reserved} bytes")
+            }
+            Error::Load(e) => e.fmt(f),
+            Error::CmdList(e) => e.cause().fmt(f),
+            Error::Setting { detail, .. } => detail.fmt(f),
+        }
     }
 }
 
@@ -414,7 +450,7 @@ pub enum LaunchArgError {
         asked: [u32; 3],
     },
     /// More registers than the platform allows, after the session's rounding.
-    #[error("gpr_count {given} (the kernel's own {own}, rounded up to a multiple of 8 and to at least 64): {limit}")]
+    #[error("gpr_count {given} (the kernel's own {own}, rounded as the launch declares it: a multiple of 8, at least 64 from C): {limit}")]
     Registers {
         /// The descriptor's count.
         given: u32,
@@ -555,9 +591,6 @@ pub enum SettingError {
     /// A platform change while the device is open.
     #[error("close the device first")]
     CloseDeviceFirst,
-    /// An on-close hook panicked.
-    #[error("a hook panicked")]
-    HookPanicked,
     /// More on-close hooks than the session keeps.
     #[error("at most {0} hooks")]
     TooManyHooks(usize),
@@ -602,10 +635,76 @@ pub enum SettingError {
         /// The open count now.
         now: u32,
     },
-    /// An argument refused at the C boundary or a harness program's own cause, in words (the C layer's
-    /// NULL, non-UTF-8 and out-of-range arguments: one text per argument of each entry point).
+    /// A NULL pointer where the C call needs an object (`{what} is NULL`, the argument's C name).
+    #[error("{0} is NULL")]
+    Null(&'static str),
+    /// A NULL output array given room for `max` elements.
+    #[error("{what} is NULL (max {max})")]
+    NullArray {
+        /// The argument's C name.
+        what: &'static str,
+        /// The elements the caller said it has room for.
+        max: usize,
+    },
+    /// A C string argument that is not UTF-8.
+    #[error("{0} is not UTF-8")]
+    NotUtf8(&'static str),
+    /// A code size whose code buffer's size (with the prefetch tail, page-rounded) overflows.
+    #[error("code size {0} overflows")]
+    CodeSizeOverflows(usize),
+    /// A pointer (its address) that names no live command list.
+    #[error("{0:#x} is not a live command list (never created, or freed already)")]
+    NotALiveList(usize),
+    /// Host memory the platform did not give.
+    #[error("{0} bytes: no memory, or no platform with the HOST_MEM service")]
+    NoHostMemory(usize),
+    /// A host allocation of `count * size` bytes, which overflows.
+    #[error("{count} * {size} bytes overflows")]
+    HostSizeOverflows {
+        /// Elements.
+        count: usize,
+        /// Bytes of each.
+        size: usize,
+    },
+    /// A C platform table given a built-in platform's name.
+    #[error("`{0}` is a built-in platform's name; give the table a name of its own")]
+    BuiltInName(&'static str),
+    /// A C platform table's name outside what a name may be.
+    #[error("a table's name is 1 to 63 printable ASCII characters, no spaces")]
+    BadTableName,
+    /// A C platform table's name that cannot be made a C string.
+    #[error("the name is not a C string")]
+    NameNotCString,
+    /// A simulator fault number no fault has.
+    #[error("unknown fault {0}")]
+    UnknownFault(i32),
+    /// A harness program's (examples/) report that could not be written: the OS's own words for it.
     #[error("{0}")]
-    Text(String),
+    ReportNotWritten(String),
+    /// A harness program's f32 results that differ from its reference: `wrong` of `of` elements, the first
+    /// at `first` (`got` and `want` are its f32 bit patterns), with the `seed` the inputs came from.
+    #[error(
+        "{wrong} of {of} elements wrong (first at {first}: got {}, want {}; seed {seed})",
+        f32::from_bits(*.got),
+        f32::from_bits(*.want)
+    )]
+    ElementsWrong {
+        /// Elements that differ.
+        wrong: usize,
+        /// Elements compared.
+        of: usize,
+        /// The first that differs.
+        first: usize,
+        /// Its value, as f32 bits.
+        got: u32,
+        /// The reference's, as f32 bits.
+        want: u32,
+        /// The inputs' seed.
+        seed: u64,
+    },
+    /// A harness program's bytes that came back from a device-only buffer other than they went in.
+    #[error("a device-only buffer read back wrong")]
+    ReadBackWrong,
 }
 
 /// Why no platform could be chosen or installed ([`Error::Platform`]).
@@ -680,16 +779,13 @@ pub enum LoadError {
         /// The device's name.
         device: String,
     },
-    /// A kernel declaring an explicit cluster launch without its shape (`dims` when the cubin gives them).
+    /// A kernel declaring an explicit cluster launch (`EXPLICIT_CLUSTER`) without its shape
+    /// (`CTA_PER_CLUSTER`), which CUDA takes from the launch; a kernel with `__cluster_dims__` loads.
     #[error(
-        "declares a cluster launch of {} CTAs but not its shape (CTA_PER_CLUSTER); launch-time cluster shapes \
-         for such kernels are not supported",
-        cluster_text(.dims)
+        "declares an explicit cluster launch without its shape (CTA_PER_CLUSTER); launch-time cluster shapes \
+         for such kernels are not supported"
     )]
-    ClusterLaunch {
-        /// The cluster's dimensions, when declared.
-        dims: Option<[u32; 3]>,
-    },
+    ClusterShapeMissing,
     /// Parameters at a constant-bank offset the architecture does not use.
     #[error("parameters at constant-bank offset {found:#x}, {arch} expects {expected:#x}")]
     ParamBase {
@@ -832,15 +928,11 @@ fn param_table(t: &[crate::session::ParamInfo]) -> String {
     t.iter().map(|p| format!("{}@{}", p.size, p.offset)).collect::<Vec<_>>().join(" ")
 }
 
-fn cluster_text(dims: &Option<[u32; 3]>) -> String {
-    dims.map_or("an explicit cluster".to_string(), |[x, y, z]| format!("{x}x{y}x{z}"))
-}
-
 /// A load refusal's cause without its stage (the printf library's own refusals say what they are), any
 /// other failure whole.
 fn printf_missing_text(e: &Error) -> String {
     match e {
-        Error::Load(why) => why.to_string(),
+        Error::Load(_) => e.cause().to_string(),
         other => other.to_string(),
     }
 }
@@ -848,43 +940,297 @@ fn printf_missing_text(e: &Error) -> String {
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-#[cfg(test)]
+// The texts of C table refusals are among them, and a loom build has no C table.
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
-    /// The last-error text is `{stage}: {cause}`: every failure's text begins with its [`Stage`]'s, so a
-    /// variant whose message spells a stage cannot drift from the stage it reports.
-    #[test]
-    fn every_failure_text_begins_with_its_stage() {
-        let hal = || HalError::Unsupported("x".into());
-        let errors = [
-            Error::Lock("x"),
-            Error::LockPinned("x"),
-            Error::CloseHook(Stage::Lock),
-            Error::NotCallers { stage: Stage::Free, owner: "x" },
-            Error::Open(hal()),
-            Error::NotOpen(Stage::Load),
-            Error::Latched(Stage::CmdListReset),
-            Error::Alloc(hal()),
-            Error::Sync(hal()),
-            Error::Copy { stage: Stage::Write, source: hal() },
-            Error::MemInfo(hal()),
-            Error::LaunchArguments(LaunchArgError::NullArgs),
+    /// Every failure's text, byte for byte: the last-error text C callers read is the contract, so a change
+    /// to how texts are rendered must leave each of these as it is.
+    fn samples() -> Vec<Error> {
+        use crate::cmdlist::CmdListError;
+        use crate::session::ParamInfo;
+        let hal = || HalError::Driver { call: "alloc", status: 0x1f, detail: "NV_ERR_INVALID_DEVICE".into() };
+        let limit = || omega_hal::LimitError::Threads { threads: 2048, max: 1024, sm: (9, 0) };
+        let handle = Handle { index: 3, generation: 7 };
+        let fault = ChannelFault { xid: 31, name: "MMU fault", detail: "at 0x1000".into() };
+        let p = |ordinal, offset, size| ParamInfo { ordinal, offset, size };
+        let load = |e: LoadError| Error::Load(e);
+        let arg = |e: LaunchArgError| Error::LaunchArguments(e);
+        let set = |stage, detail| Error::Setting { stage, detail };
+        vec![
+            Error::Platform(PlatformError::UnknownName("bogus".into())),
+            Error::Platform(PlatformError::NoKernelModule("/proc/driver/nvidia/version: not found".into())),
+            Error::Platform(PlatformError::MissingDeviceFiles("nvidia: /dev/nvidiactl is missing".into())),
+            Error::Platform(PlatformError::Probe(hal())),
+            Error::Platform(PlatformError::NoNvidiaBackend),
+            Error::Platform(PlatformError::NotLinux),
+            Error::Platform(PlatformError::ClaimedByAnotherRuntime { platform: "sim" }),
+            Error::Platform(PlatformError::Table(omega_hal::ctable::TableRefusal {
+                refusal: Refusal::MissingService(omega_hal::Services::POLL),
+                null: Some("OmegaGpuPollService.poll"),
+            })),
+            Error::Refused(Refusal::Overflow),
+            Error::Refused(Refusal::MissingService(omega_hal::Services::LOCK)),
+            Error::Lock("the calling thread does not hold the session lock (take it first)"),
+            Error::LockPinned("a typed lock token (omega::Locked or omega::Latched)"),
+            Error::CloseHook(Stage::Launch),
+            Error::NotCallers { stage: Stage::Free, owner: "a command list's stamp area" },
+            Error::Open(HalError::Injected("open")),
+            Error::NotOpen(Stage::DeviceQuery),
+            Error::Latched(Stage::CmdListCreate),
+            Error::Alloc(HalError::OutOfMemory { bytes: 4096 }),
+            Error::Handle {
+                stage: Stage::Sync,
+                source: omega_hal::HandleError::Stale { index: 1, generation: 2, current: 3 },
+            },
+            Error::Handle { stage: Stage::Free, source: omega_hal::HandleError::Zero },
+            Error::ForeignAddress { stage: Stage::Free, handle, va: 0x2000, live_va: 0x3000 },
+            Error::Sync(HalError::Injected("sync")),
+            Error::Copy { stage: Stage::Read, source: HalError::Lost("gone".into()) },
+            Error::MemInfo(HalError::Unsupported("mem info".into())),
             Error::Submit(hal()),
             Error::CancelledBeforeSubmit,
             Error::CancelledAfterSubmit,
-            Error::Timeout { marker: 0, timeout_ms: 1 },
+            Error::Timeout { marker: 1, timeout_ms: 100 },
             Error::PollRefused(omega_hal::PollRefused::Injected),
-            Error::PanicAfterSubmit("x".into()),
-            Error::ScratchReserved { requested: 2, reserved: 1 },
-            Error::Load(LoadError::NoHostImplementation),
-            Error::Platform(PlatformError::NotLinux),
-            Error::Setting { stage: Stage::SetSpin, detail: SettingError::HookPanicked },
-            Error::Setting { stage: Stage::Keep, detail: SettingError::KeptStale { opened: 1, now: 2 } },
-        ];
-        for e in errors {
-            let text = e.to_string();
-            assert!(text.starts_with(&format!("{}: ", e.stage())), "{text:?} does not begin with {:?}", e.stage());
+            Error::PanicAfterSubmit("boom".into()),
+            Error::Fault(fault.clone()),
+            Error::ScratchReserved { requested: 8192, reserved: 4096 },
+            arg(LaunchArgError::NullLaunch),
+            arg(LaunchArgError::NullArgs),
+            arg(LaunchArgError::ArgCount { n: 33, max: 32 }),
+            arg(LaunchArgError::ZeroThreadsX),
+            arg(LaunchArgError::ZeroGridSide { x: 0, y: 1 }),
+            arg(LaunchArgError::ZeroZ),
+            arg(LaunchArgError::TooManyThreads(2048)),
+            arg(LaunchArgError::SpinTooLong { us: 200_000, max: 100_000 }),
+            arg(LaunchArgError::CodeOutsideBuffer(0x1234)),
+            arg(LaunchArgError::KernelThreads { threads: 512, kernel: "k".into(), max: 256 }),
+            arg(LaunchArgError::TooFewArgs { words: 1, kernel: "k".into(), bytes: 16 }),
+            arg(LaunchArgError::Limit(limit())),
+            arg(LaunchArgError::Registers { given: 300, own: 290, limit: limit() }),
+            arg(LaunchArgError::ArgBlockTooLarge { end: 40_000, max: 32_764 }),
+            arg(LaunchArgError::ArgBytes { bytes: 5000, words: 1250, kernel: "k".into(), max: 4096 }),
+            arg(LaunchArgError::ParamCount { kernel: "k".into(), declared: 3, given: 2 }),
+            arg(LaunchArgError::ParamLayout {
+                kernel: "k".into(),
+                ordinal: 1,
+                size: 8,
+                offset: 8,
+                given_size: 4,
+                given_offset: 4,
+            }),
+            load(LoadError::NoHostImplementation.for_kernel("k")),
+            load(LoadError::Cubin(CubinError::NoSuchKernel { name: "k".into(), known: vec!["a".into(), "b".into()] })),
+            load(LoadError::HostKernelOffSimulator { platform: "nvidia" }),
+            load(LoadError::NoArchitecture { major: 7, minor: 5, device: "T4".into() }),
+            load(LoadError::ClusterShapeMissing),
+            load(LoadError::ParamBase { found: 0x160, arch: "sm_90", expected: 0x210 }),
+            load(LoadError::PrintfUnavailable {
+                missing: Box::new(load(LoadError::PrintfNotBuilt { why: "no nvcc" })),
+            }),
+            load(LoadError::PrintfUnavailable { missing: Box::new(Error::NotOpen(Stage::Printf)) }),
+            load(LoadError::UndefinedSymbol { symbol: "foo".into() }),
+            load(LoadError::NeedsModuleLoad { kernel: "k".into(), symbol: "foo".into() }),
+            load(LoadError::NotBuilt { kernel: "k".into(), why: "ptxas was not found" }),
+            load(LoadError::NoSuchRepositoryKernel("nope".into())),
+            load(LoadError::CodeDoesNotFit { bytes: 9000 }),
+            load(LoadError::BytesDoNotFit { bytes: 9000 }),
+            load(LoadError::EntryOutsideCode { va: 0x4000 }),
+            load(LoadError::CodePastBuffer { bytes: 100, va: 0x4000, left: 50 }),
+            load(LoadError::BankOutsideCode { index: 3, bytes: 64, va: 0x5000 }),
+            load(LoadError::PrintfNotBuilt { why: "no nvcc" }),
+            load(LoadError::PrintfLibrary(CubinError::NoSuchKernel { name: "vprintf".into(), known: vec![] })),
+            load(LoadError::PrintfLibraryHasData),
+            load(LoadError::PrintfLibraryUndefined("malloc".into())),
+            load(LoadError::HandleMismatch {
+                kernel: "k".into(),
+                handle: "K".into(),
+                mismatch: HandleMismatch::Entry("j".into()),
+            }),
+            load(LoadError::HandleMismatch {
+                kernel: "k".into(),
+                handle: "K".into(),
+                mismatch: HandleMismatch::Params { declared: vec![p(0, 0, 8), p(1, 8, 4)], expected: vec![p(0, 0, 8)] },
+            }),
+            set(Stage::Write, SettingError::WriteTooLong { n: 5, len: 4 }),
+            set(Stage::Read, SettingError::ReadTooLong { n: 5, len: 4 }),
+            set(Stage::Write, SettingError::ElementsPast { at: 3, n: 2, len: 4 }),
+            set(Stage::Sync, SettingError::RangePast { offset: 10, len: 5000 }),
+            set(Stage::Write, SettingError::RangePastBytes { offset: 10, len: 5000, bytes: 4096 }),
+            set(Stage::ModuleData, SettingError::NoDataObject("x".into())),
+            set(Stage::ModuleData, SettingError::ConstantObject("x".into())),
+            set(Stage::ModuleData, SettingError::ObjectTooShort { len: 8, name: "x".into(), bytes: 4 }),
+            set(Stage::SimInject, SettingError::NotSimulator("nvidia")),
+            set(Stage::Printf, SettingError::PrintfBufferTooSmall(8)),
+            set(Stage::Printf, SettingError::PrintfBufferExists(4096)),
+            set(Stage::SetPlatform, SettingError::CloseDeviceFirst),
+            set(Stage::OnClose, SettingError::TooManyHooks(8)),
+            set(Stage::SetSpin, SettingError::SpinTooLong { us: 200_000, max: 100_000 }),
+            set(Stage::Alloc, SettingError::ShortChunk { got: 4096, chunk: 65536 }),
+            set(Stage::Alloc, SettingError::ShortAllocation { got: 4096, asked: 8192 }),
+            set(Stage::Scratch, SettingError::ScratchParked),
+            set(Stage::Scratch, SettingError::StaleReservation),
+            set(Stage::Keep, SettingError::KeptStale { opened: 1, now: 2 }),
+            set(Stage::Alloc, SettingError::Null("out")),
+            set(Stage::SetPlatform, SettingError::NotUtf8("name")),
+            set(Stage::CodeAlloc, SettingError::CodeSizeOverflows(99)),
+            set(Stage::CmdListAdd, SettingError::NotALiveList(0x10)),
+            set(Stage::CmdListStamps, SettingError::NullArray { what: "out", max: 4 }),
+            set(Stage::HostAlloc, SettingError::NoHostMemory(64)),
+            set(Stage::HostAlloc, SettingError::HostSizeOverflows { count: 2, size: 3 }),
+            set(Stage::SetPlatform, SettingError::BuiltInName("sim")),
+            set(Stage::SetPlatform, SettingError::BadTableName),
+            set(Stage::SetPlatform, SettingError::NameNotCString),
+            set(Stage::SimInject, SettingError::UnknownFault(99)),
+            set(Stage::Report, SettingError::ReportNotWritten("No space left on device (os error 28)".into())),
+            set(
+                Stage::Check,
+                SettingError::ElementsWrong {
+                    wrong: 2,
+                    of: 8,
+                    first: 3,
+                    got: 1.5f32.to_bits(),
+                    want: 2.0f32.to_bits(),
+                    seed: 7,
+                },
+            ),
+            set(Stage::Bench, SettingError::ReadBackWrong),
+            CmdListError::Full.into(),
+            CmdListError::NoSuchLaunch { index: 5, count: 2 }.into(),
+            CmdListError::BadBarrier(7).into(),
+            CmdListError::Empty.into(),
+            CmdListError::StaleStamps.into(),
+            CmdListError::StaleCode { launch: 1, code_va: 0x6000 }.into(),
+            CmdListError::ListLatched(Stage::CmdListReset).into(),
+            CmdListError::Session(Error::Latched(Stage::CmdListSubmit)).into(),
+        ]
+    }
+
+    /// What each of [`samples`] reads, in order.
+    const TEXTS: &[&str] = &[
+        "platform: unknown platform `bogus` (expected `sim` or `nvidia`)",
+        "platform: nvidia: /proc/driver/nvidia/version: not found",
+        "platform: nvidia: /dev/nvidiactl is missing",
+        "platform: nvidia: driver refused alloc: NV_ERR_INVALID_DEVICE",
+        "platform: nvidia: this build has no nvidia backend (omega was built without its `nvidia` feature)",
+        "platform: nvidia: the open-driver backend exists only on Linux",
+        "platform: this `sim` platform instance belongs to another runtime of this process (one runtime per device: its latch and its buffers are that runtime's); use that runtime, or a platform instance of your own",
+        "platform: OMEGA_GPU_PLAT_MISSING_SERVICE: OMEGA_GPU_SVC_POLL (OmegaGpuPollService.poll is NULL)",
+        "platform: OMEGA_GPU_PLAT_OVERFLOW: range too large",
+        "platform: OMEGA_GPU_PLAT_MISSING_SERVICE: OMEGA_GPU_SVC_LOCK",
+        "lock: the calling thread does not hold the session lock (take it first)",
+        "lock: unlock refused: the lock is pinned by a typed lock token (omega::Locked or omega::Latched) on this thread, which releases it when it ends",
+        "on close: `launch` refused inside an on-close hook (a hook may only release buffers and read state)",
+        "free: the buffer is a command list's stamp area; nothing was released",
+        "open: injected fault: open",
+        "device query: device not open",
+        "cmdlist create: refused, the process is latched after an uncertain completion",
+        "alloc: out of device memory (4096 bytes requested)",
+        "sync: stale handle (index 1, generation 2, slot now at 3)",
+        "free: handle is zero (never issued)",
+        "free: handle (index 3, generation 7) is live but names the buffer at 0x3000, not 0x2000",
+        "sync: injected fault: sync",
+        "read: device lost: gone",
+        "mem info: unsupported: mem info",
+        "launch: submit failed: driver refused alloc: NV_ERR_INVALID_DEVICE",
+        "launch: cancelled before submit",
+        "launch: cancelled after submit; completion uncertain, process latched",
+        "launch: completion timeout: marker 1 not released within 100 ms; process latched",
+        "launch: completion poll refused (sim: injected poll refusal); process latched",
+        "launch: panic after submit (boom); completion uncertain, process latched",
+        "launch: kernel fault: channel error Xid 31 (MMU fault): at 0x1000",
+        "scratch: request of 8192 bytes past the reservation of 4096 bytes",
+        "launch arguments: L is NULL",
+        "launch arguments: args is NULL",
+        "launch arguments: n_args 33 is not in 1..=32",
+        "launch arguments: threads_x is 0",
+        "launch arguments: grid 0x1 has a zero side",
+        "launch arguments: a z dimension of 0",
+        "launch arguments: 2048 threads per block (at most 1024)",
+        "launch arguments: spin_us 200000 is above the maximum of 100000 us (OMEGA_GPU_SESSION_MAX_SPIN_US)",
+        "launch arguments: code_va 0x1234 is not inside a code buffer of this session",
+        "launch arguments: 512 threads per block, kernel `k` allows 256",
+        "launch arguments: 1 argument words, kernel `k` takes 16 bytes of parameters",
+        "launch arguments: 2048 threads per block, sm_90 allows at most 1024",
+        "launch arguments: gpr_count 300 (the kernel's own 290, rounded as the launch declares it: a multiple of 8, at least 64 from C): 2048 threads per block, sm_90 allows at most 1024",
+        "launch arguments: a parameter would end at byte 40000 of the block, past the 32764 bytes any launch can pass",
+        "launch arguments: 5000 bytes of arguments (1250 words) for kernel `k`; the constant bank takes at most 4096 bytes",
+        "launch arguments: kernel `k` takes 3 parameters, the launch gives 2",
+        "launch arguments: kernel `k` parameter 1: declared 8 bytes at offset 8, given 4 bytes at offset 4",
+        "load: kernel `k`: no host implementation is registered with the simulator under that name",
+        "load: no kernel named k in the module (its kernels: a, b)",
+        "load: host kernels run on the simulator only, the platform is nvidia",
+        "load: no architecture entry for sm_75 (T4)",
+        "load: declares an explicit cluster launch without its shape (CTA_PER_CLUSTER); launch-time cluster shapes for such kernels are not supported",
+        "load: parameters at constant-bank offset 0x160, sm_90 expects 0x210",
+        "load: calls `vprintf` (device printf), which is not available: device printf: Omega's printf library (kernels/cuda/lib/printf.cu) was not built: no nvcc",
+        "load: calls `vprintf` (device printf), which is not available: printf: device not open",
+        "load: needs symbol `foo`, which the module does not define and Omega does not provide",
+        "load: kernel `k` needs symbol `foo`, which a single-buffer load cannot provide: load its module with Scope::load_module",
+        "load: kernel `k`: ptxas was not found",
+        "load: no kernel `nope` in kernels/",
+        "load: 9000 bytes of code do not fit the code buffer's CPU view",
+        "load: 9000 bytes do not fit the buffer's CPU view",
+        "load: entry 0x4000 is not inside a code buffer of this session",
+        "load: 100 bytes of code from 0x4000 run past its code buffer (50 bytes left)",
+        "load: constant bank 3 (64 bytes at 0x5000) lies outside the code buffer of its entry",
+        "load: device printf: Omega's printf library (kernels/cuda/lib/printf.cu) was not built: no nvcc",
+        "load: device printf library: no kernel named vprintf in the module (its kernels: )",
+        "load: device printf library: it must have no module data or constant banks",
+        "load: device printf library: undefined symbol malloc",
+        "load: kernel `k` for `K`: the handle was generated for entry `j`",
+        "load: kernel `k` for `K`: the kernel declares 2 parameters [8@0 4@8] (size@offset), the PTX the handle was generated from 1 [8@0]",
+        "write: 5 elements into a buffer of 4",
+        "read: 5 elements from 4",
+        "write: elements 3+2 past a buffer of 4",
+        "sync: range 10+5000 past the buffer",
+        "write: range 10+5000 past the buffer's 4096 bytes",
+        "module data: the module defines no data object `x`",
+        "module data: `x` is __constant__ data, which the GPU reads from the code buffer",
+        "module data: 8 bytes of `x`, which has 4",
+        "sim inject: the installed platform is `nvidia`, not the simulator",
+        "printf: a buffer of 8 bytes (at least 64)",
+        "printf: this session's printf buffer exists (4096 bytes); set the size before the first module calling vprintf loads, or close and reopen",
+        "set platform: close the device first",
+        "on close: at most 8 hooks",
+        "set spin: 200000 us is above the maximum of 100000 us",
+        "alloc: the platform handed out 4096 bytes for a chunk of 65536",
+        "alloc: the platform handed out 4096 bytes for a request of 8192",
+        "scratch: its buffer is parked (freed after the latch) and cannot be used again",
+        "scratch: reserved is set but its buffer holds no reservation (its device was closed since, it was freed, or the field was set by hand): scratch_free it and reserve again",
+        "keep: kept in device open 1, and the device was closed since (open 2 now); its memory went with the close",
+        "alloc: out is NULL",
+        "set platform: name is not UTF-8",
+        "code alloc: code size 99 overflows",
+        "cmdlist add: 0x10 is not a live command list (never created, or freed already)",
+        "cmdlist stamps: out is NULL (max 4)",
+        "host alloc: 64 bytes: no memory, or no platform with the HOST_MEM service",
+        "host alloc: 2 * 3 bytes overflows",
+        "set platform: `sim` is a built-in platform's name; give the table a name of its own",
+        "set platform: a table's name is 1 to 63 printable ASCII characters, no spaces",
+        "set platform: the name is not a C string",
+        "sim inject: unknown fault 99",
+        "report: No space left on device (os error 28)",
+        "check: 2 of 8 elements wrong (first at 3: got 1.5, want 2; seed 7)",
+        "bench: a device-only buffer read back wrong",
+        "cmdlist add: OMEGA_GPU_CMDLIST_FULL: the list already holds 2048 launches",
+        "cmdlist mark independent: launch 5 is not in the list (2 launches)",
+        "cmdlist create: barrier mode 7 is neither OMEGA_GPU_CMDLIST_BARRIER_DEFAULT (0) nor OMEGA_GPU_CMDLIST_BARRIER_NONE (1)",
+        "cmdlist submit: the list is empty",
+        "cmdlist submit: the list's stamp area belongs to a device that was closed since the list was created; create a new list",
+        "cmdlist submit: launch 1: code_va 0x6000 is no longer inside a code buffer of this session (freed since the add?); nothing was submitted",
+        "cmdlist reset: refused, the list is latched after an uncertain completion",
+        "cmdlist submit: refused, the process is latched after an uncertain completion",
+    ];
+
+    #[test]
+    fn every_failure_text_is_the_one_c_callers_read() {
+        let samples = samples();
+        assert_eq!(samples.len(), TEXTS.len());
+        for (e, want) in samples.iter().zip(TEXTS) {
+            assert_eq!(e.to_string(), *want, "{e:?}");
         }
     }
 }

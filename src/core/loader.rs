@@ -211,7 +211,7 @@ impl PreparedModule {
         // An explicit cluster without its shape (`CTA_PER_CLUSTER`) is CUDA's launch-time cluster, which
         // the Rust launch sets; one with it runs in that shape (`KernelMeta::cluster`).
         if k.explicit_cluster && k.cluster_dims.is_none() {
-            return refuse(LoadError::ClusterLaunch { dims: None });
+            return refuse(LoadError::ClusterShapeMissing);
         }
         if k.param_base != self.arch.param_base {
             return refuse(LoadError::ParamBase {

@@ -83,7 +83,7 @@ struct Setup {
 }
 
 fn open_with_buffers(rt: &Runtime) -> Setup {
-    rt.lock();
+    rt.lock().unwrap();
     rt.open().expect("the simulator opens");
     // Past the largest carved size: a platform allocation of its own, so its release (or its parking) shows
     // in the simulator's frees, not only in the memory manager's blocks.
@@ -94,7 +94,7 @@ fn open_with_buffers(rt: &Runtime) -> Setup {
     // simulator's code buffers are coherent: one copy); the image is 19 bytes; nothing else references the
     // buffer yet and no launch is running.
     unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), code.cpu.cast::<u8>(), image.len()) };
-    rt.unlock();
+    rt.unlock().unwrap();
     Setup { data, code }
 }
 
@@ -133,16 +133,16 @@ fn the_session_lock_is_exclusive() {
                 let (rt, cell) = (rt.clone(), cell.clone());
                 thread::spawn(move || {
                     let taken = if i == 0 {
-                        rt.lock();
+                        rt.lock().unwrap();
                         true
                     } else {
-                        rt.try_lock()
+                        rt.try_lock().unwrap()
                     };
                     if taken {
                         assert!(rt.holds_lock());
                         // SAFETY: only touched between lock and unlock of the session lock.
                         cell.with_mut(|p| unsafe { *p += 1 });
-                        rt.unlock();
+                        rt.unlock().unwrap();
                     }
                     taken
                 })
@@ -154,8 +154,8 @@ fn the_session_lock_is_exclusive() {
         assert!(taken >= 1 && !rt.holds_lock());
         seen2.hit(taken as usize - 1);
         // Free again: a new holder gets it at once.
-        assert!(rt.try_lock());
-        rt.unlock();
+        assert!(rt.try_lock().unwrap());
+        rt.unlock().unwrap();
     });
     seen.assert_all(&["try_lock refused while held", "both took it in turn"]);
 }
@@ -174,8 +174,8 @@ fn broken_a_write_after_the_unlock_is_caught() {
             .map(|_| {
                 let (rt, cell) = (rt.clone(), cell.clone());
                 thread::spawn(move || {
-                    rt.lock();
-                    rt.unlock();
+                    rt.lock().unwrap();
+                    rt.unlock().unwrap();
                     // SAFETY: none: this is the bug the model must catch (loom panics before any
                     // unsynchronised access happens for real).
                     cell.with_mut(|p| unsafe { *p += 1 });
@@ -203,10 +203,10 @@ fn nothing_is_released_after_the_latch_free() {
         let launcher = {
             let (rt, sim) = (rt.clone(), sim.clone());
             thread::spawn(move || {
-                rt.lock();
+                rt.lock().unwrap();
                 let r = launch(&rt, &code, 0);
                 let frees_at_latch = sim.stats().frees;
-                rt.unlock();
+                rt.unlock().unwrap();
                 (r, frees_at_latch)
             })
         };
@@ -215,13 +215,13 @@ fn nothing_is_released_after_the_latch_free() {
             thread::spawn(move || {
                 let mut data = data;
                 let h = data.handle;
-                rt.lock();
+                rt.lock().unwrap();
                 let latched = rt.is_blocked();
                 let before = sim.stats().frees;
                 rt.free(&mut data).expect("free or park");
                 let after = sim.stats().frees;
                 let parked = rt.is_parked(h);
-                rt.unlock();
+                rt.unlock().unwrap();
                 (latched, after - before, parked)
             })
         };
@@ -259,9 +259,9 @@ fn nothing_is_released_after_the_latch_close() {
         let launcher = {
             let rt = rt.clone();
             thread::spawn(move || {
-                rt.lock();
+                rt.lock().unwrap();
                 let r = launch(&rt, &code, 0);
-                rt.unlock();
+                rt.unlock().unwrap();
                 r
             })
         };
@@ -306,9 +306,9 @@ fn a_cancel_is_never_lost() {
         let launcher = {
             let rt = rt.clone();
             thread::spawn(move || {
-                rt.lock();
+                rt.lock().unwrap();
                 let r = launch(&rt, &code, 1_000);
-                rt.unlock();
+                rt.unlock().unwrap();
                 r
             })
         };
@@ -324,9 +324,9 @@ fn a_cancel_is_never_lost() {
                 seen2.hit(0);
                 assert_eq!(submissions, 1);
                 assert!(!rt.is_blocked());
-                rt.lock();
+                rt.lock().unwrap();
                 let next = launch(&rt, &code, 1_000);
-                rt.unlock();
+                rt.unlock().unwrap();
                 assert!(matches!(next, Err(Error::CancelledBeforeSubmit)), "cancel lost: {next:?}");
                 assert_eq!(sim.stats().submissions, 1, "the cancelled launch submitted nothing");
             }
@@ -335,9 +335,9 @@ fn a_cancel_is_never_lost() {
                 assert_eq!(submissions, 0);
                 assert!(!rt.is_blocked());
                 // Consumed: the next launch runs.
-                rt.lock();
+                rt.lock().unwrap();
                 assert!(launch(&rt, &code, 1_000).is_ok());
-                rt.unlock();
+                rt.unlock().unwrap();
             }
             Err(Error::CancelledAfterSubmit) => {
                 seen2.hit(2);
@@ -362,11 +362,11 @@ fn open_and_close_are_counted() {
         let user = {
             let rt = rt.clone();
             thread::spawn(move || {
-                rt.lock();
+                rt.lock().unwrap();
                 rt.open().expect("open, or find it open");
                 let mut m = rt.alloc(16).expect("alloc");
                 rt.free(&mut m).expect("free");
-                rt.unlock();
+                rt.unlock().unwrap();
             })
         };
         let closer = {

@@ -40,16 +40,16 @@ pub fn platform_in(installed: &Installed) -> Arc<dyn Platform> {
     installed.platform.clone()
 }
 
-/// Arms `fault` on the simulator behind `rt`. Refused (stage `sim inject`, recorded as the last error)
-/// when no platform installs or the installed one is not the simulator.
+/// Arms `fault` on the simulator behind `rt`. Refused when no platform installs (stage `platform`) or the
+/// installed one is not the simulator (stage `sim inject`).
 pub fn inject(rt: &Runtime, fault: SimFault) -> Result<()> {
-    let installed = rt.installed().or_else(|e| rt.fail(e))?;
+    let installed = rt.installed()?;
     match installed.sim {
         Some(sim) => {
             sim.inject(fault);
             Ok(())
         }
-        None => rt.fail(Error::Setting {
+        None => Err(Error::Setting {
             stage: Stage::SimInject,
             detail: crate::error::SettingError::NotSimulator(installed.name()),
         }),

@@ -1,15 +1,21 @@
-//! The boundary every C call crosses: panics caught, core errors turned into the contract's return codes,
-//! and the one process-wide text buffer that `omega_gpu_session_last_error` points into.
+//! The boundary every C call crosses: panics caught, failures turned into the contract's return codes and
+//! recorded as the process's last error — here, once, for every entry point — and the buffer
+//! `omega_gpu_session_last_error` points into.
+//!
+//! The core records nothing: it returns its [`Error`], and the entry point that called it records that
+//! value's text on the way out ([`entry`] and its shorthands [`status`] and [`or`]). So the last error is
+//! always the failure of the call that returned it, never a text an inner step left behind.
 //!
 //! The panic boundary is rustls-ffi's shape (`ffi_panic_boundary!`), written as a function: a panic must
 //! never unwind into C (that aborts the process), so it becomes the function's failure value and a last
 //! error that names the function.
 
 use core::ffi::{c_char, c_int, CStr};
+use core::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::error::{Error, Stage};
-use crate::session::{runtime, CANCELLED, SCRATCH_RESERVED};
+use crate::error::{Error, SettingError, Stage};
+use crate::session::{CANCELLED, SCRATCH_RESERVED};
 use crate::sync::{self, Mutex};
 
 /// Bytes of the last-error buffer, the terminating NUL included. Longer texts are cut at a character
@@ -47,6 +53,9 @@ impl Default for TextBuffer {
         Self::new()
     }
 }
+
+/// The process's last error: the text of the most recent failure of any C call, "" if none.
+static LAST_ERROR: Mutex<String> = Mutex::new(String::new());
 
 /// The one process-wide buffer `omega_gpu_session_last_error` returns.
 static ERROR_TEXT: TextBuffer = TextBuffer::new();
@@ -95,16 +104,57 @@ impl Default for Keys {
     }
 }
 
+/// Records `e` as the process's last error. The entry points call it through [`entry`]; a library's own
+/// C entry points call it for a failure of theirs that is no [`Error`] (`omega_gpu_session_set_error`
+/// is the same door for a library written in C).
+pub fn record(e: &dyn Display) {
+    let text = e.to_string();
+    *sync::lock(&LAST_ERROR) = text;
+}
+
+/// The process's last error, as `omega_gpu_session_last_error` returns it (before the cut to the C
+/// buffer).
+pub fn last_error() -> String {
+    sync::lock(&LAST_ERROR).clone()
+}
+
 /// Runs `body` for the C function `name`; a panic becomes `fallback`, with the last error
-/// `internal: panic in <name>`.
+/// `internal: panic in <name>`. For the entry points that have no failure of their own to report.
 pub fn guard<T>(name: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(_) => {
-            runtime().set_error(&format_args!("internal: panic in {name}"));
+            record(&format_args!("internal: panic in {name}"));
             fallback
         }
     }
+}
+
+/// Runs `body` for the C function `name`: its failure is recorded as the last error and becomes what
+/// `failed` makes of it; a panic becomes `panicked` (see [`guard`]).
+pub fn entry<T, E: Display>(
+    name: &'static str,
+    panicked: T,
+    failed: impl FnOnce(&E) -> T,
+    body: impl FnOnce() -> Result<T, E>,
+) -> T {
+    guard(name, panicked, || match body() {
+        Ok(v) => v,
+        Err(e) => {
+            record(&e);
+            failed(&e)
+        }
+    })
+}
+
+/// [`entry`] for a function that returns 0 or the contract's code for its failure ([`code`]).
+pub fn status(name: &'static str, body: impl FnOnce() -> crate::Result<()>) -> c_int {
+    entry(name, -1, code, || body().map(|()| 0))
+}
+
+/// [`entry`] for a function whose failure value is fixed (NULL, 0, nothing).
+pub fn or<T: Copy>(name: &'static str, failed: T, body: impl FnOnce() -> crate::Result<T>) -> T {
+    entry(name, failed, |_| failed, body)
 }
 
 /// The contract's return code for a failure: `OMEGA_GPU_SESSION_SCRATCH_RESERVED` (-2) for a request
@@ -117,40 +167,31 @@ pub fn code(e: &Error) -> c_int {
     }
 }
 
-/// 0 for success, else [`code`]. The core already recorded the error text.
-pub fn rc(r: crate::Result<()>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => code(&e),
-    }
+/// The refusal of a NULL argument `what` of a call of `stage`.
+pub fn null(stage: Stage, what: &'static str) -> Error {
+    Error::Setting { stage, detail: SettingError::Null(what) }
 }
 
-/// Records `stage: detail` as the last error and returns -1 (a NULL or out-of-range argument).
-pub fn refuse(stage: Stage, detail: impl Into<String>) -> c_int {
-    runtime().set_error(&Error::Setting { stage, detail: crate::error::SettingError::Text(detail.into()) });
-    -1
-}
-
-/// Copies the runtime's last error into the process-wide buffer and returns a pointer to it.
+/// Copies the last error into the process-wide buffer and returns a pointer to it.
 pub fn last_error_ptr() -> *const c_char {
-    ERROR_TEXT.publish(&runtime().last_error())
+    ERROR_TEXT.publish(&last_error())
 }
 
 /// The longest prefix of a text that fits a C buffer, and the copy into one: the platform table's own
 /// (`omega_hal::ctable`), so every fixed C text is cut the same way.
 pub use crate::core::c_abi::{fit, write_c_text as copy_c_text};
 
-/// Reads a C string argument as UTF-8, or records why not (`stage: <what> is NULL` or not UTF-8).
+/// Reads a C string argument `what` of a call of `stage` as UTF-8, or says why not (NULL, not UTF-8).
 ///
 /// # Safety
 /// - `p` is NULL or points to a NUL-terminated string that stays valid and unchanged during the call.
-pub unsafe fn c_str<'a>(stage: Stage, what: &str, p: *const c_char) -> Result<&'a str, c_int> {
+pub unsafe fn c_str<'a>(stage: Stage, what: &'static str, p: *const c_char) -> Result<&'a str, Error> {
     if p.is_null() {
-        return Err(refuse(stage, format!("{what} is NULL")));
+        return Err(null(stage, what));
     }
     // SAFETY: non-null (checked) and, by the caller's promise, a live NUL-terminated string.
     let s = unsafe { CStr::from_ptr(p) };
-    s.to_str().map_err(|_| refuse(stage, format!("{what} is not UTF-8")))
+    s.to_str().map_err(|_| Error::Setting { stage, detail: SettingError::NotUtf8(what) })
 }
 
 #[cfg(test)]
@@ -163,7 +204,7 @@ mod tests {
         assert_eq!(code(&Error::CancelledBeforeSubmit), -3);
         assert_eq!(code(&Error::CancelledAfterSubmit), -3);
         assert_eq!(code(&Error::LaunchArguments(crate::error::LaunchArgError::NullArgs)), -1);
-        assert_eq!(rc(Ok(())), 0);
+        assert_eq!(status("test", || Ok(())), 0);
     }
 
     #[test]

@@ -19,10 +19,10 @@ use core::ffi::{c_char, c_int};
 use core::ptr;
 use std::collections::BTreeMap;
 
-use super::boundary::{code, guard, refuse, Keys};
+use super::boundary::{guard, null, or, status, Keys};
 use super::engine::static_name;
-use crate::cmdlist::{self as core_list, CmdList, CmdListError, CmdListOpts, CmdListStats};
-use crate::error::{Error, Stage};
+use crate::cmdlist::{self as core_list, CmdList, CmdListOpts, CmdListStats};
+use crate::error::{Error, Result, SettingError, Stage};
 use crate::session::{runtime, RawLaunch};
 use crate::sync::{self, Arc, Mutex};
 
@@ -63,48 +63,32 @@ fn register(list: CmdList<'static>) -> *mut OmegaGpuCmdList {
     ptr::without_provenance_mut(key)
 }
 
-/// The live list `list` names, or the refusal (recorded) of a NULL or unknown pointer.
-fn find(stage: Stage, list: *const OmegaGpuCmdList) -> Result<Shared, c_int> {
+/// The live list `list` names, or the refusal of a NULL or unknown pointer.
+fn find(stage: Stage, list: *const OmegaGpuCmdList) -> Result<Shared> {
     if list.is_null() {
-        return Err(refuse(stage, "list is NULL"));
+        return Err(null(stage, "list"));
     }
-    match sync::lock(&REGISTRY).lists.get(&list.addr()) {
-        Some(l) => Ok(l.clone()),
-        None => Err(unknown(stage, list)),
-    }
+    let found = sync::lock(&REGISTRY).lists.get(&list.addr()).cloned();
+    found.ok_or_else(|| unknown(stage, list))
 }
 
-fn unknown(stage: Stage, list: *const OmegaGpuCmdList) -> c_int {
-    refuse(stage, format!("{list:p} is not a live command list (never created, or freed already)"))
+/// The refusal of a pointer that is not a live list.
+fn unknown(stage: Stage, list: *const OmegaGpuCmdList) -> Error {
+    Error::Setting { stage, detail: SettingError::NotALiveList(list.addr()) }
 }
 
-/// Runs `f` on the live list `list` names under its mutex, or returns the refusal (recorded) of a NULL,
-/// unknown or just freed pointer.
+/// Runs `f` on the live list `list` names under its mutex, or returns the refusal of a NULL, unknown or
+/// just freed pointer.
 fn with_list<R>(
     stage: Stage,
     list: *const OmegaGpuCmdList,
-    f: impl FnOnce(&mut CmdList<'static>) -> R,
-) -> Result<R, c_int> {
+    f: impl FnOnce(&mut CmdList<'static>) -> Result<R>,
+) -> Result<R> {
     let shared = find(stage, list)?;
     let mut guard = sync::lock(&shared);
     match guard.as_mut() {
-        Some(l) => Ok(f(l)),
+        Some(l) => f(l),
         None => Err(unknown(stage, list)),
-    }
-}
-
-/// The contract's return code for a list failure (the core recorded its text).
-fn list_code(e: &CmdListError) -> c_int {
-    match e {
-        CmdListError::Session(e) => code(e),
-        _ => -1,
-    }
-}
-
-fn list_rc<T>(r: Result<T, CmdListError>) -> c_int {
-    match r {
-        Ok(_) => 0,
-        Err(e) => list_code(&e),
     }
 }
 
@@ -120,19 +104,14 @@ fn list_rc<T>(r: Result<T, CmdListError>) -> c_int {
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuCmdList *`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out: *mut *mut OmegaGpuCmdList) -> c_int {
-    guard("omega_gpu_cmdlist_create", -1, || {
+    status("omega_gpu_cmdlist_create", || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable pointer.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::CmdListCreate, "out is NULL") };
+        let out = unsafe { out.as_mut() }.ok_or(null(Stage::CmdListCreate, "out"))?;
         *out = ptr::null_mut();
         // SAFETY: by the caller's promise `opts` is NULL or points to a readable OmegaGpuCmdListOpts.
         let opts = unsafe { opts.as_ref() };
-        match CmdList::create(runtime(), opts) {
-            Ok(list) => {
-                *out = register(list);
-                0
-            }
-            Err(e) => list_code(&e),
-        }
+        *out = register(CmdList::create(runtime(), opts)?);
+        Ok(())
     })
 }
 
@@ -145,18 +124,15 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_create(opts: *const CmdListOpts, out:
 /// stage named (`cmdlist free` for a pointer that is not a live list).
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
-    guard("omega_gpu_cmdlist_free", -1, || {
+    status("omega_gpu_cmdlist_free", || {
         if list.is_null() {
-            return 0;
+            return Ok(());
         }
-        let rt = runtime();
-        if rt.holds_lock() {
-            let e = Error::Lock("cmdlist free takes the session lock itself: call it without the lock");
-            rt.set_error(&e);
-            return code(&e);
+        if runtime().holds_lock() {
+            return Err(Error::Lock("cmdlist free takes the session lock itself: call it without the lock"));
         }
         let Some(shared) = sync::lock(&REGISTRY).lists.remove(&list.addr()) else {
-            return unknown(Stage::CmdListFree, list);
+            return Err(unknown(Stage::CmdListFree, list));
         };
         // Waits for a call on this list that is in progress (calls on one list take turns), then takes the
         // list out, so that the reference that call still holds releases nothing; the list is released here,
@@ -164,10 +140,7 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
         // session lock could otherwise wait for us while we wait for the lock).
         let taken = sync::lock(&shared).take();
         drop(shared);
-        match taken {
-            Some(l) => list_rc(l.free()),
-            None => unknown(Stage::CmdListFree, list),
-        }
+        Ok(taken.ok_or_else(|| unknown(Stage::CmdListFree, list))?.free()?)
     })
 }
 
@@ -176,9 +149,7 @@ pub extern "C" fn omega_gpu_cmdlist_free(list: *mut OmegaGpuCmdList) -> c_int {
 /// `cmdlist reset`). Returns 0 or -1.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
-    guard("omega_gpu_cmdlist_reset", -1, || {
-        with_list(Stage::CmdListReset, list, |l| list_rc(l.reset())).unwrap_or_else(|rc| rc)
-    })
+    status("omega_gpu_cmdlist_reset", || with_list(Stage::CmdListReset, list, |l| Ok(l.reset()?)))
 }
 
 /// EXPERIMENTAL. Launches recorded. 0, with the stage named, for a pointer that is not a live list. No lock
@@ -186,7 +157,7 @@ pub extern "C" fn omega_gpu_cmdlist_reset(list: *mut OmegaGpuCmdList) -> c_int {
 /// list).
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_count(list: *const OmegaGpuCmdList) -> u32 {
-    guard("omega_gpu_cmdlist_count", 0, || with_list(Stage::CmdListCount, list, |l| l.count()).unwrap_or(0))
+    or("omega_gpu_cmdlist_count", 0, || with_list(Stage::CmdListCount, list, |l| Ok(l.count())))
 }
 
 /// EXPERIMENTAL. Records launch `*L` (its argument words are copied) after the checks
@@ -206,38 +177,24 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
     L: *const RawLaunch,
     index_out: *mut u32,
 ) -> c_int {
-    guard("omega_gpu_cmdlist_add", -1, || {
+    status("omega_gpu_cmdlist_add", || {
         let stage = Stage::CmdListAdd;
-        let l = match find(stage, list) {
-            Ok(l) => l,
-            Err(rc) => return rc,
-        };
-        let rt = runtime();
-        if let Err(e) = rt.require_lock(stage) {
-            return code(&e);
-        }
+        let l = find(stage, list)?;
+        runtime().require_lock(stage)?;
         // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
-        let Some(launch) = (unsafe { L.as_ref() }) else {
-            let e = Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch);
-            rt.set_error(&e);
-            return code(&e);
-        };
+        let launch = unsafe { L.as_ref() }.ok_or(Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch))?;
         let mut g = sync::lock(&l);
-        let Some(cl) = g.as_mut() else { return unknown(stage, list) };
+        let cl = g.as_mut().ok_or_else(|| unknown(stage, list))?;
         // SAFETY: by the caller's promise `launch.args` is NULL or points to `launch.n_args` words, read (and
         // copied) during this call only.
         let added = unsafe { cl.add_raw(launch) };
         drop(g);
-        match added {
-            Ok(i) => {
-                // SAFETY: by the caller's promise `index_out` is NULL or points to a writable u32.
-                if let Some(o) = unsafe { index_out.as_mut() } {
-                    *o = i;
-                }
-                0
-            }
-            Err(e) => list_code(&e),
+        let i = added?;
+        // SAFETY: by the caller's promise `index_out` is NULL or points to a writable u32.
+        if let Some(o) = unsafe { index_out.as_mut() } {
+            *o = i;
         }
+        Ok(())
     })
 }
 
@@ -245,8 +202,8 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_add(
 /// `cmdlist mark independent`) for an index the list does not hold and on a latched list. Returns 0 or -1.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList, index: u32) -> c_int {
-    guard("omega_gpu_cmdlist_mark_independent", -1, || {
-        with_list(Stage::CmdListMarkIndependent, list, |l| list_rc(l.mark_independent(index))).unwrap_or_else(|rc| rc)
+    status("omega_gpu_cmdlist_mark_independent", || {
+        with_list(Stage::CmdListMarkIndependent, list, |l| Ok(l.mark_independent(index)?))
     })
 }
 
@@ -264,16 +221,15 @@ pub extern "C" fn omega_gpu_cmdlist_mark_independent(list: *mut OmegaGpuCmdList,
 /// - `stats` is NULL or points to a writable, aligned `OmegaGpuCmdListStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, stats: *mut CmdListStats) -> c_int {
-    guard("omega_gpu_cmdlist_submit", -1, || {
+    status("omega_gpu_cmdlist_submit", || {
         with_list(Stage::CmdListSubmit, list, |l| {
             let r = l.submit();
             // SAFETY: by the caller's promise `stats` is NULL or points to a writable OmegaGpuCmdListStats.
             if let Some(s) = unsafe { stats.as_mut() } {
                 *s = l.stats();
             }
-            list_rc(r)
+            r.map(drop).map_err(Error::from)
         })
-        .unwrap_or_else(|rc| rc)
     })
 }
 
@@ -281,8 +237,8 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_submit(list: *mut OmegaGpuCmdList, st
 /// that is not a live list. A latched list refuses everything but free and the queries. No lock needed.
 #[no_mangle]
 pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> c_int {
-    guard("omega_gpu_cmdlist_is_latched", -1, || {
-        with_list(Stage::CmdListIsLatched, list, |l| c_int::from(l.is_latched())).unwrap_or_else(|rc| rc)
+    or("omega_gpu_cmdlist_is_latched", -1, || {
+        with_list(Stage::CmdListIsLatched, list, |l| Ok(c_int::from(l.is_latched())))
     })
 }
 
@@ -296,15 +252,14 @@ pub extern "C" fn omega_gpu_cmdlist_is_latched(list: *const OmegaGpuCmdList) -> 
 /// - `out` is NULL (refused unless `max` is 0) or points to `max` writable, aligned `uint64_t`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_cmdlist_stamps(list: *const OmegaGpuCmdList, out: *mut u64, max: usize) -> usize {
-    guard("omega_gpu_cmdlist_stamps", 0, || {
+    or("omega_gpu_cmdlist_stamps", 0, || {
         let stage = Stage::CmdListStamps;
         with_list(stage, list, |l| {
             if max == 0 {
-                return 0;
+                return Ok(0);
             }
             if out.is_null() {
-                refuse(stage, format!("out is NULL (max {max})"));
-                return 0;
+                return Err(Error::Setting { stage, detail: SettingError::NullArray { what: "out", max } });
             }
             // At most one stamp per launch of the last submission is written, so the slice is never longer
             // than that (a `max` past what `out` can hold, `SIZE_MAX` say, names no more memory than this).
@@ -312,9 +267,8 @@ pub unsafe extern "C" fn omega_gpu_cmdlist_stamps(list: *const OmegaGpuCmdList, 
             // SAFETY: non-null (checked) and, by the caller's promise, valid for `max >= n` writable u64 that
             // nothing else uses during the call.
             let out = unsafe { core::slice::from_raw_parts_mut(out, n) };
-            l.stamps(out)
+            Ok(l.stamps(out))
         })
-        .unwrap_or(0)
     })
 }
 

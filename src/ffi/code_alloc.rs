@@ -2,8 +2,8 @@
 //! kernel, so every code buffer carries a zero-filled tail after the code, and the whole is rounded up to
 //! the platform's page.
 
-use super::boundary::{guard, refuse};
-use crate::error::Stage;
+use super::boundary::or;
+use crate::error::{Error, SettingError, Stage};
 use crate::session::runtime;
 
 /// Zero-filled bytes after kernel code in every code buffer, at least, for instruction prefetch (a platform
@@ -19,20 +19,10 @@ const _: () = assert!(OMEGA_GPU_CODE_PREFETCH_TAIL == crate::session::CODE_PREFE
 /// total passes `PTRDIFF_MAX`), the sizes `omega_gpu_session_alloc_code` refuses. Any thread, no lock.
 #[no_mangle]
 pub extern "C" fn omega_gpu_code_alloc_bytes(code_size: usize) -> usize {
-    guard("omega_gpu_code_alloc_bytes", 0, || {
-        let bytes = match runtime().alloc_bytes_for(code_size, crate::session::AllocKind::Code) {
-            Ok(b) => b.and_then(|b| usize::try_from(b).ok()),
-            Err(e) => {
-                runtime().set_error(&e);
-                return 0;
-            }
-        };
-        match bytes {
-            Some(b) => b,
-            None => {
-                refuse(Stage::CodeAlloc, format!("code size {code_size} overflows"));
-                0
-            }
-        }
+    or("omega_gpu_code_alloc_bytes", 0, || {
+        let bytes = runtime().alloc_bytes_for(code_size, crate::session::AllocKind::Code)?;
+        let overflows =
+            || Error::Setting { stage: Stage::CodeAlloc, detail: SettingError::CodeSizeOverflows(code_size) };
+        bytes.and_then(|b| usize::try_from(b).ok()).ok_or_else(overflows)
     })
 }

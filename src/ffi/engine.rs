@@ -10,15 +10,14 @@ use core::ffi::{c_char, c_int, CStr};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 
-use super::boundary::{guard, refuse};
+use super::boundary::{entry, guard, null};
 use crate::engine::{
     self, BackendTable, Failure, Job, JobResult, State, Step, TableBackend, Wait, BACKEND_CUSTOM, BACKEND_FAKE,
     BACKEND_SESSION, DEFAULT_WAIT_MS, DETAIL_BYTES, FAILURE_COUNT, JOB_MAX_ELEMENTS, LAUNCH_CANCELLED, LAUNCH_DONE,
     LAUNCH_FAULT, LAUNCH_POLL_REFUSED, LAUNCH_REFUSED, LAUNCH_TIMEOUT, LAYOUT_VECTOR_1D, STATE_COUNT, STEP_COUNT,
     STEP_FAILED, STEP_LATCHED, STEP_OK, WAIT_COUNT,
 };
-use crate::error::Stage;
-use crate::session::runtime;
+use crate::error::{Error, Stage};
 use crate::sync::{self, Mutex};
 
 /// `OmegaGpuJob.layout`: two f32 inputs and one f32 output of `n` elements, `out[i] = a[i] + b[i]`. The
@@ -222,15 +221,28 @@ pub(crate) fn static_name(name: &'static str) -> *const c_char {
     c.as_ptr()
 }
 
-/// Records a failed run as the last error: `engine <step>: <FAILURE NAME>: <what the backend said>`.
-fn record_failure(r: &JobResult) {
-    let name = engine::failure_name(r.failure);
-    let detail = r.detail();
-    let text = match detail.split_once(": ") {
-        Some((stage, rest)) => format!("{stage}: {name}: {rest}"),
-        None => format!("engine: {name}: {detail}"),
-    };
-    runtime().set_error(&text);
+/// Why `omega_gpu_execute` returned -1, as its last error reads.
+enum ExecuteFailed {
+    /// An argument refused before anything ran.
+    Refused(Error),
+    /// A run that ended in its one failure: `engine <step>: <FAILURE NAME>: <what the backend said>`.
+    Run(Box<JobResult>),
+}
+
+impl core::fmt::Display for ExecuteFailed {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ExecuteFailed::Refused(e) => e.fmt(f),
+            ExecuteFailed::Run(r) => {
+                let name = engine::failure_name(r.failure);
+                let detail = r.detail();
+                match detail.split_once(": ") {
+                    Some((stage, rest)) => write!(f, "{stage}: {name}: {rest}"),
+                    None => write!(f, "engine: {name}: {detail}"),
+                }
+            }
+        }
+    }
 }
 
 /// The result of a call whose job pointer was NULL: nothing ran, and the one failure is INVALID_JOB in
@@ -267,24 +279,30 @@ fn null_job_result() -> JobResult {
 ///   busy: it waits forever).
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_execute(job: *const Job<'_>, result: *mut JobResult) -> c_int {
-    guard("omega_gpu_execute", -1, || {
-        // SAFETY: by the caller's promise `result` is NULL or points to a writable OmegaGpuResult.
-        let Some(result) = (unsafe { result.as_mut() }) else { return refuse(Stage::Execute, "result is NULL") };
-        // SAFETY: by the caller's promise `job` is NULL or points to a readable OmegaGpuJob whose memory is
-        // valid as the engine needs it for the duration of this call.
-        let Some(job) = (unsafe { job.as_ref() }) else {
-            *result = null_job_result();
-            return refuse(Stage::Execute, "job is NULL");
-        };
-        let r = engine::execute(job);
-        *result = r;
-        if r.is_success() {
-            0
-        } else {
-            record_failure(&r);
-            -1
-        }
-    })
+    entry(
+        "omega_gpu_execute",
+        -1,
+        |_| -1,
+        || {
+            // SAFETY: by the caller's promise `result` is NULL or points to a writable OmegaGpuResult.
+            let Some(result) = (unsafe { result.as_mut() }) else {
+                return Err(ExecuteFailed::Refused(null(Stage::Execute, "result")));
+            };
+            // SAFETY: by the caller's promise `job` is NULL or points to a readable OmegaGpuJob whose memory is
+            // valid as the engine needs it for the duration of this call.
+            let Some(job) = (unsafe { job.as_ref() }) else {
+                *result = null_job_result();
+                return Err(ExecuteFailed::Refused(null(Stage::Execute, "job")));
+            };
+            let r = engine::execute(job);
+            *result = r;
+            if r.is_success() {
+                Ok(0)
+            } else {
+                Err(ExecuteFailed::Run(Box::new(r)))
+            }
+        },
+    )
 }
 
 /// EXPERIMENTAL. Installs the backend `*backend` (copied; its functions are called with its `ctx`) for every

@@ -9,7 +9,7 @@
 
 use core::ffi::{c_char, c_int};
 
-use super::boundary::{c_str, code, guard, refuse};
+use super::boundary::{c_str, null, status};
 use crate::error::{Error, LoadError, Result, Stage};
 use crate::session::{round_gpr, runtime, GpuMem, KernelMeta};
 
@@ -66,9 +66,10 @@ fn place(
         rt.register_kernel(entry_va, meta)?;
         Ok(k)
     })();
-    if let Err(e) = &placed {
+    if placed.is_err() {
+        // The placement's failure is what the caller hears of; this release of a buffer just allocated
+        // under the lock is not expected to fail, and leaves nothing to release if it does.
         let _ = rt.free(&mut mem);
-        rt.set_error(e);
     }
     placed
 }
@@ -76,7 +77,7 @@ fn place(
 fn load(name: &str) -> Result<OmegaGpuKernel> {
     let rt = runtime();
     rt.require_lock(Stage::Load)?;
-    let prepared = crate::loader::prepare_named(name).or_else(|e| rt.fail(e))?;
+    let prepared = crate::loader::prepare_named(name)?;
     place(prepared.image_bytes, |va| prepared.relocate(va), prepared.entry_offset, |va| prepared.meta_at(va))
 }
 
@@ -92,21 +93,13 @@ fn load(name: &str) -> Result<OmegaGpuKernel> {
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuKernel`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_kernel_load(name: *const c_char, out: *mut OmegaGpuKernel) -> c_int {
-    guard("omega_gpu_kernel_load", -1, || {
+    status("omega_gpu_kernel_load", || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuKernel.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::Load, "out is NULL") };
+        let out = unsafe { out.as_mut() }.ok_or(null(Stage::Load, "out"))?;
         *out = OmegaGpuKernel::default();
         // SAFETY: forwarded from the caller.
-        let name = match unsafe { c_str(Stage::Load, "name", name) } {
-            Ok(n) => n,
-            Err(rc) => return rc,
-        };
-        match load(name) {
-            Ok(k) => {
-                *out = k;
-                0
-            }
-            Err(e) => code(&e),
-        }
+        let name = unsafe { c_str(Stage::Load, "name", name) }?;
+        *out = load(name)?;
+        Ok(())
     })
 }

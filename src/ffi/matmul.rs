@@ -374,7 +374,7 @@ fn stage_code(stage: Stage) -> u32 {
 /// Records `text` as the library's last error and the session's.
 fn record(text: &dyn std::fmt::Display) {
     let s = text.to_string();
-    runtime().set_error(&s);
+    super::boundary::record(&s);
     *sync::lock(&LAST_ERROR) = s;
 }
 

@@ -5,8 +5,9 @@
 //!
 //! 1. **No logic of its own.** Every check the contract describes (the lock, the latch, handles, launch
 //!    arguments) lives once in the runtime core; a function here converts pointers to references, calls
-//!    the core, and turns its [`crate::Error`] into the contract's return value. The core's error text is
-//!    what `omega_gpu_session_last_error` returns, so a C caller and a Rust caller read the same stage.
+//!    the core, and hands its `Result` to [`boundary`], which turns a [`crate::Error`] into the contract's
+//!    return value and records its text, once, as what `omega_gpu_session_last_error` returns. The core
+//!    records nothing; the text is the `Error`'s own, so a C caller reads the stage a Rust caller holds.
 //! 2. **One module per header.** `runtime_api.rs` is `omega_runtime_api.h`, `session.rs` is
 //!    `omega_gpu_session.h`, and so on; `tools/headers.list` names each header's sources and
 //!    `tools/gen_headers.sh` runs a pinned cbindgen over them. The headers are committed and CI regenerates

@@ -21,8 +21,8 @@ use crate::core::c_abi::{
 use crate::platform::TableInstallError;
 use crate::testing::SimFault;
 
-use super::boundary::{code, guard, refuse};
-use crate::error::{Error, Stage};
+use super::boundary::{code, entry, guard, null, status};
+use crate::error::{Error, PlatformError, Result, SettingError, Stage};
 use crate::session::runtime;
 use crate::sync::{self, Mutex};
 
@@ -260,10 +260,17 @@ pub extern "C" fn omega_gpu_platform_sim() -> OmegaGpuPlatform {
     })
 }
 
-/// Records a table's refusal (stage `platform`) and returns its code.
-fn refused(r: TableRefusal) -> c_int {
-    runtime().set_error(&Error::Platform(crate::error::PlatformError::Table(r)));
-    r.refusal.code()
+/// A table's refusal (stage `platform`).
+fn refused(r: TableRefusal) -> Error {
+    Error::Platform(PlatformError::Table(r))
+}
+
+/// What a check returns for its failure: a table's refusal its code, anything else (a NULL argument) -1.
+fn check_code(e: &Error) -> c_int {
+    match e {
+        Error::Platform(PlatformError::Table(r)) => r.refusal.code(),
+        other => code(other),
+    }
 }
 
 /// The services named by `bits`, or the refusal of a bit no service has.
@@ -282,13 +289,13 @@ fn services(bits: u32) -> Result<Services, TableRefusal> {
 ///   none of them needs to be one that returns normally for this call: only the table's fields are read.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
-    guard("omega_gpu_platform_negotiate", -1, || {
+    entry("omega_gpu_platform_negotiate", -1, check_code, || {
         // SAFETY: by the caller's promise `p` is NULL or readable.
-        let Some(p) = (unsafe { p.as_ref() }) else { return refuse(Stage::PlatformNegotiate, "p is NULL") };
-        match services(needed).and_then(|s| negotiate(&ctable::caps_of(p), s).map_err(TableRefusal::from)) {
-            Ok(()) => 0,
-            Err(r) => refused(r),
-        }
+        let p = unsafe { p.as_ref() }.ok_or(null(Stage::PlatformNegotiate, "p"))?;
+        services(needed)
+            .and_then(|s| negotiate(&ctable::caps_of(p), s).map_err(TableRefusal::from))
+            .map_err(refused)?;
+        Ok(0)
     })
 }
 
@@ -304,13 +311,11 @@ pub unsafe extern "C" fn omega_gpu_platform_negotiate(p: *const OmegaGpuPlatform
 ///   only has to be there), so none of them needs to be one that returns normally for this call.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_check_for(p: *const OmegaGpuPlatform, needed: u32) -> c_int {
-    guard("omega_gpu_platform_check_for", -1, || {
+    entry("omega_gpu_platform_check_for", -1, check_code, || {
         // SAFETY: by the caller's promise `p` is NULL or readable.
-        let Some(p) = (unsafe { p.as_ref() }) else { return refuse(Stage::PlatformCheck, "p is NULL") };
-        match services(needed).and_then(|s| ctable::check_for(p, s)) {
-            Ok(()) => 0,
-            Err(r) => refused(r),
-        }
+        let p = unsafe { p.as_ref() }.ok_or(null(Stage::PlatformCheck, "p"))?;
+        services(needed).and_then(|s| ctable::check_for(p, s)).map_err(refused)?;
+        Ok(0)
     })
 }
 
@@ -337,13 +342,11 @@ pub unsafe extern "C" fn omega_gpu_platform_check(p: *const OmegaGpuPlatform) ->
 /// - `d` is NULL or points to a readable, aligned `OmegaGpuBufferDesc`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_platform_check_buffer(d: *const OmegaGpuBufferDesc) -> c_int {
-    guard("omega_gpu_platform_check_buffer", -1, || {
+    entry("omega_gpu_platform_check_buffer", -1, check_code, || {
         // SAFETY: by the caller's promise `d` is NULL or readable.
-        let Some(d) = (unsafe { d.as_ref() }) else { return refuse(Stage::PlatformCheck, "d is NULL") };
-        match d.to_hal() {
-            Ok(_) => 0,
-            Err(r) => refused(r.into()),
-        }
+        let d = unsafe { d.as_ref() }.ok_or(null(Stage::PlatformCheck, "d"))?;
+        d.to_hal().map_err(|r| refused(r.into()))?;
+        Ok(0)
     })
 }
 
@@ -375,27 +378,23 @@ pub(crate) fn table_name(name: &str) -> Option<*const c_char> {
 ///
 /// # Safety
 /// - `*table` keeps the rules of `OmegaGpuPlatform`'s Safety section for as long as it stays installed.
-pub(crate) unsafe fn install_table(name: &str, table: &OmegaGpuPlatform) -> c_int {
-    if name == "sim" || name == "nvidia" {
-        return refuse(
-            Stage::SetPlatform,
-            format!("`{name}` is a built-in platform's name; give the table a name of its own"),
-        );
+pub(crate) unsafe fn install_table(name: &str, table: &OmegaGpuPlatform) -> Result<()> {
+    let refuse = |detail| Err(Error::Setting { stage: Stage::SetPlatform, detail });
+    match name {
+        "sim" => return refuse(SettingError::BuiltInName("sim")),
+        "nvidia" => return refuse(SettingError::BuiltInName("nvidia")),
+        _ => {}
     }
     if name.is_empty() || name.len() > 63 || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return refuse(Stage::SetPlatform, "a table's name is 1 to 63 printable ASCII characters, no spaces");
+        return refuse(SettingError::BadTableName);
     }
-    let Some(cname) = intern(name) else { return refuse(Stage::SetPlatform, "the name is not a C string") };
+    let Some(cname) = intern(name) else { return refuse(SettingError::NameNotCString) };
     let name: &'static str = cname.to_str().expect("checked ASCII above");
     // SAFETY: forwarded from the caller (the table keeps its Safety section while installed).
-    match unsafe { crate::platform::install_table(runtime(), table, name) } {
-        Ok(()) => 0,
-        Err(TableInstallError::Table(r)) => {
-            refused(r);
-            -1
-        }
-        Err(TableInstallError::Install(e)) => code(&e),
-    }
+    unsafe { crate::platform::install_table(runtime(), table, name) }.map_err(|e| match e {
+        TableInstallError::Table(r) => refused(r),
+        TableInstallError::Install(e) => e,
+    })
 }
 
 // ----- the handle table ----------------------------------------------------------------------------------
@@ -524,7 +523,7 @@ pub unsafe extern "C" fn omega_gpu_handles_close(
 /// simulator's own state.
 #[no_mangle]
 pub extern "C" fn omega_gpu_sim_inject(fault: c_int) -> c_int {
-    guard("omega_gpu_sim_inject", -1, || {
+    status("omega_gpu_sim_inject", || {
         let f = match fault {
             OMEGA_GPU_SIM_FAULT_HANG => SimFault::Hang,
             OMEGA_GPU_SIM_FAULT_REFUSE_POLL => SimFault::RefusePoll,
@@ -532,12 +531,9 @@ pub extern "C" fn omega_gpu_sim_inject(fault: c_int) -> c_int {
             OMEGA_GPU_SIM_FAULT_KERNEL_FAULT => SimFault::KernelFault(31),
             OMEGA_GPU_SIM_FAULT_FAIL_OPEN => SimFault::FailOpen("injected open failure".into()),
             OMEGA_GPU_SIM_FAULT_FAIL_SYNC => SimFault::FailSync,
-            other => return refuse(Stage::SimInject, format!("unknown fault {other}")),
+            other => return Err(Error::Setting { stage: Stage::SimInject, detail: SettingError::UnknownFault(other) }),
         };
-        match crate::testing::inject(runtime(), f) {
-            Ok(()) => 0,
-            Err(_) => -1,
-        }
+        crate::testing::inject(runtime(), f)
     })
 }
 

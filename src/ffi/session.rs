@@ -9,8 +9,8 @@ use core::ptr;
 
 use crate::core::c_abi::{Handle, OmegaGpuPlatform};
 
-use super::boundary::{c_str, code, guard, last_error_ptr, rc, refuse};
-use crate::error::{Error, Stage};
+use super::boundary::{c_str, guard, last_error_ptr, null, or, record, status};
+use crate::error::{Error, Result, SettingError, Stage};
 use crate::platform::PlatformKind;
 use crate::session::{runtime, AllocStats, GpuMem, LaunchSpec, MemInfo, ParkStats, RawLaunch, Scratch};
 use crate::sync::{self, Mutex};
@@ -102,7 +102,7 @@ unsafe impl Send for CHook {}
 /// `platform` and the reason (as do the unlock, close and every call after it that needs the lock).
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_lock() {
-    guard("omega_gpu_session_lock", (), || runtime().lock())
+    or("omega_gpu_session_lock", (), || runtime().lock())
 }
 
 /// STABLE. Releases the session lock. From a thread that does not hold it: refused (stage `lock`), the
@@ -112,7 +112,7 @@ pub extern "C" fn omega_gpu_session_lock() {
 /// it), inside an on-close hook, and under a Rust lock token.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_unlock() {
-    guard("omega_gpu_session_unlock", (), || runtime().unlock())
+    or("omega_gpu_session_unlock", (), || runtime().unlock())
 }
 
 // ----- open / close --------------------------------------------------------------------------------------
@@ -123,11 +123,9 @@ pub extern "C" fn omega_gpu_session_unlock() {
 /// is in `omega_gpu_session_last_error()`, with the driver's own text for a driver refusal.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_open() -> *mut OmegaGpuSession {
-    guard("omega_gpu_session_open", ptr::null_mut(), || {
+    or("omega_gpu_session_open", ptr::null_mut(), || {
         let rt = runtime();
-        if rt.open().is_err() {
-            return ptr::null_mut();
-        }
+        rt.open()?;
         let launch_buffer = sync::lock(&rt.session)
             .markers
             .map(|(handle, a)| GpuMem {
@@ -142,7 +140,7 @@ pub extern "C" fn omega_gpu_session_open() -> *mut OmegaGpuSession {
         cell.0 = OmegaGpuSession { launch_buffer, open_count: rt.open_count(), reserved: 0 };
         // The cell is a static, so the pointer outlives the guard. Only a caller holding the session lock
         // gets here (open checked it), so no other open rewrites the cell while that caller reads it.
-        &mut cell.0 as *mut OmegaGpuSession
+        Ok(&mut cell.0 as *mut OmegaGpuSession)
     })
 }
 
@@ -167,9 +165,7 @@ pub extern "C" fn omega_gpu_session_is_blocked() -> c_int {
 /// the device closed all the same).
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_close() {
-    guard("omega_gpu_session_close", (), || {
-        let _ = runtime().close();
-    })
+    or("omega_gpu_session_close", (), || runtime().close())
 }
 
 /// STABLE. Device opens so far in this process (a persistent session shows 1). Any thread.
@@ -185,7 +181,7 @@ pub extern "C" fn omega_gpu_session_open_count() -> u32 {
 /// (stage `set spin`, setting unchanged) above `OMEGA_GPU_SESSION_MAX_SPIN_US`. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_set_spin_us(us: u32) -> c_int {
-    guard("omega_gpu_session_set_spin_us", -1, || rc(runtime().set_spin_us(us)))
+    status("omega_gpu_session_set_spin_us", || runtime().set_spin_us(us))
 }
 
 /// STABLE. The process-wide spin window set by `omega_gpu_session_set_spin_us`. Any thread.
@@ -200,19 +196,12 @@ pub extern "C" fn omega_gpu_session_spin_us() -> u32 {
 ///
 /// # Safety
 /// - `out` is NULL or points to a writable, aligned `OmegaGpuMem`.
-unsafe fn alloc_into(stage: Stage, out: *mut GpuMem, alloc: impl FnOnce() -> crate::Result<GpuMem>) -> c_int {
+unsafe fn alloc_into(stage: Stage, out: *mut GpuMem, alloc: impl FnOnce() -> Result<GpuMem>) -> Result<()> {
     // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMem.
-    let Some(out) = (unsafe { out.as_mut() }) else { return refuse(stage, "out is NULL") };
-    match alloc() {
-        Ok(m) => {
-            *out = m;
-            0
-        }
-        Err(e) => {
-            *out = GpuMem::NONE;
-            code(&e)
-        }
-    }
+    let out = unsafe { out.as_mut() }.ok_or(null(stage, "out"))?;
+    *out = GpuMem::NONE;
+    *out = alloc()?;
+    Ok(())
 }
 
 /// STABLE. A GPU-uncached DATA buffer of at least `bytes` bytes (rounded up to a page; 0 gets one page),
@@ -226,7 +215,7 @@ unsafe fn alloc_into(stage: Stage, out: *mut GpuMem, alloc: impl FnOnce() -> cra
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
-    guard("omega_gpu_session_alloc", -1, || unsafe { alloc_into(Stage::Alloc, out, || runtime().alloc(bytes)) })
+    status("omega_gpu_session_alloc", || unsafe { alloc_into(Stage::Alloc, out, || runtime().alloc(bytes)) })
 }
 
 /// STABLE. A CODE buffer (CPU writes, GPU executes, GPU never writes) for `code_size` bytes plus the
@@ -241,7 +230,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc(bytes: usize, out: *mut GpuMem)
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
-    guard("omega_gpu_session_alloc_code", -1, || unsafe {
+    status("omega_gpu_session_alloc_code", || unsafe {
         alloc_into(Stage::Alloc, out, || runtime().alloc_code(code_size))
     })
 }
@@ -255,7 +244,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_code(code_size: usize, out: *mu
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
-    guard("omega_gpu_session_alloc_cached", -1, || unsafe {
+    status("omega_gpu_session_alloc_cached", || unsafe {
         alloc_into(Stage::Alloc, out, || runtime().alloc_cached(bytes))
     })
 }
@@ -271,7 +260,7 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_cached(bytes: usize, out: *mut 
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_device(bytes: usize, out: *mut GpuMem) -> c_int {
     // SAFETY: forwarded from the caller.
-    guard("omega_gpu_session_alloc_device", -1, || unsafe {
+    status("omega_gpu_session_alloc_device", || unsafe {
         alloc_into(Stage::Alloc, out, || runtime().alloc_device(bytes))
     })
 }
@@ -290,16 +279,10 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_device(bytes: usize, out: *mut 
 /// - `m` is NULL (refused) or points to a writable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
-    guard("omega_gpu_session_free", (), || {
+    or("omega_gpu_session_free", (), || {
         // SAFETY: by the caller's promise `m` is NULL or points to a writable OmegaGpuMem.
-        match unsafe { m.as_mut() } {
-            Some(m) => {
-                let _ = runtime().free(m);
-            }
-            None => {
-                refuse(Stage::Free, "m is NULL");
-            }
-        }
+        let m = unsafe { m.as_mut() }.ok_or(null(Stage::Free, "m"))?;
+        runtime().free(m)
     })
 }
 
@@ -311,12 +294,10 @@ pub unsafe extern "C" fn omega_gpu_session_free(m: *mut GpuMem) {
 /// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_int {
-    guard("omega_gpu_session_sync_to_gpu", -1, || {
+    status("omega_gpu_session_sync_to_gpu", || {
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
-        match unsafe { m.as_ref() } {
-            Some(m) => rc(runtime().sync_to_gpu(m)),
-            None => refuse(Stage::Sync, "m is NULL"),
-        }
+        let m = unsafe { m.as_ref() }.ok_or(null(Stage::Sync, "m"))?;
+        runtime().sync_to_gpu(m)
     })
 }
 
@@ -327,12 +308,10 @@ pub unsafe extern "C" fn omega_gpu_session_sync_to_gpu(m: *const GpuMem) -> c_in
 /// - `m` is NULL (refused) or points to a readable, aligned `OmegaGpuMem`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_sync_to_cpu(m: *const GpuMem) -> c_int {
-    guard("omega_gpu_session_sync_to_cpu", -1, || {
+    status("omega_gpu_session_sync_to_cpu", || {
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
-        match unsafe { m.as_ref() } {
-            Some(m) => rc(runtime().sync_to_cpu(m)),
-            None => refuse(Stage::Sync, "m is NULL"),
-        }
+        let m = unsafe { m.as_ref() }.ok_or(null(Stage::Sync, "m"))?;
+        runtime().sync_to_cpu(m)
     })
 }
 
@@ -353,17 +332,17 @@ pub unsafe extern "C" fn omega_gpu_session_write(
     src: *const c_void,
     bytes: usize,
 ) -> c_int {
-    guard("omega_gpu_session_write", -1, || {
+    status("omega_gpu_session_write", || {
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
-        let Some(m) = (unsafe { m.as_ref() }) else { return refuse(Stage::Write, "m is NULL") };
+        let m = unsafe { m.as_ref() }.ok_or(null(Stage::Write, "m"))?;
         let src: &[u8] = match (src.is_null(), bytes) {
             (_, 0) => &[],
-            (true, _) => return refuse(Stage::Write, "src is NULL"),
+            (true, _) => return Err(null(Stage::Write, "src")),
             // SAFETY: by the caller's promise `src` points to `bytes` readable bytes; a buffer's views are
             // handed out only as raw pointers, so no Rust reference aliases them while this slice lives.
             (false, n) => unsafe { core::slice::from_raw_parts(src.cast::<u8>(), n) },
         };
-        rc(runtime().write(m, offset, src))
+        runtime().write(m, offset, src)
     })
 }
 
@@ -382,17 +361,17 @@ pub unsafe extern "C" fn omega_gpu_session_read(
     dst: *mut c_void,
     bytes: usize,
 ) -> c_int {
-    guard("omega_gpu_session_read", -1, || {
+    status("omega_gpu_session_read", || {
         // SAFETY: by the caller's promise `m` is NULL or points to a readable OmegaGpuMem.
-        let Some(m) = (unsafe { m.as_ref() }) else { return refuse(Stage::Read, "m is NULL") };
+        let m = unsafe { m.as_ref() }.ok_or(null(Stage::Read, "m"))?;
         let dst: &mut [u8] = match (dst.is_null(), bytes) {
             (_, 0) => &mut [],
-            (true, _) => return refuse(Stage::Read, "dst is NULL"),
+            (true, _) => return Err(null(Stage::Read, "dst")),
             // SAFETY: by the caller's promise `dst` points to `bytes` writable bytes no one else touches
             // during the call; a buffer's views are raw pointers only, so nothing aliases this slice.
             (false, n) => unsafe { core::slice::from_raw_parts_mut(dst.cast::<u8>(), n) },
         };
-        rc(runtime().read(m, offset, dst))
+        runtime().read(m, offset, dst)
     })
 }
 
@@ -409,12 +388,10 @@ pub unsafe extern "C" fn omega_gpu_session_read(
 ///   changed by these calls.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize) -> c_int {
-    guard("omega_gpu_session_scratch", -1, || {
+    status("omega_gpu_session_scratch", || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
-        match unsafe { s.as_mut() } {
-            Some(s) => rc(runtime().scratch(s, bytes)),
-            None => refuse(Stage::Scratch, "s is NULL"),
-        }
+        let s = unsafe { s.as_mut() }.ok_or(null(Stage::Scratch, "s"))?;
+        runtime().scratch(s, bytes)
     })
 }
 
@@ -426,16 +403,10 @@ pub unsafe extern "C" fn omega_gpu_session_scratch(s: *mut Scratch, bytes: usize
 /// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
-    guard("omega_gpu_session_scratch_free", (), || {
+    or("omega_gpu_session_scratch_free", (), || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
-        match unsafe { s.as_mut() } {
-            Some(s) => {
-                let _ = runtime().scratch_free(s);
-            }
-            None => {
-                refuse(Stage::Scratch, "s is NULL");
-            }
-        }
+        let s = unsafe { s.as_mut() }.ok_or(null(Stage::Scratch, "s"))?;
+        runtime().scratch_free(s)
     })
 }
 
@@ -449,12 +420,10 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_free(s: *mut Scratch) {
 ///   these calls.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, bytes: usize) -> c_int {
-    guard("omega_gpu_session_scratch_reserve", -1, || {
+    status("omega_gpu_session_scratch_reserve", || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
-        match unsafe { s.as_mut() } {
-            Some(s) => rc(runtime().scratch_reserve(s, bytes)),
-            None => refuse(Stage::Scratch, "s is NULL"),
-        }
+        let s = unsafe { s.as_mut() }.ok_or(null(Stage::Scratch, "s"))?;
+        runtime().scratch_reserve(s, bytes)
     })
 }
 
@@ -465,16 +434,10 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_reserve(s: *mut Scratch, byte
 /// - `s` is NULL (refused) or points to a writable, aligned `OmegaGpuScratch`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
-    guard("omega_gpu_session_scratch_unreserve", (), || {
+    or("omega_gpu_session_scratch_unreserve", (), || {
         // SAFETY: by the caller's promise `s` is NULL or points to a writable OmegaGpuScratch.
-        match unsafe { s.as_mut() } {
-            Some(s) => {
-                let _ = runtime().scratch_unreserve(s);
-            }
-            None => {
-                refuse(Stage::Scratch, "s is NULL");
-            }
-        }
+        let s = unsafe { s.as_mut() }.ok_or(null(Stage::Scratch, "s"))?;
+        runtime().scratch_unreserve(s)
     })
 }
 
@@ -484,14 +447,11 @@ pub unsafe extern "C" fn omega_gpu_session_scratch_unreserve(s: *mut Scratch) {
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuAllocStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
-    guard("omega_gpu_session_alloc_stats", (), || {
+    or("omega_gpu_session_alloc_stats", (), || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuAllocStats.
-        match unsafe { out.as_mut() } {
-            Some(out) => *out = runtime().alloc_stats(),
-            None => {
-                refuse(Stage::AllocStats, "out is NULL");
-            }
-        }
+        let out = unsafe { out.as_mut() }.ok_or(null(Stage::AllocStats, "out"))?;
+        *out = runtime().alloc_stats();
+        Ok(())
     })
 }
 
@@ -504,19 +464,12 @@ pub unsafe extern "C" fn omega_gpu_session_alloc_stats(out: *mut AllocStats) {
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuMemInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_mem_info(out: *mut MemInfo) -> c_int {
-    guard("omega_gpu_session_mem_info", -1, || {
+    status("omega_gpu_session_mem_info", || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuMemInfo.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::MemInfo, "out is NULL") };
-        match runtime().mem_info() {
-            Ok(m) => {
-                *out = m;
-                0
-            }
-            Err(e) => {
-                *out = MemInfo::default();
-                code(&e)
-            }
-        }
+        let out = unsafe { out.as_mut() }.ok_or(null(Stage::MemInfo, "out"))?;
+        *out = MemInfo::default();
+        *out = runtime().mem_info()?;
+        Ok(())
     })
 }
 
@@ -540,47 +493,29 @@ pub unsafe extern "C" fn omega_gpu_session_launch(
     elapsed_ns: *mut u64,
     marker_out: *mut u32,
 ) -> c_int {
-    guard("omega_gpu_session_launch", -1, || {
+    status("omega_gpu_session_launch", || {
         let rt = runtime();
         // The core's order: the lock, then the latch, then the arguments.
-        if let Err(e) = rt.require_lock(Stage::Launch) {
-            return code(&e);
-        }
+        rt.require_lock(Stage::Launch)?;
         if rt.is_blocked() {
-            let e = Error::Latched(Stage::Launch);
-            rt.set_error(&e);
-            return code(&e);
+            return Err(Error::Latched(Stage::Launch));
         }
         // SAFETY: by the caller's promise `L` is NULL or points to a readable OmegaGpuLaunch.
-        let Some(l) = (unsafe { L.as_ref() }) else {
-            let e = Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch);
-            rt.set_error(&e);
-            return code(&e);
-        };
+        let l = unsafe { L.as_ref() }.ok_or(Error::LaunchArguments(crate::error::LaunchArgError::NullLaunch))?;
         // SAFETY: by the caller's promise `l.args` is NULL or points to `l.n_args` words, valid for this
         // call (the spec does not outlive it).
-        let spec = match unsafe { LaunchSpec::from_raw(l) } {
-            Ok(s) => s,
-            Err(e) => {
-                rt.set_error(&e);
-                return code(&e);
+        let spec = unsafe { LaunchSpec::from_raw(l) }?;
+        let c = rt.launch(&spec)?;
+        // SAFETY: by the caller's promise each is NULL or points to a writable object of its type.
+        unsafe {
+            if let Some(e) = elapsed_ns.as_mut() {
+                *e = e.wrapping_add(c.elapsed_ns);
             }
-        };
-        match rt.launch(&spec) {
-            Ok(c) => {
-                // SAFETY: by the caller's promise each is NULL or points to a writable object of its type.
-                unsafe {
-                    if let Some(e) = elapsed_ns.as_mut() {
-                        *e = e.wrapping_add(c.elapsed_ns);
-                    }
-                    if let Some(m) = marker_out.as_mut() {
-                        *m = c.marker;
-                    }
-                }
-                0
+            if let Some(m) = marker_out.as_mut() {
+                *m = c.marker;
             }
-            Err(e) => code(&e),
         }
+        Ok(())
     })
 }
 
@@ -612,14 +547,11 @@ pub extern "C" fn omega_gpu_session_last_error() -> *const c_char {
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuParkStats`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_parked(out: *mut ParkStats) {
-    guard("omega_gpu_session_parked", (), || {
+    or("omega_gpu_session_parked", (), || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuParkStats.
-        match unsafe { out.as_mut() } {
-            Some(out) => *out = runtime().parked(),
-            None => {
-                refuse(Stage::Parked, "out is NULL");
-            }
-        }
+        let out = unsafe { out.as_mut() }.ok_or(null(Stage::Parked, "out"))?;
+        *out = runtime().parked();
+        Ok(())
     })
 }
 
@@ -650,25 +582,15 @@ pub extern "C" fn omega_gpu_session_is_parked(h: Handle) -> c_int {
 ///   be called from any thread.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char, table: *const OmegaGpuPlatform) -> c_int {
-    guard("omega_gpu_session_set_platform", -1, || {
+    status("omega_gpu_session_set_platform", || {
         // SAFETY: forwarded from the caller.
-        let name = match unsafe { c_str(Stage::SetPlatform, "name", name) } {
-            Ok(n) => n,
-            Err(rc) => return rc,
-        };
+        let name = unsafe { c_str(Stage::SetPlatform, "name", name) }?;
         // SAFETY: by the caller's promise `table` is NULL or readable.
         if let Some(table) = unsafe { table.as_ref() } {
             // SAFETY: forwarded from the caller.
             return unsafe { super::platform::install_table(name, table) };
         }
-        let rt = runtime();
-        match PlatformKind::parse(name) {
-            Ok(kind) => rc(rt.set_platform(kind)),
-            Err(e) => {
-                rt.set_error(&e);
-                code(&e)
-            }
-        }
+        runtime().set_platform(PlatformKind::parse(name)?)
     })
 }
 
@@ -678,16 +600,12 @@ pub unsafe extern "C" fn omega_gpu_session_set_platform(name: *const c_char, tab
 /// is static. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_session_platform() -> *const c_char {
-    guard("omega_gpu_session_platform", ptr::null(), || match runtime().installed() {
-        Ok(i) => match i.name() {
+    or("omega_gpu_session_platform", ptr::null(), || {
+        Ok(match runtime().installed()?.name() {
             "sim" => c"sim".as_ptr(),
             "nvidia" => c"nvidia".as_ptr(),
             other => super::platform::table_name(other).unwrap_or(c"unknown".as_ptr()),
-        },
-        Err(e) => {
-            runtime().set_error(&e);
-            ptr::null()
-        }
+        })
     })
 }
 
@@ -728,46 +646,40 @@ pub extern "C" fn omega_gpu_session_now_ns() -> u64 {
 /// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDeviceInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_device_query(out: *mut OmegaGpuDeviceInfo) -> c_int {
-    guard("omega_gpu_device_query", -1, || {
+    status("omega_gpu_device_query", || {
         // SAFETY: by the caller's promise `out` is NULL or points to a writable OmegaGpuDeviceInfo.
-        let Some(out) = (unsafe { out.as_mut() }) else { return refuse(Stage::DeviceQuery, "out is NULL") };
-        let Some(d) = runtime().device_info() else {
-            let e = Error::NotOpen(Stage::DeviceQuery);
-            runtime().set_error(&e);
-            return code(&e);
-        };
+        let out = unsafe { out.as_mut() }.ok_or(null(Stage::DeviceQuery, "out"))?;
+        let d = runtime().device_info().ok_or(Error::NotOpen(Stage::DeviceQuery))?;
         *out = OmegaGpuDeviceInfo::from_info(&d);
-        0
+        Ok(())
     })
 }
 
 // ----- host memory ---------------------------------------------------------------------------------------
 
-fn host(stage: Stage, bytes: usize, zeroed: bool) -> *mut c_void {
+fn host(stage: Stage, bytes: usize, zeroed: bool) -> Result<*mut c_void> {
     let p = runtime().host_alloc(bytes, zeroed);
     if p.is_null() {
-        refuse(stage, format!("{bytes} bytes: no memory, or no platform with the HOST_MEM service"));
+        return Err(Error::Setting { stage, detail: SettingError::NoHostMemory(bytes) });
     }
-    p.cast()
+    Ok(p.cast())
 }
 
 /// EXPERIMENTAL. `bytes` of uninitialised CPU-only memory from the platform HOST_MEM service, aligned for
 /// any scalar; NULL (stage `host alloc`) on failure. Release with `omega_gpu_host_free`. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_host_alloc(bytes: usize) -> *mut c_void {
-    guard("omega_gpu_host_alloc", ptr::null_mut(), || host(Stage::HostAlloc, bytes, false))
+    or("omega_gpu_host_alloc", ptr::null_mut(), || host(Stage::HostAlloc, bytes, false))
 }
 
 /// EXPERIMENTAL. `count * size` bytes of zeroed CPU-only memory from the platform HOST_MEM service; NULL
 /// (stage `host alloc`) on failure or when the product overflows. Any thread.
 #[no_mangle]
 pub extern "C" fn omega_gpu_host_calloc(count: usize, size: usize) -> *mut c_void {
-    guard("omega_gpu_host_calloc", ptr::null_mut(), || match count.checked_mul(size) {
-        Some(bytes) => host(Stage::HostAlloc, bytes, true),
-        None => {
-            refuse(Stage::HostAlloc, format!("{count} * {size} bytes overflows"));
-            ptr::null_mut()
-        }
+    or("omega_gpu_host_calloc", ptr::null_mut(), || {
+        let overflows =
+            Error::Setting { stage: Stage::HostAlloc, detail: SettingError::HostSizeOverflows { count, size } };
+        host(Stage::HostAlloc, count.checked_mul(size).ok_or(overflows)?, true)
     })
 }
 
@@ -793,12 +705,12 @@ pub unsafe extern "C" fn omega_gpu_host_free(p: *mut c_void) {
 pub unsafe extern "C" fn omega_gpu_session_set_error(text: *const c_char) {
     guard("omega_gpu_session_set_error", (), || {
         if text.is_null() {
-            runtime().set_error(&"");
+            record(&"");
             return;
         }
         // SAFETY: non-null (checked) and, by the caller's promise, NUL-terminated.
         let t = unsafe { core::ffi::CStr::from_ptr(text) };
-        runtime().set_error(&t.to_string_lossy());
+        record(&t.to_string_lossy());
     })
 }
 
@@ -822,14 +734,14 @@ pub unsafe extern "C" fn omega_gpu_session_on_close(
     hook: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
     ctx: *mut c_void,
 ) -> c_int {
-    guard("omega_gpu_session_on_close", -1, || {
-        let Some(hook) = hook else { return refuse(Stage::OnClose, "hook is NULL") };
+    status("omega_gpu_session_on_close", || {
+        let hook = hook.ok_or(null(Stage::OnClose, "hook"))?;
         let h = CHook { hook, ctx };
-        rc(runtime().on_close(Box::new(move || {
+        runtime().on_close(Box::new(move || {
             let h = &h;
             // SAFETY: the registrant promised `hook` may be called once with `ctx` from this thread under
             // the lock; close runs every hook once.
             unsafe { (h.hook)(h.ctx) }
-        })))
+        }))
     })
 }

@@ -28,6 +28,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "wgmma_m64n128k16.cuh"
 #include "wgmma_m64n256k16.cuh"
 
 #define GEMM_BM 128
@@ -39,6 +40,10 @@
 #define GEMM_A_STAGE_BYTES (GEMM_BM * GEMM_BK * 2)
 #define GEMM_B_STAGE_BYTES (GEMM_BN * GEMM_BK * 2)
 #define GEMM_STAGE_BYTES (GEMM_A_STAGE_BYTES + GEMM_B_STAGE_BYTES)
+// The narrow form (128x128 tiles, six stages) for shapes with few 128x256 tiles (M = 512 of the Qwen
+// matrices): twice the tiles, the same shared memory.
+#define GEMM_N128_STAGES 6
+#define GEMM_N128_SMEM_BYTES (GEMM_N128_STAGES * (GEMM_A_STAGE_BYTES + 128 * GEMM_BK * 2) + 2 * GEMM_N128_STAGES * 8 + 1024)
 // The stages (1024-byte aligned for the 128B swizzle), then 2 * GEMM_STAGES mbarriers, plus the slack
 // the kernel needs to align the dynamic shared window's start.
 #define GEMM_SMEM_BYTES (GEMM_STAGES * GEMM_STAGE_BYTES + 2 * GEMM_STAGES * 8 + 1024)
@@ -104,24 +109,60 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
   *tn = in_group / rows;
 }
 
+// Stores a consumer thread's accumulators (wgmma m64nBN layout: register 4j+{0,1} at row row0, columns
+// col0 + 8j + {0,1}; 4j+{2,3} eight rows further down) into the row-major [M, N] matrix `out`, dropping
+// what lies outside it; float2 stores when the tile's columns are all inside and rows even-aligned.
+template <int BN>
+__device__ __forceinline__ void store_acc(const float (&acc)[BN / 2], float* out, uint32_t M, uint32_t N,
+                                          uint32_t row0, uint32_t col0, bool full_cols) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const uint32_t col = col0 + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t row = row0 + 8 * h;
+      if (row >= M) continue;
+      float* dst = out + (size_t)row * N + col;
+      if (full_cols) {
+        *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      } else {
+        if (col < N) dst[0] = acc[4 * j + 2 * h];
+        if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
+      }
+    }
+  }
+}
+
 }  // namespace omega_gemm
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
-    omega_gemm_bf16_tn(const void* tmap_a, const void* tmap_b, float* y, uint32_t M, uint32_t N, uint32_t K) {
+// The body of every entry. A work unit is (tile, K split): tile u / splits of the grouped order over
+// K blocks [s * per, min(kblocks, (s + 1) * per)), per = ceil(kblocks / splits) (splits past what K
+// needs are dropped). With one split a unit stores its tile into y; with more it stores its partial sums
+// into slice s of `work` ([splits][M][N] f32), and the unit that takes the tile's ticket last adds the
+// slices in split order into y and puts the ticket back to zero, so y does not depend on timing.
+template <int BN, int STAGES>
+__device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* tmap_b, float* y, float* work,
+                                               uint32_t* tickets, uint32_t M, uint32_t N, uint32_t K,
+                                               uint32_t splits_asked) {
   using namespace omega_gemm;
+  constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
+  constexpr int ACC = BN / 2;  // f32 accumulators per consumer thread: 64 rows x BN / 128 threads
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + GEMM_STAGES * GEMM_STAGE_BYTES);
-  uint64_t* empty = full + GEMM_STAGES;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE_BYTES);
+  uint64_t* empty = full + STAGES;
 
   const int wg = threadIdx.x / 128;
   const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
-  const int tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
+  const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
   const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
+  const int per = (kblocks + (int)max(splits_asked, 1u) - 1) / (int)max(splits_asked, 1u);
+  const int splits = (kblocks + per - 1) / per;
+  const int units = tiles * splits;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < GEMM_STAGES; ++s) {
+    for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 2);
     }
@@ -137,19 +178,20 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
       uint32_t it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int tm, tn;
-        tile_of(t, tiles_m, tiles_n, &tm, &tn);
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          uint32_t s = it % GEMM_STAGES;
+        tile_of(u / splits, tiles_m, tiles_n, &tm, &tn);
+        const int kb0 = (u % splits) * per, kb1 = min(kblocks, kb0 + per);
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
+          uint32_t s = it % STAGES;
           // A fresh barrier's "previous" phase counts as complete, so the first pass through the ring
           // does not wait (parity 1 on phase 0).
-          mbar_wait(&empty[s], ((it / GEMM_STAGES) & 1) ^ 1);
-          uint8_t* a = smem + s * GEMM_STAGE_BYTES;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          uint8_t* a = smem + s * STAGE_BYTES;
           uint8_t* b = a + GEMM_A_STAGE_BYTES;
-          mbar_expect_tx(&full[s], GEMM_STAGE_BYTES);
+          mbar_expect_tx(&full[s], STAGE_BYTES);
           tma_load_2d(a, tmap_a, &full[s], kb * GEMM_BK, tm * GEMM_BM);
-          tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * GEMM_BN);
+          tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * BN);
         }
       }
     }
@@ -160,52 +202,105 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
   const int consumer = wg - 1;  // rows consumer*64 .. +63 of the tile
   const int t128 = threadIdx.x % 128;
   const int warp = t128 / 32, lane = t128 % 32;
-  float acc[128];
+  float acc[ACC];
   uint32_t it = 0;
   // The same walk over tiles and K blocks as the producer's: the ring's stage and phase are a function of
   // the step count `it`, so both sides must take exactly the same steps.
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int tm, tn;
-    tile_of(t, tiles_m, tiles_n, &tm, &tn);
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
-      uint32_t s = it % GEMM_STAGES;
-      mbar_wait(&full[s], (it / GEMM_STAGES) & 1);
-      const uint8_t* a = smem + s * GEMM_STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
-      const uint8_t* b = smem + s * GEMM_STAGE_BYTES + GEMM_A_STAGE_BYTES;
+    const int tile = u / splits, split = u % splits;
+    tile_of(tile, tiles_m, tiles_n, &tm, &tn);
+    const int kb0 = split * per, kb1 = min(kblocks, kb0 + per);
+    for (int kb = kb0; kb < kb1; ++kb, ++it) {
+      uint32_t s = it % STAGES;
+      mbar_wait(&full[s], (it / STAGES) & 1);
+      const uint8_t* a = smem + s * STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
+      const uint8_t* b = smem + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int k = 0; k < GEMM_BK / 16; ++k) {
         // Each k16 step is 32 bytes further along the (swizzled) 128-byte row.
-        wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+        if constexpr (BN == 256)
+          wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > kb0 || k > 0) ? 1 : 0);
+        else
+          wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > kb0 || k > 0) ? 1 : 0);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       // One group in flight: the previous stage's wgmma has retired, so that stage is free.
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      if (kb > 0 && t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
+      if (kb > kb0 && t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if (t128 == 0) mbar_arrive(&empty[(it + GEMM_STAGES - 1) % GEMM_STAGES]);
+    if (t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
 
     // Accumulator layout of wgmma m64nN (f32): register 4j+{0,1} holds row warp*16 + lane/4, columns
     // 8j + 2*(lane%4) + {0,1}; register 4j+{2,3} the same columns 8 rows further down.
     const uint32_t row0 = tm * GEMM_BM + consumer * 64 + warp * 16 + lane / 4;
-    const uint32_t col0 = tn * GEMM_BN + 2 * (lane % 4);
-    const bool full_cols = tn * GEMM_BN + GEMM_BN <= N && (N % 2 == 0);
+    const uint32_t col0 = tn * BN + 2 * (lane % 4);
+    const bool full_cols = tn * BN + BN <= N && (N % 2 == 0);
+    float* out = splits == 1 ? y : work + (size_t)split * M * N;
+    store_acc<BN>(acc, out, M, N, row0, col0, full_cols);
+    if (splits == 1) continue;
+
+    // Both consumer warpgroups have stored their halves; one thread takes the tile's ticket.
+    __shared__ uint32_t last_unit;
+    __threadfence();
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (consumer == 0 && t128 == 0) {
+      const uint32_t taken = atomicAdd(&tickets[tile], 1u);
+      last_unit = taken == (uint32_t)splits - 1;
+      if (last_unit) tickets[tile] = 0;
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (!last_unit) continue;
+    __threadfence();
+    // The last unit adds the slices in split order (its own from memory too, so the order never depends
+    // on which unit came last), each thread at the positions it stored, into its accumulator registers:
+    // per slice 64 independent loads in flight per thread.
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const uint32_t col = col0 + 8 * j;
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+    for (int p = 0; p < splits; ++p) {
+      const float* src = work + (size_t)p * M * N;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t row = row0 + 8 * h;
-        if (row >= M) continue;
-        float* dst = y + (size_t)row * N + col;
-        if (full_cols) {
-          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        } else {
-          if (col < N) dst[0] = acc[4 * j + 2 * h];
-          if (col + 1 < N) dst[1] = acc[4 * j + 2 * h + 1];
+      for (int j = 0; j < BN / 8; ++j) {
+        const uint32_t col = col0 + 8 * j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t row = row0 + 8 * h;
+          if (row >= M) continue;
+          const float* at = src + (size_t)row * N + col;
+          if (full_cols) {
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(at));
+            acc[4 * j + 2 * h] += v.x;
+            acc[4 * j + 2 * h + 1] += v.y;
+          } else {
+            if (col < N) acc[4 * j + 2 * h] += __ldcg(at);
+            if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcg(at + 1);
+          }
         }
       }
     }
+    store_acc<BN>(acc, y, M, N, row0, col0, full_cols);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn(const void* tmap_a, const void* tmap_b, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_body<GEMM_BN, GEMM_STAGES>(tmap_a, tmap_b, y, nullptr, nullptr, M, N, K, 1);
+}
+
+// Split K for shapes with fewer tiles than SMs (M = 512 of the Qwen matrices: 4 x 8 tiles for 132 SMs).
+// work: splits * M * N f32 (scratch); tickets: one zeroed word per tile, left zero.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_splitk(const void* tmap_a, const void* tmap_b, float* y, float* work, uint32_t* tickets,
+                              uint32_t M, uint32_t N, uint32_t K, uint32_t splits) {
+  gemm_bf16_body<GEMM_BN, GEMM_STAGES>(tmap_a, tmap_b, y, work, tickets, M, N, K, splits);
+}
+
+// The narrow form: 128x128 tiles (B's descriptor box is {64, 128}), six stages, dynamic shared
+// GEMM_N128_SMEM_BYTES; the split-K arguments as above (splits 1: work and tickets unused).
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_n128(const void* tmap_a, const void* tmap_b, float* y, float* work, uint32_t* tickets,
+                            uint32_t M, uint32_t N, uint32_t K, uint32_t splits) {
+  gemm_bf16_body<128, GEMM_N128_STAGES>(tmap_a, tmap_b, y, work, tickets, M, N, K, splits);
 }

@@ -12,6 +12,10 @@
 // and W[g + 8][...], and the chunk's two k16 MMAs take elements {0,1,2,3} and {4,5,6,7} of them. x rows
 // are read through L1 (they are small and every warp of the CTA reads the same ones).
 //
+// For M <= 4 (decode) over K slices of at least 1024 each warp streams whole row slices instead
+// (gemv_rows_partial below): 512 contiguous bytes per warp instruction, f32 FMA dot products, a shuffle
+// reduction per row.
+//
 // A K split writes partial sums to a workspace; the CTA that finishes a 64-row block last (an atomic
 // ticket per block) adds the partials in split order, so the result does not depend on timing.
 // Requirements: K % 32 == 0, x and W 16-byte aligned (this path).
@@ -49,6 +53,89 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 
 }  // namespace omega_gemv
 
+// The row-streaming form for M <= ROWS_MAX_M (decode): each warp takes its 16 W rows two at a time and
+// reads each row's K slice contiguously, 512 bytes per warp instruction (lane l at 8 * l + 256 * i), the
+// way the DRAM pages lie; each lane keeps M dot products per row in f32, reduced across the warp with
+// shuffles at the end of the row. The MMA form reads 16 rows x 64 bytes per instruction, which left
+// lm_head's stream at 58% of copy bandwidth (docs/perf/2026-12-02-matmul-bringup.md).
+#define ROWS_MAX_M 4
+#define ROWS_UNROLL 4
+
+__device__ __forceinline__ void dot8(float& acc, uint4 a, uint4 b) {
+  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(wa[i] << 16), __uint_as_float(wb[i] << 16), acc);
+    acc = fmaf(__uint_as_float(wa[i] & 0xffff0000u), __uint_as_float(wb[i] & 0xffff0000u), acc);
+  }
+}
+
+__device__ __forceinline__ void gemv_rows_partial(const uint16_t* __restrict__ x, const uint32_t* __restrict__ x_rows,
+                                                  const uint16_t* __restrict__ w, float* __restrict__ out, uint32_t M,
+                                                  uint32_t N, uint32_t K, uint32_t k0, uint32_t k1, uint32_t nblock) {
+  using namespace omega_gemv;
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint16_t* xr[ROWS_MAX_M];
+#pragma unroll
+  for (int m = 0; m < ROWS_MAX_M; ++m) {
+    const uint32_t r = min((uint32_t)m, M - 1);
+    xr[m] = x + (size_t)(x_rows ? x_rows[r] : r) * K;
+  }
+  for (uint32_t r = 0; r < 16; r += 2) {
+    const uint32_t n0 = nblock * GEMV_ROWS + warp * 16 + r;
+    if (n0 >= N) break;
+    const uint16_t* w0 = w + (size_t)n0 * K;
+    const uint16_t* w1 = w + (size_t)min(n0 + 1, N - 1) * K;
+    float a0[ROWS_MAX_M], a1[ROWS_MAX_M];
+#pragma unroll
+    for (int m = 0; m < ROWS_MAX_M; ++m) a0[m] = a1[m] = 0.f;
+    uint32_t k = k0 + 8 * lane;
+    for (; k + 256 * (ROWS_UNROLL - 1) < k1; k += 256 * ROWS_UNROLL) {
+      uint4 p[ROWS_UNROLL], q[ROWS_UNROLL];
+#pragma unroll
+      for (int u = 0; u < ROWS_UNROLL; ++u) {
+        p[u] = ldg_stream(w0 + k + 256 * u);
+        q[u] = ldg_stream(w1 + k + 256 * u);
+      }
+#pragma unroll
+      for (int u = 0; u < ROWS_UNROLL; ++u)
+#pragma unroll
+        for (int m = 0; m < ROWS_MAX_M; ++m)
+          if (m < M) {
+            const uint4 b = ldg_cached(xr[m] + k + 256 * u);
+            dot8(a0[m], p[u], b);
+            dot8(a1[m], q[u], b);
+          }
+    }
+    for (; k < k1; k += 256) {
+      const uint4 p = ldg_stream(w0 + k), q = ldg_stream(w1 + k);
+#pragma unroll
+      for (int m = 0; m < ROWS_MAX_M; ++m)
+        if (m < M) {
+          const uint4 b = ldg_cached(xr[m] + k);
+          dot8(a0[m], p, b);
+          dot8(a1[m], q, b);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < ROWS_MAX_M; ++m) {
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) {
+        a0[m] += __shfl_xor_sync(0xffffffffu, a0[m], o);
+        a1[m] += __shfl_xor_sync(0xffffffffu, a1[m], o);
+      }
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < ROWS_MAX_M; ++m)
+        if (m < M) {
+          out[(size_t)m * N + n0] = a0[m];
+          if (n0 + 1 < N) out[(size_t)m * N + n0 + 1] = a1[m];
+        }
+    }
+  }
+}
+
 // One CTA's share of a group of rows: W rows [64 * nblock, +64) over K slice `s` of `split`, for the M
 // rows of x that `x_rows` names (NULL: rows 0..M-1), into rows 0..M-1 of `y` (split == 1) or of slice s
 // of `work` (slice stride `work_slice` floats); more than 8 * MB rows are taken 8 * MB at a time, each
@@ -71,6 +158,11 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
   const uint16_t* w_hi = w + (size_t)min(n_base + g + 8, N - 1) * K + 8 * t;
   float* out = split == 1 ? y : work + (size_t)s * work_slice;
 
+  // Streaming rows pays when each lane has whole 256-element strides to walk; a short K slice (a fine
+  // split) leaves it latency-bound (4x1536x2048 with 128-element slices: 139 GB/s), so those take MMAs.
+  if (MB == 1 && M <= ROWS_MAX_M && k1 - k0 >= 1024) {
+    gemv_rows_partial(x, x_rows, w, out, M, N, K, k0, k1, nblock);
+  } else
   for (uint32_t m0 = 0; m0 < M; m0 += 8 * MB) {
     const uint16_t* x_row[MB];
     bool x_live[MB];

@@ -102,7 +102,9 @@ impl<'r> CmdList<'r> {
     pub fn create(rt: &'r Runtime, opts: Option<&CmdListOpts>) -> Result<Self> {
         rt.lock_itself("cmdlist create takes the session lock itself: call it without the lock")?;
         let r = Self::create_locked(rt, opts);
-        rt.unlock();
+        // This thread took the lock just above and pins nothing (it did not hold the lock before), so the
+        // release is not refused.
+        let _ = rt.unlock();
         r
     }
 
@@ -112,9 +114,7 @@ impl<'r> CmdList<'r> {
         rt.require_lock(stage)?;
         let opts = opts.copied().unwrap_or_default();
         let Some(mode) = BarrierMode::from_raw(opts.barrier) else {
-            let e = CmdListError::BadBarrier(opts.barrier);
-            rt.set_error(&e);
-            return Err(e);
+            return Err(CmdListError::BadBarrier(opts.barrier));
         };
         let stamps = stamps::alloc(rt, MAX_LAUNCHES, stage)?;
         Ok(CmdList {
@@ -137,10 +137,7 @@ impl<'r> CmdList<'r> {
     /// lock would turn into a deadlock, and the list is released all the same.
     pub fn free(self) -> Result<()> {
         if self.rt.holds_lock() {
-            return Err(record(
-                self.rt,
-                Error::Lock("cmdlist free takes the session lock itself: call it without the lock"),
-            ));
+            return Err(Error::Lock("cmdlist free takes the session lock itself: call it without the lock").into());
         }
         drop(self);
         Ok(())
@@ -190,7 +187,7 @@ impl<'r> CmdList<'r> {
             Err(e) => {
                 self.rt.require_lock(Stage::CmdListAdd)?;
                 self.stats.refusals += 1;
-                Err(record(self.rt, e))
+                Err(e.into())
             }
         }
     }
@@ -449,17 +446,11 @@ impl<'r> CmdList<'r> {
         &self.stamps
     }
 
+    /// A refusal before anything was submitted, counted in the list's statistics.
     fn refuse<T>(&mut self, e: CmdListError) -> Result<T> {
         self.stats.refusals += 1;
-        self.rt.set_error(&e);
         Err(e)
     }
-}
-
-/// Records `e` as the process-wide last error and returns it as a list error.
-fn record(rt: &Runtime, e: Error) -> CmdListError {
-    rt.set_error(&e);
-    e.into()
 }
 
 impl Drop for CmdList<'_> {
@@ -468,9 +459,11 @@ impl Drop for CmdList<'_> {
         if self.rt.holds_lock() {
             stamps::free(self.rt, &mut self.stamps);
         } else {
-            self.rt.lock();
+            // Neither is refused here: the thread does not hold the lock, so it is in no on-close hook and
+            // pins nothing. With no platform there is no lock, and nothing of a device to release.
+            let _ = self.rt.lock();
             stamps::free(self.rt, &mut self.stamps);
-            self.rt.unlock();
+            let _ = self.rt.unlock();
         }
     }
 }

@@ -133,15 +133,13 @@ pub struct ListCompletion {
     pub launches: u32,
 }
 
-/// A command-list failure. The text starts with its stage, as every session failure does; the session's
-/// own failures (lock, latch, launch arguments, the completion wait) pass through unchanged.
+/// A command-list failure. Its text is `{stage}: {cause}`, as every session failure's is ([`Error`]); the
+/// session's own failures (lock, latch, launch arguments, the completion wait) pass through unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CmdListError {
     /// The list already holds [`MAX_LAUNCHES`] launches.
-    #[error("cmdlist add: OMEGA_GPU_CMDLIST_FULL: the list already holds {MAX_LAUNCHES} launches")]
     Full,
     /// `mark_independent` of an index the list does not hold.
-    #[error("cmdlist mark independent: launch {index} is not in the list ({count} launches)")]
     NoSuchLaunch {
         /// The index given.
         index: u32,
@@ -149,26 +147,13 @@ pub enum CmdListError {
         count: u32,
     },
     /// A barrier mode no mode has, at create.
-    #[error(
-        "cmdlist create: barrier mode {0} is neither OMEGA_GPU_CMDLIST_BARRIER_DEFAULT ({BARRIER_DEFAULT}) nor \
-         OMEGA_GPU_CMDLIST_BARRIER_NONE ({BARRIER_NONE})"
-    )]
     BadBarrier(u32),
     /// Submit of a list with no launches.
-    #[error("cmdlist submit: the list is empty")]
     Empty,
     /// The list's own stamp area is gone: the device was closed since the list was created; nothing was
     /// submitted.
-    #[error(
-        "cmdlist submit: the list's stamp area belongs to a device that was closed since the list was created; \
-         create a new list"
-    )]
     StaleStamps,
     /// Launch `launch`'s code is gone (freed since the add); nothing was submitted.
-    #[error(
-        "cmdlist submit: launch {launch}: code_va {code_va:#x} is no longer inside a code buffer of this session \
-         (freed since the add?); nothing was submitted"
-    )]
     StaleCode {
         /// The launch's index in the list.
         launch: usize,
@@ -176,10 +161,8 @@ pub enum CmdListError {
         code_va: u64,
     },
     /// The list latched after an uncertain completion; it refuses everything but free and the queries.
-    #[error("{0}: refused, the list is latched after an uncertain completion")]
     ListLatched(Stage),
     /// A session failure.
-    #[error(transparent)]
     Session(#[from] Error),
 }
 
@@ -199,6 +182,50 @@ impl CmdListError {
     /// True when this failure latched the list and the process.
     pub fn latched_the_process(&self) -> bool {
         matches!(self, CmdListError::Session(e) if e.latched_the_process())
+    }
+
+    /// The failure's text without its stage.
+    pub fn cause(&self) -> ListCause<'_> {
+        ListCause(self)
+    }
+}
+
+/// `{stage}: {cause}`, rendered as [`Error`]'s is.
+impl core::fmt::Display for CmdListError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}: {}", self.stage(), self.cause())
+    }
+}
+
+/// The text of a list failure after its stage ([`CmdListError::cause`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ListCause<'a>(&'a CmdListError);
+
+impl core::fmt::Display for ListCause<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            CmdListError::Full => write!(f, "OMEGA_GPU_CMDLIST_FULL: the list already holds {MAX_LAUNCHES} launches"),
+            CmdListError::NoSuchLaunch { index, count } => {
+                write!(f, "launch {index} is not in the list ({count} launches)")
+            }
+            CmdListError::BadBarrier(mode) => write!(
+                f,
+                "barrier mode {mode} is neither OMEGA_GPU_CMDLIST_BARRIER_DEFAULT ({BARRIER_DEFAULT}) nor \
+                 OMEGA_GPU_CMDLIST_BARRIER_NONE ({BARRIER_NONE})"
+            ),
+            CmdListError::Empty => f.write_str("the list is empty"),
+            CmdListError::StaleStamps => f.write_str(
+                "the list's stamp area belongs to a device that was closed since the list was created; create a \
+                 new list",
+            ),
+            CmdListError::StaleCode { launch, code_va } => write!(
+                f,
+                "launch {launch}: code_va {code_va:#x} is no longer inside a code buffer of this session (freed \
+                 since the add?); nothing was submitted"
+            ),
+            CmdListError::ListLatched(_) => f.write_str("refused, the list is latched after an uncertain completion"),
+            CmdListError::Session(e) => e.cause().fmt(f),
+        }
     }
 }
 

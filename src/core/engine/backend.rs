@@ -20,11 +20,11 @@ pub enum StepCause {
     /// The calling thread does not hold the session lock.
     #[error("the calling thread does not hold the session lock (take it first)")]
     LockNotHeld,
-    /// The session is latched; its last error says why.
-    #[error("the session is latched: {last_error}")]
+    /// The session is latched: `cause` latched it.
+    #[error("the session is latched: {cause}")]
     SessionLatched {
-        /// The session's last-error text.
-        last_error: String,
+        /// The failure that latched the session.
+        cause: Box<Error>,
     },
     /// The channel faulted in an earlier run and stays dead until close and reopen.
     #[error("the channel is dead until close and reopen ({0})")]

@@ -134,7 +134,8 @@ impl Backend for SessionBackend {
             return Err(Unready::Unavailable(StepCause::LockNotHeld));
         }
         if rt.is_blocked() {
-            return Err(Unready::Latched(StepCause::SessionLatched { last_error: rt.last_error() }));
+            let cause = rt.latch_cause().expect("a latched session keeps its cause");
+            return Err(Unready::Latched(StepCause::SessionLatched { cause: Box::new(cause) }));
         }
         rt.open().map_err(|e| Unready::Unavailable(e.into()))?;
         if let Some(f) = sync::lock(&rt.session).channel_fault.clone() {
@@ -224,8 +225,8 @@ impl Backend for SessionBackend {
     }
 
     fn release(&mut self) {
-        // Latched, these park instead of releasing; a failure is recorded in last_error and leaves nothing
-        // to release.
+        // Latched, these park instead of releasing; a failure (a device closed under the run) leaves
+        // nothing to release, and the run's own outcome is what it reports.
         for mut m in self.data.drain(..).chain(self.code.take()) {
             let _ = self.rt.release(&mut m, ENGINE_BUFFER);
         }

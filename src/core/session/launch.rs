@@ -210,7 +210,7 @@ impl Runtime {
         Ok(())
     }
 
-    /// [`Runtime::launch`] of a C descriptor; a refused descriptor is recorded like any other failure.
+    /// [`Runtime::launch`] of a C descriptor; a refused descriptor fails like any other launch.
     ///
     /// # Safety
     /// - `l.args` is null or points to `l.n_args` readable words for the duration of the call.
@@ -220,7 +220,7 @@ impl Runtime {
             Ok(spec) => self.launch(&spec),
             Err(e) => {
                 self.require_lock(Stage::Launch)?;
-                self.fail(e)
+                Err(e)
             }
         }
     }
@@ -236,14 +236,14 @@ impl Runtime {
         let mut banks = Vec::new();
         let (i, desc, slots) = self.resolve_launch(spec, &mut banks, Stage::Launch)?;
         if self.cancel.swap(false, Ordering::SeqCst) {
-            return self.fail(Error::CancelledBeforeSubmit);
+            return Err(Error::CancelledBeforeSubmit);
         }
         self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.shape.spin_us, seen)
     }
 
     /// Every check [`Runtime::launch`] makes, and the descriptor it would submit (in `AfterPrevious` order,
-    /// not skipped) with the session's marker slots; nothing is submitted. A refusal is recorded and names
-    /// `stage` (command lists record launches through this). The kernel's constant banks are copied into
+    /// not skipped) with the session's marker slots; nothing is submitted. A refusal names `stage`
+    /// (command lists record launches through this). The kernel's constant banks are copied into
     /// `banks` (emptied first; no allocation for a kernel without module data), which the descriptor
     /// borrows.
     pub(crate) fn resolve_launch<'a>(
@@ -254,27 +254,25 @@ impl Runtime {
     ) -> Result<(crate::platform::Installed, LaunchDesc<'a>, [MarkerSlot; 2])> {
         self.require_lock(stage)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(stage));
+            return Err(Error::Latched(stage));
         }
-        if let Err(e) = self.check_spec(spec) {
-            return self.fail(e);
-        }
+        self.check_spec(spec)?;
         let i = self.installed()?;
         let s = sync::lock(&self.session);
         if s.device.is_none() {
             drop(s);
-            return self.fail(Error::NotOpen(stage));
+            return Err(Error::NotOpen(stage));
         }
         if let Some(f) = s.channel_fault.clone() {
             drop(s);
-            return self.fail(Error::Fault(f));
+            return Err(Error::Fault(f));
         }
         // The code must lie in a live code buffer of this session: a launch of anything else would run
         // whatever bytes sit there.
         let code = s.code_ranges.range(..=spec.code_va).next_back().filter(|(va, len)| spec.code_va < *va + *len);
         let Some((code_base, code_len)) = code.map(|(va, len)| (*va, *len)) else {
             drop(s);
-            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::CodeOutsideBuffer(spec.code_va)));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::CodeOutsideBuffer(spec.code_va)));
         };
         let code_bytes = code_base + code_len - spec.code_va;
         let template = s.templates.get(&spec.code_va).cloned();
@@ -283,7 +281,7 @@ impl Runtime {
             let threads: u32 = spec.shape.block.iter().product();
             if threads > max {
                 drop(s);
-                return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::KernelThreads {
+                return Err(Error::LaunchArguments(crate::error::LaunchArgError::KernelThreads {
                     threads,
                     kernel: meta.name.clone(),
                     max,
@@ -292,7 +290,7 @@ impl Runtime {
         }
         if meta.param_bytes > 0 && (spec.args.len() * 4) < meta.param_bytes as usize {
             drop(s);
-            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::TooFewArgs {
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::TooFewArgs {
                 words: spec.args.len(),
                 kernel: meta.name.clone(),
                 bytes: meta.param_bytes,
@@ -315,26 +313,26 @@ impl Runtime {
                 reserved: limits.reserved_shared_bytes,
                 sm: limits.sm,
             };
-            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         let asked = spec.shape.cluster.map(|side| side.max(1));
         let cluster = match meta.cluster {
             Some(fixed) if asked != [1, 1, 1] && asked != fixed => {
                 let kernel = meta.name.clone();
                 let e = crate::error::LaunchArgError::ClusterFixed { kernel, fixed, asked };
-                return self.fail(Error::LaunchArguments(e));
+                return Err(Error::LaunchArguments(e));
             }
             Some(fixed) => fixed,
             None => asked,
         };
         let features = omega_hal::LaunchFeatures { cluster, ..omega_hal::LaunchFeatures::NONE };
         if let Err(e) = limits.check_features(spec.shape.grid, &features) {
-            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         let gpr_count = launch_gpr(spec.gpr_count, meta);
         if gpr_count > limits.max_registers {
             let e = LimitError::Registers { registers: gpr_count, max: limits.max_registers, sm: limits.sm };
-            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Registers {
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::Registers {
                 given: spec.gpr_count,
                 own: meta.registers,
                 limit: e,
@@ -363,7 +361,7 @@ impl Runtime {
         };
         // The architecture's shape limits (block and grid sides), the same the platform would refuse.
         if let Err(e) = limits.check(&desc) {
-            return self.fail(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
+            return Err(Error::LaunchArguments(crate::error::LaunchArgError::Limit(e)));
         }
         Ok((i, desc, marker_slots(&markers)))
     }
@@ -441,7 +439,7 @@ impl Runtime {
         // free/close under this same lock, after this wait, or parked forever if the wait latches; the
         // previous submission's markers were observed (or the process latched and refuses launches).
         if let Err(e) = unsafe { queue.submit(sub) } {
-            return self.fail(Error::Submit(e));
+            return Err(Error::Submit(e));
         }
         let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
         let mut first = 0;
@@ -526,7 +524,7 @@ impl Runtime {
                 if step != wait::Step::Spin || spins.is_multiple_of(SPIN_FAULT_CHECK) {
                     if let Some(f) = poll.channel_fault() {
                         sync::lock(&self.session).channel_fault = Some(f.clone());
-                        return self.fail(Error::Fault(f));
+                        return Err(Error::Fault(f));
                     }
                 }
             }
@@ -549,8 +547,9 @@ impl Runtime {
     /// still touch is parked at once: the session's launch buffer, the stamp area of the submission in
     /// flight and the device printf buffer (listed by handle), and the platform's own buffers of the
     /// queue — its ring, descriptors, constant banks (counted as untracked: they have no handle). Every
-    /// later free parks.
+    /// later free parks. `why` is returned, and kept as the latch's cause ([`Runtime::latch_cause`]).
     pub(crate) fn latch<T>(&self, why: Error) -> Result<T> {
+        self.set_latch_cause(&why);
         if !self.latched.swap(true, Ordering::SeqCst) {
             let platform_buffers = self
                 .installed()
@@ -578,7 +577,7 @@ impl Runtime {
                 s.park.bytes += b.bytes;
             }
         }
-        self.fail(why)
+        Err(why)
     }
 
     /// Records what a loaded kernel needs, under its code address. Caller holds the lock. Refused (stage
@@ -591,19 +590,19 @@ impl Runtime {
         let buffer = s.code_ranges.range(..=code_va).next_back().filter(|(va, len)| code_va - **va < **len);
         let Some((base, end)) = buffer.map(|(va, len)| (*va, *va + *len)) else {
             drop(s);
-            return self.fail(Error::Load(LoadError::EntryOutsideCode { va: code_va }.for_kernel(&meta.name)));
+            return Err(Error::Load(LoadError::EntryOutsideCode { va: code_va }.for_kernel(&meta.name)));
         };
         if meta.code_bytes > end - code_va {
             drop(s);
             let why = LoadError::CodePastBuffer { bytes: meta.code_bytes, va: code_va, left: end - code_va };
-            return self.fail(Error::Load(why.for_kernel(&meta.name)));
+            return Err(Error::Load(why.for_kernel(&meta.name)));
         }
         for b in &meta.const_banks {
             let bytes = u64::from(b.bytes).next_multiple_of(16);
             if b.va < base || b.va.checked_add(bytes).is_none_or(|e| e > end) {
                 drop(s);
                 let why = LoadError::BankOutsideCode { index: b.index, bytes: b.bytes, va: b.va };
-                return self.fail(Error::Load(why.for_kernel(&meta.name)));
+                return Err(Error::Load(why.for_kernel(&meta.name)));
             }
         }
         s.templates.insert(code_va, Arc::new(meta));

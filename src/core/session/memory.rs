@@ -256,7 +256,7 @@ impl Runtime {
         self.require_lock(stage)?;
         let i = self.installed()?;
         if !self.is_open() {
-            return self.fail(Error::NotOpen(stage));
+            return Err(Error::NotOpen(stage));
         }
         Ok(i)
     }
@@ -286,15 +286,15 @@ impl Runtime {
     fn allocate(&self, stage: Stage, bytes: usize, shape: Shape, owner: Owner) -> Result<GpuMem> {
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(stage));
+            return Err(Error::Latched(stage));
         }
         let Some(rounded) = buffer_bytes(bytes, shape.alloc_kind(), &i.platform.caps()) else {
-            return self.fail(Error::Refused(omega_hal::Refusal::Overflow));
+            return Err(Error::Refused(omega_hal::Refusal::Overflow));
         };
         let (rights, cache, hal_kind, c_kind, pool) = shape.describe();
         let desc = BufferDesc { bytes: rounded, rights, cache, kind: hal_kind };
         if let Err(r) = check_buffer(&desc) {
-            return self.fail(Error::Refused(r));
+            return Err(Error::Refused(r));
         }
         let counted = shape.counted();
         let mem = i.platform.memory().expect("negotiated at open");
@@ -322,7 +322,7 @@ impl Runtime {
                     s.stats.alloc_failures += 1;
                 }
                 drop(s);
-                return self.fail(e);
+                return Err(e);
             }
         };
         if a.bytes < rounded {
@@ -330,7 +330,7 @@ impl Runtime {
             // `rounded` bytes); nothing has its address yet.
             unsafe { mem.free(&a) };
             drop(s);
-            return self.fail(Error::Setting {
+            return Err(Error::Setting {
                 stage,
                 detail: crate::error::SettingError::ShortAllocation { got: a.bytes, asked: rounded },
             });
@@ -404,7 +404,7 @@ impl Runtime {
             s.stats.stale_refusals += 1;
             *m = GpuMem::NONE;
             drop(s);
-            return self.fail(Error::NotOpen(stage));
+            return Err(Error::NotOpen(stage));
         }
         let latched = self.is_blocked();
         let buf = match s.buffers.check_mut(m.handle) {
@@ -415,19 +415,19 @@ impl Runtime {
                 let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va };
                 *m = GpuMem::NONE;
                 drop(s);
-                return self.fail(e);
+                return Err(e);
             }
             Err(source) => {
                 s.stats.stale_refusals += 1;
                 *m = GpuMem::NONE;
                 drop(s);
-                return self.fail(Error::Handle { stage, source });
+                return Err(Error::Handle { stage, source });
             }
         };
         if buf.owner != owner {
             let Owner::Internal(whose) = buf.owner else { unreachable!("a caller's buffer matches Owner::Caller") };
             drop(s);
-            return self.fail(Error::NotCallers { stage, owner: whose });
+            return Err(Error::NotCallers { stage, owner: whose });
         }
         Self::release_live(&mut s, &i, m, latched);
         Ok(())
@@ -527,7 +527,7 @@ impl Runtime {
         // SAFETY: the lock is held and the device is open (checked above; close needs the lock).
         match unsafe { mem.mem_info() } {
             Ok(m) => Ok(MemInfo { free_bytes: m.free_bytes, total_bytes: m.total_bytes }),
-            Err(e) => self.fail(Error::MemInfo(e)),
+            Err(e) => Err(Error::MemInfo(e)),
         }
     }
 
@@ -535,19 +535,19 @@ impl Runtime {
         let stage = Stage::Sync;
         let i = self.live_platform(stage)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(stage));
+            return Err(Error::Latched(stage));
         }
         let s = sync::lock(&self.session);
         let buf = match s.buffers.check(m.handle) {
             Ok(b) => b,
             Err(source) => {
                 drop(s);
-                return self.fail(Error::Handle { stage, source });
+                return Err(Error::Handle { stage, source });
             }
         };
         if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
             drop(s);
-            return self.fail(Error::Setting { stage, detail: crate::error::SettingError::RangePast { offset, len } });
+            return Err(Error::Setting { stage, detail: crate::error::SettingError::RangePast { offset, len } });
         }
         if buf.alloc.cpu.is_null() || len == 0 {
             return Ok(());
@@ -566,7 +566,7 @@ impl Runtime {
                 vis.sync_to_cpu(&a, offset, len)
             }
         };
-        r.or_else(|e| self.fail(Error::Sync(e)))
+        r.map_err(Error::Sync)
     }
 
     /// The bytes of `m`, a live buffer of the open session (its handle current and naming `m.va`), for a
@@ -576,20 +576,13 @@ impl Runtime {
     pub fn live_bytes(&self, m: &GpuMem, stage: Stage) -> Result<u64> {
         self.live_platform(stage)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(stage));
+            return Err(Error::Latched(stage));
         }
         let s = sync::lock(&self.session);
         match s.buffers.check(m.handle) {
             Ok(b) if b.alloc.va == m.va => Ok(b.alloc.bytes),
-            Ok(b) => {
-                let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va: b.alloc.va };
-                drop(s);
-                self.fail(e)
-            }
-            Err(source) => {
-                drop(s);
-                self.fail(Error::Handle { stage, source })
-            }
+            Ok(b) => Err(Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va: b.alloc.va }),
+            Err(source) => Err(Error::Handle { stage, source }),
         }
     }
 
@@ -605,14 +598,14 @@ impl Runtime {
             // SAFETY: `a` is live (its handle is current and frees need the lock we hold), the range lies
             // inside the buffer, which lies at `base` inside `a`, and no work is running.
             return unsafe { vis.write_device(&a, at, src) }
-                .or_else(|e| self.fail(Error::Copy { stage: Stage::Write, source: e }));
+                .map_err(|source| Error::Copy { stage: Stage::Write, source });
         }
         // SAFETY: the CPU view covers the buffer's bytes and `offset + len` is inside it (checked); it stays
         // mapped while the lock is held; `src` is a caller's slice, which cannot overlap a platform view the
         // session hands out only as raw pointers.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), cpu.add(offset), src.len()) };
         // SAFETY: as for write_device above.
-        unsafe { vis.sync_to_gpu(&a, at, src.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))
+        unsafe { vis.sync_to_gpu(&a, at, src.len() as u64) }.map_err(Error::Sync)
     }
 
     /// Reads `dst.len()` bytes of `m` at `offset` as the device left them: a sync and the CPU view for a
@@ -626,10 +619,10 @@ impl Runtime {
         if cpu.is_null() {
             // SAFETY: as in `write`.
             return unsafe { vis.read_device(&a, at, dst) }
-                .or_else(|e| self.fail(Error::Copy { stage: Stage::Read, source: e }));
+                .map_err(|source| Error::Copy { stage: Stage::Read, source });
         }
         // SAFETY: as in `write`.
-        unsafe { vis.sync_to_cpu(&a, at, dst.len() as u64) }.or_else(|e| self.fail(Error::Sync(e)))?;
+        unsafe { vis.sync_to_cpu(&a, at, dst.len() as u64) }.map_err(Error::Sync)?;
         // SAFETY: the view covers the range (checked) and stays mapped under the lock; `dst` cannot overlap
         // it (see `write`).
         unsafe { std::ptr::copy_nonoverlapping(cpu.add(offset).cast_const(), dst.as_mut_ptr(), dst.len()) };
@@ -648,7 +641,7 @@ impl Runtime {
     ) -> Result<Option<(Allocation, u64, *mut u8)>> {
         self.live_platform(stage)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(stage));
+            return Err(Error::Latched(stage));
         }
         let s = sync::lock(&self.session);
         let buf = match s.buffers.check(m.handle) {
@@ -656,17 +649,17 @@ impl Runtime {
             Ok(b) => {
                 let e = Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va: b.alloc.va };
                 drop(s);
-                return self.fail(e);
+                return Err(e);
             }
             Err(source) => {
                 drop(s);
-                return self.fail(Error::Handle { stage, source });
+                return Err(Error::Handle { stage, source });
             }
         };
         if offset.checked_add(len).is_none_or(|end| end as u64 > buf.alloc.bytes) {
             let bytes = buf.alloc.bytes;
             drop(s);
-            return self.fail(Error::Setting {
+            return Err(Error::Setting {
                 stage,
                 detail: crate::error::SettingError::RangePastBytes { offset, len, bytes },
             });
@@ -744,17 +737,17 @@ impl Runtime {
         self.live_platform(stage)?;
         let now = self.scratch_buf(&s.mem);
         if let ScratchBuf::Live { parked: true, .. } = now {
-            return self.fail(Error::Setting { stage, detail: crate::error::SettingError::ScratchParked });
+            return Err(Error::Setting { stage, detail: crate::error::SettingError::ScratchParked });
         }
         if let ScratchBuf::Live { owner: Owner::Internal(whose), .. } = now {
-            return self.fail(Error::NotCallers { stage, owner: whose });
+            return Err(Error::NotCallers { stage, owner: whose });
         }
         if reserved {
             let ScratchBuf::Live { reserved: Some(bound), .. } = now else {
-                return self.fail(Error::Setting { stage, detail: crate::error::SettingError::StaleReservation });
+                return Err(Error::Setting { stage, detail: crate::error::SettingError::StaleReservation });
             };
             if bytes > bound {
-                return self.fail(Error::ScratchReserved { requested: bytes, reserved: bound });
+                return Err(Error::ScratchReserved { requested: bytes, reserved: bound });
             }
             s.high_water = s.high_water.max(bytes);
             return Ok(());
@@ -771,7 +764,6 @@ impl Runtime {
                 // Cannot happen for a live buffer of the caller's under the lock before any latch (the
                 // alloc just succeeded); if it does, give the new buffer back and keep the old one.
                 let _ = self.free(&mut grown);
-                self.set_error(&e);
                 return Err(e);
             }
         }

@@ -154,7 +154,8 @@ pub struct Runtime {
     pub(crate) cancel: AtomicBool,
     spin_us: AtomicU32,
     open_count: AtomicU32,
-    last_error: Mutex<String>,
+    /// The failure that latched the process (`None` until one does).
+    latch_cause: Mutex<Option<Error>>,
     hooks: Mutex<Vec<CloseHook>>,
     /// Device printf: the session's buffer and library, and where drained text goes.
     pub(crate) printf: crate::printf::PrintfState,
@@ -203,7 +204,7 @@ impl Runtime {
             cancel: AtomicBool::new(false),
             spin_us: AtomicU32::new(0),
             open_count: AtomicU32::new(0),
-            last_error: Mutex::new(String::new()),
+            latch_cause: Mutex::new(None),
             hooks: Mutex::new(Vec::new()),
             printf: crate::printf::PrintfState::new(),
         }
@@ -244,7 +245,7 @@ impl Runtime {
 
     /// Replaces the platform. Caller holds the lock; the device must be closed and the process not latched.
     pub fn set_platform(&self, kind: PlatformKind) -> Result<()> {
-        let i = Installed::new(kind).or_else(|e| self.fail(e))?;
+        let i = Installed::new(kind)?;
         self.install(i)
     }
 
@@ -254,15 +255,15 @@ impl Runtime {
     pub fn install(&self, installed: Installed) -> Result<()> {
         self.require_lock(Stage::SetPlatform)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(Stage::SetPlatform));
+            return Err(Error::Latched(Stage::SetPlatform));
         }
         if self.is_open() {
-            return self.fail(Error::Setting {
+            return Err(Error::Setting {
                 stage: Stage::SetPlatform,
                 detail: crate::error::SettingError::CloseDeviceFirst,
             });
         }
-        crate::platform::claim(&installed.platform, &self.identity).or_else(|e| self.fail(e))?;
+        crate::platform::claim(&installed.platform, &self.identity)?;
         *sync::lock(&self.installed) = Some(installed);
         Ok(())
     }
@@ -288,53 +289,52 @@ impl Runtime {
     /// forever, as the contract documents. With no platform, or one without a LOCK service, does nothing;
     /// every call that needs the lock then reports why there is none ([`Runtime::lock_unavailable`]).
     /// Inside an on-close hook (whose thread holds the lock already) it is refused (stage `on close`)
-    /// instead of waiting forever.
-    pub fn lock(&self) {
+    /// instead of waiting forever: the one failure.
+    pub fn lock(&self) -> Result<()> {
         if self.in_close_hook() {
-            self.set_error(&Error::CloseHook(Stage::Lock));
-            return;
+            return Err(Error::CloseHook(Stage::Lock));
         }
-        let Ok(i) = self.installed() else { return };
-        let Some(l) = i.platform.lock() else { return };
+        let Ok(i) = self.installed() else { return Ok(()) };
+        let Some(l) = i.platform.lock() else { return Ok(()) };
         l.lock(LOCK_ID);
         *sync::lock(&self.lock_platform) = Some(i.platform.clone());
         *sync::lock(&self.owner) = Some(thread::current().id());
+        Ok(())
     }
 
-    /// Takes the session lock if it is free.
-    pub fn try_lock(&self) -> bool {
+    /// Takes the session lock if it is free: true when it did; false when another thread holds it, or
+    /// there is no lock (as for [`Runtime::lock`]). Refused inside an on-close hook, as `lock` is.
+    pub fn try_lock(&self) -> Result<bool> {
         if self.in_close_hook() {
-            self.set_error(&Error::CloseHook(Stage::Lock));
-            return false;
+            return Err(Error::CloseHook(Stage::Lock));
         }
-        let Ok(i) = self.installed() else { return false };
-        let Some(l) = i.platform.lock() else { return false };
+        let Ok(i) = self.installed() else { return Ok(false) };
+        let Some(l) = i.platform.lock() else { return Ok(false) };
         if !l.try_lock(LOCK_ID) {
-            return false;
+            return Ok(false);
         }
         *sync::lock(&self.lock_platform) = Some(i.platform.clone());
         *sync::lock(&self.owner) = Some(thread::current().id());
-        true
+        Ok(true)
     }
 
-    /// Releases the session lock. Refused (recorded in last_error, the lock left as it was) from a thread
-    /// that does not hold it (where there is no lock to hold, the record is why: the platform's failure,
-    /// not a lock misuse), and while the lock is pinned on this thread: by a typed lock token (which
-    /// releases it when dropped), by a job-engine run on the session backend (a clock callback), or by
-    /// close running its on-close hooks. Each of those holds CPU views of session buffers across code it
-    /// does not control; releasing the lock under it would let another thread close the device.
-    pub fn unlock(&self) {
+    /// Releases the session lock. Refused (the lock left as it was) from a thread that does not hold it
+    /// (where there is no lock to hold, the refusal is why: the platform's failure, not a lock misuse),
+    /// and while the lock is pinned on this thread: by a typed lock token (which releases it when
+    /// dropped), by a job-engine run on the session backend (a clock callback), or by close running its
+    /// on-close hooks. Each of those holds CPU views of session buffers across code it does not control;
+    /// releasing the lock under it would let another thread close the device.
+    pub fn unlock(&self) -> Result<()> {
         if !self.holds_lock() {
-            self.refuse_unlock();
-            return;
+            return Err(self.unlock_refusal());
         }
         let me = thread::current().id();
         let pinned = sync::lock(&self.pins).iter().rev().find(|(t, _)| *t == me).map(|(_, by)| *by);
         if let Some(by) = pinned {
-            self.set_error(&Error::LockPinned(by));
-            return;
+            return Err(Error::LockPinned(by));
         }
         self.release_lock();
+        Ok(())
     }
 
     fn release_lock(&self) {
@@ -362,23 +362,21 @@ impl Runtime {
         }
     }
 
-    /// Removes the pin by `by` and releases the lock (what a typed token's drop does).
-    pub(crate) fn unlock_pinned(&self, by: &'static str) {
+    /// Removes the pin by `by` and releases the lock (what a typed token's drop does). Refused, as
+    /// [`Runtime::unlock`] is, when this thread does not hold it.
+    pub(crate) fn unlock_pinned(&self, by: &'static str) -> Result<()> {
         self.unpin_lock(by);
-        if self.holds_lock() {
-            self.release_lock();
-        } else {
-            self.refuse_unlock();
+        if !self.holds_lock() {
+            return Err(self.unlock_refusal());
         }
+        self.release_lock();
+        Ok(())
     }
 
-    /// Records why an unlock from a thread that does not hold the lock released nothing: where there is
-    /// no lock to hold, the platform's failure (the real cause), else the lock misuse.
-    fn refuse_unlock(&self) {
-        match self.lock_unavailable() {
-            Some(e) => self.set_error(&e),
-            None => self.set_error(&Error::Lock("unlock from a thread that does not hold the session lock")),
-        }
+    /// Why an unlock from a thread that does not hold the lock released nothing: where there is no lock
+    /// to hold, the platform's failure (the real cause), else the lock misuse.
+    fn unlock_refusal(&self) -> Error {
+        self.lock_unavailable().unwrap_or(Error::Lock("unlock from a thread that does not hold the session lock"))
     }
 
     /// True when the calling thread holds the session lock.
@@ -397,7 +395,7 @@ impl Runtime {
         self.require_lock_to_release(stage)?;
         // This thread holds the lock, and only the holder runs the hooks: the flag alone says it is in one.
         if self.in_close_hooks.load(Ordering::SeqCst) {
-            return self.fail(Error::CloseHook(stage));
+            return Err(Error::CloseHook(stage));
         }
         Ok(())
     }
@@ -409,8 +407,8 @@ impl Runtime {
         }
         let _ = stage;
         match self.lock_unavailable() {
-            Some(e) => self.fail(e),
-            None => self.fail(Error::Lock("the calling thread does not hold the session lock (take it first)")),
+            Some(e) => Err(e),
+            None => Err(Error::Lock("the calling thread does not hold the session lock (take it first)")),
         }
     }
 
@@ -429,31 +427,25 @@ impl Runtime {
     /// the platform's failure when there is no lock to take, and otherwise takes the lock.
     pub(crate) fn lock_itself(&self, holder_refusal: &'static str) -> Result<()> {
         if self.holds_lock() {
-            return self.fail(Error::Lock(holder_refusal));
+            return Err(Error::Lock(holder_refusal));
         }
         if let Some(e) = self.lock_unavailable() {
-            return self.fail(e);
+            return Err(e);
         }
-        self.lock();
-        Ok(())
+        self.lock()
     }
 
-    // ----- errors ---------------------------------------------------------------------------------
+    // ----- the latch's cause -----------------------------------------------------------------------
 
-    /// Records `e` as the process-wide last error and returns it.
-    pub(crate) fn fail<T>(&self, e: Error) -> Result<T> {
-        self.set_error(&e);
-        Err(e)
+    /// The failure that latched the process, `None` while it is not latched. (The core records no
+    /// last error: each call returns its failure, and the C layer records what its callers read.)
+    pub fn latch_cause(&self) -> Option<Error> {
+        sync::lock(&self.latch_cause).clone()
     }
 
-    /// Sets the process-wide error text (libraries name their own stage through it).
-    pub fn set_error(&self, e: &dyn std::fmt::Display) {
-        *sync::lock(&self.last_error) = e.to_string();
-    }
-
-    /// The stage of the most recent failure, "" if none.
-    pub fn last_error(&self) -> String {
-        sync::lock(&self.last_error).clone()
+    /// Keeps `why` as the latch's cause; the first latch's stays.
+    pub(crate) fn set_latch_cause(&self, why: &Error) {
+        sync::lock(&self.latch_cause).get_or_insert_with(|| why.clone());
     }
 
     // ----- open / close ---------------------------------------------------------------------------
@@ -462,19 +454,16 @@ impl Runtime {
     pub fn open(&self) -> Result<()> {
         self.require_lock(Stage::Open)?;
         if self.is_blocked() {
-            return self.fail(Error::Latched(Stage::Open));
+            return Err(Error::Latched(Stage::Open));
         }
-        let i = match self.installed() {
-            Ok(i) => i,
-            Err(e) => return self.fail(e),
-        };
+        let i = self.installed()?;
         let mut s = sync::lock(&self.session);
         if s.device.is_some() {
             return Ok(());
         }
         if let Err(r) = negotiate(&i.platform.caps(), Services::SESSION) {
             drop(s);
-            return self.fail(Error::Refused(r));
+            return Err(Error::Refused(r));
         }
         let dev = i.platform.device().expect("negotiated DEVICE");
         // SAFETY: the caller holds the session lock (checked above) and the device is not open (`device`
@@ -483,7 +472,7 @@ impl Runtime {
             Ok(info) => info,
             Err(e) => {
                 drop(s);
-                return self.fail(Error::Open(e));
+                return Err(Error::Open(e));
             }
         };
         let desc = BufferDesc {
@@ -501,7 +490,7 @@ impl Runtime {
                 // SAFETY: lock held, device open, nothing submitted, nothing allocated.
                 unsafe { dev.close() };
                 drop(s);
-                return self.fail(Error::Open(e));
+                return Err(Error::Open(e));
             }
         };
         let h = s.buffers.open(Buf::new(markers, HANDLE_BUF_QUEUE, LAUNCH_BUFFER));
@@ -538,13 +527,13 @@ impl Runtime {
     }
 
     /// Closes the device and frees every session buffer. Takes the lock itself: call it without the lock.
-    /// Refused (a no-op, recorded) after a latch, including one that happened in an on-close hook.
+    /// Refused (a no-op) after a latch, including one that happened in an on-close hook.
     ///
     /// A panic in an on-close hook does not leave the lock held: the close completes, the lock is
     /// released, and then the panic goes on to the caller (the C layer turns it into its failure value).
     pub fn close(&self) -> Result<()> {
         // The contract's C lock would deadlock for a holder; in Rust we say so instead of hanging. With no
-        // platform there is no lock to take, and the platform's failure is what is recorded.
+        // platform there is no lock to take, and the platform's failure is what close returns.
         self.lock_itself("close takes the session lock itself: call it without the lock")?;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.close_locked()));
         if self.holds_lock() {
@@ -560,7 +549,7 @@ impl Runtime {
     /// panic is resumed once the device is closed.
     pub(crate) fn close_locked(&self) -> Result<()> {
         if self.is_blocked() {
-            return self.fail(Error::Latched(Stage::Close));
+            return Err(Error::Latched(Stage::Close));
         }
         if !self.is_open() {
             return Ok(());
@@ -582,10 +571,6 @@ impl Runtime {
         self.in_close_hooks.store(true, Ordering::SeqCst);
         for h in hooks.iter_mut() {
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)) {
-                self.set_error(&Error::Setting {
-                    stage: Stage::OnClose,
-                    detail: crate::error::SettingError::HookPanicked,
-                });
                 first_panic.get_or_insert(p);
             }
         }
@@ -598,7 +583,7 @@ impl Runtime {
     /// check belongs here whatever happened before), else every buffer is released and the device closed.
     fn release_everything(&self) -> Result<()> {
         if self.is_blocked() {
-            return self.fail(Error::Latched(Stage::Close));
+            return Err(Error::Latched(Stage::Close));
         }
         let i = self.installed()?;
         // The printf buffer and library are session buffers: freed below with the rest.
@@ -643,7 +628,7 @@ impl Runtime {
     /// Sets the process-wide spin window; refused above [`MAX_SPIN_US`] (setting unchanged).
     pub fn set_spin_us(&self, us: u32) -> Result<()> {
         if us > MAX_SPIN_US {
-            return self.fail(Error::Setting {
+            return Err(Error::Setting {
                 stage: Stage::SetSpin,
                 detail: crate::error::SettingError::SpinTooLong { us, max: MAX_SPIN_US },
             });
@@ -663,7 +648,7 @@ impl Runtime {
         let mut hooks = sync::lock(&self.hooks);
         if hooks.len() >= ON_CLOSE_MAX {
             drop(hooks);
-            return self.fail(Error::Setting {
+            return Err(Error::Setting {
                 stage: Stage::OnClose,
                 detail: crate::error::SettingError::TooManyHooks(ON_CLOSE_MAX),
             });
