@@ -865,6 +865,477 @@ fn default_wait() -> CaseResult {
     })
 }
 
+// ----- matmul kernels (issue 12) ---------------------------------------------------------------------------
+//
+// Each kernel of the `matmul` module launched through Omega as the matmul library launches it, at shapes
+// large enough to matter, on random inputs with the output poisoned first. A big output is checked at a
+// random sample of at least 4096 positions (tile corners and edges always among them) against an f64
+// product, within K * 2^-22 * sum|x*w| (tests/matmul_kernels.rs argues the bound), and scanned whole for
+// an output left unwritten. On the simulator these run the host references; its virtual clock counts
+// about a millisecond per 4 million multiply-adds, so the cases give their launches a long timeout.
+
+use omega::kernels::matmul as mm;
+
+/// A long launch timeout: the largest GEMM takes about four virtual seconds on the simulator.
+const MATMUL_TIMEOUT_MS: u32 = 120_000;
+/// Positions a big output is checked at, at least.
+const MATMUL_SAMPLE: usize = 4096;
+
+/// `n` random bf16 in [-1, 1]: the bit patterns and their f32 values.
+fn random_bf16(g: &mut impl Rng, n: usize) -> (Vec<u16>, Vec<f32>) {
+    let bits = mm::random_bf16(g.random(), n);
+    let values = mm::bf16s_to_f32(&bits);
+    (bits, values)
+}
+
+/// The SM count of the open device (the persistent GEMM's grid, the GEMV planner's input).
+fn device_sms() -> Result<u32, String> {
+    let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
+    Ok(dev.device().sm_count.max(1))
+}
+
+/// The positions of an `[m, n]` output to check: all of them when there are at most `MATMUL_SAMPLE`,
+/// else the corners, the tile edges (rows and columns around multiples of 64, 128 and 256) and random
+/// ones up to the sample's size.
+fn sample_positions(g: &mut impl Rng, m: usize, n: usize) -> Vec<(usize, usize)> {
+    if m * n <= MATMUL_SAMPLE {
+        return (0..m).flat_map(|i| (0..n).map(move |j| (i, j))).collect();
+    }
+    let edges = |len: usize| -> Vec<usize> {
+        let mut v: Vec<usize> = [0, len - 1].into();
+        for t in [64, 128, 256] {
+            v.extend([t - 1, t].into_iter().filter(|&e| e < len));
+            v.extend([len / t * t, (len / t * t).saturating_sub(1)].into_iter().filter(|&e| e < len));
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (rows, cols) = (edges(m), edges(n));
+    let mut at: Vec<(usize, usize)> = rows.iter().flat_map(|&i| cols.iter().map(move |&j| (i, j))).collect();
+    while at.len() < MATMUL_SAMPLE {
+        at.push((g.random_range(0..m), g.random_range(0..n)));
+    }
+    at
+}
+
+/// Checks `y` (`[m, n]`) at `at` against rows of `x` (`row_of(i)` gives the x row of output row i) times
+/// rows of `w`, and that no output is still the poison; the first failure names the shape, the position,
+/// what came back and what was wanted.
+fn check_matmul(
+    what: &str,
+    y: &[f32],
+    x: &[f32],
+    w: &[f32],
+    [m, n, k]: [usize; 3],
+    at: &[(usize, usize)],
+) -> Result<(), String> {
+    if let Some(i) = y.iter().position(|v| v.is_nan()) {
+        return Err(format!("{what} {m}x{n}x{k}: y[{}, {}] is NaN: never written", i / n, i % n));
+    }
+    for &(i, j) in at {
+        let (want, mag) = mm::dot_f64(&x[i * k..][..k], &w[j * k..][..k]);
+        let got = y[i * n + j];
+        let bound = k as f64 * 2f64.powi(-22) * mag;
+        if (f64::from(got) - want).abs() > bound {
+            return Err(format!("{what} {m}x{n}x{k}: y[{i}, {j}] = {got:e}, want {want:e} within {bound:e}"));
+        }
+    }
+    Ok(())
+}
+
+/// `time` in the units a result line uses, with the throughput of `macs` multiply-adds.
+fn matmul_rate(platform: &str, ns: u64, macs: f64) -> String {
+    if common::is_sim(platform) {
+        format!("{:.2} ms of simulated time", ns as f64 / 1e6)
+    } else {
+        format!("{:.3} ms launch to completion, {:.1} TFLOP/s", ns as f64 / 1e6, 2.0 * macs / ns.max(1) as f64 / 1e3)
+    }
+}
+
+/// The TMA GEMM (`omega_gemm_bf16_tn`) at `[m, n, k]`: descriptors encoded on the host into a device
+/// buffer, one CTA per SM (persistent), checked at a sample.
+fn matmul_tma_gemm(m: u32, n: u32, k: u32) -> CaseResult {
+    let mut g = rng();
+    let sms = device_sms()?;
+    let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+    let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+    let at = sample_positions(&mut g, m as usize, n as usize);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(mm::GEMM_BF16_TN).map_err(err)?;
+        let dx = s.alloc_device_from(&xb).map_err(err)?;
+        let dw = s.alloc_device_from(&wb).map_err(err)?;
+        let mut maps = omega::tma::encode_tiled(&mm::gemm_tmap_a(dx.va(), m, k)).map_err(err)?.0.to_vec();
+        maps.extend_from_slice(&omega::tma::encode_tiled(&mm::gemm_tmap_b(dw.va(), n, k)).map_err(err)?.0);
+        let dmaps = s.alloc_device_from(&maps).map_err(err)?;
+        let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+        let tiles = m.div_ceil(mm::GEMM_TILE_M) * n.div_ceil(mm::GEMM_TILE_N);
+        let grid = tiles.min(sms);
+        let l = Launch::new(&kernel)
+            .grid([grid, 1, 1])
+            .block([mm::GEMM_THREADS, 1, 1])
+            .dynamic_shared(mm::GEMM_SMEM_BYTES)
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(dmaps.va())
+            .arg(dmaps.va() + 128)
+            .arg(&y)
+            .arg(m)
+            .arg(n)
+            .arg(k);
+        let done = gpu.launch(&l).map_err(|e| format!("{m}x{n}x{k}: {e}"))?;
+        let dims = [m, n, k].map(|v| v as usize);
+        check_matmul(mm::GEMM_BF16_TN, &y.to_vec().map_err(err)?, &x, &w, dims, &at)?;
+        let macs = f64::from(m) * f64::from(n) * f64::from(k);
+        Ok(format!(
+            "{m}x{n}x{k}, {tiles} tiles on {grid} CTAs, {} positions checked; {}",
+            at.len(),
+            matmul_rate(s.platform(), done.elapsed_ns, macs)
+        ))
+    })
+}
+
+/// The split-K TMA GEMM `name` (`omega_gemm_bf16_tn_splitk`, or the narrow `omega_gemm_bf16_tn_n128` of
+/// 128-column tiles) at `[m, n, k]`, split as the planner splits it for the device's SMs; checked at a
+/// sample, the tickets zero after.
+fn matmul_tma_gemm_split(name: &'static str, m: u32, n: u32, k: u32) -> CaseResult {
+    let (tile_n, smem) = if name == mm::GEMM_BF16_TN_N128 {
+        (mm::GEMM_N128_TILE_N, mm::GEMM_N128_SMEM_BYTES)
+    } else {
+        (mm::GEMM_TILE_N, mm::GEMM_SMEM_BYTES)
+    };
+    let mut g = rng();
+    let sms = device_sms()?;
+    let split = mm::GemmSplit::planned(m, n, k, tile_n, sms);
+    let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+    let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+    let at = sample_positions(&mut g, m as usize, n as usize);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(name).map_err(err)?;
+        let dx = s.alloc_device_from(&xb).map_err(err)?;
+        let dw = s.alloc_device_from(&wb).map_err(err)?;
+        let mut maps = omega::tma::encode_tiled(&mm::gemm_tmap_a(dx.va(), m, k)).map_err(err)?.0.to_vec();
+        maps.extend_from_slice(&omega::tma::encode_tiled(&mm::gemm_tmap_b_rows(dw.va(), n, k, tile_n)).map_err(err)?.0);
+        let dmaps = s.alloc_device_from(&maps).map_err(err)?;
+        let work = s.alloc_device::<f32>(split.work_floats(m, n).max(1) as usize).map_err(err)?;
+        let mut tickets = s.alloc_device_from(&vec![0u32; split.tiles as usize]).map_err(err)?;
+        let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+        let grid = split.units.min(sms);
+        let l = Launch::new(&kernel)
+            .grid([grid, 1, 1])
+            .block([mm::GEMM_THREADS, 1, 1])
+            .dynamic_shared(smem)
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(dmaps.va())
+            .arg(dmaps.va() + 128)
+            .arg(&y)
+            .arg(&work)
+            .arg(&tickets)
+            .arg(m)
+            .arg(n)
+            .arg(k)
+            .arg(split.splits);
+        let done = gpu.launch(&l).map_err(|e| format!("{name} {m}x{n}x{k}: {e}"))?;
+        check_matmul(name, &y.to_vec().map_err(err)?, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+        if let Some(t) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
+            return Err(format!("{name} {m}x{n}x{k}: ticket {t} left non-zero"));
+        }
+        let macs = f64::from(m) * f64::from(n) * f64::from(k);
+        Ok(format!(
+            "{m}x{n}x{k}, {} tiles x {} splits of {} K blocks on {grid} CTAs, {} positions checked; {}",
+            split.tiles,
+            split.splits,
+            split.per,
+            at.len(),
+            matmul_rate(s.platform(), done.elapsed_ns, macs)
+        ))
+    })
+}
+
+/// The split-K GEMV (`omega_gemv_bf16_tn_m*`) at each M of `ms` on `[n, k]`, planned for the device's
+/// SMs; every output checked up to the sample size; the tickets must be zero again after each launch.
+fn matmul_gemv(ms: &[u32], n: u32, k: u32) -> CaseResult {
+    let mut g = rng();
+    let sms = device_sms()?;
+    let plan = mm::gemv_plan(n, k, sms);
+    let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+    let m_max = ms.iter().copied().max().unwrap_or(1);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let dw = s.alloc_device_from(&wb).map_err(err)?;
+        let work = s.alloc_device::<f32>(plan.work_floats(m_max, n).max(1) as usize).map_err(err)?;
+        let mut tickets = s.alloc_device_from(&vec![0u32; plan.blocks as usize]).map_err(err)?;
+        let mut gpu = gpu;
+        let mut lines = Vec::new();
+        for &m in ms {
+            let name = mm::GEMV_BF16_TN[mm::gemv_variant(m)];
+            let kernel = module.kernel(name).map_err(err)?;
+            let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+            let dx = s.alloc_device_from(&xb).map_err(err)?;
+            let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+            let l = Launch::new(&kernel)
+                .grid([plan.blocks, plan.split, 1])
+                .block([mm::GEMV_THREADS, 1, 1])
+                .timeout_ms(MATMUL_TIMEOUT_MS)
+                .arg(&dx)
+                .arg(&dw)
+                .arg(&y)
+                .arg(&work)
+                .arg(&tickets)
+                .arg(m)
+                .arg(n)
+                .arg(k)
+                .arg(plan.k_per_split);
+            let done = gpu.launch(&l).map_err(|e| format!("{name} M={m}: {e}"))?;
+            gpu = done.gpu;
+            let at = sample_positions(&mut g, m as usize, n as usize);
+            check_matmul(name, &y.to_vec().map_err(err)?, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+            if let Some(t) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
+                return Err(format!("{name} M={m}: ticket {t} left non-zero"));
+            }
+            let bytes = f64::from(n) * f64::from(k) * 2.0;
+            let rate = if common::is_sim(s.platform()) {
+                format!("{:.2} ms simulated", done.elapsed_ns as f64 / 1e6)
+            } else {
+                format!(
+                    "{:.1} us, {:.0} GB/s of W",
+                    done.elapsed_ns as f64 / 1e3,
+                    bytes / done.elapsed_ns.max(1) as f64
+                )
+            };
+            lines.push(format!("M={m} {rate}"));
+        }
+        Ok(format!(
+            "N={n} K={k}, {} x {} CTAs of {} K: {}",
+            plan.blocks,
+            plan.split,
+            plan.k_per_split,
+            lines.join(", ")
+        ))
+    })
+}
+
+/// A mixture-of-experts decode step on the device: random top-k routing (`omega_moe_route`, checked
+/// exactly against the host's CSR), then the grouped GEMV (`omega_moe_gemv_bf16_m*`) over every slot,
+/// checked at a sample.
+fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
+    let mut g = rng();
+    let sms = device_sms()?;
+    let mut topk = Vec::with_capacity((t * top_k) as usize);
+    for _ in 0..t {
+        let mut mine: Vec<u32> = Vec::new();
+        while mine.len() < top_k as usize {
+            let c = g.random_range(0..e);
+            if !mine.contains(&c) {
+                mine.push(c);
+            }
+        }
+        topk.extend(mine);
+    }
+    let (xb, x) = random_bf16(&mut g, (t * k) as usize);
+    let (wb, w) = random_bf16(&mut g, (e * n * k) as usize);
+    // The routing the kernel must write: each expert's choices in choice order.
+    let mut offsets = vec![0u32];
+    let (mut rows, mut pairs) = (Vec::new(), Vec::new());
+    for expert in 0..e {
+        for (p, _) in topk.iter().enumerate().filter(|(_, &c)| c == expert) {
+            rows.push(p as u32 / top_k);
+            pairs.push(p as u32);
+        }
+        offsets.push(rows.len() as u32);
+    }
+    let slots = rows.len();
+    let plan = mm::gemv_plan(n, k, sms);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let route = module.kernel(mm::MOE_ROUTE).map_err(err)?;
+        let dtopk = s.alloc_device_from(&topk).map_err(err)?;
+        let mut doff = s.alloc_device_from(&vec![u32::MAX; e as usize + 1]).map_err(err)?;
+        let mut drows = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
+        let mut dpairs = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
+        let mut dropped = s.alloc_device_from(&[0u32]).map_err(err)?;
+        let l = Launch::new(&route)
+            .block([mm::ROUTE_THREADS, 1, 1])
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(&dtopk)
+            .arg(t)
+            .arg(top_k)
+            .arg(e)
+            .arg(&doff)
+            .arg(&drows)
+            .arg(&dpairs)
+            .arg(&dropped);
+        let routed = gpu.launch(&l).map_err(|e| format!("{}: {e}", mm::MOE_ROUTE))?;
+        for (what, got, want) in [
+            ("offsets", doff.to_vec().map_err(err)?, &offsets),
+            ("rows", drows.to_vec().map_err(err)?, &rows),
+            ("pairs", dpairs.to_vec().map_err(err)?, &pairs),
+            ("dropped", dropped.to_vec().map_err(err)?, &vec![0]),
+        ] {
+            if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+                return Err(format!(
+                    "{} T={t} top-{top_k} E={e}: {what}[{i}] = {}, want {}",
+                    mm::MOE_ROUTE,
+                    got[i],
+                    want[i]
+                ));
+            }
+        }
+        let name = mm::MOE_GEMV_BF16[mm::gemv_variant(t)];
+        let kernel = module.kernel(name).map_err(err)?;
+        let dx = s.alloc_device_from(&xb).map_err(err)?;
+        let dw = s.alloc_device_from(&wb).map_err(err)?;
+        let max_slots = t * top_k;
+        let work = s.alloc_device::<f32>(plan.work_floats(max_slots, n).max(1) as usize).map_err(err)?;
+        let mut tickets = s.alloc_device_from(&vec![0u32; (e * plan.blocks) as usize]).map_err(err)?;
+        let mut y = common::poisoned_f32(s, slots * n as usize).map_err(err)?;
+        let l = Launch::new(&kernel)
+            .grid([plan.blocks, plan.split, e])
+            .block([mm::GEMV_THREADS, 1, 1])
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(&dx)
+            .arg(&dw)
+            .arg(&y)
+            .arg(&work)
+            .arg(&tickets)
+            .arg(&doff)
+            .arg(&drows)
+            .arg(n)
+            .arg(k)
+            .arg(plan.k_per_split)
+            .arg(max_slots);
+        let done = routed.gpu.launch(&l).map_err(|e| format!("{name}: {e}"))?;
+        let got = y.to_vec().map_err(err)?;
+        // The product each slot must hold, checked at a sample of (slot, column) positions.
+        let (nn, kk) = (n as usize, k as usize);
+        let expert_of: Vec<usize> = (0..slots).map(|i| offsets.partition_point(|&o| o as usize <= i) - 1).collect();
+        if let Some(i) = got.iter().position(|v| v.is_nan()) {
+            return Err(format!("{name}: y[{}, {}] is NaN: never written", i / nn, i % nn));
+        }
+        let at = sample_positions(&mut g, slots, nn);
+        for &(i, j) in &at {
+            let xr = &x[rows[i] as usize * kk..][..kk];
+            let wr = &w[(expert_of[i] * nn + j) * kk..][..kk];
+            let (want, mag) = mm::dot_f64(xr, wr);
+            let bound = kk as f64 * 2f64.powi(-22) * mag;
+            if (f64::from(got[i * nn + j]) - want).abs() > bound {
+                return Err(format!(
+                    "{name} T={t} top-{top_k} E={e} N={n} K={k}: slot {i} (token {}, expert {}) column {j} = {:e}, \
+                     want {want:e} within {bound:e}",
+                    rows[i],
+                    expert_of[i],
+                    got[i * nn + j]
+                ));
+            }
+        }
+        if let Some(i) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
+            return Err(format!("{name}: ticket {i} left non-zero"));
+        }
+        let touched = (0..e as usize).filter(|&x| offsets[x] != offsets[x + 1]).count();
+        let bytes = touched as f64 * f64::from(n) * f64::from(k) * 2.0;
+        let rate = if common::is_sim(s.platform()) {
+            format!("{:.2} ms simulated", done.elapsed_ns as f64 / 1e6)
+        } else {
+            format!(
+                "{:.1} us, {:.0} GB/s of touched experts' W",
+                done.elapsed_ns as f64 / 1e3,
+                bytes / done.elapsed_ns as f64
+            )
+        };
+        let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
+        Ok(format!(
+            "T={t} top-{top_k} of E={e}, N={n} K={k}: {touched} experts touched, {slots} slots, {} positions \
+             checked; routing {:.1} us{clock}, grouped GEMV {rate}",
+            at.len(),
+            routed.elapsed_ns as f64 / 1e3
+        ))
+    })
+}
+
+/// The f32 SIMT GEMM (`omega_gemm_f32_tn`, no TF32) at `[m, n, k]`, every output checked; how many are
+/// bit for bit the fmaf chain the simulator's reference computes is reported.
+fn matmul_simt_f32(m: u32, n: u32, k: u32) -> CaseResult {
+    let mut g = rng();
+    let x = mm::random_f32(g.random(), (m * k) as usize);
+    let w = mm::random_f32(g.random(), (n * k) as usize);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(mm::GEMM_F32_TN).map_err(err)?;
+        let dx = s.alloc_device_from(&x).map_err(err)?;
+        let dw = s.alloc_device_from(&w).map_err(err)?;
+        let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+        let l = Launch::new(&kernel)
+            .grid([n.div_ceil(mm::SIMT_TILE), m.div_ceil(mm::SIMT_TILE), 1])
+            .block([mm::SIMT_THREADS, 1, 1])
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(&dx)
+            .arg(&dw)
+            .arg(&y)
+            .arg(m)
+            .arg(n)
+            .arg(k);
+        let done = gpu.launch(&l).map_err(|e| format!("{m}x{n}x{k}: {e}"))?;
+        let got = y.to_vec().map_err(err)?;
+        let (mm_, nn, kk) = (m as usize, n as usize, k as usize);
+        let all: Vec<(usize, usize)> = (0..mm_).flat_map(|i| (0..nn).map(move |j| (i, j))).collect();
+        check_matmul(mm::GEMM_F32_TN, &got, &x, &w, [mm_, nn, kk], &all)?;
+        let exact = all
+            .iter()
+            .filter(|&&(i, j)| {
+                let chain = (0..kk).fold(0f32, |acc, q| x[i * kk + q].mul_add(w[j * kk + q], acc));
+                chain.to_bits() == got[i * nn + j].to_bits()
+            })
+            .count();
+        let macs = f64::from(m) * f64::from(n) * f64::from(k);
+        Ok(format!(
+            "{m}x{n}x{k}, every output checked, {exact} of {} bit for bit the fmaf chain; {}",
+            all.len(),
+            matmul_rate(s.platform(), done.elapsed_ns, macs)
+        ))
+    })
+}
+
+/// `omega_convert_f32_bf16` over `n` random f32 (the specials among them) on a grid of one CTA per SM:
+/// every element bit for bit round-to-nearest-even.
+fn matmul_convert(n: usize) -> CaseResult {
+    let mut g = rng();
+    let sms = device_sms()?;
+    let mut input: Vec<f32> = (0..n).map(|_| f32::from_bits(g.random::<u32>())).collect();
+    let specials = [0.0f32, -0.0, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, f32::MAX, f32::INFINITY, f32::NAN];
+    for (v, sp) in input.iter_mut().zip(specials) {
+        *v = sp;
+    }
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(mm::CONVERT_F32_BF16).map_err(err)?;
+        let din = s.alloc_device_from(&input).map_err(err)?;
+        let mut out = s.alloc_device_from(&vec![0xdeadu16; n]).map_err(err)?;
+        let l = Launch::new(&kernel)
+            .grid([sms, 1, 1])
+            .block([mm::CONVERT_THREADS, 1, 1])
+            .timeout_ms(MATMUL_TIMEOUT_MS)
+            .arg(&din)
+            .arg(&out)
+            .arg(n as u64);
+        let done = gpu.launch(&l).map_err(|e| format!("{n} elements: {e}"))?;
+        let got = out.to_vec().map_err(err)?;
+        if let Some(i) = (0..n).find(|&i| got[i] != mm::f32_to_bf16(input[i])) {
+            return Err(format!(
+                "element {i}: {:#010x} converted to {:#06x}, want {:#06x}",
+                input[i].to_bits(),
+                got[i],
+                mm::f32_to_bf16(input[i])
+            ));
+        }
+        let clock = if common::is_sim(s.platform()) { " of simulated time" } else { "" };
+        Ok(format!(
+            "{n} elements on {sms} CTAs (grid-stride), bit for bit; {:.1} us{clock}",
+            done.elapsed_ns as f64 / 1e3
+        ))
+    })
+}
+
 fn in_child(case: &str) -> CaseResult {
     let exe = std::env::current_exe().map_err(err)?;
     let out = Command::new(exe).args(["--case", case]).output().map_err(err)?;
@@ -924,6 +1395,20 @@ fn main() -> ExitCode {
         ("many buffers: 10^5 live, each checked", many_buffers),
         ("default wait: empty launch, CPU of a 100 ms wait <= 10%", default_wait),
         ("large buffer: >= 130 GiB device-only, written, read by a kernel, freed", large_buffer),
+        ("matmul: TMA GEMM bf16 1024x1024x1024", || matmul_tma_gemm(1024, 1024, 1024)),
+        ("matmul: TMA GEMM bf16 ragged 1000x1000x1000", || matmul_tma_gemm(1000, 1000, 1000)),
+        ("matmul: TMA GEMM bf16 4096x2048x2048", || matmul_tma_gemm(4096, 2048, 2048)),
+        ("matmul: TMA GEMM bf16 split-K 512x2048x2048", || {
+            matmul_tma_gemm_split(mm::GEMM_BF16_TN_SPLITK, 512, 2048, 2048)
+        }),
+        ("matmul: TMA GEMM bf16 128-wide tiles 512x2048x2048", || {
+            matmul_tma_gemm_split(mm::GEMM_BF16_TN_N128, 512, 2048, 2048)
+        }),
+        ("matmul: split-K GEMV bf16 M=1,8,64 N=2048 K=4096", || matmul_gemv(&[1, 8, 64], 2048, 4096)),
+        ("matmul: GEMV bf16 lm_head M=1,4 N=151936 K=2048 (row streaming)", || matmul_gemv(&[1, 4], 151_936, 2048)),
+        ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
+        ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
+        ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
     ];

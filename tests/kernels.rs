@@ -64,7 +64,10 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     use omega::kernels::matmul as mm;
     let m = Module::parse(omega::kernels::cuda_module(mm::MATMUL).unwrap(), &arch::HOPPER).unwrap();
     let threads = |name: &str| m.kernel(name).unwrap().max_threads;
-    assert_eq!(threads(mm::GEMM_BF16_TN), Some(mm::GEMM_THREADS));
+    for name in [mm::GEMM_BF16_TN, mm::GEMM_BF16_TN_SPLITK, mm::GEMM_BF16_TN_N128] {
+        assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
+        assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
+    }
     for name in mm::GEMV_BF16_TN.iter().chain(&mm::MOE_GEMV_BF16) {
         assert_eq!(threads(name), Some(mm::GEMV_THREADS), "{name}");
     }
@@ -72,12 +75,34 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     assert_eq!(threads(mm::GEMM_F32_TN), Some(mm::SIMT_THREADS));
     assert_eq!(threads(mm::GEMM_BF16_SIMT_TN), Some(mm::SIMT_THREADS));
     assert_eq!(threads(mm::CONVERT_F32_BF16), Some(mm::CONVERT_THREADS));
-    // The GEMM's stages, barriers and alignment slack, as gemm_bf16.cuh sizes them.
-    assert_eq!(mm::GEMM_SMEM_BYTES, 197_696);
+    // The GEMMs' stages, barriers and alignment slack, as gemm_bf16.cuh sizes them (kernel_abi.md).
+    assert_eq!((mm::GEMM_SMEM_BYTES, mm::GEMM_N128_SMEM_BYTES), (197_696, 197_728));
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();
     assert!(src.contains("#include \"matmul/gemm_bf16.cuh\""), "{src}");
-    // Its register split needs setmaxnreg, which the cubin records.
-    assert!(m.kernel(mm::GEMM_BF16_TN).unwrap().reg_reconfig);
+}
+
+#[test]
+fn the_split_k_gemm_planner_fills_whole_waves_and_keeps_only_the_splits_k_needs() {
+    use omega::kernels::matmul::{GemmSplit, GEMM_N128_TILE_N, GEMM_TILE_N};
+    // Qwen3 at M = 512 on 132 SMs: 4 x 8 tiles take 4 splits of 8 K blocks; 4 x 16 narrow tiles take 2.
+    let s = GemmSplit::planned(512, 2048, 2048, GEMM_TILE_N, 132);
+    assert_eq!(s, GemmSplit { tiles: 32, kblocks: 32, per: 8, splits: 4, units: 128 });
+    let s = GemmSplit::planned(512, 2048, 2048, GEMM_N128_TILE_N, 132);
+    assert_eq!(s, GemmSplit { tiles: 64, kblocks: 32, per: 16, splits: 2, units: 128 });
+    // More tiles than SMs: no split. A split past K's blocks keeps one block each; 5 of 16 blocks
+    // split as 4 blocks a split, so 4 splits remain.
+    assert_eq!(GemmSplit::planned(4096, 4096, 4096, GEMM_TILE_N, 132).splits, 1);
+    assert_eq!(
+        GemmSplit::new(1, 1, 1000, GEMM_TILE_N, 40),
+        GemmSplit { tiles: 1, kblocks: 16, per: 1, splits: 16, units: 16 }
+    );
+    assert_eq!(
+        GemmSplit::new(1, 1, 1000, GEMM_TILE_N, 5),
+        GemmSplit { tiles: 1, kblocks: 16, per: 4, splits: 4, units: 4 }
+    );
+    assert_eq!(GemmSplit::new(300, 300, 64, GEMM_TILE_N, 0).splits, 1);
+    assert_eq!(GemmSplit::new(7, 300, 64, GEMM_N128_TILE_N, 3).work_floats(7, 300), 0);
+    assert_eq!(GemmSplit::new(7, 300, 640, GEMM_N128_TILE_N, 3).work_floats(7, 300), 3 * 7 * 300);
 }
 
 #[test]

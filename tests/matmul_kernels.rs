@@ -55,23 +55,27 @@ fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
     }
 }
 
-/// `n` random bf16 in [-1, 1) (bit patterns) and their f32 values.
+/// `n` random bf16 in [-1, 1] (bit patterns) and their f32 values.
 fn bf16s(rng: &mut SmallRng, n: usize) -> (Vec<u16>, Vec<f32>) {
-    let bits: Vec<u16> = (0..n).map(|_| mm::f32_to_bf16(rng.random_range(-1.0f32..1.0))).collect();
-    let values = bits.iter().map(|&b| mm::bf16_to_f32(b)).collect();
+    let bits = mm::random_bf16(rng.random(), n);
+    let values = mm::bf16s_to_f32(&bits);
     (bits, values)
 }
 
 fn f32s(rng: &mut SmallRng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    mm::random_f32(rng.random(), n)
 }
 
 /// `got[i * n + j]` against row i of `x` times row j of `w` (k elements each), within the tolerance the
 /// module comment argues; panics naming the first position that is not.
 fn check(what: &str, got: &[f32], x: &[f32], w: &[f32], [m, n, k]: [usize; 3]) {
+    check_against(what, got, &mm::products_f64(x, w, k), [m, n, k]);
+}
+
+/// [`check`] against an f64 product computed once (`products_f64`'s values and magnitudes).
+fn check_against(what: &str, got: &[f32], (want, mag): &(Vec<f64>, Vec<f64>), [m, n, k]: [usize; 3]) {
     assert_eq!(got.len(), m * n, "{what}: output length");
-    let (want, mag) = mm::products_f64(x, w, k);
-    for (i, (&g, (&v, &a))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+    for (i, (&g, (&v, &a))) in got.iter().zip(want.iter().zip(mag)).enumerate() {
         let bound = k as f64 * 2f64.powi(-22) * a;
         assert!(
             (f64::from(g) - v).abs() <= bound,
@@ -148,6 +152,7 @@ fn the_tma_gemm_matches_f64_at_primes_and_ragged_tiles_whatever_its_persistent_g
             let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b(dw.va(), n, kk));
             let mut y = poisoned(s, (m * n) as usize);
             let tiles = gemm_tiles(m, n);
+            let want = mm::products_f64(&x, &w, kk as usize);
             // The library's grid (one CTA per SM), one CTA, and more CTAs than tiles: the same y.
             for grid in [tiles.min(132), 1, tiles + 3] {
                 y.write(&vec![POISON; (m * n) as usize]).unwrap();
@@ -162,13 +167,63 @@ fn the_tma_gemm_matches_f64_at_primes_and_ragged_tiles_whatever_its_persistent_g
                     .arg(n)
                     .arg(kk);
                 gpu = gpu.launch(&l).unwrap().gpu;
-                check(
-                    &format!("gemm_bf16_tn grid {grid}"),
-                    &y.to_vec().unwrap(),
-                    &x,
-                    &w,
-                    [m, n, kk].map(|v| v as usize),
-                );
+                let what = format!("gemm_bf16_tn grid {grid}");
+                check_against(&what, &y.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+            }
+        }
+    });
+}
+
+#[test]
+fn the_split_k_and_narrow_gemms_add_their_splits_in_order_and_leave_the_tickets_zero() {
+    let mut g = rng("split-k gemm");
+    // (entry, tile width, dynamic shared, shape)
+    let cases = [
+        (mm::GEMM_BF16_TN_SPLITK, mm::GEMM_TILE_N, mm::GEMM_SMEM_BYTES, [129u32, 257u32, 1000u32]),
+        (mm::GEMM_BF16_TN_SPLITK, mm::GEMM_TILE_N, mm::GEMM_SMEM_BYTES, [1, 1, 8]),
+        (mm::GEMM_BF16_TN_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_SMEM_BYTES, [7, 300, 1000]),
+        (mm::GEMM_BF16_TN_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_SMEM_BYTES, [260, 129, 136]),
+    ];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for (name, tile_n, smem, [m, n, kk]) in cases {
+            let k = module.kernel(name).unwrap();
+            let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+            let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b_rows(dw.va(), n, kk, tile_n));
+            let mut y = poisoned(s, (m * n) as usize);
+            let want = mm::products_f64(&x, &w, kk as usize);
+            // No split, a few, more than K has blocks (one block each), and the planner's for 132 SMs.
+            let planned = mm::GemmSplit::planned(m, n, kk, tile_n, 132).splits;
+            for asked in [1, 2, 3, 40, planned] {
+                let split = mm::GemmSplit::new(m, n, kk, tile_n, asked);
+                let work = poisoned(s, split.work_floats(m, n).max(1) as usize);
+                let mut tickets = device(s, &vec![0u32; split.tiles as usize]);
+                // Any grid covers every unit: the library's, one CTA, more CTAs than units (for a split of 3).
+                let grids: &[u32] =
+                    if asked == 3 { &[split.units.min(132), 1, split.units + 3] } else { &[split.units.min(132)] };
+                for &grid in grids {
+                    y.write(&vec![POISON; (m * n) as usize]).unwrap();
+                    let l = Launch::new(&k)
+                        .grid([grid, 1, 1])
+                        .block([mm::GEMM_THREADS, 1, 1])
+                        .dynamic_shared(smem)
+                        .arg(maps.va())
+                        .arg(maps.va() + 128)
+                        .arg(&y)
+                        .arg(&work)
+                        .arg(&tickets)
+                        .arg(m)
+                        .arg(n)
+                        .arg(kk)
+                        .arg(asked);
+                    gpu = gpu.launch(&l).unwrap().gpu;
+                    let what = format!("{name} {split:?} grid {grid}");
+                    check_against(&what, &y.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+                    assert!(tickets.to_vec().unwrap().iter().all(|&t| t == 0), "{what}: tickets left non-zero");
+                }
             }
         }
     });
@@ -218,8 +273,8 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
     // A y of 525,312 floats (2 MiB and a page) is an allocation of its own, ending at a page where the
     // simulator's mapping ends; smaller buffers are carved from a larger chunk and their neighbours' bytes
     // lie past them. N is one more than that.
-    let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 64u32);
-    let run = |shared: u32, box_b: u32, k_arg: u32, map_offset: u64, y_len: usize| -> (u32, String) {
+    let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 8u32);
+    let run = |shared: u32, box_b: u32, k_arg: u32, map_offset: u64, y_len: usize| -> (u32, String, u64) {
         on_sim(|s, gpu| {
             let module = s.load_module(module()).unwrap();
             let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
@@ -228,8 +283,8 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
             let b = TiledSpec::matrix(
                 omega::tma::TmaElem::Bf16,
                 dw.va(),
-                [n.into(), 64],
-                128,
+                [n.into(), kk.into()],
+                2 * u64::from(kk),
                 [box_b, 64],
                 TmaSwizzle::B128,
             );
@@ -244,22 +299,42 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
                 .arg(m)
                 .arg(n)
                 .arg(k_arg);
-            fault_of(gpu.launch(&l))
+            let (xid, e) = fault_of(gpu.launch(&l));
+            (xid, e, y.va())
         })
     };
     let full = mm::GEMM_SMEM_BYTES;
     let all = Y_SHORT + 1;
-    let (xid, e) = run(full - 1, 256, kk, 0, all);
+    let (xid, e, _) = run(full - 1, 256, kk, 0, all);
     assert!(xid == 13 && e.contains("197696"), "{e}");
-    let (xid, e) = run(full, 128, kk, 0, all);
+    let (xid, e, _) = run(full, 128, kk, 0, all);
     assert!(xid == 13 && e.contains("tmap_b") && e.contains("box [64, 128]"), "{e}");
-    let (xid, e) = run(full, 256, 0, 0, all);
+    let (xid, e, _) = run(full, 256, 0, 0, all);
     assert!(xid == 13 && e.contains("K = 0"), "{e}");
-    let (xid, e) = run(full, 256, kk, 32, all);
+    let (xid, e, _) = run(full, 256, kk, 32, all);
     assert!(xid == 13 && e.contains("not 64-byte aligned"), "{e}");
-    // y holds all outputs but the last: its store faults.
-    let (xid, e) = run(full, 256, kk, 0, Y_SHORT);
-    assert_eq!(xid, 31, "{e}");
+    // y holds all outputs but the last: the store of the last one faults, at y's end.
+    let (xid, e, y) = run(full, 256, kk, 0, Y_SHORT);
+    assert!(xid == 31 && e.contains(&format!("at {:#x}", y + 4 * Y_SHORT as u64)), "{e}");
+    // A full tile of an even N stores float2 pairs: y must be 8-byte aligned then.
+    let (xid, e) = on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_BF16_TN).unwrap();
+        let (dx, dw) = (device(s, &[0x3f80u16; 8]), device(s, &[0x3f80u16; 256 * 8]));
+        let maps = tmaps(s, mm::gemm_tmap_a(dx.va(), 1, 8), mm::gemm_tmap_b(dw.va(), 256, 8));
+        let y = poisoned(s, 257);
+        let l = Launch::new(&k)
+            .block([mm::GEMM_THREADS, 1, 1])
+            .dynamic_shared(full)
+            .arg(maps.va())
+            .arg(maps.va() + 128)
+            .arg(y.va() + 4)
+            .arg(1u32)
+            .arg(256u32)
+            .arg(8u32);
+        fault_of(gpu.launch(&l))
+    });
+    assert!(xid == 13 && e.contains("y at") && e.contains("not 8-byte aligned"), "{e}");
 }
 
 // ----- the GEMVs -----------------------------------------------------------------------------------------
@@ -309,8 +384,9 @@ fn the_gemv_matches_f64_for_every_m_up_to_64_with_and_without_a_k_split() {
         let mut gpu = gpu;
         for m in [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64] {
             for (n, kk) in [(7u32, 4064u32), (33, 1024), (100, 96), (1000, 32)] {
-                // The library's plan on an H200, and on an SM count that splits differently.
-                for sms in [132, 7] {
+                // The library's plan on an H200, on an SM count that splits differently, and on one SM
+                // (one slice of all of K: the row-streaming form for M <= 4 once K >= 1024).
+                for sms in [132, 7, 1] {
                     gpu = gemv_case(s, gpu, &module, &mut g, [m, n, kk], mm::gemv_plan(n, kk, sms));
                 }
             }
@@ -318,6 +394,11 @@ fn the_gemv_matches_f64_for_every_m_up_to_64_with_and_without_a_k_split() {
         // The split is gridDim.y slices of k_per_split, whatever the planner would say: 64 of K per slice.
         let plan = mm::GemvPlan { blocks: 2, split: 16, k_per_split: 64 };
         gpu = gemv_case(s, gpu, &module, &mut g, [5, 65, 1024], plan);
+        // The streaming form over a split: slices of 2048 and 2016, then the ticket.
+        for m in [1, 3, 4, 5] {
+            let plan = mm::GemvPlan { blocks: 2, split: 2, k_per_split: 2048 };
+            gpu = gemv_case(s, gpu, &module, &mut g, [m, 100, 4064], plan);
+        }
         // One slice of the whole K, written straight to y.
         gemv_case(s, gpu, &module, &mut g, [1, 1, 32], mm::GemvPlan { blocks: 1, split: 1, k_per_split: 32 });
     });
@@ -353,7 +434,7 @@ fn a_gemv_ticket_that_was_not_zero_stays_so_and_a_short_or_misaligned_buffer_fau
     // A y one float short of N, allocated on its own (see the TMA GEMM's faults).
     let (m, n, kk) = (1u32, Y_SHORT as u32 + 1, 32u32);
     let plan = mm::gemv_plan(n, kk, 132);
-    let run = |y_len: usize, w_offset: u64, block: u32| -> (u32, String) {
+    let run = |y_len: usize, w_offset: u64, block: u32| -> (u32, String, u64) {
         on_sim(|s, gpu| {
             let module = s.load_module(module()).unwrap();
             let k = module.kernel(mm::GEMV_BF16_TN[0]).unwrap();
@@ -373,14 +454,15 @@ fn a_gemv_ticket_that_was_not_zero_stays_so_and_a_short_or_misaligned_buffer_fau
                 .arg(n)
                 .arg(kk)
                 .arg(plan.k_per_split);
-            fault_of(gpu.launch(&l))
+            let (xid, e) = fault_of(gpu.launch(&l));
+            (xid, e, y.va())
         })
     };
-    let (xid, e) = run(Y_SHORT, 0, mm::GEMV_THREADS);
-    assert_eq!(xid, 31, "y one float short: the last CTA's store faults ({e})");
-    let (xid, e) = run((m * n) as usize, 8, mm::GEMV_THREADS);
+    let (xid, e, y) = run(Y_SHORT, 0, mm::GEMV_THREADS);
+    assert!(xid == 31 && e.contains(&format!("at {:#x}", y + 4 * Y_SHORT as u64)), "y one float short: {e}");
+    let (xid, e, _) = run((m * n) as usize, 8, mm::GEMV_THREADS);
     assert!(xid == 13 && e.contains("misaligned") && e.contains("W row"), "{e}");
-    let (xid, e) = run((m * n) as usize, 0, 64);
+    let (xid, e, _) = run((m * n) as usize, 0, 64);
     assert!(xid == 13 && e.contains("written for [128, 1, 1]"), "{e}");
 }
 

@@ -5,9 +5,8 @@
 //! profile (`[profile.dev.package.omega-refmath]`): the tests are debug builds, and an unoptimised dot
 //! product is about 150 times slower, which would keep CI from running the matmul kernels at shapes that
 //! matter. The functions are plain (not generic, not `#[inline]`), so their code is this crate's and
-//! keeps its optimisation whoever calls them. No `unsafe`, no allocation but the results.
-
-#![forbid(unsafe_code)]
+//! keeps its optimisation whoever calls them. No allocation but the results; one `unsafe` call, of the
+//! fused chain compiled for FMA hardware once the CPU is seen to have it.
 
 /// Accumulator lanes of the order-free dot products: independent partial sums the compiler keeps in
 /// vector registers.
@@ -81,13 +80,91 @@ pub fn products(a: &[f32], b: &[f32], k: usize, fused: bool, out: &mut [f32]) {
         out.fill(0.0);
         return;
     }
+    if fused {
+        return products_fma(a, b, k, out);
+    }
+    let cols = b.len() / k;
+    for (r, x) in a.chunks_exact(k).enumerate() {
+        for (o, w) in out[r * cols..(r + 1) * cols].iter_mut().zip(b.chunks_exact(k)) {
+            *o = dot(x, w);
+        }
+    }
+}
+
+/// [`products`] with [`dot_fma`]'s arithmetic. `f32::mul_add` is one correctly rounded fused
+/// multiply-add wherever it runs, so the FMA-hardware build and the portable one (the C library's
+/// `fmaf`, about 13 times slower) give the same bits.
+fn products_fma(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") {
+        // SAFETY: a `target_feature(enable = "fma")` function may run only on a CPU with FMA, which
+        // the detection just above saw; the function is otherwise safe code over valid slices.
+        unsafe { products_fma_x86(a, b, k, out) };
+        return;
+    }
+    fma_chains(a, b, k, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn products_fma_x86(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) {
+    fma_chains(a, b, k, out);
+}
+
+/// The fused chains, eight outputs of a row at a time (independent chains the CPU overlaps).
+#[inline(always)]
+fn fma_chains(a: &[f32], b: &[f32], k: usize, out: &mut [f32]) {
+    const AT_ONCE: usize = 8;
     let cols = b.len() / k;
     for (r, x) in a.chunks_exact(k).enumerate() {
         let row = &mut out[r * cols..(r + 1) * cols];
-        for (o, w) in row.iter_mut().zip(b.chunks_exact(k)) {
-            *o = if fused { dot_fma(x, w) } else { dot(x, w) };
+        let mut c = 0;
+        while c + AT_ONCE <= cols {
+            let w: [&[f32]; AT_ONCE] = core::array::from_fn(|j| &b[(c + j) * k..(c + j + 1) * k]);
+            let mut acc = [0f32; AT_ONCE];
+            for (i, &xv) in x.iter().enumerate() {
+                for j in 0..AT_ONCE {
+                    acc[j] = xv.mul_add(w[j][i], acc[j]);
+                }
+            }
+            row[c..c + AT_ONCE].copy_from_slice(&acc);
+            c += AT_ONCE;
+        }
+        for (o, w) in row[c..].iter_mut().zip(b[c * k..].chunks_exact(k)) {
+            *o = x.iter().zip(w).fold(0f32, |acc, (p, q)| p.mul_add(*q, acc));
         }
     }
+}
+
+/// `n` f32 uniform in [-1, 1) (multiples of 2^-23) from `seed`, by SplitMix64: the same values for the same
+/// seed on every machine. For tests and examples, whose inputs at real shapes are hundreds of millions of
+/// values.
+#[inline(never)]
+pub fn random_f32(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            // 24 random bits scaled to [0, 2), minus 1: both steps exact in f32.
+            (z >> 40) as f32 * (1.0 / (1u32 << 23) as f32) - 1.0
+        })
+        .collect()
+}
+
+/// `n` bf16 bit patterns of [`random_f32`]'s values, rounded to nearest even (so in [-1, 1]).
+#[inline(never)]
+pub fn random_bf16(seed: u64, n: usize) -> Vec<u16> {
+    random_f32(seed, n).into_iter().map(f32_to_bf16).collect()
+}
+
+/// The f32 values of bf16 bit patterns (exact).
+#[inline(never)]
+pub fn bf16s_to_f32(bits: &[u16]) -> Vec<f32> {
+    bits.iter().map(|&b| bf16_to_f32(b)).collect()
 }
 
 /// `(Σ_k x[k] · w[k], Σ_k |x[k] · w[k]|)` in f64: a product of two f32 is exact in f64, so the only
@@ -158,7 +235,30 @@ mod tests {
         let mut out = vec![f32::NAN; 6];
         products(&[1.0, 2.0, 3.0, 4.0], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], 2, false, &mut out);
         assert_eq!(out, [1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
+        // The fused products, in chains of eight and the rest, are dot_fma's bits.
+        let (k, rows, cols) = (37, 3, 19);
+        let a: Vec<f32> = (0..rows * k).map(|i| ((i * 7919 % 1009) as f32 - 504.0) / 301.0).collect();
+        let b: Vec<f32> = (0..cols * k).map(|i| ((i * 104_729 % 997) as f32 - 498.0) / 299.0).collect();
+        let mut out = vec![f32::NAN; rows * cols];
+        products(&a, &b, k, true, &mut out);
+        for (i, v) in out.iter().enumerate() {
+            let want = dot_fma(&a[i / cols * k..][..k], &b[i % cols * k..][..k]);
+            assert_eq!(v.to_bits(), want.to_bits(), "output {i}");
+        }
         let (s, m) = products_f64(&[1.0, -2.0], &[3.0, 4.0], 2);
         assert_eq!((s, m), (vec![-5.0], vec![11.0]));
+    }
+
+    #[test]
+    fn random_values_are_the_seeds_and_spread_over_the_interval() {
+        let v = random_f32(7, 100_000);
+        assert_eq!(v, random_f32(7, 100_000));
+        assert_ne!(v[..8], random_f32(8, 8)[..]);
+        assert!(v.iter().all(|x| (-1.0..1.0).contains(x)));
+        let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len() as f64;
+        assert!(mean.abs() < 0.01, "{mean}");
+        assert!(v.iter().filter(|&&x| x < -0.9).count() > 4_500 && v.iter().filter(|&&x| x > 0.9).count() > 4_500);
+        let b = random_bf16(7, 1000);
+        assert_eq!(bf16s_to_f32(&b), v[..1000].iter().map(|&x| bf16_to_f32(f32_to_bf16(x))).collect::<Vec<_>>());
     }
 }

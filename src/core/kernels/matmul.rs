@@ -6,17 +6,22 @@
 //! ("Matmul") states each kernel's contract — requirements, launch shape — and what its reference does.
 //!
 //! Each reference computes what its kernel computes from the simulator's memory, as the kernel addresses
-//! it: it reads the TMA descriptors the GEMM reads (out-of-bounds boxes read zero), the rows the GEMV's
-//! warps load (its 32-element chunks, its clamped rows), the routing the grouped kernel reads on the
-//! device, and it stores exactly where the kernel stores — so a buffer too small faults (Xid 31) where the
-//! kernel's load or store would, and a misaligned vector load faults (Xid 13) as on the GPU. It honours
-//! the launch as given: the persistent GEMM covers every tile whatever its grid; the SIMT GEMMs cover the
-//! tiles their grid names; the GEMV's K split is `gridDim.y` slices of `k_per_split`, with its partial
-//! sums in `work` and its tickets read and written in device memory, so tickets that were zero stay zero
-//! and tickets that were not break the result as they would on the GPU. What a kernel cannot do at all
-//! (another block shape than the one it is written for, too little dynamic shared memory, a descriptor
-//! whose boxes are not its stages, K = 0 for the tensor-core GEMM, whose accumulators would stay
-//! unwritten) faults with the reason named, where the GPU would hang or store garbage.
+//! it: it reads the TMA descriptors the GEMMs read (out-of-bounds boxes read zero), the rows the GEMV's
+//! warps load (its 32-element chunks or streamed row slices, its clamped rows), the routing the grouped
+//! kernel reads on the device, and it stores exactly where the kernel stores — so a buffer too small
+//! faults (Xid 31) where the kernel's load or store would, and a misaligned vector load faults (Xid 13) as
+//! on the GPU. It honours the launch as given: the persistent GEMMs cover every work unit whatever their
+//! grid; the SIMT GEMMs cover the tiles their grid names; the K splits (the GEMV's `gridDim.y` slices of
+//! `k_per_split`, the split-K GEMM's units) keep their partial sums in `work` and their tickets in device
+//! memory, so tickets that were zero stay zero and tickets that were not break the result as they would
+//! on the GPU. What a kernel cannot do at all (another block shape than the one it is written for, too
+//! little dynamic shared memory, a descriptor whose boxes are not its stages, K = 0 for the tensor-core
+//! GEMMs, whose accumulators would stay unwritten) faults with the reason named, where the GPU would hang
+//! or store garbage.
+//!
+//! The references follow the kernels as `kernels/cuda/matmul/*.cuh` write them; a kernel change that
+//! moves what a launch reads, stores or requires needs its reference changed with it (`tests/kernels.rs`
+//! catches a new entry, a parameter table or a shared-memory size that no longer agrees).
 //!
 //! Arithmetic: f32 accumulation. The tensor-core kernels' addition order is their hardware's; the
 //! references add in an order of their own ([`omega_refmath::dot`]), so results agree to rounding. The
@@ -42,6 +47,12 @@ use super::HostSpec;
 pub const MATMUL: &str = "matmul";
 /// Large M: `omega_gemm_bf16_tn(tmap_a, tmap_b, y, M, N, K)`, TMA + wgmma, persistent.
 pub const GEMM_BF16_TN: &str = "omega_gemm_bf16_tn";
+/// The TMA GEMM with a K split, for shapes with fewer tiles than SMs: `omega_gemm_bf16_tn_splitk(tmap_a,
+/// tmap_b, y, work, tickets, M, N, K, splits)`.
+pub const GEMM_BF16_TN_SPLITK: &str = "omega_gemm_bf16_tn_splitk";
+/// The TMA GEMM's narrow form (128 x 128 tiles, six stages), the split-K entry's parameters:
+/// `omega_gemm_bf16_tn_n128(tmap_a, tmap_b, y, work, tickets, M, N, K, splits)`.
+pub const GEMM_BF16_TN_N128: &str = "omega_gemm_bf16_tn_n128";
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -63,6 +74,10 @@ pub const CONVERT_F32_BF16: &str = "omega_convert_f32_bf16";
 pub const GEMM_TILE_M: u32 = 128;
 /// The TMA GEMM's output tile columns (`GEMM_BN`).
 pub const GEMM_TILE_N: u32 = 256;
+/// The narrow form's output tile columns.
+pub const GEMM_N128_TILE_N: u32 = 128;
+/// Tile rows the TMA GEMMs walk together before the next column (`GEMM_GROUP_M`).
+pub const GEMM_GROUP_M: u32 = 16;
 /// The TMA GEMM's K slice per pipeline stage (`GEMM_BK`): the descriptors' inner box.
 pub const GEMM_TILE_K: u32 = 64;
 /// The TMA GEMM's block: a producer and two consumer warpgroups.
@@ -70,6 +85,9 @@ pub const GEMM_THREADS: u32 = 384;
 /// The TMA GEMM's dynamic shared memory: 4 stages of A and B tiles, 8 mbarriers, 1 KiB of alignment
 /// slack (`GEMM_SMEM_BYTES`, 197,696 bytes).
 pub const GEMM_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 4 * 8 + 1024;
+/// The narrow form's dynamic shared memory: 6 stages of 128 x 64 A and B tiles, 12 mbarriers, the slack
+/// (`GEMM_N128_SMEM_BYTES`, 197,728 bytes).
+pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 * 6 * 8 + 1024;
 /// The GEMV's W rows per CTA (`GEMV_ROWS`): `gridDim.x = ceil(N / 64)`.
 pub const GEMV_ROWS: u32 = 64;
 /// The GEMV's block (`GEMV_THREADS`).
@@ -78,6 +96,9 @@ pub const GEMV_THREADS: u32 = 128;
 pub const GEMV_K_CHUNK: u32 = 32;
 /// `MB` of the four GEMV and grouped-GEMV entries: each pass over W takes `8 * MB` rows of x.
 pub const GEMV_MB: [u32; 4] = [1, 2, 4, 8];
+/// The GEMV's row-streaming form (`ROWS_MAX_M`): the MB = 1 entries stream whole row slices for at most
+/// this many x rows over K slices of at least 1024.
+pub const ROWS_MAX_M: u32 = 4;
 /// The routing kernel's block (`ROUTE_THREADS`): one thread per expert, 1024 experts a pass.
 pub const ROUTE_THREADS: u32 = 1024;
 /// The SIMT GEMMs' output tile (128 x 128): `grid = [ceil(N / 128), ceil(M / 128), 1]`.
@@ -133,6 +154,54 @@ pub fn gemv_plan(n: u32, k: u32, sms: u32) -> GemvPlan {
     GemvPlan { blocks, split: k.div_ceil(k_per_split).max(1), k_per_split }
 }
 
+/// How a split-K TMA GEMM divides its work, in the kernel's own arithmetic: `tiles` output tiles
+/// (`ceil(M / 128) * ceil(N / tile_n)`), `kblocks = ceil(K / 64)` blocks of K, `per` blocks per split
+/// (`ceil(kblocks / splits asked)`), `splits` the splits that remain (`ceil(kblocks / per)`), `units =
+/// tiles * splits` work units (unit u: tile `u / splits`, split `u % splits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmSplit {
+    /// Output tiles.
+    pub tiles: u32,
+    /// K blocks of 64.
+    pub kblocks: u32,
+    /// K blocks per split.
+    pub per: u32,
+    /// Splits after the kernel drops those K does not need.
+    pub splits: u32,
+    /// Work units (the persistent grid's `min(units, SMs)` takes them).
+    pub units: u32,
+}
+
+impl GemmSplit {
+    /// The split of `[M, K] · [N, K]ᵀ` in tiles of 128 x `tile_n` with `splits` asked (0 counts as 1).
+    /// The kernel's 32-bit arithmetic throughout (`(M + 127) / 128`, products that wrap).
+    pub fn new(m: u32, n: u32, k: u32, tile_n: u32, splits: u32) -> GemmSplit {
+        let tiles = (m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M)
+            .wrapping_mul(n.wrapping_add(tile_n.max(1) - 1) / tile_n.max(1));
+        let kblocks = k.wrapping_add(GEMM_TILE_K - 1) / GEMM_TILE_K;
+        let per = kblocks.div_ceil(splits.max(1)).max(1);
+        let splits = kblocks.div_ceil(per).max(1);
+        GemmSplit { tiles, kblocks, per, splits, units: tiles.wrapping_mul(splits) }
+    }
+
+    /// The planner's split for `sms` SMs (kernel_abi.md): whole waves, `clamp(floor(sms / tiles), 1,
+    /// kblocks)`.
+    pub fn planned(m: u32, n: u32, k: u32, tile_n: u32, sms: u32) -> GemmSplit {
+        let tiles = m.div_ceil(GEMM_TILE_M) * n.div_ceil(tile_n);
+        let kblocks = k.div_ceil(GEMM_TILE_K).max(1);
+        GemmSplit::new(m, n, k, tile_n, (sms / tiles.max(1)).clamp(1, kblocks))
+    }
+
+    /// Floats of split-K scratch (`splits * M * N` when the kernel splits, none otherwise).
+    pub const fn work_floats(&self, m: u32, n: u32) -> u64 {
+        if self.splits > 1 {
+            self.splits as u64 * m as u64 * n as u64
+        } else {
+            0
+        }
+    }
+}
+
 /// The TMA GEMM's A descriptor for x at `x_va` (`[m, k]` bf16, rows `2k` bytes apart): boxes of 128 rows
 /// by 64 elements, 128-byte swizzle (kernel_abi.md). Encode it with [`omega_hal::tma::encode_tiled`].
 pub fn gemm_tmap_a(x_va: u64, m: u32, k: u32) -> TiledSpec {
@@ -143,8 +212,14 @@ pub fn gemm_tmap_a(x_va: u64, m: u32, k: u32) -> TiledSpec {
 /// The TMA GEMM's B descriptor for W at `w_va` (`[n, k]` bf16): boxes of 256 rows by 64 elements,
 /// 128-byte swizzle.
 pub fn gemm_tmap_b(w_va: u64, n: u32, k: u32) -> TiledSpec {
+    gemm_tmap_b_rows(w_va, n, k, GEMM_TILE_N)
+}
+
+/// The B descriptor with boxes of `box_rows` rows: [`GEMM_TILE_N`] for `omega_gemm_bf16_tn` and the
+/// split-K entry, [`GEMM_N128_TILE_N`] for the narrow form.
+pub fn gemm_tmap_b_rows(w_va: u64, n: u32, k: u32, box_rows: u32) -> TiledSpec {
     let (rows, cols) = (u64::from(n), u64::from(k));
-    TiledSpec::matrix(TmaElem::Bf16, w_va, [rows, cols], 2 * cols, [GEMM_TILE_N, GEMM_TILE_K], TmaSwizzle::B128)
+    TiledSpec::matrix(TmaElem::Bf16, w_va, [rows, cols], 2 * cols, [box_rows, GEMM_TILE_K], TmaSwizzle::B128)
 }
 
 /// The f64 value and magnitude of one product, `(Σ_k x[k]·w[k], Σ_k |x[k]·w[k]|)`: what a test checks a
@@ -165,6 +240,22 @@ pub fn bf16_to_f32(bits: u16) -> f32 {
     math::bf16_to_f32(bits)
 }
 
+/// The f32 values of bf16 bit patterns (exact; fast in debug builds too).
+pub fn bf16s_to_f32(bits: &[u16]) -> Vec<f32> {
+    math::bf16s_to_f32(bits)
+}
+
+/// `n` random bf16 (bit patterns) uniform in [-1, 1] from `seed`, the same on every machine: inputs for
+/// tests and examples at real shapes, generated fast in debug builds too.
+pub fn random_bf16(seed: u64, n: usize) -> Vec<u16> {
+    math::random_bf16(seed, n)
+}
+
+/// `n` random f32 uniform in [-1, 1) from `seed` (as [`random_bf16`]).
+pub fn random_f32(seed: u64, n: usize) -> Vec<f32> {
+    math::random_f32(seed, n)
+}
+
 /// bf16 bit pattern of `f`, as `omega_convert_f32_bf16` rounds it (nearest even; NaN made quiet).
 pub fn f32_to_bf16(f: f32) -> u16 {
     math::f32_to_bf16(f)
@@ -172,22 +263,37 @@ pub fn f32_to_bf16(f: f32) -> u16 {
 
 /// The matmul module's kernels with their host references, by symbol name.
 pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
+    // The TMA GEMMs' one static word: `last_unit`, a split's ticket answer. Stack: an 8-byte spill frame
+    // (608 bytes per thread with the headroom) where nvcc 13.0 spills, as the cubin says.
     HostSpec {
         name: GEMM_BF16_TN,
         param_sizes: &[8, 8, 8, 4, 4, 4],
-        static_shared_bytes: 0,
-        local_bytes_per_thread: 0,
+        static_shared_bytes: 4,
+        local_bytes_per_thread: SPILL_FRAME,
         run: gemm_bf16_tn,
     },
-    gemv_spec(0, gemv_bf16_tn::<0>),
-    gemv_spec(1, gemv_bf16_tn::<1>),
-    gemv_spec(2, gemv_bf16_tn::<2>),
-    gemv_spec(3, gemv_bf16_tn::<3>),
+    HostSpec {
+        name: GEMM_BF16_TN_SPLITK,
+        param_sizes: &[8, 8, 8, 8, 8, 4, 4, 4, 4],
+        static_shared_bytes: 4,
+        local_bytes_per_thread: SPILL_FRAME,
+        run: gemm_bf16_tn_splitk,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_N128,
+        param_sizes: &[8, 8, 8, 8, 8, 4, 4, 4, 4],
+        static_shared_bytes: 4,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_n128,
+    },
+    gemv_spec(0, SPILL_FRAME, gemv_bf16_tn::<0>),
+    gemv_spec(1, 0, gemv_bf16_tn::<1>),
+    gemv_spec(2, 0, gemv_bf16_tn::<2>),
+    gemv_spec(3, 0, gemv_bf16_tn::<3>),
     moe_spec(0, 0, moe_gemv_bf16::<0>),
     moe_spec(1, 0, moe_gemv_bf16::<1>),
     moe_spec(2, 0, moe_gemv_bf16::<2>),
-    // MB = 8 spills: an 8-byte frame, 608 bytes per thread with the headroom, as nvcc 13.0 builds it.
-    moe_spec(3, 608, moe_gemv_bf16::<3>),
+    moe_spec(3, SPILL_FRAME, moe_gemv_bf16::<3>),
     HostSpec {
         name: MOE_ROUTE,
         param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8],
@@ -219,16 +325,24 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     },
 ];
 
-/// The SIMT GEMMs' two double-buffered `[16][128]` f32 tiles (32 KiB).
-const SIMT_SHARED_BYTES: u32 = 2 * 2 * 16 * SIMT_TILE * 4;
+/// The SIMT GEMMs' two double-buffered `[16][128 + 4]` f32 tiles (rows padded against bank conflicts).
+const SIMT_SHARED_BYTES: u32 = 2 * 2 * 16 * (SIMT_TILE + 4) * 4;
 
-const fn gemv_spec(variant: usize, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+/// Stack bytes per thread of a kernel nvcc 13.0 gives an 8-byte spill frame (the frame and the
+/// headroom, as the cubin records them).
+const SPILL_FRAME: u32 = 608;
+
+const fn gemv_spec(
+    variant: usize,
+    local_bytes_per_thread: u32,
+    run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>,
+) -> HostSpec {
     HostSpec {
         name: GEMV_BF16_TN[variant],
         param_sizes: &[8, 8, 8, 8, 8, 4, 4, 4, 4],
         // `__shared__ uint32_t last`: the split-K ticket's answer.
         static_shared_bytes: 4,
-        local_bytes_per_thread: 0,
+        local_bytes_per_thread,
         run,
     }
 }
@@ -259,6 +373,15 @@ fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
     fault(kernel, format_args!("misaligned address: {what} at {va:#x} is not {align}-byte aligned"))
 }
 
+/// Refuses an access of `align` bytes at `va` that is not aligned to them (a misaligned address).
+fn aligned(kernel: &str, what: &str, va: u64, align: u64) -> Result<(), KernelError> {
+    if va.is_multiple_of(align) {
+        Ok(())
+    } else {
+        Err(misaligned(kernel, what, va, align))
+    }
+}
+
 /// Refuses a launch whose block is not `want`: the kernels index their warps and tiles by a fixed block
 /// (on the GPU another shape would hang or leave outputs unwritten).
 fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
@@ -283,12 +406,15 @@ fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
 /// buffer holds costs no more host memory than the part that exists before the fault.
 fn load(ctx: &KernelCtx<'_>, va: u64, len: u64) -> Result<Vec<u8>, KernelError> {
     const CHUNK: u64 = 1 << 20;
-    let mut out = Vec::new();
+    // `vec![0; n]` is one zeroed allocation, where growing a Vec would write each byte (slow in the debug
+    // builds the tests are).
+    let mut out = vec![0u8; len.min(CHUNK) as usize];
+    ctx.read(va, &mut out)?;
     while (out.len() as u64) < len {
-        let at = out.len();
-        let n = (len - at as u64).min(CHUNK) as usize;
-        out.resize(at + n, 0);
-        ctx.read(va.wrapping_add(at as u64), &mut out[at..])?;
+        let at = out.len() as u64;
+        let mut chunk = vec![0u8; (len - at).min(CHUNK) as usize];
+        ctx.read(va.wrapping_add(at), &mut chunk)?;
+        out.extend_from_slice(&chunk);
     }
     Ok(out)
 }
@@ -437,27 +563,75 @@ fn gemm_tensor_map(ctx: &KernelCtx<'_>, va: u64, which: &str, box_rows: u32) -> 
     }
 }
 
-/// `omega_gemm_bf16_tn`: every output `y[m < M, n < N]` of the tiles the kernel's 32-bit tile count
-/// covers, summed over the K blocks it loads (`ceil(K / 64)` boxes of 64), each operand element read
-/// through its descriptor (zero outside the descriptor's dims). The persistent grid only decides which
-/// CTA takes which tile: any grid of at least one CTA gives the same y.
-fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = GEMM_BF16_TN;
+/// The tile a persistent TMA GEMM computes for tile index `t` (`tile_of` in gemm_bf16.cuh):
+/// [`GEMM_GROUP_M`] tile rows at a time, column by column. `(tile row, tile column)`.
+fn tile_of(t: u64, tiles_m: u64, tiles_n: u64) -> (u64, u64) {
+    let group_m = u64::from(GEMM_GROUP_M);
+    let per_group = group_m * tiles_n;
+    let group = t / per_group;
+    let first_m = group * group_m;
+    let rows = (tiles_m - first_m).min(group_m);
+    let in_group = t - group * per_group;
+    (first_m + in_group % rows, in_group / rows)
+}
+
+/// One of the TMA GEMM's entries (they share `gemm_bf16_body`): its name, tile width, dynamic shared
+/// memory, and whether it takes the split-K arguments.
+struct GemmForm {
+    name: &'static str,
+    tile_n: u32,
+    smem: u32,
+    split_args: bool,
+}
+
+/// The packed rows `rows` of a TMA operand over the K elements `k` (zero outside the descriptor's dims,
+/// without a load), each row `k.end - k.start` floats.
+fn tma_rows(ctx: &KernelCtx<'_>, s: &TiledSpec, rows: Range<u64>, k: Range<u64>) -> Result<Vec<f32>, KernelError> {
+    let width = (k.end - k.start) as usize;
+    let mut out = Vec::with_capacity((rows.end - rows.start) as usize * width);
+    let loaded = k.end.min(s.global_dim[0]).saturating_sub(k.start);
+    for r in rows {
+        if r >= s.global_dim[1] || loaded == 0 {
+            out.resize(out.len() + width, 0.0);
+            continue;
+        }
+        let va = s.global_address.wrapping_add(r.wrapping_mul(s.global_stride[0])).wrapping_add(2 * k.start);
+        let mut row = Elem::Bf16.load(ctx, va, loaded)?;
+        row.resize(width, 0.0);
+        out.extend(row);
+    }
+    Ok(out)
+}
+
+/// The TMA GEMMs: every output `y[m < M, n < N]` of the tiles the kernel's 32-bit tile count covers,
+/// summed over the K blocks it loads (`ceil(K / 64)` boxes of 64), each operand element read through its
+/// descriptor (zero outside the descriptor's dims). The persistent grid only decides which CTA takes which
+/// work unit: any grid of at least one CTA gives the same y. With a K split (`splits` asked, `per =
+/// ceil(kblocks / splits)`, `ceil(kblocks / per)` splits kept) unit u is tile `u / splits` (in the
+/// kernel's grouped order) over split `u % splits`: its partial sums go to slice `split` of `work`, it
+/// takes the tile's ticket in device memory, and the unit that takes `splits - 1` adds the slices in
+/// split order into y and puts the ticket back to zero.
+fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
+    let name = f.name;
     let (tmap_a, tmap_b, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
-    let (m, n, k) = (ctx.word(6), ctx.word(7), ctx.word(8));
+    let (work, tickets, [m, n, k], splits_asked) = if f.split_args {
+        (ctx.u64_at(6), ctx.u64_at(8), [ctx.word(10), ctx.word(11), ctx.word(12)], ctx.word(13))
+    } else {
+        (0, 0, [ctx.word(6), ctx.word(7), ctx.word(8)], 1)
+    };
     require_block(ctx, name, GEMM_THREADS)?;
-    if ctx.dynamic_shared_bytes < GEMM_SMEM_BYTES {
+    if ctx.dynamic_shared_bytes < f.smem {
         return Err(fault(
             name,
             format_args!(
-                "out-of-range shared address: {} bytes of dynamic shared memory, its stages need {GEMM_SMEM_BYTES}",
-                ctx.dynamic_shared_bytes
+                "out-of-range shared address: {} bytes of dynamic shared memory, its stages need {}",
+                ctx.dynamic_shared_bytes, f.smem
             ),
         ));
     }
     // The kernel's `int` arithmetic: `(M + 127) / 128` in 32 bits, the tile count as an int.
     let tiles_m = m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
-    let tiles_n = n.wrapping_add(GEMM_TILE_N - 1) / GEMM_TILE_N;
+    let tiles_n = n.wrapping_add(f.tile_n - 1) / f.tile_n;
     if (tiles_m as i32).wrapping_mul(tiles_n as i32) <= 0 {
         return Ok(());
     }
@@ -466,31 +640,101 @@ fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         return Err(fault(name, "K = 0: no K block is loaded and the accumulators are stored unwritten"));
     }
     let a = gemm_tensor_map(ctx, tmap_a, "tmap_a", GEMM_TILE_M)?;
-    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", GEMM_TILE_N)?;
-    let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
-    // Elements past a descriptor's inner dim read as zero: the product runs over the K both hold.
-    let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
-    let rows = |s: &TiledSpec, loaded: u64| Rows {
-        elem: Elem::Bf16,
-        va: s.global_address,
-        row_bytes: s.global_stride[0],
-        rows: s.global_dim[1],
-        loaded,
-        check_align: false,
-    };
-    Dense {
-        kernel: name,
-        a: rows(&a, ka),
-        b: rows(&b, kb),
-        kk: ka.min(kb),
-        y,
-        ldy: u64::from(n),
-        rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
-        cols: u64::from(n).min(u64::from(tiles_n) * u64::from(GEMM_TILE_N)),
-        tile_n: u64::from(GEMM_TILE_N),
-        fused: false,
+    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", f.tile_n)?;
+    // The epilogue stores float2 pairs in a tile whose columns all lie below an even N, floats elsewhere.
+    aligned(name, "y", y, if n.is_multiple_of(2) && n >= f.tile_n { 8 } else { 4 })?;
+    if splits_asked > i32::MAX as u32 {
+        return Err(fault(
+            name,
+            format_args!("{splits_asked} splits: past the kernel's int, its split count is undefined"),
+        ));
     }
-    .run(ctx)
+    let split = GemmSplit::new(m, n, k, f.tile_n, splits_asked);
+    if split.splits == 1 {
+        let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
+        // Elements past a descriptor's inner dim read as zero: the product runs over the K both hold.
+        let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
+        let rows = |s: &TiledSpec, loaded: u64| Rows {
+            elem: Elem::Bf16,
+            va: s.global_address,
+            row_bytes: s.global_stride[0],
+            rows: s.global_dim[1],
+            loaded,
+            check_align: false,
+        };
+        return Dense {
+            kernel: name,
+            a: rows(&a, ka),
+            b: rows(&b, kb),
+            kk: ka.min(kb),
+            y,
+            ldy: u64::from(n),
+            rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
+            cols: u64::from(n).min(u64::from(tiles_n) * u64::from(f.tile_n)),
+            tile_n: u64::from(f.tile_n),
+            fused: false,
+        }
+        .run(ctx);
+    }
+    let (mm, nn) = (u64::from(m), u64::from(n));
+    let (tiles_m, tiles_n, tile_n) = (u64::from(tiles_m), u64::from(tiles_n), u64::from(f.tile_n));
+    let (per, splits) = (u64::from(split.per), u64::from(split.splits));
+    let units = tiles_m * tiles_n * splits;
+    let cost = u64::from(GEMM_TILE_M) * tile_n * per;
+    for u in take_items(ctx, units, cost) {
+        let (tile, s) = (u / splits, u % splits);
+        let (tm, tn) = tile_of(tile, tiles_m, tiles_n);
+        let rows = tm * u64::from(GEMM_TILE_M)..mm.min((tm + 1) * u64::from(GEMM_TILE_M));
+        let cols = tn * tile_n..nn.min((tn + 1) * tile_n);
+        let ks = s * per * u64::from(GEMM_TILE_K)..u64::from(kblocks).min((s + 1) * per) * u64::from(GEMM_TILE_K);
+        let x = tma_rows(ctx, &a, rows.clone(), ks.clone())?;
+        let w = tma_rows(ctx, &b, cols.clone(), ks.clone())?;
+        let width = (cols.end - cols.start) as usize;
+        let mut part = vec![0f32; (rows.end - rows.start) as usize * width];
+        math::products(&x, &w, (ks.end - ks.start) as usize, false, &mut part);
+        let full_cols = (tn + 1) * tile_n <= nn && nn.is_multiple_of(2);
+        let align = if full_cols { 8 } else { 4 };
+        let slice = |p: u64| work.wrapping_add(p.wrapping_mul(mm * nn).wrapping_mul(4));
+        aligned(name, "work", slice(s), align)?;
+        for (r, row) in rows.clone().zip(part.chunks_exact(width)) {
+            ctx.write(slice(s).wrapping_add((r * nn + cols.start) * 4), &math::f32s_to_le(row))?;
+        }
+        let ticket = tickets.wrapping_add(4 * tile);
+        aligned(name, "a ticket", ticket, 4)?;
+        let taken = ctx.read_u32s(ticket, 1)?[0];
+        ctx.write_u32s(ticket, &[taken.wrapping_add(1)])?;
+        if u64::from(taken) != splits - 1 {
+            continue;
+        }
+        ctx.write_u32s(ticket, &[0])?;
+        for r in rows {
+            let at = (r * nn + cols.start) * 4;
+            let mut sum = vec![0f32; width];
+            for p in 0..splits {
+                for (acc, v) in sum.iter_mut().zip(ctx.read_f32s(slice(p).wrapping_add(at), width)?) {
+                    *acc += v;
+                }
+            }
+            ctx.write(y.wrapping_add(at), &math::f32s_to_le(&sum))?;
+        }
+    }
+    Ok(())
+}
+
+fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GemmForm { name: GEMM_BF16_TN, tile_n: GEMM_TILE_N, smem: GEMM_SMEM_BYTES, split_args: false };
+    gemm_tma(ctx, &f)
+}
+
+fn gemm_bf16_tn_splitk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GemmForm { name: GEMM_BF16_TN_SPLITK, tile_n: GEMM_TILE_N, smem: GEMM_SMEM_BYTES, split_args: true };
+    gemm_tma(ctx, &f)
+}
+
+fn gemm_bf16_tn_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f =
+        GemmForm { name: GEMM_BF16_TN_N128, tile_n: GEMM_N128_TILE_N, smem: GEMM_N128_SMEM_BYTES, split_args: true };
+    gemm_tma(ctx, &f)
 }
 
 // ----- the SIMT GEMMs -----------------------------------------------------------------------------------
@@ -506,8 +750,8 @@ fn gemm_simt(ctx: &mut KernelCtx<'_>, name: &str, elem: Elem) -> Result<(), Kern
     let [gx, gy, _] = ctx.grid.map(u64::from);
     // `blockIdx.x * 128` wraps past 2^32: a grid that long covers every column.
     let cols = if gx * tile >= 1 << 32 { n } else { n.min(gx * tile) };
-    if m.min(gy * tile) > 0 && cols > 0 && !y.is_multiple_of(4) {
-        return Err(misaligned(name, "y", y, 4));
+    if m.min(gy * tile) > 0 && cols > 0 {
+        aligned(name, "y", y, 4)?;
     }
     let rows = |va: u64, rows: u64| Rows { elem, va, row_bytes: k * elem.bytes(), rows, loaded: k, check_align: true };
     Dense {
@@ -555,8 +799,8 @@ struct GemvCta<'a> {
     split: u32,
     /// Floats between the work slices.
     work_slice: u64,
-    /// x rows per pass over W (`8 * MB`).
-    pass: u32,
+    /// The entry's MB: `8 * MB` x rows per pass over W.
+    mb: u32,
 }
 
 impl GemvCta<'_> {
@@ -585,14 +829,27 @@ impl GemvCta<'_> {
     fn run(&self, ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         let k0 = self.s.wrapping_mul(self.k_per_split);
         let k1 = self.k.min(k0.wrapping_add(self.k_per_split));
-        let span = if k1 > k0 { u64::from((k1 - k0).div_ceil(GEMV_K_CHUNK)) * u64::from(GEMV_K_CHUNK) } else { 0 };
-        // The CTA's 64 W rows, as its warps address them: `min(n, N - 1)` (a multiple of 64 below 2^32, so
-        // `nb0 + 63` does not wrap); the ones below N are stored.
+        // The row-streaming form (`gemv_rows_partial`): MB = 1, M <= 4 and a slice of at least 1024 (the
+        // difference in 32 bits, as the kernel takes it). Its lanes walk 8-element groups from k0 while
+        // they start below k1; the MMA form walks 32-element chunks.
+        let rows_form = self.mb == 1 && self.m <= ROWS_MAX_M && k1.wrapping_sub(k0) >= 1024;
+        let granule = if rows_form { 8 } else { GEMV_K_CHUNK };
+        let span = if k1 > k0 { u64::from((k1 - k0).div_ceil(granule)) * u64::from(granule) } else { 0 };
+        // The CTA's 64 W rows, as its warps address them (a multiple of 64 below 2^32, so `nb0 + 63` does
+        // not wrap); the ones below N are stored. The MMA form loads `min(n, N - 1)` for each, and nothing
+        // without an x row; the streaming form loads the rows below N only, whatever M.
         let nb0 = self.nblock.wrapping_mul(GEMV_ROWS);
-        let last = self.n.wrapping_sub(1);
-        let mut w_rows: Vec<u32> = (0..GEMV_ROWS).map(|i| (nb0 + i).min(last)).collect();
-        w_rows.dedup();
         let stored: Vec<u32> = (nb0..nb0 + GEMV_ROWS).filter(|&r| r < self.n).collect();
+        let w_rows: Vec<u32> = if rows_form {
+            stored.clone()
+        } else if self.m == 0 {
+            Vec::new()
+        } else {
+            let last = self.n.wrapping_sub(1);
+            let mut rows: Vec<u32> = (0..GEMV_ROWS).map(|i| (nb0 + i).min(last)).collect();
+            rows.dedup();
+            rows
+        };
         let mut w = Vec::with_capacity(stored.len() * span as usize);
         for &r in &w_rows {
             let row = self.load_row(ctx, self.w, u64::from(r), k0, span, "a W row")?;
@@ -603,11 +860,16 @@ impl GemvCta<'_> {
         let out =
             if self.split == 1 { self.y } else { self.work.wrapping_add(u64::from(self.s) * self.work_slice * 4) };
         let ldy = u64::from(self.n);
+        // The streaming form takes its (at most 4) rows in one pass.
+        let pass = if rows_form { ROWS_MAX_M } else { 8 * self.mb };
         let mut m0 = 0u32;
         while m0 < self.m {
-            let m1 = self.m.min(m0.saturating_add(self.pass));
+            let m1 = self.m.min(m0.saturating_add(pass));
             let indices: Vec<u32> = match self.x_rows {
-                Some(va) => ctx.read_u32s(va.wrapping_add(4 * u64::from(m0)), (m1 - m0) as usize)?,
+                Some(va) => {
+                    aligned(self.kernel, "rows", va, 4)?;
+                    ctx.read_u32s(va.wrapping_add(4 * u64::from(m0)), (m1 - m0) as usize)?
+                }
                 None => (m0..m1).collect(),
             };
             let mut x = Vec::with_capacity(indices.len() * span as usize);
@@ -628,6 +890,7 @@ impl GemvCta<'_> {
             return Ok(());
         }
         // The ticket, in device memory: the CTA that takes `split - 1` adds the slices and puts it back to 0.
+        aligned(self.kernel, "a ticket", self.ticket, 4)?;
         let taken = ctx.read_u32s(self.ticket, 1)?[0];
         ctx.write_u32s(self.ticket, &[taken.wrapping_add(1)])?;
         if taken != self.split - 1 {
@@ -635,6 +898,9 @@ impl GemvCta<'_> {
         }
         ctx.write_u32s(self.ticket, &[0])?;
         let cols = GEMV_ROWS.min(self.n.wrapping_sub(nb0));
+        if self.m > 0 && cols > 0 {
+            aligned(self.kernel, "y", self.y, 4)?;
+        }
         for mm in 0..self.m {
             let at = u64::from(mm) * ldy + u64::from(nb0);
             let mut sum = vec![0f32; cols as usize];
@@ -683,7 +949,7 @@ fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelErr
             s,
             split: shape.grid[1],
             work_slice: u64::from(m) * u64::from(n),
-            pass: 8 * GEMV_MB[V],
+            mb: GEMV_MB[V],
         }
         .run(ctx)?;
     }
@@ -701,6 +967,7 @@ fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelEr
     require_block(ctx, name, GEMV_THREADS)?;
     let shape = ctx.shape();
     let experts = shape.grid[2];
+    aligned(name, "offsets", offsets, 4)?;
     let offs = ctx.read_u32s(offsets, experts as usize + 1)?;
     let count = |e: usize| offs[e + 1].wrapping_sub(offs[e]);
     // CTAs of one expert are consecutive (z slowest); each costs what its expert's slots cost.
@@ -736,7 +1003,7 @@ fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelEr
                         s,
                         split: shape.grid[1],
                         work_slice: u64::from(max_slots) * u64::from(n),
-                        pass: 8 * GEMV_MB[V],
+                        mb: GEMV_MB[V],
                     }
                     .run(ctx)?;
                 }
@@ -768,18 +1035,21 @@ fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     if items.is_empty() {
         return Ok(());
     }
+    for (what, va) in [("topk", topk), ("offsets", offsets), ("rows", rows), ("pairs", pairs), ("dropped", dropped)] {
+        aligned(name, what, va, 4)?;
+    }
     let choices = ctx.read_u32s(topk, p as usize)?;
     for pass in items {
         if pass == passes {
+            if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
+                // `base += 1024` wraps below E: the pass loop never ends.
+                return Err(KernelError::Hang);
+            }
             let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
             if bad > 0 {
                 let blocks = ctx.shape().blocks() as u32;
                 let before = ctx.read_u32s(dropped, 1)?[0];
                 ctx.write_u32s(dropped, &[before.wrapping_add(bad.wrapping_mul(blocks))])?;
-            }
-            if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
-                // `base += 1024` wrapped below E: the loop never ends.
-                return Err(KernelError::Hang);
             }
             continue;
         }
@@ -824,12 +1094,8 @@ fn convert_f32_bf16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     if part.is_empty() {
         return Ok(());
     }
-    if !input.is_multiple_of(4) {
-        return Err(misaligned(name, "in", input, 4));
-    }
-    if !out.is_multiple_of(2) {
-        return Err(misaligned(name, "out", out, 2));
-    }
+    aligned(name, "in", input, 4)?;
+    aligned(name, "out", out, 2)?;
     let group = u64::from(CONVERT_THREADS);
     let mut i = part.start;
     while i < part.end {
