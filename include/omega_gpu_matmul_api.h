@@ -67,7 +67,7 @@
 // The split-K GEMV (`omega_gemv_bf16_tn_m*`): bf16, M <= 64, K % 32 == 0.
 #define OMEGA_GPU_MATMUL_PATH_GEMV 1
 
-// The TMA GEMM (`omega_gemm_bf16_tn`): bf16, K % 8 == 0.
+// The TMA GEMM (`omega_gemm_bf16_tn`, or its split-K entry with fewer tiles than SMs): bf16, K % 8 == 0.
 #define OMEGA_GPU_MATMUL_PATH_GEMM 2
 
 // The bf16 SIMT GEMM (`omega_gemm_bf16_simt_tn`): bf16 of any other K.
@@ -176,7 +176,7 @@ typedef struct {
     uint64_t d2h_bytes;
     // Bytes of W the kernels read (grouped: of the most experts the choices can touch).
     uint64_t weight_bytes;
-    // The split-K GEMV's K split (1 on the other paths).
+    // The K split of the GEMV or of the split-K GEMM (1 otherwise).
     uint32_t split;
     // The failing stage: `OMEGA_GPU_MATMUL_STAGE_*` (`_NONE` on success).
     uint32_t stage;

@@ -282,8 +282,8 @@ fn f32_products_use_the_simt_kernel_and_match_f64() {
 fn a_bf16_output_is_the_f32_product_rounded_to_nearest_even() {
     with_matmul("bf16 out", |g, s, gpu, mm| {
         let mut gpu = gpu;
-        // One shape per path: the GEMV with a split, the TMA GEMM, the SIMT kernel.
-        for [m, n, k] in [[3u32, 200, 2048], [130, 300, 64], [5, 9, 13]] {
+        // One shape per path: the GEMV with a split, the split-K TMA GEMM, the SIMT kernel.
+        for [m, n, k] in [[3u32, 200, 2048], [130, 300, 512], [5, 9, 13]] {
             let (mu, nu, ku) = (m as usize, n as usize, k as usize);
             let x = s.alloc_device_from(&bf16s(g, mu * ku)).unwrap();
             let w = s.alloc_device_from(&bf16s(g, nu * ku)).unwrap();
@@ -311,6 +311,12 @@ fn the_gemv_plan_is_the_kernels_planner_and_every_launch_keeps_to_the_cta_budget
         let plan = refs::gemv_plan(2048, 4096, s.device().sm_count);
         assert_eq!(last_grids(1), [[plan.blocks, plan.split, 1]]);
         assert_eq!(info.split, plan.split);
+        // Fewer 128x256 tiles than SMs: the split-K GEMM, split as the kernels' planner splits it.
+        let (next, info) = bf16_case(s, gpu, &mm, g, "split-K gemm", [200, 300, 512]);
+        gpu = next;
+        let split = refs::GemmSplit::planned(200, 300, 512, refs::GEMM_TILE_N, s.device().sm_count);
+        assert_eq!((info.path, info.split), (Some(Path::Gemm), split.splits));
+        assert_eq!(last_grids(1), [[split.units.min(s.device().sm_count), 1, 1]]);
         // Budgets from 1 CTA up: each launch's grid is within it, and the info counts what ran.
         for budget in [1u32, 5, 33, 100, 700] {
             matmul::set_cta_budget(budget);

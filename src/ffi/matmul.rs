@@ -80,7 +80,7 @@ pub const OMEGA_GPU_MATMUL_ERR_INTERNAL: i32 = -14;
 pub const OMEGA_GPU_MATMUL_PATH_NONE: u32 = 0;
 /// The split-K GEMV (`omega_gemv_bf16_tn_m*`): bf16, M <= 64, K % 32 == 0.
 pub const OMEGA_GPU_MATMUL_PATH_GEMV: u32 = 1;
-/// The TMA GEMM (`omega_gemm_bf16_tn`): bf16, K % 8 == 0.
+/// The TMA GEMM (`omega_gemm_bf16_tn`, or its split-K entry with fewer tiles than SMs): bf16, K % 8 == 0.
 pub const OMEGA_GPU_MATMUL_PATH_GEMM: u32 = 2;
 /// The bf16 SIMT GEMM (`omega_gemm_bf16_simt_tn`): bf16 of any other K.
 pub const OMEGA_GPU_MATMUL_PATH_SIMT_BF16: u32 = 3;
@@ -174,7 +174,7 @@ pub struct OmegaGpuMatmulInfo {
     pub d2h_bytes: u64,
     /// Bytes of W the kernels read (grouped: of the most experts the choices can touch).
     pub weight_bytes: u64,
-    /// The split-K GEMV's K split (1 on the other paths).
+    /// The K split of the GEMV or of the split-K GEMM (1 otherwise).
     pub split: u32,
     /// The failing stage: `OMEGA_GPU_MATMUL_STAGE_*` (`_NONE` on success).
     pub stage: u32,

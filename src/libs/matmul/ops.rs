@@ -112,7 +112,7 @@ pub struct Info {
     pub total_ctas: u64,
     /// The CTA budget the plan was made for.
     pub cta_budget: u32,
-    /// The GEMV paths' K split (1 elsewhere).
+    /// The K split of the GEMV or of the split-K GEMM (1 otherwise).
     pub split: u32,
     /// Submit to completion of every launch, summed, platform-clock ns (0 for a command-list add).
     pub device_ns: u64,

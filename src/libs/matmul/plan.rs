@@ -9,7 +9,8 @@
 //!   K split until every SM streams a share of W (`gemv_check.cu`'s planner), the split lowered until
 //!   `blocks * split` fits the budget;
 //! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned): the persistent wgmma kernel, grid
-//!   `min(tiles, SMs, budget)`;
+//!   `min(tiles, SMs, budget)`; with fewer 128x256 tiles than SMs, its split-K entry, `clamp(SMs /
+//!   tiles, 1, K / 64)` splits (whole waves; the kernel adds the slices in split order);
 //! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
@@ -80,6 +81,7 @@ impl Elem {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kern {
     Gemm,
+    GemmSplitK,
     /// `omega_gemv_bf16_tn_m{1,2,4,8}`, by index (0: m1 .. 3: m8).
     Gemv(usize),
     /// `omega_moe_gemv_bf16_m{1,2,4,8}`, by index.
@@ -91,8 +93,8 @@ pub(crate) enum Kern {
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
-/// the router, the two SIMT GEMMs and the conversion.
-pub(crate) const KERNEL_NAMES: [&str; 13] = [
+/// the router, the two SIMT GEMMs, the conversion and the TMA GEMM's split-K entry.
+pub(crate) const KERNEL_NAMES: [&str; 14] = [
     "omega_gemm_bf16_tn",
     "omega_gemv_bf16_tn_m1",
     "omega_gemv_bf16_tn_m2",
@@ -106,6 +108,7 @@ pub(crate) const KERNEL_NAMES: [&str; 13] = [
     "omega_gemm_f32_tn",
     "omega_gemm_bf16_simt_tn",
     "omega_convert_f32_bf16",
+    "omega_gemm_bf16_tn_splitk",
 ];
 
 impl Kern {
@@ -119,6 +122,7 @@ impl Kern {
             Kern::F32 => 10,
             Kern::Simt => 11,
             Kern::Convert => 12,
+            Kern::GemmSplitK => 13,
         }
     }
 }
@@ -180,7 +184,7 @@ pub(crate) struct Plan {
     pub(crate) tma: bool,
     /// True when the steps read the zeros.
     pub(crate) zeros: bool,
-    /// The K split of the GEMV paths (1 elsewhere).
+    /// The K split of the GEMV and the split-K GEMM (1 elsewhere).
     pub(crate) split: u32,
 }
 
@@ -373,15 +377,34 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
         (path, tickets, tma, split) = (Path::Gemv, blocks, false, word(s));
     } else if elem == Elem::Bf16 && aligned && k.is_multiple_of(8) {
         let tiles = ceil(m, 128) * ceil(n, 256);
-        let grid = tiles.min(sms).min(budget);
+        let kblocks = ceil(k, 64);
+        // Fewer tiles than SMs: split K in whole waves, in the kernel's own arithmetic (the splits a K of
+        // `kblocks` blocks keeps after `per` blocks each).
+        let asked = if tiles < sms { (sms / tiles).clamp(1, kblocks) } else { 1 };
+        let per = kblocks.div_ceil(asked);
+        let splits = kblocks.div_ceil(per);
+        let tma_args = [Arg::Tma(0), Arg::Tma(128), out(0)];
+        let dims = [Arg::Word(shape.m), Arg::Word(shape.n), Arg::Word(shape.k)];
+        let (kern, units, args) = if splits > 1 {
+            let work = Arg::Scratch(scratch * 4);
+            scratch += splits * m * n;
+            let mut args = tma_args.to_vec();
+            args.extend([work, Arg::Tickets(0)]);
+            args.extend(dims);
+            args.push(Arg::Word(word(splits)));
+            (Kern::GemmSplitK, tiles * splits, args)
+        } else {
+            (Kern::Gemm, tiles, [tma_args, dims].concat())
+        };
         steps.push(Step {
-            kern: Kern::Gemm,
-            grid: [word(grid), 1, 1],
+            kern,
+            grid: [word(units.min(sms).min(budget)), 1, 1],
             block: [384, 1, 1],
             dynamic_shared: GEMM_SMEM_BYTES,
-            args: vec![Arg::Tma(0), Arg::Tma(128), out(0), Arg::Word(shape.m), Arg::Word(shape.n), Arg::Word(shape.k)],
+            args,
         });
-        (path, tickets, tma, split) = (Path::Gemm, 0, true, 1);
+        let gemm_tickets = if splits > 1 { tiles } else { 0 };
+        (path, tickets, tma, split) = (Path::Gemm, gemm_tickets, true, word(splits));
     } else {
         let (kern, p) = match elem {
             Elem::Bf16 => (Kern::Simt, Path::SimtBf16),
@@ -545,6 +568,13 @@ mod tests {
         assert_eq!(plan.steps[0].grid, [32, 3, 1]);
         assert_eq!(plan.steps[0].args[8], Arg::Word(1376));
         // No split: the workspace is the output itself, and no scratch is needed.
+        // M = 512 of the O projection: 4 x 8 tiles for 132 SMs, so 4 splits of K's 64 blocks, a scratch
+        // of 4 slices and a ticket per tile.
+        let plan = dense(Elem::Bf16, Shape::new(512, 2048, 4096), SMS, MAX_CTAS, false);
+        assert_eq!(plan.steps[0].kern, Kern::GemmSplitK);
+        assert_eq!((plan.split, plan.tickets, plan.scratch), (4, 32, 4 * 512 * 2048));
+        assert_eq!(plan.steps[0].grid, [128, 1, 1]);
+        assert_eq!(dense(Elem::Bf16, Shape::new(4096, 2048, 4096), SMS, MAX_CTAS, false).steps[0].kern, Kern::Gemm);
         let plan = dense(Elem::Bf16, Shape::new(3, 2048, 96), SMS, MAX_CTAS, false);
         assert_eq!(plan.split, 1);
         assert_eq!(plan.steps[0].args[3], Arg::Y(0));
