@@ -248,6 +248,27 @@ fn operands_that_do_not_start_16_byte_aligned_take_the_simt_kernel() {
             [m, n, k],
             &(0..n).collect::<Vec<_>>(),
         );
+        // A GEMM-shaped product whose f32 output starts 4 bytes into its buffer: the epilogue's float pairs
+        // need 8, so the SIMT kernel takes it.
+        let (m2, n2) = (130usize, 256usize);
+        let x2b = bf16s(g, m2 * k);
+        let x2 = s.alloc_device_from(&x2b).unwrap();
+        let w2b = bf16s(g, n2 * k);
+        let w2 = s.alloc_device_from(&w2b).unwrap();
+        let mut y2 = poisoned(s, m2 * n2 + 1);
+        // SAFETY: y2 holds m2 * n2 + 1 floats, so the span of m2 * n2 from element 1 lies inside it.
+        let mut y2s = unsafe { matmul::DeviceSpan::<f32>::new(y2.va() + 4, m2 * n2) };
+        let done = mm.bf16(done.gpu, &x2, &w2, &mut y2s, Shape::new(m2 as u32, n2 as u32, k as u32)).unwrap();
+        assert_eq!(done.info.path, Some(Path::SimtBf16), "a GEMM-shaped product into a 4-byte-aligned y");
+        let got = y2.to_vec().unwrap();
+        check(
+            "unaligned y",
+            &got[1..],
+            &widen(&x2b),
+            |c| widen(&w2b[c * k..][..k]),
+            [m2, n2, k],
+            &(0..n2).collect::<Vec<_>>(),
+        );
     });
 }
 

@@ -129,6 +129,13 @@ pub struct Info {
     pub stage: Option<Stage>,
 }
 
+impl Info {
+    /// Multiply-adds of the product (`M * N * K`; grouped: one row per choice).
+    pub fn macs(&self) -> u64 {
+        u64::from(self.m) * u64::from(self.n) * u64::from(self.k)
+    }
+}
+
 /// A completed call, and the launch token back.
 #[derive(Debug)]
 pub struct Done<'s> {
@@ -389,9 +396,18 @@ impl<'s> Matmul<'s> {
         KeptMatmul { module: scope.keep_module(module), workspace: workspace.into_inner() }
     }
 
-    /// The completion limit of each launch, ms (the typed launch's default until set).
+    /// The completion limit of each launch, ms (the typed launch's default, 5 s, until set). A large
+    /// product gets longer: at least 5 s plus 1 ms per million multiply-adds of the whole product, so the
+    /// simulator's virtual clock (about 4 million a ms) never runs a correct product out, while a kernel
+    /// that hangs on a decode-sized product is still found within seconds.
     pub fn set_timeout_ms(&self, ms: u32) {
         self.timeout_ms.set(ms);
+    }
+
+    /// The completion limit of each launch of a product of `macs` multiply-adds.
+    fn timeout_for(&self, macs: u64) -> u32 {
+        let scaled = u64::from(crate::launch::DEFAULT_TIMEOUT_MS).saturating_add(macs / 1_000_000);
+        self.timeout_ms.get().max(u32::try_from(scaled).unwrap_or(u32::MAX))
     }
 
     /// `y[M, N] = x[M, K] . W[N, K]^T` with bf16 operands and f32 accumulation into an f32 output (every
@@ -564,7 +580,8 @@ impl<'s> Matmul<'s> {
             check_operand(any, Operand::W, w.elements(), e)?;
             check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
             let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
-            let plan = plan::dense(elem, shape, DenseOpts { sms: self.sms, budget, out_bf16, aligned });
+            let y_aligned = y_va.is_multiple_of(8);
+            let plan = plan::dense(elem, shape, DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned });
             let tma = if plan.tma { Some(descriptor_pair(x.device_va(), w.device_va(), shape)?) } else { None };
             Ok((plan, tma))
         })();
@@ -623,13 +640,13 @@ impl<'s> Matmul<'s> {
         Prepared::new(checked, ops, info)
     }
 
-    /// The launch of `step`, its arguments resolved.
-    fn launch_of(&self, step: &Step, ops: &Operands, ws: &WorkspaceVas) -> Launch<'_, 's> {
+    /// The launch of `step` of a product of `macs` multiply-adds, its arguments resolved.
+    fn launch_of(&self, step: &Step, ops: &Operands, ws: &WorkspaceVas, macs: u64) -> Launch<'_, 's> {
         let mut l = Launch::new(&self.kernels[step.kern.index()])
             .grid(step.grid)
             .block(step.block)
             .dynamic_shared(step.dynamic_shared)
-            .timeout_ms(self.timeout_ms.get());
+            .timeout_ms(self.timeout_for(macs));
         for a in &step.args {
             l = match *a {
                 Arg::X(off) => l.arg(ops.x + off),
@@ -669,7 +686,7 @@ impl<'s> Matmul<'s> {
         };
         let mut gpu = gpu;
         for step in &plan.steps {
-            match gpu.launch(&self.launch_of(step, &ops, &vas)) {
+            match gpu.launch(&self.launch_of(step, &ops, &vas, info.macs())) {
                 Ok(done) => {
                     info.device_ns += done.elapsed_ns;
                     gpu = done.gpu;
@@ -696,7 +713,7 @@ impl<'s> Matmul<'s> {
         // the next never names a workspace that is gone.
         self.recorded.borrow_mut().push(ws);
         for step in &plan.steps {
-            list.add(&self.launch_of(step, &ops, &vas))?;
+            list.add(&self.launch_of(step, &ops, &vas, info.macs()))?;
         }
         info.host_ns = start.elapsed().as_nanos() as u64;
         Ok(info)

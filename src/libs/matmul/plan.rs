@@ -8,7 +8,7 @@
 //!   its 64-row blocks within the budget): weight streaming,
 //!   K split until every SM streams a share of W (`gemv_check.cu`'s planner), the split lowered until
 //!   `blocks * split` fits the budget;
-//! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned): the persistent wgmma kernel, grid
+//! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned, y 8-byte): the persistent wgmma kernel, grid
 //!   `min(tiles, SMs, budget)`; with fewer 128x256 tiles than SMs, its split-K entry, `clamp(SMs /
 //!   tiles, 1, K / 64)` splits (whole waves; the kernel adds the slices in split order);
 //! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
@@ -330,11 +330,15 @@ pub(crate) struct DenseOpts {
     /// x and W start 16-byte aligned (whole buffers always do): the GEMV's vector loads and the TMA's
     /// global address need it, the SIMT kernels do not.
     pub(crate) aligned: bool,
+    /// The output starts 8-byte aligned: the TMA GEMMs' epilogue stores pairs of floats.
+    pub(crate) y_aligned: bool,
 }
 
 /// The plan of a dense product (`shape` checked: no side is 0).
 pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
-    let DenseOpts { sms, budget, out_bf16, aligned } = opts;
+    let DenseOpts { sms, budget, out_bf16, aligned, y_aligned } = opts;
+    // A bf16 output's f32 product is the workspace's (aligned); only a direct f32 output can be unaligned.
+    let y_aligned = y_aligned || out_bf16;
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let budget = clamp_budget(budget);
     let sms = u64::from(sms.max(1));
@@ -375,7 +379,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
             ],
         });
         (path, tickets, tma, split) = (Path::Gemv, blocks, false, word(s));
-    } else if elem == Elem::Bf16 && aligned && k.is_multiple_of(8) {
+    } else if elem == Elem::Bf16 && aligned && y_aligned && k.is_multiple_of(8) {
         let tiles = ceil(m, 128) * ceil(n, 256);
         let kblocks = ceil(k, 64);
         // Fewer tiles than SMs: split K in whole waves, in the kernel's own arithmetic (the splits a K of
@@ -536,7 +540,7 @@ mod tests {
     const SMS: u32 = 132;
 
     fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: bool) -> Plan {
-        super::dense(elem, shape, DenseOpts { sms, budget, out_bf16, aligned: true })
+        super::dense(elem, shape, DenseOpts { sms, budget, out_bf16, aligned: true, y_aligned: true })
     }
 
     #[test]
@@ -549,7 +553,10 @@ mod tests {
         assert_eq!(p(8, 151_936, 2048), Path::Gemm, "2374 blocks are past the budget: the persistent GEMM");
         assert_eq!(p(4095, 33, 7), Path::SimtBf16);
         assert_eq!(dense(Elem::F32, Shape::new(1, 1, 1), SMS, MAX_CTAS, false).path, Path::SimtF32);
-        let unaligned = DenseOpts { sms: SMS, budget: MAX_CTAS, out_bf16: false, aligned: false };
+        let unaligned = DenseOpts { sms: SMS, budget: MAX_CTAS, out_bf16: false, aligned: false, y_aligned: true };
+        let y4 = DenseOpts { aligned: true, y_aligned: false, ..unaligned };
+        assert_eq!(super::dense(Elem::Bf16, Shape::new(512, 2048, 4096), y4).path, Path::SimtBf16);
+        assert_eq!(super::dense(Elem::Bf16, Shape::new(4, 2048, 4096), y4).path, Path::Gemv, "the GEMV stores floats");
         assert_eq!(super::dense(Elem::Bf16, Shape::new(1, 2048, 4096), unaligned).path, Path::SimtBf16);
         assert_eq!(super::dense(Elem::Bf16, Shape::new(512, 2048, 4096), unaligned).path, Path::SimtBf16);
     }
