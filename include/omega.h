@@ -10,5 +10,6 @@
 #include "omega_gpu_kernel.h"
 #include "omega_gpu_cmdlist.h"
 #include "omega_gpu_engine.h"
+#include "omega_gpu_matmul_api.h"
 
 #endif /* OMEGA_H */

@@ -18,7 +18,7 @@ headers:
 check-headers:
 	tools/gen_headers.sh --check
 
-# The manifest against the headers, a compiled probe and the document; then the eleven breakages.
+# The manifest against the headers, a compiled probe and the document; then the thirteen breakages.
 test-runtime-api:
 	tools/runtime_api_check.sh
 	tools/runtime_api_negative.sh

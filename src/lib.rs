@@ -52,7 +52,7 @@ pub mod ffi;
 pub mod libs;
 
 pub use crate::api::{args, kernel, launch, mem, state};
-pub(crate) use crate::api::{locked, scope};
+pub(crate) use crate::api::{kept, locked, scope};
 #[cfg(all(target_os = "linux", feature = "nvidia"))]
 pub use crate::core::doctor;
 pub use crate::core::{engine, error, kernels, platform, printf, session, testing, tma};
@@ -73,6 +73,7 @@ pub use args::LaunchArgs;
 pub use error::{Error, LaunchArgError, Result, SettingError, Stage};
 /// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
 pub use half;
+pub use kept::{Kept, KeptModule};
 pub use kernel::{Kernel, Module};
 pub use launch::{ArgBlock, KernelArg, Launch};
 pub use locked::{lock, try_lock, Latched, Locked, OpenError};

@@ -289,6 +289,22 @@ fn a_list_count_never_waits_for_the_session_lock_while_another_thread_frees_the_
     cmdlist("count_free");
 }
 
+fn matmul(scenario: &str) {
+    let exe = build(&format!("matmul_{scenario}"), &["tests/c/matmul.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("matmul {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn every_matmul_library_entry_computes_refuses_by_name_and_keeps_the_lock_rule() {
+    matmul("run");
+}
+
+#[test]
+fn an_uncertain_completion_inside_a_matmul_call_latches_and_later_calls_are_refused() {
+    matmul("latch");
+}
+
 fn engine(scenario: &str) {
     let exe = build(&format!("engine_{scenario}"), &["tests/c/engine.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));

@@ -108,8 +108,13 @@ fn classify(param: &str, tables: &[String]) -> (String, Kind) {
     let ty = param[..param.len() - name.len()].trim();
     let kind = if !ty.ends_with('*') {
         Kind::Value
-    } else if ty.contains("OmegaGpuCmdList ") || ty.contains("char *") || ty == "void *" {
-        // A command-list key (never dereferenced), a NUL-terminated string, or a context passed through.
+    } else if ty.contains("OmegaGpuCmdList ")
+        || ty.contains("OmegaGpuTensor ")
+        || ty.contains("char *")
+        || ty == "void *"
+    {
+        // A command-list or tensor key (never dereferenced), a NUL-terminated string, or a context passed
+        // through.
         Kind::Opaque
     } else if tables.iter().any(|t| ty.contains(t.as_str())) {
         Kind::Table

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the runtime API check catches what it claims to: copies include/, the document and the manifest to
-# a temporary directory, breaks the copy in each of the eleven ways the document lists (section 11), and requires
+# a temporary directory, breaks the copy in each of the thirteen ways the document lists (section 11), and requires
 # tools/runtime_api_check.sh to fail every time. Prints PASS/FAIL per case; exits non-zero if the check
 # missed any breakage (or if an unbroken copy does not pass).
 set -uo pipefail
@@ -83,6 +83,11 @@ expect_fail "STABLE entry with no section" doc.md \
     'text.replace("#### omega_gpu_session_open_count\n", "")'
 expect_fail "quoted struct typedef no header has (a field's type changed)" doc.md \
     'text.replace("typedef struct { uint64_t buffers; uint64_t untracked; uint64_t bytes; } OmegaGpuParkStats;", "typedef struct { uint64_t buffers; uint32_t untracked; uint64_t bytes; } OmegaGpuParkStats;")'
+
+expect_fail "removed library function (omega_gpu_matmul_api.h)" include/omega_gpu_matmul_api.h \
+    'text.replace("uint32_t omega_gpu_matmul_cta_budget(void);\n", "")'
+expect_fail "library struct no longer 160 bytes (OmegaGpuMatmulInfo)" include/omega_gpu_matmul_api.h \
+    'text.replace("    uint32_t reserved[14];\n} OmegaGpuMatmulInfo;", "    uint32_t reserved[13];\n} OmegaGpuMatmulInfo;")'
 
 echo "runtime_api_negative: $((total - missed)) of $total breakages caught"
 [ "$missed" -eq 0 ]

@@ -4,9 +4,12 @@
 //! A [`Module`] is a cubin made resident ([`Scope::load_module`]): its code and constant banks in a code
 //! buffer, its `__device__` data in a data buffer, both relocated, so every kernel taken from it
 //! ([`Module::kernel`]) shares the module's data as CUDA's kernels of one module do. A [`Kernel`] keeps
-//! its module's buffers alive.
+//! its module's buffers alive. A module can outlive its scope as a [`KeptModule`](crate::KeptModule)
+//! (`src/api/kept.rs`), for as long as the device stays open.
 
+use core::marker::PhantomData;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::error::{Error, Result, Stage};
@@ -16,20 +19,26 @@ use crate::scope::Scope;
 use crate::session::{runtime, KernelMeta, ParamInfo};
 use crate::state::{Code, Data};
 
-/// The buffers of a resident module.
-struct Resident<'s> {
-    code: Mem<'s, Code>,
+/// The buffers of a resident module. They are held as `'static` buffers because a module may be kept
+/// beyond its scope (`KeptModule`); what binds them to a scope is the brand of the [`Module`] or
+/// [`Kernel`] that reaches them, and a kept module hands them out again only inside a scope of the same
+/// open device.
+pub(crate) struct Resident {
+    code: Mem<'static, Code>,
     /// `__device__` data (none when the module has none).
-    data: Option<RefCell<Mem<'s, Data<u8>>>>,
+    data: Option<RefCell<Mem<'static, Data<u8>>>>,
     /// The parsed module and what Omega provides it (none for a simulator host kernel).
     prepared: Option<PreparedModule>,
     /// Entry offset of each of the module's kernels in the code buffer.
     entries: Vec<u64>,
     /// The device printf formatter's copy of the data image, while the module lives.
     printf_source: Option<u64>,
+    /// The kernels taken so far, by name: entry address and launch template (registered once, so a
+    /// second `Module::kernel` of the same name costs a lookup).
+    kernels: RefCell<HashMap<String, (u64, KernelMeta)>>,
 }
 
-impl Drop for Resident<'_> {
+impl Drop for Resident {
     fn drop(&mut self) {
         if let Some(id) = self.printf_source {
             crate::printf::release_source(id);
@@ -37,7 +46,12 @@ impl Drop for Resident<'_> {
     }
 }
 
-impl Resident<'_> {
+impl Resident {
+    /// The module's code buffer (its handle and address say whether it is still live).
+    pub(crate) fn code(&self) -> &Mem<'static, Code> {
+        &self.code
+    }
+
     fn placement(&self) -> Placement {
         Placement { code_va: self.code.va(), data_va: self.data.as_ref().map_or(0, |d| d.borrow().va()) }
     }
@@ -45,7 +59,9 @@ impl Resident<'_> {
 
 /// A cubin resident in the session of scope `'s`: take its kernels with [`Module::kernel`].
 pub struct Module<'s> {
-    resident: Rc<Resident<'s>>,
+    resident: Rc<Resident>,
+    // Invariant in 's, like the scope's own brand.
+    _scope: PhantomData<fn(&'s ()) -> &'s ()>,
 }
 
 impl core::fmt::Debug for Module<'_> {
@@ -60,10 +76,10 @@ impl core::fmt::Debug for Module<'_> {
 impl<'s> Module<'s> {
     pub(crate) fn load(scope: &'s Scope<'s>, cubin: &[u8]) -> Result<Self> {
         let prepared = PreparedModule::new(cubin)?;
-        let mut code = scope.alloc_code(prepared.code_bytes())?;
+        let mut code = scope.alloc_code(prepared.code_bytes())?.into_static();
         let mut data = match prepared.data_bytes() {
             0 => None,
-            n => Some(scope.alloc::<u8>(n)?),
+            n => Some(scope.alloc::<u8>(n)?.into_static()),
         };
         let at = Placement { code_va: code.va(), data_va: data.as_ref().map_or(0, Mem::va) };
         let (code_image, data_image, entries) = prepared.images(at)?;
@@ -74,9 +90,26 @@ impl<'s> Module<'s> {
         let printf_source = (prepared.module.undefined.iter().any(|s| s == crate::printf::VPRINTF)
             && !data_image.is_empty())
         .then(|| crate::printf::register_source(at.data_va, data_image));
-        let resident =
-            Resident { code, data: data.map(RefCell::new), prepared: Some(prepared), entries, printf_source };
-        Ok(Module { resident: Rc::new(resident) })
+        let resident = Resident {
+            code,
+            data: data.map(RefCell::new),
+            prepared: Some(prepared),
+            entries,
+            printf_source,
+            kernels: RefCell::new(HashMap::new()),
+        };
+        Ok(Module { resident: Rc::new(resident), _scope: PhantomData })
+    }
+
+    /// The module's buffers, shared (what a kept module holds).
+    pub(crate) fn resident(&self) -> &Rc<Resident> {
+        &self.resident
+    }
+
+    /// The module whose buffers are `resident`, in scope `'s`. The caller (a kept module) has checked that
+    /// they belong to the device that is open in this scope.
+    pub(crate) fn from_resident(resident: Rc<Resident>) -> Self {
+        Module { resident, _scope: PhantomData }
     }
 
     /// The kernel called `name` (its symbol name: the mangled name of a C++ kernel that is not
@@ -85,6 +118,9 @@ impl<'s> Module<'s> {
     /// launch feature the platform lacks.
     pub fn kernel(&self, name: &str) -> Result<Kernel<'s>> {
         let r = &self.resident;
+        if let Some((entry_va, meta)) = r.kernels.borrow().get(name) {
+            return Ok(Kernel { resident: r.clone(), entry_va: *entry_va, meta: meta.clone(), _scope: PhantomData });
+        }
         let prepared = r.prepared.as_ref().expect("a module loaded from a cubin");
         let found = prepared.module.kernels.iter().position(|k| k.name == name);
         let Some(index) = found else {
@@ -94,7 +130,8 @@ impl<'s> Module<'s> {
         let meta = prepared.kernel_meta(&prepared.module.kernels[index], r.placement())?;
         let entry_va = r.code.va() + r.entries[index];
         runtime().register_kernel(entry_va, meta.clone())?;
-        Ok(Kernel { resident: r.clone(), entry_va, meta })
+        r.kernels.borrow_mut().insert(name.to_string(), (entry_va, meta.clone()));
+        Ok(Kernel { resident: r.clone(), entry_va, meta, _scope: PhantomData })
     }
 
     /// The names of its kernels (symbol names), in the cubin's order.
@@ -122,7 +159,7 @@ impl<'s> Module<'s> {
     }
 
     /// The `__device__` object `name` and the data buffer holding it, or why there is none.
-    fn device_object(&self, name: &str, len: usize) -> Result<(u64, &RefCell<Mem<'s, Data<u8>>>)> {
+    fn device_object(&self, name: &str, len: usize) -> Result<(u64, &RefCell<Mem<'static, Data<u8>>>)> {
         let refuse = |why: crate::error::SettingError| Err(Error::Setting { stage: Stage::ModuleData, detail: why });
         let Some(s) = self.info().symbol(name) else {
             return refuse(crate::error::SettingError::NoDataObject(name.to_string()));
@@ -160,9 +197,11 @@ impl<'s> Module<'s> {
 
 /// A kernel resident in a code buffer of scope `'s`.
 pub struct Kernel<'s> {
-    resident: Rc<Resident<'s>>,
+    resident: Rc<Resident>,
     entry_va: u64,
     meta: KernelMeta,
+    // Invariant in 's, like the scope's own brand.
+    _scope: PhantomData<fn(&'s ()) -> &'s ()>,
 }
 
 impl core::fmt::Debug for Kernel<'_> {
@@ -222,11 +261,18 @@ impl<'s> Kernel<'s> {
 
     /// A code buffer holding `image` (a simulator code image), its entry at the start.
     fn place_fixed(scope: &'s Scope<'s>, image: &[u8], meta: KernelMeta) -> Result<Self> {
-        let mut code = scope.alloc_code(image.len())?;
+        let mut code = scope.alloc_code(image.len())?.into_static();
         code.write_code(image)?;
         let entry_va = code.va();
         runtime().register_kernel(entry_va, meta.clone())?;
-        let resident = Resident { code, data: None, prepared: None, entries: vec![0], printf_source: None };
-        Ok(Kernel { resident: Rc::new(resident), entry_va, meta })
+        let resident = Resident {
+            code,
+            data: None,
+            prepared: None,
+            entries: vec![0],
+            printf_source: None,
+            kernels: RefCell::new(HashMap::new()),
+        };
+        Ok(Kernel { resident: Rc::new(resident), entry_va, meta, _scope: PhantomData })
     }
 }

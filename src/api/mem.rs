@@ -35,6 +35,20 @@ impl<'s, K: MemKind> Mem<'s, K> {
         Ok(Mem { raw, len, _scope: PhantomData, _kind: PhantomData })
     }
 
+    /// The same buffer without its scope's lifetime, for the holders that re-bind it to a scope themselves
+    /// (a module's buffers, a [`crate::Kept`] buffer): they hand it out again only inside a scope of the
+    /// device open that allocated it.
+    pub(crate) fn into_static(self) -> Mem<'static, K> {
+        let this = core::mem::ManuallyDrop::new(self);
+        Mem { raw: this.raw, len: this.len, _scope: PhantomData, _kind: PhantomData }
+    }
+
+    /// Forgets the buffer without releasing it: for a holder whose device was closed (close freed the
+    /// buffer already) or that cannot take the lock to release it (close will). The drop then does nothing.
+    pub(crate) fn disown(&mut self) {
+        self.raw = GpuMem::NONE;
+    }
+
     /// Elements.
     pub fn len(&self) -> usize {
         self.len
@@ -202,6 +216,10 @@ impl Mem<'_, Code> {
 
 impl<K: MemKind> Drop for Mem<'_, K> {
     fn drop(&mut self) {
+        if self.raw.handle.is_none() {
+            // Disowned: nothing of the session to release, and no lock to ask for.
+            return;
+        }
         // Latched: this parks instead of releasing. A failure here (closed device) leaves nothing to
         // release, and a drop has no one to tell.
         let _ = runtime().release(&mut self.raw, TYPED_BUFFER);

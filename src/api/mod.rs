@@ -5,6 +5,7 @@
 
 pub mod args;
 pub(crate) mod cmdlist;
+pub(crate) mod kept;
 pub mod kernel;
 pub mod launch;
 pub(crate) mod locked;

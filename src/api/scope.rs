@@ -77,6 +77,21 @@ impl<'s> Scope<'s> {
         crate::kernel::Module::load(self, cubin)
     }
 
+    /// What the open device is (its SM count sizes a library's grids).
+    pub fn device(&self) -> crate::DeviceInfo {
+        runtime().device_info().expect("a scope exists only while the device is open")
+    }
+
+    /// Loads the repository's CUDA C++ module `name` (`kernels/cuda/<name>.cu`, built by nvcc at build
+    /// time): its machine code on the GPU, its kernels' host references on the simulator. Refused (stage
+    /// `load`, naming the missing tool) in a build without nvcc.
+    pub fn load_cuda_module(&'s self, name: &str) -> Result<crate::kernel::Module<'s>> {
+        match crate::kernels::cuda_module(name) {
+            Ok(cubin) => crate::kernel::Module::load(self, cubin),
+            Err(why) => Err(Error::Load(crate::error::LoadError::NotBuilt { kernel: name.to_string(), why })),
+        }
+    }
+
     /// The platform's name.
     pub fn platform(&self) -> &'static str {
         runtime().platform_name().unwrap_or("none")

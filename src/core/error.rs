@@ -94,6 +94,18 @@ pub enum Stage {
     Report,
     /// `bench`: a benchmark program's own check.
     Bench,
+    /// `keep`: a kept buffer or module (`omega::Kept`) used after its device was closed.
+    Keep,
+    /// `matmul`: a matmul library entry as a whole (refused after a latch).
+    Matmul,
+    /// `matmul args`: a matmul library entry's NULL or unusable argument.
+    MatmulArgs,
+    /// `matmul shape`: a matmul shape that cannot exist, or that the operands' buffers do not hold.
+    MatmulShape,
+    /// `matmul plan`: a product the library cannot launch within its CTA budget.
+    MatmulPlan,
+    /// `matmul tensor`: a resident tensor that is not live, or not of the entry's element type.
+    MatmulTensor,
 }
 
 impl Stage {
@@ -140,6 +152,12 @@ impl Stage {
             Stage::Check => "check",
             Stage::Report => "report",
             Stage::Bench => "bench",
+            Stage::Keep => "keep",
+            Stage::Matmul => "matmul",
+            Stage::MatmulArgs => "matmul args",
+            Stage::MatmulShape => "matmul shape",
+            Stage::MatmulPlan => "matmul plan",
+            Stage::MatmulTensor => "matmul tensor",
         }
     }
 }
@@ -609,6 +627,14 @@ pub enum SettingError {
          field was set by hand): scratch_free it and reserve again"
     )]
     StaleReservation,
+    /// A kept buffer or module of an earlier device open.
+    #[error("kept in device open {opened}, and the device was closed since (open {now} now); its memory went with the close")]
+    KeptStale {
+        /// The open it was kept in ([`crate::session::Runtime::open_count`] then).
+        opened: u32,
+        /// The open count now.
+        now: u32,
+    },
     /// A NULL pointer where the C call needs an object (`{what} is NULL`, the argument's C name).
     #[error("{0} is NULL")]
     Null(&'static str),
@@ -1046,6 +1072,7 @@ mod tests {
             set(Stage::Alloc, SettingError::ShortAllocation { got: 4096, asked: 8192 }),
             set(Stage::Scratch, SettingError::ScratchParked),
             set(Stage::Scratch, SettingError::StaleReservation),
+            set(Stage::Keep, SettingError::KeptStale { opened: 1, now: 2 }),
             set(Stage::Alloc, SettingError::Null("out")),
             set(Stage::SetPlatform, SettingError::NotUtf8("name")),
             set(Stage::CodeAlloc, SettingError::CodeSizeOverflows(99)),
@@ -1173,6 +1200,7 @@ mod tests {
         "alloc: the platform handed out 4096 bytes for a request of 8192",
         "scratch: its buffer is parked (freed after the latch) and cannot be used again",
         "scratch: reserved is set but its buffer holds no reservation (its device was closed since, it was freed, or the field was set by hand): scratch_free it and reserve again",
+        "keep: kept in device open 1, and the device was closed since (open 2 now); its memory went with the close",
         "alloc: out is NULL",
         "set platform: name is not UTF-8",
         "code alloc: code size 99 overflows",

@@ -22,12 +22,87 @@ use crate::sync::{self, Mutex};
 /// boundary; every stage name is at the front of its text, so a cut never loses the stage.
 pub const ERROR_TEXT_BYTES: usize = 1024;
 
+/// A process-wide C text buffer that a `*_last_error` entry returns a pointer into. A C caller reads it
+/// under the session lock and before its next call, as the contract says; the mutex only orders our own
+/// writes.
+pub struct TextBuffer(Mutex<[u8; ERROR_TEXT_BYTES]>);
+
+impl TextBuffer {
+    /// An empty text.
+    pub const fn new() -> Self {
+        TextBuffer(Mutex::new([0; ERROR_TEXT_BYTES]))
+    }
+
+    /// Copies `text` in (cut to fit, NUL bytes made spaces) and returns a pointer to it.
+    pub fn publish(&'static self, text: &str) -> *const c_char {
+        let mut buf = sync::lock(&self.0);
+        let n = fit(text, ERROR_TEXT_BYTES - 1);
+        for (dst, &b) in buf.iter_mut().zip(text.as_bytes()[..n].iter()) {
+            // A NUL inside the text would end it early in C; no stage text has one, but driver text might.
+            *dst = if b == 0 { b' ' } else { b };
+        }
+        buf[n] = 0;
+        // The buffer is static, so the pointer outlives the guard; the contract makes the caller read it
+        // before its next call, which is what keeps our next write from racing its read.
+        buf.as_ptr().cast()
+    }
+}
+
+impl Default for TextBuffer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// The process's last error: the text of the most recent failure of any C call, "" if none.
 static LAST_ERROR: Mutex<String> = Mutex::new(String::new());
 
-/// The one process-wide buffer `omega_gpu_session_last_error` returns. A C caller reads it under the
-/// session lock and before its next call, as the contract says; the mutex only orders our own writes.
-static ERROR_TEXT: Mutex<[u8; ERROR_TEXT_BYTES]> = Mutex::new([0; ERROR_TEXT_BYTES]);
+/// The one process-wide buffer `omega_gpu_session_last_error` returns.
+static ERROR_TEXT: TextBuffer = TextBuffer::new();
+
+/// Keys for opaque C handles (`OmegaGpuCmdList *`, `OmegaGpuTensor *`): addresses inside blocks of address
+/// space this owns for the life of the process and hands out once each, so no pointer to any other object
+/// can equal a key, and a freed key is never handed out again (a stale or made-up pointer is refused by
+/// name instead of naming a later object).
+pub struct Keys {
+    next: usize,
+    end: usize,
+    /// Blocks it allocated, never touches and never frees.
+    blocks: Vec<Box<[core::mem::MaybeUninit<u8>]>>,
+}
+
+impl Keys {
+    /// Keys are spaced 16 apart so that the pointer C holds is as aligned as any object's would be.
+    const STRIDE: usize = 16;
+    /// Bytes of address space per block: 65,536 keys. The block is never written, so it costs address
+    /// space, not memory.
+    const BLOCK: usize = 1 << 20;
+
+    /// No keys handed out yet.
+    pub const fn new() -> Self {
+        Keys { next: 0, end: 0, blocks: Vec::new() }
+    }
+
+    /// A key no earlier call returned.
+    pub fn take(&mut self) -> usize {
+        if self.end - self.next < Self::STRIDE {
+            let block = Box::<[u8]>::new_uninit_slice(Self::BLOCK);
+            let base = block.as_ptr().addr();
+            self.next = base.next_multiple_of(Self::STRIDE);
+            self.end = base + Self::BLOCK;
+            self.blocks.push(block);
+        }
+        let key = self.next;
+        self.next += Self::STRIDE;
+        key
+    }
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// Records `e` as the process's last error. The entry points call it through [`entry`]; a library's own
 /// C entry points call it for a failure of theirs that is no [`Error`] (`omega_gpu_session_set_error`
@@ -99,17 +174,7 @@ pub fn null(stage: Stage, what: &'static str) -> Error {
 
 /// Copies the last error into the process-wide buffer and returns a pointer to it.
 pub fn last_error_ptr() -> *const c_char {
-    let text = last_error();
-    let mut buf = sync::lock(&ERROR_TEXT);
-    let n = fit(&text, ERROR_TEXT_BYTES - 1);
-    for (dst, &b) in buf.iter_mut().zip(text.as_bytes()[..n].iter()) {
-        // A NUL inside the text would end it early in C; no stage text has one, but driver text might.
-        *dst = if b == 0 { b' ' } else { b };
-    }
-    buf[n] = 0;
-    // The buffer is static, so the pointer outlives the guard; the contract makes the caller read it
-    // before its next call, which is what keeps our next write from racing its read.
-    buf.as_ptr().cast()
+    ERROR_TEXT.publish(&last_error())
 }
 
 /// The longest prefix of a text that fits a C buffer, and the copy into one: the platform table's own

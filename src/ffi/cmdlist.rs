@@ -16,11 +16,10 @@
 //! for it.
 
 use core::ffi::{c_char, c_int};
-use core::mem::MaybeUninit;
 use core::ptr;
 use std::collections::BTreeMap;
 
-use super::boundary::{guard, null, or, status};
+use super::boundary::{guard, null, or, status, Keys};
 use super::engine::static_name;
 use crate::cmdlist::{self as core_list, CmdList, CmdListOpts, CmdListStats};
 use crate::error::{Error, Result, SettingError, Stage};
@@ -51,34 +50,15 @@ pub struct OmegaGpuCmdList {
 type Shared = Arc<Mutex<Option<CmdList<'static>>>>;
 
 struct Registry {
-    /// The next key, and the end of the block of address space it comes from.
-    next: usize,
-    end: usize,
-    /// Where keys come from: blocks the registry allocates, never touches and never frees, so no other
-    /// object of the process lies at a key and a freed key is never handed out again.
-    blocks: Vec<Box<[MaybeUninit<u8>]>>,
+    keys: Keys,
     lists: BTreeMap<usize, Shared>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { next: 0, end: 0, blocks: Vec::new(), lists: BTreeMap::new() });
-
-/// Keys are spaced 16 apart so that the pointer C holds is as aligned as any object's would be.
-const KEY_STRIDE: usize = 16;
-/// Bytes of address space per block of keys: 65,536 lists. The block is never written, so it costs
-/// address space, not memory.
-const KEY_BLOCK: usize = 1 << 20;
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { keys: Keys::new(), lists: BTreeMap::new() });
 
 fn register(list: CmdList<'static>) -> *mut OmegaGpuCmdList {
     let mut r = sync::lock(&REGISTRY);
-    if r.end - r.next < KEY_STRIDE {
-        let block = Box::<[u8]>::new_uninit_slice(KEY_BLOCK);
-        let base = block.as_ptr().addr();
-        r.next = base.next_multiple_of(KEY_STRIDE);
-        r.end = base + KEY_BLOCK;
-        r.blocks.push(block);
-    }
-    let key = r.next;
-    r.next += KEY_STRIDE;
+    let key = r.keys.take();
     r.lists.insert(key, Arc::new(Mutex::new(Some(list))));
     ptr::without_provenance_mut(key)
 }

@@ -30,6 +30,7 @@ pub mod cmdlist;
 pub mod code_alloc;
 pub mod engine;
 pub mod kernel;
+pub mod matmul;
 pub mod platform;
 pub mod runtime_api;
 pub mod session;

@@ -4,4 +4,7 @@
 //! [`crate::Launch`], [`crate::cmdlist::CmdListBuilder`] — exactly as a program outside this crate would
 //! use it. It may not use the core (`crate::core`), the C layer (`crate::ffi`) or `omega_hal`: what a
 //! library needs of the device that the typed API lacks is added to the typed API, for every caller
-//! (docs/design.md, "Layers"; `tests/layers.rs` enforces the `omega_hal` part).
+//! (docs/design.md, "Layers"; `tests/layers.rs` enforces the `omega_hal` part). What a library keeps
+//! between scopes (a loaded module, a workspace) it keeps as [`crate::Kept`] and [`crate::KeptModule`].
+
+pub mod matmul;

@@ -569,6 +569,23 @@ impl Runtime {
         r.map_err(Error::Sync)
     }
 
+    /// The bytes of `m`, a live buffer of the open session (its handle current and naming `m.va`), for a
+    /// call that hands the buffer's device memory to its kernels; refused as a copy's target is (stage
+    /// `stage`). Caller holds the lock, device open, not latched. The size is the session's record, not
+    /// `m.size`, which the caller may have changed.
+    pub fn live_bytes(&self, m: &GpuMem, stage: Stage) -> Result<u64> {
+        self.live_platform(stage)?;
+        if self.is_blocked() {
+            return Err(Error::Latched(stage));
+        }
+        let s = sync::lock(&self.session);
+        match s.buffers.check(m.handle) {
+            Ok(b) if b.alloc.va == m.va => Ok(b.alloc.bytes),
+            Ok(b) => Err(Error::ForeignAddress { stage, handle: m.handle, va: m.va, live_va: b.alloc.va }),
+            Err(source) => Err(Error::Handle { stage, source }),
+        }
+    }
+
     /// Writes `src` into `m` at `offset`, visible to the device on return: through the CPU view and a sync
     /// for a buffer that has one, straight to the device side (the platform's staging) for one that has
     /// not (a device-only buffer). Caller holds the lock, device open, not latched.

@@ -1,0 +1,384 @@
+//! The matmul library's benchmark, Omega's side (the peer is benches/torch/matmul_peer.py, cuBLAS through
+//! PyTorch in the same run; its metric names are these).
+//!
+//! On the platform it runs on, times the device-resident calls of `omega::libs::matmul` — operands in
+//! device-only buffers, the median of `--iters` runs after three warm-up calls, each timed by the session
+//! (`Info::device_ns`: submit to completion of every launch on the platform clock) — and prints one
+//! `omega.<metric> <value>` line per figure:
+//!
+//! - `matmul_bf16_<n>x<n>x<n>_tflops` for n in {4096, 8192}, and `matmul_f32_8192x8192x8192_tflops`;
+//! - for each Qwen3-30B-A3B matrix (qkv, o, router, gateup, down, lmhead) at M in {1, 2, 4, 8, 16, 32, 64,
+//!   128, 512, 4096}: `matmul_bf16_<M>x<N>x<K>_us`, `_tflops` and `_gbps` (weight bytes per second);
+//! - the grouped expert GEMM at decode (128 experts, top-8, random routing, T in {1, 8, 64}, the gate+up and
+//!   down shapes): `moe_<name>_T<T>_us` and `_gbps` over the touched experts' weight bytes;
+//! - the host-pointer entry `omega_gpu_matmul_bf16` at a few shapes: `host_bf16_<M>x<N>x<K>_us` (end to
+//!   end, wall) and `_device_us`, with the bytes it moved in a comment line.
+//!
+//! A `#` line before each figure names the path the planner chose, its launches, CTAs and K split.
+//!
+//! `matmul_bench [--quick] [--check] [--iters N]`: `--quick` runs small shapes for a smoke run on sim
+//! (the cubes at 256 and 128, the Qwen matrices but lm_head at M in {1, 64}, 16 experts);
+//! `--check` verifies one random output element of every shape against an f64 dot product and fails
+//! (exit 1, stage `check`) on a miss. On sim every time is the simulator's virtual clock, not a GPU's.
+
+use std::time::Instant;
+
+use omega::error::Stage;
+use omega::libs::matmul::{self, GroupedShape, Info, Matmul, MatmulError, Shape};
+use omega::{Device, Error, Gpu, Mem, Scope};
+use rand::Rng;
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    /// A device call of the harness itself (an allocation, a copy).
+    #[error(transparent)]
+    Device(#[from] Error),
+    /// A library call.
+    #[error(transparent)]
+    Matmul(#[from] MatmulError),
+    /// `--check`: a sampled element off its f64 value.
+    #[error("{}: {kind} {m}x{n}x{k}: y[{r}, {c}] = {got:e}, want {want:e} within {bound:e}", Stage::Check)]
+    Miss {
+        /// Which product ("bf16", "f32", "grouped" with m = tokens and r the slot, "host").
+        kind: &'static str,
+        m: u32,
+        n: u32,
+        k: u32,
+        r: usize,
+        c: usize,
+        got: f32,
+        want: f64,
+        bound: f64,
+    },
+    /// The host-pointer entry failed (its text is printed before the run stops).
+    #[error("{}: omega_gpu_matmul_bf16 {m}x{n}x{k} returned {rc}", Stage::Bench)]
+    HostEntry { m: u32, n: u32, k: u32, rc: i32 },
+}
+
+/// Where a sampled element lies: the product, its shape and the position.
+struct Sample {
+    kind: &'static str,
+    shape: [u32; 3],
+    at: [usize; 2],
+}
+
+#[path = "common/mod.rs"]
+mod common;
+
+/// The Qwen3-30B-A3B matrices, (name, N, K) as a linear layer stores W `[N, K]`.
+const QWEN: [(&str, u32, u32); 6] = [
+    ("qkv", 5120, 2048),
+    ("o", 2048, 4096),
+    ("router", 128, 2048),
+    ("gateup", 1536, 2048),
+    ("down", 2048, 768),
+    ("lmhead", 151_936, 2048),
+];
+const MS: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096];
+
+struct Opts {
+    quick: bool,
+    check: bool,
+    iters: usize,
+}
+
+/// `n` random bf16 bit patterns of magnitude in [2^-7, 2^-3), either sign.
+fn bf16s(rng: &mut impl Rng, n: usize) -> Vec<u16> {
+    (0..n).map(|_| (rng.random::<u16>() & 0x81ff) | 0x3c00).collect()
+}
+
+fn bf16(b: u16) -> f32 {
+    f32::from_bits(u32::from(b) << 16)
+}
+
+/// `(Σ x·w, Σ |x·w|)` in f64.
+fn dot(x: impl Iterator<Item = f32>, w: impl Iterator<Item = f32>) -> (f64, f64) {
+    x.zip(w).fold((0.0, 0.0), |(s, m), (a, b)| {
+        let p = f64::from(a) * f64::from(b);
+        (s + p, m + p.abs())
+    })
+}
+
+/// One element against its f64 value, within `K · 2^-22 · Σ|x·w|` (tests/matmul_lib.rs argues it).
+fn verify(s: Sample, got: f32, (want, mag): (f64, f64)) -> Result<(), BenchError> {
+    let [m, n, k] = s.shape;
+    let bound = f64::from(k) * 2f64.powi(-22) * mag;
+    if (f64::from(got) - want).abs() <= bound {
+        return Ok(());
+    }
+    let [r, c] = s.at;
+    Err(BenchError::Miss { kind: s.kind, m, n, k, r, c, got, want, bound })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    common::percentile(&mut v, 0.5)
+}
+
+fn describe(info: &Info) -> String {
+    format!(
+        "path {} launches {} ctas {} (total {}) split {} budget {}",
+        info.path.map_or("none", |p| p.name()),
+        info.launches,
+        info.ctas,
+        info.total_ctas,
+        info.split,
+        info.cta_budget
+    )
+}
+
+/// Runs `call` three times, then `iters` times; returns the token, the median device seconds and the last
+/// info.
+fn time<'s>(
+    gpu: Gpu<'s>,
+    iters: usize,
+    mut call: impl FnMut(Gpu<'s>) -> Result<matmul::Done<'s>, matmul::Failed<'s>>,
+) -> Result<(Gpu<'s>, f64, Info), BenchError> {
+    let mut gpu = gpu;
+    let mut last = Info::default();
+    let mut ts = Vec::with_capacity(iters);
+    for i in 0..3 + iters {
+        let done = call(gpu).map_err(|f| f.error)?;
+        gpu = done.gpu;
+        last = done.info;
+        if i >= 3 {
+            ts.push(done.info.device_ns as f64 * 1e-9);
+        }
+    }
+    Ok((gpu, median(ts), last))
+}
+
+/// A dense bf16 product at `shape`, timed; with `--check`, one random element verified.
+fn dense_bf16<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+    shape: Shape,
+) -> Result<(Gpu<'s>, f64, Info), BenchError> {
+    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    let xh = bf16s(rng, m * k);
+    let wh = bf16s(rng, n * k);
+    let x: Mem<'s, Device<u16>> = s.alloc_device_from(&xh)?;
+    let w: Mem<'s, Device<u16>> = s.alloc_device_from(&wh)?;
+    let mut y = s.alloc_device::<f32>(m * n)?;
+    let (gpu, t, info) = time(gpu, o.iters, |g| mm.bf16(g, &x, &w, &mut y, shape))?;
+    if o.check {
+        let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
+        let mut got = [0f32];
+        y.read_at(r * n + c, &mut got)?;
+        let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
+        verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
+    }
+    Ok((gpu, t, info))
+}
+
+fn cubes<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
+    let mut gpu = gpu;
+    for n in if o.quick { vec![256u32] } else { vec![4096, 8192] } {
+        let shape = Shape::new(n, n, n);
+        let (g, t, info) = dense_bf16(s, gpu, mm, rng, o, shape)?;
+        gpu = g;
+        println!("# bf16 {shape}: {}", describe(&info));
+        println!("omega.matmul_bf16_{n}x{n}x{n}_tflops {:.4}", 2.0 * f64::from(n).powi(3) / t / 1e12);
+    }
+    let n = if o.quick { 128u32 } else { 8192 };
+    let (nu, shape) = (n as usize, Shape::new(n, n, n));
+    let xh: Vec<f32> = (0..nu * nu).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let wh: Vec<f32> = (0..nu * nu).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let x = s.alloc_device_from(&xh)?;
+    let w = s.alloc_device_from(&wh)?;
+    let mut y = s.alloc_device::<f32>(nu * nu)?;
+    let (g, t, info) = time(gpu, o.iters, |g| mm.f32(g, &x, &w, &mut y, shape))?;
+    gpu = g;
+    if o.check {
+        let (r, c) = (rng.random_range(0..nu), rng.random_range(0..nu));
+        let mut got = [0f32];
+        y.read_at(r * nu + c, &mut got)?;
+        let want = dot(xh[r * nu..][..nu].iter().copied(), wh[c * nu..][..nu].iter().copied());
+        verify(Sample { kind: "f32", shape: [n, n, n], at: [r, c] }, got[0], want)?;
+    }
+    println!("# f32 {shape}: {}", describe(&info));
+    println!("omega.matmul_f32_{n}x{n}x{n}_tflops {:.4}", 2.0 * f64::from(n).powi(3) / t / 1e12);
+    Ok(gpu)
+}
+
+fn qwen<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
+    let mut gpu = gpu;
+    for (name, n, k) in QWEN {
+        if o.quick && name == "lmhead" {
+            println!("# lmhead: left out in --quick (311 million weights)");
+            continue;
+        }
+        let ms: &[u32] = if o.quick { &[1, 64] } else { &MS };
+        for &m in ms {
+            let shape = Shape::new(m, n, k);
+            let (g, t, info) = dense_bf16(s, gpu, mm, rng, o, shape)?;
+            gpu = g;
+            let tag = format!("matmul_bf16_{m}x{n}x{k}");
+            println!("# {name} {shape}: {}", describe(&info));
+            println!("omega.{tag}_us {:.3}", t * 1e6);
+            println!("omega.{tag}_tflops {:.4}", 2.0 * f64::from(m) * f64::from(n) * f64::from(k) / t / 1e12);
+            println!("omega.{tag}_gbps {:.2}", 2.0 * f64::from(n) * f64::from(k) / t / 1e9);
+        }
+    }
+    Ok(gpu)
+}
+
+fn grouped<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
+    let mut gpu = gpu;
+    let (experts, top_k) = (if o.quick { 16u32 } else { 128 }, 8u32);
+    let suffix = if o.quick { "_E16" } else { "" };
+    for (name, n, k) in [QWEN[3], QWEN[4]] {
+        let (nu, ku, eu) = (n as usize, k as usize, experts as usize);
+        let wh = bf16s(rng, eu * nu * ku);
+        let w = s.alloc_device_from(&wh)?;
+        for t in [1u32, 8, 64] {
+            let shape = GroupedShape { tokens: t, top_k, experts, n, k };
+            let tu = t as usize;
+            let xh = bf16s(rng, tu * ku);
+            let mut choices = Vec::with_capacity(tu * 8);
+            for _ in 0..t {
+                let mut picked: Vec<u32> = Vec::new();
+                while picked.len() < top_k as usize {
+                    let e = rng.random_range(0..experts);
+                    if !picked.contains(&e) {
+                        picked.push(e);
+                    }
+                }
+                choices.extend(picked);
+            }
+            let mut touched = choices.clone();
+            touched.sort_unstable();
+            touched.dedup();
+            let x = s.alloc_device_from(&xh)?;
+            let topk = s.alloc_device_from(&choices)?;
+            let layout = shape.routing();
+            let mut routing = s.alloc_device::<u32>(layout.words)?;
+            let mut y = s.alloc_device::<f32>(choices.len() * nu)?;
+            let (g, secs, info) =
+                time(gpu, o.iters, |g| mm.grouped_bf16(g, &x, &w, &topk, &mut routing, &mut y, shape))?;
+            gpu = g;
+            if o.check {
+                let slot = rng.random_range(0..choices.len());
+                let mut pair = [0u32];
+                routing.read_at(layout.pairs + slot, &mut pair)?;
+                let (token, expert) = (pair[0] as usize / top_k as usize, choices[pair[0] as usize] as usize);
+                let c = rng.random_range(0..nu);
+                let mut got = [0f32];
+                y.read_at(slot * nu + c, &mut got)?;
+                let wrow = &wh[(expert * nu + c) * ku..][..ku];
+                let want = dot(xh[token * ku..][..ku].iter().map(|&b| bf16(b)), wrow.iter().map(|&b| bf16(b)));
+                verify(Sample { kind: "grouped", shape: [t, n, k], at: [slot, c] }, got[0], want)?;
+            }
+            println!("# moe {name} {shape}: {} touched {} experts", describe(&info), touched.len());
+            println!("omega.moe_{name}{suffix}_T{t}_us {:.3}", secs * 1e6);
+            let bytes = touched.len() as f64 * 2.0 * f64::from(n) * f64::from(k);
+            println!("omega.moe_{name}{suffix}_T{t}_gbps {:.2}", bytes / secs / 1e9);
+        }
+    }
+    Ok(gpu)
+}
+
+/// The host-pointer entry (it takes the lock itself: called with none held).
+fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
+    use omega::ffi::matmul::{omega_gpu_matmul_bf16, omega_gpu_matmul_last_error, OmegaGpuMatmulInfo};
+    let shapes: &[(u32, u32, u32)] = if o.quick {
+        &[(1, 128, 2048), (64, 2048, 768)]
+    } else {
+        &[(1, 5120, 2048), (64, 2048, 4096), (512, 1536, 2048)]
+    };
+    for &(m, n, k) in shapes {
+        let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+        let x = bf16s(rng, mu * ku);
+        let w = bf16s(rng, nu * ku);
+        let mut y = vec![0f32; mu * nu];
+        let (mut wall, mut dev) = (Vec::new(), Vec::new());
+        let mut info = OmegaGpuMatmulInfo::default();
+        for i in 0..3 + o.iters {
+            let t = Instant::now();
+            // SAFETY: `x`, `w` and `y` hold M*K, N*K and M*N elements, aligned, and `info` is writable.
+            let rc = unsafe { omega_gpu_matmul_bf16(m, n, k, x.as_ptr(), w.as_ptr(), y.as_mut_ptr(), &mut info) };
+            if rc != 0 {
+                // SAFETY: the library's last error is a NUL-terminated process-wide buffer.
+                let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_matmul_last_error()) };
+                eprintln!("# omega_gpu_matmul_bf16: {}", text.to_string_lossy());
+                return Err(BenchError::HostEntry { m, n, k, rc });
+            }
+            if i >= 3 {
+                wall.push(common::us_since(t));
+                dev.push(info.device_ns as f64 / 1e3);
+            }
+        }
+        if o.check {
+            let (r, c) = (rng.random_range(0..mu), rng.random_range(0..nu));
+            let want = dot(x[r * ku..][..ku].iter().map(|&b| bf16(b)), w[c * ku..][..ku].iter().map(|&b| bf16(b)));
+            verify(Sample { kind: "host", shape: [m, n, k], at: [r, c] }, y[r * nu + c], want)?;
+        }
+        let tag = format!("host_bf16_{m}x{n}x{k}");
+        println!("# {tag}: h2d {} bytes, d2h {} bytes, path {}", info.h2d_bytes, info.d2h_bytes, info.path);
+        println!("omega.{tag}_us {:.3}", median(wall));
+        println!("omega.{tag}_device_us {:.3}", median(dev));
+    }
+    omega::ffi::matmul::omega_gpu_device_close();
+    Ok(())
+}
+
+fn main() -> Result<(), BenchError> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let check = args.iter().any(|a| a == "--check");
+    let iters = args
+        .iter()
+        .position(|a| a == "--iters")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 3 } else { 20 });
+    let o = Opts { quick, check, iters };
+    let seed = common::fresh_seed();
+    let mut rng = common::rng(seed);
+    let dev = omega::lock().open().map_err(|e| e.error)?;
+    println!(
+        "# omega matmul_bench platform={} device=\"{}\" quick={quick} check={check} iters={iters} seed={seed} budget={}",
+        dev.platform(),
+        common::device_line(&dev.device()),
+        matmul::cta_budget()
+    );
+    if common::is_sim(dev.platform()) {
+        println!("# platform sim: every time below is the simulator's virtual clock, not a GPU's");
+    }
+    let r = dev.scope(|s, gpu| -> Result<(), BenchError> {
+        let mm = Matmul::new(s)?;
+        mm.set_timeout_ms(60_000);
+        let gpu = cubes(s, gpu, &mm, &mut rng, &o)?;
+        let gpu = qwen(s, gpu, &mm, &mut rng, &o)?;
+        grouped(s, gpu, &mm, &mut rng, &o)?;
+        Ok(())
+    });
+    // The lock goes with the token, so the host-pointer entry can take it itself.
+    r.value()?;
+    host_entry(&mut rng, &o)?;
+    if check {
+        println!("# --check: every sampled element matched its f64 product");
+    }
+    Ok(())
+}

@@ -1,0 +1,723 @@
+//! The matmul library (`omega::libs::matmul`) on the simulator: every call checked on random inputs, the
+//! output poisoned first, against an f64 product; the planner's paths, the CTA budget counted on the
+//! simulator's launch records, the bf16 output, the grouped expert GEMM with random routing, command
+//! lists, kept handles across scopes, and the refusals with their stages.
+//!
+//! Tolerance: every product of two bf16 (or two f32) is exact in f64, so what separates a kernel's result
+//! from the f64 sum is its f32 additions: at most about `K · 2^-24 · Σ|x·w|`, twice that with tensor
+//! cores' truncating adds. `K · 2^-22 · Σ|x·w|` leaves a factor of 2 to 4 and still catches a lost or
+//! doubled 32-element chunk (about `32 / K` of the magnitude) for the K here.
+//!
+//! Shapes: 1x1x1, primes and ragged tiles, and every Qwen3-30B-A3B matrix — fused QKV (N 5120, K 2048),
+//! O (2048, 4096), router (128, 2048), expert gate+up (1536, 2048), expert down (2048, 768), lm_head
+//! (151936, 2048) — at small M only (CI runs a debug build: M in {1, 2} for the large ones, more M for the
+//! small ones). The GPU suite runs every matrix at M in {1, 2, 4, 8, 16, 32, 64, 128, 512, 4096}
+//! (examples/matmul_bench.rs --check on the H200). Large outputs are checked on a sample of columns (every
+//! row of them); each test prints its seed (`OMEGA_MATMUL_SEED` replays it). Tests take turns on the
+//! process's one lock.
+
+use omega::libs::matmul::{
+    self, GroupedShape, Info, KeptMatmul, Matmul, MatmulError, Operand, Path, PlanError, Shape, ShapeError,
+};
+use omega::testing::SimFault;
+use omega::{Device, Gpu, Mem, Scope, Scoped, Stage};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use omega::kernels::matmul as refs;
+
+/// What an output holds before the call: a NaN no product of finite inputs gives.
+const POISON: f32 = f32::from_bits(0x7fc0_dead);
+const POISON_BF16: u16 = 0x7fc1;
+
+fn rng(test: &str) -> SmallRng {
+    let seed = std::env::var("OMEGA_MATMUL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("{test}: seed {seed} (rerun with OMEGA_MATMUL_SEED={seed})");
+    SmallRng::seed_from_u64(seed)
+}
+
+/// `f` in a scope of a freshly opened simulator, the CTA budget at its default.
+fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
+    let dev = omega::lock().open().expect("open");
+    assert_eq!(dev.platform(), "sim", "these tests run where there is no GPU");
+    matmul::set_cta_budget(0);
+    match dev.close().open().expect("reopen").scope(f) {
+        Scoped::Open(_, r) => r,
+        Scoped::Latched(..) => panic!("a library call latched the process"),
+    }
+}
+
+fn sim() -> std::sync::Arc<omega::testing::Sim> {
+    omega::testing::simulator().expect("the simulator is the platform")
+}
+
+/// `n` random bf16 bit patterns of magnitude in [2^-7, 2^-3), either sign. Four come from one draw of the
+/// generator, masked into range with one operation, so lm_head's 311 million cost about a second in a
+/// debug build.
+fn bf16s(rng: &mut SmallRng, n: usize) -> Vec<u16> {
+    // Per 16 bits: the sign, the exponent's two low bits and the mantissa random; the exponent 0x78..0x7b.
+    const RANDOM: u64 = 0x81ff_81ff_81ff_81ff;
+    const FIXED: u64 = 0x3c00_3c00_3c00_3c00;
+    let words: Vec<u64> = (0..n.div_ceil(4)).map(|_| (rng.random::<u64>() & RANDOM) | FIXED).collect();
+    let mut out = vec![0u16; n];
+    // SAFETY: `words` holds `4 * words.len() >= n` u16 of initialised bytes (u64 is at least as aligned as
+    // u16 and every bit pattern is a valid u16), borrowed only for this copy.
+    let bits = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u16>(), n) };
+    out.copy_from_slice(bits);
+    out
+}
+
+/// A random bf16 matrix of `rows` rows of `cols`: drawn whole up to 16 million elements; larger ones
+/// (lm_head's 311 million) copy each row from a random offset of a drawn pool of 4 million, so every row
+/// is still its own (two rows agree only if their offsets do) at the cost of a memcpy per row.
+fn bf16_matrix(rng: &mut SmallRng, rows: usize, cols: usize) -> Vec<u16> {
+    if rows * cols <= 1 << 24 {
+        return bf16s(rng, rows * cols);
+    }
+    let pool = bf16s(rng, (1 << 22) + cols);
+    let mut out = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        let at = rng.random_range(0..1 << 22);
+        out.extend_from_slice(&pool[at..at + cols]);
+    }
+    out
+}
+
+fn f32s(rng: &mut SmallRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn widen(v: &[u16]) -> Vec<f32> {
+    v.iter().map(|&b| refs::bf16_to_f32(b)).collect()
+}
+
+/// The columns a check looks at: all of them for a small product, else a random sample with both edges.
+fn columns(rng: &mut SmallRng, m: usize, n: usize, k: usize) -> Vec<usize> {
+    if m * n * k <= 1 << 26 {
+        return (0..n).collect();
+    }
+    let mut c: Vec<usize> = (0..256).map(|_| rng.random_range(0..n)).collect();
+    c.extend([0, n - 1]);
+    c.sort_unstable();
+    c.dedup();
+    c
+}
+
+/// `got` (`[m, n]`) against the f64 product of x (`[m, k]`) and the rows of W that `row` gives, at the
+/// columns `cols`, within the tolerance the module comment argues.
+#[track_caller]
+fn check(what: &str, got: &[f32], x: &[f32], row: impl Fn(usize) -> Vec<f32>, [m, n, k]: [usize; 3], cols: &[usize]) {
+    assert_eq!(got.len(), m * n, "{what}: output length");
+    for &c in cols {
+        let w = row(c);
+        for r in 0..m {
+            let (want, mag) = refs::dot_f64(&x[r * k..][..k], &w);
+            let g = got[r * n + c];
+            let bound = k as f64 * 2f64.powi(-22) * mag;
+            assert!(
+                (f64::from(g) - want).abs() <= bound,
+                "{what} {m}x{n}x{k}: y[{r}, {c}] = {g:e} (bits {:#010x}), want {want:e} within {bound:e}",
+                g.to_bits()
+            );
+        }
+    }
+}
+
+fn poisoned<'s>(s: &'s Scope<'s>, n: usize) -> Mem<'s, Device<f32>> {
+    let mut m = s.alloc_device::<f32>(n).unwrap();
+    m.write(&vec![POISON; n]).unwrap();
+    m
+}
+
+/// The grids of the simulator's last `n` launches (it keeps the most recent 4096).
+fn last_grids(n: usize) -> Vec<[u32; 3]> {
+    let recs = sim().launches();
+    recs[recs.len() - n..].iter().map(|r| r.grid).collect()
+}
+
+/// One bf16 product through the library, checked; returns what ran.
+fn bf16_case<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut SmallRng,
+    what: &str,
+    [m, n, k]: [u32; 3],
+) -> (Gpu<'s>, Info) {
+    let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+    let xb = bf16s(rng, mu * ku);
+    let wb = bf16_matrix(rng, nu, ku);
+    let x = s.alloc_device_from(&xb).unwrap();
+    let w = s.alloc_device_from(&wb).unwrap();
+    let mut y = poisoned(s, mu * nu);
+    let before = sim().stats().launches;
+    let done = mm.bf16(gpu, &x, &w, &mut y, Shape::new(m, n, k)).unwrap_or_else(|f| panic!("{what}: {f}"));
+    assert_eq!(sim().stats().launches - before, u64::from(done.info.launches), "{what}: the launches the info counts");
+    let got = y.to_vec().unwrap();
+    let cols = columns(rng, mu, nu, ku);
+    let row = |c: usize| widen(&wb[c * ku..][..ku]);
+    check(what, &got, &widen(&xb), row, [mu, nu, ku], &cols);
+    (done.gpu, done.info)
+}
+
+/// Runs `f` with the generator, the scope and a library handle.
+fn with_matmul<R>(test: &str, f: impl for<'s> FnOnce(&mut SmallRng, &'s Scope<'s>, Gpu<'s>, Matmul<'s>) -> R) -> R {
+    let mut g = rng(test);
+    on_sim(|s, gpu| {
+        let mm = Matmul::new(s).unwrap();
+        f(&mut g, s, gpu, mm)
+    })
+}
+
+#[test]
+fn bf16_products_at_primes_and_ragged_tiles_take_every_path_and_match_f64() {
+    let cases: [([u32; 3], Path); 12] = [
+        ([1, 1, 1], Path::SimtBf16),
+        ([7, 7, 7], Path::SimtBf16),
+        ([33, 1000, 33], Path::SimtBf16),
+        ([7, 33, 4095], Path::SimtBf16),
+        ([1, 1, 32], Path::Gemv),
+        ([7, 1000, 4096], Path::Gemv),
+        ([33, 4095, 96], Path::Gemv),
+        ([64, 33, 1024], Path::Gemv),
+        ([1, 7, 8], Path::Gemm),
+        ([33, 4095, 1000], Path::Gemm),
+        ([65, 33, 1000], Path::Gemm),
+        ([1000, 7, 64], Path::Gemm),
+    ];
+    with_matmul("bf16 paths", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        for (shape, path) in cases {
+            let (next, info) = bf16_case(s, gpu, &mm, g, &format!("bf16 {shape:?}"), shape);
+            gpu = next;
+            assert_eq!(info.path, Some(path), "{shape:?}: {info:?}");
+            assert_eq!([info.m, info.n, info.k], shape);
+            assert!(info.device_ns > 0 && info.host_ns > 0, "{info:?}");
+        }
+    });
+}
+
+/// The Qwen3-30B-A3B matrices (N, K) and the M the simulator runs each at (the GPU suite runs all ten M).
+const QWEN: [(&str, u32, u32, &[u32]); 6] = [
+    ("qkv", 5120, 2048, &[1, 2]),
+    ("o", 2048, 4096, &[1, 2]),
+    ("router", 128, 2048, &[1, 2, 4, 8, 16, 32, 64, 128, 512]),
+    ("gate_up", 1536, 2048, &[1, 2, 8, 64]),
+    ("down", 2048, 768, &[1, 2, 4, 8, 16, 32, 64, 128]),
+    ("lm_head", 151_936, 2048, &[1]),
+];
+
+#[test]
+fn every_qwen3_30b_a3b_matrix_matches_f64_at_small_m() {
+    with_matmul("qwen", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        for (name, n, k, ms) in QWEN {
+            for &m in ms {
+                let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{name} M={m}"), [m, n, k]);
+                gpu = next;
+                // Small M streams W through the GEMV unless its 64-row blocks are past the budget (lm_head).
+                let want = if m <= 64 && n.div_ceil(64) <= matmul::MAX_CTAS { Path::Gemv } else { Path::Gemm };
+                assert_eq!(info.path, Some(want), "{name} M={m}");
+                assert_eq!(info.weight_bytes, u64::from(n) * u64::from(k) * 2);
+            }
+        }
+    });
+}
+
+#[test]
+fn operands_that_do_not_start_16_byte_aligned_take_the_simt_kernel() {
+    with_matmul("unaligned", |g, s, gpu, mm| {
+        let (m, n, k) = (2usize, 100usize, 64usize);
+        let xb = bf16s(g, m * k + 1);
+        let wb = bf16s(g, n * k);
+        let x = s.alloc_device_from(&xb).unwrap();
+        let w = s.alloc_device_from(&wb).unwrap();
+        let mut y = poisoned(s, m * n);
+        // SAFETY: x's buffer holds m * k + 1 u16, so the span of m * k from element 1 lies inside it, and
+        // it lives to the end of the scope.
+        let x1 = unsafe { matmul::DeviceSpan::<u16>::new(x.va() + 2, m * k) };
+        let done = mm.bf16(gpu, &x1, &w, &mut y, Shape::new(m as u32, n as u32, k as u32)).unwrap();
+        assert_eq!(done.info.path, Some(Path::SimtBf16), "a GEMV-shaped product of a misaligned x");
+        check(
+            "unaligned",
+            &y.to_vec().unwrap(),
+            &widen(&xb[1..]),
+            |c| widen(&wb[c * k..][..k]),
+            [m, n, k],
+            &(0..n).collect::<Vec<_>>(),
+        );
+        // A GEMM-shaped product whose f32 output starts 4 bytes into its buffer: the epilogue's float pairs
+        // need 8, so the SIMT kernel takes it.
+        let (m2, n2) = (130usize, 256usize);
+        let x2b = bf16s(g, m2 * k);
+        let x2 = s.alloc_device_from(&x2b).unwrap();
+        let w2b = bf16s(g, n2 * k);
+        let w2 = s.alloc_device_from(&w2b).unwrap();
+        let mut y2 = poisoned(s, m2 * n2 + 1);
+        // SAFETY: y2 holds m2 * n2 + 1 floats, so the span of m2 * n2 from element 1 lies inside it.
+        let mut y2s = unsafe { matmul::DeviceSpan::<f32>::new(y2.va() + 4, m2 * n2) };
+        let done = mm.bf16(done.gpu, &x2, &w2, &mut y2s, Shape::new(m2 as u32, n2 as u32, k as u32)).unwrap();
+        assert_eq!(done.info.path, Some(Path::SimtBf16), "a GEMM-shaped product into a 4-byte-aligned y");
+        let got = y2.to_vec().unwrap();
+        check(
+            "unaligned y",
+            &got[1..],
+            &widen(&x2b),
+            |c| widen(&w2b[c * k..][..k]),
+            [m2, n2, k],
+            &(0..n2).collect::<Vec<_>>(),
+        );
+    });
+}
+
+#[test]
+fn f32_products_use_the_simt_kernel_and_match_f64() {
+    with_matmul("f32", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        for [m, n, k] in [[1u32, 1, 1], [7, 33, 1000], [33, 7, 4095], [129, 257, 64], [1, 2048, 768]] {
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let xv = f32s(g, mu * ku);
+            let wv = f32s(g, nu * ku);
+            let x = s.alloc_device_from(&xv).unwrap();
+            let w = s.alloc_device_from(&wv).unwrap();
+            let mut y = poisoned(s, mu * nu);
+            let done = mm.f32(gpu, &x, &w, &mut y, Shape::new(m, n, k)).unwrap();
+            gpu = done.gpu;
+            assert_eq!(done.info.path, Some(Path::SimtF32));
+            let got = y.to_vec().unwrap();
+            check(
+                &format!("f32 {m}x{n}x{k}"),
+                &got,
+                &xv,
+                |c| wv[c * ku..][..ku].to_vec(),
+                [mu, nu, ku],
+                &(0..nu).collect::<Vec<_>>(),
+            );
+        }
+    });
+}
+
+#[test]
+fn a_bf16_output_is_the_f32_product_rounded_to_nearest_even() {
+    with_matmul("bf16 out", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        // One shape per path: the GEMV with a split, the split-K TMA GEMM, the SIMT kernel.
+        for [m, n, k] in [[3u32, 200, 2048], [130, 300, 512], [5, 9, 13]] {
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let x = s.alloc_device_from(&bf16s(g, mu * ku)).unwrap();
+            let w = s.alloc_device_from(&bf16s(g, nu * ku)).unwrap();
+            let mut y32 = poisoned(s, mu * nu);
+            let shape = Shape::new(m, n, k);
+            let d = mm.bf16(gpu, &x, &w, &mut y32, shape).unwrap();
+            let mut y16 = s.alloc_device_from(&vec![POISON_BF16; mu * nu]).unwrap();
+            let d = mm.bf16_to_bf16(d.gpu, &x, &w, &mut y16, shape).unwrap();
+            gpu = d.gpu;
+            assert!(d.info.bf16_out);
+            assert_eq!(d.info.launches, 2, "the product, then the conversion: {:?}", d.info);
+            let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
+            assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} ({:?})", d.info.path);
+        }
+    });
+}
+
+#[test]
+fn the_gemv_plan_is_the_kernels_planner_and_every_launch_keeps_to_the_cta_budget() {
+    with_matmul("budget", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        // The default budget: the GEMV's grid is gemv_check.cu's plan (the simulator's reference planner).
+        let (next, info) = bf16_case(s, gpu, &mm, g, "o M=4", [4, 2048, 4096]);
+        gpu = next;
+        let plan = refs::gemv_plan(2048, 4096, s.device().sm_count);
+        assert_eq!(last_grids(1), [[plan.blocks, plan.split, 1]]);
+        assert_eq!(info.split, plan.split);
+        // Fewer 128x256 tiles than SMs: the split-K GEMM, split as the kernels' planner splits it.
+        let (next, info) = bf16_case(s, gpu, &mm, g, "split-K gemm", [200, 300, 512]);
+        gpu = next;
+        let split = refs::GemmSplit::planned(200, 300, 512, refs::GEMM_TILE_N, s.device().sm_count);
+        assert_eq!((info.path, info.split), (Some(Path::Gemm), split.splits));
+        assert_eq!(last_grids(1), [[split.units.min(s.device().sm_count), 1, 1]]);
+        // Budgets from 1 CTA up: each launch's grid is within it, and the info counts what ran.
+        for budget in [1u32, 5, 33, 100, 700] {
+            matmul::set_cta_budget(budget);
+            assert_eq!(matmul::cta_budget(), budget);
+            for shape in [[4u32, 2048, 4096], [130, 1000, 64], [9, 300, 7], [1, 151_936 / 8, 64]] {
+                let (next, info) = bf16_case(s, gpu, &mm, g, &format!("budget {budget} {shape:?}"), shape);
+                gpu = next;
+                let grids = last_grids(info.launches as usize);
+                let ctas: Vec<u64> = grids.iter().map(|g| g.iter().map(|&v| u64::from(v)).product()).collect();
+                assert!(ctas.iter().all(|&c| c <= u64::from(budget)), "budget {budget} {shape:?}: {ctas:?}");
+                assert_eq!(u64::from(info.ctas), *ctas.iter().max().unwrap());
+                assert_eq!(info.total_ctas, ctas.iter().sum::<u64>());
+                assert_eq!(info.cta_budget, budget);
+            }
+        }
+        matmul::set_cta_budget(5000);
+        assert_eq!(matmul::cta_budget(), matmul::MAX_CTAS, "past the maximum: the maximum");
+        matmul::set_cta_budget(0);
+        assert_eq!(matmul::cta_budget(), matmul::MAX_CTAS, "0: the default");
+    });
+}
+
+/// The host's routing of `topk` (`[t, top_k]`) over `e` experts: offsets, rows, pairs and the drop count,
+/// as the device writes them (slots of one expert in increasing choice order).
+fn route(topk: &[u32], top_k: usize, e: usize) -> (Vec<u32>, Vec<u32>, Vec<u32>, u32) {
+    let mut offsets = vec![0u32; e + 1];
+    let (mut rows, mut pairs) = (Vec::new(), Vec::new());
+    for (x, offset) in offsets.iter_mut().enumerate().take(e) {
+        *offset = rows.len() as u32;
+        for (p, &c) in topk.iter().enumerate() {
+            if c as usize == x {
+                rows.push((p / top_k) as u32);
+                pairs.push(p as u32);
+            }
+        }
+    }
+    offsets[e] = rows.len() as u32;
+    let dropped = topk.iter().filter(|&&c| c as usize >= e).count() as u32;
+    (offsets, rows, pairs, dropped)
+}
+
+/// Random top-k choices: `top_k` distinct experts per token, some past `e` (dropped) when `drop`.
+fn choices(g: &mut SmallRng, t: usize, top_k: usize, e: usize, drop: bool) -> Vec<u32> {
+    let mut out = Vec::with_capacity(t * top_k);
+    for _ in 0..t {
+        let mut picked: Vec<u32> = Vec::new();
+        while picked.len() < top_k {
+            let c = if drop && g.random_ratio(1, 10) {
+                e as u32 + g.random_range(0..3)
+            } else {
+                g.random_range(0..e as u32)
+            };
+            if !picked.contains(&c) || c as usize >= e {
+                picked.push(c);
+            }
+        }
+        out.extend(picked);
+    }
+    if drop && out.iter().all(|&c| (c as usize) < e) {
+        // At least one choice names no expert, so the case always exercises the drop count.
+        *out.last_mut().expect("at least one choice") = e as u32 + 1;
+    }
+    out
+}
+
+#[test]
+fn the_grouped_gemm_routes_on_the_device_and_matches_f64_per_slot() {
+    // (tokens, top_k, experts, N, K, drop some choices)
+    let cases =
+        [(1, 8, 128, 64, 256, false), (8, 8, 128, 96, 128, false), (64, 4, 16, 130, 64, true), (3, 2, 5, 1, 32, true)];
+    with_matmul("grouped", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        for (t, top_k, e, n, k, drop) in cases {
+            let shape = GroupedShape { tokens: t, top_k, experts: e, n, k };
+            let (tu, ku, nu, eu, p) = (t as usize, k as usize, n as usize, e as usize, (t * top_k) as usize);
+            let xb = bf16s(g, tu * ku);
+            let wb = bf16s(g, eu * nu * ku);
+            let topk = choices(g, tu, top_k as usize, eu, drop);
+            let x = s.alloc_device_from(&xb).unwrap();
+            let w = s.alloc_device_from(&wb).unwrap();
+            let tk = s.alloc_device_from(&topk).unwrap();
+            let layout = shape.routing();
+            let mut routing = s.alloc_device_from(&vec![0xdead_beefu32; layout.words]).unwrap();
+            let mut y = poisoned(s, p * nu);
+            let done = mm.grouped_bf16(gpu, &x, &w, &tk, &mut routing, &mut y, shape).unwrap();
+            gpu = done.gpu;
+            assert_eq!(done.info.path, Some(Path::Grouped));
+            let r = routing.to_vec().unwrap();
+            let (offsets, rows, pairs, dropped) = route(&topk, top_k as usize, eu);
+            let placed = rows.len();
+            assert_eq!(&r[layout.offsets..][..eu + 1], &offsets[..], "{shape}: offsets");
+            assert_eq!(&r[layout.rows..][..placed], &rows[..], "{shape}: rows");
+            assert_eq!(&r[layout.pairs..][..placed], &pairs[..], "{shape}: pairs");
+            assert_eq!(r[layout.dropped], dropped, "{shape}: drop count");
+            assert_eq!(drop, dropped > 0, "{shape}: the case drops what it means to");
+            let got = y.to_vec().unwrap();
+            let xf = widen(&xb);
+            for x_e in 0..eu {
+                for slot in offsets[x_e] as usize..offsets[x_e + 1] as usize {
+                    let token = rows[slot] as usize;
+                    let row = |c: usize| widen(&wb[(x_e * nu + c) * ku..][..ku]);
+                    let what = format!("{shape} slot {slot} (expert {x_e}, token {token})");
+                    check(
+                        &what,
+                        &got[slot * nu..][..nu],
+                        &xf[token * ku..][..ku],
+                        row,
+                        [1, nu, ku],
+                        &(0..nu).collect::<Vec<_>>(),
+                    );
+                }
+            }
+            assert!(
+                got[placed * nu..].iter().all(|v| v.to_bits() == POISON.to_bits()),
+                "{shape}: rows past the placed slots untouched"
+            );
+        }
+    });
+}
+
+#[test]
+fn launches_added_to_a_command_list_run_in_one_submission_and_replay() {
+    with_matmul("cmdlist", |g, s, gpu, mm| {
+        let (m, n, k) = (3usize, 200usize, 2048usize);
+        let xb = bf16s(g, m * k);
+        let wb = bf16s(g, n * k);
+        let x = s.alloc_device_from(&xb).unwrap();
+        let w = s.alloc_device_from(&wb).unwrap();
+        let y = poisoned(s, m * n);
+        let y16 = s.alloc_device_from(&vec![POISON_BF16; m * n]).unwrap();
+        let xf = f32s(g, 5 * 9);
+        let wf = f32s(g, 4 * 9);
+        let (x32, w32) = (s.alloc_device_from(&xf).unwrap(), s.alloc_device_from(&wf).unwrap());
+        let y32 = poisoned(s, 5 * 4);
+        let gs = GroupedShape { tokens: 2, top_k: 2, experts: 3, n: 64, k: 64 };
+        let (xg, wg) = (bf16s(g, 2 * 64), bf16s(g, 3 * 64 * 64));
+        let topk = [0u32, 2, 1, 2];
+        let (xgm, wgm, tkm) =
+            (s.alloc_device_from(&xg).unwrap(), s.alloc_device_from(&wg).unwrap(), s.alloc_device_from(&topk).unwrap());
+        let routing = s.alloc_device::<u32>(gs.routing().words).unwrap();
+        let yg = poisoned(s, 4 * 64);
+        let shape = Shape::new(m as u32, n as u32, k as u32);
+        let mut list = s.cmdlist().unwrap();
+        let a = mm.add_bf16(&mut list, &x, &w, &y, shape).unwrap();
+        assert_eq!(a.path, Some(Path::Gemv));
+        assert!(a.split > 1, "a split, so the replay proves the tickets stay zero: {a:?}");
+        mm.add_bf16_to_bf16(&mut list, &x, &w, &y16, shape).unwrap();
+        mm.add_f32(&mut list, &x32, &w32, &y32, Shape::new(5, 4, 9)).unwrap();
+        let gi = mm.add_grouped_bf16(&mut list, &xgm, &wgm, &tkm, &routing, &yg, gs).unwrap();
+        assert_eq!(list.len(), 1 + 2 + 1 + gi.launches as usize);
+        let subs = sim().stats().submissions;
+        let done = gpu.submit(&mut list).unwrap();
+        let _gpu = done.gpu.submit(&mut list).unwrap().gpu;
+        assert_eq!(sim().stats().submissions - subs, 2, "one submission each");
+        drop(list);
+        let (mut y, mut y16, mut y32, mut yg, mut routing) = (y, y16, y32, yg, routing);
+        let got = y.to_vec().unwrap();
+        check("list bf16", &got, &widen(&xb), |c| widen(&wb[c * k..][..k]), [m, n, k], &(0..n).collect::<Vec<_>>());
+        let want16: Vec<u16> = got.iter().map(|&v| refs::f32_to_bf16(v)).collect();
+        assert_eq!(y16.to_vec().unwrap(), want16);
+        check("list f32", &y32.to_vec().unwrap(), &xf, |c| wf[c * 9..][..9].to_vec(), [5, 4, 9], &[0, 1, 2, 3]);
+        let r = routing.to_vec().unwrap();
+        assert_eq!(r[gs.routing().dropped], 0, "the drop count is zeroed on the device at each submission");
+        let (offsets, rows, _, _) = route(&topk, 2, 3);
+        let ygot = yg.to_vec().unwrap();
+        for e in 0..3 {
+            for slot in offsets[e] as usize..offsets[e + 1] as usize {
+                let t = rows[slot] as usize;
+                let row = |c: usize| widen(&wg[(e * 64 + c) * 64..][..64]);
+                check(
+                    "list grouped",
+                    &ygot[slot * 64..][..64],
+                    &widen(&xg[t * 64..][..64]),
+                    row,
+                    [1, 64, 64],
+                    &(0..64).collect::<Vec<_>>(),
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn refusals_name_their_stage_and_launch_nothing() {
+    with_matmul("refusals", |_g, s, gpu, mm| {
+        let x = s.alloc_device::<u16>(16).unwrap();
+        let w = s.alloc_device::<u16>(24).unwrap();
+        let mut y = s.alloc_device::<f32>(6).unwrap();
+        let before = sim().stats().launches;
+        let f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(0, 3, 8)).unwrap_err();
+        assert!(matches!(f.error, MatmulError::Shape(ShapeError::ZeroSide { .. })), "{}", f.error);
+        assert_eq!(f.error.stage(), Stage::MatmulShape);
+        assert_eq!(f.info.stage, Some(Stage::MatmulShape));
+        let gpu = f.gpu.expect("a refusal before any launch hands the token back");
+        let f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(2, 4, 8)).unwrap_err();
+        assert_eq!(
+            f.error.to_string(),
+            "matmul shape: w is a buffer of 24 elements; the product M=2 N=4 K=8 needs w [4, 8], 32 elements"
+        );
+        let f = mm.bf16(f.gpu.unwrap(), &x, &w, &mut y, Shape::new(2, 3, 9)).unwrap_err();
+        assert!(
+            matches!(f.error, MatmulError::Shape(ShapeError::Short { operand: Operand::X, len: 16, needs: 18, .. })),
+            "{}",
+            f.error
+        );
+        let mut short_y = s.alloc_device::<f32>(5).unwrap();
+        let f = mm
+            .f32(
+                f.gpu.unwrap(),
+                &s.alloc_device::<f32>(16).unwrap(),
+                &s.alloc_device::<f32>(24).unwrap(),
+                &mut short_y,
+                Shape::new(2, 3, 8),
+            )
+            .unwrap_err();
+        assert!(f.error.to_string().contains("y is a buffer of 5 elements"), "{}", f.error);
+        let g = GroupedShape { tokens: 1, top_k: 1, experts: 2, n: 64, k: 48 };
+        let tk = s.alloc_device::<u32>(1).unwrap();
+        let mut routing = s.alloc_device::<u32>(g.routing().words).unwrap();
+        let big = s.alloc_device::<u16>(2 * 64 * 64).unwrap();
+        let mut yg = s.alloc_device::<f32>(64).unwrap();
+        let f = mm.grouped_bf16(f.gpu.unwrap(), &x, &big, &tk, &mut routing, &mut yg, g).unwrap_err();
+        assert!(matches!(f.error, MatmulError::Shape(ShapeError::GroupedK { .. })), "{}", f.error);
+        matmul::set_cta_budget(1);
+        let g = GroupedShape { k: 64, n: 65, ..g };
+        let wide = s.alloc_device::<u16>(2 * 65 * 64).unwrap();
+        let mut yw = s.alloc_device::<f32>(65).unwrap();
+        let xg = s.alloc_device::<u16>(64).unwrap();
+        let f = mm.grouped_bf16(f.gpu.unwrap(), &xg, &wide, &tk, &mut routing, &mut yw, g).unwrap_err();
+        matmul::set_cta_budget(0);
+        assert_eq!(f.error, MatmulError::Plan(PlanError::ExpertPastBudget { blocks: 2, budget: 1 }));
+        assert_eq!(f.error.stage(), Stage::MatmulPlan);
+        assert!(f.error.to_string().starts_with("matmul plan: "), "{}", f.error);
+        assert_eq!(sim().stats().launches, before, "no refusal launched anything");
+    });
+}
+
+#[test]
+fn a_kept_handle_resumes_in_a_later_scope_and_a_closed_device_makes_it_stale() {
+    let mut g = rng("kept");
+    let dev = omega::lock().open().expect("open");
+    let dev = dev.close().open().unwrap();
+    let (dev, kept): (_, KeptMatmul) = dev
+        .scope(|s, gpu| {
+            let mm = Matmul::new(s).unwrap();
+            let (_gpu, info) = bf16_case(s, gpu, &mm, &mut g, "first scope", [2, 100, 64]);
+            assert_eq!(info.path, Some(Path::Gemv));
+            mm.keep()
+        })
+        .into_open()
+        .unwrap();
+    assert!(kept.is_current());
+    let loads = sim().stats().live_allocations;
+    let (dev, kept) = dev
+        .scope(|s, gpu| {
+            let mm = Matmul::resume(s, Some(kept)).unwrap();
+            let (_gpu, _) = bf16_case(s, gpu, &mm, &mut g, "resumed", [2, 100, 64]);
+            mm.keep()
+        })
+        .into_open()
+        .unwrap();
+    assert_eq!(sim().stats().live_allocations, loads, "the resumed handle loaded nothing and reused its workspace");
+    let dev = dev.close().open().unwrap();
+    assert!(!kept.is_current(), "a close makes it stale");
+    let r = dev.scope(|s, gpu| {
+        let mm = Matmul::resume(s, Some(kept)).unwrap();
+        let (_gpu, info) = bf16_case(s, gpu, &mm, &mut g, "after the close", [2, 100, 64]);
+        info.path
+    });
+    assert_eq!(r.value(), Some(Path::Gemv));
+}
+
+#[test]
+fn a_kept_buffer_is_refused_after_its_device_was_closed() {
+    let dev = omega::lock().open().expect("open");
+    let (dev, kept) = dev.scope(|s, _| s.keep(s.alloc_device_from(&[1u32, 2, 3]).unwrap())).into_open().unwrap();
+    let (dev, ()) = dev
+        .scope(|s, _| {
+            let m = kept.get(s).unwrap();
+            assert_eq!(m.len(), 3);
+        })
+        .into_open()
+        .unwrap();
+    let mut kept = kept;
+    let (dev, ()) =
+        dev.scope(|s, _| assert_eq!(kept.get_mut(s).unwrap().to_vec().unwrap(), [1, 2, 3])).into_open().unwrap();
+    let frees = sim().stats().frees;
+    let dev = dev.close().open().unwrap();
+    let r = dev.scope(|s, _| kept.get(s).map(|_| ()).unwrap_err());
+    let e = r.value();
+    assert_eq!(e.stage(), Stage::Keep);
+    assert!(e.to_string().starts_with("keep: kept in device open "), "{e}");
+    let frees_after_close = sim().stats().frees;
+    drop(kept);
+    assert_eq!(sim().stats().frees, frees_after_close, "a stale kept buffer is forgotten, not freed twice");
+    assert!(frees_after_close > frees);
+}
+
+/// True in the child process `test` runs in when it must have the process to itself; in the parent, runs
+/// that child (this binary, filtered to `test`), requires it to pass and print `done`, and returns false.
+fn in_child(test: &str, done: &str) -> bool {
+    if std::env::var("OMEGA_MATMUL_CHILD").is_ok_and(|t| t == test) {
+        return true;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", test, "--nocapture"])
+        .env("OMEGA_MATMUL_CHILD", test)
+        .env("OMEGA_PLATFORM", "sim")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains(done), "{text}");
+    false
+}
+
+#[test]
+fn an_uncertain_completion_inside_a_call_latches_and_takes_the_token() {
+    // A latch lasts for the rest of the process: this test runs in a child process of its own.
+    if !in_child("an_uncertain_completion_inside_a_call_latches_and_takes_the_token", "latched as it should") {
+        return;
+    }
+    let dev = omega::lock().open().expect("open");
+    let r = dev.scope(|s, gpu| {
+        let mm = Matmul::new(s).unwrap();
+        let x = s.alloc_device::<u16>(64).unwrap();
+        let w = s.alloc_device::<u16>(64 * 64).unwrap();
+        let mut y = s.alloc_device::<f32>(64).unwrap();
+        sim().inject(SimFault::Hang);
+        let f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(1, 64, 64)).unwrap_err();
+        assert!(f.gpu.is_none(), "an uncertain completion keeps the token");
+        assert!(f.error.latched_the_process(), "{}", f.error);
+        assert_eq!(f.error.stage(), Stage::Launch);
+        assert_eq!(f.info.stage, Some(Stage::Launch));
+    });
+    let Scoped::Latched(latched, ()) = r else { panic!("the scope must end latched") };
+    assert!(latched.parked().buffers > 0);
+    println!("latched as it should");
+}
+
+#[test]
+fn resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and_free() {
+    use omega::ffi::matmul::*;
+    // The C entries take the lock per call, so another test's close between two of them would make the
+    // tensor stale (refused by name, as it should be): this test has a process of its own.
+    if !in_child("resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and_free", "resident: done")
+    {
+        return;
+    }
+    let mut g = rng("resident");
+    // The C entries take the lock themselves: nothing here holds it.
+    let (m, n, k) = (5usize, 1536usize, 2048usize);
+    let xb = bf16s(&mut g, m * k);
+    let wb = bf16_matrix(&mut g, n, k);
+    let mut t: *mut OmegaGpuTensor = std::ptr::null_mut();
+    // SAFETY: `wb` holds n * k u16 and `t` is a writable pointer.
+    assert_eq!(unsafe { omega_gpu_tensor_upload_bf16(n as u32, k as u32, wb.as_ptr(), &mut t) }, OMEGA_GPU_MATMUL_OK);
+    let (mut rows, mut cols) = (0u32, 0u32);
+    // SAFETY: `rows` and `cols` are writable u32.
+    unsafe { omega_gpu_tensor_shape(t, &mut rows, &mut cols) };
+    assert_eq!((rows, cols), (n as u32, k as u32));
+    let mut y = vec![POISON; m * n];
+    let mut info = OmegaGpuMatmulInfo::default();
+    // SAFETY: `xb` holds m * k u16, `y` m * n f32, `info` is writable; `t` is the live tensor.
+    let rc = unsafe { omega_gpu_matmul_resident_bf16(m as u32, xb.as_ptr(), t, y.as_mut_ptr(), &mut info) };
+    assert_eq!(rc, OMEGA_GPU_MATMUL_OK);
+    assert_eq!(info.path, OMEGA_GPU_MATMUL_PATH_GEMV);
+    assert_ne!(info.flags & OMEGA_GPU_MATMUL_FLAG_RESIDENT, 0);
+    assert!(info.h2d_bytes < (wb.len() * 2) as u64, "W stayed on the device: {info:?}");
+    assert_eq!(info.d2h_bytes, (m * n * 4) as u64);
+    let cols: Vec<usize> = columns(&mut g, m, n, k);
+    check("resident gate_up M=5", &y, &widen(&xb), |c| widen(&wb[c * k..][..k]), [m, n, k], &cols);
+    omega_gpu_tensor_free(t);
+    // SAFETY: as above.
+    let rc = unsafe { omega_gpu_matmul_resident_bf16(m as u32, xb.as_ptr(), t, y.as_mut_ptr(), &mut info) };
+    assert_eq!(rc, OMEGA_GPU_MATMUL_ERR_TENSOR);
+    assert_eq!(info.stage, OMEGA_GPU_MATMUL_STAGE_TENSOR);
+    // SAFETY: the library's last error is a NUL-terminated static buffer.
+    let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_matmul_last_error()) }.to_str().unwrap().to_owned();
+    assert!(text.starts_with("matmul tensor: ") && text.contains("is not a live tensor"), "{text}");
+    omega_gpu_device_close();
+    println!("resident: done");
+}
