@@ -239,16 +239,20 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
   }
 }
 
-// Dense: grid (ceil(N / 64), split), block 128, any M (8 * MB rows per pass over W). `work` holds
-// split * M * N floats and `tickets` ceil(N / 64) zeroed words when split > 1 (the last CTA of a block
-// puts its ticket back to zero, so the words stay zero between launches).
+// Dense: grid (at most ceil(N / 64), split), block 128, any M (8 * MB rows per pass over W). CTA x takes
+// the 64-row blocks x, x + gridDim.x, ... so a grid capped by a CTA budget still covers N (lm_head's 2374
+// blocks in 1024 CTAs). `work` holds split * M * N floats and `tickets` ceil(N / 64) zeroed words when
+// split > 1 (the last CTA of a block puts its ticket back to zero, so the words stay zero between
+// launches).
 template <int MB>
 __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                              float* __restrict__ y, float* __restrict__ work,
                                              uint32_t* __restrict__ tickets, uint32_t M, uint32_t N, uint32_t K,
                                              uint32_t k_per_split) {
-  gemv_bf16_group<MB>(x, nullptr, w, y, work, tickets + blockIdx.x, M, N, K, k_per_split, blockIdx.x, blockIdx.y,
-                      gridDim.y, (size_t)M * N);
+  const uint32_t nblocks = (N + GEMV_ROWS - 1) / GEMV_ROWS;
+  for (uint32_t nb = blockIdx.x; nb < nblocks; nb += gridDim.x)
+    gemv_bf16_group<MB>(x, nullptr, w, y, work, tickets + nb, M, N, K, k_per_split, nb, blockIdx.y, gridDim.y,
+                        (size_t)M * N);
 }
 
 // Grouped (mixture of experts): grid (ceil(N / 64), split, E), block 128. Expert e's weights are

@@ -923,35 +923,40 @@ impl GemvCta<'_> {
 }
 
 /// `omega_gemv_bf16_tn_m*`: CTA `(bx, s)` of the grid (x fastest; `blockIdx.z` repeats the CTA, ticket
-/// included) computes its W rows over its K slice, `split = gridDim.y`.
+/// included) computes the 64-row blocks `bx, bx + gridDim.x, ..` below `ceil(N / 64)` over its K slice,
+/// `split = gridDim.y`.
 fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = GEMV_BF16_TN[V];
     let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
     let (m, n, k, k_per_split) = (ctx.word(10), ctx.word(11), ctx.word(12), ctx.word(13));
     require_block(ctx, name, GEMV_THREADS)?;
     let shape = ctx.shape();
-    let ctas = take_items(ctx, shape.blocks(), GemvCta::cost(m, k_per_split));
+    let nblocks = n.div_ceil(GEMV_ROWS);
+    let per_cta = u64::from(nblocks.div_ceil(shape.grid[0].max(1)).max(1));
+    let ctas = take_items(ctx, shape.blocks(), GemvCta::cost(m, k_per_split) * per_cta);
     for b in ctas {
-        let [bx, s, _] = shape.block_id(b);
-        GemvCta {
-            kernel: name,
-            x,
-            x_rows: None,
-            w,
-            y,
-            work,
-            ticket: tickets.wrapping_add(4 * u64::from(bx)),
-            m,
-            n,
-            k,
-            k_per_split,
-            nblock: bx,
-            s,
-            split: shape.grid[1],
-            work_slice: u64::from(m) * u64::from(n),
-            mb: GEMV_MB[V],
+        let [cx, s, _] = shape.block_id(b);
+        for bx in (cx..nblocks).step_by(shape.grid[0].max(1) as usize) {
+            GemvCta {
+                kernel: name,
+                x,
+                x_rows: None,
+                w,
+                y,
+                work,
+                ticket: tickets.wrapping_add(4 * u64::from(bx)),
+                m,
+                n,
+                k,
+                k_per_split,
+                nblock: bx,
+                s,
+                split: shape.grid[1],
+                work_slice: u64::from(m) * u64::from(n),
+                mb: GEMV_MB[V],
+            }
+            .run(ctx)?;
         }
-        .run(ctx)?;
     }
     Ok(())
 }

@@ -12,7 +12,8 @@
 //!   and handing back the scope's [`crate::Gpu`] token as [`crate::Gpu::launch`] does, or add their
 //!   launches to a command list ([`crate::cmdlist::CmdListBuilder`]).
 //! - The planner ([`plan`]) picks the kernels: the split-K GEMV for M <= 64 (K % 32 == 0), the TMA GEMM
-//!   for K % 8 == 0, the SIMT kernels otherwise and for f32. A process-wide CTA budget
+//!   for K % 8 == 0 (128x128 tiles when 128x256 ones would fill fewer than half the SMs, a K split in
+//!   whole waves when the tiles are fewer than the SMs), the SIMT kernels otherwise and for f32. A process-wide CTA budget
 //!   ([`set_cta_budget`], at most [`plan::MAX_CTAS`]) caps every launch's CTAs; [`Info`] says what ran.
 //! - The grouped GEMM ([`Matmul::grouped_bf16`]) routes a mixture-of-experts step's top-k choices on the
 //!   device and runs every expert's rows, so the routing never returns to the host.

@@ -333,14 +333,15 @@ fn check_operand(shape: AnyShape, operand: Operand, len: usize, bytes: u64) -> R
     Ok(())
 }
 
-fn descriptor_pair(x: u64, w: u64, shape: Shape) -> Result<[u8; TMA_PAIR_BYTES], MatmulError> {
+/// The TMA descriptors of x and W: boxes of 128 rows of x and `tile_n` rows of W, 64 elements of K.
+fn descriptor_pair(x: u64, w: u64, shape: Shape, tile_n: u32) -> Result<[u8; TMA_PAIR_BYTES], MatmulError> {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let encode = |operand, va, rows, boxed: [u32; 2]| {
         let spec = TiledSpec::matrix(TmaElem::Bf16, va, [rows, k], k * 2, boxed, TmaSwizzle::B128);
         encode_tiled(&spec).map_err(|source| MatmulError::Tma { operand, source })
     };
     let a = encode(Operand::X, x, m, [128, 64])?;
-    let b = encode(Operand::W, w, n, [256, 64])?;
+    let b = encode(Operand::W, w, n, [tile_n, 64])?;
     let mut pair = [0u8; TMA_PAIR_BYTES];
     pair[..128].copy_from_slice(&a.0);
     pair[128..].copy_from_slice(&b.0);
@@ -582,7 +583,8 @@ impl<'s> Matmul<'s> {
             let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
             let y_aligned = y_va.is_multiple_of(8);
             let plan = plan::dense(elem, shape, DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned });
-            let tma = if plan.tma { Some(descriptor_pair(x.device_va(), w.device_va(), shape)?) } else { None };
+            let tma =
+                if plan.tma { Some(descriptor_pair(x.device_va(), w.device_va(), shape, plan.tile_n)?) } else { None };
             Ok((plan, tma))
         })();
         let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, ..Operands::default() };

@@ -28,6 +28,9 @@ pub const MAX_CTAS: u32 = 1024;
 /// Dynamic shared memory of the TMA GEMM (`GEMM_SMEM_BYTES`: four stages of A and B tiles, the stage
 /// barriers and the alignment slack).
 pub const GEMM_SMEM_BYTES: u32 = 4 * (16384 + 32768) + 64 + 1024;
+/// Dynamic shared memory of the 128x128-tile TMA GEMM (`GEMM_N128_SMEM_BYTES`: six stages of 16 KiB A and
+/// 16 KiB B tiles, their 12 mbarriers, the alignment slack).
+pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (16384 + 16384) + 96 + 1024;
 
 /// Bytes of one TMA descriptor, and of the pair the GEMM reads (A at 0, B at 128).
 pub const TMA_PAIR_BYTES: usize = 256;
@@ -82,6 +85,8 @@ impl Elem {
 pub(crate) enum Kern {
     Gemm,
     GemmSplitK,
+    /// The 128x128-tile form, for products with few 128x256 tiles.
+    GemmN128,
     /// `omega_gemv_bf16_tn_m{1,2,4,8}`, by index (0: m1 .. 3: m8).
     Gemv(usize),
     /// `omega_moe_gemv_bf16_m{1,2,4,8}`, by index.
@@ -93,8 +98,8 @@ pub(crate) enum Kern {
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
-/// the router, the two SIMT GEMMs, the conversion and the TMA GEMM's split-K entry.
-pub(crate) const KERNEL_NAMES: [&str; 14] = [
+/// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry and its 128x128 form.
+pub(crate) const KERNEL_NAMES: [&str; 15] = [
     "omega_gemm_bf16_tn",
     "omega_gemv_bf16_tn_m1",
     "omega_gemv_bf16_tn_m2",
@@ -109,6 +114,7 @@ pub(crate) const KERNEL_NAMES: [&str; 14] = [
     "omega_gemm_bf16_simt_tn",
     "omega_convert_f32_bf16",
     "omega_gemm_bf16_tn_splitk",
+    "omega_gemm_bf16_tn_n128",
 ];
 
 impl Kern {
@@ -123,6 +129,7 @@ impl Kern {
             Kern::Simt => 11,
             Kern::Convert => 12,
             Kern::GemmSplitK => 13,
+            Kern::GemmN128 => 14,
         }
     }
 }
@@ -182,6 +189,8 @@ pub(crate) struct Plan {
     pub(crate) tickets: u64,
     /// True when the steps read the TMA descriptor pair.
     pub(crate) tma: bool,
+    /// Rows of W per TMA box: the GEMM's tile width (256, or 128 for the narrow form).
+    pub(crate) tile_n: u32,
     /// True when the steps read the zeros.
     pub(crate) zeros: bool,
     /// The K split of the GEMV and the split-K GEMM (1 elsewhere).
@@ -350,10 +359,13 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
     }
     let mut steps = Vec::new();
     let (path, tickets, tma, split);
+    let mut tile_n = 256;
     let blocks = ceil(n, 64);
-    if elem == Elem::Bf16 && aligned && m <= 64 && k.is_multiple_of(32) && blocks <= budget {
+    if elem == Elem::Bf16 && aligned && m <= 64 && k.is_multiple_of(32) {
         let want = ceil(4 * sms, blocks);
         let (s, kps) = k_split(k, want, blocks, budget);
+        // Past the budget the kernel's CTAs walk the 64-row blocks grid-stride (split is then 1).
+        let gx = blocks.min((budget / s).max(1));
         let work = if s > 1 {
             let at = Arg::Scratch(scratch * 4);
             scratch += s * m * n;
@@ -363,7 +375,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
         };
         steps.push(Step {
             kern: Kern::Gemv(mb_index(m)),
-            grid: [word(blocks), word(s), 1],
+            grid: [word(gx), word(s), 1],
             block: [128, 1, 1],
             dynamic_shared: 0,
             args: vec![
@@ -380,7 +392,11 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
         });
         (path, tickets, tma, split) = (Path::Gemv, blocks, false, word(s));
     } else if elem == Elem::Bf16 && aligned && y_aligned && k.is_multiple_of(8) {
-        let tiles = ceil(m, 128) * ceil(n, 256);
+        // 128x256 tiles, or 128x128 when the wide tiles would fill fewer than half the SMs (M = 512 of
+        // the Qwen matrices: 24-80 wide tiles for 132 SMs; docs/perf/2026-12-02-matmul-bringup.md).
+        let narrow = ceil(m, 128) * ceil(n, 256) * 2 < sms;
+        tile_n = if narrow { 128 } else { 256 };
+        let tiles = ceil(m, 128) * ceil(n, u64::from(tile_n));
         let kblocks = ceil(k, 64);
         // Fewer tiles than SMs: split K in whole waves, in the kernel's own arithmetic (the splits a K of
         // `kblocks` blocks keeps after `per` blocks each).
@@ -389,22 +405,31 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
         let splits = kblocks.div_ceil(per);
         let tma_args = [Arg::Tma(0), Arg::Tma(128), out(0)];
         let dims = [Arg::Word(shape.m), Arg::Word(shape.n), Arg::Word(shape.k)];
-        let (kern, units, args) = if splits > 1 {
-            let work = Arg::Scratch(scratch * 4);
-            scratch += splits * m * n;
+        let split_args = |work: Arg| {
             let mut args = tma_args.to_vec();
             args.extend([work, Arg::Tickets(0)]);
             args.extend(dims);
             args.push(Arg::Word(word(splits)));
-            (Kern::GemmSplitK, tiles * splits, args)
+            args
+        };
+        let work = if splits > 1 {
+            let at = Arg::Scratch(scratch * 4);
+            scratch += splits * m * n;
+            at
         } else {
-            (Kern::Gemm, tiles, [tma_args, dims].concat())
+            // Not read with one split.
+            out(0)
+        };
+        let (kern, args, smem) = match (narrow, splits > 1) {
+            (true, _) => (Kern::GemmN128, split_args(work), GEMM_N128_SMEM_BYTES),
+            (false, true) => (Kern::GemmSplitK, split_args(work), GEMM_SMEM_BYTES),
+            (false, false) => (Kern::Gemm, [tma_args, dims].concat(), GEMM_SMEM_BYTES),
         };
         steps.push(Step {
             kern,
-            grid: [word(units.min(sms).min(budget)), 1, 1],
+            grid: [word((tiles * splits).min(sms).min(budget)), 1, 1],
             block: [384, 1, 1],
-            dynamic_shared: GEMM_SMEM_BYTES,
+            dynamic_shared: smem,
             args,
         });
         let gemm_tickets = if splits > 1 { tiles } else { 0 };
@@ -454,7 +479,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
             args: vec![Arg::Scratch(0), Arg::Y(0), Arg::Wide(count)],
         });
     }
-    Plan { path, steps, scratch, tickets, tma, zeros: false, split }
+    Plan { path, steps, scratch, tickets, tma, tile_n, zeros: false, split }
 }
 
 /// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0). Refused when one expert's
@@ -530,7 +555,16 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan
         e0 += band;
     }
     let scratch = if split > 1 { split * choices * n } else { 0 };
-    Ok(Plan { path: Path::Grouped, steps, scratch, tickets: e * blocks, tma: false, zeros: true, split: word(split) })
+    Ok(Plan {
+        path: Path::Grouped,
+        steps,
+        scratch,
+        tickets: e * blocks,
+        tma: false,
+        tile_n: 256,
+        zeros: true,
+        split: word(split),
+    })
 }
 
 #[cfg(test)]
@@ -550,7 +584,9 @@ mod tests {
         assert_eq!(p(64, 5120, 2048), Path::Gemv);
         assert_eq!(p(65, 5120, 2048), Path::Gemm, "M past 64: the GEMM");
         assert_eq!(p(8, 5120, 2056), Path::Gemm, "K % 32 != 0 but K % 8 == 0: TMA still strides it");
-        assert_eq!(p(8, 151_936, 2048), Path::Gemm, "2374 blocks are past the budget: the persistent GEMM");
+        assert_eq!(p(8, 151_936, 2048), Path::Gemv, "2374 blocks past the budget: the CTAs walk them grid-stride");
+        let lm_head = dense(Elem::Bf16, Shape::new(1, 151_936, 2048), SMS, MAX_CTAS, false);
+        assert_eq!((lm_head.steps[0].grid, lm_head.split), ([MAX_CTAS, 1, 1], 1));
         assert_eq!(p(4095, 33, 7), Path::SimtBf16);
         assert_eq!(dense(Elem::F32, Shape::new(1, 1, 1), SMS, MAX_CTAS, false).path, Path::SimtF32);
         let unaligned = DenseOpts { sms: SMS, budget: MAX_CTAS, out_bf16: false, aligned: false, y_aligned: true };
@@ -575,12 +611,15 @@ mod tests {
         assert_eq!(plan.steps[0].grid, [32, 3, 1]);
         assert_eq!(plan.steps[0].args[8], Arg::Word(1376));
         // No split: the workspace is the output itself, and no scratch is needed.
-        // M = 512 of the O projection: 4 x 8 tiles for 132 SMs, so 4 splits of K's 64 blocks, a scratch
-        // of 4 slices and a ticket per tile.
+        // M = 512 of the O projection: 4 x 8 wide tiles fill fewer than half of 132 SMs, so the narrow form:
+        // 4 x 16 tiles, 2 splits of K's 64 blocks, a scratch of 2 slices and a ticket per tile.
         let plan = dense(Elem::Bf16, Shape::new(512, 2048, 4096), SMS, MAX_CTAS, false);
-        assert_eq!(plan.steps[0].kern, Kern::GemmSplitK);
-        assert_eq!((plan.split, plan.tickets, plan.scratch), (4, 32, 4 * 512 * 2048));
+        assert_eq!((plan.steps[0].kern, plan.tile_n), (Kern::GemmN128, 128));
+        assert_eq!((plan.split, plan.tickets, plan.scratch), (2, 64, 2 * 512 * 2048));
         assert_eq!(plan.steps[0].grid, [128, 1, 1]);
+        // QKV at M = 512: 80 wide tiles, more than half: the wide form, unsplit.
+        let plan = dense(Elem::Bf16, Shape::new(512, 5120, 2048), SMS, MAX_CTAS, false);
+        assert_eq!((plan.steps[0].kern, plan.tile_n, plan.split), (Kern::Gemm, 256, 1));
         assert_eq!(dense(Elem::Bf16, Shape::new(4096, 2048, 4096), SMS, MAX_CTAS, false).steps[0].kern, Kern::Gemm);
         let plan = dense(Elem::Bf16, Shape::new(3, 2048, 96), SMS, MAX_CTAS, false);
         assert_eq!(plan.split, 1);
