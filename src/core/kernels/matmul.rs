@@ -286,7 +286,7 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_n128,
     },
-    gemv_spec(0, SPILL_FRAME, gemv_bf16_tn::<0>),
+    gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
     gemv_spec(3, 0, gemv_bf16_tn::<3>),
