@@ -28,6 +28,9 @@ pub const MAX_CTAS: u32 = 1024;
 /// Dynamic shared memory of the TMA GEMM (`GEMM_SMEM_BYTES`: four stages of A and B tiles, the stage
 /// barriers and the alignment slack).
 pub const GEMM_SMEM_BYTES: u32 = 4 * (16384 + 32768) + 64 + 1024;
+/// The H200's L2 (50 MiB): a weight matrix past it is read from HBM on every pass.
+const L2_BYTES: u64 = 50 << 20;
+
 /// Dynamic shared memory of the 128x128-tile TMA GEMM (`GEMM_N128_SMEM_BYTES`: six stages of 16 KiB A and
 /// 16 KiB B tiles, their 12 mbarriers, the alignment slack).
 pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (16384 + 16384) + 96 + 1024;
@@ -361,7 +364,11 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
     let (path, tickets, tma, split);
     let mut tile_n = 256;
     let blocks = ceil(n, 64);
-    if elem == Elem::Bf16 && aligned && m <= 64 && k.is_multiple_of(32) {
+    // Past M = 8 the GEMV's MMA form streams a weight matrix larger than L2 slower than the TMA GEMM
+    // does (lm_head on the H200: GEMV 270-547 us at M = 16-64, the GEMM 210 us at M = 128;
+    // docs/perf/2026-12-02-matmul-library-bench.md); below L2's size the GEMV stays ahead.
+    let gemv_streams = m <= 8 || n * k * 2 <= L2_BYTES;
+    if elem == Elem::Bf16 && aligned && m <= 64 && k.is_multiple_of(32) && gemv_streams {
         let want = ceil(4 * sms, blocks);
         let (s, kps) = k_split(k, want, blocks, budget);
         // Past the budget the kernel's CTAs walk the 64-row blocks grid-stride (split is then 1).
@@ -585,6 +592,7 @@ mod tests {
         assert_eq!(p(65, 5120, 2048), Path::Gemm, "M past 64: the GEMM");
         assert_eq!(p(8, 5120, 2056), Path::Gemm, "K % 32 != 0 but K % 8 == 0: TMA still strides it");
         assert_eq!(p(8, 151_936, 2048), Path::Gemv, "2374 blocks past the budget: the CTAs walk them grid-stride");
+        assert_eq!(p(16, 151_936, 2048), Path::Gemm, "past M = 8 a matrix larger than L2 streams faster as a GEMM");
         let lm_head = dense(Elem::Bf16, Shape::new(1, 151_936, 2048), SMS, MAX_CTAS, false);
         assert_eq!((lm_head.steps[0].grid, lm_head.split), ([MAX_CTAS, 1, 1], 1));
         assert_eq!(p(4095, 33, 7), Path::SimtBf16);
