@@ -5,7 +5,8 @@ use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 use crate::cmdlist::CmdListBuilder;
-use crate::tma::{encode_tiled, TiledSpec, TmaElem, TmaSwizzle};
+use crate::kernels::matmul::{gemm_tmap_a, gemm_tmap_b_rows};
+use crate::tma::{encode_tiled, TiledSpec};
 use crate::{Cached, Data, Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Mem, Module, Scope, Stage};
 
 use super::error::{AnyShape, MatmulError, Operand, ShapeError};
@@ -333,15 +334,12 @@ fn check_operand(shape: AnyShape, operand: Operand, len: usize, bytes: u64) -> R
     Ok(())
 }
 
-/// The TMA descriptors of x and W: boxes of 128 rows of x and `tile_n` rows of W, 64 elements of K.
+/// The TMA descriptors of x and W as the GEMM reads them (the module's specs): boxes of 128 rows of x and
+/// `tile_n` rows of W, 64 elements of K.
 fn descriptor_pair(x: u64, w: u64, shape: Shape, tile_n: u32) -> Result<[u8; TMA_PAIR_BYTES], MatmulError> {
-    let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
-    let encode = |operand, va, rows, boxed: [u32; 2]| {
-        let spec = TiledSpec::matrix(TmaElem::Bf16, va, [rows, k], k * 2, boxed, TmaSwizzle::B128);
-        encode_tiled(&spec).map_err(|source| MatmulError::Tma { operand, source })
-    };
-    let a = encode(Operand::X, x, m, [128, 64])?;
-    let b = encode(Operand::W, w, n, [tile_n, 64])?;
+    let encode = |operand, spec: TiledSpec| encode_tiled(&spec).map_err(|source| MatmulError::Tma { operand, source });
+    let a = encode(Operand::X, gemm_tmap_a(x, shape.m, shape.k))?;
+    let b = encode(Operand::W, gemm_tmap_b_rows(w, shape.n, shape.k, tile_n))?;
     let mut pair = [0u8; TMA_PAIR_BYTES];
     pair[..128].copy_from_slice(&a.0);
     pair[128..].copy_from_slice(&b.0);

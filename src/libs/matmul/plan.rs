@@ -21,19 +21,16 @@
 //! Every launch's grid (its CTAs) is at most the budget.
 
 use super::error::PlanError;
+use crate::kernels::matmul as abi;
+// The launch shapes of the kernels are their module's (`omega::kernels::matmul`, which the simulator's
+// references and the tests read too); the library only chooses among them.
+pub use abi::{GEMM_N128_SMEM_BYTES, GEMM_SMEM_BYTES};
 
 /// The most CTAs a launch of the library may have, and the default budget (`OMEGA_GPU_MATMUL_MAX_CTAS`).
 pub const MAX_CTAS: u32 = 1024;
 
-/// Dynamic shared memory of the TMA GEMM (`GEMM_SMEM_BYTES`: four stages of A and B tiles, the stage
-/// barriers and the alignment slack).
-pub const GEMM_SMEM_BYTES: u32 = 4 * (16384 + 32768) + 64 + 1024;
 /// The H200's L2 (50 MiB): a weight matrix past it is read from HBM on every pass.
 const L2_BYTES: u64 = 50 << 20;
-
-/// Dynamic shared memory of the 128x128-tile TMA GEMM (`GEMM_N128_SMEM_BYTES`: six stages of 16 KiB A and
-/// 16 KiB B tiles, their 12 mbarriers, the alignment slack).
-pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (16384 + 16384) + 96 + 1024;
 
 /// Bytes of one TMA descriptor, and of the pair the GEMM reads (A at 0, B at 128).
 pub const TMA_PAIR_BYTES: usize = 256;
@@ -103,21 +100,21 @@ pub(crate) enum Kern {
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry and its 128x128 form.
 pub(crate) const KERNEL_NAMES: [&str; 15] = [
-    "omega_gemm_bf16_tn",
-    "omega_gemv_bf16_tn_m1",
-    "omega_gemv_bf16_tn_m2",
-    "omega_gemv_bf16_tn_m4",
-    "omega_gemv_bf16_tn_m8",
-    "omega_moe_gemv_bf16_m1",
-    "omega_moe_gemv_bf16_m2",
-    "omega_moe_gemv_bf16_m4",
-    "omega_moe_gemv_bf16_m8",
-    "omega_moe_route",
-    "omega_gemm_f32_tn",
-    "omega_gemm_bf16_simt_tn",
-    "omega_convert_f32_bf16",
-    "omega_gemm_bf16_tn_splitk",
-    "omega_gemm_bf16_tn_n128",
+    abi::GEMM_BF16_TN,
+    abi::GEMV_BF16_TN[0],
+    abi::GEMV_BF16_TN[1],
+    abi::GEMV_BF16_TN[2],
+    abi::GEMV_BF16_TN[3],
+    abi::MOE_GEMV_BF16[0],
+    abi::MOE_GEMV_BF16[1],
+    abi::MOE_GEMV_BF16[2],
+    abi::MOE_GEMV_BF16[3],
+    abi::MOE_ROUTE,
+    abi::GEMM_F32_TN,
+    abi::GEMM_BF16_SIMT_TN,
+    abi::CONVERT_F32_BF16,
+    abi::GEMM_BF16_TN_SPLITK,
+    abi::GEMM_BF16_TN_N128,
 ];
 
 impl Kern {
@@ -362,8 +359,8 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
     }
     let mut steps = Vec::new();
     let (path, tickets, tma, split);
-    let mut tile_n = 256;
-    let blocks = ceil(n, 64);
+    let mut tile_n = abi::GEMM_TILE_N;
+    let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
     // Past M = 8 the GEMV's MMA form streams a weight matrix larger than L2 slower than the TMA GEMM
     // does (lm_head on the H200: GEMV 270-547 us at M = 16-64, the GEMM 210 us at M = 128;
     // docs/perf/2026-12-02-matmul-library-bench.md); below L2's size the GEMV stays ahead.
@@ -401,10 +398,11 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
     } else if elem == Elem::Bf16 && aligned && y_aligned && k.is_multiple_of(8) {
         // 128x256 tiles, or 128x128 when the wide tiles would fill fewer than half the SMs (M = 512 of
         // the Qwen matrices: 24-80 wide tiles for 132 SMs; docs/perf/2026-12-02-matmul-bringup.md).
-        let narrow = ceil(m, 128) * ceil(n, 256) * 2 < sms;
-        tile_n = if narrow { 128 } else { 256 };
-        let tiles = ceil(m, 128) * ceil(n, u64::from(tile_n));
-        let kblocks = ceil(k, 64);
+        let (tm, tk) = (u64::from(abi::GEMM_TILE_M), u64::from(abi::GEMM_TILE_K));
+        let narrow = ceil(m, tm) * ceil(n, u64::from(abi::GEMM_TILE_N)) * 2 < sms;
+        tile_n = if narrow { abi::GEMM_N128_TILE_N } else { abi::GEMM_TILE_N };
+        let tiles = ceil(m, tm) * ceil(n, u64::from(tile_n));
+        let kblocks = ceil(k, tk);
         // Fewer tiles than SMs: split K in whole waves, in the kernel's own arithmetic (the splits a K of
         // `kblocks` blocks keeps after `per` blocks each).
         let asked = if tiles < sms { (sms / tiles).clamp(1, kblocks) } else { 1 };
@@ -435,7 +433,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
         steps.push(Step {
             kern,
             grid: [word((tiles * splits).min(sms).min(budget)), 1, 1],
-            block: [384, 1, 1],
+            block: [abi::GEMM_THREADS, 1, 1],
             dynamic_shared: smem,
             args,
         });
