@@ -7,7 +7,8 @@
 mod common;
 
 use omega::half::bf16;
-use omega::tma::{encode_tiled, TiledSpec, TmaElem, TmaSwizzle};
+use omega::kernels::matmul as mm;
+use omega::tma::encode_tiled;
 use omega::{Device, Launch, Mem};
 use rand::Rng;
 
@@ -43,6 +44,22 @@ fn check(name: &str, y: &[f32], x: &[f32], w: &[f32], [m, n, k]: [usize; 3], rng
     ok
 }
 
+/// The GEMM's two TMA descriptors (the module's specs: A boxes of 128 rows, B boxes of `b_rows`) in a
+/// device buffer, A at 0 and B at 128.
+fn descriptors<'s>(
+    s: &'s omega::Scope<'s>,
+    x_va: u64,
+    w_va: u64,
+    [m, n, k]: [usize; 3],
+    b_rows: u32,
+) -> omega::Result<Mem<'s, Device<u8>>> {
+    let a = encode_tiled(&mm::gemm_tmap_a(x_va, m as u32, k as u32)).expect("A");
+    let b = encode_tiled(&mm::gemm_tmap_b_rows(w_va, n as u32, k as u32, b_rows)).expect("B");
+    let mut bytes = a.0.to_vec();
+    bytes.extend_from_slice(&b.0);
+    s.alloc_device_from(&bytes)
+}
+
 fn main() -> omega::Result<()> {
     let seed = common::fresh_seed();
     let mut rng = common::rng(seed);
@@ -66,27 +83,7 @@ fn main() -> omega::Result<()> {
             let x: Mem<'_, Device<bf16>> = s.alloc_device_from(&xh)?;
             let w: Mem<'_, Device<bf16>> = s.alloc_device_from(&wh)?;
             let mut y = s.alloc_device_from(&vec![f32::NAN; m * n])?;
-            let a = encode_tiled(&TiledSpec::matrix(
-                TmaElem::Bf16,
-                x.va(),
-                [m as u64, k as u64],
-                2 * k as u64,
-                [128, 64],
-                TmaSwizzle::B128,
-            ))
-            .expect("A");
-            let b = encode_tiled(&TiledSpec::matrix(
-                TmaElem::Bf16,
-                w.va(),
-                [n as u64, k as u64],
-                2 * k as u64,
-                [256, 64],
-                TmaSwizzle::B128,
-            ))
-            .expect("B");
-            let mut descs = a.0.to_vec();
-            descs.extend_from_slice(&b.0);
-            let d: Mem<'_, Device<u8>> = s.alloc_device_from(&descs)?;
+            let d = descriptors(s, x.va(), w.va(), [m, n, k], mm::GEMM_TILE_N)?;
             let kern = module.kernel("omega_gemm_bf16_tn")?;
             let tiles = (m.div_ceil(128) * n.div_ceil(256)) as u32;
             let l = Launch::new(&kern)
@@ -138,27 +135,7 @@ fn main() -> omega::Result<()> {
             let x: Mem<'_, Device<bf16>> = s.alloc_device_from(&xh)?;
             let w: Mem<'_, Device<bf16>> = s.alloc_device_from(&wh)?;
             let mut y = s.alloc_device_from(&vec![f32::NAN; m * n])?;
-            let a = encode_tiled(&TiledSpec::matrix(
-                TmaElem::Bf16,
-                x.va(),
-                [m as u64, k as u64],
-                2 * k as u64,
-                [128, 64],
-                TmaSwizzle::B128,
-            ))
-            .expect("A");
-            let b = encode_tiled(&TiledSpec::matrix(
-                TmaElem::Bf16,
-                w.va(),
-                [n as u64, k as u64],
-                2 * k as u64,
-                [bn, 64],
-                TmaSwizzle::B128,
-            ))
-            .expect("B");
-            let mut descs = a.0.to_vec();
-            descs.extend_from_slice(&b.0);
-            let d: Mem<'_, Device<u8>> = s.alloc_device_from(&descs)?;
+            let d = descriptors(s, x.va(), w.va(), [m, n, k], bn)?;
             let tiles = (m.div_ceil(128) * n.div_ceil(bn as usize)) as u32;
             let kblocks = k.div_ceil(64) as u32;
             // Whole waves: as many splits as fit the SMs once (a second, partial wave costs a whole unit).
@@ -212,11 +189,7 @@ fn main() -> omega::Result<()> {
             let x = s.alloc_device_from(&xh)?;
             let w = s.alloc_device_from(&wh)?;
             let mut y = s.alloc_device_from(&vec![f32::NAN; m * n])?;
-            let blocks = n.div_ceil(64) as u32;
-            let want = (4 * SMS).div_ceil(blocks);
-            let mut split = want.min(k as u32 / 128).max(1);
-            let kps = (k as u32).div_ceil(split).div_ceil(32) * 32;
-            split = (k as u32).div_ceil(kps);
+            let mm::GemvPlan { blocks, split, k_per_split: kps } = mm::gemv_plan(n as u32, k as u32, SMS);
             let work = s.alloc_device::<f32>((split as usize * m * n).max(1))?;
             let tickets = s.alloc_device_from(&vec![0u32; blocks as usize])?;
             let mb = if m <= 8 {
