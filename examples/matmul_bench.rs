@@ -2,9 +2,17 @@
 //! PyTorch in the same run; its metric names are these).
 //!
 //! On the platform it runs on, times the device-resident calls of `omega::libs::matmul` — operands in
-//! device-only buffers, the median of `--iters` runs after three warm-up calls, each timed by the session
-//! (`Info::device_ns`: submit to completion of every launch on the platform clock) — and prints one
-//! `omega.<metric> <value>` line per figure:
+//! device-only buffers — the way the peer times torch's calls: the shorter of
+//!
+//! - one call: the median of `--iters` calls after three warm-ups, each timed by the session
+//!   (`Info::device_ns`: submit to completion of every launch on the platform clock, so one launch round
+//!   trip is inside it), printed as `<metric>_call_us`; and
+//! - back-to-back calls: the same product added [`REPS`] times to one command list (the default ordering: each
+//!   launch waits for the one before), submitted four times; per submission the completion stamps give
+//!   `(stamp of the last launch - stamp of the first product's last launch) / (REPS - 1)`, the median of the
+//!   last three is `<metric>_list_us` (the GPU running ahead of the host, as torch's 20-call rounds do);
+//!
+//! and prints one `omega.<metric> <value>` line per figure:
 //!
 //! - `matmul_bf16_<n>x<n>x<n>_tflops` for n in {4096, 8192}, and `matmul_f32_8192x8192x8192_tflops`;
 //! - for each Qwen3-30B-A3B matrix (qkv, o, router, gateup, down, lmhead) at M in {1, 2, 4, 8, 16, 32, 64,
@@ -23,6 +31,7 @@
 
 use std::time::Instant;
 
+use omega::cmdlist::CmdListBuilder;
 use omega::error::Stage;
 use omega::libs::matmul::{self, GroupedShape, Info, Matmul, MatmulError, Shape};
 use omega::{Device, Error, Gpu, Mem, Scope};
@@ -51,6 +60,9 @@ enum BenchError {
         want: f64,
         bound: f64,
     },
+    /// A command list of repeated products did not complete.
+    #[error(transparent)]
+    List(#[from] omega::cmdlist::CmdListError),
     /// The host-pointer entry failed (its text is printed before the run stops).
     #[error("{}: omega_gpu_matmul_bf16 {m}x{n}x{k} returned {rc}", Stage::Bench)]
     HostEntry { m: u32, n: u32, k: u32, rc: i32 },
@@ -76,6 +88,8 @@ const QWEN: [(&str, u32, u32); 6] = [
     ("lmhead", 151_936, 2048),
 ];
 const MS: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096];
+/// Products per command list in the back-to-back timing (torch's rounds are 20 calls).
+const REPS: usize = 20;
 
 struct Opts {
     quick: bool,
@@ -148,7 +162,31 @@ fn time<'s>(
     Ok((gpu, median(ts), last))
 }
 
-/// A dense bf16 product at `shape`, timed; with `--check`, one random element verified.
+/// The steady time of one product in `list`, which holds `REPS` of them of `per` launches each.
+fn list_secs<'s>(gpu: Gpu<'s>, list: &mut CmdListBuilder<'_, 's>, per: usize) -> Result<(Gpu<'s>, f64), BenchError> {
+    let mut gpu = gpu;
+    let mut ts = Vec::new();
+    for round in 0..4 {
+        let done = gpu.submit(list).map_err(|e| e.error)?;
+        gpu = done.gpu;
+        let stamps = list.stamps();
+        let (first, last) = (stamps[per - 1], stamps[REPS * per - 1]);
+        if round > 0 {
+            ts.push(last.saturating_sub(first) as f64 * 1e-9 / (REPS - 1) as f64);
+        }
+    }
+    Ok((gpu, median(ts)))
+}
+
+/// Prints the call and list figures of `tag` and returns the shorter (the peer's rule).
+fn report(tag: &str, call: f64, list: f64) -> f64 {
+    println!("omega.{tag}_call_us {:.3}", call * 1e6);
+    println!("omega.{tag}_list_us {:.3}", list * 1e6);
+    call.min(list)
+}
+
+/// A dense bf16 product at `shape`, timed as one call and back to back; with `--check`, one random
+/// element verified. Returns the token, the call and list seconds, and the call's info.
 fn dense_bf16<'s>(
     s: &'s Scope<'s>,
     gpu: Gpu<'s>,
@@ -156,7 +194,7 @@ fn dense_bf16<'s>(
     rng: &mut impl Rng,
     o: &Opts,
     shape: Shape,
-) -> Result<(Gpu<'s>, f64, Info), BenchError> {
+) -> Result<(Gpu<'s>, [f64; 2], Info), BenchError> {
     let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
     let xh = bf16s(rng, m * k);
     let wh = bf16s(rng, n * k);
@@ -171,7 +209,12 @@ fn dense_bf16<'s>(
         let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
         verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
     }
-    Ok((gpu, t, info))
+    let mut list = s.cmdlist()?;
+    for _ in 0..REPS {
+        mm.add_bf16(&mut list, &x, &w, &y, shape)?;
+    }
+    let (gpu, l) = list_secs(gpu, &mut list, info.launches as usize)?;
+    Ok((gpu, [t, l], info))
 }
 
 fn cubes<'s>(
@@ -184,9 +227,10 @@ fn cubes<'s>(
     let mut gpu = gpu;
     for n in if o.quick { vec![256u32] } else { vec![4096, 8192] } {
         let shape = Shape::new(n, n, n);
-        let (g, t, info) = dense_bf16(s, gpu, mm, rng, o, shape)?;
+        let (g, [call, list], info) = dense_bf16(s, gpu, mm, rng, o, shape)?;
         gpu = g;
         println!("# bf16 {shape}: {}", describe(&info));
+        let t = report(&format!("matmul_bf16_{n}x{n}x{n}"), call, list);
         println!("omega.matmul_bf16_{n}x{n}x{n}_tflops {:.4}", 2.0 * f64::from(n).powi(3) / t / 1e12);
     }
     let n = if o.quick { 128u32 } else { 8192 };
@@ -226,10 +270,11 @@ fn qwen<'s>(
         let ms: &[u32] = if o.quick { &[1, 64] } else { &MS };
         for &m in ms {
             let shape = Shape::new(m, n, k);
-            let (g, t, info) = dense_bf16(s, gpu, mm, rng, o, shape)?;
+            let (g, [call, list], info) = dense_bf16(s, gpu, mm, rng, o, shape)?;
             gpu = g;
             let tag = format!("matmul_bf16_{m}x{n}x{k}");
             println!("# {name} {shape}: {}", describe(&info));
+            let t = report(&tag, call, list);
             println!("omega.{tag}_us {:.3}", t * 1e6);
             println!("omega.{tag}_tflops {:.4}", 2.0 * f64::from(m) * f64::from(n) * f64::from(k) / t / 1e12);
             println!("omega.{tag}_gbps {:.2}", 2.0 * f64::from(n) * f64::from(k) / t / 1e9);
@@ -290,7 +335,15 @@ fn grouped<'s>(
                 let want = dot(xh[token * ku..][..ku].iter().map(|&b| bf16(b)), wrow.iter().map(|&b| bf16(b)));
                 verify(Sample { kind: "grouped", shape: [t, n, k], at: [slot, c] }, got[0], want)?;
             }
+            let mut list = s.cmdlist()?;
+            for _ in 0..REPS {
+                mm.add_grouped_bf16(&mut list, &x, &w, &topk, &routing, &y, shape)?;
+            }
+            let (g, lsecs) = list_secs(gpu, &mut list, info.launches as usize)?;
+            gpu = g;
+            drop(list);
             println!("# moe {name} {shape}: {} touched {} experts", describe(&info), touched.len());
+            let secs = report(&format!("moe_{name}{suffix}_T{t}"), secs, lsecs);
             println!("omega.moe_{name}{suffix}_T{t}_us {:.3}", secs * 1e6);
             let bytes = touched.len() as f64 * 2.0 * f64::from(n) * f64::from(k);
             println!("omega.moe_{name}{suffix}_T{t}_gbps {:.2}", bytes / secs / 1e9);

@@ -22,6 +22,11 @@ pub use std::sync::{
 };
 #[cfg(not(loom))]
 pub use std::thread;
+// loom has no scoped threads; the one user (the nvidia backend's staged copies) never runs inside a model.
+#[cfg(loom)]
+pub use std::thread::scope;
+#[cfg(not(loom))]
+pub use std::thread::scope;
 
 /// Takes a std-shaped mutex, treating poisoning as still-usable state: every structure this crate guards
 /// stays consistent across a panic (updates are single assignments), and a poisoned platform lock must not

@@ -112,6 +112,12 @@ pub struct NvidiaConfig {
     /// CPU while the copy engine drains (fills) the other. Allocated at its first use, kept until close.
     /// `OMEGA_NVIDIA_STAGING_BYTES`.
     pub staging_bytes: u64,
+    /// Staged copies move at most this many bytes per piece (and at most a half), so the CPU's side of a
+    /// copy smaller than a half still overlaps the copy engine's. `OMEGA_NVIDIA_STAGING_PIECE_BYTES`.
+    pub staging_piece_bytes: u64,
+    /// CPU threads that copy a staged piece between the caller's memory and the ring (each taking at
+    /// least 1 MiB of it); 1 keeps every copy on the calling thread. `OMEGA_NVIDIA_COPY_THREADS`.
+    pub copy_threads: u64,
     /// A sync of at least this many bytes of a buffer whose view is not registered may register it (see
     /// `register_after`). 0: views are only registered at allocation (`pin_views_max`).
     /// `OMEGA_NVIDIA_REGISTER_SYNC_BYTES`.
@@ -178,6 +184,11 @@ impl Default for NvidiaConfig {
             huge_from: env_or("OMEGA_NVIDIA_HUGE_FROM", memory::HUGE_FROM).max(memory::PAGE),
             staging_bytes: env_or("OMEGA_NVIDIA_STAGING_BYTES", 64 << 20).max(memory::PAGE) / memory::PAGE
                 * memory::PAGE,
+            // One CPU thread copies pageable memory into the ring at about 6 GB/s on the H200's host, a
+            // ninth of the copy engine's 55 (docs/perf/2026-12-01-memory-wait-validation.md): eight
+            // threads on pieces of 8 MiB let the copy engine set the pace.
+            staging_piece_bytes: env_or("OMEGA_NVIDIA_STAGING_PIECE_BYTES", 8 << 20).max(memory::PAGE),
+            copy_threads: env_or("OMEGA_NVIDIA_COPY_THREADS", 8).max(1),
             register_sync_bytes: env_or("OMEGA_NVIDIA_REGISTER_SYNC_BYTES", 16 << 20),
             // Pinning costs about 0.5 ms per MiB on the H200's host (16 GiB of staging took 7.8 s), five
             // times a ring sync of the same bytes: a buffer synced once is not worth it, one synced again is.

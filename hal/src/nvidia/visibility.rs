@@ -163,10 +163,131 @@ struct ViewedBuffer {
     bar1: Option<*mut u8>,
 }
 
-/// Piece `i` of a staged copy of `len` bytes through halves of `half`: its offset in the copy, its length
-/// and the ring offset of its half (pieces alternate between the two).
-fn piece(i: u64, len: u64, half: u64) -> (u64, u64, u64) {
-    (i * half, half.min(len - i * half), (i % 2) * half)
+/// Piece `i` of a staged copy of `len` bytes in pieces of `size` through halves of `half >= size`: its
+/// offset in the copy, its length and the ring offset of its half (pieces alternate between the two).
+fn piece(i: u64, len: u64, size: u64, half: u64) -> (u64, u64, u64) {
+    (i * size, size.min(len - i * size), (i % 2) * half)
+}
+
+/// Bytes of a piece each CPU thread of a [`Crew`] must have at least: below it a thread's start costs
+/// more than its share of the copy.
+const CREW_SHARE_MIN: u64 = 1 << 20;
+
+/// The threads that copy pieces of `piece` bytes: `threads` (the setting), fewer when the piece would
+/// give each less than [`CREW_SHARE_MIN`].
+fn crew_size(threads: u64, piece: u64) -> u64 {
+    threads.min(piece / CREW_SHARE_MIN).max(1)
+}
+
+/// The ring's CPU mapping, as an address a worker thread can carry.
+#[derive(Clone, Copy)]
+struct RingBytes {
+    ptr: *mut u8,
+}
+
+// SAFETY: the ring is pinned host memory owned by the open device for as long as the copy runs (the
+// workers are scoped to it); which thread touches which bytes when is the staged protocol's, argued at
+// each copy.
+unsafe impl Send for RingBytes {}
+// SAFETY: as for Send: shared references only carry the address.
+unsafe impl Sync for RingBytes {}
+// SAFETY: `HostBytes` is the caller's slice of a sync, alive for the whole (scoped) copy; the protocol
+// gives each byte to one thread at a time.
+unsafe impl Send for HostBytes {}
+// SAFETY: as for Send.
+unsafe impl Sync for HostBytes {}
+
+/// Copies bytes `from..to` of `host` to (`ToGpu`) or from (`ToCpu`) the ring at `slot` (the ring offset
+/// of byte `from`).
+///
+/// # Safety
+/// - `host` holds at least `to` bytes, and the ring at least `slot + (to - from)` bytes;
+/// - nothing else reads or writes those host bytes or ring bytes while this runs (the copy engine
+///   included), and the two ranges do not overlap.
+unsafe fn move_bytes(host: HostBytes, ring: RingBytes, dir: Direction, (from, to): (u64, u64), slot: u64) {
+    let n = (to - from) as usize;
+    // SAFETY: both ranges are inside their memory and owned by this call (the caller's promise).
+    unsafe {
+        let (h, r) = (host.ptr.add(from as usize), ring.ptr.add(slot as usize));
+        match dir {
+            Direction::ToGpu => ptr::copy_nonoverlapping(h.cast_const(), r, n),
+            Direction::ToCpu => ptr::copy_nonoverlapping(r.cast_const(), h, n),
+        }
+    }
+}
+
+/// The CPU threads of one large staged copy: each piece is cut in `threads` shares, one per worker; the
+/// protocol allows pieces in order (`allow`) and waits for them (`wait_done`).
+struct Crew {
+    threads: u64,
+    /// Pieces the workers may move: `0 .. allowed`.
+    allowed: sync::AtomicU64,
+    /// Shares moved so far, over all pieces.
+    done: sync::AtomicU64,
+    /// The copy failed: workers stop at the next piece.
+    abort: sync::AtomicBool,
+}
+
+impl Crew {
+    fn new(threads: u64) -> Self {
+        Crew {
+            threads,
+            allowed: sync::AtomicU64::new(0),
+            done: sync::AtomicU64::new(0),
+            abort: sync::AtomicBool::new(false),
+        }
+    }
+
+    /// Worker `w`'s bytes of a piece of `n` bytes: `n / threads` rounded to 64 bytes, the last worker
+    /// taking the rest.
+    fn share(n: u64, w: u64, threads: u64) -> (u64, u64) {
+        let each = (n / threads) & !63;
+        let a = each * w;
+        (a, if w + 1 == threads { n } else { a + each })
+    }
+
+    /// A worker: moves its share of every piece once the protocol allowed it.
+    fn work(&self, pieces: u64, mut move_share: impl FnMut(u64)) {
+        for i in 0..pieces {
+            let mut spins = 0u32;
+            while self.allowed.load(sync::Ordering::Acquire) <= i {
+                if self.abort.load(sync::Ordering::Acquire) {
+                    return;
+                }
+                spin(&mut spins);
+            }
+            move_share(i);
+            self.done.fetch_add(1, sync::Ordering::Release);
+        }
+    }
+
+    /// Lets the workers move piece `i` (and every piece before it); the protocol allows pieces in order.
+    fn allow(&self, i: u64) {
+        self.allowed.store(i + 1, sync::Ordering::Release);
+    }
+
+    /// Waits until every share of pieces `0..=i` was moved. A worker only ever waits for `allow`, which
+    /// the protocol calls before it waits here, and a share's copy cannot fail, so this ends.
+    fn wait_done(&self, i: u64) {
+        let mut spins = 0u32;
+        while self.done.load(sync::Ordering::Acquire) < (i + 1) * self.threads {
+            spin(&mut spins);
+        }
+    }
+
+    fn abort(&self) {
+        self.abort.store(true, sync::Ordering::Release);
+    }
+}
+
+/// One step of a short busy wait: spin first, then give the core away (a piece takes tens of µs).
+fn spin(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 256 {
+        core::hint::spin_loop();
+    } else {
+        sync::thread::yield_now();
+    }
 }
 
 impl OpenDevice {
@@ -302,7 +423,10 @@ impl OpenDevice {
         }
     }
 
-    /// The pieces of [`OpenDevice::staged_copy`] on the ring at (`ring_va`, `ring_cpu`) with halves of `half`.
+    /// The pieces of [`OpenDevice::staged_copy`] on the ring at (`ring_va`, `ring_cpu`) with halves of
+    /// `half`: pieces of at most `staging_piece_bytes`, so that even a copy smaller than a half overlaps
+    /// the CPU's side with the copy engine's; the CPU's side is the calling thread's, or a [`Crew`]'s
+    /// when the pieces are large enough to split.
     #[allow(clippy::too_many_arguments)]
     fn staged_pieces(
         &mut self,
@@ -314,23 +438,85 @@ impl OpenDevice {
         clock: &dyn Clock,
         what: &'static str,
     ) -> Result<(), HalError> {
-        let pieces = host.len.div_ceil(half);
-        let piece = |i| piece(i, host.len, half);
+        let size = half.min(c.staging_piece_bytes.max(PAGE));
+        let pieces = host.len.div_ceil(size);
+        let piece = |i| piece(i, host.len, size, half);
+        let ring = RingBytes { ptr: ring_cpu };
+        let threads = crew_size(c.copy_threads, host.len.min(size));
+        if threads <= 1 {
+            let cpu = |i: u64| {
+                let (off, n, slot) = piece(i);
+                // SAFETY: `host` holds `len` bytes and `off + n <= len`; the ring half at `slot` holds
+                // `half >= n` bytes, and `protocol` calls this only while the copy engine is not using it.
+                unsafe { move_bytes(host, ring, dir, (off, off + n), slot) }
+            };
+            return self.staged_protocol(pieces, &piece, (ring_va, vid_va), dir, c, clock, what, &cpu, &|_| ());
+        }
+        let crew = Crew::new(threads);
+        sync::scope(|scope| {
+            for w in 0..threads {
+                let crew = &crew;
+                scope.spawn(move || {
+                    crew.work(pieces, |i| {
+                        let (off, n, slot) = piece(i);
+                        let (a, b) = Crew::share(n, w, threads);
+                        // SAFETY: as for the single thread above, for the bytes `a..b` of the piece, which
+                        // no other worker touches (`share` cuts disjoint ranges); `work` calls this only
+                        // after the protocol allowed piece `i`.
+                        unsafe { move_bytes(host, ring, dir, (off + a, off + b), slot + a) }
+                    })
+                });
+            }
+            let r = self.staged_protocol(
+                pieces,
+                &piece,
+                (ring_va, vid_va),
+                dir,
+                c,
+                clock,
+                what,
+                &|i| crew.allow(i),
+                &|i| crew.wait_done(i),
+            );
+            if r.is_err() {
+                crew.abort();
+            }
+            r
+        })
+    }
+
+    /// The order of a staged copy: the copy engine works on one half while the CPU's side (`start(i)`
+    /// makes piece `i`'s begin, `finish(i)` waits until pieces up to `i` are done) works on the other;
+    /// at most one copy-engine piece is in flight, and a half is handed to one side only after the other
+    /// finished with it.
+    #[allow(clippy::too_many_arguments)]
+    fn staged_protocol(
+        &mut self,
+        pieces: u64,
+        piece: &dyn Fn(u64) -> (u64, u64, u64),
+        (ring_va, vid_va): (u64, u64),
+        dir: Direction,
+        c: &NvidiaConfig,
+        clock: &dyn Clock,
+        what: &'static str,
+        start: &dyn Fn(u64),
+        finish: &dyn Fn(u64),
+    ) -> Result<(), HalError> {
         match dir {
             Direction::ToGpu => {
                 let mut pending: Option<Wait> = None;
+                start(0);
                 for i in 0..pieces {
                     let (off, n, slot) = piece(i);
-                    // SAFETY: `host` holds `len` readable bytes and `off + n <= len`; the ring half holds
-                    // `half >= n` bytes, and its last user (piece i - 2) completed before piece i - 1 was
-                    // sent. Host memory and the ring never overlap.
-                    unsafe {
-                        ptr::copy_nonoverlapping(host.ptr.add(off as usize), ring_cpu.add(slot as usize), n as usize)
-                    };
+                    finish(i);
                     if let Some(w) = pending.take() {
                         self.channels.wait(w, clock)?;
                     }
                     pending = Some(self.submit_copy(ring_va + slot, vid_va + off, n, c, what)?);
+                    // Piece i + 1 goes into the half of piece i - 1, whose copy completed above.
+                    if i + 1 < pieces {
+                        start(i + 1);
+                    }
                 }
                 if let Some(w) = pending {
                     self.channels.wait(w, clock)?;
@@ -340,19 +526,18 @@ impl OpenDevice {
                 let (_, n0, slot0) = piece(0);
                 let mut pending = Some(self.submit_copy(vid_va, ring_va + slot0, n0, c, what)?);
                 for i in 0..pieces {
-                    let (off, n, slot) = piece(i);
                     self.channels.wait(pending.take().expect("piece i was sent"), clock)?;
                     if i + 1 < pieces {
+                        // Piece i + 1 fills the half piece i - 1 was drained from.
+                        if i >= 1 {
+                            finish(i - 1);
+                        }
                         let (next_off, next_n, next_slot) = piece(i + 1);
                         pending = Some(self.submit_copy(vid_va + next_off, ring_va + next_slot, next_n, c, what)?);
                     }
-                    // SAFETY: piece i completed (waited above) into its half, which the copy engine does not
-                    // touch again until piece i + 2, sent after this copy; `host` holds `len` writable bytes
-                    // and `off + n <= len`. Host memory and the ring never overlap.
-                    unsafe {
-                        ptr::copy_nonoverlapping(ring_cpu.add(slot as usize), host.ptr.add(off as usize), n as usize)
-                    };
+                    start(i);
                 }
+                finish(pieces - 1);
             }
         }
         Ok(())
@@ -456,9 +641,24 @@ mod tests {
     #[test]
     fn staged_pieces_cover_the_copy_once_and_alternate_halves() {
         let (len, half): (u64, u64) = (5 * 4096 + 100, 2 * 4096);
-        let pieces: Vec<_> = (0..len.div_ceil(half)).map(|i| piece(i, len, half)).collect();
+        let pieces: Vec<_> = (0..len.div_ceil(half)).map(|i| piece(i, len, half, half)).collect();
         assert_eq!(pieces, [(0, half, 0), (half, half, half), (2 * half, 4096 + 100, 0)]);
         assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), len);
-        assert_eq!(piece(0, 4, half), (0, 4, 0), "a small sync is one piece in the first half");
+        assert_eq!(piece(0, 4, half, half), (0, 4, 0), "a small sync is one piece in the first half");
+        // Pieces smaller than a half still alternate between the halves' starts.
+        assert_eq!(piece(3, len, 4096, half), (3 * 4096, 4096, half));
+    }
+
+    #[test]
+    fn crew_shares_cut_a_piece_once_in_64_byte_steps() {
+        for (n, t) in [(8u64 << 20, 8u64), (5 << 20, 3), ((1 << 20) + 7, 2)] {
+            let shares: Vec<_> = (0..t).map(|w| Crew::share(n, w, t)).collect();
+            assert_eq!(shares[0].0, 0);
+            assert_eq!(shares.last().unwrap().1, n);
+            assert!(shares.windows(2).all(|p| p[0].1 == p[1].0 && p[0].1 % 64 == 0), "{shares:?}");
+        }
+        assert_eq!(crew_size(8, 8 << 20), 8);
+        assert_eq!(crew_size(8, 3 << 20), 3);
+        assert_eq!(crew_size(8, 4096), 1, "a small piece stays on the calling thread");
     }
 }
