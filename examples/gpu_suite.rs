@@ -432,6 +432,95 @@ fn hang_latches() -> CaseResult {
     ))
 }
 
+/// Child: recovery from a latch. A kernel that never ends and beats a counter (`spin_beat`, 132 blocks)
+/// latches the process at its 100 ms timeout; `Latched::recover` stops and frees the channel and its group
+/// and watches the parked buffers, which must show the counter moving before the stop and nothing moving
+/// after it; then the parked bytes are back to zero, the driver's free framebuffer is what it was before
+/// the case allocated anything (the memory went back), and the reopened device in this same process adds
+/// 1M random vectors into a poisoned output, checked. The recovery's time is printed as a bench line.
+fn recover_after_hang() -> CaseResult {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
+    // The driver's figure with only the session's own buffers allocated: what a fresh open holds.
+    let free_open = dev.mem_info().map_err(err)?.free_bytes;
+    let scoped = dev.scope(|s, gpu| -> Result<u64, String> {
+        let mut flag = s.alloc::<u32>(1).map_err(err)?;
+        flag.fill(0).map_err(err)?;
+        let mut beat = s.alloc::<u32>(1).map_err(err)?;
+        beat.fill(0).map_err(err)?;
+        let _weights = s.alloc::<f32>(16 << 20).map_err(err)?;
+        let held = omega::session::runtime().mem_info().map_err(err)?.free_bytes;
+        let k = s.load("spin_beat").map_err(err)?;
+        let l = Launch::new(&k).grid([132, 1, 1]).block([128, 1, 1]).timeout_ms(100).arg(&flag).arg(&beat);
+        let e = gpu.launch(&l).unwrap_err();
+        if e.gpu.is_some() || !matches!(e.error, Error::Timeout { .. }) {
+            return Err(format!("expected a latching timeout, got {}", e.error));
+        }
+        Ok(held)
+    });
+    let Scoped::Latched(latched, held) = scoped else { return Err("scope did not end latched".into()) };
+    let free_latched = held?;
+    let parked = latched.parked();
+    let t = Instant::now();
+    let (closed, r) = latched.recover().map_err(|f| format!("recovery failed: {f}"))?;
+    let recover_ms = t.elapsed().as_secs_f64() * 1e3;
+    if r.moved_before_stop == 0 {
+        return Err(format!("the heartbeat never saw the kernel's counter move before the stop: {r:?}"));
+    }
+    if closed.is_blocked() || closed.parked() != omega::session::ParkStats::default() {
+        return Err(format!("after recovery: blocked {}, parked {:?}", closed.is_blocked(), closed.parked()));
+    }
+    let dev = closed.open().map_err(|e| format!("reopen after recovery: {}", e.error))?;
+    let free_reopened = dev.mem_info().map_err(err)?.free_bytes;
+    // The reopened session holds what the first open held; the parked buffers (64 MiB of weights among
+    // them) went back to the driver. A few MiB of slack for the driver's own bookkeeping.
+    if free_reopened + (8 << 20) < free_open {
+        return Err(format!(
+            "device memory not returned: {:.1} MiB free at the first open, {:.1} MiB after reopening",
+            free_open as f64 / MIB,
+            free_reopened as f64 / MIB
+        ));
+    }
+    let n = 1 << 20;
+    let mut g = rng();
+    let (a, b) = (common::random_f32(&mut g, n), common::random_f32(&mut g, n));
+    let bad = match dev.scope(|s, gpu| -> Result<usize, String> {
+        let (da, db) = (s.alloc_from(&a).map_err(err)?, s.alloc_from(&b).map_err(err)?);
+        let mut dc = common::poisoned_f32(s, n).map_err(err)?;
+        let k = s.load("vector_add").map_err(err)?;
+        let l = Launch::new(&k).grid([n.div_ceil(256) as u32, 1, 1]).block([256, 1, 1]);
+        gpu.launch(&l.arg(&da).arg(&db).arg(&dc).arg(n as u32)).map_err(err)?;
+        Ok(common::mismatches(&dc.to_vec().map_err(err)?, &omega::kernels::vector_add_ref(&a, &b)).len())
+    }) {
+        Scoped::Open(_, r) => r?,
+        Scoped::Latched(l, _) => return Err(format!("the reopened device latched: {}", l.cause())),
+    };
+    if bad > 0 {
+        return Err(format!("vector add after recovery: {bad} of {n} elements wrong"));
+    }
+    println!(
+        "bench recover: {recover_ms:.2} ms wall ({:.2} ms on the platform clock, {} us heartbeat intervals x 2)",
+        r.elapsed_ns as f64 / 1e6,
+        r.interval_us
+    );
+    Ok(format!(
+        "latched, {} buffers / {:.1} MiB parked ({:.1} MiB of device memory held); stopped by {}; channel: {}; \
+         heartbeat over {} buffers ({} bytes, {} unwatched) moved in {} before the stop, none after; \
+         released, reopened: free {:.1} MiB at first open, {:.1} MiB after; 1M vector add checked",
+        parked.buffers,
+        parked.bytes as f64 / MIB,
+        free_open.saturating_sub(free_latched) as f64 / MIB,
+        r.steps.join(", "),
+        r.channel,
+        r.watched_buffers,
+        r.watched_bytes,
+        r.unwatched_buffers,
+        r.moved_before_stop,
+        free_open as f64 / MIB,
+        free_reopened as f64 / MIB,
+    ))
+}
+
 /// Child: a store to an unmapped address.
 fn mmu_fault() -> CaseResult {
     let t0 = Instant::now();
@@ -1393,6 +1482,7 @@ fn main() -> ExitCode {
         let r = match args[2].as_str() {
             "hang" => hang_latches(),
             "fault" => mmu_fault(),
+            "recover" => recover_after_hang(),
             other => Err(format!("no case {other}")),
         };
         return match r {
@@ -1452,6 +1542,7 @@ fn main() -> ExitCode {
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
+        ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {

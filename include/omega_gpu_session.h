@@ -188,6 +188,16 @@ int omega_gpu_session_is_blocked(void);
 // the device closed all the same).
 void omega_gpu_session_close(void);
 
+// EXPERIMENTAL. Recovers from the latch: the platform stops the latched work and tears down its channel
+// and channel group, the first bytes of every parked buffer are read twice over an interval by the CPU
+// and must not change, and only then is every buffer of the session released (the parked ones with the
+// rest) and the device closed, and the latch cleared. Takes the lock itself: call it without the lock (a
+// caller that holds it is refused, stage `lock`). Returns 0: the device is closed, the next open reopens
+// it, and every handle of the old device is stale. Returns -1 with stage `recover` when the process is
+// not latched, when the platform cannot stop the work or refused a step of it, or when a parked buffer
+// still changed after the stop: the process is then still latched and nothing was released.
+int omega_gpu_session_recover(void);
+
 // STABLE. Device opens so far in this process (a persistent session shows 1). Any thread.
 uint32_t omega_gpu_session_open_count(void);
 

@@ -70,13 +70,13 @@ pub mod cmdlist {
 
 pub use crate::core::session::DeviceInfo;
 pub use args::LaunchArgs;
-pub use error::{Error, LaunchArgError, Result, SettingError, Stage};
+pub use error::{Error, LaunchArgError, RecoverError, Result, SettingError, Stage};
 /// The half-precision scalars (`bf16`, `f16`) that buffers and arguments may hold.
 pub use half;
 pub use kept::{Kept, KeptModule};
 pub use kernel::{Kernel, Module};
 pub use launch::{ArgBlock, KernelArg, Launch};
-pub use locked::{lock, try_lock, Latched, Locked, OpenError};
+pub use locked::{lock, try_lock, Latched, Locked, OpenError, RecoverFailed};
 pub use mem::Mem;
 /// `#[derive(LaunchArgs)]` and `kernel!`: see [`args`].
 pub use omega_macros::{kernel, LaunchArgs};

@@ -252,6 +252,11 @@ fn parked_buffers_past_the_listed_512_are_counted_untracked() {
     latch("park_max");
 }
 
+#[test]
+fn a_latch_is_recovered_and_the_reopened_device_runs_a_checked_launch() {
+    latch("hang_recover");
+}
+
 fn cmdlist(scenario: &str) {
     let exe = build(&format!("cmdlist_{scenario}"), &["tests/c/cmdlist.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));

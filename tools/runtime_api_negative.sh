@@ -84,6 +84,11 @@ expect_fail "STABLE entry with no section" doc.md \
 expect_fail "quoted struct typedef no header has (a field's type changed)" doc.md \
     'text.replace("typedef struct { uint64_t buffers; uint64_t untracked; uint64_t bytes; } OmegaGpuParkStats;", "typedef struct { uint64_t buffers; uint32_t untracked; uint64_t bytes; } OmegaGpuParkStats;")'
 
+expect_fail "removed EXPERIMENTAL function (omega_gpu_session_recover)" include/omega_gpu_session.h \
+    'text.replace("int omega_gpu_session_recover(void);\n", "")'
+expect_fail "EXPERIMENTAL entry promoted to STABLE without a section (omega_gpu_session_recover)" manifest \
+    'text.replace("fn omega_gpu_session_recover EXPERIMENTAL", "fn omega_gpu_session_recover STABLE")'
+
 expect_fail "removed library function (omega_gpu_matmul_api.h)" include/omega_gpu_matmul_api.h \
     'text.replace("uint32_t omega_gpu_matmul_cta_budget(void);\n", "")'
 expect_fail "library struct no longer 160 bytes (OmegaGpuMatmulInfo)" include/omega_gpu_matmul_api.h \

@@ -54,7 +54,7 @@ pub use caps::{
     Services, MIN_CODE_PREFETCH_TAIL, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR,
 };
 pub use clock::{Clock, TimerSlack, WaitPolicy};
-pub use device::{Device, DeviceInfo};
+pub use device::{Device, DeviceInfo, StopFailure, Stopped};
 pub use error::HalError;
 pub use handle::{Handle, HandleError, HandleTable};
 pub use host::HostMemory;

@@ -60,4 +60,19 @@ pub trait DeviceMemory: Send + Sync {
     unsafe fn mem_info(&self) -> Result<MemInfo, HalError> {
         Err(HalError::Unsupported("this platform does not report free device memory".into()))
     }
+
+    /// Copies `dst.len()` bytes from `offset` bytes into `a` as the device's memory holds them now, read by
+    /// the CPU directly with no engine of the device involved (no channel, no copy engine): what a
+    /// recovery samples, after [`Device::stop`](crate::device::Device::stop), to see whether work still
+    /// writes. A platform that has no direct view of that memory refuses with [`HalError::Unsupported`]
+    /// (the caller counts the buffer as not watched); nothing is estimated.
+    ///
+    /// # Safety
+    /// - The device is open and the caller holds the session lock.
+    /// - `a` came from `alloc` on this platform since the last open and was not freed since, and
+    ///   `offset + dst.len() <= a.bytes`.
+    unsafe fn peek(&self, a: &Allocation, offset: u64, dst: &mut [u8]) -> Result<(), HalError> {
+        let _ = (a, offset, dst);
+        Err(HalError::Unsupported("this platform cannot read device memory without the device".into()))
+    }
 }

@@ -12,7 +12,7 @@ use core::marker::PhantomData;
 
 use crate::error::{Error, Result};
 use crate::platform::PlatformKind;
-use crate::session::{runtime, MemInfo, MemoryStats, ParkStats, PIN_TOKEN};
+use crate::session::{runtime, MemInfo, MemoryStats, ParkStats, Recovery, PIN_TOKEN};
 use crate::state::{Closed, DeviceState, Open};
 use crate::DeviceInfo;
 use crate::Scope;
@@ -196,6 +196,46 @@ impl Latched {
     /// The failure that latched the process (its stage is [`Error::stage`]).
     pub fn cause(&self) -> Error {
         runtime().latch_cause().expect("the token exists only once the process latched, and a latch keeps its cause")
+    }
+
+    /// EXPERIMENTAL. Recovers from the latch: the platform stops the work and tears down its channel, the
+    /// parked buffers are watched for a heartbeat that must have stopped, and only then is everything the
+    /// latch kept released and the device closed. Gives back the lock with the device closed (open it
+    /// again to go on in this process) and what the recovery did; or, when the stop could not be proved,
+    /// this latch and the reason ([`crate::error::RecoverError`]), with nothing released.
+    pub fn recover(self) -> core::result::Result<(Locked<Closed>, Recovery), RecoverFailed> {
+        match runtime().recover_locked() {
+            Ok(report) => {
+                core::mem::forget(self);
+                Ok((Locked { _state: PhantomData, _not_send: PhantomData }, report))
+            }
+            Err(error) => Err(RecoverFailed { latch: self, error }),
+        }
+    }
+}
+
+/// A recovery that could not prove the device stopped the latched work: the process is still latched.
+#[derive(Debug)]
+pub struct RecoverFailed {
+    /// The latch, still held.
+    pub latch: Latched,
+    /// Why (stage `recover`; [`Error::Recover`] carries the reason as data).
+    pub error: Error,
+}
+
+impl core::fmt::Display for RecoverFailed {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for RecoverFailed {}
+
+/// `?` on a recovery in a function returning [`Error`]: the error is kept and the latch it carried
+/// dropped (releasing the lock; the process stays latched).
+impl From<RecoverFailed> for Error {
+    fn from(e: RecoverFailed) -> Error {
+        e.error
     }
 }
 

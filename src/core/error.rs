@@ -7,7 +7,7 @@
 /// The HAL's failures an [`Error`] carries, named here so that the shells need no door to the HAL.
 pub use omega_hal::cubin::CubinError;
 use omega_hal::Handle;
-pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal};
+pub use omega_hal::{ChannelFault, HalError, HandleError, Refusal, StopFailure};
 
 /// The failing stage: the first words of every failure's text (the C layer's last error is
 /// `{stage}: {cause}`), one per call or step the contract names. [`Error::stage`] returns it.
@@ -106,6 +106,8 @@ pub enum Stage {
     MatmulPlan,
     /// `matmul tensor`: a resident tensor that is not live, or not of the entry's element type.
     MatmulTensor,
+    /// `recover`: recovery from a latch (EXPERIMENTAL).
+    Recover,
 }
 
 impl Stage {
@@ -158,6 +160,7 @@ impl Stage {
             Stage::MatmulShape => "matmul shape",
             Stage::MatmulPlan => "matmul plan",
             Stage::MatmulTensor => "matmul tensor",
+            Stage::Recover => "recover",
         }
     }
 }
@@ -267,6 +270,9 @@ pub enum Error {
         /// What was wrong.
         detail: SettingError,
     },
+    /// A recovery from the latch did not prove that the device stopped this process's work: the process
+    /// is still latched and nothing was released.
+    Recover(#[source] RecoverError),
 }
 
 impl Error {
@@ -296,6 +302,7 @@ impl Error {
             Error::Load(_) => Stage::Load,
             Error::Setting { stage, .. } => *stage,
             Error::CmdList(e) => e.stage(),
+            Error::Recover(_) => Stage::Recover,
         }
     }
 
@@ -367,8 +374,47 @@ impl std::fmt::Display for Cause<'_> {
             Error::Load(e) => e.fmt(f),
             Error::CmdList(e) => e.cause().fmt(f),
             Error::Setting { detail, .. } => detail.fmt(f),
+            Error::Recover(e) => e.fmt(f),
         }
     }
+}
+
+/// Why a recovery ([`Error::Recover`]) could not prove that the device no longer runs this process's work.
+/// The process stays latched and every parked buffer stays parked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecoverError {
+    /// The process is not latched: there is nothing to recover from.
+    #[error("the process is not latched; nothing to recover from")]
+    NotLatched,
+    /// The platform could not stop the work (or has no way to); the work may still run.
+    #[error("the platform did not stop the work ({0}); process still latched")]
+    Stop(#[source] StopFailure),
+    /// Memory the latched work could write changed after the platform said the work was stopped.
+    #[error(
+        "a parked buffer (GPU address {va:#x}) changed at byte {offset} ({before:#04x} -> {after:#04x}) over {interval_us} us \
+         after the stop: the work still runs; process still latched"
+    )]
+    StillRunning {
+        /// The buffer's GPU address.
+        va: u64,
+        /// The first byte that changed, from the buffer's start.
+        offset: u64,
+        /// The byte in the first sample after the stop.
+        before: u8,
+        /// The byte in the sample one interval later.
+        after: u8,
+        /// The interval between the samples, in microseconds.
+        interval_us: u32,
+    },
+    /// Reading a parked buffer for the heartbeat failed other than by lacking a direct view.
+    #[error("sampling the parked buffer at {va:#x} failed ({source}); process still latched")]
+    Sample {
+        /// The buffer's GPU address.
+        va: u64,
+        /// What the platform said.
+        #[source]
+        source: HalError,
+    },
 }
 
 /// Why a launch descriptor failed the contract's checks ([`Error::LaunchArguments`]); nothing ran.

@@ -1,5 +1,6 @@
 //! loom models of the session's concurrency: the process lock, the latch against everything that could
-//! release memory after it, cancel from a thread without the lock, and open/close counting. Each model
+//! release memory after it, cancel from a thread without the lock, recovery from the latch against
+//! cancel, free and `is_blocked`, and open/close counting. Each model
 //! builds its own [`Runtime`] on its own simulator (the process's `runtime()` is a `std` `OnceLock`,
 //! outside what loom can model), with a simulator tuned so a launch completes within a few polls — loom
 //! explores every interleaving of every lock and atomic, so the state space must stay small.
@@ -348,6 +349,86 @@ fn a_cancel_is_never_lost() {
         }
     });
     seen.assert_all(&["completed, cancel pending", "cancelled before submit", "cancelled after submit"]);
+}
+
+/// Recovery from the latch against a thread without the lock that reads the latch and the parked
+/// buffers, cancels, then frees a buffer under the lock. Whatever the order: a thread that sees the latch
+/// gone sees the parked buffers released (never a window where `is_blocked` is 0 and the latch still
+/// holds memory); the free either parks the buffer before the recovery, which then releases it, or finds
+/// the device closed after it and releases nothing — each allocation goes back to the platform once; and
+/// the cancel is neither lost nor turned into a latch: the first launch on the reopened device sees it
+/// before submit.
+#[test]
+fn recovery_races_cancel_free_and_is_blocked() {
+    let seen = Seen::new();
+    let seen2 = seen.clone();
+    model("recover vs cancel, free, is_blocked", move || {
+        let (rt, sim) = sim_runtime(0);
+        let Setup { data, code } = open_with_buffers(&rt);
+        sim.inject(SimFault::Hang);
+        rt.lock().unwrap();
+        assert!(matches!(launch(&rt, &code, 0), Err(Error::Timeout { .. })));
+        rt.unlock().unwrap();
+        let recoverer = {
+            let rt = rt.clone();
+            thread::spawn(move || {
+                rt.lock().unwrap();
+                let r = rt.recover_locked();
+                rt.unlock().unwrap();
+                r
+            })
+        };
+        let other = {
+            let (rt, sim) = (rt.clone(), sim.clone());
+            thread::spawn(move || {
+                rt.cancel();
+                let mut data = data;
+                rt.lock().unwrap();
+                let blocked = rt.is_blocked();
+                let freed = rt.free(&mut data);
+                let parked_it = rt.is_parked(data.handle);
+                rt.unlock().unwrap();
+                // The first moment this thread, without the lock, sees the latch gone: what it kept is gone.
+                while rt.is_blocked() {
+                    thread::yield_now();
+                }
+                assert_eq!(rt.parked(), crate::session::ParkStats::default(), "latch gone, parked buffers kept");
+                assert_eq!(sim.stats().live_allocations, 0, "latch gone, memory not returned");
+                (blocked, freed, parked_it)
+            })
+        };
+        let recovered = recoverer.join().unwrap();
+        let (blocked, freed, parked_it) = other.join().unwrap();
+        let report = recovered.expect("the hang is recovered");
+        match freed {
+            Ok(()) => {
+                seen2.hit(0);
+                assert!(blocked && parked_it, "a free before the recovery parks");
+                assert_eq!(report.released.buffers, 2, "the marker buffer and the freed one");
+            }
+            Err(Error::NotOpen(Stage::Free)) => {
+                seen2.hit(1);
+                assert!(!blocked && !parked_it, "a free after the recovery finds the device closed");
+                assert_eq!(report.released.buffers, 1, "the marker buffer");
+            }
+            Err(e) => panic!("free outcome the contract does not allow: {e}"),
+        }
+        let s = sim.stats();
+        assert_eq!((s.live_allocations, s.closes), (0, 1), "everything returned once, one close");
+        assert!(!rt.is_blocked());
+        rt.lock().unwrap();
+        rt.open().expect("reopens after the recovery");
+        let code = rt.alloc_code(64).expect("alloc code");
+        let image = code_image("empty");
+        // SAFETY: as in `open_with_buffers`: a fresh coherent code buffer of at least 64 bytes, nothing
+        // else references it and no launch is running.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), code.cpu.cast::<u8>(), image.len()) };
+        assert!(matches!(launch(&rt, &code, 1_000), Err(Error::CancelledBeforeSubmit)), "cancel lost");
+        assert!(!rt.is_blocked(), "the cancel did not latch");
+        assert!(launch(&rt, &code, 1_000).is_ok());
+        rt.unlock().unwrap();
+    });
+    seen.assert_all(&["free parked before the recovery", "free after the recovery"]);
 }
 
 /// Open and close from two threads: open is counted once per real open (a second open finds the device

@@ -4,6 +4,8 @@
  *   cancel       a cancel from another thread after submit
  *   zero_timeout a launch with timeout_ms 0: it runs out at once
  *   park_max     hang, then more frees than OMEGA_GPU_SESSION_PARK_MAX: listed, then counted untracked
+ *   hang_recover hang, then omega_gpu_session_recover: the latch lifted, parked buffers released, the
+ *                device reopened and a launch checked
  * Each must: fail the launch with its stage, set is_blocked, park every later free (counted, listed,
  * never released), refuse launch, alloc, sync, close and open. */
 #define _POSIX_C_SOURCE 200809L
@@ -32,7 +34,7 @@ static void *blocked_reader(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: latch hang|refuse_poll|cancel|zero_timeout|park_max\n");
+        fprintf(stderr, "usage: latch hang|refuse_poll|cancel|zero_timeout|park_max|hang_recover\n");
         return 2;
     }
     const char *scenario = argv[1];
@@ -55,12 +57,13 @@ int main(int argc, char **argv) {
     enum { EXTRA = OMEGA_GPU_SESSION_PARK_MAX + 3 };
     static OmegaGpuMem extra[EXTRA];
     int park_max = strcmp(scenario, "park_max") == 0;
+    int recover = strcmp(scenario, "hang_recover") == 0;
     for (int i = 0; park_max && i < EXTRA; i++) CHECK(omega_gpu_session_alloc(100, &extra[i]) == 0);
     OmegaGpuAllocStats before;
     omega_gpu_session_alloc_stats(&before);
 
     int rc;
-    if (strcmp(scenario, "hang") == 0 || park_max) {
+    if (strcmp(scenario, "hang") == 0 || park_max || recover) {
         CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_HANG) == 0);
         rc = omega_gpu_session_launch(&L, NULL, NULL);
         CHECK(rc == -1);
@@ -160,6 +163,43 @@ int main(int argc, char **argv) {
     CHECK(omega_gpu_session_open_count() == 1);
     omega_gpu_session_unlock();
     CHECK(omega_gpu_session_is_blocked() == 1);
+
+    if (recover) {
+        /* It takes the lock itself: a holder is refused, and stays latched. */
+        omega_gpu_session_lock();
+        CHECK(omega_gpu_session_recover() == -1);
+        CHECK_ERROR("lock: recover takes the session lock itself");
+        omega_gpu_session_unlock();
+        CHECK(omega_gpu_session_is_blocked() == 1);
+        CHECK(omega_gpu_session_recover() == 0);
+        CHECK(omega_gpu_session_is_blocked() == 0);
+        omega_gpu_session_parked(&ps);
+        CHECK(ps.buffers == 0 && ps.untracked == 0 && ps.bytes == 0);
+        CHECK(omega_gpu_session_is_parked(spare.handle) == 0);
+        CHECK(!omega_gpu_session_is_open());
+        CHECK(omega_gpu_session_recover() == -1);
+        CHECK_ERROR("recover: the process is not latched; nothing to recover from");
+        /* The same process reopens and runs a launch whose store is checked. */
+        omega_gpu_session_lock();
+        CHECK(omega_gpu_session_open() != NULL);
+        CHECK(omega_gpu_session_open_count() == 2);
+        CHECK(omega_gpu_session_alloc(4, &out) == 0);
+        CHECK(omega_gpu_kernel_load("store_to", &k) == 0);
+        *(volatile uint32_t *)out.cpu = 0;
+        CHECK(omega_gpu_session_sync_to_gpu(&out) == 0);
+        put_va(args, out.va);
+        args[2] = 0x5eed1234u;
+        L.code_va = k.entry_va;
+        L.gpr_count = k.gpr_count;
+        CHECK(omega_gpu_session_launch(&L, NULL, NULL) == 0);
+        CHECK(omega_gpu_session_sync_to_cpu(&out) == 0);
+        CHECK(*(volatile uint32_t *)out.cpu == 0x5eed1234u);
+        omega_gpu_session_free(&out);
+        omega_gpu_session_free(&k.code);
+        omega_gpu_session_unlock();
+        omega_gpu_session_close();
+        CHECK(!omega_gpu_session_is_open());
+    }
 
     char name[64];
     snprintf(name, sizeof name, "latch %s", scenario);

@@ -243,6 +243,8 @@ pub(crate) struct Channels {
     /// The SLM backing store, and the per-thread local memory it covers (0 before the first).
     slm: Option<DriverMem>,
     slm_per_thread: u32,
+    /// The channels were stopped and freed (a recovery, `device.rs`): nothing may be sent any more.
+    pub(crate) stopped: bool,
 }
 
 /// What [`Channels`] holds, for close to release in its own order.
@@ -288,6 +290,7 @@ impl Channels {
             sem_value: 0,
             slm: None,
             slm_per_thread: 0,
+            stopped: false,
         }
     }
 
@@ -368,6 +371,10 @@ impl Channels {
 
     /// Writes `push` into the arena and rings the doorbell of the `target` channel.
     pub(crate) fn send(&mut self, base: &mut Base, target: Target, push: &Push) -> Result<(), HalError> {
+        if self.stopped {
+            // The doorbell token names a channel RM has freed.
+            return Err(HalError::Lost("nvidia: the channels were stopped and freed; close the device".into()));
+        }
         let (va, cpu) = self.arena_reserve(base, line_bytes(push.bytes()), 256)?;
         // SAFETY: the reservation is `push.bytes()` rounded to lines long and 256-byte aligned.
         unsafe { write_lines(cpu, push.words()) };

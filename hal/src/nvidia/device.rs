@@ -25,7 +25,7 @@ use super::visibility::Syncs;
 use super::{Base, Boost, GrInfo, Nvidia, NvidiaConfig, OpenDevice};
 use crate::arch::{self, Arch};
 use crate::clock::Clock;
-use crate::device::{Device, DeviceInfo};
+use crate::device::{Device, DeviceInfo, StopFailure, Stopped};
 use crate::error::HalError;
 use crate::sync;
 
@@ -468,6 +468,23 @@ impl Base {
 const CHANNEL_OBJECTS: [&str; 6] =
     ["asynchronous copy object", "copy GPFIFO channel", "debugger", "copy object", "compute object", "GPFIFO channel"];
 
+/// What a recovery's stop frees: the channels' objects, then their groups and the subcontext (every
+/// object of a channel group, so RM has nothing of this process's left to schedule).
+const STOP_OBJECTS: [&str; 9] = [
+    "asynchronous copy object",
+    "copy GPFIFO channel",
+    "copy channel group",
+    "debugger",
+    "copy object",
+    "compute object",
+    "GPFIFO channel",
+    "context share",
+    "channel group",
+];
+
+/// The channels a recovery's stop stops before freeing anything, by the name the open gave them.
+const STOPPED_CHANNELS: [&str; 2] = ["GPFIFO channel", "copy GPFIFO channel"];
+
 impl OpenDevice {
     /// Runs the whole open sequence.
     pub(crate) fn create(config: &NvidiaConfig, clock: &dyn Clock) -> Result<Box<OpenDevice>, HalError> {
@@ -499,6 +516,7 @@ impl OpenDevice {
             queue: Queue::new(compute.pool),
             syncs: Syncs::new(copy_note),
             boost,
+            stopped: None,
         });
         if let Err(e) = open.setup(clock, config) {
             open.teardown();
@@ -538,6 +556,38 @@ impl OpenDevice {
             }
         }
         Ok(())
+    }
+
+    /// A recovery's stop: every channel is stopped (NVA06F_CTRL_CMD_STOP_CHANNEL, bImmediate: disabled,
+    /// preempted off its engine or RC'd when the preempt times out, off the runlist), then every object of
+    /// the channel groups is freed (RM_FREE), the groups last. Each call must report success; the first
+    /// refusal ends the stop with its step and the driver's words, and whatever was freed stays freed (a
+    /// second stop goes on from there). Memory is not touched: the session samples it, then closes.
+    fn stop_work(&mut self) -> Result<Stopped, StopFailure> {
+        let mut steps = Vec::new();
+        // No more doorbells from here, whatever happens below: a channel may already be off its runlist.
+        self.channels.stopped = true;
+        for o in self.objects.iter().filter(|o| STOPPED_CHANNELS.contains(&o.what)) {
+            self.base.rm.stop_channel(o.handle).map_err(|source| StopFailure { step: o.what, source })?;
+            steps.push("NVA06F_CTRL_CMD_STOP_CHANNEL");
+        }
+        while let Some(i) = self.objects.iter().rposition(|o| STOP_OBJECTS.contains(&o.what)) {
+            let o = self.objects[i];
+            self.base
+                .rm
+                .free(o.parent, o.handle, "RM_FREE channel object")
+                .map_err(|source| StopFailure { step: o.what, source })?;
+            // Freed: close must not free it again.
+            self.objects.remove(i);
+            steps.push(o.what);
+        }
+        // RM writes ROBUST_CHANNEL_PREEMPTIVE_REMOVAL (45) here when the stop went through; an earlier
+        // channel error (an MMU fault's 31) stays.
+        let channel = match self.channels.compute.error() {
+            Some(n) => super::channel::describe_error(&n),
+            None => "error notifier clean".to_string(),
+        };
+        Ok(Stopped { steps, channel })
     }
 
     /// Frees everything and collects what the driver refused.
@@ -609,6 +659,20 @@ impl Device for Nvidia {
         let info = open.info.clone();
         *st = Some(open);
         Ok(info)
+    }
+
+    unsafe fn stop(&self) -> Result<Stopped, StopFailure> {
+        let mut st = sync::lock(&self.state);
+        let Some(o) = st.as_mut() else {
+            let source = HalError::NoDevice("nvidia: device not open".into());
+            return Err(StopFailure { step: "stop", source });
+        };
+        if let Some(done) = &o.stopped {
+            return Ok(done.clone());
+        }
+        let stopped = o.stop_work()?;
+        o.stopped = Some(stopped.clone());
+        Ok(stopped)
     }
 
     unsafe fn close(&self) {

@@ -705,6 +705,31 @@ impl DeviceMemory for Nvidia {
         let st = sync::lock(&self.state);
         st.as_ref().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?.mem_info()
     }
+
+    unsafe fn peek(&self, a: &Allocation, offset: u64, dst: &mut [u8]) -> Result<(), HalError> {
+        let st = sync::lock(&self.state);
+        let open = st.as_ref().ok_or_else(|| HalError::NoDevice("nvidia: device not open".into()))?;
+        let n = open.memory.get(a.id).ok_or_else(|| HalError::NoDevice("nvidia: peek of no allocation".into()))?;
+        // What the CPU can read of the GPU side itself: the one set of pages of polled system memory, or a
+        // BAR1 view of video memory (code, and data buffers small enough to have one). A data buffer's
+        // own CPU view is a separate copy and says nothing of what a kernel wrote.
+        let src = match (n.placement, n.bar1) {
+            (Placement::SysmemPolled | Placement::VidmemBar1, _) => n.primary.cpu,
+            (Placement::VidmemViewed, Some(bar1)) => bar1,
+            (Placement::VidmemViewed, None) | (Placement::VidmemOnly, _) => {
+                return Err(HalError::Unsupported("nvidia: video memory without a BAR1 view".into()))
+            }
+        };
+        if src.is_null() || offset.checked_add(dst.len() as u64).is_none_or(|end| end > n.primary.bytes) {
+            return Err(HalError::Unsupported("nvidia: no CPU mapping of that range".into()));
+        }
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: `src` maps all `primary.bytes` of the live allocation (checked against the range
+            // above); byte reads because BAR1 reads are uncached and no wider read is needed to sample.
+            *d = unsafe { src.add(offset as usize + i).read_volatile() };
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

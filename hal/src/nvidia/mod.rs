@@ -328,6 +328,8 @@ pub(crate) struct OpenDevice {
     /// Which copy engine syncs use (`visibility.rs`).
     pub(crate) syncs: Syncs,
     pub(crate) boost: Boost,
+    /// What a recovery's stop did (`device.rs`), once it succeeded: the channels are gone.
+    pub(crate) stopped: Option<crate::device::Stopped>,
 }
 
 // SAFETY: the raw pointers in `OpenDevice` (the usermode page, CPU views) are mappings owned by it; every access

@@ -205,6 +205,7 @@ controls! {
     sys::FbGetInfoV2 => ctrl::FB_GET_INFO_V2, plain;
     sys::WorkSubmitToken => ctrl::GPFIFO_GET_WORK_SUBMIT_TOKEN, plain;
     sys::GpfifoSchedule => ctrl::TSG_GPFIFO_SCHEDULE, plain;
+    sys::StopChannel => ctrl::STOP_CHANNEL, plain;
     sys::BindParams => ctrl::TSG_BIND, plain;
     sys::CeGetCapsV2 => ctrl::CE_GET_CAPS_V2, plain;
     sys::PerfBoost => ctrl::PERF_BOOST, plain;
@@ -458,6 +459,14 @@ impl Rm {
     pub(crate) fn schedule(&self, tsg: u32) -> Result<(), HalError> {
         let mut p = sys::GpfifoSchedule { b_enable: 1, ..Default::default() };
         self.control(tsg, &mut p, "GPFIFO_SCHEDULE")
+    }
+
+    /// Stops `channel` at once: disabled, preempted off its engine (RC'd when the preempt times out) and
+    /// off the runlist (NVA06F_CTRL_CMD_STOP_CHANNEL with bImmediate). RM then writes
+    /// ROBUST_CHANNEL_PREEMPTIVE_REMOVAL (Xid 45) to the channel's error notifier.
+    pub(crate) fn stop_channel(&self, channel: u32) -> Result<(), HalError> {
+        let mut p = sys::StopChannel { b_immediate: 1 };
+        self.control(channel, &mut p, "NVA06F_CTRL_CMD_STOP_CHANNEL")
     }
 
     /// Allocates a memory object (class 0x40 video or 0x3e system memory) under `device`. Out of memory

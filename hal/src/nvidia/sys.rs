@@ -125,6 +125,9 @@ pub mod ctrl {
     pub const CE_GET_CAPS_V2: u32 = 0x2080_2a03;
     /// NV2080_CTRL_CMD_PERF_BOOST (subdevice).
     pub const PERF_BOOST: u32 = 0x2080_200a;
+    /// NVA06F_CTRL_CMD_STOP_CHANNEL (channel): disables the channel, preempts it off its engine (or RCs
+    /// it when the preempt fails) and removes it from the runlist (ctrla06fgpfifo.h).
+    pub const STOP_CHANNEL: u32 = 0xa06f_0112;
 }
 
 /// GR_GET_INFO indices (ctrl0080gr.h).
@@ -705,6 +708,14 @@ pub struct BindParams {
     pub engine_type: u32,
 }
 
+/// NVA06F_CTRL_STOP_CHANNEL_PARAMS (one boolean): `b_immediate` 1 does not wait for the channel to go
+/// idle but preempts it off the runlist at once, and RCs it if the preempt times out.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct StopChannel {
+    pub b_immediate: u8,
+}
+
 /// NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS (three booleans, 3 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -921,6 +932,7 @@ const_assert_eq!(size_of::<GetNameString>(), 132);
 const_assert_eq!(size_of::<FbGetInfoV2>(), 1028);
 const_assert_eq!(size_of::<WorkSubmitToken>(), 4);
 const_assert_eq!(size_of::<GpfifoSchedule>(), 3);
+const_assert_eq!(size_of::<StopChannel>(), 1);
 const_assert_eq!(size_of::<UvmInitialize>(), 16);
 const_assert_eq!(offset_of!(UvmInitialize, rm_status), 8);
 const_assert_eq!(size_of::<UvmMmInitialize>(), 8);

@@ -192,6 +192,19 @@ impl DeviceMemory for Sim {
         let total_bytes = self.config.memory_bytes;
         Ok(MemInfo { free_bytes: total_bytes - st.memory.live_bytes(), total_bytes })
     }
+
+    unsafe fn peek(&self, a: &Allocation, offset: u64, dst: &mut [u8]) -> Result<(), HalError> {
+        let now = crate::Clock::now_ns(&self.clock);
+        let mut st = sync::lock(&self.state);
+        // Work still scheduled runs the slices whose time has come first, as the chip would have run them
+        // by now: a peek sees what a running kernel wrote, which is the point of sampling.
+        self.advance(&mut st, now);
+        let (buf, at) = st.memory.find(a.va).ok_or_else(|| HalError::NoDevice("sim: peek of no allocation".into()))?;
+        let from = (at + offset) as usize;
+        let src = buf.device.bytes().get(from..from + dst.len());
+        dst.copy_from_slice(src.ok_or_else(|| HalError::NoDevice("sim: peek past the allocation".into()))?);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@
 //!   and grid sides, registers, shared memory) is refused at submit with the limit named, as the QMD
 //!   encoder refuses it on the GPU.
 //! - **Faults on demand** ([`SimFault`]): a launch that never completes, a refused poll, a failed
-//!   allocation, a kernel fault, a failed open or sync.
+//!   allocation, a kernel fault, a failed open or sync, a stop that is refused or that leaves the work
+//!   running.
 
 mod clock;
 mod device;
@@ -65,6 +66,11 @@ pub enum SimFault {
     FailOpen(String),
     /// The next visibility sync fails.
     FailSync,
+    /// The next [`Device::stop`] is refused: the work cannot be stopped (a recovery stays latched).
+    StopRefused,
+    /// The next [`Device::stop`] reports success but leaves the pending work running, as a driver that
+    /// claimed a stop it did not make would: a recovery's heartbeat must see the work still writing.
+    StopLeavesWork,
 }
 
 /// What the simulator recorded of a launch, for tests to assert on.
@@ -166,6 +172,8 @@ pub(crate) struct State {
     pub(crate) faults: VecDeque<SimFault>,
     pub(crate) pending: Option<queue::Pending>,
     pub(crate) channel_fault: Option<ChannelFault>,
+    /// A [`Device::stop`] succeeded: nothing is submitted until the next open.
+    pub(crate) stopped: bool,
     pub(crate) stats: SimStats,
     /// The most recent launches, at most [`LAUNCH_RECORDS`] (so long runs do not grow without bound).
     pub(crate) launches: VecDeque<LaunchRecord>,
@@ -211,6 +219,7 @@ impl Sim {
                 faults: VecDeque::new(),
                 pending: None,
                 channel_fault: None,
+                stopped: false,
                 stats: SimStats::default(),
                 launches: VecDeque::new(),
             }),

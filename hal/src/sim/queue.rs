@@ -52,6 +52,9 @@ impl SubmitQueue for Sim {
         if !st.open {
             return Err(HalError::NoDevice("sim: device not open".into()));
         }
+        if st.stopped {
+            return Err(HalError::Lost("sim: the work was stopped; close and reopen the device".into()));
+        }
         // What the model cannot run is refused before anything is scheduled, as the QMD encoder refuses it.
         let limits = crate::Platform::caps(self).launch;
         for (i, l) in s.launches.iter().enumerate().filter(|(_, l)| !l.skip) {

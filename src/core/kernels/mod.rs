@@ -143,6 +143,13 @@ pub const HOST_SPECS: &[HostSpec] = &[
     },
     HostSpec { name: "spin", param_sizes: &[8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: spin },
     HostSpec {
+        name: "spin_beat",
+        param_sizes: &[8, 8],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: spin_beat,
+    },
+    HostSpec {
         name: "store_to",
         param_sizes: &[8, 4],
         static_shared_bytes: 0,
@@ -355,6 +362,20 @@ fn spin(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     if flag[0] == 0 {
         return Err(KernelError::Hang);
     }
+    Ok(())
+}
+
+/// One turn of `spin_beat`'s loop per slice: the heartbeat word grows by one while the flag reads zero, and
+/// the kernel asks for another slice (it never ends on its own, as the machine code's loop does not).
+fn spin_beat(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (flag, beat) = (ctx.u64_at(0), ctx.u64_at(2));
+    if ctx.read_u32s(flag, 1)?[0] != 0 {
+        return Ok(());
+    }
+    let count = ctx.read_u32s(beat, 1)?[0].wrapping_add(1);
+    ctx.write_u32s(beat, &[count])?;
+    // Leaves work for the next slice: the loop goes on.
+    let _ = ctx.take(u64::MAX);
     Ok(())
 }
 

@@ -23,6 +23,8 @@ mod caps;
 mod launch;
 mod memory;
 pub use memory::{AllocKind, MemoryStats};
+mod recover;
+pub use recover::{Recovery, WATCH_BYTES, WATCH_INTERVAL_US};
 pub mod suballoc;
 pub mod types;
 mod wait;
@@ -586,6 +588,13 @@ impl Runtime {
             return Err(Error::Latched(Stage::Close));
         }
         let i = self.installed()?;
+        self.release_all(&i)
+    }
+
+    /// Releases every session buffer and chunk and closes the device. The caller holds the lock and knows
+    /// that nothing on the device touches any of it: the process is not latched (close), or a recovery
+    /// proved the work stopped.
+    fn release_all(&self, i: &Installed) -> Result<()> {
         // The printf buffer and library are session buffers: freed below with the rest.
         self.printf.forget_session();
         let mut s = sync::lock(&self.session);
@@ -593,9 +602,10 @@ impl Runtime {
         for b in s.buffers.close_all() {
             if b.backing == Backing::Direct {
                 // SAFETY: not latched (checked after the hooks, and nothing but this thread, which holds
-                // the lock, can latch), so every launch completed with both markers observed; the lock is
-                // held; every direct allocation in the table is live and freed once (close_all empties the
-                // table).
+                // the lock, can latch), so every launch completed with both markers observed — or a
+                // recovery proved the device stopped the latched work (its stop succeeded and the heartbeat
+                // stood still); the lock is held; every direct allocation in the table is live and freed
+                // once (close_all empties the table).
                 unsafe { mem.free(&b.alloc) };
             }
             if b.kind != HANDLE_BUF_QUEUE {
@@ -617,8 +627,8 @@ impl Runtime {
         s.launch_limits = None;
         s.in_flight_stamps = None;
         let dev = i.platform.device().expect("negotiated at open");
-        // SAFETY: lock held, device open, nothing in flight (synchronous launches, not latched), every
-        // allocation freed above.
+        // SAFETY: lock held, device open, nothing in flight (synchronous launches, not latched, or the
+        // latched work proved stopped), every allocation freed above.
         unsafe { dev.close() };
         Ok(())
     }
