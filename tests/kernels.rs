@@ -64,7 +64,9 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     use omega::kernels::matmul as mm;
     let m = Module::parse(omega::kernels::cuda_module(mm::MATMUL).unwrap(), &arch::HOPPER).unwrap();
     let threads = |name: &str| m.kernel(name).unwrap().max_threads;
-    for name in [mm::GEMM_BF16_TN, mm::GEMM_BF16_TN_SPLITK, mm::GEMM_BF16_TN_N128] {
+    for name in
+        [mm::GEMM_BF16_TN, mm::GEMM_BF16_TN_SPLITK, mm::GEMM_BF16_TN_N128, mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_MC]
+    {
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
     }
@@ -77,6 +79,12 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     assert_eq!(threads(mm::CONVERT_F32_BF16), Some(mm::CONVERT_THREADS));
     // The GEMMs' stages, barriers and alignment slack, as gemm_bf16.cuh sizes them (kernel_abi.md).
     assert_eq!((mm::GEMM_SMEM_BYTES, mm::GEMM_N128_SMEM_BYTES), (197_696, 197_728));
+    // The TMA-store forms: 4 stages and two 8 KiB staging buffers per consumer, within the 227 KiB a
+    // block may have; the cluster form is built in pairs (its cubin says so, the loader reads it).
+    assert_eq!((mm::GEMM_TS_SMEM_BYTES, mm::GEMM_MC_SMEM_BYTES), (230_464, 230_464));
+    const { assert!(mm::GEMM_TS_SMEM_BYTES <= 227 * 1024) };
+    assert_eq!(m.kernel(mm::GEMM_BF16_TN_MC).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]));
+    assert_eq!(m.kernel(mm::GEMM_BF16_TN_TS).unwrap().cluster_dims, None);
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();
     assert!(src.contains("#include \"matmul/gemm_bf16.cuh\""), "{src}");
 }

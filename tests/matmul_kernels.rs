@@ -337,6 +337,149 @@ fn the_tma_gemm_faults_on_what_it_cannot_run_and_where_its_stores_leave_y() {
     assert!(xid == 13 && e.contains("y at") && e.contains("not 8-byte aligned"), "{e}");
 }
 
+/// A, B and y's descriptors in one device buffer (bytes 0, 128, 256); `y` None leaves zeros at 256 (not a
+/// tensor map).
+fn tmaps3<'s>(s: &'s Scope<'s>, a: TiledSpec, b: TiledSpec, y: Option<TiledSpec>) -> Mem<'s, Device<u8>> {
+    let mut bytes = encode_tiled(&a).unwrap().0.to_vec();
+    bytes.extend_from_slice(&encode_tiled(&b).unwrap().0);
+    bytes.extend_from_slice(&y.map_or([0; 128], |y| encode_tiled(&y).unwrap().0));
+    device(s, &bytes)
+}
+
+/// One launch of a TMA-store entry (`omega_gemm_bf16_tn_ts` / `_mc`): `tmap_y` 0 when N % 4 != 0.
+fn staged_launch<'k, 's>(
+    k: &'k omega::Kernel<'s>,
+    grid: u32,
+    maps: u64,
+    tmap_y: u64,
+    y: &'k Mem<'s, Device<f32>>,
+    [m, n, kk]: [u32; 3],
+) -> Launch<'k, 's> {
+    Launch::new(k)
+        .grid([grid, 1, 1])
+        .block([mm::GEMM_THREADS, 1, 1])
+        .dynamic_shared(mm::GEMM_TS_SMEM_BYTES.max(mm::GEMM_MC_SMEM_BYTES))
+        .arg(maps)
+        .arg(maps + 128)
+        .arg(tmap_y)
+        .arg(y)
+        .arg(m)
+        .arg(n)
+        .arg(kk)
+}
+
+#[test]
+fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_stores_whatever_their_grid() {
+    let mut g = rng("tma-store gemm");
+    // N % 4 == 0 goes through y's descriptor, other N store directly; 300 rows are 3 tile rows, so the
+    // cluster form's last pair has a second tile wholly past M.
+    let shapes: [[u32; 3]; 8] = [
+        [1, 1, 8],
+        [7, 33, 1000],
+        [33, 4, 8],
+        [129, 260, 136],
+        [300, 520, 64],
+        [4095, 12, 24],
+        [256, 512, 128],
+        [130, 257, 72],
+    ];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for (name, b_rows) in [(mm::GEMM_BF16_TN_TS, mm::GEMM_TILE_N), (mm::GEMM_BF16_TN_MC, mm::GEMM_MC_B_BOX_ROWS)] {
+            let k = module.kernel(name).unwrap();
+            for [m, n, kk] in shapes {
+                let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+                let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+                let (dx, dw) = (device(s, &xb), device(s, &wb));
+                let mut y = poisoned(s, (m * n) as usize);
+                let by_tma = n % 4 == 0;
+                let ymap = by_tma.then(|| mm::gemm_tmap_y(y.va(), m, n));
+                let maps =
+                    tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b_rows(dw.va(), n, kk, b_rows), ymap);
+                let tmap_y = if by_tma { maps.va() + 256 } else { 0 };
+                let want = mm::products_f64(&x, &w, kk as usize);
+                let tiles = gemm_tiles(m, n);
+                let pairs = m.div_ceil(2 * mm::GEMM_TILE_M) * n.div_ceil(mm::GEMM_TILE_N);
+                // The library's grid, the smallest, and more CTAs (or pairs) than there is work.
+                let grids = if name == mm::GEMM_BF16_TN_MC {
+                    [2 * pairs.min(66), 2, 2 * pairs + 4]
+                } else {
+                    [tiles.min(132), 1, tiles + 3]
+                };
+                for grid in grids {
+                    y.write(&vec![POISON; (m * n) as usize]).unwrap();
+                    gpu = gpu.launch(&staged_launch(&k, grid, maps.va(), tmap_y, &y, [m, n, kk])).unwrap().gpu;
+                    let what = format!("{name} grid {grid} (y by TMA: {by_tma})");
+                    check_against(&what, &y.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn the_tma_store_gemm_stores_at_ys_descriptor_stride_and_refuses_a_descriptor_that_is_not_ys() {
+    let mut g = rng("tma-store gemm descriptor");
+    let (m, n, kk) = (70u32, 8u32, 16u32);
+    let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+    let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+    // y rows 12 floats apart: the kernel stores at the descriptor's stride and leaves the gaps alone.
+    let ld = 12usize;
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_BF16_TN_TS).unwrap();
+        let (dx, dw) = (device(s, &xb), device(s, &wb));
+        let (a, b) = (mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b(dw.va(), n, kk));
+        let mut y = poisoned(s, m as usize * ld);
+        let strided = TiledSpec::matrix(
+            omega::tma::TmaElem::F32,
+            y.va(),
+            [m.into(), n.into()],
+            4 * ld as u64,
+            mm::GEMM_Y_BOX,
+            TmaSwizzle::B128,
+        );
+        let maps = tmaps3(s, a, b, Some(strided));
+        gpu.launch(&staged_launch(&k, 1, maps.va(), maps.va() + 256, &y, [m, n, kk])).unwrap();
+        let got = y.to_vec().unwrap();
+        check("gemm_bf16_tn_ts, strided y", &rows(&got, m as usize, n as usize, ld), &x, &w, [70, 8, 16]);
+        assert!(
+            got.chunks_exact(ld).all(|r| r[n as usize..].iter().all(|v| v.to_bits() == POISON.to_bits())),
+            "the stores wrote between y's rows"
+        );
+    });
+    // Dims other than [N, M], and a bf16 map: faults naming tmap_y, not stores somewhere.
+    let bad_map = |bad: fn(u64) -> TiledSpec| {
+        on_sim(|s, gpu| {
+            let module = s.load_module(module()).unwrap();
+            let k = module.kernel(mm::GEMM_BF16_TN_TS).unwrap();
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            let y = poisoned(s, (m * n) as usize);
+            let maps = tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b(dw.va(), n, kk), Some(bad(y.va())));
+            fault_of(gpu.launch(&staged_launch(&k, 1, maps.va(), maps.va() + 256, &y, [m, n, kk])))
+        })
+    };
+    let (xid, e) = bad_map(|y| mm::gemm_tmap_y(y, 71, 8));
+    assert!(xid == 13 && e.contains("tmap_y") && e.contains("dims [8, 71]"), "{e}");
+    let (xid, e) = bad_map(|y| TiledSpec { elem: omega::tma::TmaElem::Bf16, ..mm::gemm_tmap_y(y, 70, 16) });
+    assert!(xid == 13 && e.contains("tmap_y") && e.contains("element type Bf16"), "{e}");
+    // The cluster form runs in pairs: an odd grid is refused before it reaches the GPU.
+    let e = on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(mm::GEMM_BF16_TN_MC).unwrap();
+        let (dx, dw) = (device(s, &xb), device(s, &wb));
+        let y = poisoned(s, (m * n) as usize);
+        let b = mm::gemm_tmap_b_rows(dw.va(), n, kk, mm::GEMM_MC_B_BOX_ROWS);
+        let maps = tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), b, Some(mm::gemm_tmap_y(y.va(), m, n)));
+        match gpu.launch(&staged_launch(&k, 3, maps.va(), maps.va() + 256, &y, [m, n, kk])) {
+            Ok(_) => panic!("a cluster launch of 3 CTAs completed"),
+            Err(e) => e.error.to_string(),
+        }
+    });
+    assert!(e.contains("whole number of clusters"), "{e}");
+}
+
 // ----- the GEMVs -----------------------------------------------------------------------------------------
 
 /// One dense GEMV launch of `[m, k] · [n, k]ᵀ` split as `plan` says, checked, tickets zero after.

@@ -53,6 +53,15 @@ pub const GEMM_BF16_TN_SPLITK: &str = "omega_gemm_bf16_tn_splitk";
 /// The TMA GEMM's narrow form (128 x 128 tiles, six stages), the split-K entry's parameters:
 /// `omega_gemm_bf16_tn_n128(tmap_a, tmap_b, y, work, tickets, M, N, K, splits)`.
 pub const GEMM_BF16_TN_N128: &str = "omega_gemm_bf16_tn_n128";
+/// The TMA GEMM with a TMA-store epilogue: `omega_gemm_bf16_tn_ts(tmap_a, tmap_b, tmap_y, y, M, N, K)`.
+/// Consumers stage their accumulators in shared memory and the TMA unit stores them through y's
+/// descriptor ([`gemm_tmap_y`]) while the next tile's mainloop runs; N % 4 != 0 (no descriptor for y
+/// exists) takes the base kernel's direct stores into `y`, and `tmap_y` is not read.
+pub const GEMM_BF16_TN_TS: &str = "omega_gemm_bf16_tn_ts";
+/// [`GEMM_BF16_TN_TS`] in 2-CTA clusters (`__cluster_dims__(2, 1, 1)`): the pair takes the tiles (2 pm,
+/// tn) and (2 pm + 1, tn), and each CTA loads half of W's 256-row slice, multicast into both. Its B
+/// descriptor has boxes of [`GEMM_MC_B_BOX_ROWS`] rows. The same parameters.
+pub const GEMM_BF16_TN_MC: &str = "omega_gemm_bf16_tn_mc";
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -88,6 +97,18 @@ pub const GEMM_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 4 * 8 +
 /// The narrow form's dynamic shared memory: 6 stages of 128 x 64 A and B tiles, 12 mbarriers, the slack
 /// (`GEMM_N128_SMEM_BYTES`, 197,728 bytes).
 pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 * 6 * 8 + 1024;
+/// The TMA-store entry's dynamic shared memory: 4 stages, each consumer's staging ring of two 32-column
+/// buffers (2 x 8 KiB), 8 mbarriers, the slack (`GEMM_TS_SMEM_BYTES`, 230,464 bytes).
+pub const GEMM_TS_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 2 * 32 * 64 * 4 + 2 * 4 * 8 + 1024;
+/// The cluster entry's dynamic shared memory: the TMA-store entry's layout (`GEMM_MC_SMEM_BYTES`).
+pub const GEMM_MC_SMEM_BYTES: u32 = GEMM_TS_SMEM_BYTES;
+/// The cluster entry's CTAs per cluster (`__cluster_dims__`): its grid is a whole number of pairs.
+pub const GEMM_MC_CLUSTER: u32 = 2;
+/// Rows of the cluster entry's B box: each CTA of a pair loads half of the tile's 256 W rows.
+pub const GEMM_MC_B_BOX_ROWS: u32 = GEMM_TILE_N / GEMM_MC_CLUSTER;
+/// y's TMA box for the TMA-store entries: 32 floats (one 128-byte swizzle span) by 64 rows (a consumer
+/// warpgroup's half of a tile).
+pub const GEMM_Y_BOX: [u32; 2] = [64, 32];
 /// The GEMV's W rows per CTA (`GEMV_ROWS`): `gridDim.x = ceil(N / 64)`.
 pub const GEMV_ROWS: u32 = 64;
 /// The GEMV's block (`GEMV_THREADS`).
@@ -222,6 +243,14 @@ pub fn gemm_tmap_b_rows(w_va: u64, n: u32, k: u32, box_rows: u32) -> TiledSpec {
     TiledSpec::matrix(TmaElem::Bf16, w_va, [rows, cols], 2 * cols, [box_rows, GEMM_TILE_K], TmaSwizzle::B128)
 }
 
+/// y's descriptor for the TMA-store entries at `y_va` (`[m, n]` f32, rows `4n` bytes apart): boxes of 64
+/// rows by 32 floats, 128-byte swizzle. Only for `n % 4 == 0` (the row stride a multiple of 16 bytes);
+/// the entries store other N directly.
+pub fn gemm_tmap_y(y_va: u64, m: u32, n: u32) -> TiledSpec {
+    let (rows, cols) = (u64::from(m), u64::from(n));
+    TiledSpec::matrix(TmaElem::F32, y_va, [rows, cols], 4 * cols, GEMM_Y_BOX, TmaSwizzle::B128)
+}
+
 /// The f64 value and magnitude of one product, `(Σ_k x[k]·w[k], Σ_k |x[k]·w[k]|)`: what a test checks a
 /// matmul result against (every f32 product is exact in f64). Optimised in every build
 /// ([`omega_refmath`]), so debug-built tests check real shapes fast.
@@ -285,6 +314,20 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 4,
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_n128,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_TS,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_ts,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_MC,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_mc,
     },
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
@@ -575,13 +618,61 @@ fn tile_of(t: u64, tiles_m: u64, tiles_n: u64) -> (u64, u64) {
     (first_m + in_group % rows, in_group / rows)
 }
 
-/// One of the TMA GEMM's entries (they share `gemm_bf16_body`): its name, tile width, dynamic shared
-/// memory, and whether it takes the split-K arguments.
+/// The parameters after `tmap_a, tmap_b` of a TMA GEMM entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GemmArgs {
+    /// `y, M, N, K` (`omega_gemm_bf16_tn`).
+    Plain,
+    /// `y, work, tickets, M, N, K, splits` (the split-K and narrow entries).
+    Split,
+    /// `tmap_y, y, M, N, K` (the TMA-store entries).
+    Staged,
+}
+
+/// One of the TMA GEMM's entries (`gemm_bf16_body` or `gemm_bf16_ts_body`): its name, tile width, the
+/// rows of its B box, dynamic shared memory, and its parameters.
 struct GemmForm {
     name: &'static str,
     tile_n: u32,
+    b_box_rows: u32,
     smem: u32,
-    split_args: bool,
+    args: GemmArgs,
+}
+
+/// y's descriptor of a TMA-store entry at `va`, checked against what the epilogue's staging buffers are
+/// laid out for (f32, 2-D, boxes of 32 floats by 64 rows, 128-byte swizzle) and against the product's
+/// shape: the kernel clips its boxes at the descriptor's dims and at nothing else, so dims other than
+/// `[N, M]` would store outside y or leave part of it unwritten. `(row 0's address, floats between rows)`.
+fn gemm_y_map(ctx: &KernelCtx<'_>, name: &str, va: u64, m: u32, n: u32) -> Result<(u64, u64), KernelError> {
+    if !va.is_multiple_of(64) {
+        return Err(misaligned(name, "tmap_y", va, 64));
+    }
+    let mut map = TensorMap([0; TENSOR_MAP_BYTES]);
+    ctx.read(va, &mut map.0)?;
+    let s = decode_tiled(&map).map_err(|e| fault(name, format_args!("tmap_y at {va:#x} is not a tensor map: {e}")))?;
+    let want_box = [GEMM_Y_BOX[1], GEMM_Y_BOX[0]];
+    let want_dims = [u64::from(n), u64::from(m)];
+    let wrong = if s.elem != TmaElem::F32 {
+        Some(format!("element type {:?}, not F32", s.elem))
+    } else if s.rank != 2 {
+        Some(format!("rank {}, not 2", s.rank))
+    } else if s.box_dim[..2] != want_box {
+        Some(format!("box {:?}, not {want_box:?} (elements, rows)", &s.box_dim[..2]))
+    } else if s.element_stride[..2] != [1, 1] {
+        Some(format!("element strides {:?}, not [1, 1]", &s.element_stride[..2]))
+    } else if s.interleave != TmaInterleave::None || s.swizzle != TmaSwizzle::B128 {
+        Some(format!("interleave {:?} and swizzle {:?}, not None and B128", s.interleave, s.swizzle))
+    } else if s.global_dim[..2] != want_dims {
+        Some(format!("dims {:?}, not [N, M] = {want_dims:?}", &s.global_dim[..2]))
+    } else if !s.global_stride[0].is_multiple_of(16) {
+        Some(format!("row stride {} bytes, not a multiple of 16", s.global_stride[0]))
+    } else {
+        None
+    };
+    match wrong {
+        Some(why) => Err(fault(name, format_args!("tmap_y at {va:#x}: {why}; the epilogue's boxes take those"))),
+        None => Ok((s.global_address, s.global_stride[0] / 4)),
+    }
 }
 
 /// The packed rows `rows` of a TMA operand over the K elements `k` (zero outside the descriptor's dims,
@@ -613,11 +704,13 @@ fn tma_rows(ctx: &KernelCtx<'_>, s: &TiledSpec, rows: Range<u64>, k: Range<u64>)
 /// split order into y and puts the ticket back to zero.
 fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
     let name = f.name;
-    let (tmap_a, tmap_b, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
-    let (work, tickets, [m, n, k], splits_asked) = if f.split_args {
-        (ctx.u64_at(6), ctx.u64_at(8), [ctx.word(10), ctx.word(11), ctx.word(12)], ctx.word(13))
-    } else {
-        (0, 0, [ctx.word(6), ctx.word(7), ctx.word(8)], 1)
+    let (tmap_a, tmap_b) = (ctx.u64_at(0), ctx.u64_at(2));
+    let (tmap_y, y, work, tickets, [m, n, k], splits_asked) = match f.args {
+        GemmArgs::Plain => (0, ctx.u64_at(4), 0, 0, [ctx.word(6), ctx.word(7), ctx.word(8)], 1),
+        GemmArgs::Split => {
+            (0, ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8), [ctx.word(10), ctx.word(11), ctx.word(12)], ctx.word(13))
+        }
+        GemmArgs::Staged => (ctx.u64_at(4), ctx.u64_at(6), 0, 0, [ctx.word(8), ctx.word(9), ctx.word(10)], 1),
     };
     require_block(ctx, name, GEMM_THREADS)?;
     if ctx.dynamic_shared_bytes < f.smem {
@@ -640,9 +733,15 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
         return Err(fault(name, "K = 0: no K block is loaded and the accumulators are stored unwritten"));
     }
     let a = gemm_tensor_map(ctx, tmap_a, "tmap_a", GEMM_TILE_M)?;
-    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", f.tile_n)?;
-    // The epilogue stores float2 pairs in a tile whose columns all lie below an even N, floats elsewhere.
-    aligned(name, "y", y, if n.is_multiple_of(2) && n >= f.tile_n { 8 } else { 4 })?;
+    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", f.b_box_rows)?;
+    // The TMA-store entries store through y's descriptor when N % 4 == 0; the direct epilogue stores
+    // float2 pairs in a tile whose columns all lie below an even N, floats elsewhere.
+    let (y, ldy) = if f.args == GemmArgs::Staged && n.is_multiple_of(4) {
+        gemm_y_map(ctx, name, tmap_y, m, n)?
+    } else {
+        aligned(name, "y", y, if n.is_multiple_of(2) && n >= f.tile_n { 8 } else { 4 })?;
+        (y, u64::from(n))
+    };
     if splits_asked > i32::MAX as u32 {
         return Err(fault(
             name,
@@ -668,7 +767,7 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             b: rows(&b, kb),
             kk: ka.min(kb),
             y,
-            ldy: u64::from(n),
+            ldy,
             rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
             cols: u64::from(n).min(u64::from(tiles_n) * u64::from(f.tile_n)),
             tile_n: u64::from(f.tile_n),
@@ -722,18 +821,59 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
 }
 
 fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f = GemmForm { name: GEMM_BF16_TN, tile_n: GEMM_TILE_N, smem: GEMM_SMEM_BYTES, split_args: false };
+    let f = GemmForm {
+        name: GEMM_BF16_TN,
+        tile_n: GEMM_TILE_N,
+        b_box_rows: GEMM_TILE_N,
+        smem: GEMM_SMEM_BYTES,
+        args: GemmArgs::Plain,
+    };
     gemm_tma(ctx, &f)
 }
 
 fn gemm_bf16_tn_splitk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f = GemmForm { name: GEMM_BF16_TN_SPLITK, tile_n: GEMM_TILE_N, smem: GEMM_SMEM_BYTES, split_args: true };
+    let f = GemmForm {
+        name: GEMM_BF16_TN_SPLITK,
+        tile_n: GEMM_TILE_N,
+        b_box_rows: GEMM_TILE_N,
+        smem: GEMM_SMEM_BYTES,
+        args: GemmArgs::Split,
+    };
     gemm_tma(ctx, &f)
 }
 
 fn gemm_bf16_tn_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f =
-        GemmForm { name: GEMM_BF16_TN_N128, tile_n: GEMM_N128_TILE_N, smem: GEMM_N128_SMEM_BYTES, split_args: true };
+    let f = GemmForm {
+        name: GEMM_BF16_TN_N128,
+        tile_n: GEMM_N128_TILE_N,
+        b_box_rows: GEMM_N128_TILE_N,
+        smem: GEMM_N128_SMEM_BYTES,
+        args: GemmArgs::Split,
+    };
+    gemm_tma(ctx, &f)
+}
+
+fn gemm_bf16_tn_ts(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GemmForm {
+        name: GEMM_BF16_TN_TS,
+        tile_n: GEMM_TILE_N,
+        b_box_rows: GEMM_TILE_N,
+        smem: GEMM_TS_SMEM_BYTES,
+        args: GemmArgs::Staged,
+    };
+    gemm_tma(ctx, &f)
+}
+
+/// The cluster entry: the same y as the TMA-store entry whatever its (even) grid; its pairs' second tile
+/// past M reads zeros and stores nothing, so the product is the one-CTA form's.
+fn gemm_bf16_tn_mc(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GemmForm {
+        name: GEMM_BF16_TN_MC,
+        tile_n: GEMM_TILE_N,
+        b_box_rows: GEMM_MC_B_BOX_ROWS,
+        smem: GEMM_MC_SMEM_BYTES,
+        args: GemmArgs::Staged,
+    };
     gemm_tma(ctx, &f)
 }
 

@@ -1,0 +1,346 @@
+// The large-M bf16 GEMM of gemm_bf16.cuh with the two techniques of hopper-kernels.md section 5 it lacks:
+//
+// - a TMA-store epilogue (`omega_gemm_bf16_tn_ts`). The base kernel's consumers store their 64 x 256 f32
+//   halves (64 KB each) straight from registers, and the tensor cores idle until the last store has
+//   issued: ~3-4 us a tile against a 9 us mainloop at K = 768. Here each consumer writes its
+//   accumulators into a shared-memory staging ring (NBUF buffers of CHUNK columns), one thread of the
+//   consumer hands each buffer to the TMA unit (`cp.async.bulk.tensor` through y's descriptor) and the
+//   warpgroup goes on; a buffer is written again only once the TMA unit has read it
+//   (`cp.async.bulk.wait_group.read`). The ring carries over from tile to tile, so the first NBUF chunks
+//   of a tile reuse buffers whose stores drained during the mainloop: the larger the ring, the more of
+//   the store overlaps the next tile's wgmma. Shared memory is what bounds the ring (227 KiB): the
+//   stages and the ring are template parameters so the CUDA-side harness can time several splits.
+// - 2-CTA clusters with TMA multicast (`omega_gemm_bf16_tn_mc`): the two CTAs of a cluster take the
+//   tiles (2 pm, tn) and (2 pm + 1, tn), which read the same 256 W rows. Each CTA loads its own 128 x 64
+//   slice of x and half (128 rows) of the shared W slice, multicast into both CTAs' stages, so W's L2
+//   traffic halves (32 of 48 KB per stage per CTA become 16). W rather than x is shared because its box
+//   is the larger (256 rows against 128). A stage is refilled only once the consumers of both CTAs have
+//   released it: its `empty` barrier counts four arrivals, two of them remote.
+//
+// y's descriptor (f32 {N, M}, row stride N * 4, box {32, 64}, 128B swizzle): a 32-float inner box is one
+// 128-byte swizzle span. Only 128B-swizzled boxes have worked under Omega's launches so far (unswizzled
+// ones faulted with Xid 13 in the bring-up probe), so the staging buffers are written in the 128B
+// layout: 16-byte chunk c of row r at chunk c ^ (r % 8), which also spreads a warp's stores over all
+// banks. The TMA store clips rows >= M and columns >= N itself; it needs the row stride a multiple of
+// 16 bytes (N % 4 == 0). Other N take the base kernel's direct stores (a runtime branch; tmap_y is then
+// not read and may be 0).
+//
+// Everything else (tile shape, warp roles, register split, the ring of stages, K-major 128B-swizzled
+// operand boxes, the grouped tile order) is gemm_bf16.cuh's.
+#pragma once
+#include <stdint.h>
+
+#include "gemm_bf16.cuh"
+
+// Stages and staging ring of the module's entries (the harness instantiates others).
+#define GEMM_TS_STAGES 4
+#define GEMM_TS_CHUNK 32
+#define GEMM_TS_NBUF 2
+#define GEMM_MC_STAGES 4
+#define GEMM_MC_CHUNK 32
+#define GEMM_MC_NBUF 2
+// y's TMA box: 32 floats (one 128-byte swizzle span) by a consumer's 64 rows.
+#define GEMM_Y_BOX_COLS 32
+#define GEMM_Y_BOX_ROWS 64
+#define GEMM_Y_BOX_BYTES (GEMM_Y_BOX_COLS * GEMM_Y_BOX_ROWS * 4)
+// The stages, the two consumers' staging rings, then the 2 * STAGES mbarriers, and the slack to align the
+// dynamic window's start to 1024 bytes.
+#define GEMM_TS_SMEM_FOR(stages, chunk, nbuf) \
+  ((stages) * GEMM_STAGE_BYTES + 2 * (nbuf) * (chunk) * GEMM_Y_BOX_ROWS * 4 + 2 * (stages) * 8 + 1024)
+#define GEMM_TS_SMEM_BYTES GEMM_TS_SMEM_FOR(GEMM_TS_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
+#define GEMM_MC_SMEM_BYTES GEMM_TS_SMEM_FOR(GEMM_MC_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF)
+// Named barriers of the two consumer warpgroups' epilogues (0 is __syncthreads, 1 the split-K ticket's).
+#define GEMM_TS_BAR0 2
+
+namespace omega_gemm {
+
+// The mbarrier at `bar` in the shared memory of the cluster's CTA `rank` (a shared::cluster address).
+__device__ __forceinline__ uint32_t mbar_in_cta(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+  return remote;
+}
+
+// One arrival on a barrier of any CTA of the cluster. No .release.cluster: ptxas makes that a
+// MEMBAR.ALL.GPU per arrival, inside the mainloop; what the peer's producer must not overtake is this
+// warpgroup's reading of the stage, and wgmma.wait_group has already retired those reads (CUTLASS's
+// ClusterBarrier::arrive is the same plain form).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+
+// tma_load_2d, written into the same offset of every CTA in `mask` and completing `bytes` on the barrier
+// at the same offset in each.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
+                                                      uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+      "l"(tmap), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+
+// The box of y's descriptor at (c0 = column, c1 = row) from shared memory, as one bulk async-group member.
+__device__ __forceinline__ void tma_store_2d(const void* tmap, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(tmap),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// Waits until at most N of this thread's bulk groups still read shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// Waits until all of this thread's bulk groups are complete (their writes performed).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ void named_bar(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The epilogue's staging ring of one consumer warpgroup: NBUF buffers of CHUNK columns by 64 rows, each
+// CHUNK / 32 boxes of y's descriptor, 128B-swizzled. `seq` counts the chunks the warpgroup has staged in
+// this launch, so the ring's position carries from tile to tile.
+template <int CHUNK, int NBUF>
+struct StagingRing {
+  static constexpr int BOXES = CHUNK / GEMM_Y_BOX_COLS;
+  static constexpr int BUF_BYTES = BOXES * GEMM_Y_BOX_BYTES;
+  static constexpr int BYTES = NBUF * BUF_BYTES;
+  uint8_t* base;  // 1024-byte aligned
+  uint32_t seq;
+};
+
+// Stages a consumer's 64 x 256 accumulators (wgmma m64n256 layout, as store_acc reads it) through its ring
+// into y's descriptor at rows row_base.., columns col_base... `leader` (thread 0 of the warpgroup) issues
+// the stores and owns the bulk groups; `bar` is the warpgroup's named barrier. Boxes that start at or past
+// M or N are not issued (the TMA unit would clip them whole).
+template <int CHUNK, int NBUF>
+__device__ __forceinline__ void store_acc_tma(const float (&acc)[128], StagingRing<CHUNK, NBUF>& ring,
+                                              const void* tmap_y, uint32_t M, uint32_t N, uint32_t row_base,
+                                              uint32_t col_base, int t128, int bar) {
+  using Ring = StagingRing<CHUNK, NBUF>;
+  static_assert(CHUNK % GEMM_Y_BOX_COLS == 0 && 256 % CHUNK == 0, "chunks are whole boxes dividing the tile");
+  const bool leader = t128 == 0;
+  const int warp = t128 / 32, lane = t128 % 32;
+  // This thread's two rows inside the 64-row box; both are r0 % 8 == lane / 4 modulo 8.
+  const uint32_t r0 = warp * 16 + lane / 4;
+  const uint32_t swz = (lane / 4) & 7;
+  const uint32_t half = (lane & 1) * 8;  // the float2's byte offset inside its 16-byte chunk
+#pragma unroll
+  for (int c = 0; c < 256 / CHUNK; ++c) {
+    uint8_t* buf = ring.base + (ring.seq % NBUF) * Ring::BUF_BYTES;
+    // The buffer's last store must have read it; the barrier tells the whole warpgroup.
+    if (leader) bulk_wait_read<NBUF - 1>();
+    named_bar(bar, 128);
+#pragma unroll
+    for (int jj = 0; jj < CHUNK / 8; ++jj) {
+      const int j = c * (CHUNK / 8) + jj;  // accumulator column group: columns 8j .. 8j+7 of the tile
+      const int box = jj / 4;
+      // Column inside the box: 8 (jj % 4) + 2 (lane % 4); its 16-byte chunk 2 (jj % 4) + (lane % 4) / 2.
+      const uint32_t chunk = 2 * (jj % 4) + (lane % 4) / 2;
+      // Shared-window stores (STS), not generic ones through the pointer.
+      const uint32_t p = smem_addr(buf) + box * GEMM_Y_BOX_BYTES + r0 * 128 + ((chunk ^ swz) * 16) + half;
+      st_shared_f32x2(p, acc[4 * j], acc[4 * j + 1]);
+      st_shared_f32x2(p + 8 * 128, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    // The generic-proxy writes above must be visible to the TMA unit (the async proxy) before it reads.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    named_bar(bar, 128);
+    if (leader) {
+#pragma unroll
+      for (int b = 0; b < Ring::BOXES; ++b) {
+        const uint32_t col = col_base + c * CHUNK + b * GEMM_Y_BOX_COLS;
+        if (col < N && row_base < M) tma_store_2d(tmap_y, buf + b * GEMM_Y_BOX_BYTES, col, row_base);
+      }
+      bulk_commit();
+    }
+    ++ring.seq;
+  }
+}
+
+// The tile order of a cluster of CLUSTER CTAs along M: unit t is the group of CLUSTER vertically adjacent
+// tiles (CLUSTER tm, tn) .. (CLUSTER tm + CLUSTER - 1, tn), in tile_of's grouped order over units.
+template <int CLUSTER>
+__device__ __forceinline__ void unit_of(int t, int tiles_m, int tiles_n, int* tm, int* tn) {
+  if constexpr (CLUSTER == 1) {
+    tile_of(t, tiles_m, tiles_n, tm, tn);
+  } else {
+    constexpr int GROUP = GEMM_GROUP_M / CLUSTER;
+    const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER;
+    int per_group = GROUP * tiles_n;
+    int group = t / per_group;
+    int first_m = group * GROUP;
+    int rows = min(units_m - first_m, GROUP);
+    int in_group = t - group * per_group;
+    *tm = first_m + in_group % rows;
+    *tn = in_group / rows;
+  }
+}
+
+}  // namespace omega_gemm
+
+// The body of the TMA-store entries: 128 x 256 tiles, no K split. CLUSTER 1: one CTA per tile. CLUSTER 2:
+// launched as 2-CTA clusters along x (grid even); the cluster walks pairs of tiles (2 pm + rank, tn) and
+// W's stage slice is loaded half by each CTA, multicast to both.
+template <int STAGES, int CHUNK, int NBUF, int CLUSTER>
+__device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
+                                                  uint32_t M, uint32_t N, uint32_t K) {
+  using namespace omega_gemm;
+  using Ring = StagingRing<CHUNK, NBUF>;
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs at most: fast.cu saw larger clusters lose");
+  constexpr int BN = GEMM_BN;
+  constexpr int STAGE_BYTES = GEMM_STAGE_BYTES;
+  // The part of W's box each CTA of the cluster loads (and multicasts): 256 / CLUSTER rows.
+  constexpr int B_PART_BYTES = GEMM_B_STAGE_BYTES / CLUSTER;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* staging = smem + STAGES * STAGE_BYTES;
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + 2 * Ring::BYTES);
+  uint64_t* empty = full + STAGES;
+
+  const int wg = threadIdx.x / 128;
+  const uint32_t rank = CLUSTER == 1 ? 0 : cluster_rank();
+  const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int units = ((tiles_m + CLUSTER - 1) / CLUSTER) * tiles_n;
+  const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
+  const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
+  const bool tma_y = N % 4 == 0;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      // Every consumer warpgroup of the cluster reads every stage (W's part from each CTA).
+      mbar_init(&empty[s], 2 * CLUSTER);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_a) : "memory");
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_b) : "memory");
+    if (tma_y) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_y) : "memory");
+  }
+  // The peer's barriers must be initialised before this CTA's multicast or remote arrival reaches them.
+  if constexpr (CLUSTER == 1)
+    __syncthreads();
+  else
+    cluster_sync();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      uint32_t it = 0;
+      for (int u = first_unit; u < units; u += unit_step) {
+        int um, tn;
+        unit_of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
+        const int tm = um * CLUSTER + (int)rank;
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          uint32_t s = it % STAGES;
+          // The plain (CTA-scope) wait for the peer's arrivals too: the producer only orders its TMA
+          // writes after them, and an acquire.cluster would add an L1 invalidation per stage.
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          uint8_t* a = smem + s * STAGE_BYTES;
+          uint8_t* b = a + GEMM_A_STAGE_BYTES;
+          // The whole stage lands here: x's box from this CTA, W's parts from every CTA of the cluster.
+          mbar_expect_tx(&full[s], STAGE_BYTES);
+          // A tile row past M (the odd last row of pairs) reads zeros: the TMA unit fills them.
+          tma_load_2d(a, tmap_a, &full[s], kb * GEMM_BK, tm * GEMM_BM);
+          if constexpr (CLUSTER == 1)
+            tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * BN);
+          else
+            tma_load_2d_multicast(b + rank * B_PART_BYTES, tmap_b, &full[s], kb * GEMM_BK,
+                                  tn * BN + (int)rank * (BN / CLUSTER), (uint16_t)((1u << CLUSTER) - 1));
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int consumer = wg - 1;
+    const int t128 = threadIdx.x % 128;
+    const int warp = t128 / 32, lane = t128 % 32;
+    Ring ring{staging + consumer * Ring::BYTES, 0};
+    float acc[BN / 2];
+    uint32_t it = 0;
+    for (int u = first_unit; u < units; u += unit_step) {
+      int um, tn;
+      unit_of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
+      const int tm = um * CLUSTER + (int)rank;
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        uint32_t s = it % STAGES;
+        mbar_wait(&full[s], (it / STAGES) & 1);
+        const uint8_t* a = smem + s * STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
+        const uint8_t* b = smem + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < GEMM_BK / 16; ++k)
+          wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (kb > 0 && t128 == 0) {
+          const uint32_t prev = (it + STAGES - 1) % STAGES;
+          if constexpr (CLUSTER == 1)
+            mbar_arrive(&empty[prev]);
+          else
+            for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(mbar_in_cta(&empty[prev], r));
+        }
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (t128 == 0) {
+        const uint32_t last = (it + STAGES - 1) % STAGES;
+        if constexpr (CLUSTER == 1)
+          mbar_arrive(&empty[last]);
+        else
+          for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(mbar_in_cta(&empty[last], r));
+      }
+
+      const uint32_t row_base = tm * GEMM_BM + consumer * 64;
+      if (tma_y) {
+        store_acc_tma<CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
+      } else {
+        const uint32_t row0 = row_base + warp * 16 + lane / 4;
+        const uint32_t col0 = tn * BN + 2 * (lane % 4);
+        store_acc<BN>(acc, y, M, N, row0, col0, tn * BN + BN <= N && (N % 2 == 0));
+      }
+    }
+    // The ring must be read out before the CTA's shared memory goes, and y written before the grid ends.
+    if (tma_y && t128 == 0) bulk_wait_all();
+  }
+  // A CTA must not leave while its peer may still multicast into it or arrive on its barriers.
+  if constexpr (CLUSTER == 2) {
+    __syncwarp();
+    cluster_sync();
+  }
+}
+
+// y = x . W^T through y's descriptor (tmap_y; N % 4 == 0) or, for other N, direct stores into y.
+// Grid [min(tiles, SMs), 1, 1], block 384, dynamic shared GEMM_TS_SMEM_BYTES.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_ts(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M,
+                          uint32_t N, uint32_t K) {
+  gemm_bf16_ts_body<GEMM_TS_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1>(tmap_a, tmap_b, tmap_y, y, M, N, K);
+}
+
+// The 2-CTA cluster form: grid an even number of CTAs (2 * (SMs / 2) when there are enough tile pairs),
+// tmap_b's box {64, 128} (half of W's 256-row slice), dynamic shared GEMM_MC_SMEM_BYTES.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_mc(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M,
+                          uint32_t N, uint32_t K) {
+  gemm_bf16_ts_body<GEMM_MC_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2>(tmap_a, tmap_b, tmap_y, y, M, N, K);
+}
