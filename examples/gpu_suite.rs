@@ -1235,6 +1235,9 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
         offsets.push(rows.len() as u32);
     }
     let slots = rows.len();
+    // The touched experts' count, then their list in increasing order.
+    let mut active: Vec<u32> = (0..e).filter(|&x| offsets[x as usize] != offsets[x as usize + 1]).collect();
+    active.insert(0, active.len() as u32);
     let plan = mm::gemv_plan(n, k, sms);
     with_scope(|s, gpu| {
         let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
@@ -1243,7 +1246,9 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
         let mut doff = s.alloc_device_from(&vec![u32::MAX; e as usize + 1]).map_err(err)?;
         let mut drows = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
         let mut dpairs = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
-        let mut dropped = s.alloc_device_from(&[0u32]).map_err(err)?;
+        let mut dropped = s.alloc_device_from(&[u32::MAX]).map_err(err)?;
+        let room = slots.min(e as usize);
+        let mut dactive = s.alloc_device_from(&vec![u32::MAX; 1 + room]).map_err(err)?;
         let l = Launch::new(&route)
             .block([mm::ROUTE_THREADS, 1, 1])
             .timeout_ms(MATMUL_TIMEOUT_MS)
@@ -1254,13 +1259,15 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
             .arg(&doff)
             .arg(&drows)
             .arg(&dpairs)
-            .arg(&dropped);
+            .arg(&dropped)
+            .arg(&dactive);
         let routed = gpu.launch(&l).map_err(|e| format!("{}: {e}", mm::MOE_ROUTE))?;
         for (what, got, want) in [
             ("offsets", doff.to_vec().map_err(err)?, &offsets),
             ("rows", drows.to_vec().map_err(err)?, &rows),
             ("pairs", dpairs.to_vec().map_err(err)?, &pairs),
             ("dropped", dropped.to_vec().map_err(err)?, &vec![0]),
+            ("active", dactive.to_vec().map_err(err)?, &active),
         ] {
             if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
                 return Err(format!(
@@ -1277,10 +1284,11 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
         let dw = s.alloc_device_from(&wb).map_err(err)?;
         let max_slots = t * top_k;
         let work = s.alloc_device::<f32>(plan.work_floats(max_slots, n).max(1) as usize).map_err(err)?;
-        let mut tickets = s.alloc_device_from(&vec![0u32; (e * plan.blocks) as usize]).map_err(err)?;
+        let mut tickets = s.alloc_device_from(&vec![0u32; room * plan.blocks as usize]).map_err(err)?;
         let mut y = common::poisoned_f32(s, slots * n as usize).map_err(err)?;
+        // One launch over the listed experts: z spans the list's room (the z past the count exit).
         let l = Launch::new(&kernel)
-            .grid([plan.blocks, plan.split, e])
+            .grid([plan.blocks, plan.split, room as u32])
             .block([mm::GEMV_THREADS, 1, 1])
             .timeout_ms(MATMUL_TIMEOUT_MS)
             .arg(&dx)
@@ -1290,6 +1298,7 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
             .arg(&tickets)
             .arg(&doff)
             .arg(&drows)
+            .arg(&dactive)
             .arg(n)
             .arg(k)
             .arg(plan.k_per_split)

@@ -339,14 +339,17 @@ int omega_gpu_matmul_bf16_to_bf16_mem(uint32_t m, uint32_t n, uint32_t k, const 
 int omega_gpu_matmul_f32_mem(uint32_t m, uint32_t n, uint32_t k, const OmegaGpuMem *x, const OmegaGpuMem *w, const OmegaGpuMem *y, OmegaGpuMatmulInfo *info);
 
 // EXPERIMENTAL. `uint32_t` words of a grouped product's routing buffer: `experts + 1` offsets, then
-// `tokens * top_k` rows, the same number of pairs, and the drop count (0 for a shape past `size_t`).
+// `tokens * top_k` rows, the same number of pairs, the drop count, the count of touched experts and the
+// list of touched experts in increasing order (room for `min(experts, tokens * top_k)`); 0 for a shape
+// past `size_t`.
 size_t omega_gpu_matmul_routing_words(uint32_t tokens, uint32_t top_k, uint32_t experts);
 
 // EXPERIMENTAL. The grouped expert GEMM over device buffers, with no host round trip of the routing: x
 // `[tokens, K]` bf16, W `[experts, N, K]` bf16 (every expert's weight, as a linear layer stores it),
 // `topk` `[tokens, top_k]` u32 (token t's j-th expert at `t * top_k + j`). The device routes the choices
 // into `routing` (`omega_gpu_matmul_routing_words` u32: `offsets[experts + 1]`, `rows[tokens * top_k]`,
-// `pairs[tokens * top_k]`, the drop count) and writes y `[tokens * top_k, N]` f32 in slot order: expert
+// `pairs[tokens * top_k]`, the drop count, the touched experts' count and list, every part written at
+// each call) and writes y `[tokens * top_k, N]` f32 in slot order: expert
 // e's slots are `offsets[e] .. offsets[e+1]`, slot i holds `x[rows[i]] . W[e]^T` and `pairs[i]` is its
 // choice index `t * top_k + j`. Choices naming an expert `>= experts` get no slot and are counted (their
 // rows of y, at the end, are not written). K % 32 == 0 (else `OMEGA_GPU_MATMUL_ERR_SHAPE`); an expert

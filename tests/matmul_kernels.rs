@@ -646,29 +646,41 @@ fn choices(g: &mut SmallRng, t: u32, top_k: u32, e: u32, used: u32, bad: u32) ->
     topk
 }
 
+/// The touched experts the route kernel lists: those with a slot, in increasing order.
+fn touched(offsets: &[u32]) -> Vec<u32> {
+    (0..offsets.len() - 1).filter(|&e| offsets[e] != offsets[e + 1]).map(|e| e as u32).collect()
+}
+
 #[test]
-fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_each_slot() {
+fn routing_places_every_choice_in_expert_order_lists_the_touched_experts_and_the_grouped_gemv_computes_each_slot() {
     let mut g = rng("moe");
-    // (tokens, top-k, experts, experts used, out-of-range choices, N, K)
-    let cases: [(u32, u32, u32, u32, u32, u32, u32); 5] = [
-        (1, 1, 1, 1, 0, 1, 32),
-        (3, 2, 8, 5, 1, 33, 128),
-        (8, 8, 128, 40, 2, 70, 256),
-        (13, 4, 16, 16, 0, 7, 4064),
-        (64, 2, 6, 6, 3, 64, 96),
+    // (tokens, top-k, experts, experts used, out-of-range choices, N, K, split, grid z)
+    let cases: [[u32; 9]; 7] = [
+        [1, 1, 1, 1, 0, 1, 32, 1, 1],
+        [3, 2, 8, 5, 1, 33, 128, 2, 6],
+        [8, 8, 128, 40, 2, 70, 256, 4, 64],
+        // z smaller than the touched count: CTAs walk the list's entries grid-stride.
+        [8, 8, 128, 40, 2, 70, 256, 2, 7],
+        [13, 4, 16, 16, 0, 7, 4064, 3, 16],
+        [64, 2, 6, 6, 3, 64, 96, 1, 2],
+        // The row-streaming form: a few rows per expert over slices of 1024.
+        [2, 4, 32, 32, 0, 130, 2048, 2, 8],
     ];
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let route = module.kernel(mm::MOE_ROUTE).unwrap();
         let mut gpu = gpu;
-        for (t, top_k, e, used, bad, n, kk) in cases {
+        for [t, top_k, e, used, bad, n, kk, split, z] in cases {
             let topk = choices(&mut g, t, top_k, e, used, bad);
             let slots = (t * top_k) as usize;
+            let room = slots.min(e as usize);
             let dtopk = device(s, &topk);
             let mut offsets = device(s, &vec![POISON_U32; e as usize + 1]);
             let mut rows = device(s, &vec![POISON_U32; slots]);
             let mut pairs = device(s, &vec![POISON_U32; slots]);
-            let mut dropped = device(s, &[0u32]);
+            // A stale drop count: the kernel stores, it does not add.
+            let mut dropped = device(s, &[7u32]);
+            let mut active = device(s, &vec![POISON_U32; 1 + room]);
             let l = Launch::new(&route)
                 .block([mm::ROUTE_THREADS, 1, 1])
                 .arg(&dtopk)
@@ -678,7 +690,8 @@ fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_eac
                 .arg(&offsets)
                 .arg(&rows)
                 .arg(&pairs)
-                .arg(&dropped);
+                .arg(&dropped)
+                .arg(&active);
             gpu = gpu.launch(&l).unwrap().gpu;
             let (want_off, want_rows, want_pairs, want_bad) = route_ref(&topk, top_k, e);
             let placed = want_rows.len();
@@ -687,6 +700,11 @@ fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_eac
             assert_eq!(rows.to_vec().unwrap()[..placed], want_rows, "{what}: rows");
             assert_eq!(pairs.to_vec().unwrap()[..placed], want_pairs, "{what}: pairs");
             assert_eq!(dropped.to_vec().unwrap(), [want_bad], "{what}: dropped");
+            let list = touched(&want_off);
+            let got_active = active.to_vec().unwrap();
+            assert_eq!(got_active[0] as usize, list.len(), "{what}: the touched count");
+            assert_eq!(got_active[1..=list.len()], list, "{what}: the touched experts");
+            assert!(got_active[1 + list.len()..].iter().all(|&v| v == POISON_U32), "{what}: past the list");
             assert!((0..e as usize).any(|x| want_off[x] == want_off[x + 1]) || used == e, "{what}: an empty expert");
 
             // The grouped GEMV over that routing: slot i = x[rows[i]] · W[expert of i]ᵀ.
@@ -695,13 +713,16 @@ fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_eac
             let (xb, x) = bf16s(&mut g, (t * kk) as usize);
             let (wb, w) = bf16s(&mut g, (e * n * kk) as usize);
             let (dx, dw) = (device(s, &xb), device(s, &wb));
-            let plan = mm::gemv_plan(n, kk, 132);
+            let blocks = n.div_ceil(mm::GEMV_ROWS);
+            let kps = kk.div_ceil(split).next_multiple_of(mm::GEMV_K_CHUNK);
+            assert_eq!(kk.div_ceil(kps), split, "{what}: the case's split is kept");
             let max_slots = slots as u32;
             let y = poisoned(s, slots * n as usize);
-            let work = poisoned(s, plan.work_floats(max_slots, n).max(1) as usize);
-            let mut tickets = device(s, &vec![0u32; (e * plan.blocks) as usize]);
+            let work_floats = if split > 1 { split as usize * slots * n as usize } else { 1 };
+            let work = poisoned(s, work_floats);
+            let mut tickets = device(s, &vec![0u32; room * blocks as usize]);
             let l = Launch::new(&kernel)
-                .grid([plan.blocks, plan.split, e])
+                .grid([blocks, split, z])
                 .block([mm::GEMV_THREADS, 1, 1])
                 .arg(&dx)
                 .arg(&dw)
@@ -710,9 +731,10 @@ fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_eac
                 .arg(&tickets)
                 .arg(&offsets)
                 .arg(&rows)
+                .arg(&active)
                 .arg(n)
                 .arg(kk)
-                .arg(plan.k_per_split)
+                .arg(kps)
                 .arg(max_slots);
             gpu = gpu.launch(&l).unwrap().gpu;
             let mut y = y;
@@ -736,7 +758,7 @@ fn routing_places_every_choice_in_expert_order_and_the_grouped_gemv_computes_eac
 }
 
 #[test]
-fn routing_takes_more_experts_than_threads_in_passes_and_counts_drops_once_per_cta() {
+fn routing_takes_more_experts_than_threads_in_passes_and_stores_the_drop_count() {
     let mut g = rng("route passes");
     let (t, top_k, e) = (7u32, 3u32, 2500u32);
     let topk = choices(&mut g, t, top_k, e, e, 2);
@@ -749,7 +771,8 @@ fn routing_takes_more_experts_than_threads_in_passes_and_counts_drops_once_per_c
         let mut rows = device(s, &vec![POISON_U32; topk.len()]);
         let mut pairs = device(s, &vec![POISON_U32; topk.len()]);
         let mut dropped = device(s, &[5u32]);
-        // Two CTAs: each adds its own count of the dropped choices.
+        let mut active = device(s, &vec![POISON_U32; 1 + topk.len()]);
+        // Two CTAs: each stores the same values.
         let l = Launch::new(&route)
             .grid([2, 1, 1])
             .block([mm::ROUTE_THREADS, 1, 1])
@@ -760,12 +783,17 @@ fn routing_takes_more_experts_than_threads_in_passes_and_counts_drops_once_per_c
             .arg(&offsets)
             .arg(&rows)
             .arg(&pairs)
-            .arg(&dropped);
+            .arg(&dropped)
+            .arg(&active);
         gpu.launch(&l).unwrap();
         assert_eq!(offsets.to_vec().unwrap(), want_off);
         assert_eq!(rows.to_vec().unwrap()[..want_rows.len()], want_rows);
         assert_eq!(pairs.to_vec().unwrap()[..want_pairs.len()], want_pairs);
-        assert_eq!(dropped.to_vec().unwrap(), [5 + 2 * want_bad]);
+        assert_eq!(dropped.to_vec().unwrap(), [want_bad]);
+        let list = touched(&want_off);
+        assert!(list.iter().any(|&x| x >= mm::ROUTE_THREADS), "experts of a later pass are listed");
+        let got = active.to_vec().unwrap();
+        assert_eq!((got[0] as usize, &got[1..=list.len()]), (list.len(), &list[..]));
     });
 }
 

@@ -180,8 +180,8 @@ fn bf16_products_at_primes_and_ragged_tiles_take_every_path_and_match_f64() {
         ([7, 33, 4095], Path::SimtBf16),
         ([1, 1, 32], Path::Gemv),
         ([7, 1000, 4096], Path::Gemv),
-        ([33, 4095, 96], Path::Gemv),
-        ([64, 33, 1024], Path::Gemv),
+        ([32, 4095, 96], Path::Gemv),
+        ([64, 33, 1024], Path::Gemm),
         ([1, 7, 8], Path::Gemm),
         ([33, 4095, 1000], Path::Gemm),
         ([65, 33, 1000], Path::Gemm),
@@ -220,7 +220,7 @@ fn every_qwen3_30b_a3b_matrix_matches_f64_at_small_m() {
                 // Small M streams W through the GEMV (past the budget, lm_head's CTAs walk its blocks), up to
                 // M = 8 for a matrix larger than L2 (lm_head).
                 let larger_than_l2 = u64::from(n) * u64::from(k) * 2 > 50 << 20;
-                let want = if m <= 8 || (m <= 64 && !larger_than_l2) { Path::Gemv } else { Path::Gemm };
+                let want = if m <= 8 || (m <= matmul::GEMV_MAX_M && !larger_than_l2) { Path::Gemv } else { Path::Gemm };
                 assert_eq!(info.path, Some(want), "{name} M={m}");
                 assert_eq!(info.weight_bytes, u64::from(n) * u64::from(k) * 2);
             }
@@ -334,12 +334,21 @@ fn the_gemv_plan_is_the_kernels_planner_and_every_launch_keeps_to_the_cta_budget
         let plan = refs::gemv_plan(2048, 4096, s.device().sm_count);
         assert_eq!(last_grids(1), [[plan.blocks, plan.split, 1]]);
         assert_eq!(info.split, plan.split);
-        // Fewer 128x256 tiles than half the SMs: the 128x128 form, split as the kernels' planner splits it.
-        let (next, info) = bf16_case(s, gpu, &mm, g, "split-K gemm", [200, 300, 512]);
+        // The TMA GEMM in the form and split the cost model picks: here 2 x 3 narrow tiles, unsplit.
+        let (next, info) = bf16_case(s, gpu, &mm, g, "narrow gemm", [200, 300, 512]);
         gpu = next;
-        let split = refs::GemmSplit::planned(200, 300, 512, 128, s.device().sm_count);
-        assert_eq!((info.path, info.split), (Some(Path::Gemm), split.splits));
-        assert_eq!(last_grids(1), [[split.units.min(s.device().sm_count), 1, 1]]);
+        let sms = s.device().sm_count;
+        let c = matmul::GemmCost::best(Shape::new(200, 300, 512), sms, matmul::MAX_CTAS, None);
+        assert_eq!((c.tile, c.splits), (matmul::GemmTile::Narrow, 1));
+        assert_eq!((info.path, info.split), (Some(Path::Gemm), 1));
+        assert_eq!(last_grids(1), [[6, 1, 1]]);
+        // A long K: split in whole pipelines, the partial sums added by each tile's last unit.
+        let (next, info) = bf16_case(s, gpu, &mm, g, "split-K gemm", [130, 200, 65_536]);
+        gpu = next;
+        let c = matmul::GemmCost::best(Shape::new(130, 200, 65_536), sms, matmul::MAX_CTAS, None);
+        assert!(c.splits > 1, "{c:?}");
+        assert_eq!((info.path, info.split), (Some(Path::Gemm), c.splits));
+        assert_eq!(last_grids(1), [[u32::try_from(c.units).unwrap().min(sms), 1, 1]]);
         // Budgets from 1 CTA up: each launch's grid is within it, and the info counts what ran.
         for budget in [1u32, 5, 33, 100, 700] {
             matmul::set_cta_budget(budget);
@@ -408,11 +417,20 @@ fn choices(g: &mut SmallRng, t: usize, top_k: usize, e: usize, drop: bool) -> Ve
 #[test]
 fn the_grouped_gemm_routes_on_the_device_and_matches_f64_per_slot() {
     // (tokens, top_k, experts, N, K, drop some choices)
-    let cases =
-        [(1, 8, 128, 64, 256, false), (8, 8, 128, 96, 128, false), (64, 4, 16, 130, 64, true), (3, 2, 5, 1, 32, true)];
+    // (tokens, top_k, experts, N, K, drop some choices, CTA budget)
+    let cases = [
+        (1, 8, 128, 64, 2048, false, matmul::MAX_CTAS),
+        (8, 8, 128, 96, 128, false, matmul::MAX_CTAS),
+        (64, 8, 128, 70, 256, false, matmul::MAX_CTAS),
+        // A budget below the list: the CTAs walk its entries.
+        (64, 8, 128, 70, 256, true, 5),
+        (64, 4, 16, 130, 64, true, matmul::MAX_CTAS),
+        (3, 2, 5, 1, 32, true, 1),
+    ];
     with_matmul("grouped", |g, s, gpu, mm| {
         let mut gpu = gpu;
-        for (t, top_k, e, n, k, drop) in cases {
+        for (t, top_k, e, n, k, drop, budget) in cases {
+            matmul::set_cta_budget(budget);
             let shape = GroupedShape { tokens: t, top_k, experts: e, n, k };
             let (tu, ku, nu, eu, p) = (t as usize, k as usize, n as usize, e as usize, (t * top_k) as usize);
             let xb = bf16s(g, tu * ku);
@@ -424,9 +442,22 @@ fn the_grouped_gemm_routes_on_the_device_and_matches_f64_per_slot() {
             let layout = shape.routing();
             let mut routing = s.alloc_device_from(&vec![0xdead_beefu32; layout.words]).unwrap();
             let mut y = poisoned(s, p * nu);
+            let before = sim().stats().launches;
             let done = mm.grouped_bf16(gpu, &x, &w, &tk, &mut routing, &mut y, shape).unwrap();
             gpu = done.gpu;
             assert_eq!(done.info.path, Some(Path::Grouped));
+            // The route kernel, then ONE grouped GEMV whose z spans the list's room, within the budget.
+            assert_eq!((sim().stats().launches - before, done.info.launches), (2, 2), "{shape}");
+            let grids = last_grids(2);
+            let blocks = n.div_ceil(64);
+            let room = (t * top_k).min(e);
+            assert_eq!(grids[0], [1, 1, 1], "{shape}: the route kernel");
+            assert_eq!([grids[1][0], grids[1][1]], [blocks, done.info.split], "{shape}");
+            assert!(
+                grids[1][2] <= room && grids[1].iter().product::<u32>() <= budget,
+                "{shape} budget {budget}: {grids:?}"
+            );
+            assert_eq!(u64::from(done.info.ctas), u64::from(grids[1].iter().product::<u32>()));
             let r = routing.to_vec().unwrap();
             let (offsets, rows, pairs, dropped) = route(&topk, top_k as usize, eu);
             let placed = rows.len();
@@ -434,6 +465,9 @@ fn the_grouped_gemm_routes_on_the_device_and_matches_f64_per_slot() {
             assert_eq!(&r[layout.rows..][..placed], &rows[..], "{shape}: rows");
             assert_eq!(&r[layout.pairs..][..placed], &pairs[..], "{shape}: pairs");
             assert_eq!(r[layout.dropped], dropped, "{shape}: drop count");
+            let listed: Vec<u32> = (0..e).filter(|&x| offsets[x as usize] != offsets[x as usize + 1]).collect();
+            assert_eq!(r[layout.active] as usize, listed.len(), "{shape}: touched count");
+            assert_eq!(&r[layout.experts..][..listed.len()], &listed[..], "{shape}: touched experts");
             assert_eq!(drop, dropped > 0, "{shape}: the case drops what it means to");
             let got = y.to_vec().unwrap();
             let xf = widen(&xb);
@@ -457,6 +491,62 @@ fn the_grouped_gemm_routes_on_the_device_and_matches_f64_per_slot() {
                 "{shape}: rows past the placed slots untouched"
             );
         }
+        matmul::set_cta_budget(0);
+    });
+}
+
+#[test]
+fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() {
+    use matmul::{ForcedPlan, ForcedRefusal, GemmTile};
+    with_matmul("forced", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        // (shape, forced, the kernel's path and split in the info)
+        let cases = [
+            ([64, 1536, 2048], ForcedPlan::Gemv { split: None }, Path::Gemv, 16),
+            ([130, 200, 512], ForcedPlan::Gemv { split: Some(2) }, Path::Gemv, 2),
+            ([16, 300, 2048], ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) }, Path::Gemm, 1),
+            ([16, 300, 2048], ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(4) }, Path::Gemm, 4),
+            ([4, 129, 1032], ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: None }, Path::Gemm, 1),
+        ];
+        for (shape, forced, path, split) in cases {
+            mm.set_forced_plan(Some(forced));
+            assert_eq!(mm.forced_plan(), Some(forced));
+            let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{forced} {shape:?}"), shape);
+            gpu = next;
+            assert_eq!((info.path, info.split), (Some(path), split), "{forced} {shape:?}");
+        }
+        // Refused, nothing launched: a split K's chunks do not keep, an f32 product.
+        let x = s.alloc_device::<u16>(64 * 2048).unwrap();
+        let w = s.alloc_device::<u16>(1536 * 2048).unwrap();
+        let mut y = s.alloc_device::<f32>(64 * 1536).unwrap();
+        let before = sim().stats().launches;
+        mm.set_forced_plan(Some(ForcedPlan::Gemv { split: Some(9) }));
+        let f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(64, 1536, 2048)).unwrap_err();
+        assert!(
+            matches!(
+                f.error,
+                MatmulError::Plan(PlanError::Forced { why: ForcedRefusal::SplitNotKept { asked: 9, kept: 8 }, .. })
+            ),
+            "{}",
+            f.error
+        );
+        assert_eq!(f.error.stage(), Stage::MatmulPlan);
+        assert_eq!(
+            f.error.to_string(),
+            "matmul plan: M=64 N=1536 K=2048: the GEMV with 9 split cannot run it: K divides into 8 slices, not the 9 asked"
+        );
+        let (xf, wf) = (s.alloc_device::<f32>(8).unwrap(), s.alloc_device::<f32>(8).unwrap());
+        let mut yf = s.alloc_device::<f32>(1).unwrap();
+        let f = mm.f32(f.gpu.unwrap(), &xf, &wf, &mut yf, Shape::new(1, 1, 8)).unwrap_err();
+        assert!(
+            matches!(f.error, MatmulError::Plan(PlanError::Forced { why: ForcedRefusal::NotBf16, .. })),
+            "{}",
+            f.error
+        );
+        assert_eq!(sim().stats().launches, before, "no refusal launched anything");
+        mm.set_forced_plan(None);
+        let done = mm.f32(f.gpu.unwrap(), &xf, &wf, &mut yf, Shape::new(1, 1, 8)).unwrap();
+        assert_eq!(done.info.path, Some(Path::SimtF32), "unforced again");
     });
 }
 

@@ -1258,12 +1258,16 @@ pub unsafe extern "C" fn omega_gpu_matmul_f32_mem(
 }
 
 /// EXPERIMENTAL. `uint32_t` words of a grouped product's routing buffer: `experts + 1` offsets, then
-/// `tokens * top_k` rows, the same number of pairs, and the drop count (0 for a shape past `size_t`).
+/// `tokens * top_k` rows, the same number of pairs, the drop count, the count of touched experts and the
+/// list of touched experts in increasing order (room for `min(experts, tokens * top_k)`); 0 for a shape
+/// past `size_t`.
 #[no_mangle]
 pub extern "C" fn omega_gpu_matmul_routing_words(tokens: u32, top_k: u32, experts: u32) -> usize {
     let p = u64::from(tokens) * u64::from(top_k);
+    let e = u64::from(experts);
     p.checked_mul(2)
-        .and_then(|v| v.checked_add(u64::from(experts) + 2))
+        .and_then(|v| v.checked_add(e + 3))
+        .and_then(|v| v.checked_add(e.min(p)))
         .and_then(|v| usize::try_from(v).ok())
         .unwrap_or(0)
 }
@@ -1272,7 +1276,8 @@ pub extern "C" fn omega_gpu_matmul_routing_words(tokens: u32, top_k: u32, expert
 /// `[tokens, K]` bf16, W `[experts, N, K]` bf16 (every expert's weight, as a linear layer stores it),
 /// `topk` `[tokens, top_k]` u32 (token t's j-th expert at `t * top_k + j`). The device routes the choices
 /// into `routing` (`omega_gpu_matmul_routing_words` u32: `offsets[experts + 1]`, `rows[tokens * top_k]`,
-/// `pairs[tokens * top_k]`, the drop count) and writes y `[tokens * top_k, N]` f32 in slot order: expert
+/// `pairs[tokens * top_k]`, the drop count, the touched experts' count and list, every part written at
+/// each call) and writes y `[tokens * top_k, N]` f32 in slot order: expert
 /// e's slots are `offsets[e] .. offsets[e+1]`, slot i holds `x[rows[i]] . W[e]^T` and `pairs[i]` is its
 /// choice index `t * top_k + j`. Choices naming an expert `>= experts` get no slot and are counted (their
 /// rows of y, at the end, are not written). K % 32 == 0 (else `OMEGA_GPU_MATMUL_ERR_SHAPE`); an expert
@@ -1360,7 +1365,9 @@ mod tests {
     fn the_routing_words_match_the_library_layout() {
         let g = GroupedShape { tokens: 3, top_k: 2, experts: 5, n: 1, k: 32 };
         assert_eq!(omega_gpu_matmul_routing_words(3, 2, 5), g.routing().words);
-        assert_eq!(omega_gpu_matmul_routing_words(1 << 16, 1 << 15, 7), (1 << 32) + 9);
+        assert_eq!(omega_gpu_matmul_routing_words(1 << 16, 1 << 15, 7), (1 << 32) + 10 + 7);
+        let g = GroupedShape { tokens: 1, top_k: 8, experts: 128, n: 1, k: 32 };
+        assert_eq!(omega_gpu_matmul_routing_words(1, 8, 128), g.routing().words);
         assert_eq!(omega_gpu_matmul_routing_words(u32::MAX, u32::MAX, u32::MAX), 0, "past u64: 0");
     }
 }

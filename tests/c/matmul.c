@@ -159,7 +159,8 @@ static void names_and_budget(void) {
     CHECK(omega_gpu_matmul_cta_budget() == OMEGA_GPU_MATMUL_MAX_CTAS);
     CHECK(omega_gpu_matmul_is_blocked() == 0);
     CHECK(strcmp(omega_gpu_matmul_last_error(), "") == 0);
-    CHECK(omega_gpu_matmul_routing_words(3, 2, 5) == 5 + 2 + 2 * 6);
+    /* offsets[6], rows[6], pairs[6], the drop count, the touched count, room for min(5, 6) experts. */
+    CHECK(omega_gpu_matmul_routing_words(3, 2, 5) == 6 + 2 * 6 + 2 + 5);
 }
 
 /* The host-pointer products: the first opens the device. */
@@ -364,6 +365,9 @@ static void device_products(void) {
     for (int i = 0; i <= E; i++) CHECK(routing[i] == want_offsets[i]);
     for (int i = 0; i < 5; i++) CHECK(routing[E + 1 + i] == want_rows[i] && routing[E + 1 + T * TOPK + i] == want_pairs[i]);
     CHECK(routing[E + 1 + 2 * T * TOPK] == 1);
+    /* The touched experts: 0, 1 and 2, in increasing order. */
+    CHECK(routing[E + 2 + 2 * T * TOPK] == 3);
+    for (int i = 0; i < 3; i++) CHECK(routing[E + 3 + 2 * T * TOPK + i] == (uint32_t)i);
     uint32_t expert_of_slot[5] = {0, 1, 2, 2, 2};
     for (int s = 0; s < 5; s++) {
         float *xr = widen_all(gx + want_rows[s] * GK, GK);

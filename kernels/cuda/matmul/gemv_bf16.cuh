@@ -255,24 +255,31 @@ __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, con
                         (size_t)M * N);
 }
 
-// Grouped (mixture of experts): grid (ceil(N / 64), split, E), block 128. Expert e's weights are
-// W[e] = w + e * N * K ([N, K], as a linear layer stores them); its rows are the slots
-// offsets[e] .. offsets[e + 1] - 1 of the routing (offsets has E + 1 words, read on the device), slot i
-// taking x row rows[i] and writing y row i: y[i, :] = x[rows[i], :] . W[e]^T. An expert with no slot
-// ends at once, so the launch streams only the experts the routing touched. `work` holds
-// split * max_slots * N floats and `tickets` E * ceil(N / 64) zeroed words when split > 1.
+// Grouped (mixture of experts): grid (ceil(N / 64), split, Z), block 128, ONE launch over the experts the
+// routing touched. active[0] is their count and active[1 ..] their list (omega_moe_route writes both);
+// CTA z takes list entries z, z + Z, ... below the count (Z at most the list's room, min(E, max_slots);
+// a z past the count exits at once, and a grid that the CTA budget caps below the count walks the rest).
+// For entry i naming expert e: W[e] = w + e * N * K ([N, K], as a linear layer stores it), its rows are
+// the slots offsets[e] .. offsets[e + 1] - 1 (offsets has E + 1 words, read on the device), slot s taking
+// x row rows[s] and writing y row s: y[s, :] = x[rows[s], :] . W[e]^T. `work` holds
+// split * max_slots * N floats and `tickets` Z_max * ceil(N / 64) zeroed words (entry i's block b at
+// i * ceil(N / 64) + b) when split > 1.
 template <int MB>
 __device__ __forceinline__ void moe_gemv_bf16(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                               float* __restrict__ y, float* __restrict__ work,
                                               uint32_t* __restrict__ tickets, const uint32_t* __restrict__ offsets,
-                                              const uint32_t* __restrict__ rows, uint32_t N, uint32_t K,
-                                              uint32_t k_per_split, uint32_t max_slots) {
-  const uint32_t e = blockIdx.z;
-  const uint32_t first = offsets[e], count = offsets[e + 1] - first;
-  if (count == 0) return;
-  gemv_bf16_group<MB>(x, rows + first, w + (size_t)e * N * K, y + (size_t)first * N, work + (size_t)first * N,
-                      tickets + (size_t)e * gridDim.x + blockIdx.x, count, N, K, k_per_split, blockIdx.x, blockIdx.y,
-                      gridDim.y, (size_t)max_slots * N);
+                                              const uint32_t* __restrict__ rows, const uint32_t* __restrict__ active,
+                                              uint32_t N, uint32_t K, uint32_t k_per_split, uint32_t max_slots) {
+  const uint32_t count_active = active[0];
+  // Every thread of the CTA takes the same entries, so the group's barriers are reached by all.
+  for (uint32_t i = blockIdx.z; i < count_active; i += gridDim.z) {
+    const uint32_t e = active[1 + i];
+    const uint32_t first = offsets[e], count = offsets[e + 1] - first;
+    if (count == 0) continue;
+    gemv_bf16_group<MB>(x, rows + first, w + (size_t)e * N * K, y + (size_t)first * N, work + (size_t)first * N,
+                        tickets + (size_t)i * gridDim.x + blockIdx.x, count, N, K, k_per_split, blockIdx.x,
+                        blockIdx.y, gridDim.y, (size_t)max_slots * N);
+  }
 }
 
 #define OMEGA_GEMV_ENTRY(MB)                                                                              \
@@ -289,8 +296,9 @@ OMEGA_GEMV_ENTRY(8)
 #define OMEGA_MOE_GEMV_ENTRY(MB)                                                                          \
   extern "C" __global__ void __launch_bounds__(GEMV_THREADS) omega_moe_gemv_bf16_m##MB(                   \
       const uint16_t* x, const uint16_t* w, float* y, float* work, uint32_t* tickets, const uint32_t* offsets, \
-      const uint32_t* rows, uint32_t N, uint32_t K, uint32_t k_per_split, uint32_t max_slots) {                \
-    moe_gemv_bf16<MB>(x, w, y, work, tickets, offsets, rows, N, K, k_per_split, max_slots);                 \
+      const uint32_t* rows, const uint32_t* active, uint32_t N, uint32_t K, uint32_t k_per_split,              \
+      uint32_t max_slots) {                                                                               \
+    moe_gemv_bf16<MB>(x, w, y, work, tickets, offsets, rows, active, N, K, k_per_split, max_slots);         \
   }
 OMEGA_MOE_GEMV_ENTRY(1)
 OMEGA_MOE_GEMV_ENTRY(2)

@@ -66,11 +66,12 @@ pub const GEMM_BF16_TN_MC: &str = "omega_gemm_bf16_tn_mc";
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
     ["omega_gemv_bf16_tn_m1", "omega_gemv_bf16_tn_m2", "omega_gemv_bf16_tn_m4", "omega_gemv_bf16_tn_m8"];
-/// Grouped experts: `omega_moe_gemv_bf16_m{1,2,4,8}(x, w, y, work, tickets, offsets, rows, N, K,
-/// k_per_split, max_slots)`, by [`GEMV_MB`].
+/// Grouped experts: `omega_moe_gemv_bf16_m{1,2,4,8}(x, w, y, work, tickets, offsets, rows, active, N, K,
+/// k_per_split, max_slots)`, by [`GEMV_MB`]: one launch over the touched experts `active` lists.
 pub const MOE_GEMV_BF16: [&str; 4] =
     ["omega_moe_gemv_bf16_m1", "omega_moe_gemv_bf16_m2", "omega_moe_gemv_bf16_m4", "omega_moe_gemv_bf16_m8"];
-/// `omega_moe_route(topk, T, top_k, E, offsets, rows, pairs, dropped)`: top-k choices to CSR routing.
+/// `omega_moe_route(topk, T, top_k, E, offsets, rows, pairs, dropped, active)`: top-k choices to CSR
+/// routing, the drop count (stored) and the list of touched experts (`active[0]` of them at `active[1..]`).
 pub const MOE_ROUTE: &str = "omega_moe_route";
 /// `omega_gemm_f32_tn(x, w, y, M, N, K)`: f32 FMA, any shape.
 pub const GEMM_F32_TN: &str = "omega_gemm_f32_tn";
@@ -205,8 +206,8 @@ impl GemmSplit {
         GemmSplit { tiles, kblocks, per, splits, units: tiles.wrapping_mul(splits) }
     }
 
-    /// The planner's split for `sms` SMs (kernel_abi.md): whole waves, `clamp(floor(sms / tiles), 1,
-    /// kblocks)`.
+    /// The whole-wave split for `sms` SMs, `clamp(floor(sms / tiles), 1, kblocks)`: what the kernel tests
+    /// and the smoke run launch (the library's planner chooses by its cost model, `plan::GemmCost`).
     pub fn planned(m: u32, n: u32, k: u32, tile_n: u32, sms: u32) -> GemmSplit {
         let tiles = m.div_ceil(GEMM_TILE_M) * n.div_ceil(tile_n);
         let kblocks = k.div_ceil(GEMM_TILE_K).max(1);
@@ -336,11 +337,11 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     moe_spec(0, 0, moe_gemv_bf16::<0>),
     moe_spec(1, 0, moe_gemv_bf16::<1>),
     moe_spec(2, 0, moe_gemv_bf16::<2>),
-    moe_spec(3, SPILL_FRAME, moe_gemv_bf16::<3>),
+    moe_spec(3, 0, moe_gemv_bf16::<3>),
     HostSpec {
         name: MOE_ROUTE,
-        param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8],
-        // `counts[ROUTE_THREADS + 1]`.
+        param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8, 8],
+        // `counts[ROUTE_THREADS + 1]` (the last word accumulates the drop count).
         static_shared_bytes: (ROUTE_THREADS + 1) * 4,
         local_bytes_per_thread: 0,
         run: moe_route,
@@ -397,7 +398,7 @@ const fn moe_spec(
 ) -> HostSpec {
     HostSpec {
         name: MOE_GEMV_BF16[variant],
-        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4],
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4],
         static_shared_bytes: 4,
         local_bytes_per_thread,
         run,
@@ -1101,127 +1102,158 @@ fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelErr
     Ok(())
 }
 
-/// `omega_moe_gemv_bf16_m*`: CTA `(bx, s, e)` computes expert e's slots `offsets[e] .. offsets[e + 1]`
-/// (read on the device; an expert with none ends at once) with W = `w + e * N * K`, x rows `rows[slot]`,
-/// y rows `slot`.
+/// `omega_moe_gemv_bf16_m*`: CTA `(bx, s, z)` takes the entries `i = z, z + gridDim.z, ..` below
+/// `active[0]` of the touched experts' list `active[1..]` (read on the device); entry i names expert e,
+/// whose slots `offsets[e] .. offsets[e + 1]` it computes with W = `w + e * N * K`, x rows `rows[slot]`, y
+/// rows `slot`, its split-K ticket at `tickets[i * gridDim.x + bx]`. An entry with no slot is skipped.
 fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = MOE_GEMV_BF16[V];
     let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
-    let (offsets, rows) = (ctx.u64_at(10), ctx.u64_at(12));
-    let (n, k, k_per_split, max_slots) = (ctx.word(14), ctx.word(15), ctx.word(16), ctx.word(17));
+    let (offsets, rows, active) = (ctx.u64_at(10), ctx.u64_at(12), ctx.u64_at(14));
+    let (n, k, k_per_split, max_slots) = (ctx.word(16), ctx.word(17), ctx.word(18), ctx.word(19));
     require_block(ctx, name, GEMV_THREADS)?;
     let shape = ctx.shape();
-    let experts = shape.grid[2];
-    aligned(name, "offsets", offsets, 4)?;
-    let offs = ctx.read_u32s(offsets, experts as usize + 1)?;
-    let count = |e: usize| offs[e + 1].wrapping_sub(offs[e]);
-    // CTAs of one expert are consecutive (z slowest); each costs what its expert's slots cost.
-    let per_expert = u64::from(shape.grid[0]) * u64::from(shape.grid[1]);
-    let costs: Vec<u64> =
-        (0..experts as usize).map(|e| if count(e) == 0 { 1 } else { GemvCta::cost(count(e), k_per_split) }).collect();
-    let total = costs.iter().fold(0u64, |t, c| t.saturating_add(c.saturating_mul(per_expert)));
-    let units = ctx.take(total);
-    let mut first_unit = 0u64;
-    for (e, &cost) in costs.iter().enumerate() {
-        let end = first_unit.saturating_add(cost.saturating_mul(per_expert));
-        let (lo, hi) = (units.start.max(first_unit), units.end.min(end));
-        if lo < hi {
-            let ctas = (lo - first_unit).div_ceil(cost)..(hi - first_unit).div_ceil(cost);
-            if count(e) != 0 {
-                let first = offs[e];
-                for j in ctas {
-                    let (bx, s) = ((j % u64::from(shape.grid[0])) as u32, (j / u64::from(shape.grid[0])) as u32);
-                    let slot = u64::from(first) * u64::from(n);
-                    GemvCta {
-                        kernel: name,
-                        x,
-                        x_rows: Some(rows.wrapping_add(4 * u64::from(first))),
-                        w: w.wrapping_add((e as u64 * u64::from(n) * u64::from(k)).wrapping_mul(2)),
-                        y: y.wrapping_add(slot.wrapping_mul(4)),
-                        work: work.wrapping_add(slot.wrapping_mul(4)),
-                        ticket: tickets.wrapping_add(4 * (e as u64 * u64::from(shape.grid[0]) + u64::from(bx))),
-                        m: count(e),
-                        n,
-                        k,
-                        k_per_split,
-                        nblock: bx,
-                        s,
-                        split: shape.grid[1],
-                        work_slice: u64::from(max_slots) * u64::from(n),
-                        mb: GEMV_MB[V],
-                    }
-                    .run(ctx)?;
-                }
+    let gz = shape.grid[2].max(1);
+    aligned(name, "active", active, 4)?;
+    let count_active = ctx.read_u32s(active, 1)?[0];
+    // Entry i's expert and its slots `(first, count)`, read where the kernel reads them.
+    let list =
+        if count_active == 0 { Vec::new() } else { ctx.read_u32s(active.wrapping_add(4), count_active as usize)? };
+    let mut slots = Vec::with_capacity(list.len());
+    for &e in &list {
+        aligned(name, "offsets", offsets, 4)?;
+        let o = ctx.read_u32s(offsets.wrapping_add(4 * u64::from(e)), 2)?;
+        slots.push((e, o[0], o[1].wrapping_sub(o[0])));
+    }
+    // Each CTA costs what its entries' slots cost (one unit when it has none); CTAs in grid order.
+    let per_z = |z: u32| (z..count_active).step_by(gz as usize);
+    let costs: Vec<u64> = (0..shape.blocks())
+        .map(|b| {
+            let z = shape.block_id(b)[2];
+            let c: u64 =
+                per_z(z).map(|i| slots[i as usize].2).filter(|&c| c != 0).map(|c| GemvCta::cost(c, k_per_split)).sum();
+            c.max(1)
+        })
+        .collect();
+    for b in take_costed(ctx, &costs) {
+        let [bx, s, z] = shape.block_id(b);
+        for i in per_z(z) {
+            let (e, first, count) = slots[i as usize];
+            if count == 0 {
+                continue;
             }
-        }
-        first_unit = end;
-        if first_unit >= units.end {
-            break;
+            let slot = u64::from(first) * u64::from(n);
+            GemvCta {
+                kernel: name,
+                x,
+                x_rows: Some(rows.wrapping_add(4 * u64::from(first))),
+                w: w.wrapping_add((u64::from(e) * u64::from(n) * u64::from(k)).wrapping_mul(2)),
+                y: y.wrapping_add(slot.wrapping_mul(4)),
+                work: work.wrapping_add(slot.wrapping_mul(4)),
+                ticket: tickets.wrapping_add(4 * (u64::from(i) * u64::from(shape.grid[0]) + u64::from(bx))),
+                m: count,
+                n,
+                k,
+                k_per_split,
+                nblock: bx,
+                s,
+                split: shape.grid[1],
+                work_slice: u64::from(max_slots) * u64::from(n),
+                mb: GEMV_MB[V],
+            }
+            .run(ctx)?;
         }
     }
     Ok(())
 }
 
+/// This call's items of the ones whose costs are `costs` (units each, in order): those whose first unit
+/// lies in the call's take, so each item runs whole in exactly one call.
+fn take_costed(ctx: &mut KernelCtx<'_>, costs: &[u64]) -> Range<u64> {
+    let total = costs.iter().fold(0u64, |t, &c| t.saturating_add(c.max(1)));
+    let units = ctx.take(total);
+    let (mut first, mut lo, mut hi) = (0u64, None, 0u64);
+    for (i, &c) in costs.iter().enumerate() {
+        if first >= units.start && first < units.end {
+            lo.get_or_insert(i as u64);
+            hi = i as u64 + 1;
+        }
+        first = first.saturating_add(c.max(1));
+    }
+    lo.map_or(0..0, |lo| lo..hi)
+}
+
 // ----- the routing ---------------------------------------------------------------------------------------
 
 /// `omega_moe_route`: pass after pass of 1024 experts, thread 0 writes the pass's offsets (the running
-/// total carried in `offsets[base]`), then each expert's slots get its choices in increasing choice
-/// index; last, every choice naming an expert >= E is added to `*dropped` — once per CTA of the grid, as
-/// each CTA adds its own count (the rest of a second CTA's work stores the same values again).
+/// total carried in `offsets[base]`) and appends the pass's touched experts to `active[1..]`, then each
+/// expert's slots get its choices in increasing choice index; last, `*dropped` is stored with the count of
+/// choices naming an expert >= E and `active[0]` with the count of touched experts — every CTA of the
+/// grid stores the same values.
 fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = MOE_ROUTE;
     let (topk, t, top_k, e) = (ctx.u64_at(0), ctx.word(2), ctx.word(3), ctx.word(4));
-    let (offsets, rows, pairs, dropped) = (ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), ctx.u64_at(12));
+    let (offsets, rows, pairs, dropped, active) =
+        (ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), ctx.u64_at(12), ctx.u64_at(14));
     require_block(ctx, name, ROUTE_THREADS)?;
     let p = t.wrapping_mul(top_k);
     let passes = u64::from(e).div_ceil(u64::from(ROUTE_THREADS));
-    // Every pass scans every choice; the drop count is one more scan.
-    let items = take_items(ctx, passes + 1, u64::from(ROUTE_THREADS) + u64::from(p));
-    if items.is_empty() {
+    // Every pass scans every choice; the counts are one more scan. A CTA runs whole in one call.
+    let per_cta = (passes + 1) * (u64::from(ROUTE_THREADS) + u64::from(p));
+    let ctas = take_items(ctx, ctx.shape().blocks(), per_cta);
+    if ctas.is_empty() {
         return Ok(());
     }
-    for (what, va) in [("topk", topk), ("offsets", offsets), ("rows", rows), ("pairs", pairs), ("dropped", dropped)] {
+    for (what, va) in [
+        ("topk", topk),
+        ("offsets", offsets),
+        ("rows", rows),
+        ("pairs", pairs),
+        ("dropped", dropped),
+        ("active", active),
+    ] {
         aligned(name, what, va, 4)?;
     }
+    if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
+        // `base += 1024` wraps below E: the pass loop never ends.
+        return Err(KernelError::Hang);
+    }
     let choices = ctx.read_u32s(topk, p as usize)?;
-    for pass in items {
-        if pass == passes {
-            if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
-                // `base += 1024` wraps below E: the pass loop never ends.
-                return Err(KernelError::Hang);
+    for _ in ctas {
+        let mut touched = 0u32;
+        for pass in 0..passes {
+            let base = (pass * u64::from(ROUTE_THREADS)) as u32;
+            let here = ROUTE_THREADS.min(e - base);
+            let mut slots: Vec<Vec<u32>> = vec![Vec::new(); here as usize];
+            for (i, &c) in choices.iter().enumerate() {
+                if c >= base && c - base < here {
+                    slots[(c - base) as usize].push(i as u32);
+                }
             }
-            let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
-            if bad > 0 {
-                let blocks = ctx.shape().blocks() as u32;
-                let before = ctx.read_u32s(dropped, 1)?[0];
-                ctx.write_u32s(dropped, &[before.wrapping_add(bad.wrapping_mul(blocks))])?;
+            let mut run = if base == 0 { 0 } else { ctx.read_u32s(offsets.wrapping_add(4 * u64::from(base)), 1)?[0] };
+            let mut offs = Vec::with_capacity(here as usize + 1);
+            for (i, s) in slots.iter().enumerate() {
+                offs.push(run);
+                run = run.wrapping_add(s.len() as u32);
+                if !s.is_empty() {
+                    touched = touched.wrapping_add(1);
+                    ctx.write_u32s(active.wrapping_add(4 * u64::from(touched)), &[base + i as u32])?;
+                }
             }
-            continue;
-        }
-        let base = (pass * u64::from(ROUTE_THREADS)) as u32;
-        let here = ROUTE_THREADS.min(e - base);
-        let mut slots: Vec<Vec<u32>> = vec![Vec::new(); here as usize];
-        for (i, &c) in choices.iter().enumerate() {
-            if c >= base && c - base < here {
-                slots[(c - base) as usize].push(i as u32);
-            }
-        }
-        let mut run = if base == 0 { 0 } else { ctx.read_u32s(offsets.wrapping_add(4 * u64::from(base)), 1)?[0] };
-        let mut offs = Vec::with_capacity(here as usize + 1);
-        for s in &slots {
             offs.push(run);
-            run = run.wrapping_add(s.len() as u32);
-        }
-        offs.push(run);
-        ctx.write_u32s(offsets.wrapping_add(4 * u64::from(base)), &offs)?;
-        for (s, &at) in slots.iter().zip(&offs) {
-            if s.is_empty() {
-                continue;
+            ctx.write_u32s(offsets.wrapping_add(4 * u64::from(base)), &offs)?;
+            for (s, &at) in slots.iter().zip(&offs) {
+                if s.is_empty() {
+                    continue;
+                }
+                let tokens: Vec<u32> = s.iter().map(|&c| c / top_k).collect();
+                ctx.write_u32s(rows.wrapping_add(4 * u64::from(at)), &tokens)?;
+                ctx.write_u32s(pairs.wrapping_add(4 * u64::from(at)), s)?;
             }
-            let tokens: Vec<u32> = s.iter().map(|&c| c / top_k).collect();
-            ctx.write_u32s(rows.wrapping_add(4 * u64::from(at)), &tokens)?;
-            ctx.write_u32s(pairs.wrapping_add(4 * u64::from(at)), s)?;
         }
+        let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
+        ctx.write_u32s(dropped, &[bad])?;
+        ctx.write_u32s(active, &[touched])?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use crate::cmdlist::CmdListError;
 use crate::tma::TmaError;
 use crate::{Error, Stage};
 
-use super::plan::{GroupedShape, Shape};
+use super::plan::{ForcedPlan, ForcedRefusal, GroupedShape, Shape};
 
 /// A product's shape, dense or grouped, as failures name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +165,17 @@ pub enum PlanError {
         /// The budget.
         budget: u32,
     },
+    /// A forced plan ([`super::Matmul::set_forced_plan`]) that cannot run the shape; nothing else was
+    /// chosen in its place.
+    #[error("{shape}: {forced} cannot run it: {why}")]
+    Forced {
+        /// The plan forced.
+        forced: ForcedPlan,
+        /// The shape.
+        shape: Shape,
+        /// Why.
+        why: ForcedRefusal,
+    },
 }
 
 /// A failure of the matmul library.
@@ -239,6 +250,11 @@ mod tests {
             }),
             MatmulError::Shape(ShapeError::GroupedK { shape: g }),
             MatmulError::Plan(PlanError::ExpertPastBudget { blocks: 2, budget: 1 }),
+            MatmulError::Plan(PlanError::Forced {
+                forced: ForcedPlan::Gemv { split: Some(3) },
+                shape: Shape::new(2, 3, 8),
+                why: ForcedRefusal::KNotMultiple { of: 32 },
+            }),
             MatmulError::Tma { operand: Operand::X, source: TmaError::Rank { rank: 0 } },
             MatmulError::Device(Error::NotOpen(Stage::Alloc)),
         ];

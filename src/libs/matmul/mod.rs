@@ -11,12 +11,15 @@
 //!   buffer shorter than its operand is refused, naming both, stage `matmul shape`), then launch, taking
 //!   and handing back the scope's [`crate::Gpu`] token as [`crate::Gpu::launch`] does, or add their
 //!   launches to a command list ([`crate::cmdlist::CmdListBuilder`]).
-//! - The planner ([`plan`]) picks the kernels: the split-K GEMV for M <= 64 (K % 32 == 0), the TMA GEMM
-//!   for K % 8 == 0 (128x128 tiles when 128x256 ones would fill fewer than half the SMs, a K split in
-//!   whole waves when the tiles are fewer than the SMs), the SIMT kernels otherwise and for f32. A process-wide CTA budget
-//!   ([`set_cta_budget`], at most [`plan::MAX_CTAS`]) caps every launch's CTAs; [`Info`] says what ran.
+//! - The planner ([`plan`]) picks the kernels: the split-K GEMV for M <= 32 (K % 32 == 0; M <= 8 past
+//!   L2's size), the TMA GEMM for K % 8 == 0 (128x256 or 128x128 tiles and a K split of whole blocks,
+//!   whichever the wave-quantized cost model [`GemmCost`] predicts fastest), the SIMT kernels otherwise and
+//!   for f32. A process-wide CTA budget ([`set_cta_budget`], at most [`plan::MAX_CTAS`]) caps every
+//!   launch's CTAs; [`Info`] says what ran. [`Matmul::set_forced_plan`] replaces the planner's choice (for
+//!   benchmarks), refusing what the shape cannot take.
 //! - The grouped GEMM ([`Matmul::grouped_bf16`]) routes a mixture-of-experts step's top-k choices on the
-//!   device and runs every expert's rows, so the routing never returns to the host.
+//!   device, listing the touched experts, and runs their rows in one launch, so the routing never returns
+//!   to the host.
 //! - [`KeptMatmul`] carries the module and the workspace from one scope to the next (the C entries of
 //!   `include/omega_gpu_matmul_api.h`, `src/ffi/matmul.rs`, keep one between calls).
 //!
@@ -48,4 +51,7 @@ pub use error::{AnyShape, Dims, MatmulError, Operand, PlanError, ShapeError};
 pub use ops::{
     cta_budget, set_cta_budget, Bf16, DeviceSpan, Done, Failed, Info, Input, KeptMatmul, Matmul, Output, Workspace,
 };
-pub use plan::{GroupedShape, Path, RoutingLayout, Shape, MAX_CTAS};
+pub use plan::{
+    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, GEMV_MAX_M, MAX_CTAS,
+    MAX_SPLITS, MIN_SPLIT_KBLOCKS,
+};

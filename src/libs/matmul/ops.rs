@@ -10,7 +10,9 @@ use crate::tma::{encode_tiled, TiledSpec};
 use crate::{Cached, Data, Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Mem, Module, Scope, Stage};
 
 use super::error::{AnyShape, MatmulError, Operand, ShapeError};
-use super::plan::{self, Arg, DenseOpts, Elem, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_PAIR_BYTES};
+use super::plan::{
+    self, Arg, DenseOpts, Elem, ForcedPlan, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_PAIR_BYTES,
+};
 
 mod sealed {
     pub trait Sealed {}
@@ -173,7 +175,7 @@ impl From<Failed<'_>> for MatmulError {
 }
 
 /// The library's device workspace: split-K partial sums and f32 products of bf16 outputs, the tickets
-/// (zero before and after every launch), the TMA descriptor pair, four zero floats. Kept buffers, so a
+/// (zero before and after every launch), the TMA descriptor pair. Kept buffers, so a
 /// [`KeptMatmul`] carries them from one scope to the next; each grows to the largest request and is
 /// allocated again when its device open is gone.
 #[derive(Debug, Default)]
@@ -181,7 +183,6 @@ pub struct Workspace {
     scratch: Option<Kept<Device<f32>>>,
     tickets: Option<Kept<Device<u32>>>,
     tma: Option<Kept<Device<u8>>>,
-    zeros: Option<Kept<Device<f32>>>,
     /// The descriptor pair last written to `tma`, so an unchanged one is not written again.
     tma_written: Option<[u8; TMA_PAIR_BYTES]>,
 }
@@ -192,7 +193,6 @@ struct WorkspaceVas {
     scratch: u64,
     tickets: u64,
     tma: u64,
-    zeros: u64,
 }
 
 /// `slot`, holding at least `len` elements of the device open of now (allocated again otherwise; zeroed
@@ -237,9 +237,6 @@ impl Workspace {
         }
         if plan.tickets > 0 {
             vas.tickets = slot(scope, &mut self.tickets, plan.tickets, true, moved)?.0;
-        }
-        if plan.zeros {
-            vas.zeros = slot(scope, &mut self.zeros, 4, true, moved)?.0;
         }
         if let Some(pair) = tma {
             let (va, fresh) = slot(scope, &mut self.tma, TMA_PAIR_BYTES as u64, false, moved)?;
@@ -295,6 +292,8 @@ pub struct Matmul<'s> {
     sms: u32,
     timeout_ms: Cell<u32>,
     workspace: RefCell<Workspace>,
+    /// The plan dense bf16 products take instead of the planner's ([`Matmul::set_forced_plan`]).
+    forced: Cell<Option<ForcedPlan>>,
     /// The workspaces of the launches added to command lists: each add has its own, held until the handle
     /// is dropped (the lists borrow the handle, so they are gone by then).
     recorded: RefCell<Vec<Workspace>>,
@@ -371,6 +370,7 @@ impl<'s> Matmul<'s> {
             sms: scope.device().sm_count,
             timeout_ms: Cell::new(crate::launch::DEFAULT_TIMEOUT_MS),
             workspace: RefCell::new(workspace),
+            forced: Cell::new(None),
             recorded: RefCell::new(Vec::new()),
         })
     }
@@ -401,6 +401,22 @@ impl<'s> Matmul<'s> {
     /// that hangs on a decode-sized product is still found within seconds.
     pub fn set_timeout_ms(&self, ms: u32) {
         self.timeout_ms.set(ms);
+    }
+
+    /// Makes this handle's dense products ([`Matmul::bf16`], [`Matmul::bf16_to_bf16`], [`Matmul::f32`] and
+    /// their command-list adds) run `forced` instead of the planner's choice, until set back to `None` (an
+    /// f32 product is refused meanwhile: it has one path; grouped products are not dense and keep theirs). For benchmarks: one run times the GEMV against the GEMM, the
+    /// wide tile against the narrow one, one split against another. A forced plan the shape cannot take
+    /// (its K, the operands' alignment, a split K's granules do not keep or the budget cannot hold) is
+    /// refused with [`crate::libs::matmul::PlanError::Forced`], stage `matmul plan`, and nothing runs;
+    /// [`Info`] says what ran (`path`, `split`, `ctas`).
+    pub fn set_forced_plan(&self, forced: Option<ForcedPlan>) {
+        self.forced.set(forced);
+    }
+
+    /// The forced plan in effect ([`Matmul::set_forced_plan`]).
+    pub fn forced_plan(&self) -> Option<ForcedPlan> {
+        self.forced.get()
     }
 
     /// The completion limit of each launch of a product of `macs` multiply-adds.
@@ -456,7 +472,8 @@ impl<'s> Matmul<'s> {
     /// The grouped expert GEMM: x `[tokens, K]`, the experts' weights `[experts, N, K]`, the top-k choices
     /// `topk[t * top_k + j]` (u32, in device memory). The device routes the choices into `routing`
     /// ([`GroupedShape::routing`]: per-expert offsets, each slot's token and choice index, the count of
-    /// choices naming no expert) and computes one output row per slot, `y[slot, :] = x[rows[slot], :] .
+    /// choices naming no expert, the list of touched experts) and ONE launch over that list computes one
+    /// output row per slot, `y[slot, :] = x[rows[slot], :] .
     /// W[e]^T`, in the routing's slot order (`pairs[slot]` says which choice a row is). Nothing of the
     /// routing returns to the host. Rows of slots that a dropped choice left empty are not written.
     #[allow(clippy::too_many_arguments)]
@@ -527,8 +544,8 @@ impl<'s> Matmul<'s> {
         self.record(list, prepared, start)
     }
 
-    /// Adds the launches of [`Matmul::grouped_bf16`] to `list`: each submission routes afresh (the drop
-    /// count is zeroed on the device first).
+    /// Adds the launches of [`Matmul::grouped_bf16`] to `list`: each submission routes afresh (the route
+    /// kernel stores every part of the routing, the drop count included, so nothing needs zeroing).
     #[allow(clippy::too_many_arguments)]
     pub fn add_grouped_bf16<'k, B: Bf16>(
         &'k self,
@@ -580,7 +597,11 @@ impl<'s> Matmul<'s> {
             check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
             let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
             let y_aligned = y_va.is_multiple_of(8);
-            let plan = plan::dense(elem, shape, DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned });
+            let opts = DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned };
+            let plan = match self.forced.get() {
+                Some(forced) => plan::dense_forced(elem, shape, opts, forced)?,
+                None => plan::dense(elem, shape, opts),
+            };
             let tma =
                 if plan.tma { Some(descriptor_pair(x.device_va(), w.device_va(), shape, plan.tile_n)?) } else { None };
             Ok((plan, tma))
@@ -657,7 +678,6 @@ impl<'s> Matmul<'s> {
                 Arg::Tma(off) => l.arg(ws.tma + off),
                 Arg::TopK => l.arg(ops.topk),
                 Arg::Routing(off) => l.arg(ops.routing + off),
-                Arg::Zeros => l.arg(ws.zeros),
                 Arg::Word(v) => l.arg(v),
                 Arg::Wide(v) => l.arg(v),
             };

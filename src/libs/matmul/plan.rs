@@ -4,19 +4,23 @@
 //!
 //! The paths (docs/kernels.md, "Matmul"; the kernels' contract is kernels/cuda/matmul.cu):
 //!
-//! - **split-K GEMV** (bf16, M <= 64, K % 32 == 0, x and W 16-byte aligned — whole buffers always are —
-//!   its 64-row blocks within the budget): weight streaming,
-//!   K split until every SM streams a share of W (`gemv_check.cu`'s planner), the split lowered until
-//!   `blocks * split` fits the budget;
+//! - **split-K GEMV** (bf16, K % 32 == 0, x and W 16-byte aligned — whole buffers always are): weight
+//!   streaming for M <= [`GEMV_MAX_M`] (M <= 8 for a matrix larger than L2), K split until every SM
+//!   streams a share of W (`gemv_check.cu`'s planner), the split lowered until `blocks * split` fits the
+//!   budget; past the budget its CTAs walk the 64-row blocks grid-stride;
 //! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned, y 8-byte): the persistent wgmma kernel, grid
-//!   `min(tiles, SMs, budget)`; with fewer 128x256 tiles than SMs, its split-K entry, `clamp(SMs /
-//!   tiles, 1, K / 64)` splits (whole waves; the kernel adds the slices in split order);
+//!   `min(units, SMs, budget)`, in 128x256 or 128x128 tiles with 1 to [`MAX_SPLITS`] K splits of at least
+//!   [`MIN_SPLIT_KBLOCKS`] blocks each, whichever [`GemmCost`] (a wave-quantized cost model fitted to the
+//!   recorded figures) predicts fastest;
 //! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
 //! - **bf16 output**: the f32 product into the workspace, then the conversion kernel;
-//! - **grouped GEMV** (mixture of experts): the device routes the top-k choices, then one launch per band
-//!   of experts whose `blocks * split` CTAs fit the budget.
+//! - **grouped GEMV** (mixture of experts): the device routes the top-k choices and lists the touched
+//!   experts, then ONE launch runs them ([`grouped`]).
+//!
+//! A [`ForcedPlan`] replaces the planner's choice for a dense bf16 product (benchmarks time the
+//! alternatives with it); a forced plan the shape cannot take is refused, never replaced.
 //!
 //! Every launch's grid (its CTAs) is at most the budget.
 
@@ -151,10 +155,8 @@ pub(crate) enum Arg {
     Tma(u64),
     /// The top-k choices of a grouped product.
     TopK,
-    /// The routing buffer of a grouped product (offsets, rows, pairs, drop count).
+    /// The routing buffer of a grouped product (offsets, rows, pairs, drop count, touched experts).
     Routing(u64),
-    /// Four zero floats of the workspace.
-    Zeros,
     /// A 32-bit value.
     Word(u32),
     /// A 64-bit value.
@@ -191,8 +193,6 @@ pub(crate) struct Plan {
     pub(crate) tma: bool,
     /// Rows of W per TMA box: the GEMM's tile width (256, or 128 for the narrow form).
     pub(crate) tile_n: u32,
-    /// True when the steps read the zeros.
-    pub(crate) zeros: bool,
     /// The K split of the GEMV and the split-K GEMM (1 elsewhere).
     pub(crate) split: u32,
 }
@@ -256,7 +256,9 @@ impl core::fmt::Display for GroupedShape {
     }
 }
 
-/// Where the parts of a grouped product's routing buffer (u32 words) lie.
+/// Where the parts of a grouped product's routing buffer (u32 words) lie. The route kernel writes every
+/// part at each launch (a replayed command list routes afresh); the grouped GEMV reads the offsets, the
+/// rows and the touched experts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RoutingLayout {
     /// First word of `offsets` (`experts + 1` words: expert e's slots are `offsets[e] .. offsets[e + 1]`).
@@ -267,8 +269,20 @@ pub struct RoutingLayout {
     pub pairs: usize,
     /// The drop count: choices naming an expert `>= experts`, which have no slot.
     pub dropped: usize,
+    /// The count of touched experts (those with at least one slot).
+    pub active: usize,
+    /// First word of the touched experts' list, in increasing expert order (`min(experts, tokens *
+    /// top_k)` words: its first `active` are written).
+    pub experts: usize,
     /// Words of the whole buffer.
     pub words: usize,
+}
+
+impl RoutingLayout {
+    /// Words of the touched experts' list: at most one expert per choice, and no more than there are.
+    pub const fn experts_capacity(&self) -> usize {
+        self.words - self.experts
+    }
 }
 
 impl GroupedShape {
@@ -281,7 +295,16 @@ impl GroupedShape {
     pub fn routing(&self) -> RoutingLayout {
         let e = self.experts as usize;
         let p = self.choices() as usize;
-        RoutingLayout { offsets: 0, rows: e + 1, pairs: e + 1 + p, dropped: e + 1 + 2 * p, words: e + 2 + 2 * p }
+        let dropped = e + 1 + 2 * p;
+        RoutingLayout {
+            offsets: 0,
+            rows: e + 1,
+            pairs: e + 1 + p,
+            dropped,
+            active: dropped + 1,
+            experts: dropped + 2,
+            words: dropped + 2 + e.min(p),
+        }
     }
 }
 
@@ -327,6 +350,104 @@ fn clamp_budget(budget: u32) -> u64 {
     u64::from(budget.clamp(1, MAX_CTAS))
 }
 
+/// The TMA GEMM's two tile forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemmTile {
+    /// 128 x 256 tiles, four stages (`omega_gemm_bf16_tn`, its split-K entry).
+    Wide,
+    /// 128 x 128 tiles, six stages (`omega_gemm_bf16_tn_n128`): twice the tiles of the wide form.
+    Narrow,
+}
+
+impl GemmTile {
+    /// Output columns of one tile (rows of W per TMA box).
+    pub const fn n(self) -> u32 {
+        match self {
+            GemmTile::Wide => abi::GEMM_TILE_N,
+            GemmTile::Narrow => abi::GEMM_N128_TILE_N,
+        }
+    }
+}
+
+/// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
+/// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
+/// refused ([`PlanError::Forced`], stage `matmul plan`), never replaced by another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ForcedPlan {
+    /// The split-K GEMV (any M, in passes of `8 * MB` rows). `split`: K slices (`gridDim.y`), each a
+    /// whole number of 32-element chunks; `None`: the planner's split for the shape.
+    Gemv {
+        /// K slices, or the planner's.
+        split: Option<u32>,
+    },
+    /// The TMA GEMM in `tile`, with `splits` K splits of whole 64-element blocks (1: unsplit); `None`:
+    /// the planner's split for that tile.
+    Gemm {
+        /// The tile form.
+        tile: GemmTile,
+        /// K splits, or the planner's.
+        splits: Option<u32>,
+    },
+}
+
+/// Why a forced plan cannot run a shape ([`PlanError::Forced`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ForcedRefusal {
+    /// An f32 product: only the SIMT kernel computes it.
+    NotBf16,
+    /// K is not a multiple of what the path's loads need (32 for the GEMV, 8 for the TMA strides).
+    KNotMultiple {
+        /// What K must be a multiple of.
+        of: u32,
+    },
+    /// x or W does not start 16-byte aligned (vector loads, TMA), or, for the GEMM, an f32 y not 8-byte
+    /// aligned (its epilogue's float pairs).
+    Unaligned,
+    /// A split of 0.
+    ZeroSplit,
+    /// K's chunks or blocks make fewer slices than asked: `kept` is what the kernel would run.
+    SplitNotKept {
+        /// The split asked.
+        asked: u32,
+        /// The split K's granules allow with that slice size.
+        kept: u32,
+    },
+    /// More K slices than the CTA budget: one CTA per slice of a block must run at once.
+    SplitPastBudget {
+        /// The split asked.
+        split: u32,
+        /// The budget.
+        budget: u32,
+    },
+}
+
+impl core::fmt::Display for ForcedRefusal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            ForcedRefusal::NotBf16 => f.write_str("an f32 product runs on the SIMT kernel only"),
+            ForcedRefusal::KNotMultiple { of } => write!(f, "K is not a multiple of {of}"),
+            ForcedRefusal::Unaligned => f.write_str("an operand is not aligned for its vector or TMA accesses"),
+            ForcedRefusal::ZeroSplit => f.write_str("a split of 0"),
+            ForcedRefusal::SplitNotKept { asked, kept } => {
+                write!(f, "K divides into {kept} slices, not the {asked} asked")
+            }
+            ForcedRefusal::SplitPastBudget { split, budget } => {
+                write!(f, "{split} K slices are past the CTA budget of {budget}")
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for ForcedPlan {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let split = |s: Option<u32>| s.map_or("the planner's".to_string(), |s| s.to_string());
+        match *self {
+            ForcedPlan::Gemv { split: s } => write!(f, "the GEMV with {} split", split(s)),
+            ForcedPlan::Gemm { tile, splits } => write!(f, "the {tile:?} TMA GEMM with {} split", split(splits)),
+        }
+    }
+}
+
 /// The options of a dense plan beyond its shape.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DenseOpts {
@@ -343,136 +464,346 @@ pub(crate) struct DenseOpts {
     pub(crate) y_aligned: bool,
 }
 
-/// The plan of a dense product (`shape` checked: no side is 0).
-pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
-    let DenseOpts { sms, budget, out_bf16, aligned, y_aligned } = opts;
-    // A bf16 output's f32 product is the workspace's (aligned); only a direct f32 output can be unaligned.
-    let y_aligned = y_aligned || out_bf16;
-    let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
-    let budget = clamp_budget(budget);
-    let sms = u64::from(sms.max(1));
-    let mut scratch = 0u64;
-    // The f32 product of a bf16 output lies at the workspace's start.
-    let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
-    if out_bf16 {
-        scratch = round_up(m * n, 64);
+/// The GEMV takes M up to here (with the L2 rule below). Past M = 32 the MMA form's passes and the
+/// split's partial sums make it slower than one wave of GEMM tiles: at M = 64 the recorded GEMV took
+/// 24-57 us on the Qwen matrices (0.29-0.96x cuBLAS) where [`GemmCost`] puts the unsplit narrow GEMM at
+/// 12-27 us; at M = 16 and 32 the GEMV was ahead on most of them
+/// (docs/perf/2026-12-02-matmul-library-bench.md). The forced plans time both on the H200.
+pub const GEMV_MAX_M: u32 = 32;
+
+/// Past this M the GEMV is taken only when nothing faster can run (a y the GEMM cannot store into).
+const GEMV_ANY_M: u64 = 64;
+
+/// The fewest K blocks (of 64) a split of the TMA GEMM keeps. Each split is a work unit that fills the
+/// producer's ring from empty (4 stages wide, 6 narrow) and drains it: with fewer blocks than stages the
+/// producer is never a ring ahead and every block waits out a TMA round trip. Eight blocks (512 of K) are
+/// past the deeper ring, so at least a quarter of each unit runs with the ring full. (Splitting the router's
+/// 32 blocks 32 ways made one-block units: 226-240 us where cuBLAS takes 16.)
+pub const MIN_SPLIT_KBLOCKS: u32 = 8;
+
+/// The most K splits the planner chooses: the tile's last unit adds every split's slice alone, at
+/// [`GemmCost::REDUCE_SLICE_NS`] each, so past a few slices the reduction outweighs any wave it saves.
+pub const MAX_SPLITS: u32 = 8;
+
+/// The TMA GEMM's cost model, fitted by tools/fit_gemm_model.py to the 21 recorded figures whose plans are
+/// known (docs/perf/2026-12-02-matmul-bringup.md runs 9-10, -matmul-library-bench.md run 13; within
+/// -12%..+10% of each):
+///
+/// ```text
+/// t = waves * (BN / 256) * (EPILOGUE + per * KBLOCK) + tile_waves * [splits > 1] * (BN / 128) * (REDUCE + splits * REDUCE_SLICE)
+/// ```
+///
+/// `waves = ceil(units / grid)` (the persistent grid is `min(units, SMs, budget)`), `per` the K blocks of
+/// one unit, BN the tile width: the main loop is `∝ BN * K` (a 128x256x64 block is 0.70 us, the
+/// wgmma's peak at 1980 MHz), the epilogue `∝ BN` (the tile's f32 stores and the ring's fill, 4.7 us per
+/// wide unit), and a split adds the last unit's pass over every slice (6.5 us + 6.9 us per slice of a
+/// 128x128 tile: the reduction reads its slices at about 10 GB/s per CTA, so two splits cost ~20 us).
+/// No plan beats reading W and x once from HBM ([`GemmCost::HBM_BYTES_PER_US`], the recorded copy
+/// rate): lm_head at M = 16-128 is bound there in either form. The launch's round trip (~4.5 us) is the
+/// same for every candidate and left out. Ties keep the wide form and fewer splits (the forms the records
+/// measured most).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmCost {
+    /// The tile form.
+    pub tile: GemmTile,
+    /// K splits (1: unsplit).
+    pub splits: u32,
+    /// Work units (`tiles * splits`).
+    pub units: u64,
+    /// The predicted device time, ns (the launch's round trip left out).
+    pub ns: u64,
+}
+
+impl GemmCost {
+    /// Per wide (128x256) unit: the epilogue's stores and the ring's fill, ns.
+    pub const EPILOGUE_NS: u64 = 4738;
+    /// Per 64-element K block of a wide unit, ns.
+    pub const KBLOCK_NS: u64 = 696;
+    /// Per 128x128 tile of a split product: the last unit's fixed reduction cost, ns.
+    pub const REDUCE_NS: u64 = 6475;
+    /// Per 128x128 tile and per split: one slice added by the last unit, ns.
+    pub const REDUCE_SLICE_NS: u64 = 6930;
+    /// HBM's rate: the H200's 1 GiB device copy, 4242 GB/s (docs/perf/2026-12-02-matmul-library-bench.md).
+    pub const HBM_BYTES_PER_US: u64 = 4_242_000;
+
+    /// The cost of `shape` in `tile` with `splits` asked on a grid of `grid` CTAs (`None` when K's blocks
+    /// keep fewer splits than asked: that plan is another candidate's).
+    pub fn of(shape: Shape, tile: GemmTile, splits: u32, grid: u64) -> Option<GemmCost> {
+        let s = abi::GemmSplit::new(shape.m, shape.n, shape.k, tile.n(), splits);
+        if s.splits != splits.max(1) {
+            return None;
+        }
+        let units = u64::from(s.tiles) * u64::from(s.splits);
+        let grid = grid.max(1);
+        // Twice the ns of a 128-wide tile: the wide tile's factor is 2 of these, the narrow's 1.
+        let width = u64::from(tile.n() / abi::GEMM_N128_TILE_N);
+        let unit = width * (Self::EPILOGUE_NS + u64::from(s.per) * Self::KBLOCK_NS);
+        let mut half_ns = units.div_ceil(grid) * unit;
+        if s.splits > 1 {
+            let tile_waves = u64::from(s.tiles).div_ceil(grid);
+            half_ns += tile_waves * 2 * width * (Self::REDUCE_NS + u64::from(s.splits) * Self::REDUCE_SLICE_NS);
+        }
+        let operands = (u64::from(shape.n) + u64::from(shape.m)) * u64::from(shape.k) * 2;
+        let floor = operands * 1000 / Self::HBM_BYTES_PER_US;
+        Some(GemmCost { tile, splits: s.splits, units, ns: (half_ns / 2).max(floor) })
     }
-    let mut steps = Vec::new();
-    let (path, tickets, tma, split);
-    let mut tile_n = abi::GEMM_TILE_N;
-    let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
-    // Past M = 8 the GEMV's MMA form streams a weight matrix larger than L2 slower than the TMA GEMM
-    // does (lm_head on the H200: GEMV 270-547 us at M = 16-64, the GEMM 210 us at M = 128;
-    // docs/perf/2026-12-02-matmul-library-bench.md); below L2's size the GEMV stays ahead.
-    let gemv_streams = m <= 8 || n * k * 2 <= L2_BYTES;
-    if elem == Elem::Bf16 && aligned && m <= 64 && k.is_multiple_of(32) && gemv_streams {
-        let want = ceil(4 * sms, blocks);
-        let (s, kps) = k_split(k, want, blocks, budget);
-        // Past the budget the kernel's CTAs walk the 64-row blocks grid-stride (split is then 1).
-        let gx = blocks.min((budget / s).max(1));
-        let work = if s > 1 {
-            let at = Arg::Scratch(scratch * 4);
-            scratch += s * m * n;
-            at
-        } else {
-            out(0)
-        };
-        steps.push(Step {
-            kern: Kern::Gemv(mb_index(m)),
-            grid: [word(gx), word(s), 1],
-            block: [128, 1, 1],
-            dynamic_shared: 0,
-            args: vec![
-                Arg::X(0),
-                Arg::W(0),
-                out(0),
-                work,
-                Arg::Tickets(0),
-                Arg::Word(shape.m),
-                Arg::Word(shape.n),
-                Arg::Word(shape.k),
-                Arg::Word(word(kps)),
-            ],
-        });
-        (path, tickets, tma, split) = (Path::Gemv, blocks, false, word(s));
-    } else if elem == Elem::Bf16 && aligned && y_aligned && k.is_multiple_of(8) {
-        // 128x256 tiles, or 128x128 when the wide tiles would fill fewer than half the SMs (M = 512 of
-        // the Qwen matrices: 24-80 wide tiles for 132 SMs; docs/perf/2026-12-02-matmul-bringup.md).
-        let (tm, tk) = (u64::from(abi::GEMM_TILE_M), u64::from(abi::GEMM_TILE_K));
-        let narrow = ceil(m, tm) * ceil(n, u64::from(abi::GEMM_TILE_N)) * 2 < sms;
-        tile_n = if narrow { abi::GEMM_N128_TILE_N } else { abi::GEMM_TILE_N };
-        let tiles = ceil(m, tm) * ceil(n, u64::from(tile_n));
-        let kblocks = ceil(k, tk);
-        // Fewer tiles than SMs: split K in whole waves, in the kernel's own arithmetic (the splits a K of
-        // `kblocks` blocks keeps after `per` blocks each).
-        let asked = if tiles < sms { (sms / tiles).clamp(1, kblocks) } else { 1 };
-        let per = kblocks.div_ceil(asked);
-        let splits = kblocks.div_ceil(per);
-        let tma_args = [Arg::Tma(0), Arg::Tma(128), out(0)];
-        let dims = [Arg::Word(shape.m), Arg::Word(shape.n), Arg::Word(shape.k)];
-        let split_args = |work: Arg| {
-            let mut args = tma_args.to_vec();
-            args.extend([work, Arg::Tickets(0)]);
-            args.extend(dims);
-            args.push(Arg::Word(word(splits)));
-            args
-        };
-        let work = if splits > 1 {
-            let at = Arg::Scratch(scratch * 4);
-            scratch += splits * m * n;
-            at
-        } else {
-            // Not read with one split.
-            out(0)
-        };
-        let (kern, args, smem) = match (narrow, splits > 1) {
-            (true, _) => (Kern::GemmN128, split_args(work), GEMM_N128_SMEM_BYTES),
-            (false, true) => (Kern::GemmSplitK, split_args(work), GEMM_SMEM_BYTES),
-            (false, false) => (Kern::Gemm, [tma_args, dims].concat(), GEMM_SMEM_BYTES),
-        };
-        steps.push(Step {
-            kern,
-            grid: [word((tiles * splits).min(sms).min(budget)), 1, 1],
-            block: [abi::GEMM_THREADS, 1, 1],
-            dynamic_shared: smem,
-            args,
-        });
-        let gemm_tickets = if splits > 1 { tiles } else { 0 };
-        (path, tickets, tma, split) = (Path::Gemm, gemm_tickets, true, word(splits));
-    } else {
-        let (kern, p) = match elem {
-            Elem::Bf16 => (Kern::Simt, Path::SimtBf16),
-            Elem::F32 => (Kern::F32, Path::SimtF32),
-        };
-        let e = elem.bytes();
-        let gx = ceil(n, 128);
-        let simt = |grid: [u64; 2], x: u64, w: u64, y: u64, rows: u64, cols: u64| Step {
-            kern,
-            grid: [word(grid[0]), word(grid[1]), 1],
-            block: [256, 1, 1],
-            dynamic_shared: 0,
-            args: vec![Arg::X(x), Arg::W(w), out(y), Arg::Word(word(rows)), Arg::Word(word(cols)), Arg::Word(shape.k)],
-        };
-        if gx <= budget {
-            let band = 128 * (budget / gx);
-            let mut m0 = 0;
-            while m0 < m {
-                let rows = band.min(m - m0);
-                steps.push(simt([gx, ceil(rows, 128)], m0 * k * e, 0, m0 * n * 4, rows, n));
-                m0 += rows;
+
+    /// The planner's choice for `shape` on `sms` SMs within `budget` CTAs: the cheapest of the wide and
+    /// narrow forms at 1 to [`MAX_SPLITS`] splits of at least [`MIN_SPLIT_KBLOCKS`] blocks each
+    /// (`only`: that form alone).
+    pub fn best(shape: Shape, sms: u32, budget: u32, only: Option<GemmTile>) -> GemmCost {
+        let grid = u64::from(sms.max(1)).min(clamp_budget(budget));
+        let kblocks = shape.k.div_ceil(abi::GEMM_TILE_K);
+        let mut best: Option<GemmCost> = None;
+        for tile in [GemmTile::Wide, GemmTile::Narrow] {
+            if only.is_some_and(|o| o != tile) {
+                continue;
             }
-        } else {
-            let band = 128 * budget;
-            for row in 0..m {
-                let mut n0 = 0;
-                while n0 < n {
-                    let cols = band.min(n - n0);
-                    steps.push(simt([ceil(cols, 128), 1], row * k * e, n0 * k * e, (row * n + n0) * 4, 1, cols));
-                    n0 += cols;
+            for splits in 1..=MAX_SPLITS {
+                if splits > 1 && kblocks.div_ceil(splits) < MIN_SPLIT_KBLOCKS {
+                    break;
+                }
+                if let Some(c) = GemmCost::of(shape, tile, splits, grid) {
+                    if best.is_none_or(|b| c.ns < b.ns) {
+                        best = Some(c);
+                    }
                 }
             }
         }
-        (path, tickets, tma, split) = (p, 0, false, 1);
+        best.expect("one split always keeps its own plan")
+    }
+}
+
+/// The GEMV's split for `shape` (bf16, K % 32 == 0): gemv_check.cu's planner, lowered to the budget.
+fn gemv_auto_split(shape: Shape, sms: u64, budget: u64) -> u64 {
+    let (n, k) = (u64::from(shape.n), u64::from(shape.k));
+    let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
+    k_split(k, ceil(4 * sms, blocks), blocks, budget).0
+}
+
+/// The GEMV's launch for `split` K slices (the caller checked that K's chunks keep it), and the plan's
+/// scratch and split. Past the budget the kernel's CTAs walk the 64-row blocks grid-stride.
+fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, scratch: &mut u64) -> Step {
+    let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
+    let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
+    let kps = round_up(ceil(k, split), 32);
+    let gx = blocks.min((budget / split).max(1));
+    let work = if split > 1 {
+        let at = Arg::Scratch(*scratch * 4);
+        *scratch += split * m * n;
+        at
+    } else {
+        out
+    };
+    Step {
+        kern: Kern::Gemv(mb_index(m)),
+        grid: [word(gx), word(split), 1],
+        block: [abi::GEMV_THREADS, 1, 1],
+        dynamic_shared: 0,
+        args: vec![
+            Arg::X(0),
+            Arg::W(0),
+            out,
+            work,
+            Arg::Tickets(0),
+            Arg::Word(shape.m),
+            Arg::Word(shape.n),
+            Arg::Word(shape.k),
+            Arg::Word(word(kps)),
+        ],
+    }
+}
+
+/// The TMA GEMM's launch in `tile` with `splits` (kept by K's blocks, the caller checked), and its tickets.
+fn gemm_step(
+    shape: Shape,
+    tile: GemmTile,
+    splits: u32,
+    sms: u64,
+    budget: u64,
+    out: Arg,
+    scratch: &mut u64,
+) -> (Step, u64) {
+    let (m, n) = (u64::from(shape.m), u64::from(shape.n));
+    let s = abi::GemmSplit::new(shape.m, shape.n, shape.k, tile.n(), splits);
+    let tma_args = [Arg::Tma(0), Arg::Tma(128), out];
+    let dims = [Arg::Word(shape.m), Arg::Word(shape.n), Arg::Word(shape.k)];
+    let work = if s.splits > 1 {
+        let at = Arg::Scratch(*scratch * 4);
+        *scratch += u64::from(s.splits) * m * n;
+        at
+    } else {
+        // Not read with one split.
+        out
+    };
+    let split_args = || {
+        let mut args = tma_args.to_vec();
+        args.extend([work, Arg::Tickets(0)]);
+        args.extend(dims);
+        args.push(Arg::Word(s.splits));
+        args
+    };
+    let (kern, args, smem) = match (tile, s.splits > 1) {
+        (GemmTile::Narrow, _) => (Kern::GemmN128, split_args(), GEMM_N128_SMEM_BYTES),
+        (GemmTile::Wide, true) => (Kern::GemmSplitK, split_args(), GEMM_SMEM_BYTES),
+        (GemmTile::Wide, false) => (Kern::Gemm, [tma_args, dims].concat(), GEMM_SMEM_BYTES),
+    };
+    let units = u64::from(s.tiles) * u64::from(s.splits);
+    let step = Step {
+        kern,
+        grid: [word(units.min(sms).min(budget)), 1, 1],
+        block: [abi::GEMM_THREADS, 1, 1],
+        dynamic_shared: smem,
+        args,
+    };
+    (step, if s.splits > 1 { u64::from(s.tiles) } else { 0 })
+}
+
+/// The path the planner takes for a dense product (before the SIMT fallback).
+enum Choice {
+    Gemv(u64),
+    Gemm(GemmTile, u32),
+    Simt,
+}
+
+/// The plan of a dense product (`shape` checked: no side is 0).
+pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
+    let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
+    let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
+    // A bf16 output's f32 product is the workspace's (aligned); only a direct f32 output can be unaligned.
+    let y_aligned = opts.y_aligned || opts.out_bf16;
+    let bf16 = elem == Elem::Bf16 && opts.aligned;
+    let gemm_ok = bf16 && y_aligned && k.is_multiple_of(8);
+    // Past M = 8 the GEMV's MMA form streams a weight matrix larger than L2 slower than the TMA GEMM
+    // does (lm_head on the H200: GEMV 270-547 us at M = 16-64, the GEMM 194-223 us;
+    // docs/perf/2026-12-02-matmul-library-bench.md); below L2's size the GEMV stays ahead to M = 32.
+    let gemv_streams = m <= 8 || (n * k * 2 <= L2_BYTES && m <= u64::from(GEMV_MAX_M));
+    let gemv_ok = bf16 && k.is_multiple_of(32);
+    let choice = if gemv_ok && (gemv_streams || (!gemm_ok && m <= GEMV_ANY_M)) {
+        Choice::Gemv(gemv_auto_split(shape, sms, budget))
+    } else if gemm_ok {
+        let c = GemmCost::best(shape, opts.sms, opts.budget, None);
+        Choice::Gemm(c.tile, c.splits)
+    } else {
+        Choice::Simt
+    };
+    build(elem, shape, opts, choice)
+}
+
+/// The plan of a dense product in the path `forced` names, or why that path cannot run it.
+pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: ForcedPlan) -> Result<Plan, PlanError> {
+    let (k, budget) = (u64::from(shape.k), clamp_budget(opts.budget));
+    let refuse = |why| Err(PlanError::Forced { forced, shape, why });
+    if elem != Elem::Bf16 {
+        return refuse(ForcedRefusal::NotBf16);
+    }
+    let choice = match forced {
+        ForcedPlan::Gemv { split } => {
+            if !k.is_multiple_of(32) {
+                return refuse(ForcedRefusal::KNotMultiple { of: 32 });
+            }
+            if !opts.aligned {
+                return refuse(ForcedRefusal::Unaligned);
+            }
+            let split = match split {
+                None => gemv_auto_split(shape, u64::from(opts.sms.max(1)), budget),
+                Some(0) => return refuse(ForcedRefusal::ZeroSplit),
+                Some(s) => u64::from(s),
+            };
+            let kept = ceil(k, round_up(ceil(k, split), 32));
+            if kept != split {
+                return refuse(ForcedRefusal::SplitNotKept { asked: word(split), kept: word(kept) });
+            }
+            if split > budget {
+                return refuse(ForcedRefusal::SplitPastBudget { split: word(split), budget: word(budget) });
+            }
+            Choice::Gemv(split)
+        }
+        ForcedPlan::Gemm { tile, splits } => {
+            if !k.is_multiple_of(8) {
+                return refuse(ForcedRefusal::KNotMultiple { of: 8 });
+            }
+            if !opts.aligned || !(opts.y_aligned || opts.out_bf16) {
+                return refuse(ForcedRefusal::Unaligned);
+            }
+            let splits = match splits {
+                None => GemmCost::best(shape, opts.sms, opts.budget, Some(tile)).splits,
+                Some(0) => return refuse(ForcedRefusal::ZeroSplit),
+                Some(s) => s,
+            };
+            let kept = abi::GemmSplit::new(shape.m, shape.n, shape.k, tile.n(), splits).splits;
+            if kept != splits {
+                return refuse(ForcedRefusal::SplitNotKept { asked: splits, kept });
+            }
+            Choice::Gemm(tile, splits)
+        }
+    };
+    Ok(build(elem, shape, opts, choice))
+}
+
+/// The launches of `choice` (checked to run `shape`), then the bf16 output's conversion.
+fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
+    let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
+    let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
+    let out_bf16 = opts.out_bf16;
+    // The f32 product of a bf16 output lies at the workspace's start.
+    let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
+    let mut scratch = if out_bf16 { round_up(m * n, 64) } else { 0 };
+    let mut steps = Vec::new();
+    let (path, tickets, tma, split, tile_n);
+    match choice {
+        Choice::Gemv(s) => {
+            steps.push(gemv_step(shape, s, budget, out(0), &mut scratch));
+            let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
+            (path, tickets, tma, split, tile_n) = (Path::Gemv, blocks, false, word(s), abi::GEMM_TILE_N);
+        }
+        Choice::Gemm(tile, s) => {
+            let (step, t) = gemm_step(shape, tile, s, sms, budget, out(0), &mut scratch);
+            steps.push(step);
+            (path, tickets, tma, split, tile_n) = (Path::Gemm, t, true, s, tile.n());
+        }
+        Choice::Simt => {
+            let (kern, p) = match elem {
+                Elem::Bf16 => (Kern::Simt, Path::SimtBf16),
+                Elem::F32 => (Kern::F32, Path::SimtF32),
+            };
+            let e = elem.bytes();
+            let gx = ceil(n, 128);
+            let simt = |grid: [u64; 2], x: u64, w: u64, y: u64, rows: u64, cols: u64| Step {
+                kern,
+                grid: [word(grid[0]), word(grid[1]), 1],
+                block: [256, 1, 1],
+                dynamic_shared: 0,
+                args: vec![
+                    Arg::X(x),
+                    Arg::W(w),
+                    out(y),
+                    Arg::Word(word(rows)),
+                    Arg::Word(word(cols)),
+                    Arg::Word(shape.k),
+                ],
+            };
+            if gx <= budget {
+                let band = 128 * (budget / gx);
+                let mut m0 = 0;
+                while m0 < m {
+                    let rows = band.min(m - m0);
+                    steps.push(simt([gx, ceil(rows, 128)], m0 * k * e, 0, m0 * n * 4, rows, n));
+                    m0 += rows;
+                }
+            } else {
+                let band = 128 * budget;
+                for row in 0..m {
+                    let mut n0 = 0;
+                    while n0 < n {
+                        let cols = band.min(n - n0);
+                        steps.push(simt([ceil(cols, 128), 1], row * k * e, n0 * k * e, (row * n + n0) * 4, 1, cols));
+                        n0 += cols;
+                    }
+                }
+            }
+            (path, tickets, tma, split, tile_n) = (p, 0, false, 1, abi::GEMM_TILE_N);
+        }
     }
     if out_bf16 {
         let count = m * n;
@@ -484,43 +815,48 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
             args: vec![Arg::Scratch(0), Arg::Y(0), Arg::Wide(count)],
         });
     }
-    Plan { path, steps, scratch, tickets, tma, tile_n, zeros: false, split }
+    Plan { path, steps, scratch, tickets, tma, tile_n, split }
 }
 
-/// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0). Refused when one expert's
-/// 64-row blocks alone are past the budget.
+/// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0): the route kernel, then ONE
+/// grouped GEMV over the list of touched experts the route kernel wrote. Refused when one expert's 64-row
+/// blocks alone are past the budget.
+///
+/// The GEMV's grid is `[ceil(N / 64), split, z]`: z covers the `min(E, tokens * top_k)` entries the list
+/// can have (CTA z takes entries z, z + gridDim.z, .. below the device's count, so an untouched expert
+/// costs nothing and a z past the count exits at once), lowered until the grid fits the budget. The split
+/// makes `blocks * split * entries` about 4 CTAs per SM, and stays at slices of at least 1024 of K when
+/// the experts' rows are few enough for the row-streaming form (`ROWS_MAX_M`), which streams W at the
+/// copy rate where the MMA form over short slices is latency-bound.
 pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan, PlanError> {
     let (n, k, e) = (u64::from(shape.n), u64::from(shape.k), u64::from(shape.experts));
     let budget = clamp_budget(budget);
     let sms = u64::from(sms.max(1));
     let choices = shape.choices();
     let layout = shape.routing();
-    let blocks = ceil(n, 64);
+    let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
     if blocks > budget {
         return Err(PlanError::ExpertPastBudget { blocks, budget: word(budget) });
     }
-    // The experts the routing can touch: at most one per choice.
-    let active = e.min(choices);
-    let want = ceil(4 * sms, blocks * active);
-    // Every expert's blocks are in each launch's grid (the empty ones end at once): the split is lowered
-    // first, then the experts are banded.
-    let (split, kps) = k_split(k, want, blocks * e, budget);
-    let per_launch = (budget / (blocks * split)).max(1);
+    let entries = layout.experts_capacity() as u64;
+    // Under random routing an expert gets about `choices / E` rows; twice that leaves room for the
+    // imbalance (an expert with more rows than one pass takes another pass over its slice, from L2).
+    let rows_hint = u64::from(shape.tokens).min(2 * ceil(choices, e));
+    let mb = mb_index(rows_hint);
+    let (mut split, _) = k_split(k, ceil(4 * sms, blocks * entries), blocks, budget);
+    let rows_form = mb == 0 && rows_hint <= u64::from(abi::ROWS_MAX_M) && k >= 2 * u64::from(ROWS_MIN_K);
+    if rows_form {
+        split = split.min(k / u64::from(ROWS_MIN_K));
+    }
+    let kps = round_up(ceil(k, split), 32);
+    let split = ceil(k, kps);
+    let z = entries.min(budget / (blocks * split)).max(1);
     let word_at = |w: usize| (w * 4) as u64;
-    let mut steps = vec![
-        // The drop count starts at zero on the device, so a command list's replay counts afresh: the
-        // conversion of two zero floats writes four zero bytes over it.
-        Step {
-            kern: Kern::Convert,
-            grid: [1, 1, 1],
-            block: [256, 1, 1],
-            dynamic_shared: 0,
-            args: vec![Arg::Zeros, Arg::Routing(word_at(layout.dropped)), Arg::Wide(2)],
-        },
+    let steps = vec![
         Step {
             kern: Kern::Route,
             grid: [1, 1, 1],
-            block: [1024, 1, 1],
+            block: [abi::ROUTE_THREADS, 1, 1],
             dynamic_shared: 0,
             args: vec![
                 Arg::TopK,
@@ -531,46 +867,44 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan
                 Arg::Routing(word_at(layout.rows)),
                 Arg::Routing(word_at(layout.pairs)),
                 Arg::Routing(word_at(layout.dropped)),
+                Arg::Routing(word_at(layout.active)),
             ],
         },
-    ];
-    let mb = mb_index(u64::from(shape.tokens));
-    let mut e0 = 0;
-    while e0 < e {
-        let band = per_launch.min(e - e0);
-        steps.push(Step {
+        Step {
             kern: Kern::Moe(mb),
-            grid: [word(blocks), word(split), word(band)],
-            block: [128, 1, 1],
+            grid: [word(blocks), word(split), word(z)],
+            block: [abi::GEMV_THREADS, 1, 1],
             dynamic_shared: 0,
             args: vec![
                 Arg::X(0),
-                Arg::W(e0 * n * k * 2),
+                Arg::W(0),
                 Arg::Y(0),
                 if split > 1 { Arg::Scratch(0) } else { Arg::Y(0) },
-                Arg::Tickets(e0 * blocks * 4),
-                Arg::Routing(word_at(layout.offsets) + e0 * 4),
+                Arg::Tickets(0),
+                Arg::Routing(word_at(layout.offsets)),
                 Arg::Routing(word_at(layout.rows)),
+                Arg::Routing(word_at(layout.active)),
                 Arg::Word(shape.n),
                 Arg::Word(shape.k),
                 Arg::Word(word(kps)),
                 Arg::Word(word(choices)),
             ],
-        });
-        e0 += band;
-    }
+        },
+    ];
     let scratch = if split > 1 { split * choices * n } else { 0 };
     Ok(Plan {
         path: Path::Grouped,
         steps,
         scratch,
-        tickets: e * blocks,
+        tickets: entries * blocks,
         tma: false,
-        tile_n: 256,
-        zeros: true,
+        tile_n: abi::GEMM_TILE_N,
         split: word(split),
     })
 }
+
+/// The shortest K slice the row-streaming form takes (`gemv_bf16_group`'s `k1 - k0 >= 1024`).
+const ROWS_MIN_K: u32 = 1024;
 
 #[cfg(test)]
 mod tests {
@@ -578,27 +912,40 @@ mod tests {
 
     const SMS: u32 = 132;
 
+    fn opts(budget: u32, out_bf16: bool) -> DenseOpts {
+        DenseOpts { sms: SMS, budget, out_bf16, aligned: true, y_aligned: true }
+    }
+
     fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: bool) -> Plan {
-        super::dense(elem, shape, DenseOpts { sms, budget, out_bf16, aligned: true, y_aligned: true })
+        super::dense(elem, shape, DenseOpts { sms, ..opts(budget, out_bf16) })
+    }
+
+    fn bf16(m: u32, n: u32, k: u32) -> Plan {
+        dense(Elem::Bf16, Shape::new(m, n, k), SMS, MAX_CTAS, false)
     }
 
     #[test]
     fn the_path_follows_the_shape() {
-        let p = |m, n, k| dense(Elem::Bf16, Shape::new(m, n, k), SMS, MAX_CTAS, false).path;
+        let p = |m, n, k| bf16(m, n, k).path;
         assert_eq!(p(1, 2048, 4096), Path::Gemv);
-        assert_eq!(p(64, 5120, 2048), Path::Gemv);
-        assert_eq!(p(65, 5120, 2048), Path::Gemm, "M past 64: the GEMM");
+        assert_eq!(p(32, 5120, 2048), Path::Gemv);
+        assert_eq!(p(33, 5120, 2048), Path::Gemm, "M past 32: one wave of GEMM tiles beats the GEMV's passes");
         assert_eq!(p(8, 5120, 2056), Path::Gemm, "K % 32 != 0 but K % 8 == 0: TMA still strides it");
         assert_eq!(p(8, 151_936, 2048), Path::Gemv, "2374 blocks past the budget: the CTAs walk them grid-stride");
         assert_eq!(p(16, 151_936, 2048), Path::Gemm, "past M = 8 a matrix larger than L2 streams faster as a GEMM");
-        let lm_head = dense(Elem::Bf16, Shape::new(1, 151_936, 2048), SMS, MAX_CTAS, false);
+        let lm_head = bf16(1, 151_936, 2048);
         assert_eq!((lm_head.steps[0].grid, lm_head.split), ([MAX_CTAS, 1, 1], 1));
         assert_eq!(p(4095, 33, 7), Path::SimtBf16);
         assert_eq!(dense(Elem::F32, Shape::new(1, 1, 1), SMS, MAX_CTAS, false).path, Path::SimtF32);
-        let unaligned = DenseOpts { sms: SMS, budget: MAX_CTAS, out_bf16: false, aligned: false, y_aligned: true };
-        let y4 = DenseOpts { aligned: true, y_aligned: false, ..unaligned };
+        let unaligned = DenseOpts { aligned: false, ..opts(MAX_CTAS, false) };
+        let y4 = DenseOpts { y_aligned: false, ..opts(MAX_CTAS, false) };
         assert_eq!(super::dense(Elem::Bf16, Shape::new(512, 2048, 4096), y4).path, Path::SimtBf16);
         assert_eq!(super::dense(Elem::Bf16, Shape::new(4, 2048, 4096), y4).path, Path::Gemv, "the GEMV stores floats");
+        assert_eq!(
+            super::dense(Elem::Bf16, Shape::new(64, 2048, 4096), y4).path,
+            Path::Gemv,
+            "to M = 64 the GEMV takes what the GEMM cannot store"
+        );
         assert_eq!(super::dense(Elem::Bf16, Shape::new(1, 2048, 4096), unaligned).path, Path::SimtBf16);
         assert_eq!(super::dense(Elem::Bf16, Shape::new(512, 2048, 4096), unaligned).path, Path::SimtBf16);
     }
@@ -607,7 +954,7 @@ mod tests {
     fn the_gemv_split_follows_gemv_check_and_the_budget() {
         // blocks = 32, want = ceil(528 / 32) = 17, K / 128 = 32: split 17, k_per_split round_up(241, 32) =
         // 256, so split = 16.
-        let plan = dense(Elem::Bf16, Shape::new(1, 2048, 4096), SMS, MAX_CTAS, false);
+        let plan = bf16(1, 2048, 4096);
         assert_eq!(plan.steps[0].grid, [32, 16, 1]);
         assert_eq!(plan.steps[0].args[8], Arg::Word(256));
         assert_eq!(plan.scratch, 16 * 2048);
@@ -617,42 +964,203 @@ mod tests {
         assert_eq!(plan.steps[0].grid, [32, 3, 1]);
         assert_eq!(plan.steps[0].args[8], Arg::Word(1376));
         // No split: the workspace is the output itself, and no scratch is needed.
-        // M = 512 of the O projection: 4 x 8 wide tiles fill fewer than half of 132 SMs, so the narrow form:
-        // 4 x 16 tiles, 2 splits of K's 64 blocks, a scratch of 2 slices and a ticket per tile.
-        let plan = dense(Elem::Bf16, Shape::new(512, 2048, 4096), SMS, MAX_CTAS, false);
-        assert_eq!((plan.steps[0].kern, plan.tile_n), (Kern::GemmN128, 128));
-        assert_eq!((plan.split, plan.tickets, plan.scratch), (2, 64, 2 * 512 * 2048));
-        assert_eq!(plan.steps[0].grid, [128, 1, 1]);
-        // QKV at M = 512: 80 wide tiles, more than half: the wide form, unsplit.
-        let plan = dense(Elem::Bf16, Shape::new(512, 5120, 2048), SMS, MAX_CTAS, false);
-        assert_eq!((plan.steps[0].kern, plan.tile_n, plan.split), (Kern::Gemm, 256, 1));
-        assert_eq!(dense(Elem::Bf16, Shape::new(4096, 2048, 4096), SMS, MAX_CTAS, false).steps[0].kern, Kern::Gemm);
-        let plan = dense(Elem::Bf16, Shape::new(3, 2048, 96), SMS, MAX_CTAS, false);
+        let plan = bf16(3, 2048, 96);
         assert_eq!(plan.split, 1);
         assert_eq!(plan.steps[0].args[3], Arg::Y(0));
         assert_eq!(plan.scratch, 0);
+    }
+
+    /// The plan of a Qwen3-30B-A3B matrix at one M: the kernel, the K split and the grid.
+    fn qwen(n: u32, k: u32, m: u32) -> (Kern, u32, [u32; 3]) {
+        let p = bf16(m, n, k);
+        (p.steps[0].kern, p.split, p.steps[0].grid)
+    }
+
+    #[test]
+    fn the_plans_of_every_qwen_matrix_at_every_m_of_the_issue() {
+        use Kern::{Gemm, GemmN128, Gemv};
+        // M = 1..8 one GEMV pass (MB = 1), 16 and 32 MB = 2 and 4; past 32 one wave of unsplit tiles.
+        let small = [1, 2, 4, 8];
+        for (n, k, split, gx) in [(5120, 2048, 7, 80), (2048, 4096, 16, 32), (128, 2048, 16, 2), (1536, 2048, 16, 24)] {
+            for m in small {
+                assert_eq!(qwen(n, k, m), (Gemv(0), split, [gx, split, 1]), "{n}x{k} M={m}");
+            }
+            assert_eq!(qwen(n, k, 16), (Gemv(1), split, [gx, split, 1]), "{n}x{k} M=16");
+            assert_eq!(qwen(n, k, 32), (Gemv(2), split, [gx, split, 1]), "{n}x{k} M=32");
+        }
+        for m in small {
+            assert_eq!(qwen(2048, 768, m), (Gemv(0), 6, [32, 6, 1]), "down M={m}");
+            assert_eq!(qwen(151_936, 2048, m), (Gemv(0), 1, [MAX_CTAS, 1, 1]), "lm_head M={m}");
+        }
+        assert_eq!(qwen(2048, 768, 32), (Gemv(2), 6, [32, 6, 1]));
+        // QKV: 40 narrow tiles at M <= 128 (13.5 us against 27 wide); 80 wide tiles at M = 512 (the same
+        // 27 us as 160 narrow ones in two waves: the tie keeps wide); M = 4096, 640 wide tiles in 5 waves.
+        assert_eq!(qwen(5120, 2048, 64), (GemmN128, 1, [40, 1, 1]));
+        assert_eq!(qwen(5120, 2048, 128), (GemmN128, 1, [40, 1, 1]));
+        assert_eq!(qwen(5120, 2048, 512), (Gemm, 1, [80, 1, 1]));
+        assert_eq!(qwen(5120, 2048, 4096), (Gemm, 1, [SMS, 1, 1]));
+        // O: narrow tiles unsplit to M = 512 (64 tiles: 24.6 us; two splits would add a 20 us reduction).
+        for m in [64, 128] {
+            assert_eq!(qwen(2048, 4096, m), (GemmN128, 1, [16, 1, 1]), "O M={m}");
+        }
+        assert_eq!(qwen(2048, 4096, 512), (GemmN128, 1, [64, 1, 1]));
+        assert_eq!(qwen(2048, 4096, 4096), (Gemm, 1, [SMS, 1, 1]));
+        // The router: one narrow tile per 128 rows, never split (was 32 one-block splits: 226-240 us).
+        assert_eq!(qwen(128, 2048, 64), (GemmN128, 1, [1, 1, 1]));
+        assert_eq!(qwen(128, 2048, 128), (GemmN128, 1, [1, 1, 1]));
+        assert_eq!(qwen(128, 2048, 512), (GemmN128, 1, [4, 1, 1]));
+        assert_eq!(qwen(128, 2048, 4096), (GemmN128, 1, [32, 1, 1]));
+        // gate+up: narrow throughout; at M = 4096 384 narrow tiles are 3 waves of 13.5 us where 192 wide
+        // ones are 2 of 27.
+        assert_eq!(qwen(1536, 2048, 64), (GemmN128, 1, [12, 1, 1]));
+        assert_eq!(qwen(1536, 2048, 128), (GemmN128, 1, [12, 1, 1]));
+        assert_eq!(qwen(1536, 2048, 512), (GemmN128, 1, [48, 1, 1]));
+        assert_eq!(qwen(1536, 2048, 4096), (GemmN128, 1, [SMS, 1, 1]));
+        // down: narrow to M = 512; at M = 4096 256 wide tiles and 512 narrow ones tie (26.2 us): wide.
+        assert_eq!(qwen(2048, 768, 64), (GemmN128, 1, [16, 1, 1]));
+        assert_eq!(qwen(2048, 768, 128), (GemmN128, 1, [16, 1, 1]));
+        assert_eq!(qwen(2048, 768, 512), (GemmN128, 1, [64, 1, 1]));
+        assert_eq!(qwen(2048, 768, 4096), (Gemm, 1, [SMS, 1, 1]));
+        // lm_head past M = 8: HBM-bound in either form (147 us for its 622 MB): the tie keeps wide.
+        for m in [16, 32, 64, 128, 512, 4096] {
+            assert_eq!(qwen(151_936, 2048, m), (Gemm, 1, [SMS, 1, 1]), "lm_head M={m}");
+        }
+    }
+
+    #[test]
+    fn the_cost_model_reproduces_the_recorded_figures() {
+        // (shape, tile, splits, recorded us, the launch's round trip included): library bench run 13.
+        let cases = [
+            ((512, 128, 2048), GemmTile::Narrow, 32, 240.0),
+            ((128, 128, 2048), GemmTile::Narrow, 32, 226.2),
+            ((4096, 128, 2048), GemmTile::Narrow, 4, 40.0),
+            ((4096, 1536, 2048), GemmTile::Wide, 1, 57.81),
+            ((4096, 5120, 2048), GemmTile::Wide, 1, 137.5),
+            ((512, 1536, 2048), GemmTile::Narrow, 2, 30.53),
+            ((512, 5120, 2048), GemmTile::Wide, 1, 30.59),
+        ];
+        for ((m, n, k), tile, splits, us) in cases {
+            let c = GemmCost::of(Shape::new(m, n, k), tile, splits, u64::from(SMS)).unwrap();
+            let model = c.ns as f64 / 1000.0 + 4.5;
+            assert!(
+                (model / us - 1.0).abs() < 0.12,
+                "{m}x{n}x{k} {tile:?} {splits}: model {model:.1} us, recorded {us}"
+            );
+        }
+        // Asked splits that K's blocks do not keep are another candidate's plan.
+        assert_eq!(GemmCost::of(Shape::new(128, 128, 2048), GemmTile::Narrow, 9, 132), None);
+    }
+
+    #[test]
+    fn a_k_split_keeps_whole_pipelines_and_pays_only_for_long_k() {
+        let mut g = 0x1234_5678_9abc_def1u64;
+        let mut next = |lo: u32, hi: u32| {
+            g ^= g << 13;
+            g ^= g >> 7;
+            g ^= g << 17;
+            lo + (g % u64::from(hi - lo)) as u32
+        };
+        for _ in 0..2000 {
+            let shape = Shape::new(next(33, 5000), next(1, 9000), 8 * next(1, 4000));
+            for budget in [1, 7, 131, MAX_CTAS] {
+                let c = GemmCost::best(shape, SMS, budget, None);
+                let s = abi::GemmSplit::new(shape.m, shape.n, shape.k, c.tile.n(), c.splits);
+                assert!(c.splits <= MAX_SPLITS, "{shape}: {c:?}");
+                assert!(c.splits == 1 || s.per >= MIN_SPLIT_KBLOCKS, "{shape}: {c:?} keeps {} blocks", s.per);
+            }
+        }
+        // A long K with one tile: 1024 blocks in 7 splits of 147 (108.5 us against 359 unsplit; 8 of 128
+        // would add more reduction than they save).
+        let c = GemmCost::best(Shape::new(128, 128, 65_536), SMS, MAX_CTAS, None);
+        assert_eq!((c.tile, c.splits), (GemmTile::Narrow, 7));
+        let plan = bf16(128, 128, 65_536);
+        assert_eq!((plan.steps[0].kern, plan.split, plan.tickets, plan.scratch), (Kern::GemmN128, 7, 1, 7 * 128 * 128));
+        assert_eq!(plan.steps[0].grid, [7, 1, 1]);
+        // The budget is the persistent grid's bound, and the model counts its waves.
+        let plan = dense(Elem::Bf16, Shape::new(4096, 1536, 2048), SMS, 100, false);
+        assert_eq!(plan.steps[0].grid, [100, 1, 1]);
+    }
+
+    #[test]
+    fn forced_plans_run_what_they_name_or_say_why_not() {
+        let f = |shape: Shape, forced, o: DenseOpts| dense_forced(Elem::Bf16, shape, o, forced);
+        let o = opts(MAX_CTAS, false);
+        // The GEMV at M = 512 (the kernel takes any M in passes of 64 rows), the planner's split.
+        let gemv = ForcedPlan::Gemv { split: None };
+        let p = f(Shape::new(512, 2048, 4096), gemv, o).unwrap();
+        assert_eq!((p.path, p.steps[0].kern, p.steps[0].grid), (Path::Gemv, Kern::Gemv(3), [32, 16, 1]));
+        let p = f(Shape::new(64, 1536, 2048), ForcedPlan::Gemv { split: Some(4) }, o).unwrap();
+        assert_eq!((p.steps[0].grid, p.steps[0].args[8], p.scratch), ([24, 4, 1], Arg::Word(512), 4 * 64 * 1536));
+        // 2048 of K in 32-element chunks: 9 slices of 256 make 8.
+        let why = |r: Result<Plan, PlanError>| match r {
+            Err(PlanError::Forced { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        let shape = Shape::new(64, 1536, 2048);
+        assert_eq!(
+            why(f(shape, ForcedPlan::Gemv { split: Some(9) }, o)),
+            ForcedRefusal::SplitNotKept { asked: 9, kept: 8 }
+        );
+        assert_eq!(why(f(shape, ForcedPlan::Gemv { split: Some(0) }, o)), ForcedRefusal::ZeroSplit);
+        let small = opts(8, false);
+        assert_eq!(
+            why(f(shape, ForcedPlan::Gemv { split: Some(16) }, small)),
+            ForcedRefusal::SplitPastBudget { split: 16, budget: 8 }
+        );
+        assert_eq!(why(f(Shape::new(4, 64, 48), gemv, o)), ForcedRefusal::KNotMultiple { of: 32 });
+        // The GEMM, wide with 4 splits (the split-K entry), narrow with the planner's split, at M = 16.
+        let wide4 = ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(4) };
+        let p = f(Shape::new(512, 2048, 4096), wide4, o).unwrap();
+        assert_eq!((p.steps[0].kern, p.split, p.tile_n, p.tickets), (Kern::GemmSplitK, 4, 256, 32));
+        let narrow = ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: None };
+        let p = f(Shape::new(16, 5120, 2048), narrow, o).unwrap();
+        assert_eq!((p.path, p.steps[0].kern, p.split, p.steps[0].grid), (Path::Gemm, Kern::GemmN128, 1, [40, 1, 1]));
+        let p = f(Shape::new(16, 5120, 2048), ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(1) }, o).unwrap();
+        assert_eq!((p.steps[0].kern, p.steps[0].grid), (Kern::Gemm, [20, 1, 1]));
+        let nine = ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(9) };
+        assert_eq!(why(f(shape, nine, o)), ForcedRefusal::SplitNotKept { asked: 9, kept: 8 });
+        assert_eq!(why(f(Shape::new(4, 64, 44), narrow, o)), ForcedRefusal::KNotMultiple { of: 8 });
+        let y4 = DenseOpts { y_aligned: false, ..o };
+        assert_eq!(why(f(shape, narrow, y4)), ForcedRefusal::Unaligned);
+        assert!(f(shape, narrow, DenseOpts { out_bf16: true, ..y4 }).is_ok(), "a bf16 output's product is aligned");
+        assert_eq!(why(f(shape, gemv, DenseOpts { aligned: false, ..o })), ForcedRefusal::Unaligned);
+        assert_eq!(why(dense_forced(Elem::F32, shape, o, gemv)), ForcedRefusal::NotBf16);
+        // A forced bf16 output still converts after the product.
+        let p = f(shape, narrow, opts(MAX_CTAS, true)).unwrap();
+        assert_eq!(p.steps.iter().map(|s| s.kern).collect::<Vec<_>>(), [Kern::GemmN128, Kern::Convert]);
     }
 
     #[test]
     fn every_launch_fits_the_budget() {
         let shapes = [(1, 1, 1), (7, 7, 7), (33, 1000, 33), (4095, 4095, 4095), (2, 151_936, 2048), (300, 1000, 30)];
         for budget in [1, 2, 3, 7, 64, 131, 1000, MAX_CTAS, 5000] {
+            let within = |p: &Plan| p.max_ctas() <= u64::from(budget.min(MAX_CTAS));
             for (m, n, k) in shapes {
                 for elem in [Elem::Bf16, Elem::F32] {
                     for out_bf16 in [false, true] {
                         let plan = dense(elem, Shape::new(m, n, k), SMS, budget, out_bf16 && elem == Elem::Bf16);
-                        assert!(
-                            plan.max_ctas() <= u64::from(budget.min(MAX_CTAS)),
-                            "{elem:?} {m}x{n}x{k} budget {budget}: {:?}",
-                            plan.steps
-                        );
+                        assert!(within(&plan), "{elem:?} {m}x{n}x{k} budget {budget}: {:?}", plan.steps);
+                    }
+                }
+                for forced in [
+                    ForcedPlan::Gemv { split: None },
+                    ForcedPlan::Gemm { tile: GemmTile::Wide, splits: None },
+                    ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) },
+                ] {
+                    if let Ok(plan) = dense_forced(Elem::Bf16, Shape::new(m, n, k), opts(budget, false), forced) {
+                        assert!(within(&plan), "{forced} {m}x{n}x{k} budget {budget}: {:?}", plan.steps);
                     }
                 }
             }
-            let g = GroupedShape { tokens: 64, top_k: 8, experts: 128, n: 1536, k: 2048 };
-            match grouped(g, SMS, budget) {
-                Ok(plan) => assert!(plan.max_ctas() <= u64::from(budget.min(MAX_CTAS))),
-                Err(PlanError::ExpertPastBudget { blocks, .. }) => assert!(u64::from(budget) < blocks),
+            for tokens in [1, 8, 64] {
+                for (n, k) in [(1536, 2048), (2048, 768)] {
+                    let g = GroupedShape { tokens, top_k: 8, experts: 128, n, k };
+                    match grouped(g, SMS, budget) {
+                        Ok(plan) => assert!(within(&plan), "{g} budget {budget}: {:?}", plan.steps),
+                        Err(PlanError::ExpertPastBudget { blocks, .. }) => assert!(u64::from(budget) < blocks),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
             }
         }
     }
@@ -680,18 +1188,46 @@ mod tests {
         }
     }
 
+    /// The grouped plan's GEMV launch: (variant, grid, k_per_split).
+    fn moe(plan: &Plan) -> (Kern, [u32; 3], Arg) {
+        assert_eq!(plan.steps.len(), 2, "the route kernel, then one grouped GEMV");
+        assert_eq!(plan.steps[0].kern, Kern::Route);
+        let s = &plan.steps[1];
+        (s.kern, s.grid, s.args[10])
+    }
+
     #[test]
-    fn grouped_bands_cover_every_expert_once() {
-        let g = GroupedShape { tokens: 1, top_k: 8, experts: 128, n: 1536, k: 2048 };
-        let plan = grouped(g, SMS, MAX_CTAS).unwrap();
-        // 24 blocks per expert, split 1 (128 * 24 = 3072 CTAs): 42 experts per launch, 4 launches.
-        assert_eq!(plan.split, 1);
-        let bands: Vec<u32> = plan.steps[2..].iter().map(|s| s.grid[2]).collect();
-        assert_eq!(bands.iter().sum::<u32>(), 128);
-        assert!(bands.iter().all(|&b| b * 24 <= MAX_CTAS));
-        assert_eq!(plan.tickets, 128 * 24);
-        assert_eq!(g.routing().words, 129 + 16 + 1);
-        let err = grouped(GroupedShape { n: 64 * 1025, ..g }, SMS, MAX_CTAS).unwrap_err();
+    fn the_grouped_gemm_is_one_launch_over_the_listed_experts() {
+        let g = |tokens, n, k| GroupedShape { tokens, top_k: 8, experts: 128, n, k };
+        // T = 1, gate+up: 8 entries x 24 blocks, want ceil(528 / 192) = 3 slices, kept at 2 so each is
+        // 1024 of K (the row-streaming form): 384 CTAs.
+        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS).unwrap();
+        assert_eq!(moe(&p), (Kern::Moe(0), [24, 2, 8], Arg::Word(1024)));
+        assert_eq!((p.split, p.tickets, p.scratch), (2, 8 * 24, 2 * 8 * 1536));
+        // T = 1, down: K = 768 has no 1024 slice; 3 slices of 256, 8 x 32 x 3 = 768 CTAs.
+        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS).unwrap();
+        assert_eq!(moe(&p), (Kern::Moe(0), [32, 3, 8], Arg::Word(256)));
+        // T = 8: 64 entries; 24 blocks each already fill the SMs, so no split; the budget holds 42 entries
+        // at once and those CTAs walk the rest.
+        let p = grouped(g(8, 1536, 2048), SMS, MAX_CTAS).unwrap();
+        assert_eq!(moe(&p), (Kern::Moe(0), [24, 1, 42], Arg::Word(2048)));
+        assert_eq!((p.tickets, p.scratch), (64 * 24, 0));
+        let p = grouped(g(8, 2048, 768), SMS, MAX_CTAS).unwrap();
+        assert_eq!(moe(&p), (Kern::Moe(0), [32, 1, 32], Arg::Word(768)));
+        // T = 64: every expert can be touched (128 entries), about 4 rows each: MB = 1 still (8 rows per
+        // pass, the row-streaming form up to 4).
+        let p = grouped(g(64, 1536, 2048), SMS, MAX_CTAS).unwrap();
+        assert_eq!(moe(&p), (Kern::Moe(0), [24, 1, 42], Arg::Word(2048)));
+        assert_eq!(p.tickets, 128 * 24);
+        // Few experts and many tokens: 64 tokens top-2 of 6 give ~21 rows each, twice that past 32: MB = 8.
+        let few = GroupedShape { tokens: 64, top_k: 2, experts: 6, n: 64, k: 96 };
+        assert_eq!(moe(&grouped(few, SMS, MAX_CTAS).unwrap()).0, Kern::Moe(3));
+        // The layout: offsets, rows, pairs, the drop count, the touched count, room for min(E, P) experts.
+        let l = g(1, 1536, 2048).routing();
+        assert_eq!((l.dropped, l.active, l.experts, l.words), (129 + 16, 146, 147, 147 + 8));
+        assert_eq!(l.experts_capacity(), 8);
+        assert_eq!(g(64, 1536, 2048).routing().experts_capacity(), 128);
+        let err = grouped(GroupedShape { n: 64 * 1025, ..g(1, 1536, 2048) }, SMS, MAX_CTAS).unwrap_err();
         assert_eq!(err, PlanError::ExpertPastBudget { blocks: 1025, budget: MAX_CTAS });
     }
 }
