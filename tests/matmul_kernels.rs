@@ -866,6 +866,74 @@ fn the_simt_gemms_match_f64_and_their_fma_chain_bit_for_bit_at_any_shape_and_ali
 }
 
 #[test]
+fn the_f32_gemm_candidates_are_the_simt_kernels_fma_chain_bit_for_bit_at_any_shape_and_alignment() {
+    let mut g = rng("sgemm v2");
+    // Ragged tile edges, K below, at and past a slice, K % 4 != 0 (the scalar path) and K = 0.
+    let shapes: [[u32; 3]; 7] =
+        [[1, 1, 1], [7, 33, 1000], [129, 257, 71], [33, 7, 4095], [130, 129, 16], [1000, 7, 33], [4, 3, 0]];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for v in mm::GEMM_F32_TN_V2 {
+            let kernel = module.kernel(v.name).unwrap();
+            for [m, n, kk] in shapes {
+                let dims = [m, n, kk].map(|d| d as usize);
+                // One float past the allocation's start when K % 4 == 0: 4-byte aligned, never 16 (the
+                // scalar path with whole vectors' K).
+                let skew = usize::from(kk % 4 == 0 && m % 2 == 1);
+                let x = f32s(&mut g, (m * kk) as usize + skew);
+                let w = f32s(&mut g, (n * kk) as usize + skew);
+                let (dx, dw) = (device(s, &x), device(s, &w));
+                let mut y = poisoned(s, (m * n) as usize);
+                let at = 4 * skew as u64;
+                let l = Launch::new(&kernel)
+                    .grid(v.grid(m, n))
+                    .block([v.threads, 1, 1])
+                    .arg(dx.va() + at)
+                    .arg(dw.va() + at)
+                    .arg(&y)
+                    .arg(m)
+                    .arg(n)
+                    .arg(kk);
+                gpu = gpu.launch(&l).unwrap().gpu;
+                let got = y.to_vec().unwrap();
+                let (x, w) = (&x[skew..], &w[skew..]);
+                check(v.name, &got, x, w, dims);
+                assert_eq!(got, fma_chain(x, w, dims), "{} {m}x{n}x{kk}: not its fma chain", v.name);
+            }
+        }
+    });
+}
+
+#[test]
+fn an_f32_gemm_candidate_covers_the_tiles_its_grid_names_and_no_others() {
+    let mut g = rng("sgemm v2 grid");
+    let v = mm::GEMM_F32_TN_V2[mm::GEMM_F32_TN_V2_BEST];
+    let (m, n, kk) = (300u32, 200u32, 5u32);
+    let (x, w) = (f32s(&mut g, (m * kk) as usize), f32s(&mut g, (n * kk) as usize));
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let k = module.kernel(v.name).unwrap();
+        let (dx, dw) = (device(s, &x), device(s, &w));
+        let mut y = poisoned(s, (m * n) as usize);
+        // One tile column of two rows of tiles: rows 0..256, columns 0..128.
+        let l =
+            Launch::new(&k).grid([1, 2, 1]).block([v.threads, 1, 1]).arg(&dx).arg(&dw).arg(&y).arg(m).arg(n).arg(kk);
+        gpu.launch(&l).unwrap();
+        let got = y.to_vec().unwrap();
+        let want = fma_chain(&x, &w, [m, n, kk].map(|d| d as usize));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (r, c) = (i / n as usize, i % n as usize);
+            if r < 256 && c < 128 {
+                assert_eq!(g, w, "y[{r}, {c}]");
+            } else {
+                assert_eq!(g.to_bits(), POISON.to_bits(), "y[{r}, {c}] is outside the grid's tiles");
+            }
+        }
+    });
+}
+
+#[test]
 fn a_simt_grid_covers_the_tiles_it_names_and_no_others() {
     let mut g = rng("simt grid");
     let (m, n, kk) = (300u32, 200u32, 5u32);

@@ -77,6 +77,18 @@ pub const MOE_ROUTE: &str = "omega_moe_route";
 pub const GEMM_F32_TN: &str = "omega_gemm_f32_tn";
 /// `omega_gemm_bf16_simt_tn(x, w, y, M, N, K)`: bf16 widened exactly, f32 FMA, any shape or alignment.
 pub const GEMM_BF16_SIMT_TN: &str = "omega_gemm_bf16_simt_tn";
+/// The f32 GEMM candidates of issue 12 (`gemm_sgemm.cuh`), `(x, w, y, M, N, K)` as [`GEMM_F32_TN`] and
+/// the same arithmetic (one `fmaf` chain per output, k ascending), each with its launch shape: see
+/// [`SgemmVariant`]. benches/cuda/sgemm_check.cu times them beside cuBLAS.
+pub const GEMM_F32_TN_V2: [SgemmVariant; 2] = [
+    // cuBLAS's shape (8 x 16 a thread, 128 threads, K slices of 8), FMAs rows first; then zigzag, which
+    // leaves ptxas fewer register-bank conflicts.
+    SgemmVariant { name: "omega_gemm_f32_tn_v2_8x16k8", tile_m: 128, tile_n: 128, threads: 128, slice_k: 8 },
+    SgemmVariant { name: "omega_gemm_f32_tn_v2_8x16k8_zigzag", tile_m: 128, tile_n: 128, threads: 128, slice_k: 8 },
+];
+/// The fastest of [`GEMM_F32_TN_V2`] on the H200 so far (8192^3: 44.9 TFLOP/s against
+/// `omega_gemm_f32_tn`'s 43.5 and cuBLAS's 50.9; benches/cuda/sgemm_check.cu).
+pub const GEMM_F32_TN_V2_BEST: usize = 1;
 /// `omega_convert_f32_bf16(in, out, n)`: round to nearest even, grid-stride.
 pub const CONVERT_F32_BF16: &str = "omega_convert_f32_bf16";
 
@@ -127,6 +139,35 @@ pub const ROUTE_THREADS: u32 = 1024;
 pub const SIMT_TILE: u32 = 128;
 /// The SIMT GEMMs' block.
 pub const SIMT_THREADS: u32 = 256;
+/// One f32 GEMM candidate's launch: `grid = [ceil(N / tile_n), ceil(M / tile_m), 1]`, `block =
+/// [threads, 1, 1]`, no dynamic shared memory; two double-buffered `[slice_k][tile + 4]` f32 stages of
+/// each operand in static shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SgemmVariant {
+    /// The entry's symbol.
+    pub name: &'static str,
+    /// Output rows a CTA covers (`Cfg::BM`).
+    pub tile_m: u32,
+    /// Output columns a CTA covers (`Cfg::BN`).
+    pub tile_n: u32,
+    /// The block it is written for (`Cfg::THREADS`).
+    pub threads: u32,
+    /// K per shared-memory stage (`Cfg::BK`).
+    pub slice_k: u32,
+}
+
+impl SgemmVariant {
+    /// Its grid for an `m x n` output.
+    pub const fn grid(&self, m: u32, n: u32) -> [u32; 3] {
+        [n.div_ceil(self.tile_n), m.div_ceil(self.tile_m), 1]
+    }
+
+    /// Its static shared memory (`Cfg::SMEM_BYTES`).
+    pub const fn shared_bytes(&self) -> u32 {
+        2 * self.slice_k * (self.tile_m + 4 + self.tile_n + 4) * 4
+    }
+}
+
 /// The conversion's block (`omega_convert_f32_bf16` strides by `gridDim.x * 256`).
 pub const CONVERT_THREADS: u32 = 256;
 /// Multiply-adds per work unit of the references' slices (one output value's 64 of K).
@@ -360,6 +401,8 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gemm_bf16_simt_tn,
     },
+    sgemm_spec::<0>(),
+    sgemm_spec::<1>(),
     HostSpec {
         name: CONVERT_F32_BF16,
         param_sizes: &[8, 8, 8],
@@ -375,6 +418,16 @@ const SIMT_SHARED_BYTES: u32 = 2 * 2 * 16 * (SIMT_TILE + 4) * 4;
 /// Stack bytes per thread of a kernel nvcc 13.0 gives an 8-byte spill frame (the frame and the
 /// headroom, as the cubin records them).
 const SPILL_FRAME: u32 = 608;
+
+const fn sgemm_spec<const I: usize>() -> HostSpec {
+    HostSpec {
+        name: GEMM_F32_TN_V2[I].name,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: GEMM_F32_TN_V2[I].shared_bytes(),
+        local_bytes_per_thread: 0,
+        run: gemm_f32_tn_v2::<I>,
+    }
+}
 
 const fn gemv_spec(
     variant: usize,
@@ -880,34 +933,40 @@ fn gemm_bf16_tn_mc(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 
 // ----- the SIMT GEMMs -----------------------------------------------------------------------------------
 
-/// `omega_gemm_f32_tn` / `omega_gemm_bf16_simt_tn`: the outputs of the 128 x 128 tiles the grid names
-/// (`blockIdx.y` rows of tiles, `blockIdx.x` columns, in the kernel's 32-bit arithmetic; `blockIdx.z`
-/// repeats the same stores), each one `fmaf` chain over k = 0..K from +0.
+/// `omega_gemm_f32_tn` / `omega_gemm_bf16_simt_tn` / `omega_gemm_f32_tn_v2_*`: the outputs of the
+/// `tile_m x tile_n` tiles the grid names (`blockIdx.y` rows of tiles, `blockIdx.x` columns, in the
+/// kernel's 32-bit arithmetic; `blockIdx.z` repeats the same stores), each one `fmaf` chain over
+/// k = 0..K from +0.
 fn gemm_simt(ctx: &mut KernelCtx<'_>, name: &str, elem: Elem) -> Result<(), KernelError> {
+    gemm_simt_tiled(ctx, name, elem, [SIMT_TILE, SIMT_TILE], SIMT_THREADS)
+}
+
+fn gemm_simt_tiled(
+    ctx: &mut KernelCtx<'_>,
+    name: &str,
+    elem: Elem,
+    [tile_m, tile_n]: [u32; 2],
+    threads: u32,
+) -> Result<(), KernelError> {
     let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
     let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
-    require_block(ctx, name, SIMT_THREADS)?;
-    let tile = u64::from(SIMT_TILE);
+    require_block(ctx, name, threads)?;
+    let (tile_m, tile_n) = (u64::from(tile_m), u64::from(tile_n));
     let [gx, gy, _] = ctx.grid.map(u64::from);
-    // `blockIdx.x * 128` wraps past 2^32: a grid that long covers every column.
-    let cols = if gx * tile >= 1 << 32 { n } else { n.min(gx * tile) };
-    if m.min(gy * tile) > 0 && cols > 0 {
+    // `blockIdx.x * tile_n` wraps past 2^32: a grid that long covers every column.
+    let cols = if gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
+    let out_rows = m.min(gy * tile_m);
+    if out_rows > 0 && cols > 0 {
         aligned(name, "y", y, 4)?;
     }
     let rows = |va: u64, rows: u64| Rows { elem, va, row_bytes: k * elem.bytes(), rows, loaded: k, check_align: true };
-    Dense {
-        kernel: name,
-        a: rows(x, m),
-        b: rows(w, n),
-        kk: k,
-        y,
-        ldy: n,
-        rows: m.min(gy * tile),
-        cols,
-        tile_n: tile,
-        fused: true,
-    }
-    .run(ctx)
+    Dense { kernel: name, a: rows(x, m), b: rows(w, n), kk: k, y, ldy: n, rows: out_rows, cols, tile_n, fused: true }
+        .run(ctx)
+}
+
+fn gemm_f32_tn_v2<const I: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let v = &GEMM_F32_TN_V2[I];
+    gemm_simt_tiled(ctx, v.name, Elem::F32, [v.tile_m, v.tile_n], v.threads)
 }
 
 fn gemm_f32_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
