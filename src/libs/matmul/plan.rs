@@ -114,7 +114,9 @@ pub(crate) const KERNEL_NAMES: [&str; 15] = [
     abi::MOE_GEMV_BF16[2],
     abi::MOE_GEMV_BF16[3],
     abi::MOE_ROUTE,
-    abi::GEMM_F32_TN,
+    // The f32 kernel of the measured best (8x16 outputs a thread, 128 threads, zigzag FMA order: 0.875x
+    // cuBLAS at 8192^3 against 0.85x for omega_gemm_f32_tn; docs/perf/2026-12-02-sgemm-candidates.md).
+    abi::GEMM_F32_TN_V2[abi::GEMM_F32_TN_V2_BEST].name,
     abi::GEMM_BF16_SIMT_TN,
     abi::CONVERT_F32_BF16,
     abi::GEMM_BF16_TN_SPLITK,
@@ -769,10 +771,14 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
             };
             let e = elem.bytes();
             let gx = ceil(n, 128);
+            let threads = match kern {
+                Kern::F32 => abi::GEMM_F32_TN_V2[abi::GEMM_F32_TN_V2_BEST].threads,
+                _ => abi::SIMT_THREADS,
+            };
             let simt = |grid: [u64; 2], x: u64, w: u64, y: u64, rows: u64, cols: u64| Step {
                 kern,
                 grid: [word(grid[0]), word(grid[1]), 1],
-                block: [256, 1, 1],
+                block: [threads, 1, 1],
                 dynamic_shared: 0,
                 args: vec![
                     Arg::X(x),
