@@ -15,7 +15,8 @@
 //! - Marker 0: release semaphore 0 of the last launch's QMD (payload = sequence, four words with the
 //!   completion timestamp).
 //! - Marker 1: a host semaphore release with wait-for-idle, 64-bit payload and timestamp, after
-//!   everything else.
+//!   everything else (or, under [`Marker1::QmdRelease`], release semaphore 2 of the last launch's QMD; see
+//!   [`Marker1`] for why it still means the engine is done with the submission).
 //! - Stamps: release semaphore 1 of every launch, at `stamps + 16 * i`.
 //!
 //! `Order::AfterPrevious` needs launch `i` to start only after every earlier launch finished. Two ways:
@@ -26,6 +27,9 @@
 //!   only the first is sent with SEND_PCAS. Nothing waits on
 //!   the host side between launches. Marker 1 then first acquires marker 0 (the chain's last release), so
 //!   it cannot overtake a chain the idle wait might not see.
+//! - **Programmatic chain** ([`ChainMode::Programmatic`]) and **semaphore chain**
+//!   ([`ChainMode::Semaphore`]): the same dependency, ordered by latches and the kernels'
+//!   `griddepcontrol.wait`, or by a semaphore per launch the host acquires before sending the next.
 //! - **Idle release** (any other mix, or [`Barrier::IdleRelease`]): before each launch that must wait, a
 //!   host semaphore release with wait-for-idle to a scratch word; the PBDMA processes nothing after it
 //!   until the engine is idle. Independent launches are consecutive SEND_PCAS pairs and may overlap.
@@ -900,7 +904,8 @@ impl Queue {
                 Patch::add(&mut plan.patches, offsets[k], &q, word);
             }
             plan.qmds.push(qmd_va);
-            plan.barrier_before.push(!w.chain && k > 0 && d.order == Order::AfterPrevious);
+            // A semaphore chain's launches wait behind their acquire, not behind an idle release.
+            plan.barrier_before.push(!ordered && k > 0 && d.order == Order::AfterPrevious);
         }
         Ok(plan)
     }
@@ -1461,6 +1466,7 @@ mod tests {
         };
         let (plan, q, words) = encode_chain(t, 3, true);
         assert!(!plan.chain, "every launch is sent");
+        assert_eq!(plan.barrier_before, [false; 3], "held by the acquires, not by idle releases");
         assert_eq!(plan.sems.len(), 2);
         for (k, qmd) in q.iter().enumerate() {
             assert_eq!(get_bits(qmd, 368, 368), Some(0), "no dependent pointer");
