@@ -1435,14 +1435,32 @@ fn matmul_convert(n: usize) -> CaseResult {
 }
 
 fn in_child(case: &str) -> CaseResult {
+    in_child_env(case, &[])
+}
+
+/// [`in_child`] with `env` set in the child: the nvidia platform reads its launch tuning from the
+/// environment when it is made, so a child is how one case runs under another switch value (the
+/// simulator ignores them, and the case must pass there too).
+fn in_child_env(case: &str, env: &[(&str, &str)]) -> CaseResult {
     let exe = std::env::current_exe().map_err(err)?;
-    let out = Command::new(exe).args(["--case", case]).output().map_err(err)?;
+    let out = Command::new(exe).args(["--case", case]).envs(env.iter().copied()).output().map_err(err)?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if out.status.success() {
         Ok(format!("{text} [child exited cleanly]"))
     } else {
         Err(format!("child {}: {} {}", out.status, text, String::from_utf8_lossy(&out.stderr).trim()))
     }
+}
+
+/// The ordering and visibility cases, a single checked launch and a 3-launch module-data list, run in
+/// a child under one switch of the launch tuning (`in_child_env`): what must hold whatever mechanism
+/// orders the launches and releases the markers.
+fn chains_under_switch() -> CaseResult {
+    let single = vector_add(1000)?;
+    let ordering = cmdlist_ordering()?;
+    let visibility = chain_visibility()?;
+    let module = module_data()?;
+    Ok(format!("single launch: {single}; ordering: {ordering}; visibility: {visibility}; module data: {module}"))
 }
 
 /// Thread-block clusters through the typed API: a kernel built with `__cluster_dims__(2, 1, 1)`, the same
@@ -1492,6 +1510,7 @@ fn main() -> ExitCode {
             "hang" => hang_latches(),
             "fault" => mmu_fault(),
             "recover" => recover_after_hang(),
+            "chains" => chains_under_switch(),
             other => Err(format!("no case {other}")),
         };
         return match r {
@@ -1549,6 +1568,47 @@ fn main() -> ExitCode {
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
+        ("ordering and visibility, marker 1 from the last QMD", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "qmd")])
+        }),
+        ("ordering and visibility, marker 1 from the last QMD behind FE_SYSMEMBAR", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "qmd"), ("OMEGA_NVIDIA_MARKER1_SYSMEMBAR", "1")])
+        }),
+        ("ordering and visibility, marker 1 after an acquire of marker 0", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "acquire")])
+        }),
+        ("ordering and visibility, marker 1 by the compute engine", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "compute")])
+        }),
+        ("ordering and visibility, programmatic dependent launch", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "programmatic")])
+        }),
+        ("ordering and visibility, programmatic dependent launch, pre-exit at exit, one latch", || {
+            in_child_env(
+                "chains",
+                &[
+                    ("OMEGA_NVIDIA_CHAIN", "programmatic"),
+                    ("OMEGA_NVIDIA_PDL_LAST_CTA", "0"),
+                    ("OMEGA_NVIDIA_PDL_LATCH_IDS", "1"),
+                ],
+            )
+        }),
+        ("ordering and visibility, programmatic dependent launch, marker 1 from the last QMD", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "programmatic"), ("OMEGA_NVIDIA_MARKER1", "qmd")])
+        }),
+        ("ordering and visibility, a semaphore per launch", || {
+            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "semaphore")])
+        }),
+        ("ordering and visibility, a semaphore per launch behind FE_SYSMEMBAR, no block-exit barrier", || {
+            in_child_env(
+                "chains",
+                &[
+                    ("OMEGA_NVIDIA_CHAIN", "semaphore"),
+                    ("OMEGA_NVIDIA_CHAIN_RELEASE_MEMBAR", "1"),
+                    ("OMEGA_NVIDIA_CHAIN_MEMBAR", "0"),
+                ],
+            )
+        }),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),

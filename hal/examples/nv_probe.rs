@@ -9,9 +9,13 @@
 //! - `copies`: the 1 GiB copy timeline — every copy timed on its own, on one buffer, again after two
 //!   seconds idle, then on a fresh buffer — to tell a per-buffer warm-up from a GPU-wide one.
 //! - `launch`: the empty-kernel round trip per variant of `LaunchTuning`, split into the host's submit
-//!   call, marker 0 seen and marker 1 seen; and the semaphore-only round trip.
+//!   call, marker 0 seen and marker 1 seen (`m1qmd`, `m1qmd_sysmembar`: marker 1 as the last QMD's
+//!   release 2; `m1acquire`: a host release after an acquire of marker 0, no wait-for-idle); and the
+//!   semaphore-only round trip with and without the wait-for-idle (`semaphore_only_nowfi`).
 //! - `chain`: 1000 launches in one submission per variant (stamps none / system memory / video memory,
-//!   dependent action and prefetch, membar, idle releases, independent), host per-launch time and the
+//!   dependent action and prefetch, membar, idle releases, independent; `pdl_*`: programmatic dependent
+//!   launch on the QMD chain; `sem_*`: a semaphore per launch acquired by the host; `*_m1qmd`: marker 1
+//!   from the last QMD), host per-launch time and the
 //!   GPU's own per-launch time from the stamps; plus, per tuning that could weaken ordering, a check that
 //!   a resubmitted (prepared) ordering submission still never overlaps and releases every new sequence,
 //!   and (with `scale_copy.cubin` in DIR) that each launch of a 64-launch chain reads what the one
@@ -47,7 +51,7 @@ mod linux {
     use std::time::{Duration, Instant};
 
     use omega_hal::nvidia::qmd::DependentAction;
-    use omega_hal::nvidia::{Barrier, Marker1, NvidiaConfig};
+    use omega_hal::nvidia::{Barrier, ChainMode, Marker1, NvidiaConfig};
     use omega_hal::tma::{encode_tiled, TiledSpec, TmaElem, TmaSwizzle};
     use omega_hal::{Allocation, BufferKind, CachePolicy, LaunchDesc, MarkerSlot, Order, Platform, Rights};
 
@@ -268,7 +272,7 @@ mod linux {
 
         fn launch(&mut self, k: &Kernel) {
             type Tune = fn(&mut NvidiaConfig);
-            let variants: [(&str, Tune); 14] = [
+            let variants: [(&str, Tune); 19] = [
                 ("default", |_| {}),
                 ("inv_sdata_const", |c| c.tuning.qmd_invalidate = 0x28),
                 ("inv_none", |c| c.tuning.qmd_invalidate = 0),
@@ -291,8 +295,18 @@ mod linux {
                     c.tuning.last_cwd_membar = 3;
                     c.tuning.release_sysmembar = true;
                 }),
+                // Marker 1 without the host's wait-for-idle: the last QMD's release 2 (with and without a
+                // system-wide barrier in front of it), or a host release after an acquire of marker 0.
+                ("m1qmd", |c| c.tuning.marker1 = Marker1::QmdRelease),
+                ("m1qmd_sysmembar", |c| {
+                    c.tuning.marker1 = Marker1::QmdRelease;
+                    c.tuning.marker1_sysmembar = true;
+                }),
+                ("m1acquire", |c| c.tuning.marker1 = Marker1::HostAfterAcquire),
                 ("default_again", |_| {}),
                 ("m1compute_again", |c| c.tuning.marker1 = Marker1::ComputeReport),
+                ("m1qmd_again", |c| c.tuning.marker1 = Marker1::QmdRelease),
+                ("m1acquire_again", |c| c.tuning.marker1 = Marker1::HostAfterAcquire),
             ];
             let args = [0u32];
             for (name, f) in variants {
@@ -326,22 +340,33 @@ mod linux {
             let (hits, misses) = self.gpu.nv.prepared_stats();
             self.report.metric("prepared_hits", hits as f64);
             self.report.metric("prepared_misses", misses as f64);
-            // Semaphore-only: no kernel, the idle release alone.
+            // Semaphore-only: no kernel, the idle releases alone; then the same two releases without the
+            // wait-for-idle (what every non-host marker-1 variant sends when nothing launches): the floor
+            // without the WFI.
             let skip = LaunchDesc { skip: true, ..k.launch(&args, [1; 3], [1; 3], Order::AfterPrevious) };
-            let mut v = Vec::new();
-            for i in 0..3300 {
-                match self.run(&[skip], None) {
-                    Ok(t) if i >= 300 => v.push(self.timer.us(t[2])),
-                    Ok(_) => {}
-                    Err(e) => {
-                        self.report.fail("semaphore only", e);
-                        break;
+            type Tune2 = fn(&mut NvidiaConfig);
+            let floors: [(&str, Tune2); 2] =
+                [("semaphore_only", |_| {}), ("semaphore_only_nowfi", |c| c.tuning.marker1 = Marker1::QmdRelease)];
+            for (name, f) in floors {
+                self.tune(f);
+                let mut v = Vec::new();
+                for i in 0..3300 {
+                    match self.run(&[skip], None) {
+                        Ok(t) if i >= 300 => v.push(self.timer.us(t[2])),
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.report.fail(name, e);
+                            break;
+                        }
                     }
                 }
+                if !v.is_empty() {
+                    self.report.metric(&format!("rt_{name}_p10_us"), pct(&mut v, 0.1));
+                    self.report.metric(&format!("rt_{name}_p50_us"), pct(&mut v, 0.5));
+                    self.report.metric(&format!("rt_{name}_p99_us"), pct(&mut v, 0.99));
+                }
             }
-            if !v.is_empty() {
-                self.report.metric("rt_semaphore_only_p50_us", pct(&mut v, 0.5));
-            }
+            self.tune(|_| {});
         }
 
         // ----- chains ------------------------------------------------------------------------------------
@@ -367,7 +392,13 @@ mod linux {
                 c.tuning.cwd_membar = 3;
                 c.tuning.membar_task_chasing = chasing;
             }
-            let variants: [(&str, Tune, St, Order); 29] = [
+            fn pdl(c: &mut NvidiaConfig) {
+                c.tuning.chain = ChainMode::Programmatic;
+            }
+            fn sem(c: &mut NvidiaConfig) {
+                c.tuning.chain = ChainMode::Semaphore;
+            }
+            let variants: [(&str, Tune, St, Order); 41] = [
                 // The chain's block-exit barrier, each setting spelled out (the default is L1_MEMBAR with
                 // task chasing), measured next to each other.
                 ("dep_sysstamps_base", |_| {}, St::Sys, Order::AfterPrevious),
@@ -442,6 +473,74 @@ mod linux {
                 ("indep_nostamps", |_| {}, St::None, Order::Independent),
                 ("indep_sysstamps", |_| {}, St::Sys, Order::Independent),
                 ("indep_nostamps_not_prepared", |c| c.tuning.prepared = false, St::None, Order::Independent),
+                // Programmatic dependent launch on top of the QMD chain (the kernels start with
+                // griddepcontrol.wait): pre-exit at the last CTA's dispatch or at the CTAs' exit, two
+                // latches or one, and without the block-exit barrier (the wait's own visibility promise).
+                ("pdl_sysstamps", pdl, St::Sys, Order::AfterPrevious),
+                ("pdl_nostamps", pdl, St::None, Order::AfterPrevious),
+                (
+                    "pdl_nostamps_atexit",
+                    |c| {
+                        pdl(c);
+                        c.tuning.pdl_at_last_cta_launch = false;
+                    },
+                    St::None,
+                    Order::AfterPrevious,
+                ),
+                (
+                    "pdl_nostamps_ids1",
+                    |c| {
+                        pdl(c);
+                        c.tuning.pdl_latch_ids = 1;
+                    },
+                    St::None,
+                    Order::AfterPrevious,
+                ),
+                (
+                    "pdl_sysstamps_membar0",
+                    |c| {
+                        pdl(c);
+                        c.tuning.cwd_membar = 0;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                // A semaphore per launch, acquired by the host before the next SEND_PCAS, instead of the
+                // dependent pointer; with its release behind FE_SYSMEMBAR, with and without the block-exit
+                // barrier.
+                ("sem_sysstamps", sem, St::Sys, Order::AfterPrevious),
+                ("sem_nostamps", sem, St::None, Order::AfterPrevious),
+                (
+                    "sem_sysstamps_relmembar",
+                    |c| {
+                        sem(c);
+                        c.tuning.chain_release_membar = true;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                (
+                    "sem_sysstamps_membar0_relmembar",
+                    |c| {
+                        sem(c);
+                        c.tuning.cwd_membar = 0;
+                        c.tuning.chain_release_membar = true;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                // The chain's end without the host's idle release.
+                ("dep_sysstamps_m1qmd", |c| c.tuning.marker1 = Marker1::QmdRelease, St::Sys, Order::AfterPrevious),
+                (
+                    "pdl_sysstamps_m1qmd",
+                    |c| {
+                        pdl(c);
+                        c.tuning.marker1 = Marker1::QmdRelease;
+                    },
+                    St::Sys,
+                    Order::AfterPrevious,
+                ),
+                ("dep_sysstamps_again", |_| {}, St::Sys, Order::AfterPrevious),
             ];
             let args = [0u32];
             for (name, f, st, order) in variants {
@@ -500,7 +599,7 @@ mod linux {
             self.gpu.free(&sys_stamps);
             self.gpu.free(&vid_stamps);
             type T2 = fn(&mut NvidiaConfig);
-            let checks: [(&str, T2); 7] = [
+            let checks: [(&str, T2); 17] = [
                 ("default", |_| {}),
                 ("sysmembar", |c| sysmembar(c, false)),
                 ("sysmembar_chasing", |c| sysmembar(c, true)),
@@ -516,6 +615,35 @@ mod linux {
                     c.barrier = Barrier::IdleRelease;
                     c.tuning.marker1 = Marker1::ComputeReport;
                 }),
+                ("m1qmd", |c| c.tuning.marker1 = Marker1::QmdRelease),
+                ("m1qmd_sysmembar", |c| {
+                    c.tuning.marker1 = Marker1::QmdRelease;
+                    c.tuning.marker1_sysmembar = true;
+                }),
+                ("m1acquire", |c| c.tuning.marker1 = Marker1::HostAfterAcquire),
+                ("idlerelease_m1qmd", |c| {
+                    c.barrier = Barrier::IdleRelease;
+                    c.tuning.marker1 = Marker1::QmdRelease;
+                }),
+                ("pdl", pdl),
+                ("pdl_atexit", |c| {
+                    pdl(c);
+                    c.tuning.pdl_at_last_cta_launch = false;
+                }),
+                ("pdl_ids1", |c| {
+                    pdl(c);
+                    c.tuning.pdl_latch_ids = 1;
+                }),
+                ("pdl_membar0", |c| {
+                    pdl(c);
+                    c.tuning.cwd_membar = 0;
+                }),
+                ("sem", sem),
+                ("sem_membar0_relmembar", |c| {
+                    sem(c);
+                    c.tuning.cwd_membar = 0;
+                    c.tuning.chain_release_membar = true;
+                }),
             ];
             for (name, f) in checks {
                 self.tune(f);
@@ -528,10 +656,12 @@ mod linux {
             self.tune(|_| {});
         }
 
-        /// What launch i writes, launch i + 1 reads: 64 dependent `scale_copy` launches (528 blocks of 256
-        /// threads, the whole chip) ping-pong 2^20 floats between two video-memory buffers, in one chained
-        /// submission, sent three times (the later two from the prepared encoding); both buffers must
-        /// equal the same chain computed on the CPU, bit for bit, each time.
+        /// What launch i writes, launch i + 1 reads: 64 dependent `scale_copy` launches ping-pong 2^20 floats
+        /// between two video-memory buffers, in one chained submission, sent three times (the later two from
+        /// the prepared encoding); both buffers must equal the same chain computed on the CPU, bit for bit,
+        /// each time. Even launches run 528 blocks of 256 threads, odd ones 131 blocks of 1024, so the
+        /// grid-stride loops hand each element to another block (and SM) than the one that wrote it: the
+        /// first blocks of a launch read what the last blocks of the one before stored just before exit.
         fn chain_data(&mut self, sc: &Kernel, tag: &str) {
             let (n, launches) = (1usize << 20, 64usize);
             let bytes = n as u64 * 4;
@@ -554,8 +684,14 @@ mod linux {
                     [s as u32, (s >> 32) as u32, d as u32, (d >> 32) as u32, alphas[i].to_bits(), n as u32]
                 })
                 .collect();
-            let ls: Vec<LaunchDesc<'_>> =
-                args.iter().map(|a| sc.launch(a, [256, 1, 1], [528, 1, 1], Order::AfterPrevious)).collect();
+            let ls: Vec<LaunchDesc<'_>> = args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let (block, grid) = if i % 2 == 0 { (256, 528) } else { (1024, 131) };
+                    sc.launch(a, [block, 1, 1], [grid, 1, 1], Order::AfterPrevious)
+                })
+                .collect();
             for round in 0..3 {
                 let v = self.gpu.bytes(&bufs[0]);
                 for (c, f) in v.chunks_exact_mut(4).zip(&input) {
@@ -683,6 +819,12 @@ mod linux {
                     spans.push((lo, hi));
                 }
                 let overlaps = spans.windows(2).filter(|w| w[1].0 < w[0].1).count();
+                // How soon after a launch's last block ended the next one's first block passed its wait
+                // (GPU ns): what programmatic launch would shorten.
+                let mut gaps: Vec<f64> = spans.windows(2).map(|w| w[1].0.saturating_sub(w[0].1) as f64 / 1e3).collect();
+                if round == 2 && !gaps.is_empty() {
+                    println!("probe.resubmitted_ordering_{tag}_gap_p50_us {:.3}", pct(&mut gaps, 0.5));
+                }
                 let seq = self.markers.seq;
                 let seq_ok = (0..launches).all(|i| {
                     // SAFETY: inside the stamp buffer.

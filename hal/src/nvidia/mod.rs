@@ -73,7 +73,7 @@ use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
 pub use memory::{plan, BufferPlan, MemoryStats, Placement, VaRange};
-pub use queue::{Barrier, LaunchTuning, Marker1};
+pub use queue::{Barrier, ChainMode, LaunchTuning, Marker1};
 
 use crate::arch;
 use crate::caps::{Caps, Services, PLATFORM_ABI_MAJOR, PLATFORM_ABI_MINOR};
@@ -237,20 +237,56 @@ fn env_or<T: std::str::FromStr + Copy + std::fmt::Display>(name: &str, default: 
 }
 
 /// The launch tuning with the overrides a GPU job may set, so that the suite and benchmarks can run
-/// under another block-exit barrier without a rebuild (and a user can go back to libcuda's):
-/// `OMEGA_NVIDIA_CHAIN_MEMBAR` = 1 (L1_SYSMEMBAR) or 3 (L1_MEMBAR) for `cwd_membar`, and
-/// `OMEGA_NVIDIA_MEMBAR_TASK_CHASING` = 0 or 1. Other values are ignored.
-fn tuning_from_env(mut t: LaunchTuning) -> LaunchTuning {
-    match std::env::var("OMEGA_NVIDIA_CHAIN_MEMBAR").as_deref() {
-        Ok("1") => t.cwd_membar = 1,
-        Ok("3") => t.cwd_membar = 3,
-        _ => {}
+/// under another completion or chain mechanism without a rebuild (and a user can go back to libcuda's
+/// barrier): `OMEGA_NVIDIA_CHAIN_MEMBAR` = 1 (L1_SYSMEMBAR), 3 (L1_MEMBAR) or 0 (L1_NONE, a measuring
+/// knob: only a semaphore chain's release barrier may stand in for it) for `cwd_membar`;
+/// `OMEGA_NVIDIA_MEMBAR_TASK_CHASING` = 0 or 1; `OMEGA_NVIDIA_MARKER1` = `host`, `compute`, `qmd` or
+/// `acquire` ([`Marker1`]); `OMEGA_NVIDIA_MARKER1_SYSMEMBAR` = 0 or 1; `OMEGA_NVIDIA_CHAIN` =
+/// `dependent`, `programmatic` (or `pdl`) or `semaphore` ([`queue::ChainMode`]);
+/// `OMEGA_NVIDIA_PDL_LAST_CTA` = 0 or 1; `OMEGA_NVIDIA_PDL_LATCH_IDS` = a count of at least 1;
+/// `OMEGA_NVIDIA_CHAIN_RELEASE_MEMBAR` = 0 or 1. Other values are ignored with a line on stderr.
+fn tuning_from_env(t: LaunchTuning) -> LaunchTuning {
+    tuning_from(t, |name| std::env::var(name).ok())
+}
+
+/// [`tuning_from_env`] over any source of variables (tests pass a table).
+fn tuning_from(mut t: LaunchTuning, var: impl Fn(&str) -> Option<String>) -> LaunchTuning {
+    let bad = |name: &str, v: &str| eprintln!("omega (nvidia): {name}={v:?} is not one of its values; ignored");
+    let flag = |name: &str, slot: &mut bool| match var(name).as_deref() {
+        None => {}
+        Some("0") => *slot = false,
+        Some("1") => *slot = true,
+        Some(v) => bad(name, v),
+    };
+    match var("OMEGA_NVIDIA_CHAIN_MEMBAR").as_deref() {
+        None => {}
+        Some(v @ ("0" | "1" | "3")) => t.cwd_membar = v.parse().expect("one of 0, 1, 3"),
+        Some(v) => bad("OMEGA_NVIDIA_CHAIN_MEMBAR", v),
     }
-    match std::env::var("OMEGA_NVIDIA_MEMBAR_TASK_CHASING").as_deref() {
-        Ok("0") => t.membar_task_chasing = false,
-        Ok("1") => t.membar_task_chasing = true,
-        _ => {}
+    flag("OMEGA_NVIDIA_MEMBAR_TASK_CHASING", &mut t.membar_task_chasing);
+    match var("OMEGA_NVIDIA_MARKER1").as_deref() {
+        None => {}
+        Some("host") => t.marker1 = Marker1::HostIdleRelease,
+        Some("compute") => t.marker1 = Marker1::ComputeReport,
+        Some("qmd") => t.marker1 = Marker1::QmdRelease,
+        Some("acquire") => t.marker1 = Marker1::HostAfterAcquire,
+        Some(v) => bad("OMEGA_NVIDIA_MARKER1", v),
     }
+    flag("OMEGA_NVIDIA_MARKER1_SYSMEMBAR", &mut t.marker1_sysmembar);
+    match var("OMEGA_NVIDIA_CHAIN").as_deref() {
+        None => {}
+        Some("dependent") => t.chain = ChainMode::Dependent,
+        Some("programmatic" | "pdl") => t.chain = ChainMode::Programmatic,
+        Some("semaphore") => t.chain = ChainMode::Semaphore,
+        Some(v) => bad("OMEGA_NVIDIA_CHAIN", v),
+    }
+    flag("OMEGA_NVIDIA_PDL_LAST_CTA", &mut t.pdl_at_last_cta_launch);
+    match var("OMEGA_NVIDIA_PDL_LATCH_IDS").map(|v| (v.trim().parse::<u32>(), v)) {
+        None => {}
+        Some((Ok(n), _)) if n >= 1 => t.pdl_latch_ids = n,
+        Some((_, v)) => bad("OMEGA_NVIDIA_PDL_LATCH_IDS", &v),
+    }
+    flag("OMEGA_NVIDIA_CHAIN_RELEASE_MEMBAR", &mut t.chain_release_membar);
     t
 }
 
@@ -551,6 +587,55 @@ mod tests {
         assert!(caps.code_prefetch_tail >= 4096);
         assert_eq!(nv.name(), "nvidia");
         assert!(nv.info().is_none());
+    }
+
+    #[test]
+    fn tuning_switches_come_from_their_variables_and_bad_values_change_nothing() {
+        let with = |pairs: &[(&str, &str)]| {
+            let table: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            tuning_from(LaunchTuning::default(), move |name| {
+                table.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            })
+        };
+        let d = LaunchTuning::default();
+        assert_eq!(with(&[]), d, "no variables: the defaults");
+        let t = with(&[
+            ("OMEGA_NVIDIA_MARKER1", "qmd"),
+            ("OMEGA_NVIDIA_MARKER1_SYSMEMBAR", "1"),
+            ("OMEGA_NVIDIA_CHAIN", "semaphore"),
+            ("OMEGA_NVIDIA_CHAIN_MEMBAR", "0"),
+            ("OMEGA_NVIDIA_CHAIN_RELEASE_MEMBAR", "1"),
+            ("OMEGA_NVIDIA_MEMBAR_TASK_CHASING", "0"),
+        ]);
+        assert_eq!(
+            t,
+            LaunchTuning {
+                marker1: Marker1::QmdRelease,
+                marker1_sysmembar: true,
+                chain: ChainMode::Semaphore,
+                cwd_membar: 0,
+                chain_release_membar: true,
+                membar_task_chasing: false,
+                ..d
+            }
+        );
+        let p = with(&[
+            ("OMEGA_NVIDIA_CHAIN", "pdl"),
+            ("OMEGA_NVIDIA_PDL_LAST_CTA", "0"),
+            ("OMEGA_NVIDIA_PDL_LATCH_IDS", "1"),
+        ]);
+        assert_eq!((p.chain, p.pdl_at_last_cta_launch, p.pdl_latch_ids), (ChainMode::Programmatic, false, 1));
+        assert_eq!(with(&[("OMEGA_NVIDIA_MARKER1", "acquire")]).marker1, Marker1::HostAfterAcquire);
+        assert_eq!(with(&[("OMEGA_NVIDIA_MARKER1", "compute")]).marker1, Marker1::ComputeReport);
+        for (name, value) in [
+            ("OMEGA_NVIDIA_MARKER1", "fast"),
+            ("OMEGA_NVIDIA_CHAIN", "graph"),
+            ("OMEGA_NVIDIA_CHAIN_MEMBAR", "2"),
+            ("OMEGA_NVIDIA_PDL_LATCH_IDS", "0"),
+            ("OMEGA_NVIDIA_PDL_LAST_CTA", "yes"),
+        ] {
+            assert_eq!(with(&[(name, value)]), d, "{name}={value} must be ignored");
+        }
     }
 
     #[test]

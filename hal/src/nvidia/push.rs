@@ -183,6 +183,17 @@ impl Push {
         )
     }
 
+    /// A host release of `payload` at `va` without waiting for the engine (64-bit payload, timestamp at
+    /// `va + 8`): for a marker whose order is already given by an acquire in front of it, or when nothing
+    /// was launched.
+    pub fn release(&mut self, va: u64, payload: u32) -> &mut Self {
+        self.host_semaphore(
+            va,
+            payload as u64,
+            host::SEM_OP_RELEASE | host::SEM_PAYLOAD_64 | host::SEM_RELEASE_TIMESTAMP,
+        )
+    }
+
     /// The compute engine waits until it is idle, then releases `payload` at `va` (timestamp at `va + 8`)
     /// after flushing its writes: marker 1 without the round trip through the host.
     pub fn compute_release_after_idle(&mut self, va: u64, payload: u32) -> &mut Self {

@@ -15,7 +15,8 @@
 //! - Marker 0: release semaphore 0 of the last launch's QMD (payload = sequence, four words with the
 //!   completion timestamp).
 //! - Marker 1: a host semaphore release with wait-for-idle, 64-bit payload and timestamp, after
-//!   everything else.
+//!   everything else (or, under [`Marker1::QmdRelease`], release semaphore 2 of the last launch's QMD; see
+//!   [`Marker1`] for why it still means the engine is done with the submission).
 //! - Stamps: release semaphore 1 of every launch, at `stamps + 16 * i`.
 //!
 //! `Order::AfterPrevious` needs launch `i` to start only after every earlier launch finished. Two ways:
@@ -26,6 +27,9 @@
 //!   only the first is sent with SEND_PCAS. Nothing waits on
 //!   the host side between launches. Marker 1 then first acquires marker 0 (the chain's last release), so
 //!   it cannot overtake a chain the idle wait might not see.
+//! - **Programmatic chain** ([`ChainMode::Programmatic`]) and **semaphore chain**
+//!   ([`ChainMode::Semaphore`]): the same dependency, ordered by latches and the kernels'
+//!   `griddepcontrol.wait`, or by a semaphore per launch the host acquires before sending the next.
 //! - **Idle release** (any other mix, or [`Barrier::IdleRelease`]): before each launch that must wait, a
 //!   host semaphore release with wait-for-idle to a scratch word; the PBDMA processes nothing after it
 //!   until the engine is idle. Independent launches are consecutive SEND_PCAS pairs and may overlap.
@@ -95,9 +99,47 @@ pub struct LaunchTuning {
     /// launch-to-launch visibility checks pass with it (docs/perf/2026-11-29-chain-membar.md).
     pub membar_task_chasing: bool,
     /// `ARRIVE_AT_LATCH_VALID` with `ARRIVE_AT_LATCH_ID` 8 on every QMD, as libcuda's captured launch
-    /// carried it (V04 only). Off by default (probe only; no `WAIT_ON_LATCH` is ever set).
+    /// carried it (V04 only). Off by default (probe only; a programmatic chain sets its own latches).
     pub arrive_at_latch: bool,
+    /// How each launch of an `AfterPrevious` chain waits for the one before it.
+    pub chain: ChainMode,
+    /// `PRE_EXIT_AT_LAST_CTA_LAUNCH` on the producers of a [`ChainMode::Programmatic`] chain: the next
+    /// launch is scheduled once the last CTA is dispatched, not at the CTAs' own
+    /// `griddepcontrol.launch_dependents` (or exit, for kernels without one).
+    pub pdl_at_last_cta_launch: bool,
+    /// Latch ids a programmatic chain cycles through (launch `k` arrives at `PDL_LATCH_BASE + k % n`,
+    /// launch `k + 1` waits on it); 1 puts every launch on one latch. What a latch counts is not
+    /// documented, so both are kept to be measured.
+    pub pdl_latch_ids: u32,
+    /// `RELEASE_MEMBAR_TYPE` FE_SYSMEMBAR on the semaphore each inner launch of a
+    /// [`ChainMode::Semaphore`] chain releases for the next: a system-wide barrier in front of the write
+    /// the next launch's acquire waits for, which is what may stand in for the block-exit barrier.
+    pub chain_release_membar: bool,
+    /// `RELEASE_MEMBAR_TYPE` FE_SYSMEMBAR on marker 1 when the last QMD releases it
+    /// ([`Marker1::QmdRelease`]).
+    pub marker1_sysmembar: bool,
 }
+
+/// How the launches of a chain (every launch after the first `AfterPrevious`) are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainMode {
+    /// Dependent-QMD chaining: each QMD names the next, which the compute engine schedules when it
+    /// completes; only the first is sent.
+    Dependent,
+    /// Dependent-QMD chaining with Hopper's programmatic dependent launch: each producer arrives at a latch
+    /// and may pre-exit (its dependent is scheduled before it completes), each consumer waits on its
+    /// predecessor's latch. Only correct for kernels that run `griddepcontrol.wait` before touching what
+    /// the launch before wrote (the PTX ISA: it waits until the prerequisite grids completed and their
+    /// memory operations are visible); a kernel without it would run alongside its predecessor. V04 only.
+    Programmatic,
+    /// Every launch is sent with SEND_PCAS; each inner launch releases a semaphore of its own (QMD release
+    /// 2, payload = the sequence) and the host acquires it before sending the next: the ordering comes
+    /// from the PBDMA, not the compute engine.
+    Semaphore,
+}
+
+/// First latch id of a programmatic chain (any 32-bit id; clear of libcuda's 8).
+pub(crate) const PDL_LATCH_BASE: u32 = 16;
 
 /// How marker 1 ("the engine has gone idle") is released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +148,45 @@ pub enum Marker1 {
     HostIdleRelease,
     /// The compute engine's own WAIT_FOR_IDLE, then its report-semaphore release (flushed).
     ComputeReport,
+    /// Release semaphore 2 of the last QMD (four words: payload and timestamp), when that launch starts
+    /// only after every earlier one of the submission completed (a single launch, a chain, or an idle
+    /// release in front of it); otherwise [`Marker1::HostIdleRelease`]. Nothing follows the last
+    /// SEND_PCAS, so the PBDMA has read the whole pushbuffer before the grid runs; every earlier launch
+    /// completed before the last one started; the last grid's blocks ran their block-exit system barrier
+    /// (L1_SYSMEMBAR) before it counted as complete; so once this release is written no part of the
+    /// submission is left to run or write, which is what "the engine has gone idle" promises the
+    /// session. The releases of one QMD being written in index order (stamps and marker 0 before it) is
+    /// checked by nv_probe, not documented. With nothing to launch, both markers are releases without
+    /// wait-for-idle (the previous submission was seen complete).
+    QmdRelease,
+    /// When marker 0 is released by the last launch and that launch follows every earlier one: the host
+    /// acquires marker 0 and then releases marker 1 without wait-for-idle, the acquire giving the order
+    /// the wait-for-idle gave. Otherwise [`Marker1::HostIdleRelease`]; with nothing to launch, releases
+    /// without wait-for-idle.
+    HostAfterAcquire,
+}
+
+impl Marker1 {
+    /// The word the prepared-submission key carries.
+    fn key(self) -> u32 {
+        match self {
+            Marker1::HostIdleRelease => 0,
+            Marker1::ComputeReport => 1,
+            Marker1::QmdRelease => 2,
+            Marker1::HostAfterAcquire => 3,
+        }
+    }
+}
+
+impl ChainMode {
+    /// The word the prepared-submission key carries.
+    fn key(self) -> u32 {
+        match self {
+            ChainMode::Dependent => 0,
+            ChainMode::Programmatic => 1,
+            ChainMode::Semaphore => 2,
+        }
+    }
 }
 
 impl Default for LaunchTuning {
@@ -126,9 +207,18 @@ impl Default for LaunchTuning {
             qmd_invalidate: qmd::LIBCUDA_INVALIDATIONS,
             membar_task_chasing: true,
             arrive_at_latch: false,
+            chain: ChainMode::Dependent,
+            pdl_at_last_cta_launch: true,
+            pdl_latch_ids: 2,
+            chain_release_membar: false,
+            marker1_sysmembar: false,
         }
     }
 }
+
+/// Bytes of the line after a launch's constant bank that holds the semaphore it releases in a semaphore
+/// chain (a whole line, so the CPU's write of it is one write-combined line).
+pub(crate) const SEM_LINE_BYTES: u64 = 64;
 
 /// Bytes of one launch's slot in the arena: the QMD (384 bytes), then constant bank 0 (64-byte aligned),
 /// the whole rounded to 256 so the next QMD is aligned.
@@ -231,6 +321,14 @@ pub(crate) struct SubmitPlan {
     barrier_before: Vec<bool>,
     /// The launches are one QMD chain (only the first is sent).
     chain: bool,
+    /// Per live launch but the last, of a semaphore chain: the semaphore it releases, which the host
+    /// acquires before sending the next (empty otherwise).
+    sems: Vec<u64>,
+    /// The last launch starts only after every earlier one completed (one launch, a chain of either
+    /// kind, or an idle release in front of it): what lets marker 1 skip the wait-for-idle.
+    last_follows_all: bool,
+    /// Marker 1 is the last QMD's release 2 ([`Marker1::QmdRelease`]), so nothing follows the launches.
+    marker1_in_qmd: bool,
     /// The 64-byte lines holding the payload words that carry the sequence (the last QMD's release 0,
     /// marker 0, and every QMD's release 1, its stamp), as written, so a patch rewrites whole lines.
     patches: Vec<Patch>,
@@ -380,6 +478,8 @@ pub(crate) struct Work<'a, 's> {
     /// Indices of the launches that are not skipped.
     pub(crate) live: &'a [usize],
     pub(crate) chain: bool,
+    /// Every launch after the first waits for its predecessor through a semaphore ([`ChainMode::Semaphore`]).
+    pub(crate) sem_chain: bool,
     pub(crate) tuning: LaunchTuning,
     pub(crate) arch: &'static Arch,
     /// Per-thread local memory the SLM store covers, which every QMD carries.
@@ -392,9 +492,17 @@ fn submission_key(w: &Work<'_, '_>, key: &mut Vec<u32>) {
     let u64s = |key: &mut Vec<u32>, v: u64| key.extend_from_slice(&[v as u32, (v >> 32) as u32]);
     key.clear();
     u64s(key, s.markers[0].va);
+    u64s(key, s.markers[1].va);
     u64s(key, s.stamps.map_or(u64::MAX, |m| m.va));
     key.extend_from_slice(&[
         w.chain as u32,
+        w.sem_chain as u32,
+        t.marker1.key(),
+        t.marker1_sysmembar as u32,
+        t.chain.key(),
+        t.pdl_at_last_cta_launch as u32,
+        t.pdl_latch_ids,
+        t.chain_release_membar as u32,
         w.local_bytes_per_thread,
         t.chain_action.value(),
         t.chain_prefetch as u32,
@@ -506,28 +614,50 @@ fn tune_qmd(
 }
 
 /// Appends the submission `plan` lays out to `push`: SEND_PCAS for each launch that is sent (only the first
-/// of a chain), an idle release to `barrier_va` in front of each that must wait for its predecessor, then
-/// the markers — marker 0 as a host release when nothing launches (else the last QMD releases it; a chain
-/// is first waited for), and marker 1 last.
+/// of a QMD chain), an idle release to `barrier_va` in front of each that must wait for its predecessor (or,
+/// in a semaphore chain, an acquire of the semaphore its predecessor releases), then the markers — marker 0
+/// as a host release when nothing launches (else the last QMD releases it; a chain is first waited for),
+/// and marker 1 last, unless the last QMD releases it too.
 fn push_launches(push: &mut Push, plan: &SubmitPlan, s: &Submission<'_>, t: &LaunchTuning, barrier_va: u64) {
     for (k, &qmd_va) in plan.qmds.iter().enumerate() {
         if k == 0 || !plan.chain {
             if plan.barrier_before[k] {
                 push.release_after_idle(barrier_va, k as u32);
             }
+            if k > 0 && !plan.sems.is_empty() {
+                push.host_semaphore(plan.sems[k - 1], s.sequence as u64, host::SEM_OP_ACQ_CIRC_GEQ);
+            }
             push.send_pcas_with(qmd_va, t.pcas_action);
         }
     }
+    let quick = matches!(t.marker1, Marker1::QmdRelease | Marker1::HostAfterAcquire);
     if plan.qmds.is_empty() {
+        if quick {
+            // Nothing runs: the previous submission was seen complete, so there is nothing to wait for.
+            push.release(s.markers[0].va, s.sequence);
+            push.release(s.markers[1].va, s.sequence);
+            return;
+        }
         push.release_after_idle(s.markers[0].va, s.sequence);
-    } else if plan.chain {
-        // Hold the idle release until the chain's last launch has released marker 0.
+    } else if plan.marker1_in_qmd {
+        return;
+    } else if plan.chain || (t.marker1 == Marker1::HostAfterAcquire && plan.last_follows_all) {
+        // Hold marker 1 until the last launch has released marker 0.
         push.host_semaphore(s.markers[0].va, s.sequence as u64, host::SEM_OP_ACQ_CIRC_GEQ);
     }
     match t.marker1 {
-        Marker1::HostIdleRelease => push.release_after_idle(s.markers[1].va, s.sequence),
+        Marker1::HostAfterAcquire if plan.last_follows_all && !plan.qmds.is_empty() => {
+            push.release(s.markers[1].va, s.sequence)
+        }
         Marker1::ComputeReport => push.compute_release_after_idle(s.markers[1].va, s.sequence),
+        _ => push.release_after_idle(s.markers[1].va, s.sequence),
     };
+}
+
+/// Whether the last of `live` launches starts only after every earlier one completed, for launches in a
+/// QMD or semaphore chain (`ordered`) or separated by idle releases.
+pub(crate) fn last_follows_all(live: usize, ordered: bool, last_order: Order) -> bool {
+    live == 1 || (live > 1 && (ordered || last_order == Order::AfterPrevious))
 }
 
 impl Queue {
@@ -586,11 +716,13 @@ impl Queue {
         if invalidate {
             scratch.push.invalidate_shader_caches();
         }
-        let chain = config.barrier == Barrier::Auto && is_chain(scratch.live.iter().map(|&i| s.launches[i].order));
+        let ordered = config.barrier == Barrier::Auto && is_chain(scratch.live.iter().map(|&i| s.launches[i].order));
+        let sem_chain = ordered && t.chain == ChainMode::Semaphore;
         let work = Work {
             s,
             live: &scratch.live,
-            chain,
+            chain: ordered && !sem_chain,
+            sem_chain,
             tuning: t,
             arch,
             local_bytes_per_thread: channels.local_bytes_per_thread(),
@@ -633,7 +765,8 @@ impl Queue {
         let mut total = 0u64;
         for &i in w.live {
             offsets.push(total);
-            total += slot_bytes(qmd_bytes, cbuf_words(w.arch, w.s.launches[i].args.len()) * 4);
+            let cbuf = cbuf_words(w.arch, w.s.launches[i].args.len()) * 4;
+            total += slot_bytes(qmd_bytes, cbuf + if w.sem_chain { SEM_LINE_BYTES } else { 0 });
         }
         let pooled = if w.tuning.prepared { self.prepared.reserve(total) } else { None };
         match pooled {
@@ -665,8 +798,20 @@ impl Queue {
         let cbuf_off = (arch.qmd_bytes as u64).next_multiple_of(64);
         let payload0 = qmd::release_payload_word(arch, 0).expect("release 0 exists");
         let payload1 = qmd::release_payload_word(arch, 1).expect("release 1 exists");
+        let payload2 = qmd::release_payload_word(arch, 2).expect("release 2 exists");
         let encode_error = |i: usize, e: qmd::QmdError| HalError::Unsupported(format!("launch {i}: {e}"));
-        let mut plan = SubmitPlan { chain: w.chain, sequence: s.sequence, ..SubmitPlan::default() };
+        let ordered = w.chain || w.sem_chain;
+        let last_order = w.live.last().map_or(Order::AfterPrevious, |&i| s.launches[i].order);
+        let follows = last_follows_all(w.live.len(), ordered, last_order);
+        let mut plan = SubmitPlan {
+            chain: w.chain,
+            sequence: s.sequence,
+            last_follows_all: follows,
+            marker1_in_qmd: follows && t.marker1 == Marker1::QmdRelease,
+            ..SubmitPlan::default()
+        };
+        let programmatic = w.chain && t.chain == ChainMode::Programmatic;
+        let latch = |k: usize| PDL_LATCH_BASE + (k as u32) % t.pdl_latch_ids.max(1);
         plan.qmds.reserve(w.live.len());
         plan.barrier_before.reserve(w.live.len());
         for (k, &i) in w.live.iter().enumerate() {
@@ -703,7 +848,29 @@ impl Queue {
                 features: d.features,
             };
             let mut q = qmd_from_template(arch, &mut self.templates, &params).map_err(|e| encode_error(i, e))?;
-            tune_qmd(arch, &mut q, d, t, params.dependent.is_some(), w.chain, last).map_err(|e| encode_error(i, e))?;
+            tune_qmd(arch, &mut q, d, t, params.dependent.is_some(), ordered, last).map_err(|e| encode_error(i, e))?;
+            // Release 2: marker 1 on the last launch, or the semaphore the next launch of a semaphore
+            // chain is held behind, in a line of its own after the bank.
+            let sem_off = cbuf_off + (cbuf.len() as u64 * 4).next_multiple_of(SEM_LINE_BYTES);
+            let release2 = if last && plan.marker1_in_qmd {
+                Some((s.markers[1].va, t.marker1_sysmembar))
+            } else if w.sem_chain && !last {
+                Some((qmd_va + sem_off, t.chain_release_membar))
+            } else {
+                None
+            };
+            if let Some((va, membar)) = release2 {
+                qmd::set_release(arch, &mut q, 2, Some((va, s.sequence))).map_err(|e| encode_error(i, e))?;
+                if membar {
+                    qmd::set_release_sysmembar(arch, &mut q, 2).map_err(|e| encode_error(i, e))?;
+                }
+            }
+            if programmatic {
+                let arrive = (!last).then(|| latch(k));
+                let wait = (k > 0).then(|| latch(k - 1));
+                qmd::set_programmatic(arch, &mut q, arrive, t.pdl_at_last_cta_launch, wait)
+                    .map_err(|e| encode_error(i, e))?;
+            }
             // SAFETY: the slot lies inside the region (offsets were laid out for these launches by the
             // caller, who reserved their sum), 256-byte aligned; the bank's padding to whole lines is
             // inside the slot (`slot_bytes` rounds the bank to 64 bytes).
@@ -712,19 +879,33 @@ impl Queue {
                 write_words(slot, &q);
                 write_lines(slot.add(cbuf_off as usize), cbuf);
             }
-            let mut words = [None, None];
+            if w.sem_chain && !last {
+                // The semaphore starts one behind the sequence, so the acquire of the next launch cannot
+                // pass on whatever the line held; a prepared reuse finds the older sequence it released.
+                let mut line = [0u32; LINE_WORDS];
+                line[0] = s.sequence.wrapping_sub(1);
+                // SAFETY: the line lies inside the slot (`plan` sized it with SEM_LINE_BYTES after the
+                // bank), 64-byte aligned; nothing is in flight.
+                unsafe { write_words(base_cpu.add((offsets[k] + sem_off) as usize), &line) };
+                plan.sems.push(qmd_va + sem_off);
+            }
+            let mut words = [None, None, None];
             if last {
                 words[0] = Some(payload0);
             }
             if s.stamps.is_some() {
                 words[1] = Some(payload1);
             }
+            if release2.is_some() {
+                words[2] = Some(payload2);
+            }
             words.sort_unstable();
             for word in words.into_iter().flatten() {
                 Patch::add(&mut plan.patches, offsets[k], &q, word);
             }
             plan.qmds.push(qmd_va);
-            plan.barrier_before.push(!w.chain && k > 0 && d.order == Order::AfterPrevious);
+            // A semaphore chain's launches wait behind their acquire, not behind an idle release.
+            plan.barrier_before.push(!ordered && k > 0 && d.order == Order::AfterPrevious);
         }
         Ok(plan)
     }
@@ -953,7 +1134,15 @@ mod tests {
         let t = LaunchTuning::default();
         let key = |s: &Submission<'_>, t: &LaunchTuning| {
             let mut k = Vec::new();
-            let w = Work { s, live: &[], chain: true, tuning: *t, arch: &HOPPER, local_bytes_per_thread: 0x240 };
+            let w = Work {
+                s,
+                live: &[],
+                chain: true,
+                sem_chain: false,
+                tuning: *t,
+                arch: &HOPPER,
+                local_bytes_per_thread: 0x240,
+            };
             submission_key(&w, &mut k);
             k
         };
@@ -990,6 +1179,7 @@ mod tests {
             ("skip", Submission { launches: &skipped, ..sub }),
             ("count", Submission { launches: &longer, ..sub }),
             ("marker 0", Submission { markers: [m(0x2000), m(0x1010)], ..sub }),
+            ("marker 1", Submission { markers: [m(0x1000), m(0x2010)], ..sub }),
             ("stamps", Submission { stamps: Some(m(0x3000)), ..sub }),
             ("cluster", Submission { launches: &clustered, ..sub }),
             ("carve-out", Submission { launches: &carved, ..sub }),
@@ -1001,6 +1191,14 @@ mod tests {
             LaunchTuning { cwd_membar: 1, ..t },
             LaunchTuning { membar_task_chasing: false, ..t },
             LaunchTuning { arrive_at_latch: true, ..t },
+            LaunchTuning { marker1: Marker1::QmdRelease, ..t },
+            LaunchTuning { marker1: Marker1::HostAfterAcquire, ..t },
+            LaunchTuning { marker1_sysmembar: true, ..t },
+            LaunchTuning { chain: ChainMode::Programmatic, ..t },
+            LaunchTuning { chain: ChainMode::Semaphore, ..t },
+            LaunchTuning { pdl_at_last_cta_launch: false, ..t },
+            LaunchTuning { pdl_latch_ids: 1, ..t },
+            LaunchTuning { chain_release_membar: true, ..t },
         ] {
             assert_ne!(key(&sub, &other), k0, "the tuning must change the key: {other:?}");
         }
@@ -1057,5 +1255,237 @@ mod tests {
         assert!(is_chain([Independent, AfterPrevious]), "the first launch's order is moot");
         assert!(!is_chain([AfterPrevious, Independent, AfterPrevious]));
         assert!(!is_chain([AfterPrevious, Unordered]));
+    }
+
+    #[test]
+    fn marker1_variants_drop_the_wait_for_idle_only_where_the_last_launch_follows_all() {
+        use crate::poll::MarkerSlot;
+        let m = |va| MarkerSlot { va, cpu: core::ptr::null_mut() };
+        let s = Submission { launches: &[], markers: [m(0x1000), m(0x1010)], sequence: 9, stamps: None };
+        let qmds = vec![0x10_0000_0000, 0x10_0000_0400, 0x10_0000_0800];
+        let sent = |plan: &SubmitPlan, marker1| {
+            let mut push = Push::new();
+            push_launches(&mut push, plan, &s, &LaunchTuning { marker1, ..LaunchTuning::default() }, 0x2010);
+            push
+        };
+        let pcas = LaunchTuning::default().pcas_action;
+        // Marker 1 in the last QMD: a chain is its first SEND_PCAS and nothing else.
+        let chain = SubmitPlan {
+            qmds: qmds.clone(),
+            barrier_before: vec![false; 3],
+            chain: true,
+            last_follows_all: true,
+            marker1_in_qmd: true,
+            ..SubmitPlan::default()
+        };
+        let mut want = Push::new();
+        want.send_pcas_with(qmds[0], pcas);
+        assert_eq!(sent(&chain, Marker1::QmdRelease), want);
+        // The acquire variant: one launch, then marker 0 acquired and marker 1 released without the WFI.
+        let one = SubmitPlan {
+            qmds: qmds[..1].to_vec(),
+            barrier_before: vec![false],
+            last_follows_all: true,
+            ..SubmitPlan::default()
+        };
+        let mut want = Push::new();
+        want.send_pcas_with(qmds[0], pcas);
+        want.host_semaphore(0x1000, 9, host::SEM_OP_ACQ_CIRC_GEQ);
+        want.release(0x1010, 9);
+        assert_eq!(sent(&one, Marker1::HostAfterAcquire), want);
+        // Independent launches: the last does not follow the others, so both variants keep the idle release.
+        let loose = SubmitPlan { qmds: qmds.clone(), barrier_before: vec![false; 3], ..SubmitPlan::default() };
+        let mut want = Push::new();
+        for &q in &qmds {
+            want.send_pcas_with(q, pcas);
+        }
+        want.release_after_idle(0x1010, 9);
+        assert_eq!(sent(&loose, Marker1::HostAfterAcquire), want);
+        assert_eq!(sent(&loose, Marker1::QmdRelease), want);
+        // Nothing to launch: two releases, neither waiting for an idle engine.
+        let mut want = Push::new();
+        want.release(0x1000, 9);
+        want.release(0x1010, 9);
+        assert_eq!(sent(&SubmitPlan::default(), Marker1::QmdRelease), want);
+        assert_eq!(sent(&SubmitPlan::default(), Marker1::HostAfterAcquire), want);
+        // A semaphore chain: each launch after the first is sent behind an acquire of its predecessor's
+        // semaphore, carrying the sequence.
+        let sems = vec![0x10_0000_0300, 0x10_0000_0700];
+        let sem = SubmitPlan {
+            qmds: qmds.clone(),
+            barrier_before: vec![false; 3],
+            sems: sems.clone(),
+            last_follows_all: true,
+            ..SubmitPlan::default()
+        };
+        let mut want = Push::new();
+        want.send_pcas_with(qmds[0], pcas);
+        want.host_semaphore(sems[0], 9, host::SEM_OP_ACQ_CIRC_GEQ);
+        want.send_pcas_with(qmds[1], pcas);
+        want.host_semaphore(sems[1], 9, host::SEM_OP_ACQ_CIRC_GEQ);
+        want.send_pcas_with(qmds[2], pcas);
+        want.release_after_idle(0x1010, 9);
+        assert_eq!(sent(&sem, Marker1::HostIdleRelease), want);
+    }
+
+    #[test]
+    fn the_last_launch_follows_all_only_when_nothing_can_still_run_beside_it() {
+        assert!(last_follows_all(1, false, Order::Independent), "a single launch");
+        assert!(last_follows_all(3, true, Order::AfterPrevious), "a chain");
+        assert!(last_follows_all(3, false, Order::AfterPrevious), "an idle release in front of the last");
+        assert!(!last_follows_all(3, false, Order::Independent));
+        assert!(!last_follows_all(3, false, Order::Unordered));
+        assert!(!last_follows_all(0, true, Order::AfterPrevious), "nothing launched");
+    }
+
+    /// Encodes `n` chained launches of one shape under `t` into host memory standing in for the pool, and
+    /// returns the plan with every QMD and the line after each bank.
+    fn encode_chain(t: LaunchTuning, n: usize, sem_chain: bool) -> (SubmitPlan, Vec<[u32; QMD_WORDS]>, Vec<u32>) {
+        use super::super::memory::DriverMemKind;
+        use crate::arch::HOPPER;
+        use crate::poll::MarkerSlot;
+        let args = [1u32, 2, 3];
+        let l = LaunchDesc {
+            code_va: 0x10_0004_0000,
+            code_bytes: 512,
+            gpr_count: 32,
+            block: [32, 1, 1],
+            grid: [4, 1, 1],
+            shared_bytes: 1024,
+            dynamic_shared_bytes: 0,
+            local_bytes_per_thread: 0,
+            barrier_count: 1,
+            features: crate::queue::LaunchFeatures::NONE,
+            num_elements: 0,
+            args: &args,
+            const_banks: &[],
+            order: Order::AfterPrevious,
+            skip: false,
+        };
+        let launches = vec![l; n];
+        let m = |va| MarkerSlot { va, cpu: core::ptr::null_mut() };
+        let s = Submission {
+            launches: &launches,
+            markers: [m(0x20_0000_0000), m(0x20_0000_0010)],
+            sequence: 0x77,
+            stamps: Some(m(0x20_0001_0000)),
+        };
+        let live: Vec<usize> = (0..n).collect();
+        let w = Work {
+            s: &s,
+            live: &live,
+            chain: !sem_chain,
+            sem_chain,
+            tuning: t,
+            arch: &HOPPER,
+            local_bytes_per_thread: 0,
+        };
+        let cbuf = cbuf_words(&HOPPER, args.len()) * 4;
+        let slot = slot_bytes(HOPPER.qmd_bytes as u64, cbuf + if sem_chain { SEM_LINE_BYTES } else { 0 });
+        let offsets: Vec<u64> = (0..n as u64).map(|k| k * slot).collect();
+        let mut backing = vec![0xa5u8; (slot * n as u64) as usize];
+        let base_va = 0x10_0000_0000;
+        let pool = DriverMem {
+            handle: 1,
+            kind: DriverMemKind::Vid,
+            va: base_va,
+            bytes: 0,
+            cpu: core::ptr::null_mut(),
+            low_va: true,
+        };
+        let mut queue = Queue::new(pool);
+        let plan = queue.encode_into(&w, &offsets, base_va, backing.as_mut_ptr(), &mut Vec::new()).unwrap();
+        let words: Vec<u32> = backing.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        let qmds =
+            offsets.iter().map(|&o| words[o as usize / 4..o as usize / 4 + QMD_WORDS].try_into().unwrap()).collect();
+        (plan, qmds, words)
+    }
+
+    #[test]
+    fn marker1_in_the_qmd_is_release_2_of_the_last_launch_with_its_payload_patched() {
+        use crate::nvidia::qmd::get_bits;
+        let t = LaunchTuning { marker1: Marker1::QmdRelease, marker1_sysmembar: true, ..LaunchTuning::default() };
+        let (plan, q, _) = encode_chain(t, 3, false);
+        assert!(plan.marker1_in_qmd && plan.last_follows_all && plan.chain);
+        let last = &q[2];
+        // RELEASE_ENABLE(2) 352, RELEASE_MEMBAR_TYPE(2) 355, semaphore 2 at 896 (clcbc0qmd.h).
+        assert_eq!(get_bits(last, 352, 352), Some(1));
+        assert_eq!(get_bits(last, 355, 355), Some(1), "FE_SYSMEMBAR asked for");
+        assert_eq!(get_bits(last, 952, 896), Some(0x20_0000_0010), "marker 1's address");
+        assert_eq!(get_bits(last, 991, 960), Some(0x77), "the sequence");
+        for inner in &q[..2] {
+            assert_eq!(get_bits(inner, 352, 352), Some(0), "no release 2 on inner launches");
+        }
+        // The last QMD's one patch line carries all three payloads (marker 0, stamp, marker 1).
+        let p = plan.patches.last().unwrap();
+        assert_eq!(p.payloads.count_ones(), 3);
+        assert!(p.words.iter().filter(|&&w| w == 0x77).count() >= 3);
+        // Without the switch, release 2 stays off.
+        let (plan, q, _) = encode_chain(LaunchTuning::default(), 3, false);
+        assert!(!plan.marker1_in_qmd);
+        assert_eq!(get_bits(&q[2], 352, 352), Some(0));
+    }
+
+    #[test]
+    fn a_programmatic_chain_links_each_producer_to_its_consumer_by_latch() {
+        use crate::nvidia::qmd::get_bits;
+        let t = LaunchTuning { chain: ChainMode::Programmatic, pdl_latch_ids: 2, ..LaunchTuning::default() };
+        let (plan, q, _) = encode_chain(t, 4, false);
+        assert!(plan.chain && plan.sems.is_empty());
+        for (k, qmd) in q.iter().enumerate() {
+            let arrive = (get_bits(qmd, 28, 28), get_bits(qmd, 1503, 1472), get_bits(qmd, 1151, 1151));
+            let wait = (get_bits(qmd, 29, 29), get_bits(qmd, 1535, 1504));
+            if k < 3 {
+                let id = u64::from(PDL_LATCH_BASE) + k as u64 % 2;
+                assert_eq!(arrive, (Some(1), Some(id), Some(1)), "producer {k}");
+                assert_eq!(get_bits(qmd, 1150, 1150), Some(1), "pre-exit at the last CTA's dispatch");
+                assert_eq!(get_bits(qmd, 368, 368), Some(1), "still the dependent-QMD chain");
+            } else {
+                assert_eq!(arrive, (Some(0), Some(0), Some(0)), "the last has no consumer");
+            }
+            if k > 0 {
+                let id = u64::from(PDL_LATCH_BASE) + (k as u64 - 1) % 2;
+                assert_eq!(wait, (Some(1), Some(id)), "consumer {k} waits on its producer's latch");
+            } else {
+                assert_eq!(wait, (Some(0), Some(0)), "the first waits on nothing");
+            }
+        }
+        // The default chain carries none of it.
+        let (_, q, _) = encode_chain(LaunchTuning::default(), 4, false);
+        assert!(q.iter().all(|qmd| get_bits(qmd, 29, 28) == Some(0) && get_bits(qmd, 1151, 1150) == Some(0)));
+    }
+
+    #[test]
+    fn a_semaphore_chain_releases_a_fresh_semaphore_per_inner_launch() {
+        use crate::nvidia::qmd::get_bits;
+        let t = LaunchTuning {
+            chain: ChainMode::Semaphore,
+            chain_release_membar: true,
+            cwd_membar: 0,
+            ..LaunchTuning::default()
+        };
+        let (plan, q, words) = encode_chain(t, 3, true);
+        assert!(!plan.chain, "every launch is sent");
+        assert_eq!(plan.barrier_before, [false; 3], "held by the acquires, not by idle releases");
+        assert_eq!(plan.sems.len(), 2);
+        for (k, qmd) in q.iter().enumerate() {
+            assert_eq!(get_bits(qmd, 368, 368), Some(0), "no dependent pointer");
+            if k < 2 {
+                assert_eq!(get_bits(qmd, 952, 896), Some(plan.sems[k]), "release 2 is its semaphore");
+                assert_eq!(get_bits(qmd, 991, 960), Some(0x77));
+                assert_eq!(get_bits(qmd, 355, 355), Some(1), "FE_SYSMEMBAR in front of it");
+                assert_eq!(get_bits(qmd, 1137, 1136), Some(0), "the tuned block-exit barrier of an inner launch");
+                // The semaphore starts one behind the sequence, inside this launch's slot.
+                let at = ((plan.sems[k] - 0x10_0000_0000) / 4) as usize;
+                assert_eq!(words[at], 0x76);
+                assert!(plan.sems[k] > plan.qmds[k] && (k == 1 || plan.sems[k] < plan.qmds[k + 1]));
+                assert_eq!(plan.sems[k] % 64, 0);
+            } else {
+                assert_eq!(get_bits(qmd, 352, 352), Some(0), "the last releases no semaphore");
+                assert_eq!(get_bits(qmd, 1137, 1136), Some(1), "the last keeps L1_SYSMEMBAR");
+            }
+        }
+        // Each inner QMD's patch covers its semaphore payload, so a prepared reuse releases the new sequence.
+        assert!(plan.patches.iter().take(2).all(|p| p.payloads.count_ones() == 2), "stamp and semaphore");
     }
 }

@@ -264,6 +264,34 @@ pub fn set_arrive_at_latch(arch: &Arch, qmd: &mut [u32; QMD_WORDS], id: u32) -> 
     set_field(qmd, known(arch, l.arrive_at_latch_id, "ARRIVE_AT_LATCH_ID")?, u64::from(id))
 }
 
+/// The programmatic-dependent-launch fields of a chained launch (V04 only): as a producer (it has a
+/// dependent), `ARRIVE_AT_LATCH_VALID` with `ARRIVE_AT_LATCH_ID` = `arrive` and `ENABLE_PROGRAM_PRE_EXIT`,
+/// so its dependent may be scheduled before it completes (with `at_last_cta_launch`,
+/// `PRE_EXIT_AT_LAST_CTA_LAUNCH`: once its last CTA is dispatched); as a consumer (it has a predecessor),
+/// `WAIT_ON_LATCH_VALID` with `WAIT_ON_LATCH_ID` = `wait`, the latch its predecessor arrives at when it
+/// completes, which the kernel's `griddepcontrol.wait` waits for. Refused where the positions were not read.
+pub fn set_programmatic(
+    arch: &Arch,
+    qmd: &mut [u32; QMD_WORDS],
+    arrive: Option<u32>,
+    at_last_cta_launch: bool,
+    wait: Option<u32>,
+) -> Result<(), QmdError> {
+    let l = layout(arch.qmd_version);
+    if let Some(id) = arrive {
+        set_arrive_at_latch(arch, qmd, id)?;
+        set_field(qmd, known(arch, l.enable_program_pre_exit, "ENABLE_PROGRAM_PRE_EXIT")?, 1)?;
+        if at_last_cta_launch {
+            set_field(qmd, known(arch, l.pre_exit_at_last_cta_launch, "PRE_EXIT_AT_LAST_CTA_LAUNCH")?, 1)?;
+        }
+    }
+    if let Some(id) = wait {
+        set_field(qmd, known(arch, l.wait_on_latch_valid, "WAIT_ON_LATCH_VALID")?, 1)?;
+        set_field(qmd, known(arch, l.wait_on_latch_id, "WAIT_ON_LATCH_ID")?, u64::from(id))?;
+    }
+    Ok(())
+}
+
 /// `field` of `arch`'s layout, or the refusal naming it.
 fn known(arch: &Arch, field: Option<Field>, name: &'static str) -> Result<Field, QmdError> {
     field.ok_or(QmdError::NotInLayout { field: name, version: arch.qmd_version })
@@ -606,6 +634,31 @@ mod tests {
         set_block_exit_barrier(&BLACKWELL_GB10, &mut q, 3, false).unwrap();
         assert_eq!(bits(&q, 625, 624), 3);
         assert_eq!(set_release_sysmembar(&HOPPER, &mut q, 3), Err(QmdError::NoSuchRelease { index: 3 }));
+        assert_eq!(set_programmatic(&BLACKWELL_GB10, &mut q, None, false, Some(9)), refused("WAIT_ON_LATCH_VALID"));
+    }
+
+    #[test]
+    fn programmatic_launch_fields_land_where_clcbc0qmd_h_puts_them() {
+        let fresh = encode(&HOPPER, &with_dependent()).unwrap();
+        // A producer only: arrive at 17, pre-exit at the last CTA's dispatch; no wait.
+        let mut q = fresh;
+        set_programmatic(&HOPPER, &mut q, Some(17), true, None).unwrap();
+        assert_eq!((bits(&q, 28, 28), bits(&q, 1503, 1472)), (1, 17), "ARRIVE_AT_LATCH_VALID / _ID");
+        assert_eq!((bits(&q, 1151, 1151), bits(&q, 1150, 1150)), (1, 1), "ENABLE_PROGRAM_PRE_EXIT, AT_LAST_CTA");
+        assert_eq!((bits(&q, 29, 29), bits(&q, 1535, 1504)), (0, 0), "no wait");
+        // A consumer only: wait on 0xdead_beef (the id is 32 bits); nothing of the producer's.
+        let mut c = fresh;
+        set_programmatic(&HOPPER, &mut c, None, true, Some(0xdead_beef)).unwrap();
+        assert_eq!((bits(&c, 29, 29), bits(&c, 1535, 1504)), (1, 0xdead_beef), "WAIT_ON_LATCH_VALID / _ID");
+        assert_eq!((bits(&c, 28, 28), bits(&c, 1151, 1151), bits(&c, 1150, 1150)), (0, 0, 0));
+        // Both, without the last-CTA trigger; clearing exactly those bits gives the fresh encoding back.
+        let mut b = fresh;
+        set_programmatic(&HOPPER, &mut b, Some(3), false, Some(2)).unwrap();
+        assert_eq!(bits(&b, 1150, 1150), 0, "pre-exit at the CTAs' own launch_dependents");
+        for (hi, lo) in [(28, 28), (29, 29), (1151, 1151), (1503, 1472), (1535, 1504)] {
+            crate::nvidia::qmd::set_bits(&mut b, hi, lo, 0).unwrap();
+        }
+        assert_eq!(b, fresh);
     }
 
     fn clustered(cluster: [u32; 3], grid: [u32; 3]) -> QmdParams {

@@ -192,6 +192,16 @@ pub struct QmdLayout {
     pub arrive_at_latch_valid: Option<Field>,
     /// `ARRIVE_AT_LATCH_ID`; `None` where the position was not read.
     pub arrive_at_latch_id: Option<Field>,
+    /// `WAIT_ON_LATCH_VALID`; `None` where the position was not read.
+    pub wait_on_latch_valid: Option<Field>,
+    /// `WAIT_ON_LATCH_ID`; `None` where the position was not read.
+    pub wait_on_latch_id: Option<Field>,
+    /// `ENABLE_PROGRAM_PRE_EXIT`: the grid may count as pre-exited (its dependent scheduled) before it
+    /// completes; `None` where the position was not read.
+    pub enable_program_pre_exit: Option<Field>,
+    /// `PRE_EXIT_AT_LAST_CTA_LAUNCH`: the pre-exit happens when the last CTA is dispatched rather than
+    /// at the CTAs' `griddepcontrol.launch_dependents`; `None` where the position was not read.
+    pub pre_exit_at_last_cta_launch: Option<Field>,
     /// `GPC_CGA_WIDTH`, `GPC_CGA_HEIGHT`, `GPC_CGA_DEPTH`: CTAs per cluster (a cluster's CTAs run on one
     /// GPC), written with `QMD_TYPE` = [`QMD_TYPE_GRID_GPC_CGA`]. `None` where the positions were not
     /// read (the encoder then refuses clusters).
@@ -269,6 +279,11 @@ pub const V04: QmdLayout = QmdLayout {
     cwd_membar_task_chasing: Some(Field::new("CWD_MEMBAR_TASK_CHASING_ENABLE", 382, 382)),
     arrive_at_latch_valid: Some(Field::new("ARRIVE_AT_LATCH_VALID", 28, 28)),
     arrive_at_latch_id: Some(Field::new("ARRIVE_AT_LATCH_ID", 1503, 1472)),
+    // READ only (clcbc0qmd.h); the programmatic-dependent-launch chain of nv_probe runs them.
+    wait_on_latch_valid: Some(Field::new("WAIT_ON_LATCH_VALID", 29, 29)),
+    wait_on_latch_id: Some(Field::new("WAIT_ON_LATCH_ID", 1535, 1504)),
+    enable_program_pre_exit: Some(Field::new("ENABLE_PROGRAM_PRE_EXIT", 1151, 1151)),
+    pre_exit_at_last_cta_launch: Some(Field::new("PRE_EXIT_AT_LAST_CTA_LAUNCH", 1150, 1150)),
     // READ only (clcbc0qmd.h); the cluster probe of nv_probe runs them.
     gpc_cga: Some([
         Field::new("GPC_CGA_WIDTH", 2149, 2144),
@@ -346,6 +361,10 @@ pub const V05: QmdLayout = QmdLayout {
     cwd_membar_task_chasing: None,
     arrive_at_latch_valid: None,
     arrive_at_latch_id: None,
+    wait_on_latch_valid: None,
+    wait_on_latch_id: None,
+    enable_program_pre_exit: None,
+    pre_exit_at_last_cta_launch: None,
     // clcec0qmd.h's cluster fields were not read: cluster launches are refused on V05.
     gpc_cga: None,
     cga_distribution_mode: None,

@@ -32,8 +32,8 @@ pub use cbuf0::{fill_cbuf0, Cbuf0Params};
 pub use decoding::{decode, DecodedQmd};
 pub use encoding::{
     encode, release_payload_word, set_arrive_at_latch, set_block_exit_barrier, set_const_bank, set_dependent,
-    set_dependent_prefetch, set_invalidations, set_release, set_release_sysmembar, DependentAction, QmdParams,
-    LIBCUDA_INVALIDATIONS,
+    set_dependent_prefetch, set_invalidations, set_programmatic, set_release, set_release_sysmembar, DependentAction,
+    QmdParams, LIBCUDA_INVALIDATIONS,
 };
 pub use fields::{
     get_bits, get_field, layout, set_bits, set_field, Field, QmdLayout, QMD_TYPE_GRID_CTA, QMD_TYPE_GRID_GPC_CGA, V04,
