@@ -461,3 +461,37 @@ fn a_timeout_of_zero_latches_even_when_the_work_is_already_done() {
     assert_eq!(sim.stats().submissions, 1, "it was submitted: the completion is what is uncertain");
     assert_eq!(rt.parked().buffers, 1, "the launch buffer");
 }
+
+#[test]
+fn stamp_then_store_stamps_before_it_stores_and_the_stamp_outlives_its_fault() {
+    let (rt, _sim) = open_runtime();
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let m = rt.alloc(4096).unwrap();
+    let code = load(&rt, "stamp_then_store");
+    // Mapped: the stamp is the launch's start (the simulator's %globaltimer) and the value lands.
+    put_f32(&rt, &m, &[f32::from_bits(0xdead_beef); 4]);
+    let value: u32 = rng.random();
+    let words = [addr(m.va), addr(m.va + 8), [value, 0]].concat();
+    let done = launch(&rt, &raw_launch(&code, &words[..5], 32, 1)).unwrap();
+    let w: Vec<u32> = get_f32(&rt, &m, 4).iter().map(|f| f.to_bits()).collect();
+    let stamp = u64::from(w[0]) | u64::from(w[1]) << 32;
+    assert_eq!(w[2], value, "the store after the stamp");
+    assert_eq!(w[3], 0xdead_beef, "nothing else is written");
+    assert!(stamp > 0 && stamp != 0xdead_beef_dead_beef, "stamp {stamp:#x}");
+    assert!(done.elapsed_ns > 0);
+    // Unmapped: an MMU fault, named, with the stamp written before it.
+    put_f32(&rt, &m, &[f32::from_bits(0xdead_beef); 4]);
+    let words = [addr(m.va), addr(0x7f00_0000_1000), [value, 0]].concat();
+    let mut l = raw_launch(&code, &words[..5], 32, 1);
+    l.timeout_ms = 1000;
+    match launch(&rt, &l) {
+        Err(Error::Fault(f)) => assert_eq!(f.xid, 31, "{f}"),
+        other => panic!("expected an MMU fault, got {other:?}"),
+    }
+    assert!(!rt.is_blocked(), "a fault is a certain failure, not a latch");
+    let w: Vec<u32> = get_f32(&rt, &m, 4).iter().map(|f| f.to_bits()).collect();
+    let second = u64::from(w[0]) | u64::from(w[1]) << 32;
+    assert!(second > stamp, "the faulting launch stamped first: {second:#x} after {stamp:#x}");
+    assert_eq!(w[2], 0xdead_beef, "the value went nowhere");
+}

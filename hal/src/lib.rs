@@ -102,4 +102,10 @@ pub trait Platform: Send + Sync {
     fn wait_policy(&self) -> WaitPolicy {
         WaitPolicy::DEFAULT
     }
+    /// What the open device chose where it had a choice, as `(what, choice and why)` lines for reports
+    /// (`make doctor`, the GPU suite): which signal names a fault, say. Empty while closed, and on a
+    /// platform with nothing to say.
+    fn notes(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }

@@ -200,15 +200,18 @@ fn simulator_runs() -> Result<String, String> {
 
 fn open_nvidia() -> Result<String, String> {
     let installed = crate::platform::Installed::new(crate::PlatformKind::Nvidia).map_err(|e| e.to_string())?;
+    let platform = installed.platform.clone();
     let rt = crate::session::Runtime::with_platform(installed).map_err(|e| e.to_string())?;
     rt.lock().map_err(|e| e.to_string())?;
     let r = rt.open().map(|()| rt.device_info().expect("open"));
+    // Read while open: what the platform chose (which signal names a fault, say) is part of the report.
+    let notes: String = platform.notes().iter().map(|(what, note)| format!("; {what}: {note}")).collect();
     // Not refused: this thread took the lock above and pins nothing.
     let _ = rt.unlock();
     let info = r.map_err(|e| e.to_string())?;
     let _ = rt.close();
     Ok(format!(
-        "{} sm_{}{}, {} SMs, {} MiB, driver {}, {}",
+        "{} sm_{}{}, {} SMs, {} MiB, driver {}, {}{notes}",
         info.name,
         info.arch_major,
         info.arch_minor,

@@ -13,6 +13,7 @@ use zerocopy::FromZeros;
 
 use super::abi::{self, DriverAbi};
 use super::channel::{Channel, Channels, CopyChannel, Target, Wait, INTERNAL_SPIN_NS};
+use super::fault::FaultWatch;
 use super::ioctl::{DriverFd, GpuFile};
 use super::memory::{Buffers, DriverMem, DriverMemKind, DriverMemSpec, VaRange, HIGH_VA, HUGE_PAGE, LOW_VA, PAGE};
 use super::push::{Push, SUBC_COMPUTE, SUBC_COPY};
@@ -499,6 +500,8 @@ impl OpenDevice {
         let abi = conn.abi;
         let mut base = Base::new(conn, &dev, id.uuid);
         let mut s = Stage::resume(&mut base, made);
+        // Before the channels, so a refusal releases the least; the VA space is registered with UVM.
+        let faults = FaultWatch::open(config.fault_signal, config.vaspace_flags, &s.base().uvm.fd)?;
         let compute = ComputeChannel::create(&mut s, config, &id, space.vaspace)?;
         let (copy, copy_note) = CopyChannel::find(&mut s, dev.subdevice, config, &id, space.vaspace);
         let objects = s.keep();
@@ -517,6 +520,7 @@ impl OpenDevice {
             syncs: Syncs::new(copy_note),
             boost,
             stopped: None,
+            faults,
         });
         if let Err(e) = open.setup(clock, config) {
             open.teardown();
@@ -616,7 +620,9 @@ impl OpenDevice {
                 rest.push(o);
             }
         }
-        let OpenDevice { mut base, channels, queue, syncs, .. } = *self;
+        let OpenDevice { mut base, channels, queue, syncs, faults, .. } = *self;
+        // The tracker holds the UVM file: closed first, so UVM's own close below tears the VA space down.
+        drop(faults);
         let parts = channels.into_parts();
         let (copy_ring, copy_notifier) = parts.copy.map(|c| (c.channel.gpfifo, c.channel.notifier)).unzip();
         let memory = [

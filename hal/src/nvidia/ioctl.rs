@@ -31,6 +31,8 @@ use crate::error::HalError;
 pub const CTL_PATH: &str = "/dev/nvidiactl";
 /// The UVM device.
 pub const UVM_PATH: &str = "/dev/nvidia-uvm";
+/// UVM's tools device (event queues of a VA space), minor 1 of the UVM driver.
+pub const UVM_TOOLS_PATH: &str = "/dev/nvidia-uvm-tools";
 
 /// A kind of device file of the driver: what a [`DriverFd`] is open on.
 pub(crate) trait DeviceFile {}
@@ -41,10 +43,13 @@ pub(crate) enum CtlFile {}
 pub(crate) enum GpuFile {}
 /// `/dev/nvidia-uvm`: the unified memory driver.
 pub(crate) enum UvmFile {}
+/// `/dev/nvidia-uvm-tools`: one UVM event tracker per open file.
+pub(crate) enum UvmToolsFile {}
 
 impl DeviceFile for CtlFile {}
 impl DeviceFile for GpuFile {}
 impl DeviceFile for UvmFile {}
+impl DeviceFile for UvmToolsFile {}
 
 /// A device file of kind `F`, open read-write and close-on-exec (std's default).
 pub(crate) struct DriverFd<F: DeviceFile> {
@@ -95,6 +100,13 @@ impl DriverFd<UvmFile> {
     /// Opens `/dev/nvidia-uvm`; `call` names the step in an error.
     pub(crate) fn open_uvm(call: &'static str) -> Result<Self, HalError> {
         Self::open_path(UVM_PATH, call)
+    }
+}
+
+impl DriverFd<UvmToolsFile> {
+    /// Opens `/dev/nvidia-uvm-tools`; `call` names the step in an error.
+    pub(crate) fn open_uvm_tools(call: &'static str) -> Result<Self, HalError> {
+        Self::open_path(UVM_TOOLS_PATH, call)
     }
 }
 
@@ -222,6 +234,35 @@ pub(crate) mod req {
         /// UVM_FREE.
         UvmFree: uvm_req::FREE, sys::UvmFree;
     }
+
+    /// UVM_TOOLS_INIT_EVENT_TRACKER_V2: `queueBuffer` and `controlBuffer` are user memory the driver pins.
+    pub(crate) enum UvmToolsInitEventTracker {}
+    // SAFETY: uvm_tools.c serves request 76 on the tools file (`uvm_tools_unlocked_ioctl`) with one
+    // UVM_TOOLS_INIT_EVENT_TRACKER_V2_PARAMS copied in and back whole, which sys.rs lays out and pins; its
+    // two buffer addresses are followed (pinned and mapped by `map_user_pages`), so it is not PointerFree.
+    unsafe impl Request for UvmToolsInitEventTracker {
+        type File = UvmToolsFile;
+        type Arg = sys::UvmToolsInitEventTracker;
+        const OPCODE: Opcode = uvm_req::TOOLS_INIT_EVENT_TRACKER_V2 as Opcode;
+        fn status(arg: &sys::UvmToolsInitEventTracker) -> Option<u32> {
+            Some(arg.rm_status)
+        }
+    }
+
+    /// UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS.
+    pub(crate) enum UvmToolsEnableEvents {}
+    // SAFETY: request 58 on the tools file takes one UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS_PARAMS (a bit mask
+    // and the status), copied in and back whole.
+    unsafe impl Request for UvmToolsEnableEvents {
+        type File = UvmToolsFile;
+        type Arg = sys::UvmToolsEnableEvents;
+        const OPCODE: Opcode = uvm_req::TOOLS_EVENT_QUEUE_ENABLE_EVENTS as Opcode;
+        fn status(arg: &sys::UvmToolsEnableEvents) -> Option<u32> {
+            Some(arg.rm_status)
+        }
+    }
+    // SAFETY: the struct is a mask and a status: nothing in it is followed.
+    unsafe impl PointerFree for UvmToolsEnableEvents {}
 }
 
 /// A request's argument on its way to the driver: `R::Arg`, borrowed exclusively for the call.
@@ -332,6 +373,8 @@ mod tests {
         assert_eq!(req::UvmCreateExternalRange::OPCODE, 73);
         assert_eq!(req::UvmMapExternalAllocation::OPCODE, 33);
         assert_eq!(req::UvmFree::OPCODE, 34);
+        assert_eq!(req::UvmToolsInitEventTracker::OPCODE, 76);
+        assert_eq!(req::UvmToolsEnableEvents::OPCODE, 58);
     }
 
     #[test]

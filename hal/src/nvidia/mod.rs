@@ -49,7 +49,9 @@
 //!   for every context; the H200 otherwise idles at 345 MHz and runs launches and copies at that clock
 //!   until ~150 ms of sustained work raise it ([`NvidiaConfig::perf_boost`]).
 //! - **Faults.** [`Platform::poll`]'s `channel_fault` reads entry 0 of the channel's error notifier, where
-//!   the driver writes the Xid (31 for an MMU fault), so a wait ends promptly with a named error.
+//!   the driver writes the Xid (31 for an MMU fault) once its channel teardown ends, 80-180 ms after the
+//!   fault; and, before that, UVM's fatal-fault event queue in this process's memory, which names an MMU
+//!   fault as soon as UVM has found it unserviceable (`fault.rs`, [`NvidiaConfig::fault_signal`]).
 //! - **Nothing is emulated.** A missing class, an unknown architecture or driver branch is an error
 //!   naming what was found.
 
@@ -57,6 +59,7 @@ pub mod abi;
 mod channel;
 mod clock;
 mod device;
+mod fault;
 mod ioctl;
 mod memory;
 mod poll;
@@ -72,6 +75,7 @@ mod visibility;
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
+pub use fault::{FaultSignal, FaultWatchError};
 pub use memory::{plan, BufferPlan, MemoryStats, Placement, VaRange};
 pub use queue::{Barrier, ChainMode, LaunchTuning, Marker1};
 
@@ -171,6 +175,11 @@ pub struct NvidiaConfig {
     /// runs at the idle clock: an empty launch round trip 8.3-8.9 us instead of 4.1-4.4, a dependent
     /// launch 2.4 us instead of 0.75, a 1 GiB copy 44 GB/s instead of 55 (docs/perf).
     pub perf_boost: bool,
+    /// Which signal names a faulted channel (applies from the next open): UVM's fatal-fault events, which
+    /// name an MMU fault before the driver's teardown writes the error notifier, with or without a
+    /// fallback to the notifier alone where the events cannot be had. `OMEGA_NVIDIA_FAULT_SIGNAL` = `uvm`,
+    /// `uvm-or-notifier` or `notifier` (the default until the event path has run on a GPU).
+    pub fault_signal: FaultSignal,
 }
 
 impl Default for NvidiaConfig {
@@ -219,6 +228,9 @@ impl Default for NvidiaConfig {
             // A request for this process, like libcuda's, never a card setting; OMEGA_NVIDIA_PERF_BOOST=0
             // leaves the GPU at whatever clock the driver picks.
             perf_boost: std::env::var("OMEGA_NVIDIA_PERF_BOOST").map_or(true, |v| v != "0"),
+            // The driver's notifier until the UVM event path has run on a GPU (it is new and the driver
+            // writes into this process's pages through it): OMEGA_NVIDIA_FAULT_SIGNAL=uvm asks for it.
+            fault_signal: FaultSignal::from_env(FaultSignal::Notifier),
         }
     }
 }
@@ -366,6 +378,8 @@ pub(crate) struct OpenDevice {
     pub(crate) boost: Boost,
     /// What a recovery's stop did (`device.rs`), once it succeeded: the channels are gone.
     pub(crate) stopped: Option<crate::device::Stopped>,
+    /// Which fault signal is watched besides the notifier (`fault.rs`).
+    pub(crate) faults: fault::FaultWatch,
 }
 
 // SAFETY: the raw pointers in `OpenDevice` (the usermode page, CPU views) are mappings owned by it; every access
@@ -479,6 +493,12 @@ impl Nvidia {
         crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.boost.note.clone())
     }
 
+    /// Which signal names a faulted channel, and why not UVM's events when it is the notifier alone (""
+    /// while closed).
+    pub fn fault_signal(&self) -> String {
+        crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.faults.note())
+    }
+
     /// Which copy engine syncs use, and why ("" while closed).
     pub fn copy_engine(&self) -> String {
         crate::sync::lock(&self.state).as_ref().map_or(String::new(), |o| o.syncs.note().to_string())
@@ -571,6 +591,16 @@ impl Platform for Nvidia {
 
     fn wait_policy(&self) -> WaitPolicy {
         crate::sync::lock(&self.config).wait
+    }
+
+    fn notes(&self) -> Vec<(&'static str, String)> {
+        let st = crate::sync::lock(&self.state);
+        let Some(o) = st.as_ref() else { return Vec::new() };
+        vec![
+            ("fault signal", o.faults.note()),
+            ("performance boost", o.boost.note.clone()),
+            ("copy engine", o.syncs.note().to_string()),
+        ]
     }
 }
 

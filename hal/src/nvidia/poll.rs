@@ -1,7 +1,9 @@
 //! Completion polling: a volatile read of a marker word in GPU-uncached system memory, the timestamp the
-//! GPU released beside it, and the channel's error notifier.
+//! GPU released beside it, and the channel's faults: the error notifier, and UVM's fatal-fault events,
+//! which name an MMU fault before the driver's teardown writes the notifier (`fault.rs`).
 
 use super::channel::notifier_detail;
+use super::fault::XID_MMU_FAULT;
 use super::Nvidia;
 use crate::poll::{xid_name, ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
 use crate::sync;
@@ -25,8 +27,14 @@ impl CompletionPoll for Nvidia {
     }
 
     fn channel_fault(&self) -> Option<ChannelFault> {
-        let st = sync::lock(&self.state);
-        let n = st.as_ref()?.channels.compute.error()?;
-        Some(ChannelFault { xid: n.info32, name: xid_name(n.info32), detail: notifier_detail(&n) })
+        let mut st = sync::lock(&self.state);
+        let open = st.as_mut()?;
+        // The notifier first: once the driver has written it, its Xid is the authority.
+        if let Some(n) = open.channels.compute.error() {
+            return Some(ChannelFault { xid: n.info32, name: xid_name(n.info32), detail: notifier_detail(&n) });
+        }
+        let f = open.faults.fatal_fault()?;
+        // What the driver's teardown of this fault writes to the notifier: ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT.
+        Some(ChannelFault { xid: XID_MMU_FAULT, name: xid_name(XID_MMU_FAULT), detail: f.detail() })
     }
 }

@@ -65,6 +65,23 @@ pub mod uvm_req {
     pub const MAP_EXTERNAL_ALLOCATION: u32 = 33;
     /// UVM_FREE.
     pub const FREE: u32 = 34;
+    /// UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS (served on `/dev/nvidia-uvm-tools`).
+    pub const TOOLS_EVENT_QUEUE_ENABLE_EVENTS: u32 = 58;
+    /// UVM_TOOLS_INIT_EVENT_TRACKER_V2 (served on `/dev/nvidia-uvm-tools`; entries are UvmEventEntry_V2).
+    pub const TOOLS_INIT_EVENT_TRACKER_V2: u32 = 76;
+}
+
+/// UVM tools event queues (uvm_types.h): the event numbers, entry and control-block layouts.
+pub mod uvm_event {
+    /// UvmEventTypeFatalFault: a GPU (or CPU) fault UVM could not service, recorded before UVM cancels
+    /// the access (which is what makes RM tear the channel down).
+    pub const TYPE_FATAL_FAULT: u8 = 6;
+    /// Bytes of one UvmEventEntry_V2 in the queue.
+    pub const ENTRY_V2_BYTES: usize = 72;
+    /// UvmEventNumTypesAll: the length of the control block's `dropped` counters.
+    pub const NUM_TYPES_ALL: usize = 64;
+    /// UVM_ID_CPU_VALUE: the processor index of the CPU in an event.
+    pub const PROCESSOR_CPU: u16 = 0;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -219,7 +236,10 @@ pub const DMA_MAP_FLAGS: u32 = (1 << 8) | (1 << 4) | (1 << 15);
 pub const DMA_MAP_FLAGS_HUGE: u32 = (4 << 8) | (1 << 4) | (1 << 15);
 
 /// NV_VASPACE_ALLOCATION_FLAGS: IS_EXTERNALLY_OWNED (bit 3) | ENABLE_PAGE_FAULTING (bit 6).
-pub const VASPACE_FLAGS: u32 = (1 << 3) | (1 << 6);
+pub const VASPACE_FLAGS: u32 = (1 << 3) | VASPACE_ENABLE_PAGE_FAULTING;
+/// NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING: a kernel's faults are replayable and go to UVM's
+/// fault buffer (without it they go to RM alone, and UVM never sees them).
+pub const VASPACE_ENABLE_PAGE_FAULTING: u32 = 1 << 6;
 /// VA space base and size (libcuda and tinygrad use the same).
 pub const VASPACE_BASE: u64 = 0x1000;
 /// VA space size.
@@ -833,6 +853,64 @@ pub struct UvmFree {
     pub _pad: u32,
 }
 
+/// UVM_TOOLS_INIT_EVENT_TRACKER(_V2)_PARAMS. `queue_buffer` and `control_buffer` are user addresses the
+/// driver pins and maps into the kernel until the tools file is closed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct UvmToolsInitEventTracker {
+    pub queue_buffer: u64,
+    /// Entries of the queue (a power of two, at least 2); 0 makes a counter tracker instead.
+    pub queue_buffer_size: u64,
+    pub control_buffer: u64,
+    pub processor: [u8; 16],
+    pub all_processors: u32,
+    /// The `/dev/nvidia-uvm` fd whose VA space the events come from.
+    pub uvm_fd: u32,
+    pub rm_status: u32,
+    pub _pad: u32,
+}
+
+/// UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS_PARAMS.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct UvmToolsEnableEvents {
+    /// Bit `t` enables event type `t`.
+    pub event_type_flags: u64,
+    pub rm_status: u32,
+    pub _pad: u32,
+}
+
+/// UvmToolsEventControlData: the queue's indices, shared with the driver (which writes `put_*` and reads
+/// `get_*`), and the per-type counts of events dropped on a full queue.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct UvmToolsEventControl {
+    pub get_ahead: u32,
+    pub get_behind: u32,
+    pub put_ahead: u32,
+    pub put_behind: u32,
+    pub dropped: [u64; uvm_event::NUM_TYPES_ALL],
+}
+
+/// UvmEventFatalFaultInfo_V2: the start of a queue entry whose first byte is `TYPE_FATAL_FAULT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct UvmEventFatalFault {
+    pub event_type: u8,
+    /// UvmEventFaultType (1 invalid PDE, 2 invalid PTE, 3 write, ...).
+    pub fault_type: u8,
+    /// UvmEventMemoryAccessType (1 read, 2 write, 3 atomic, 4 prefetch, ...).
+    pub access_type: u8,
+    /// UvmEventFatalReason (1 invalid address, 2 invalid permissions, ...).
+    pub reason: u8,
+    pub processor_index: u16,
+    pub _pad: u16,
+    /// The faulting GPU virtual address.
+    pub address: u64,
+    /// `CLOCK_MONOTONIC_RAW` nanoseconds when UVM found the fault fatal.
+    pub time_stamp: u64,
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Layout pins: sizes and the offsets the fact sheet lists (a drift from the 580 ABI fails the build)
 // ---------------------------------------------------------------------------------------------------------
@@ -961,6 +1039,21 @@ const_assert_eq!(offset_of!(UvmMapExternalAllocation, h_memory), 9256);
 const_assert_eq!(offset_of!(UvmMapExternalAllocation, rm_status), 9260);
 const_assert_eq!(size_of::<UvmFree>(), 24);
 const_assert_eq!(offset_of!(UvmFree, rm_status), 16);
+// UVM tools: the sizes and offsets a C compile of 580/595's uvm_ioctl.h and uvm_types.h printed.
+const_assert_eq!(size_of::<UvmToolsInitEventTracker>(), 56);
+const_assert_eq!(offset_of!(UvmToolsInitEventTracker, processor), 24);
+const_assert_eq!(offset_of!(UvmToolsInitEventTracker, all_processors), 40);
+const_assert_eq!(offset_of!(UvmToolsInitEventTracker, uvm_fd), 44);
+const_assert_eq!(offset_of!(UvmToolsInitEventTracker, rm_status), 48);
+const_assert_eq!(size_of::<UvmToolsEnableEvents>(), 16);
+const_assert_eq!(offset_of!(UvmToolsEnableEvents, rm_status), 8);
+const_assert_eq!(size_of::<UvmToolsEventControl>(), 528);
+const_assert_eq!(offset_of!(UvmToolsEventControl, put_behind), 12);
+const_assert_eq!(size_of::<UvmEventFatalFault>(), 24);
+const_assert_eq!(offset_of!(UvmEventFatalFault, reason), 3);
+const_assert_eq!(offset_of!(UvmEventFatalFault, processor_index), 4);
+const_assert_eq!(offset_of!(UvmEventFatalFault, address), 8);
+const_assert_eq!(offset_of!(UvmEventFatalFault, time_stamp), 16);
 
 // ---------------------------------------------------------------------------------------------------------
 // NV_STATUS names

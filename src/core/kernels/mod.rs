@@ -157,6 +157,13 @@ pub const HOST_SPECS: &[HostSpec] = &[
         run: store_to,
     },
     HostSpec {
+        name: "stamp_then_store",
+        param_sizes: &[8, 8, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: stamp_then_store,
+    },
+    HostSpec {
         name: "timestamps",
         param_sizes: &[8, 8],
         static_shared_bytes: 0,
@@ -381,6 +388,15 @@ fn spin_beat(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 
 fn store_to(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (addr, value) = (ctx.u64_at(0), ctx.word(2));
+    ctx.write_u32s(addr, &[value])
+}
+
+/// The stamp is the launch's start on the simulator's clock, its `%globaltimer`; the store after it faults
+/// where nothing is mapped, as on hardware, with the stamp already written.
+fn stamp_then_store(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (stamp, addr, value) = (ctx.u64_at(0), ctx.u64_at(2), ctx.word(4));
+    let t = ctx.start_ns;
+    ctx.write_u32s(stamp, &[t as u32, (t >> 32) as u32])?;
     ctx.write_u32s(addr, &[value])
 }
 
