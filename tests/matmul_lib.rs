@@ -570,7 +570,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
                 let rec = sim().launches().last().unwrap().clone();
                 assert_eq!(rec.kernel, name);
                 assert_eq!(rec.features.cluster, if cluster { [2, 1, 1] } else { [1, 1, 1] }, "{shape:?}");
-                assert!(!cluster || rec.grid[0] % 2 == 0, "whole pairs: {:?}", rec.grid);
+                assert!(!cluster || rec.grid[0].is_multiple_of(2), "whole pairs: {:?}", rec.grid);
                 // tmap_y (words 4 and 5): the workspace's third descriptor when N % 4 == 0, else 0.
                 let tmap_y = u64::from(rec.args[4]) | u64::from(rec.args[5]) << 32;
                 assert_eq!(tmap_y == 0, shape[1] % 4 != 0, "{shape:?}: tmap_y {tmap_y:#x}");
