@@ -11,7 +11,8 @@
 //! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned, y 8-byte): the persistent wgmma kernel, grid
 //!   `min(units, SMs, budget)`, in 128x256 or 128x128 tiles with 1 to [`MAX_SPLITS`] K splits of at least
 //!   [`MIN_SPLIT_KBLOCKS`] blocks each, whichever [`GemmCost`] (a wave-quantized cost model fitted to the
-//!   recorded figures) predicts fastest;
+//!   recorded figures) predicts fastest; an unsplit wide tile by the entry [`WIDE_ENTRY`] names (the
+//!   direct-store one until the TMA-store and cluster entries are measured);
 //! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
@@ -20,7 +21,8 @@
 //!   experts, then ONE launch runs them ([`grouped`]).
 //!
 //! A [`ForcedPlan`] replaces the planner's choice for a dense bf16 product (benchmarks time the
-//! alternatives with it); a forced plan the shape cannot take is refused, never replaced.
+//! alternatives with it, the TMA-store and cluster entries among them); a forced plan the shape cannot
+//! take is refused, never replaced.
 //!
 //! Every launch's grid (its CTAs) is at most the budget.
 
