@@ -1542,6 +1542,143 @@ fn matmul_convert(n: usize) -> CaseResult {
     })
 }
 
+/// The TMA-store and cluster cases' shapes: square and ragged through y's descriptor (an odd count of
+/// tile rows leaves the last pair's second tile past M), a full wave, N % 4 == 2 and 3 stored directly.
+const STAGED_SHAPES: [[u32; 3]; 6] =
+    [[1024, 1024, 1024], [1000, 1000, 1000], [4096, 2048, 2048], [257, 516, 136], [999, 1002, 520], [130, 7, 64]];
+/// The library case's shapes: ragged through y's descriptor, N % 4 == 2, a Qwen-sized product.
+const STAGED_LIB_SHAPES: [[u32; 3]; 3] = [[300, 1024, 520], [129, 258, 200], [512, 5120, 2048]];
+
+/// The completion limit of the TMA-store and cluster cases: the simulator's virtual clock needs the long
+/// one; on the GPU the largest product here takes well under a millisecond, and an entry that hangs (a
+/// multicast or a bulk store that never completes) is found within seconds.
+fn staged_timeout_ms(platform: &str) -> u32 {
+    if common::is_sim(platform) {
+        MATMUL_TIMEOUT_MS
+    } else {
+        5_000
+    }
+}
+
+/// The TMA-store GEMM (`omega_gemm_bf16_tn_ts`), or with `cluster` its 2-CTA cluster form
+/// (`omega_gemm_bf16_tn_mc`, W multicast), launched through Omega at each shape of `shapes`: x's, W's and
+/// y's descriptors encoded on the host (y's only for N % 4 == 0: other N store directly, `tmap_y` 0),
+/// the grid the library gives them (one CTA per tile up to the SMs; whole pairs for the cluster), y
+/// poisoned, checked at a sample against f64 and scanned for an unwritten output. The first TMA stores
+/// and the first multicast under Omega's own launches: a child runs it, so a hang latches only the child.
+fn matmul_tma_store(cluster: bool, shapes: &[[u32; 3]]) -> CaseResult {
+    let name = if cluster { mm::GEMM_BF16_TN_MC } else { mm::GEMM_BF16_TN_TS };
+    let mut g = rng();
+    let sms = device_sms()?;
+    with_scope(|s, mut gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(name).map_err(err)?;
+        let mut seen = Vec::new();
+        for &[m, n, k] in shapes {
+            let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+            let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+            let at = sample_positions(&mut g, m as usize, n as usize);
+            let dx = s.alloc_device_from(&xb).map_err(err)?;
+            let dw = s.alloc_device_from(&wb).map_err(err)?;
+            let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+            let b_rows = if cluster { mm::GEMM_MC_B_BOX_ROWS } else { mm::GEMM_TILE_N };
+            let by_tma = n % 4 == 0;
+            let mut maps = omega::tma::encode_tiled(&mm::gemm_tmap_a(dx.va(), m, k)).map_err(err)?.0.to_vec();
+            maps.extend_from_slice(
+                &omega::tma::encode_tiled(&mm::gemm_tmap_b_rows(dw.va(), n, k, b_rows)).map_err(err)?.0,
+            );
+            if by_tma {
+                maps.extend_from_slice(&omega::tma::encode_tiled(&mm::gemm_tmap_y(y.va(), m, n)).map_err(err)?.0);
+            }
+            let dmaps = s.alloc_device_from(&maps).map_err(err)?;
+            let tmap_y = if by_tma { dmaps.va() + 256 } else { 0 };
+            let (tiles_m, tiles_n) = (m.div_ceil(mm::GEMM_TILE_M), n.div_ceil(mm::GEMM_TILE_N));
+            let grid = if cluster {
+                let c = mm::GEMM_MC_CLUSTER;
+                c * (tiles_m.div_ceil(c) * tiles_n).min((sms / c).max(1))
+            } else {
+                (tiles_m * tiles_n).min(sms)
+            };
+            let smem = if cluster { mm::GEMM_MC_SMEM_BYTES } else { mm::GEMM_TS_SMEM_BYTES };
+            let l = Launch::new(&kernel)
+                .grid([grid, 1, 1])
+                .block([mm::GEMM_THREADS, 1, 1])
+                .dynamic_shared(smem)
+                .timeout_ms(staged_timeout_ms(s.platform()))
+                .arg(dmaps.va())
+                .arg(dmaps.va() + 128)
+                .arg(tmap_y)
+                .arg(&y)
+                .arg(m)
+                .arg(n)
+                .arg(k);
+            let done = gpu.launch(&l).map_err(|e| format!("{name} {m}x{n}x{k}: {e}"))?;
+            gpu = done.gpu;
+            check_matmul(name, &y.to_vec().map_err(err)?, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+            let macs = f64::from(m) * f64::from(n) * f64::from(k);
+            let how = if by_tma { "TMA stores" } else { "direct stores" };
+            seen.push(format!(
+                "{m}x{n}x{k} ({how}, {} tiles on {grid} CTAs, {} positions): {}",
+                tiles_m * tiles_n,
+                at.len(),
+                matmul_rate(s.platform(), done.elapsed_ns, macs)
+            ));
+        }
+        Ok(seen.join("; "))
+    })
+}
+
+/// The matmul library with the TMA-store plans forced ([`omega::libs::matmul::ForcedPlan::GemmTmaStore`],
+/// without and with the cluster) at each shape: an f32 output poisoned and checked at a sample against
+/// f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the entry.
+fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
+    use omega::libs::matmul::{ForcedPlan, Matmul, Shape};
+    let mut g = rng();
+    with_scope(|s, mut gpu| {
+        let lib = Matmul::new(s).map_err(err)?;
+        lib.set_timeout_ms(staged_timeout_ms(s.platform()));
+        let mut seen = Vec::new();
+        for &[m, n, k] in shapes {
+            let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+            let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+            let at = sample_positions(&mut g, m as usize, n as usize);
+            let dx = s.alloc_device_from(&xb).map_err(err)?;
+            let dw = s.alloc_device_from(&wb).map_err(err)?;
+            let shape = Shape::new(m, n, k);
+            for cluster in [false, true] {
+                let want_kernel = if cluster { mm::GEMM_BF16_TN_MC } else { mm::GEMM_BF16_TN_TS };
+                lib.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster }));
+                let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+                let done =
+                    lib.bf16(gpu, &dx, &dw, &mut y, shape).map_err(|f| format!("{shape} cluster {cluster}: {f}"))?;
+                if done.info.kernel != want_kernel {
+                    return Err(format!("{shape}: ran {}, forced {want_kernel}", done.info.kernel));
+                }
+                let got = y.to_vec().map_err(err)?;
+                check_matmul(want_kernel, &got, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+                let mut y16 = s.alloc::<u16>((m * n) as usize).map_err(err)?;
+                y16.fill(0x7fc1).map_err(err)?;
+                let d16 =
+                    lib.bf16_to_bf16(done.gpu, &dx, &dw, &mut y16, shape).map_err(|f| format!("{shape} bf16: {f}"))?;
+                gpu = d16.gpu;
+                let got16 = y16.to_vec().map_err(err)?;
+                if let Some(i) = (0..got.len()).find(|&i| got16[i] != mm::f32_to_bf16(got[i])) {
+                    return Err(format!(
+                        "{want_kernel} {shape} bf16 output [{}, {}] = {:#06x}, want {:#06x} (the f32 product rounded)",
+                        i / n as usize,
+                        i % n as usize,
+                        got16[i],
+                        mm::f32_to_bf16(got[i])
+                    ));
+                }
+                seen.push(format!("{want_kernel} {m}x{n}x{k} on {} CTAs", done.info.ctas));
+            }
+        }
+        lib.set_forced_plan(None);
+        Ok(format!("{}: f32 matches f64, bf16 its rounding", seen.join(", ")))
+    })
+}
+
 fn in_child(case: &str) -> CaseResult {
     in_child_env(case, &[])
 }
@@ -1619,6 +1756,9 @@ fn main() -> ExitCode {
             "fault" => mmu_fault(),
             "recover" => recover_after_hang(),
             "chains" => chains_under_switch(),
+            "matmul_ts" => matmul_tma_store(false, &STAGED_SHAPES),
+            "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
+            "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             other => Err(format!("no case {other}")),
         };
         return match r {
@@ -1674,6 +1814,9 @@ fn main() -> ExitCode {
         ("matmul: split-K GEMV bf16 M=1,8,64 N=2048 K=4096", || matmul_gemv(&[1, 8, 64], 2048, 4096)),
         ("matmul: GEMV bf16 lm_head M=1,4 N=151936 K=2048 (row streaming)", || matmul_gemv(&[1, 4], 151_936, 2048)),
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
+        ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),
+        ("matmul: cluster GEMM bf16 (2-CTA clusters, W multicast, TMA stores)", || in_child("matmul_mc")),
+        ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("ordering and visibility, marker 1 from the last QMD", || {

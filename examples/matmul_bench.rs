@@ -24,10 +24,20 @@
 //!
 //! A `#` line before each figure names the path the planner chose, its launches, CTAs and K split.
 //!
-//! `matmul_bench [--quick] [--check] [--iters N]`: `--quick` runs small shapes for a smoke run on sim
-//! (the cubes at 256 and 128, the Qwen matrices but lm_head at M in {1, 64}, 16 experts);
-//! `--check` verifies one random output element of every shape against an f64 dot product and fails
-//! (exit 1, stage `check`) on a miss. On sim every time is the simulator's virtual clock, not a GPU's.
+//! `matmul_bench [--quick] [--check] [--iters N] [--alternatives]`: `--quick` runs small shapes for a
+//! smoke run on sim (the cubes at 256 and 128, the Qwen matrices but lm_head at M in {1, 64}, 16
+//! experts); `--check` verifies one random output element of every shape against an f64 dot product and
+//! fails (exit 1, stage `check`) on a miss. On sim every time is the simulator's virtual clock, not a
+//! GPU's.
+//!
+//! `--alternatives` runs, instead of the figures above, every forced plan of the library
+//! ([`matmul::ForcedPlan`]) at 4096^3, 8192^3 and each Qwen matrix at M in {16, 32, 64, 512, 4096}: the
+//! GEMV (planner's split; M <= 64 only, past that its passes over W take tens of milliseconds), the
+//! unsplit wide and narrow TMA GEMMs, the narrow one in 2 K splits, and the wide one by the TMA-store
+//! entry and by the cluster entry; each timed as above (call and list, [`ALT_ITERS`] calls) and printed
+//! as `omega.alt_<plan>_<M>x<N>x<K>_us` (with `_call_us` and `_list_us`), a `#` line naming the kernel,
+//! a `# ... refused: <error>` line for a plan the shape cannot take. With `--quick`: 256^3, three small
+//! Qwen products and one of K = 520, which the GEMV refuses (a sim smoke run).
 
 use std::time::Instant;
 
@@ -90,6 +100,14 @@ const QWEN: [(&str, u32, u32); 6] = [
 const MS: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096];
 /// Products per command list in the back-to-back timing (torch's rounds are 20 calls).
 const REPS: usize = 20;
+
+/// Calls per plan in `--alternatives` (the list timing as always): 6 plans of 32 shapes stay within a
+/// minute of the H200.
+const ALT_ITERS: usize = 5;
+/// The M of the Qwen matrices in `--alternatives`.
+const ALT_MS: [u32; 5] = [16, 32, 64, 512, 4096];
+/// The GEMV is timed up to this M.
+const ALT_GEMV_MAX_M: u32 = 64;
 
 struct Opts {
     quick: bool,
@@ -396,10 +414,95 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// `--alternatives`: every forced plan at each shape (module docs).
+fn alternatives<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
+    use matmul::{ForcedPlan, GemmTile, PlanError};
+    let mut shapes: Vec<(&str, Shape)> = Vec::new();
+    if o.quick {
+        shapes.push(("cube", Shape::new(256, 256, 256)));
+        // K = 520 is no whole number of the GEMV's 32-element chunks: its refusal line.
+        let small =
+            [("router", 16, 128, 2048), ("down", 16, 2048, 768), ("gateup", 64, 1536, 2048), ("k520", 16, 256, 520)];
+        shapes.extend(small.map(|(name, m, n, k)| (name, Shape::new(m, n, k))));
+    } else {
+        shapes.extend([4096, 8192].map(|n| ("cube", Shape::new(n, n, n))));
+        for (name, n, k) in QWEN {
+            shapes.extend(ALT_MS.map(|m| (name, Shape::new(m, n, k))));
+        }
+    }
+    let plans = [
+        ForcedPlan::Gemv { split: None },
+        ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(1) },
+        ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) },
+        ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(2) },
+        ForcedPlan::GemmTmaStore { cluster: false },
+        ForcedPlan::GemmTmaStore { cluster: true },
+    ];
+    let iters = o.iters.min(ALT_ITERS);
+    let mut gpu = gpu;
+    for (name, shape) in shapes {
+        let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+        let xh = bf16s(rng, m * k);
+        let wh = bf16s(rng, n * k);
+        let x: Mem<'s, Device<u16>> = s.alloc_device_from(&xh)?;
+        let w: Mem<'s, Device<u16>> = s.alloc_device_from(&wh)?;
+        let mut y = s.alloc_device::<f32>(m * n)?;
+        let dims = format!("{}x{}x{}", shape.m, shape.n, shape.k);
+        for plan in plans {
+            let tag = format!("alt_{}_{dims}", plan.tag());
+            if matches!(plan, ForcedPlan::Gemv { .. }) && shape.m > ALT_GEMV_MAX_M {
+                println!("# {name} {shape}: {} not timed past M = {ALT_GEMV_MAX_M}", plan.tag());
+                continue;
+            }
+            mm.set_forced_plan(Some(plan));
+            // A first call finds a refusal, which launches nothing and hands the token back.
+            gpu = match mm.bf16(gpu, &x, &w, &mut y, shape) {
+                Ok(done) => done.gpu,
+                Err(f) => match (f.gpu, f.error) {
+                    (Some(g), e @ MatmulError::Plan(PlanError::Forced { .. })) => {
+                        println!("# {name} {shape}: {}: refused: {e}", plan.tag());
+                        gpu = g;
+                        continue;
+                    }
+                    (_, e) => return Err(e.into()),
+                },
+            };
+            let (g, call, info) = time(gpu, iters, |g| mm.bf16(g, &x, &w, &mut y, shape))?;
+            gpu = g;
+            if o.check {
+                let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
+                let mut got = [0f32];
+                y.read_at(r * n + c, &mut got)?;
+                let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
+                verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
+            }
+            let mut list = s.cmdlist()?;
+            for _ in 0..REPS {
+                mm.add_bf16(&mut list, &x, &w, &y, shape)?;
+            }
+            let (g, list_t) = list_secs(gpu, &mut list, info.launches as usize)?;
+            gpu = g;
+            drop(list);
+            println!("# {name} {shape} {}: {} kernel {}", plan.tag(), describe(&info), info.kernel);
+            let t = report(&tag, call, list_t);
+            println!("omega.{tag}_us {:.3}", t * 1e6);
+        }
+    }
+    mm.set_forced_plan(None);
+    Ok(gpu)
+}
+
 fn main() -> Result<(), BenchError> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let check = args.iter().any(|a| a == "--check");
+    let alternatives_only = args.iter().any(|a| a == "--alternatives");
     let iters = args
         .iter()
         .position(|a| a == "--iters")
@@ -419,9 +522,16 @@ fn main() -> Result<(), BenchError> {
     if common::is_sim(dev.platform()) {
         println!("# platform sim: every time below is the simulator's virtual clock, not a GPU's");
     }
+    if alternatives_only {
+        println!("# --alternatives: every forced plan, {} calls and {REPS}-product lists each", iters.min(ALT_ITERS));
+    }
     let r = dev.scope(|s, gpu| -> Result<(), BenchError> {
         let mm = Matmul::new(s)?;
         mm.set_timeout_ms(60_000);
+        if alternatives_only {
+            alternatives(s, gpu, &mm, &mut rng, &o)?;
+            return Ok(());
+        }
         let gpu = cubes(s, gpu, &mm, &mut rng, &o)?;
         let gpu = qwen(s, gpu, &mm, &mut rng, &o)?;
         grouped(s, gpu, &mm, &mut rng, &o)?;
@@ -429,7 +539,9 @@ fn main() -> Result<(), BenchError> {
     });
     // The lock goes with the token, so the host-pointer entry can take it itself.
     r.value()?;
-    host_entry(&mut rng, &o)?;
+    if !alternatives_only {
+        host_entry(&mut rng, &o)?;
+    }
     if check {
         println!("# --check: every sampled element matched its f64 product");
     }

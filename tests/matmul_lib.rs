@@ -551,6 +551,132 @@ fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() 
 }
 
 #[test]
+fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f64() {
+    use matmul::{ForcedPlan, ForcedRefusal};
+    with_matmul("tma store", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        // Ragged tiles: N % 4 == 0 through y's descriptor (an odd count of tile rows, whose last pair's
+        // second tile lies past M), N % 4 == 2 and 3 stored directly (pairs of floats, single floats),
+        // one row, N below a box.
+        let shapes = [[130u32, 300, 72], [257, 514, 200], [1, 7, 8], [300, 1024, 520], [129, 4, 64], [64, 1002, 136]];
+        for cluster in [false, true] {
+            let forced = ForcedPlan::GemmTmaStore { cluster };
+            let name = if cluster { refs::GEMM_BF16_TN_MC } else { refs::GEMM_BF16_TN_TS };
+            mm.set_forced_plan(Some(forced));
+            for shape in shapes {
+                let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{forced} {shape:?}"), shape);
+                gpu = next;
+                assert_eq!((info.path, info.kernel, info.split, info.launches), (Some(Path::Gemm), name, 1, 1));
+                let rec = sim().launches().last().unwrap().clone();
+                assert_eq!(rec.kernel, name);
+                assert_eq!(rec.features.cluster, if cluster { [2, 1, 1] } else { [1, 1, 1] }, "{shape:?}");
+                assert!(!cluster || rec.grid[0].is_multiple_of(2), "whole pairs: {:?}", rec.grid);
+                // tmap_y (words 4 and 5): the workspace's third descriptor when N % 4 == 0, else 0.
+                let tmap_y = u64::from(rec.args[4]) | u64::from(rec.args[5]) << 32;
+                assert_eq!(tmap_y == 0, shape[1] % 4 != 0, "{shape:?}: tmap_y {tmap_y:#x}");
+            }
+        }
+        // A bf16 output: y's descriptor at the workspace's f32 product, then the conversion; the same
+        // bits as the f32 product rounded.
+        for [m, n, k] in [[200u32, 520, 136], [70, 258, 64]] {
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let x = s.alloc_device_from(&bf16s(g, mu * ku)).unwrap();
+            let w = s.alloc_device_from(&bf16s(g, nu * ku)).unwrap();
+            let shape = Shape::new(m, n, k);
+            mm.set_forced_plan(None);
+            let mut y32 = poisoned(s, mu * nu);
+            gpu = mm.bf16(gpu, &x, &w, &mut y32, shape).unwrap().gpu;
+            let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
+            for cluster in [false, true] {
+                mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster }));
+                let mut y16 = s.alloc_device_from(&vec![POISON_BF16; mu * nu]).unwrap();
+                let d = mm.bf16_to_bf16(gpu, &x, &w, &mut y16, shape).unwrap();
+                gpu = d.gpu;
+                assert_eq!((d.info.launches, d.info.bf16_out), (2, true), "{:?}", d.info);
+                assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} cluster {cluster}");
+            }
+        }
+        // The descriptors are written when they change: the same call again writes nothing, another y
+        // writes the three, the direct entry after it finds its two in place.
+        let (m, n, k) = (150usize, 264usize, 96usize);
+        let (xb, wb) = (bf16s(g, m * k), bf16s(g, n * k));
+        let x = s.alloc_device_from(&xb).unwrap();
+        let w = s.alloc_device_from(&wb).unwrap();
+        let shape = Shape::new(m as u32, n as u32, k as u32);
+        let cols: Vec<usize> = (0..n).collect();
+        let row = |c: usize| widen(&wb[c * k..][..k]);
+        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster: false }));
+        let (mut y1, mut y2) = (poisoned(s, m * n), poisoned(s, m * n));
+        let call = |gpu, y: &mut Mem<'_, Device<f32>>, what: &str| {
+            let d = mm.bf16(gpu, &x, &w, y, shape).unwrap();
+            check(what, &y.to_vec().unwrap(), &widen(&xb), row, [m, n, k], &cols);
+            y.write(&vec![POISON; m * n]).unwrap();
+            (d.gpu, d.info)
+        };
+        let (gpu1, i) = call(gpu, &mut y1, "ts");
+        assert_eq!((i.kernel, i.h2d_bytes), (refs::GEMM_BF16_TN_TS, 384), "x's, W's and y's descriptors");
+        let (gpu1, i) = call(gpu1, &mut y1, "ts again");
+        assert_eq!(i.h2d_bytes, 0, "unchanged descriptors are not written again");
+        let (gpu1, i) = call(gpu1, &mut y2, "ts, another y");
+        assert_eq!(i.h2d_bytes, 384, "y's descriptor changed");
+        mm.set_forced_plan(Some(ForcedPlan::Gemm { tile: matmul::GemmTile::Wide, splits: Some(1) }));
+        let (gpu1, i) = call(gpu1, &mut y2, "direct");
+        assert_eq!((i.kernel, i.h2d_bytes), (refs::GEMM_BF16_TN, 0), "x's and W's are in place");
+        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster: true }));
+        let (gpu1, i) = call(gpu1, &mut y2, "cluster");
+        assert_eq!((i.kernel, i.h2d_bytes), (refs::GEMM_BF16_TN_MC, 384), "the cluster's W box is another map");
+        gpu = gpu1;
+        let mut y = y1;
+        // Refused, nothing launched: a y 8 bytes past a 16-byte boundary at N % 4 == 0 (N % 4 == 2 runs),
+        // a budget below one cluster.
+        let before = sim().stats().launches;
+        let big = poisoned(s, m * n + 2);
+        // SAFETY: `big` holds `m * n + 2` floats and outlives the span; the span is its elements 2.., all
+        // inside it, written by the device only through the calls below while `big` is alive.
+        let mut off = unsafe { matmul::DeviceSpan::<f32>::new(big.va() + 8, m * n) };
+        for cluster in [false, true] {
+            let forced = ForcedPlan::GemmTmaStore { cluster };
+            mm.set_forced_plan(Some(forced));
+            let f = mm.bf16(gpu, &x, &w, &mut off, shape).unwrap_err();
+            assert_eq!(f.error.stage(), Stage::MatmulPlan);
+            assert!(
+                matches!(f.error, MatmulError::Plan(PlanError::Forced { why: ForcedRefusal::Unaligned, .. })),
+                "{}",
+                f.error
+            );
+            gpu = f.gpu.unwrap();
+        }
+        matmul::set_cta_budget(1);
+        let f = mm.bf16(gpu, &x, &w, &mut y, shape).unwrap_err();
+        matmul::set_cta_budget(0);
+        assert_eq!(
+            f.error.to_string(),
+            "matmul plan: M=150 N=264 K=96: the wide TMA GEMM with a TMA-store epilogue in 2-CTA clusters cannot \
+             run it: a cluster of 2 CTAs is past the CTA budget of 1"
+        );
+        gpu = f.gpu.unwrap();
+        assert_eq!(sim().stats().launches, before, "no refusal launched anything");
+        // N % 4 == 2 stores directly (pairs of floats): an 8-aligned y is enough.
+        let n2 = 258usize;
+        let w2b = bf16s(g, n2 * k);
+        let w2 = s.alloc_device_from(&w2b).unwrap();
+        let mut big = poisoned(s, m * n2 + 2);
+        // SAFETY: as above, for `m * n2` floats inside `big`'s `m * n2 + 2`.
+        let mut off = unsafe { matmul::DeviceSpan::<f32>::new(big.va() + 8, m * n2) };
+        let cols2: Vec<usize> = (0..n2).collect();
+        for cluster in [false, true] {
+            mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster }));
+            gpu = mm.bf16(gpu, &x, &w2, &mut off, Shape::new(m as u32, n2 as u32, k as u32)).unwrap().gpu;
+            let got = big.to_vec().unwrap();
+            assert!(got[0].is_nan() && got[1].is_nan(), "nothing stored before y");
+            check("direct stores", &got[2..], &widen(&xb), |c| widen(&w2b[c * k..][..k]), [m, n2, k], &cols2);
+            big.write(&vec![POISON; m * n2 + 2]).unwrap();
+        }
+        mm.set_forced_plan(None);
+    });
+}
+
+#[test]
 fn launches_added_to_a_command_list_run_in_one_submission_and_replay() {
     with_matmul("cmdlist", |g, s, gpu, mm| {
         let (m, n, k) = (3usize, 200usize, 2048usize);

@@ -7,16 +7,20 @@
 //!
 //! - [`Matmul`] is a scope's handle: it loads the module once and owns the workspace (split-K partial
 //!   sums, the f32 product of a bf16 output, the tickets the split-K kernels leave zero, the TMA
-//!   descriptor pair). Its calls check the shape against the buffers' lengths before anything runs (a
+//!   descriptors: x's, W's, and y's for the TMA-store entries). Its calls check the shape against the buffers' lengths before anything runs (a
 //!   buffer shorter than its operand is refused, naming both, stage `matmul shape`), then launch, taking
 //!   and handing back the scope's [`crate::Gpu`] token as [`crate::Gpu::launch`] does, or add their
 //!   launches to a command list ([`crate::cmdlist::CmdListBuilder`]).
 //! - The planner ([`plan`]) picks the kernels: the split-K GEMV for M <= 32 (K % 32 == 0; M <= 8 past
 //!   L2's size), the TMA GEMM for K % 8 == 0 (128x256 or 128x128 tiles and a K split of whole blocks,
 //!   whichever the wave-quantized cost model [`GemmCost`] predicts fastest), the SIMT kernels otherwise and
-//!   for f32. A process-wide CTA budget ([`set_cta_budget`], at most [`plan::MAX_CTAS`]) caps every
-//!   launch's CTAs; [`Info`] says what ran. [`Matmul::set_forced_plan`] replaces the planner's choice (for
-//!   benchmarks), refusing what the shape cannot take.
+//!   for f32. Unsplit wide tiles run by the entry [`WIDE_ENTRY`] names: the direct-store kernel until the
+//!   TMA-store (`omega_gemm_bf16_tn_ts`) and cluster (`omega_gemm_bf16_tn_mc`, 2-CTA clusters, W
+//!   multicast) entries have GPU figures. A process-wide CTA budget ([`set_cta_budget`], at most
+//!   [`plan::MAX_CTAS`]) caps every launch's CTAs; [`Info`] says what ran (its path, kernel, split).
+//!   [`Matmul::set_forced_plan`] replaces the planner's choice (for benchmarks: [`ForcedPlan`] names the
+//!   GEMV, either tile with any split, and the TMA-store and cluster entries), refusing what the shape
+//!   cannot take.
 //! - The grouped GEMM ([`Matmul::grouped_bf16`]) routes a mixture-of-experts step's top-k choices on the
 //!   device, listing the touched experts, and runs their rows in one launch, so the routing never returns
 //!   to the host.
@@ -52,6 +56,6 @@ pub use ops::{
     cta_budget, set_cta_budget, Bf16, DeviceSpan, Done, Failed, Info, Input, KeptMatmul, Matmul, Output, Workspace,
 };
 pub use plan::{
-    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, GEMV_MAX_M, MAX_CTAS,
-    MAX_SPLITS, MIN_SPLIT_KBLOCKS,
+    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, WideEntry, GEMV_MAX_M,
+    MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, WIDE_ENTRY,
 };

@@ -5,13 +5,14 @@ use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 use crate::cmdlist::CmdListBuilder;
-use crate::kernels::matmul::{gemm_tmap_a, gemm_tmap_b_rows};
+use crate::kernels::matmul::{gemm_tmap_a, gemm_tmap_b_rows, gemm_tmap_y};
 use crate::tma::{encode_tiled, TiledSpec};
 use crate::{Cached, Data, Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Mem, Module, Scope, Stage};
 
 use super::error::{AnyShape, MatmulError, Operand, ShapeError};
 use super::plan::{
-    self, Arg, DenseOpts, Elem, ForcedPlan, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_PAIR_BYTES,
+    self, Arg, DenseOpts, Elem, ForcedPlan, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_AREA_BYTES,
+    TMA_DESC_BYTES,
 };
 
 mod sealed {
@@ -117,6 +118,9 @@ pub struct Info {
     pub cta_budget: u32,
     /// The K split of the GEMV or of the split-K GEMM (1 otherwise).
     pub split: u32,
+    /// The symbol of the product's kernel (its first launch: the GEMM, GEMV or SIMT entry; the grouped
+    /// product's router); empty when the call failed before planning.
+    pub kernel: &'static str,
     /// Submit to completion of every launch, summed, platform-clock ns (0 for a command-list add).
     pub device_ns: u64,
     /// Wall time of the whole call, ns.
@@ -175,7 +179,7 @@ impl From<Failed<'_>> for MatmulError {
 }
 
 /// The library's device workspace: split-K partial sums and f32 products of bf16 outputs, the tickets
-/// (zero before and after every launch), the TMA descriptor pair. Kept buffers, so a
+/// (zero before and after every launch), the TMA descriptors. Kept buffers, so a
 /// [`KeptMatmul`] carries them from one scope to the next; each grows to the largest request and is
 /// allocated again when its device open is gone.
 #[derive(Debug, Default)]
@@ -183,8 +187,18 @@ pub struct Workspace {
     scratch: Option<Kept<Device<f32>>>,
     tickets: Option<Kept<Device<u32>>>,
     tma: Option<Kept<Device<u8>>>,
-    /// The descriptor pair last written to `tma`, so an unchanged one is not written again.
-    tma_written: Option<[u8; TMA_PAIR_BYTES]>,
+    /// The descriptors last written to `tma` and how many of their bytes, so unchanged ones are not
+    /// written again.
+    tma_written: Option<([u8; TMA_AREA_BYTES], usize)>,
+}
+
+/// A GEMM plan's TMA descriptors: x's and W's, encoded when the call is planned, and where y's goes
+/// (encoded once the workspace says where the f32 product lies: a bf16 output's is in the scratch).
+#[derive(Clone, Copy, Debug)]
+struct Descriptors {
+    ab: [u8; 2 * TMA_DESC_BYTES],
+    /// The f32 product's place (`Arg::Y` or `Arg::Scratch`) and its `[M, N]`, for the TMA-store entries.
+    y: Option<(Arg, Shape)>,
 }
 
 /// The workspace's addresses for one plan.
@@ -223,12 +237,14 @@ fn slot<'s, T: DeviceScalar>(
 }
 
 impl Workspace {
-    /// The buffers `plan` needs, with `tma` (the descriptor pair of a GEMM) written.
+    /// The buffers `plan` needs, with `tma` (the descriptors of a GEMM, y's at the output `y_va` or in the
+    /// scratch) written.
     fn prepare<'s>(
         &mut self,
         scope: &'s Scope<'s>,
         plan: &Plan,
-        tma: Option<&[u8; TMA_PAIR_BYTES]>,
+        tma: Option<&Descriptors>,
+        y_va: u64,
         moved: &mut u64,
     ) -> Result<WorkspaceVas, MatmulError> {
         let mut vas = WorkspaceVas::default();
@@ -238,13 +254,30 @@ impl Workspace {
         if plan.tickets > 0 {
             vas.tickets = slot(scope, &mut self.tickets, plan.tickets, true, moved)?.0;
         }
-        if let Some(pair) = tma {
-            let (va, fresh) = slot(scope, &mut self.tma, TMA_PAIR_BYTES as u64, false, moved)?;
-            if fresh || self.tma_written.as_ref() != Some(pair) {
+        if let Some(d) = tma {
+            let mut area = [0u8; TMA_AREA_BYTES];
+            area[..2 * TMA_DESC_BYTES].copy_from_slice(&d.ab);
+            let mut len = 2 * TMA_DESC_BYTES;
+            if let Some((at, shape)) = d.y {
+                let va = match at {
+                    Arg::Scratch(off) => vas.scratch + off,
+                    Arg::Y(off) => y_va + off,
+                    other => unreachable!("y's descriptor points at the product, not at {other:?}"),
+                };
+                let map = encode_tiled(&gemm_tmap_y(va, shape.m, shape.n))
+                    .map_err(|source| MatmulError::Tma { operand: Operand::Y, source })?;
+                area[len..len + TMA_DESC_BYTES].copy_from_slice(&map.0);
+                len += TMA_DESC_BYTES;
+            }
+            let (va, fresh) = slot(scope, &mut self.tma, TMA_AREA_BYTES as u64, false, moved)?;
+            // What was written last holds these descriptors when its first `len` bytes are these.
+            let holds = self.tma_written.as_ref().is_some_and(|(w, n)| *n >= len && w[..len] == area[..len]);
+            if fresh || !holds {
                 self.tma_written = None;
-                self.tma.as_mut().expect("filled above").get_mut(scope)?.write(pair)?;
-                *moved += TMA_PAIR_BYTES as u64;
-                self.tma_written = Some(*pair);
+                let buf = self.tma.as_mut().expect("filled above").get_mut(scope)?;
+                buf.write(&area[..len])?;
+                *moved += len as u64;
+                self.tma_written = Some((area, len));
             }
             vas.tma = va;
         }
@@ -334,14 +367,14 @@ fn check_operand(shape: AnyShape, operand: Operand, len: usize, bytes: u64) -> R
 }
 
 /// The TMA descriptors of x and W as the GEMM reads them (the module's specs): boxes of 128 rows of x and
-/// `tile_n` rows of W, 64 elements of K.
-fn descriptor_pair(x: u64, w: u64, shape: Shape, tile_n: u32) -> Result<[u8; TMA_PAIR_BYTES], MatmulError> {
+/// `b_rows` rows of W, 64 elements of K.
+fn descriptor_pair(x: u64, w: u64, shape: Shape, b_rows: u32) -> Result<[u8; 2 * TMA_DESC_BYTES], MatmulError> {
     let encode = |operand, spec: TiledSpec| encode_tiled(&spec).map_err(|source| MatmulError::Tma { operand, source });
     let a = encode(Operand::X, gemm_tmap_a(x, shape.m, shape.k))?;
-    let b = encode(Operand::W, gemm_tmap_b_rows(w, shape.n, shape.k, tile_n))?;
-    let mut pair = [0u8; TMA_PAIR_BYTES];
-    pair[..128].copy_from_slice(&a.0);
-    pair[128..].copy_from_slice(&b.0);
+    let b = encode(Operand::W, gemm_tmap_b_rows(w, shape.n, shape.k, b_rows))?;
+    let mut pair = [0u8; 2 * TMA_DESC_BYTES];
+    pair[..TMA_DESC_BYTES].copy_from_slice(&a.0);
+    pair[TMA_DESC_BYTES..].copy_from_slice(&b.0);
     Ok(pair)
 }
 
@@ -352,6 +385,7 @@ fn planned(plan: &Plan, info: &mut Info) {
     info.ctas = u32::try_from(plan.max_ctas()).unwrap_or(u32::MAX);
     info.total_ctas = plan.total_ctas();
     info.split = plan.split;
+    info.kernel = plan.steps.first().map_or("", |s| KERNEL_NAMES[s.kern.index()]);
 }
 
 impl<'s> Matmul<'s> {
@@ -596,14 +630,19 @@ impl<'s> Matmul<'s> {
             check_operand(any, Operand::W, w.elements(), e)?;
             check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
             let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
-            let y_aligned = y_va.is_multiple_of(8);
-            let opts = DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned };
+            let (y_aligned, y_aligned16) = (y_va.is_multiple_of(8), y_va.is_multiple_of(16));
+            let opts = DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned, y_aligned16 };
             let plan = match self.forced.get() {
                 Some(forced) => plan::dense_forced(elem, shape, opts, forced)?,
                 None => plan::dense(elem, shape, opts),
             };
-            let tma =
-                if plan.tma { Some(descriptor_pair(x.device_va(), w.device_va(), shape, plan.tile_n)?) } else { None };
+            let tma = match plan.tma {
+                Some(t) => Some(Descriptors {
+                    ab: descriptor_pair(x.device_va(), w.device_va(), shape, t.b_rows)?,
+                    y: t.y.map(|at| (at, shape)),
+                }),
+                None => None,
+            };
             Ok((plan, tma))
         })();
         let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, ..Operands::default() };
@@ -699,7 +738,7 @@ impl<'s> Matmul<'s> {
         planned(&plan, &mut info);
         let vas = {
             let mut ws = self.workspace.borrow_mut();
-            match ws.prepare(self.scope, &plan, tma.as_ref(), &mut info.h2d_bytes) {
+            match ws.prepare(self.scope, &plan, tma.as_ref(), ops.y, &mut info.h2d_bytes) {
                 Ok(v) => v,
                 Err(e) => return fail(Some(gpu), e, info),
             }
@@ -728,7 +767,7 @@ impl<'s> Matmul<'s> {
         let (plan, tma) = checked?;
         planned(&plan, &mut info);
         let mut ws = Workspace::default();
-        let vas = ws.prepare(self.scope, &plan, tma.as_ref(), &mut info.h2d_bytes)?;
+        let vas = ws.prepare(self.scope, &plan, tma.as_ref(), ops.y, &mut info.h2d_bytes)?;
         // Held before the launches are added, so that even a list that kept some of them before refusing
         // the next never names a workspace that is gone.
         self.recorded.borrow_mut().push(ws);
@@ -742,13 +781,13 @@ impl<'s> Matmul<'s> {
 
 /// A checked and planned call (or why it cannot run), its operands' addresses and its info so far.
 struct Prepared {
-    checked: Result<(Plan, Option<[u8; TMA_PAIR_BYTES]>), MatmulError>,
+    checked: Result<(Plan, Option<Descriptors>), MatmulError>,
     ops: Operands,
     info: Info,
 }
 
 impl Prepared {
-    fn new(checked: Result<(Plan, Option<[u8; TMA_PAIR_BYTES]>), MatmulError>, ops: Operands, info: Info) -> Self {
+    fn new(checked: Result<(Plan, Option<Descriptors>), MatmulError>, ops: Operands, info: Info) -> Self {
         Prepared { checked, ops, info }
     }
 }

@@ -11,7 +11,8 @@
 //! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned, y 8-byte): the persistent wgmma kernel, grid
 //!   `min(units, SMs, budget)`, in 128x256 or 128x128 tiles with 1 to [`MAX_SPLITS`] K splits of at least
 //!   [`MIN_SPLIT_KBLOCKS`] blocks each, whichever [`GemmCost`] (a wave-quantized cost model fitted to the
-//!   recorded figures) predicts fastest;
+//!   recorded figures) predicts fastest; an unsplit wide tile by the entry [`WIDE_ENTRY`] names (the
+//!   direct-store one until the TMA-store and cluster entries are measured);
 //! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
@@ -20,7 +21,8 @@
 //!   experts, then ONE launch runs them ([`grouped`]).
 //!
 //! A [`ForcedPlan`] replaces the planner's choice for a dense bf16 product (benchmarks time the
-//! alternatives with it); a forced plan the shape cannot take is refused, never replaced.
+//! alternatives with it, the TMA-store and cluster entries among them); a forced plan the shape cannot
+//! take is refused, never replaced.
 //!
 //! Every launch's grid (its CTAs) is at most the budget.
 
@@ -36,8 +38,12 @@ pub const MAX_CTAS: u32 = 1024;
 /// The H200's L2 (50 MiB): a weight matrix past it is read from HBM on every pass.
 const L2_BYTES: u64 = 50 << 20;
 
-/// Bytes of one TMA descriptor, and of the pair the GEMM reads (A at 0, B at 128).
-pub const TMA_PAIR_BYTES: usize = 256;
+/// Bytes of one TMA descriptor.
+pub const TMA_DESC_BYTES: usize = 128;
+
+/// Bytes of the workspace's descriptor area: x's (A) at 0, W's (B) at 128, and y's at 256 for the
+/// TMA-store entries.
+pub const TMA_AREA_BYTES: usize = 3 * TMA_DESC_BYTES;
 
 /// Which kernels computed a product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,6 +97,10 @@ pub(crate) enum Kern {
     GemmSplitK,
     /// The 128x128-tile form, for products with few 128x256 tiles.
     GemmN128,
+    /// The wide form with the TMA-store epilogue (`omega_gemm_bf16_tn_ts`).
+    GemmTs,
+    /// The TMA-store form in 2-CTA clusters, W multicast (`omega_gemm_bf16_tn_mc`).
+    GemmMc,
     /// `omega_gemv_bf16_tn_m{1,2,4,8}`, by index (0: m1 .. 3: m8).
     Gemv(usize),
     /// `omega_moe_gemv_bf16_m{1,2,4,8}`, by index.
@@ -102,8 +112,9 @@ pub(crate) enum Kern {
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
-/// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry and its 128x128 form.
-pub(crate) const KERNEL_NAMES: [&str; 15] = [
+/// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
+/// TMA-store entry and that entry's cluster form.
+pub(crate) const KERNEL_NAMES: [&str; 17] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -121,6 +132,8 @@ pub(crate) const KERNEL_NAMES: [&str; 15] = [
     abi::CONVERT_F32_BF16,
     abi::GEMM_BF16_TN_SPLITK,
     abi::GEMM_BF16_TN_N128,
+    abi::GEMM_BF16_TN_TS,
+    abi::GEMM_BF16_TN_MC,
 ];
 
 impl Kern {
@@ -136,6 +149,8 @@ impl Kern {
             Kern::Convert => 12,
             Kern::GemmSplitK => 13,
             Kern::GemmN128 => 14,
+            Kern::GemmTs => 15,
+            Kern::GemmMc => 16,
         }
     }
 }
@@ -153,7 +168,7 @@ pub(crate) enum Arg {
     Scratch(u64),
     /// The tickets (zero before and after every launch).
     Tickets(u64),
-    /// The TMA descriptor pair.
+    /// The TMA descriptor area (x's at 0, W's at 128, y's at 256).
     Tma(u64),
     /// The top-k choices of a grouped product.
     TopK,
@@ -191,12 +206,23 @@ pub(crate) struct Plan {
     pub(crate) scratch: u64,
     /// Ticket words.
     pub(crate) tickets: u64,
-    /// True when the steps read the TMA descriptor pair.
-    pub(crate) tma: bool,
-    /// Rows of W per TMA box: the GEMM's tile width (256, or 128 for the narrow form).
-    pub(crate) tile_n: u32,
+    /// The TMA descriptors the steps read (`None`: the GEMV and SIMT paths read none).
+    pub(crate) tma: Option<TmaPlan>,
     /// The K split of the GEMV and the split-K GEMM (1 elsewhere).
     pub(crate) split: u32,
+}
+
+/// The TMA descriptors of a GEMM plan, in the workspace's area ([`TMA_AREA_BYTES`]): x's, W's, and for
+/// a TMA-store entry y's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TmaPlan {
+    /// Rows of W per B box: the tile width (256 wide, 128 narrow), or half of it for the cluster entry,
+    /// whose CTAs each load half of a tile's W rows.
+    pub(crate) b_rows: u32,
+    /// Where y's descriptor points: the f32 product (`Arg::Y(0)`, or `Arg::Scratch(0)` for a bf16
+    /// output). `None` without a TMA-store entry, and for N % 4 != 0, where no descriptor of y can exist
+    /// (its row stride is not whole 16-byte units) and the entry stores directly.
+    pub(crate) y: Option<Arg>,
 }
 
 impl Plan {
@@ -371,6 +397,42 @@ impl GemmTile {
     }
 }
 
+/// The entry that runs an unsplit wide (128 x 256) TMA GEMM. The three compute the same product from the
+/// same tiles and order; they differ in how a tile's f32 output leaves the SM and how W arrives
+/// (kernels/cuda/matmul/gemm_bf16_ts.cuh).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WideEntry {
+    /// `omega_gemm_bf16_tn`: the consumers store their accumulators from registers, the tensor cores idle
+    /// meanwhile. The one measured on the H200.
+    Direct,
+    /// `omega_gemm_bf16_tn_ts`: the accumulators staged in shared memory and stored by the TMA unit
+    /// through y's descriptor while the next tile's mainloop runs (direct stores for N % 4 != 0).
+    TmaStore,
+    /// `omega_gemm_bf16_tn_mc`: the TMA-store entry in 2-CTA clusters, each CTA loading half of the W
+    /// slice the pair shares and multicasting it into both (half W's L2 traffic). Its grid is whole
+    /// pairs: `2 * min(pairs, SMs / 2, budget / 2)`.
+    Cluster,
+}
+
+impl WideEntry {
+    /// Its name, as reports print it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WideEntry::Direct => "direct",
+            WideEntry::TmaStore => "tma_store",
+            WideEntry::Cluster => "cluster",
+        }
+    }
+}
+
+/// The entry the planner runs an unsplit wide tile with: THE switch between the three. The cost model
+/// ([`GemmCost`]) is fitted to the direct entry alone, and the TMA-store and cluster entries have no GPU
+/// figure yet (benches/cuda/gemm_check.cu and `matmul_bench --alternatives` time them), so the planner
+/// keeps [`WideEntry::Direct`] until they do. Set to another entry, every unsplit wide plan takes it
+/// wherever it can run (the cluster entry needs a budget of two CTAs, the TMA-store entries y 16-byte
+/// aligned when N % 4 == 0) and the direct entry elsewhere.
+pub const WIDE_ENTRY: WideEntry = WideEntry::Direct;
+
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
 /// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
 /// refused ([`PlanError::Forced`], stage `matmul plan`), never replaced by another.
@@ -390,6 +452,33 @@ pub enum ForcedPlan {
         /// K splits, or the planner's.
         splits: Option<u32>,
     },
+    /// The unsplit wide TMA GEMM with the TMA-store epilogue (`omega_gemm_bf16_tn_ts`), in 2-CTA clusters
+    /// with W multicast when `cluster` (`omega_gemm_bf16_tn_mc`). ([`ForcedPlan::Gemm`] with the wide
+    /// tile is the direct-store entry.)
+    GemmTmaStore {
+        /// The cluster entry.
+        cluster: bool,
+    },
+}
+
+impl ForcedPlan {
+    /// A short name for reports and metric names: `gemv` (the planner's split), `gemv_split<s>`; `wide`
+    /// and `narrow` unsplit, `<tile>_split<s>`, `<tile>_auto` (the planner's split); `wide_ts`, `wide_mc`.
+    pub fn tag(&self) -> String {
+        let gemm = |tile: &str, splits: Option<u32>| match splits {
+            None => format!("{tile}_auto"),
+            Some(1) => tile.to_string(),
+            Some(s) => format!("{tile}_split{s}"),
+        };
+        match *self {
+            ForcedPlan::Gemv { split: None } => "gemv".to_string(),
+            ForcedPlan::Gemv { split: Some(s) } => format!("gemv_split{s}"),
+            ForcedPlan::Gemm { tile: GemmTile::Wide, splits } => gemm("wide", splits),
+            ForcedPlan::Gemm { tile: GemmTile::Narrow, splits } => gemm("narrow", splits),
+            ForcedPlan::GemmTmaStore { cluster: false } => "wide_ts".to_string(),
+            ForcedPlan::GemmTmaStore { cluster: true } => "wide_mc".to_string(),
+        }
+    }
 }
 
 /// Why a forced plan cannot run a shape ([`PlanError::Forced`]).
@@ -403,7 +492,8 @@ pub enum ForcedRefusal {
         of: u32,
     },
     /// x or W does not start 16-byte aligned (vector loads, TMA), or, for the GEMM, an f32 y not 8-byte
-    /// aligned (its epilogue's float pairs).
+    /// aligned (its epilogue's float pairs), or, for the TMA-store entries at N % 4 == 0, an f32 y not
+    /// 16-byte aligned (y's descriptor's global address).
     Unaligned,
     /// A split of 0.
     ZeroSplit,
@@ -418,6 +508,13 @@ pub enum ForcedRefusal {
     SplitPastBudget {
         /// The split asked.
         split: u32,
+        /// The budget.
+        budget: u32,
+    },
+    /// A budget below one cluster: the cluster entry's two CTAs of a pair run at once.
+    ClusterPastBudget {
+        /// CTAs per cluster.
+        cluster: u32,
         /// The budget.
         budget: u32,
     },
@@ -436,6 +533,9 @@ impl core::fmt::Display for ForcedRefusal {
             ForcedRefusal::SplitPastBudget { split, budget } => {
                 write!(f, "{split} K slices are past the CTA budget of {budget}")
             }
+            ForcedRefusal::ClusterPastBudget { cluster, budget } => {
+                write!(f, "a cluster of {cluster} CTAs is past the CTA budget of {budget}")
+            }
         }
     }
 }
@@ -446,6 +546,10 @@ impl core::fmt::Display for ForcedPlan {
         match *self {
             ForcedPlan::Gemv { split: s } => write!(f, "the GEMV with {} split", split(s)),
             ForcedPlan::Gemm { tile, splits } => write!(f, "the {tile:?} TMA GEMM with {} split", split(splits)),
+            ForcedPlan::GemmTmaStore { cluster: false } => f.write_str("the wide TMA GEMM with a TMA-store epilogue"),
+            ForcedPlan::GemmTmaStore { cluster: true } => {
+                f.write_str("the wide TMA GEMM with a TMA-store epilogue in 2-CTA clusters")
+            }
         }
     }
 }
@@ -464,6 +568,8 @@ pub(crate) struct DenseOpts {
     pub(crate) aligned: bool,
     /// The output starts 8-byte aligned: the TMA GEMMs' epilogue stores pairs of floats.
     pub(crate) y_aligned: bool,
+    /// The output starts 16-byte aligned: a TMA descriptor's global address (the TMA-store entries' y).
+    pub(crate) y_aligned16: bool,
 }
 
 /// The GEMV takes M up to here (with the L2 rule below). Past M = 32 the MMA form's passes and the
@@ -616,20 +722,44 @@ fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, scratch: &mut u64)
     }
 }
 
-/// The TMA GEMM's launch in `tile` with `splits` (kept by K's blocks, the caller checked), and its tickets.
+/// The TMA GEMM's launch in `tile` with `splits` (kept by K's blocks, the caller checked) by `entry` (the
+/// direct one unless the tile is wide and unsplit: the caller checked), its tickets and its descriptors.
+#[allow(clippy::too_many_arguments)]
 fn gemm_step(
     shape: Shape,
     tile: GemmTile,
     splits: u32,
+    entry: WideEntry,
     sms: u64,
     budget: u64,
     out: Arg,
     scratch: &mut u64,
-) -> (Step, u64) {
+) -> (Step, u64, TmaPlan) {
     let (m, n) = (u64::from(shape.m), u64::from(shape.n));
     let s = abi::GemmSplit::new(shape.m, shape.n, shape.k, tile.n(), splits);
-    let tma_args = [Arg::Tma(0), Arg::Tma(128), out];
     let dims = [Arg::Word(shape.m), Arg::Word(shape.n), Arg::Word(shape.k)];
+    if entry != WideEntry::Direct {
+        // The TMA-store entries: `(tmap_a, tmap_b, tmap_y, y, M, N, K)`. For N % 4 != 0 they store
+        // directly into y and never read tmap_y, so no descriptor is written and 0 is passed.
+        let y_map = shape.n.is_multiple_of(4);
+        let tmap_y = if y_map { Arg::Tma(2 * TMA_DESC_BYTES as u64) } else { Arg::Wide(0) };
+        let args = [vec![Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out], dims.to_vec()].concat();
+        let tiles = u64::from(s.tiles);
+        let (kern, grid, smem, b_rows) = if entry == WideEntry::Cluster {
+            let c = u64::from(abi::GEMM_MC_CLUSTER);
+            // Whole clusters: a pair per cluster, as many as there are pairs of tile rows, as fit on the
+            // SMs and as the budget holds (the caller checked it holds one).
+            let pairs = ceil(m, u64::from(abi::GEMM_TILE_M) * c) * ceil(n, u64::from(abi::GEMM_TILE_N));
+            let clusters = pairs.min((sms / c).max(1)).min(budget / c);
+            (Kern::GemmMc, c * clusters, abi::GEMM_MC_SMEM_BYTES, abi::GEMM_MC_B_BOX_ROWS)
+        } else {
+            (Kern::GemmTs, tiles.min(sms).min(budget), abi::GEMM_TS_SMEM_BYTES, abi::GEMM_TILE_N)
+        };
+        let step =
+            Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
+        return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out) });
+    }
+    let tma_args = [Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), out];
     let work = if s.splits > 1 {
         let at = Arg::Scratch(*scratch * 4);
         *scratch += u64::from(s.splits) * m * n;
@@ -658,18 +788,51 @@ fn gemm_step(
         dynamic_shared: smem,
         args,
     };
-    (step, if s.splits > 1 { u64::from(s.tiles) } else { 0 })
+    let tickets = if s.splits > 1 { u64::from(s.tiles) } else { 0 };
+    (step, tickets, TmaPlan { b_rows: tile.n(), y: None })
 }
 
 /// The path the planner takes for a dense product (before the SIMT fallback).
 enum Choice {
     Gemv(u64),
-    Gemm(GemmTile, u32),
+    /// The TMA GEMM: its tile, K splits and entry (not [`WideEntry::Direct`] only for a wide unsplit tile).
+    Gemm(GemmTile, u32, WideEntry),
     Simt,
+}
+
+/// Why `entry` cannot run an unsplit wide product of `shape` (the TMA GEMM's own requirements checked).
+fn entry_refusal(entry: WideEntry, shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
+    let budget = clamp_budget(opts.budget);
+    if entry == WideEntry::Cluster && budget < u64::from(abi::GEMM_MC_CLUSTER) {
+        return Some(ForcedRefusal::ClusterPastBudget { cluster: abi::GEMM_MC_CLUSTER, budget: word(budget) });
+    }
+    // y's descriptor holds a global address of whole 16-byte units; a bf16 output's f32 product is the
+    // workspace's, which is.
+    let y_map = shape.n.is_multiple_of(4);
+    if entry != WideEntry::Direct && y_map && !(opts.y_aligned16 || opts.out_bf16) {
+        return Some(ForcedRefusal::Unaligned);
+    }
+    None
+}
+
+/// The entry the planner runs an unsplit wide tile with: `wanted` where it can run, else the TMA-store
+/// entry (for a cluster past the budget), else the direct one.
+fn wide_entry(wanted: WideEntry, shape: Shape, opts: DenseOpts) -> WideEntry {
+    let tries: &[WideEntry] = match wanted {
+        WideEntry::Cluster => &[WideEntry::Cluster, WideEntry::TmaStore],
+        WideEntry::TmaStore => &[WideEntry::TmaStore],
+        WideEntry::Direct => &[],
+    };
+    tries.iter().copied().find(|&e| entry_refusal(e, shape, opts).is_none()).unwrap_or(WideEntry::Direct)
 }
 
 /// The plan of a dense product (`shape` checked: no side is 0).
 pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
+    dense_with(elem, shape, opts, WIDE_ENTRY)
+}
+
+/// [`dense`] with `wide` as the entry of unsplit wide tiles (the tests try each).
+fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Plan {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
     // A bf16 output's f32 product is the workspace's (aligned); only a direct f32 output can be unaligned.
@@ -685,7 +848,9 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
         Choice::Gemv(gemv_auto_split(shape, sms, budget))
     } else if gemm_ok {
         let c = GemmCost::best(shape, opts.sms, opts.budget, None);
-        Choice::Gemm(c.tile, c.splits)
+        let entry =
+            if (c.tile, c.splits) == (GemmTile::Wide, 1) { wide_entry(wide, shape, opts) } else { WideEntry::Direct };
+        Choice::Gemm(c.tile, c.splits, entry)
     } else {
         Choice::Simt
     };
@@ -722,11 +887,8 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             Choice::Gemv(split)
         }
         ForcedPlan::Gemm { tile, splits } => {
-            if !k.is_multiple_of(8) {
-                return refuse(ForcedRefusal::KNotMultiple { of: 8 });
-            }
-            if !opts.aligned || !(opts.y_aligned || opts.out_bf16) {
-                return refuse(ForcedRefusal::Unaligned);
+            if let Some(why) = gemm_refusal(k, opts) {
+                return refuse(why);
             }
             let splits = match splits {
                 None => GemmCost::best(shape, opts.sms, opts.budget, Some(tile)).splits,
@@ -737,10 +899,29 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             if kept != splits {
                 return refuse(ForcedRefusal::SplitNotKept { asked: splits, kept });
             }
-            Choice::Gemm(tile, splits)
+            Choice::Gemm(tile, splits, WideEntry::Direct)
+        }
+        ForcedPlan::GemmTmaStore { cluster } => {
+            let entry = if cluster { WideEntry::Cluster } else { WideEntry::TmaStore };
+            if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, shape, opts)) {
+                return refuse(why);
+            }
+            Choice::Gemm(GemmTile::Wide, 1, entry)
         }
     };
     Ok(build(elem, shape, opts, choice))
+}
+
+/// Why no TMA GEMM can run a product of this K and these operands: TMA strides whole 16-byte units of K,
+/// x's and W's descriptors need 16-byte aligned addresses, the epilogues store f32 pairs.
+fn gemm_refusal(k: u64, opts: DenseOpts) -> Option<ForcedRefusal> {
+    if !k.is_multiple_of(8) {
+        Some(ForcedRefusal::KNotMultiple { of: 8 })
+    } else if !opts.aligned || !(opts.y_aligned || opts.out_bf16) {
+        Some(ForcedRefusal::Unaligned)
+    } else {
+        None
+    }
 }
 
 /// The launches of `choice` (checked to run `shape`), then the bf16 output's conversion.
@@ -752,17 +933,17 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
     let mut scratch = if out_bf16 { round_up(m * n, 64) } else { 0 };
     let mut steps = Vec::new();
-    let (path, tickets, tma, split, tile_n);
+    let (path, tickets, tma, split);
     match choice {
         Choice::Gemv(s) => {
             steps.push(gemv_step(shape, s, budget, out(0), &mut scratch));
             let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
-            (path, tickets, tma, split, tile_n) = (Path::Gemv, blocks, false, word(s), abi::GEMM_TILE_N);
+            (path, tickets, tma, split) = (Path::Gemv, blocks, None, word(s));
         }
-        Choice::Gemm(tile, s) => {
-            let (step, t) = gemm_step(shape, tile, s, sms, budget, out(0), &mut scratch);
+        Choice::Gemm(tile, s, entry) => {
+            let (step, t, maps) = gemm_step(shape, tile, s, entry, sms, budget, out(0), &mut scratch);
             steps.push(step);
-            (path, tickets, tma, split, tile_n) = (Path::Gemm, t, true, s, tile.n());
+            (path, tickets, tma, split) = (Path::Gemm, t, Some(maps), s);
         }
         Choice::Simt => {
             let (kern, p) = match elem {
@@ -808,7 +989,7 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
                     }
                 }
             }
-            (path, tickets, tma, split, tile_n) = (p, 0, false, 1, abi::GEMM_TILE_N);
+            (path, tickets, tma, split) = (p, 0, None, 1);
         }
     }
     if out_bf16 {
@@ -821,7 +1002,7 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
             args: vec![Arg::Scratch(0), Arg::Y(0), Arg::Wide(count)],
         });
     }
-    Plan { path, steps, scratch, tickets, tma, tile_n, split }
+    Plan { path, steps, scratch, tickets, tma, split }
 }
 
 /// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0): the route kernel, then ONE
@@ -898,15 +1079,7 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan
         },
     ];
     let scratch = if split > 1 { split * choices * n } else { 0 };
-    Ok(Plan {
-        path: Path::Grouped,
-        steps,
-        scratch,
-        tickets: entries * blocks,
-        tma: false,
-        tile_n: abi::GEMM_TILE_N,
-        split: word(split),
-    })
+    Ok(Plan { path: Path::Grouped, steps, scratch, tickets: entries * blocks, tma: None, split: word(split) })
 }
 
 /// The shortest K slice the row-streaming form takes (`gemv_bf16_group`'s `k1 - k0 >= 1024`).
@@ -919,7 +1092,7 @@ mod tests {
     const SMS: u32 = 132;
 
     fn opts(budget: u32, out_bf16: bool) -> DenseOpts {
-        DenseOpts { sms: SMS, budget, out_bf16, aligned: true, y_aligned: true }
+        DenseOpts { sms: SMS, budget, out_bf16, aligned: true, y_aligned: true, y_aligned16: true }
     }
 
     fn dense(elem: Elem, shape: Shape, sms: u32, budget: u32, out_bf16: bool) -> Plan {
@@ -1117,7 +1290,7 @@ mod tests {
         // The GEMM, wide with 4 splits (the split-K entry), narrow with the planner's split, at M = 16.
         let wide4 = ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(4) };
         let p = f(Shape::new(512, 2048, 4096), wide4, o).unwrap();
-        assert_eq!((p.steps[0].kern, p.split, p.tile_n, p.tickets), (Kern::GemmSplitK, 4, 256, 32));
+        assert_eq!((p.steps[0].kern, p.split, p.tma.unwrap().b_rows, p.tickets), (Kern::GemmSplitK, 4, 256, 32));
         let narrow = ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: None };
         let p = f(Shape::new(16, 5120, 2048), narrow, o).unwrap();
         assert_eq!((p.path, p.steps[0].kern, p.split, p.steps[0].grid), (Path::Gemm, Kern::GemmN128, 1, [40, 1, 1]));
@@ -1137,6 +1310,112 @@ mod tests {
     }
 
     #[test]
+    fn the_tma_store_and_cluster_entries_take_ys_descriptor_whole_clusters_and_say_why_not() {
+        let f = |shape: Shape, cluster, o: DenseOpts| {
+            dense_forced(Elem::Bf16, shape, o, ForcedPlan::GemmTmaStore { cluster })
+        };
+        let o = opts(MAX_CTAS, false);
+        let why = |r: Result<Plan, PlanError>| match r {
+            Err(PlanError::Forced { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        // 512 x 2048: 4 x 8 = 32 tiles, one CTA each; y's descriptor third in the area, at the output.
+        let shape = Shape::new(512, 2048, 4096);
+        let p = f(shape, false, o).unwrap();
+        let s = &p.steps[0];
+        assert_eq!(
+            (p.path, s.kern, s.grid, s.dynamic_shared),
+            (Path::Gemm, Kern::GemmTs, [32, 1, 1], abi::GEMM_TS_SMEM_BYTES)
+        );
+        assert_eq!(s.args[..4], [Arg::Tma(0), Arg::Tma(128), Arg::Tma(256), Arg::Y(0)]);
+        assert_eq!(s.args[4..], [Arg::Word(512), Arg::Word(2048), Arg::Word(4096)]);
+        assert_eq!(
+            (p.tma, p.split, p.tickets, p.scratch),
+            (Some(TmaPlan { b_rows: 256, y: Some(Arg::Y(0)) }), 1, 0, 0)
+        );
+        // The cluster entry: 2 pairs of tile rows by 8 columns, two CTAs each; half the W rows per box.
+        let p = f(shape, true, o).unwrap();
+        let s = &p.steps[0];
+        assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmMc, [32, 1, 1], abi::GEMM_MC_SMEM_BYTES));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_B_BOX_ROWS, y: Some(Arg::Y(0)) }));
+        // 4096 x 5120: 320 pairs, 66 clusters fill the 132 SMs; a budget of 7 holds 3 clusters, of 1 none.
+        let big = Shape::new(4096, 5120, 2048);
+        assert_eq!(f(big, true, o).unwrap().steps[0].grid, [132, 1, 1]);
+        assert_eq!(f(big, false, o).unwrap().steps[0].grid, [132, 1, 1]);
+        assert_eq!(f(big, true, opts(7, false)).unwrap().steps[0].grid, [6, 1, 1]);
+        assert_eq!(f(big, false, opts(7, false)).unwrap().steps[0].grid, [7, 1, 1]);
+        assert_eq!(why(f(big, true, opts(1, false))), ForcedRefusal::ClusterPastBudget { cluster: 2, budget: 1 });
+        // An odd count of tile rows: the last pair's second tile lies past M (one pair for 1..=256 rows).
+        assert_eq!(f(Shape::new(129, 300, 64), true, o).unwrap().steps[0].grid, [4, 1, 1]);
+        assert_eq!(f(Shape::new(1, 1, 8), true, o).unwrap().steps[0].grid, [2, 1, 1]);
+        // N % 4 != 0: no descriptor of y exists; the entries store directly and are passed 0 for it.
+        for cluster in [false, true] {
+            let p = f(Shape::new(300, 1002, 64), cluster, o).unwrap();
+            assert_eq!((p.steps[0].args[2], p.tma.unwrap().y), (Arg::Wide(0), None));
+        }
+        // y's descriptor needs a 16-byte address, the direct stores 8: N % 4 == 0 refuses an 8-aligned y.
+        let y8 = DenseOpts { y_aligned16: false, ..o };
+        assert_eq!(why(f(shape, false, y8)), ForcedRefusal::Unaligned);
+        assert_eq!(why(f(shape, true, y8)), ForcedRefusal::Unaligned);
+        assert!(f(Shape::new(300, 1002, 64), false, y8).is_ok(), "N % 4 != 0 stores directly");
+        assert_eq!(
+            why(f(shape, false, DenseOpts { y_aligned: false, y_aligned16: false, ..o })),
+            ForcedRefusal::Unaligned
+        );
+        assert_eq!(why(f(Shape::new(4, 64, 44), true, o)), ForcedRefusal::KNotMultiple { of: 8 });
+        assert_eq!(
+            why(dense_forced(Elem::F32, shape, o, ForcedPlan::GemmTmaStore { cluster: true })),
+            ForcedRefusal::NotBf16
+        );
+        // A bf16 output: y's descriptor at the workspace's f32 product, then the conversion.
+        let p = f(shape, true, DenseOpts { y_aligned16: false, ..opts(MAX_CTAS, true) }).unwrap();
+        assert_eq!(p.steps.iter().map(|s| s.kern).collect::<Vec<_>>(), [Kern::GemmMc, Kern::Convert]);
+        assert_eq!((p.steps[0].args[3], p.tma.unwrap().y), (Arg::Scratch(0), Some(Arg::Scratch(0))));
+        assert_eq!(p.scratch, 512 * 2048);
+        let tags = [
+            ForcedPlan::Gemv { split: None },
+            ForcedPlan::Gemv { split: Some(3) },
+            ForcedPlan::Gemm { tile: GemmTile::Wide, splits: None },
+            ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(1) },
+            ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(2) },
+            ForcedPlan::GemmTmaStore { cluster: false },
+            ForcedPlan::GemmTmaStore { cluster: true },
+        ]
+        .map(|p| p.tag());
+        let want = ["gemv", "gemv_split3", "wide_auto", "wide", "narrow_split2", "wide_ts", "wide_mc"];
+        assert_eq!(tags, want.map(String::from));
+    }
+
+    #[test]
+    fn one_switch_makes_the_planner_run_unsplit_wide_tiles_by_the_tma_store_or_cluster_entry() {
+        assert_eq!(WIDE_ENTRY, WideEntry::Direct, "the direct entry until the others have GPU figures");
+        let kern = |shape: Shape, o: DenseOpts, wide| super::dense_with(Elem::Bf16, shape, o, wide).steps[0].kern;
+        let o = opts(MAX_CTAS, false);
+        // 4096^3 and QKV at M = 4096 plan unsplit wide tiles; the router's narrow and the GEMV stay.
+        for shape in [Shape::new(4096, 4096, 4096), Shape::new(4096, 5120, 2048)] {
+            assert_eq!(kern(shape, o, WideEntry::Direct), Kern::Gemm);
+            assert_eq!(kern(shape, o, WideEntry::TmaStore), Kern::GemmTs);
+            assert_eq!(kern(shape, o, WideEntry::Cluster), Kern::GemmMc);
+            // The cluster past the budget takes the TMA-store entry; an 8-aligned y the direct one.
+            assert_eq!(kern(shape, opts(1, false), WideEntry::Cluster), Kern::GemmTs);
+            assert_eq!(kern(shape, DenseOpts { y_aligned16: false, ..o }, WideEntry::Cluster), Kern::Gemm);
+            assert_eq!(kern(shape, DenseOpts { y_aligned16: false, ..o }, WideEntry::TmaStore), Kern::Gemm);
+        }
+        for wide in [WideEntry::TmaStore, WideEntry::Cluster] {
+            assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmN128);
+            assert_eq!(kern(Shape::new(1, 2048, 4096), o, wide), Kern::Gemv(0));
+            assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmN128);
+        }
+        // Whatever the switch, every plan keeps to the budget.
+        for budget in [1, 2, 3, 131, MAX_CTAS] {
+            for wide in [WideEntry::Direct, WideEntry::TmaStore, WideEntry::Cluster] {
+                let p = super::dense_with(Elem::Bf16, Shape::new(4096, 4096, 4096), opts(budget, false), wide);
+                assert!(p.max_ctas() <= u64::from(budget), "{wide:?} budget {budget}: {:?}", p.steps);
+            }
+        }
+    }
+
+    #[test]
     fn every_launch_fits_the_budget() {
         let shapes = [(1, 1, 1), (7, 7, 7), (33, 1000, 33), (4095, 4095, 4095), (2, 151_936, 2048), (300, 1000, 30)];
         for budget in [1, 2, 3, 7, 64, 131, 1000, MAX_CTAS, 5000] {
@@ -1152,6 +1431,8 @@ mod tests {
                     ForcedPlan::Gemv { split: None },
                     ForcedPlan::Gemm { tile: GemmTile::Wide, splits: None },
                     ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) },
+                    ForcedPlan::GemmTmaStore { cluster: false },
+                    ForcedPlan::GemmTmaStore { cluster: true },
                 ] {
                     if let Ok(plan) = dense_forced(Elem::Bf16, Shape::new(m, n, k), opts(budget, false), forced) {
                         assert!(within(&plan), "{forced} {m}x{n}x{k} budget {budget}: {:?}", plan.steps);
