@@ -54,6 +54,12 @@ struct Variant {
 };
 
 template <class C>
+__global__ void __maxnreg__(248)
+    kprobe(const float* x, const float* w, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  sgemm_tn_kmajor<C>(x, w, y, M, N, K);
+}
+
+template <class C>
 static Variant of(const char* name, Fn fn) {
   const uint32_t dyn = C::DYNAMIC_SMEM ? C::SMEM_BYTES : 0;
   if (dyn) CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
@@ -67,6 +73,13 @@ using Probe8x8K16 = omega_sgemm::Cfg<128, 128, 16, 8, 8, 4, 2, false, 2>;
 using Probe8x8K16Zigzag = omega_sgemm::Cfg<128, 128, 16, 8, 8, 4, 2, false, 2, false, false, 2>;
 using Probe8x16K8Cols = omega_sgemm::Cfg<128, 128, 8, 8, 16, 4, 2, false, 2, true, false, 1>;
 using Probe8x16K8Wr8Zigzag = omega_sgemm::Cfg<128, 128, 8, 8, 16, 8, 2, false, 2, true, false, 2>;
+// The cp.async K-major form's neighbours, each one change from omega_gemm_f32_tn_v2_8x16k8_cp3 (248
+// registers here, as the entries' cap, so ptxas's choices are the entries'): the hybrid (W register-staged
+// and transposed, rows first: its W registers' bank is the column's, not the k step's), cuBLAS's 8 x 4
+// warp (2 x 2 warps of 64 x 64), the 16 columns in two halves of 8 (fewer live fragment registers).
+using ProbeCpHybrid = omega_sgemm::KCfg<128, 128, 8, 8, 16, 4, 3, false, 0>;
+using ProbeCpWr8 = omega_sgemm::KCfg<128, 128, 8, 8, 16, 8, 3, true, 2>;
+using ProbeCpSplit = omega_sgemm::KCfg<128, 128, 8, 8, 16, 4, 3, true, 2, 2>;
 
 static std::vector<Variant> variants() {
   return {
@@ -77,6 +90,12 @@ static std::vector<Variant> variants() {
       of<Probe8x8K16Zigzag>("probe_8x8k16_zigzag", probe<Probe8x8K16Zigzag>),
       of<Probe8x16K8Cols>("probe_8x16k8_cols", probe<Probe8x16K8Cols>),
       of<Probe8x16K8Wr8Zigzag>("probe_8x16k8_wr8_zigzag", probe<Probe8x16K8Wr8Zigzag>),
+      of<SgemmK8x16K8S3>("v2_8x16k8_cp3", omega_gemm_f32_tn_v2_8x16k8_cp3),
+      of<SgemmK8x16K8S4>("v2_8x16k8_cp4", omega_gemm_f32_tn_v2_8x16k8_cp4),
+      of<SgemmK8x16K16S3>("v2_8x16k16_cp3", omega_gemm_f32_tn_v2_8x16k16_cp3),
+      of<ProbeCpHybrid>("probe_cp3_hybrid", kprobe<ProbeCpHybrid>),
+      of<ProbeCpWr8>("probe_cp3_wr8", kprobe<ProbeCpWr8>),
+      of<ProbeCpSplit>("probe_cp3_split", kprobe<ProbeCpSplit>),
   };
 }
 

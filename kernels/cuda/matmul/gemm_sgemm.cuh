@@ -474,6 +474,360 @@ __device__ __forceinline__ void sgemm_tn(const float* __restrict__ x, const floa
   }
 }
 
+// ----- the cp.async K-major form (issue 12, after the 2026-12-02 record) -----------------------------------
+//
+// Both operands are K-major in global memory, so a 16-byte cp.async.cg copies four consecutive k of one row
+// verbatim: the stages keep that layout ([row][BK], no staging registers, no transposing store), STAGES - 1
+// slices in flight. A thread reads a row's four k with one LDS.128, so its fragments come a chunk of four k
+// at a time: TM x-rows and TN w-rows (or TN / 2, W_SPLIT) of four k, 4 x TM x TN FMAs. The same 24
+// LDS.128 per 512 FMAs as the transposed layout reads one k at a time, without the 16 STS and their
+// address arithmetic per slice. A thread owns rows (and columns) WR (WC) apart, so a warp's WR (WC) reads
+// of one LDS are consecutive rows.
+//
+// Against bank conflicts the 16-byte chunk c of row r sits at chunk c ^ s(r), s(r) = (r / G) % P, G = 32 /
+// BK rows spanning the 32 banks and P = BK / 4 chunks a row: any 8 consecutive rows starting at a multiple
+// of 8 read their chunk c from 8 distinct 4-bank groups (one wavefront for 8 distinct 16-byte words), and
+// the copies of 8 consecutive threads (consecutive chunks of consecutive rows) write 8 distinct groups.
+//
+// W_KMAJOR false is the hybrid: x as above, W through registers and stored transposed ([k][column], rows
+// of BN + 4) as the register-staged form does, read one k at a time in float4s of four columns. Why: in
+// the K-major form both operands of an FMA at k step kk come from registers of parity kk % 2 (LDS.128
+// fills an aligned quad), so whichever is not in the reuse cache shares its bank with every accumulator of
+// that parity: about half the FMAs have two register-file reads of one bank, against 36% in the zigzag
+// order today. Transposed, W's register of column j has parity j % 2 whatever k, which the allocation can
+// keep away from the accumulators of column j, and the x operand sits in the reuse cache across a row.
+// W's global loads are issued two slices before their store is read (a slice of FMAs to land) and stored at
+// the top of the next slice.
+namespace omega_sgemm {
+
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int WR_, int STAGES_, bool W_KMAJOR_, int ORDER_,
+          int W_SPLIT_ = 1>
+struct KCfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
+  static constexpr int WR = WR_, WC = 32 / WR_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr bool W_KMAJOR = W_KMAJOR_;
+  static constexpr int ORDER = ORDER_;
+  static constexpr int W_SPLIT = W_SPLIT_;
+  static constexpr int MIN_CTAS = 2;
+  static constexpr int THREADS = (BM / TM) * (BN / TN);
+  static constexpr int P = BK / 4;   // 16-byte chunks a row of a stage
+  static constexpr int G = 32 / BK;  // rows that span the 32 banks
+  static constexpr int WARPS_N = (BN / TN) / WC;
+  static constexpr int LDW_T = BN + 4;  // the transposed W's row
+  static constexpr int XS = BM * BK;
+  static constexpr int WS = W_KMAJOR ? BN * BK : BK * LDW_T;
+  static constexpr int SMEM_BYTES = STAGES * (XS + WS) * 4;
+  static constexpr bool DYNAMIC_SMEM = false;
+  static_assert(SMEM_BYTES <= 48 * 1024, "static shared memory");
+  static_assert(BK == 8 || BK == 16, "two or four chunks a row; G rows of a stage span the banks");
+  static_assert(WR % G == 0 && (!W_KMAJOR || WC % G == 0), "a thread's swizzle is one xor for all its rows");
+  static_assert((BM / TM) % WR == 0 && (BN / TN) % WC == 0 && THREADS == 128, "four whole warps");
+  static_assert(STAGES >= 2 && TN % (4 * W_SPLIT) == 0 && TM % 4 == 0, "whole float4s");
+  static_assert(THREADS % P == 0 && (BM * P) % THREADS == 0 && (BN * P) % THREADS == 0, "whole chunks a thread");
+  static_assert(W_KMAJOR || (BN * BK) % (4 * THREADS) == 0, "whole float4s of W a thread");
+};
+
+// One 16-byte chunk, or zeros where `ok` is false; .cg: the chunks are read once per CTA, so past L1.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const float* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4s(uint32_t dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ float4 lds128(const float* stage, uint32_t at) {
+  return *reinterpret_cast<const float4*>(stage + at);
+}
+
+// One K-major operand's copies as thread t issues them: chunk c = t % P of rows t / P + (THREADS / P) * n.
+// The rows a thread copies differ by a multiple of G * P = 8, so one swizzle serves all of them.
+template <class C, int ROWS>
+struct KOperand {
+  static constexpr int N = ROWS * C::P / C::THREADS;  // chunks a thread copies per slice
+  static constexpr int STEP = C::THREADS / C::P;      // rows between them
+  static_assert(STEP % (C::G * C::P) == 0, "one swizzle a thread");
+  const float* base;  // the operand: what a zero-filling copy names (it reads nothing), a valid address
+  const float* src;   // row t / P's chunk c at k = 0
+  uint32_t dst;      // its place in stage 0 (bytes)
+  uint32_t live;     // bit n: row n is inside the operand
+
+  __device__ __forceinline__ KOperand(const float* b, uint32_t rows, uint32_t K, uint32_t row0, uint32_t smem) {
+    const uint32_t r = threadIdx.x / C::P, c = threadIdx.x % C::P;
+    const uint32_t s = (r / C::G) % C::P;
+    base = b;
+    src = b + (size_t)(row0 + r) * K + 4 * c;
+    dst = smem + 4 * (r * C::BK + 4 * (c ^ s));
+    live = 0;
+#pragma unroll
+    for (int n = 0; n < N; ++n) live |= (row0 + r + STEP * n < rows ? 1u : 0u) << n;
+  }
+  // Slice k0's chunks into the stage at byte offset `stage`. VEC: K % 4 == 0 and the base 16-byte
+  // aligned, so a chunk is wholly in or out of range; otherwise each element is its own 4-byte copy.
+  template <bool VEC>
+  __device__ __forceinline__ void issue(uint32_t K, uint32_t k0, uint32_t stage) const {
+    const uint32_t k = k0 + 4 * (threadIdx.x % C::P);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const float* p = src + (size_t)STEP * n * K + k0;
+      const uint32_t d = dst + stage + 4 * STEP * n * C::BK;
+      const bool row_ok = (live >> n) & 1;
+      if constexpr (VEC) {
+        const bool ok = row_ok && k < K;
+        cp_async16(d, ok ? p : base, ok);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool ok = row_ok && k + e < K;
+          cp_async4s(d + 4 * e, ok ? p + e : base, ok);
+        }
+      }
+    }
+  }
+};
+
+// Float offsets, from a stage's start, of a thread's rows r0 + STRIDE * i (i < COUNT) at chunk c: the
+// swizzle of row r0 + STRIDE * i is u ^ v_i, u = (r0 / G) % P the thread's and v_i = ((STRIDE / G) * i) % P
+// known at compile time (no carry: r0 % STRIDE < STRIDE), so a chunk is one of P per-thread bases plus a
+// constant.
+template <class C, int STRIDE>
+struct KRows {
+  static_assert((STRIDE / C::G) % (C::P / 2) == 0, "adding (STRIDE / G) * i to the swizzle is an xor");
+  uint32_t row, u;
+  __device__ __forceinline__ explicit KRows(uint32_t r0) : row(r0 * C::BK), u((r0 / C::G) % C::P) {}
+  // With i and c constants, 4 * (v ^ u) is one of P loop invariants.
+  __device__ __forceinline__ uint32_t at(int i, int c) const {
+    const uint32_t v = c ^ (((STRIDE / C::G) * i) % C::P);
+    return row + 4 * (v ^ u) + STRIDE * i * C::BK;
+  }
+};
+
+// f(Parity<0>{}) .. f(Parity<N - 1>{}): a loop nvvm leaves rolled despite `#pragma unroll` (it kept the
+// chunk loop of a slice as a loop), unrolled so the next chunk's reads can be scheduled among this one's
+// FMAs.
+template <int N, int I = 0, class F>
+__device__ __forceinline__ void unrolled(F&& f) {
+  if constexpr (I < N) {
+    f(Parity<I>{});
+    unrolled<N, I + 1>(f);
+  }
+}
+
+// acc[i][J0 + j] += a[i][kk] * b[j][kk] for the TM x NB block, in C::ORDER (0: rows first; 2: zigzag).
+template <class C, int NB, int J0>
+__device__ __forceinline__ void outer4(const float4 (&a)[C::TM], const float4 (&b)[NB], int kk,
+                                       float (&acc)[C::TM][C::TN]) {
+  auto lane = [](const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; };
+#pragma unroll
+  for (int i = 0; i < C::TM; ++i)
+#pragma unroll
+    for (int jj = 0; jj < NB; ++jj) {
+      const int j = C::ORDER == 2 && i % 2 == 1 ? NB - 1 - jj : jj;
+      acc[i][J0 + j] = fmaf(lane(a[i], kk), lane(b[j], kk), acc[i][J0 + j]);
+    }
+}
+
+// acc[i][j] += a[i][kk] * b[j] (the hybrid: b one k of TN columns).
+template <class C>
+__device__ __forceinline__ void outer_t(const float4 (&a)[C::TM], const float (&b)[C::TN], int kk,
+                                        float (&acc)[C::TM][C::TN]) {
+  auto lane = [](const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; };
+#pragma unroll
+  for (int i = 0; i < C::TM; ++i)
+#pragma unroll
+    for (int jj = 0; jj < C::TN; ++jj) {
+      const int j = C::ORDER == 2 && i % 2 == 1 ? C::TN - 1 - jj : jj;
+      acc[i][j] = fmaf(lane(a[i], kk), b[j], acc[i][j]);
+    }
+}
+
+template <class C, int J0, int NB>
+__device__ __forceinline__ void chunk_w(const float* ws, const KRows<C, C::WC>& wr, int c, const float4 (&a)[C::TM],
+                                        float (&acc)[C::TM][C::TN]) {
+  float4 b[NB];
+#pragma unroll
+  for (int j = 0; j < NB; ++j) b[j] = lds128(ws, wr.at(J0 + j, c));
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) outer4<C, NB, J0>(a, b, kk, acc);
+}
+
+template <class C, bool VEC>
+__device__ __forceinline__ void mainloop_kmajor(const float* __restrict__ x, const float* __restrict__ w, uint32_t M,
+                                                uint32_t N, uint32_t K, uint32_t m0, uint32_t n0, float* smem,
+                                                float (&acc)[C::TM][C::TN]) {
+  const uint32_t xs0 = smem_addr(smem), ws0 = xs0 + C::STAGES * C::XS * 4;
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
+  const KRows<C, C::WR> xr(wm * (C::WR * C::TM) + lane / C::WC);
+  const KOperand<C, C::BM> xo(x, M, K, m0, xs0);
+  const uint32_t slices = (K + C::BK - 1) / C::BK;
+
+  if constexpr (C::W_KMAJOR) {
+    const KRows<C, C::WC> wr(wn * (C::WC * C::TN) + lane % C::WC);
+    const KOperand<C, C::BN> wo(w, N, K, n0, ws0);
+    auto issue = [&](uint32_t s) {
+      if (s < slices) {
+        const uint32_t st = s % C::STAGES;
+        xo.template issue<VEC>(K, s * C::BK, st * C::XS * 4);
+        wo.template issue<VEC>(K, s * C::BK, st * C::WS * 4);
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int p = 0; p < C::STAGES - 1; ++p) issue(p);
+    for (uint32_t s = 0; s < slices; ++s) {
+      cp_async_wait<C::STAGES - 2>();
+      __syncthreads();
+      issue(s + C::STAGES - 1);
+      const uint32_t st = s % C::STAGES;
+      const float* xs = smem + st * C::XS;
+      const float* ws = smem + C::STAGES * C::XS + st * C::WS;
+      unrolled<C::P>([&](auto chunk) {
+        constexpr int c = decltype(chunk)::value;
+        float4 a[C::TM];
+#pragma unroll
+        for (int i = 0; i < C::TM; ++i) a[i] = lds128(xs, xr.at(i, c));
+        constexpr int NB = C::TN / C::W_SPLIT;
+        chunk_w<C, 0, NB>(ws, wr, c, a, acc);
+        if constexpr (C::W_SPLIT == 2) chunk_w<C, NB, NB>(ws, wr, c, a, acc);
+      });
+    }
+  } else {
+    // W register-staged, transposed: vector f = t + THREADS * n is row f / P, chunk f % P.
+    constexpr int WV = C::BN * C::BK / (4 * C::THREADS);
+    const uint32_t tn = wn * C::WC + lane % C::WC;
+    const uint32_t wc = threadIdx.x % C::P, wrow = threadIdx.x / C::P;
+    constexpr uint32_t WSTEP = C::THREADS / C::P;
+    float4 wv[WV];
+    auto load = [&](uint32_t k0) {
+      const uint32_t k = k0 + 4 * wc;
+#pragma unroll
+      for (int n = 0; n < WV; ++n) {
+        const uint32_t r = n0 + wrow + WSTEP * n;
+        if constexpr (VEC) {
+          wv[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (r < N && k < K) wv[n] = __ldg(reinterpret_cast<const float4*>(w + (size_t)r * K + k));
+        } else {
+          const float* p = w + (size_t)r * K + k;
+          wv[n].x = r < N && k < K ? __ldg(p) : 0.f;
+          wv[n].y = r < N && k + 1 < K ? __ldg(p + 1) : 0.f;
+          wv[n].z = r < N && k + 2 < K ? __ldg(p + 2) : 0.f;
+          wv[n].w = r < N && k + 3 < K ? __ldg(p + 3) : 0.f;
+        }
+      }
+    };
+    float* wsp = smem + C::STAGES * C::XS;
+    auto store = [&](uint32_t st) {
+      float* d = wsp + st * C::WS + 4 * wc * C::LDW_T + wrow;
+#pragma unroll
+      for (int n = 0; n < WV; ++n) {
+        d[WSTEP * n] = wv[n].x;
+        d[WSTEP * n + C::LDW_T] = wv[n].y;
+        d[WSTEP * n + 2 * C::LDW_T] = wv[n].z;
+        d[WSTEP * n + 3 * C::LDW_T] = wv[n].w;
+      }
+    };
+    auto issue = [&](uint32_t s) {
+      if (s < slices) xo.template issue<VEC>(K, s * C::BK, (s % C::STAGES) * C::XS * 4);
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int p = 0; p < C::STAGES - 1; ++p) issue(p);
+    load(0);
+    store(0);
+    if (slices > 1) load(C::BK);
+    constexpr int QN = C::TN / 4;
+    for (uint32_t s = 0; s < slices; ++s) {
+      cp_async_wait<C::STAGES - 2>();
+      __syncthreads();
+      issue(s + C::STAGES - 1);
+      // Slice s + 1's stage was last read at slice s + 1 - STAGES <= s - 1, before the barrier.
+      if (s + 1 < slices) {
+        store((s + 1) % C::STAGES);
+        if (s + 2 < slices) load((s + 2) * C::BK);
+      }
+      const uint32_t st = s % C::STAGES;
+      const float* xs = smem + st * C::XS;
+      const float* wsl = wsp + st * C::WS + tn * 4;
+      unrolled<C::P>([&](auto chunk) {
+        constexpr int c = decltype(chunk)::value;
+        float4 a[C::TM];
+#pragma unroll
+        for (int i = 0; i < C::TM; ++i) a[i] = lds128(xs, xr.at(i, c));
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          float b[C::TN];
+#pragma unroll
+          for (int q = 0; q < QN; ++q) {
+            const float4 v = *reinterpret_cast<const float4*>(wsl + (4 * c + kk) * C::LDW_T + q * (C::BN / QN));
+            b[4 * q] = v.x;
+            b[4 * q + 1] = v.y;
+            b[4 * q + 2] = v.z;
+            b[4 * q + 3] = v.w;
+          }
+          outer_t<C>(a, b, kk, acc);
+        }
+      });
+    }
+  }
+}
+
+}  // namespace omega_sgemm
+
+// grid (ceil(N / BN), ceil(M / BM)), block C::THREADS. Thread rows: wm * WR * TM + lane / WC + WR * i;
+// columns: K-major W, wn * WC * TN + lane % WC + WC * j (scalar stores, each warp store whole 32-byte
+// sectors); transposed W, the register-staged form's quadrants (float4 stores).
+template <class C>
+__device__ __forceinline__ void sgemm_tn_kmajor(const float* __restrict__ x, const float* __restrict__ w,
+                                                float* __restrict__ y, uint32_t M, uint32_t N, uint32_t K) {
+  using namespace omega_sgemm;
+  __shared__ __align__(16) float smem[C::SMEM_BYTES / 4];
+  const uint32_t m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
+  float acc[C::TM][C::TN];
+#pragma unroll
+  for (int i = 0; i < C::TM; ++i)
+#pragma unroll
+    for (int j = 0; j < C::TN; ++j) acc[i][j] = 0.f;
+  const bool vec = K % 4 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
+  if (vec)
+    mainloop_kmajor<C, true>(x, w, M, N, K, m0, n0, smem, acc);
+  else
+    mainloop_kmajor<C, false>(x, w, M, N, K, m0, n0, smem, acc);
+  // Copies past the last slice were empty groups; none is outstanding into memory this CTA still owns.
+  cp_async_wait<0>();
+
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
+  const uint32_t r0 = m0 + wm * (C::WR * C::TM) + lane / C::WC;
+  const bool vec_y = N % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+#pragma unroll
+  for (int i = 0; i < C::TM; ++i) {
+    const uint32_t m = r0 + C::WR * i;
+    if (m >= M) continue;
+    float* row = y + (size_t)m * N;
+    if constexpr (C::W_KMAJOR) {
+      const uint32_t c0 = n0 + wn * (C::WC * C::TN) + lane % C::WC;
+#pragma unroll
+      for (int j = 0; j < C::TN; ++j)
+        if (c0 + C::WC * j < N) row[c0 + C::WC * j] = acc[i][j];
+    } else {
+      constexpr int QN = C::TN / 4;
+      const uint32_t tn = wn * C::WC + lane % C::WC;
+#pragma unroll
+      for (int q = 0; q < QN; ++q) {
+        const uint32_t n = n0 + q * (C::BN / QN) + tn * 4;
+        if (vec_y && n + 3 < N) {
+          *reinterpret_cast<float4*>(row + n) =
+              make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (n + j < N) row[n + j] = acc[i][4 * q + j];
+        }
+      }
+    }
+  }
+}
+
 // The candidates (issue 12), timed together by benches/cuda/sgemm_check.cu: cuBLAS's shape as its kernel
 // name and ncu give it (128 x 128 x 8 tiles, four warps of 64 x 64, 8 x 16 a thread, two CTAs an SM),
 // register-staged and software-pipelined, rows-first or zigzag FMA order, K slices of 8. No spills (ptxas -v:
@@ -494,3 +848,22 @@ using SgemmT8x16K8Zigzag = omega_sgemm::Cfg<128, 128, 8, 8, 16, 4, 2, false, 2, 
 
 OMEGA_SGEMM_ENTRY(omega_gemm_f32_tn_v2_8x16k8, SgemmT8x16K8)
 OMEGA_SGEMM_ENTRY(omega_gemm_f32_tn_v2_8x16k8_zigzag, SgemmT8x16K8Zigzag)
+
+// The cp.async K-major candidates (16-byte copies, no staging registers, zigzag order): 3 stages of K = 8
+// (cuBLAS's "stage3"), 4 stages of K = 8, 3 stages of K = 16 (48 KiB, half the barriers). ptxas -v: 227,
+// 231 and 248 registers, no spills; their loops are 91% FFMA against the zigzag form's 88%
+// (tools/sgemm_sass.py).
+using SgemmK8x16K8S3 = omega_sgemm::KCfg<128, 128, 8, 8, 16, 4, 3, true, 2>;
+using SgemmK8x16K8S4 = omega_sgemm::KCfg<128, 128, 8, 8, 16, 4, 4, true, 2>;
+using SgemmK8x16K16S3 = omega_sgemm::KCfg<128, 128, 16, 8, 16, 4, 3, true, 2>;
+
+#define OMEGA_SGEMM_KENTRY(name, C)                                                                          \
+  static_assert(C::THREADS * C::MIN_CTAS * 248 <= 65536, "the CTAs an SM at 248 registers");                 \
+  extern "C" __global__ void __maxnreg__(248)                                                                \
+      name(const float* x, const float* w, float* y, uint32_t M, uint32_t N, uint32_t K) {                  \
+    sgemm_tn_kmajor<C>(x, w, y, M, N, K);                                                                    \
+  }
+
+OMEGA_SGEMM_KENTRY(omega_gemm_f32_tn_v2_8x16k8_cp3, SgemmK8x16K8S3)
+OMEGA_SGEMM_KENTRY(omega_gemm_f32_tn_v2_8x16k8_cp4, SgemmK8x16K8S4)
+OMEGA_SGEMM_KENTRY(omega_gemm_f32_tn_v2_8x16k16_cp3, SgemmK8x16K16S3)

@@ -80,11 +80,15 @@ pub const GEMM_BF16_SIMT_TN: &str = "omega_gemm_bf16_simt_tn";
 /// The f32 GEMM candidates of issue 12 (`gemm_sgemm.cuh`), `(x, w, y, M, N, K)` as [`GEMM_F32_TN`] and
 /// the same arithmetic (one `fmaf` chain per output, k ascending), each with its launch shape: see
 /// [`SgemmVariant`]. benches/cuda/sgemm_check.cu times them beside cuBLAS.
-pub const GEMM_F32_TN_V2: [SgemmVariant; 2] = [
-    // cuBLAS's shape (8 x 16 a thread, 128 threads, K slices of 8), FMAs rows first; then zigzag, which
-    // leaves ptxas fewer register-bank conflicts.
-    SgemmVariant { name: "omega_gemm_f32_tn_v2_8x16k8", tile_m: 128, tile_n: 128, threads: 128, slice_k: 8 },
-    SgemmVariant { name: "omega_gemm_f32_tn_v2_8x16k8_zigzag", tile_m: 128, tile_n: 128, threads: 128, slice_k: 8 },
+pub const GEMM_F32_TN_V2: [SgemmVariant; 5] = [
+    // cuBLAS's shape (8 x 16 a thread, 128 threads, K slices of 8), register-staged, FMAs rows first; then
+    // zigzag, which leaves ptxas fewer register-bank conflicts.
+    SgemmVariant::staged("omega_gemm_f32_tn_v2_8x16k8", 8),
+    SgemmVariant::staged("omega_gemm_f32_tn_v2_8x16k8_zigzag", 8),
+    // The same shape with 16-byte cp.async into K-major stages: 3 and 4 stages of K = 8, 3 of K = 16.
+    SgemmVariant::kmajor("omega_gemm_f32_tn_v2_8x16k8_cp3", 8, 3),
+    SgemmVariant::kmajor("omega_gemm_f32_tn_v2_8x16k8_cp4", 8, 4),
+    SgemmVariant::kmajor("omega_gemm_f32_tn_v2_8x16k16_cp3", 16, 3),
 ];
 /// The fastest of [`GEMM_F32_TN_V2`] on the H200 so far (8192^3: 44.9 TFLOP/s against
 /// `omega_gemm_f32_tn`'s 43.5 and cuBLAS's 50.9; benches/cuda/sgemm_check.cu).
@@ -140,8 +144,7 @@ pub const SIMT_TILE: u32 = 128;
 /// The SIMT GEMMs' block.
 pub const SIMT_THREADS: u32 = 256;
 /// One f32 GEMM candidate's launch: `grid = [ceil(N / tile_n), ceil(M / tile_m), 1]`, `block =
-/// [threads, 1, 1]`, no dynamic shared memory; two double-buffered `[slice_k][tile + 4]` f32 stages of
-/// each operand in static shared memory.
+/// [threads, 1, 1]`, no dynamic shared memory; its stages in static shared memory (`shared_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SgemmVariant {
     /// The entry's symbol.
@@ -154,6 +157,8 @@ pub struct SgemmVariant {
     pub threads: u32,
     /// K per shared-memory stage (`Cfg::BK`).
     pub slice_k: u32,
+    /// Its static shared memory (`Cfg::SMEM_BYTES`).
+    pub shared_bytes: u32,
 }
 
 impl SgemmVariant {
@@ -162,9 +167,18 @@ impl SgemmVariant {
         [n.div_ceil(self.tile_n), m.div_ceil(self.tile_m), 1]
     }
 
-    /// Its static shared memory (`Cfg::SMEM_BYTES`).
-    pub const fn shared_bytes(&self) -> u32 {
-        2 * self.slice_k * (self.tile_m + 4 + self.tile_n + 4) * 4
+    /// A register-staged 128 x 128 candidate of 128 threads (`Cfg`): two double-buffered
+    /// `[slice_k][128 + 4]` stages of each operand.
+    pub const fn staged(name: &'static str, slice_k: u32) -> SgemmVariant {
+        let shared_bytes = 2 * slice_k * (128 + 4 + 128 + 4) * 4;
+        SgemmVariant { name, tile_m: 128, tile_n: 128, threads: 128, slice_k, shared_bytes }
+    }
+
+    /// A cp.async 128 x 128 candidate of 128 threads (`KCfg`, both operands K-major): `stages` stages of
+    /// `[128][slice_k]` for each operand, unpadded (the chunks are swizzled instead).
+    pub const fn kmajor(name: &'static str, slice_k: u32, stages: u32) -> SgemmVariant {
+        let shared_bytes = stages * slice_k * (128 + 128) * 4;
+        SgemmVariant { name, tile_m: 128, tile_n: 128, threads: 128, slice_k, shared_bytes }
     }
 }
 
@@ -403,6 +417,9 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     },
     sgemm_spec::<0>(),
     sgemm_spec::<1>(),
+    sgemm_spec::<2>(),
+    sgemm_spec::<3>(),
+    sgemm_spec::<4>(),
     HostSpec {
         name: CONVERT_F32_BF16,
         param_sizes: &[8, 8, 8],
@@ -423,7 +440,7 @@ const fn sgemm_spec<const I: usize>() -> HostSpec {
     HostSpec {
         name: GEMM_F32_TN_V2[I].name,
         param_sizes: &[8, 8, 8, 4, 4, 4],
-        static_shared_bytes: GEMM_F32_TN_V2[I].shared_bytes(),
+        static_shared_bytes: GEMM_F32_TN_V2[I].shared_bytes,
         local_bytes_per_thread: 0,
         run: gemm_f32_tn_v2::<I>,
     }
