@@ -12,7 +12,7 @@
 //!   `min(units, SMs, budget)`, in 128x256 or 128x128 tiles with 1 to [`MAX_SPLITS`] K splits of at least
 //!   [`MIN_SPLIT_KBLOCKS`] blocks each, whichever [`GemmCost`] (a wave-quantized cost model fitted to the
 //!   recorded figures) predicts fastest; an unsplit wide tile by the entry [`WIDE_ENTRY`] names (the
-//!   direct-store one until the TMA-store and cluster entries are measured);
+//!   2-CTA cluster entry, measured fastest on the wide Qwen shapes);
 //! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
@@ -425,13 +425,15 @@ impl WideEntry {
     }
 }
 
-/// The entry the planner runs an unsplit wide tile with: THE switch between the three. The cost model
-/// ([`GemmCost`]) is fitted to the direct entry alone, and the TMA-store and cluster entries have no GPU
-/// figure yet (benches/cuda/gemm_check.cu and `matmul_bench --alternatives` time them), so the planner
-/// keeps [`WideEntry::Direct`] until they do. Set to another entry, every unsplit wide plan takes it
-/// wherever it can run (the cluster entry needs a budget of two CTAs, the TMA-store entries y 16-byte
-/// aligned when N % 4 == 0) and the direct entry elsewhere.
-pub const WIDE_ENTRY: WideEntry = WideEntry::Direct;
+/// The entry the planner runs an unsplit wide tile with: THE switch between the three. On the H200
+/// (benches/cuda/gemm_check.cu, same run as cuBLAS, docs/perf/2026-12-02-gemm-epilogue-cluster.md) the
+/// cluster entry beat the direct one on every wide shape but 8192^3 (-1%): 4096^3 750 against 696
+/// TFLOP/s (cuBLAS 764), 4096x5120x2048 692 / 599 (700), lm_head at M = 4096 740 / 594 (731); and it ran
+/// checked under Omega's own launches (gpu_suite `matmul_mc`). The cost model ([`GemmCost`]) is still the
+/// direct entry's fit, so it chooses tiles conservatively. Every unsplit wide plan takes the cluster entry
+/// wherever it can run (a budget of two CTAs, y 16-byte aligned when N % 4 == 0), else the TMA-store one,
+/// else the direct one.
+pub const WIDE_ENTRY: WideEntry = WideEntry::Cluster;
 
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
 /// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
@@ -1150,8 +1152,10 @@ mod tests {
     }
 
     /// The plan of a Qwen3-30B-A3B matrix at one M: the kernel, the K split and the grid.
+    /// The tile choice of a Qwen product, with unsplit wide tiles on the direct entry (which entry runs
+    /// them is `WIDE_ENTRY`'s, tested below).
     fn qwen(n: u32, k: u32, m: u32) -> (Kern, u32, [u32; 3]) {
-        let p = bf16(m, n, k);
+        let p = super::dense_with(Elem::Bf16, Shape::new(m, n, k), opts(MAX_CTAS, false), WideEntry::Direct);
         (p.steps[0].kern, p.split, p.steps[0].grid)
     }
 
@@ -1388,7 +1392,8 @@ mod tests {
 
     #[test]
     fn one_switch_makes_the_planner_run_unsplit_wide_tiles_by_the_tma_store_or_cluster_entry() {
-        assert_eq!(WIDE_ENTRY, WideEntry::Direct, "the direct entry until the others have GPU figures");
+        assert_eq!(WIDE_ENTRY, WideEntry::Cluster, "the cluster entry, measured fastest on the wide shapes");
+        assert_eq!(bf16(4096, 4096, 4096).steps[0].kern, Kern::GemmMc);
         let kern = |shape: Shape, o: DenseOpts, wide| super::dense_with(Elem::Bf16, shape, o, wide).steps[0].kern;
         let o = opts(MAX_CTAS, false);
         // 4096^3 and QKV at M = 4096 plan unsplit wide tiles; the router's narrow and the GEMV stay.
