@@ -203,8 +203,7 @@ fn report(tag: &str, call: f64, list: f64) -> f64 {
     call.min(list)
 }
 
-/// A dense bf16 product at `shape`, timed as one call and back to back; with `--check`, one random
-/// element verified. Returns the token, the call and list seconds, and the call's info.
+/// A dense bf16 product at `shape` on fresh random operands, timed by [`timed_bf16`].
 fn dense_bf16<'s>(
     s: &'s Scope<'s>,
     gpu: Gpu<'s>,
@@ -219,7 +218,29 @@ fn dense_bf16<'s>(
     let x: Mem<'s, Device<u16>> = s.alloc_device_from(&xh)?;
     let w: Mem<'s, Device<u16>> = s.alloc_device_from(&wh)?;
     let mut y = s.alloc_device::<f32>(m * n)?;
-    let (gpu, t, info) = time(gpu, o.iters, |g| mm.bf16(g, &x, &w, &mut y, shape))?;
+    timed_bf16(s, gpu, mm, rng, o, o.iters, (&xh, &wh), (&x, &w, &mut y), shape)
+}
+
+/// A device-only bf16 operand.
+type Bf16Mem<'s> = Mem<'s, Device<u16>>;
+
+/// The product of `x` and `w` (whose host copies are `xh`, `wh`) into `y`, timed as one call (`iters`
+/// of them) and back to back; with `--check`, one random element verified. Returns the token, the call
+/// and list seconds, and the call's info.
+#[allow(clippy::too_many_arguments)]
+fn timed_bf16<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+    iters: usize,
+    (xh, wh): (&[u16], &[u16]),
+    (x, w, y): (&Bf16Mem<'s>, &Bf16Mem<'s>, &mut Mem<'s, Device<f32>>),
+    shape: Shape,
+) -> Result<(Gpu<'s>, [f64; 2], Info), BenchError> {
+    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    let (gpu, t, info) = time(gpu, iters, |g| mm.bf16(g, x, w, &mut *y, shape))?;
     if o.check {
         let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
         let mut got = [0f32];
@@ -229,7 +250,7 @@ fn dense_bf16<'s>(
     }
     let mut list = s.cmdlist()?;
     for _ in 0..REPS {
-        mm.add_bf16(&mut list, &x, &w, &y, shape)?;
+        mm.add_bf16(&mut list, x, w, &*y, shape)?;
     }
     let (gpu, l) = list_secs(gpu, &mut list, info.launches as usize)?;
     Ok((gpu, [t, l], info))
@@ -473,22 +494,8 @@ fn alternatives<'s>(
                     (_, e) => return Err(e.into()),
                 },
             };
-            let (g, call, info) = time(gpu, iters, |g| mm.bf16(g, &x, &w, &mut y, shape))?;
+            let (g, [call, list_t], info) = timed_bf16(s, gpu, mm, rng, o, iters, (&xh, &wh), (&x, &w, &mut y), shape)?;
             gpu = g;
-            if o.check {
-                let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
-                let mut got = [0f32];
-                y.read_at(r * n + c, &mut got)?;
-                let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
-                verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
-            }
-            let mut list = s.cmdlist()?;
-            for _ in 0..REPS {
-                mm.add_bf16(&mut list, &x, &w, &y, shape)?;
-            }
-            let (g, list_t) = list_secs(gpu, &mut list, info.launches as usize)?;
-            gpu = g;
-            drop(list);
             println!("# {name} {shape} {}: {} kernel {}", plan.tag(), describe(&info), info.kernel);
             let t = report(&tag, call, list_t);
             println!("omega.{tag}_us {:.3}", t * 1e6);
