@@ -1831,22 +1831,6 @@ fn main() -> ExitCode {
         ("ordering and visibility, marker 1 by the compute engine", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "compute")])
         }),
-        ("ordering and visibility, programmatic dependent launch", || {
-            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "programmatic")])
-        }),
-        ("ordering and visibility, programmatic dependent launch, pre-exit at exit, one latch", || {
-            in_child_env(
-                "chains",
-                &[
-                    ("OMEGA_NVIDIA_CHAIN", "programmatic"),
-                    ("OMEGA_NVIDIA_PDL_LAST_CTA", "0"),
-                    ("OMEGA_NVIDIA_PDL_LATCH_IDS", "1"),
-                ],
-            )
-        }),
-        ("ordering and visibility, programmatic dependent launch, marker 1 from the last QMD", || {
-            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "programmatic"), ("OMEGA_NVIDIA_MARKER1", "qmd")])
-        }),
         ("ordering and visibility, a semaphore per launch", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "semaphore")])
         }),
