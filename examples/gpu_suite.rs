@@ -434,10 +434,12 @@ fn hang_latches() -> CaseResult {
 
 /// Child: recovery from a latch. A kernel that never ends and beats a counter (`spin_beat`, 132 blocks)
 /// latches the process at its 100 ms timeout; `Latched::recover` stops and frees the channel and its group
-/// and watches the parked buffers, which must show the counter moving before the stop and nothing moving
+/// (the group's free is what proves the stop when the channel stop is refused, as the H200's was) and
+/// watches the parked buffers, which must show the counter moving before the stop and nothing moving
 /// after it; then the parked bytes are back to zero, the driver's free framebuffer is what it was before
 /// the case allocated anything (the memory went back), and the reopened device in this same process adds
-/// 1M random vectors into a poisoned output, checked. The recovery's time is printed as a bench line.
+/// 1M random vectors into a poisoned output, checked. The recovery's time and the step that proved the
+/// stop are printed as a bench line.
 fn recover_after_hang() -> CaseResult {
     const MIB: f64 = (1u64 << 20) as f64;
     let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
@@ -499,18 +501,24 @@ fn recover_after_hang() -> CaseResult {
         return Err(format!("vector add after recovery: {bad} of {n} elements wrong"));
     }
     println!(
-        "bench recover: {recover_ms:.2} ms wall ({:.2} ms on the platform clock, {} us heartbeat intervals x 2)",
+        "bench recover: {recover_ms:.2} ms wall ({:.2} ms on the platform clock, {} us heartbeat intervals x 2); \
+         stop proved by {}",
         r.elapsed_ns as f64 / 1e6,
-        r.interval_us
+        r.interval_us,
+        r.proved_by
     );
+    let refused: Vec<String> = r.refused.iter().map(|f| f.to_string()).collect();
     Ok(format!(
-        "latched, {} buffers / {:.1} MiB parked ({:.1} MiB of device memory held); stopped by {}; channel: {}; \
+        "latched, {} buffers / {:.1} MiB parked ({:.1} MiB of device memory held); stop proved by {} \
+         (steps: {}; refused on the way: {}); channel: {}; \
          heartbeat over {} buffers ({} bytes, {} unwatched) moved in {} before the stop, none after; \
          released, reopened: free {:.1} MiB at first open, {:.1} MiB after; 1M vector add checked",
         parked.buffers,
         parked.bytes as f64 / MIB,
         free_open.saturating_sub(free_latched) as f64 / MIB,
+        r.proved_by,
         r.steps.join(", "),
+        if refused.is_empty() { "none".to_string() } else { refused.join("; ") },
         r.channel,
         r.watched_buffers,
         r.watched_bytes,
