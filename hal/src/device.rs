@@ -158,3 +158,89 @@ pub trait Device: Send + Sync {
         Err(StopFailure::new("stop", HalError::Unsupported("this platform cannot stop submitted work".into())))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps that refuse as told and record the order they were called in.
+    #[derive(Default)]
+    struct Script {
+        stop: Option<HalError>,
+        free: Option<HalError>,
+        quiesce_refuses: bool,
+        calls: Vec<&'static str>,
+    }
+
+    impl StopSteps for Script {
+        fn stop_channels(&mut self, log: &mut StopLog) -> Result<Option<&'static str>, StopFailure> {
+            self.calls.push("stop");
+            match self.stop.take() {
+                Some(e) => Err(StopFailure::new("stop", e)),
+                None => {
+                    log.steps.push("stop");
+                    Ok(Some("stop"))
+                }
+            }
+        }
+
+        fn quiesce(&mut self, log: &mut StopLog) {
+            self.calls.push("quiesce");
+            match self.quiesce_refuses {
+                true => log.refused.push(StopFailure::new("preempt", HalError::Injected("preempt timed out"))),
+                false => log.steps.push("preempt"),
+            }
+        }
+
+        fn free_channels(&mut self, log: &mut StopLog) -> Result<&'static str, StopFailure> {
+            self.calls.push("free");
+            match self.free.take() {
+                Some(e) => Err(StopFailure::new("free", e)),
+                None => {
+                    log.steps.push("free");
+                    Ok("free")
+                }
+            }
+        }
+
+        fn channel(&self) -> String {
+            "clean".into()
+        }
+    }
+
+    const TIMEOUT: HalError = HalError::Injected("stop timed out");
+
+    #[test]
+    fn a_stop_that_works_is_the_proof_and_the_free_follows_without_quiescing() {
+        let mut s = Script::default();
+        let r = run_stop(&mut s).unwrap();
+        assert_eq!(s.calls, ["stop", "free"]);
+        assert_eq!((r.steps, r.proved_by, r.refused), (vec!["stop", "free"], "stop", vec![]));
+    }
+
+    #[test]
+    fn a_refused_stop_quiesces_then_the_free_proves_it_whatever_the_quiescing_said() {
+        let mut s = Script { stop: Some(TIMEOUT), quiesce_refuses: true, ..Script::default() };
+        let r = run_stop(&mut s).unwrap();
+        assert_eq!(s.calls, ["stop", "quiesce", "free"]);
+        assert_eq!((r.steps, r.proved_by), (vec!["free"], "free"));
+        let refused: Vec<_> = r.refused.iter().map(|f| f.step).collect();
+        assert_eq!(refused, ["stop", "preempt"], "both refusals reported, in order");
+    }
+
+    #[test]
+    fn a_free_that_fails_names_the_refused_stop_before_it_and_only_then() {
+        let mut s = Script { stop: Some(TIMEOUT), free: Some(HalError::Injected("free refused")), ..Script::default() };
+        let f = run_stop(&mut s).unwrap_err();
+        assert_eq!((f.step, f.after.as_ref().map(|a| a.step)), ("free", Some("stop")));
+        assert_eq!(
+            f.to_string(),
+            "free: injected fault: free refused, after the channel stop was refused (stop: injected fault: stop timed out)"
+        );
+        assert_eq!(std::error::Error::source(&f).map(|e| e.to_string()), Some("injected fault: free refused".into()));
+
+        let mut s = Script { free: Some(HalError::Injected("free refused")), ..Script::default() };
+        let f = run_stop(&mut s).unwrap_err();
+        assert_eq!((f.step, f.after), ("free", None));
+    }
+}

@@ -524,11 +524,17 @@ const GONE: [u32; 3] =
 ///    and its group (kchannelDestruct / kchangrpapiDestruct, done by GSP-RM) disables and preempts the
 ///    group and, when the preempt fails, resets the engine context (RC), then releases the hardware
 ///    channel: nothing of this process's is left to run. After each channel's free, a control on its
-///    handle must be refused as unknown (`GONE`): the object is gone, not only said to be.
+///    handle must be refused as unknown (`GONE`): the object is gone, not only said to be. That is CPU-RM's
+///    word only: kchannelDestruct (OGKM kernel_channel.c) drops the status of its free RPC to GSP-RM, so
+///    an RM_FREE returns OK whatever GSP-RM's teardown did. The session's heartbeat is what proves the
+///    engine stopped.
 ///
-/// Steps 2 and 3 are NON_PRIVILEGED controls a user client may make on its own objects (OGKM's export
-/// tables); their refusals are reported in [`Stopped::refused`] and do not end the stop, since step 4
-/// does not need them. The session's heartbeat then checks the whole chain against memory.
+/// Steps 1 to 3 are NON_PRIVILEGED controls a user client may make on its own objects (OGKM 580.105.08 and
+/// 595.45.04 export tables: STOP_CHANNEL 0x10008, FIFO_DISABLE_CHANNELS 0x10108, PREEMPT 0x10248); the
+/// refusals of 2 and 3 are reported in [`Stopped::refused`] and do not end the stop, since step 4 does
+/// not need them. What UVM follows its own STOP_CHANNEL with, NV2080_CTRL_CMD_GPU_EVICT_CTX
+/// (nv_gpu_ops.c), is kernel-privileged (flags 0x1c240) and so not a step here. The session's heartbeat
+/// then checks the whole chain against memory.
 impl StopSteps for OpenDevice {
     fn stop_channels(&mut self, log: &mut StopLog) -> Result<Option<&'static str>, StopFailure> {
         // No more doorbells from here, whatever happens below: a channel may already be off its runlist.
@@ -560,6 +566,7 @@ impl StopSteps for OpenDevice {
             let o = self.objects[i];
             let step = if STOPPED_GROUPS.contains(&o.what) { step::FREE_GROUP } else { o.what };
             self.base.rm.free(o.parent, o.handle, "RM_FREE channel object").map_err(|e| StopFailure::new(step, e))?;
+            log.steps.push(o.what);
             if STOPPED_CHANNELS.contains(&o.what) {
                 // Kept listed until proved gone: a retry frees it again rather than trusting this free.
                 self.channel_gone(o.handle)?;
@@ -567,7 +574,6 @@ impl StopSteps for OpenDevice {
             }
             // Freed: close must not free it again.
             self.objects.remove(i);
-            log.steps.push(o.what);
         }
         Ok(step::FREE_GROUP)
     }

@@ -146,12 +146,13 @@ pub mod ctrl {
     /// it when the preempt fails) and removes it from the runlist (ctrla06fgpfifo.h).
     pub const STOP_CHANNEL: u32 = 0xa06f_0112;
     /// NVA06C_CTRL_CMD_PREEMPT (channel group): preempts the group off its engine, waiting for it when
-    /// asked (ctrla06c.h). Exported NON_PRIVILEGED and routed to GSP-RM (flags 0x10248 in OGKM 595.45's
-    /// g_kernel_channel_group_api_nvoc.c): a user client may call it on its own group.
+    /// asked (ctrla06c.h). Exported NON_PRIVILEGED and routed to GSP-RM (flags 0x10248 in OGKM 580.105.08
+    /// and 595.45.04 g_kernel_channel_group_api_nvoc.c): a user client may call it on its own group.
     pub const TSG_PREEMPT: u32 = 0xa06c_0105;
     /// NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS (subdevice): disables (and by default preempts) the listed
-    /// channels (ctrl2080fifo.h). Exported NON_PRIVILEGED (flags 0x10108 in g_subdevice_nvoc.c); CPU-RM
-    /// passes it to GSP-RM (kernel_fifo_ctrl.c), refusing only a runlist-preempt event from a user client.
+    /// channels (ctrl2080fifo.h). Exported NON_PRIVILEGED (flags 0x10108 in the same releases'
+    /// g_subdevice_nvoc.c); CPU-RM passes it to GSP-RM (kernel_fifo_ctrl.c), refusing only a runlist-preempt
+    /// event from a user client, and answers NV_ERR_NOT_SUPPORTED itself without GSP.
     pub const FIFO_DISABLE_CHANNELS: u32 = 0x2080_110b;
 }
 
