@@ -597,16 +597,22 @@ impl OpenDevice {
     /// Checks that RM no longer knows channel `handle`: a harmless read on it (its work-submit token) must
     /// be refused as an unknown object.
     fn channel_gone(&self, handle: u32) -> Result<(), StopFailure> {
-        let fail = |source| Err(StopFailure::new(step::CHANNEL_GONE, source));
-        match self.base.rm.work_submit_token(handle) {
-            Err(HalError::Driver { status, .. }) if GONE.contains(&status) => Ok(()),
-            Err(e) => fail(e),
-            Ok(token) => fail(HalError::Driver {
-                call: "GPFIFO_GET_WORK_SUBMIT_TOKEN on a freed channel",
-                status: 0,
-                detail: format!("RM still answers for the channel (token {token}) after its RM_FREE returned OK"),
-            }),
-        }
+        gone(self.base.rm.work_submit_token(handle)).map_err(|e| StopFailure::new(step::CHANNEL_GONE, e))
+    }
+}
+
+/// What RM's answer to a read on a freed channel says: `Ok` only for a refusal naming the object unknown
+/// ([`GONE`]); an answer, or any other refusal (the object may still be there, only unreadable), is the
+/// error.
+fn gone(answer: Result<u32, HalError>) -> Result<(), HalError> {
+    match answer {
+        Err(HalError::Driver { status, .. }) if GONE.contains(&status) => Ok(()),
+        Err(e) => Err(e),
+        Ok(token) => Err(HalError::Driver {
+            call: "GPFIFO_GET_WORK_SUBMIT_TOKEN on a freed channel",
+            status: 0,
+            detail: format!("RM still answers for the channel (token {token}) after its RM_FREE returned OK"),
+        }),
     }
 }
 
@@ -791,6 +797,20 @@ mod tests {
         assert_eq!(pick_arch(0x900, &[]).map(|a| a.name), Some("hopper"));
         assert_eq!(pick_arch(0x777, &[0xc8b5, 0xcbc0]).map(|a| a.name), Some("hopper"));
         assert!(pick_arch(0x777, &[0xc6c0]).is_none());
+    }
+
+    #[test]
+    fn a_freed_channel_is_gone_only_when_rm_calls_the_handle_unknown() {
+        let refused = |status| Err(super::super::ioctl::status_error("GPFIFO_GET_WORK_SUBMIT_TOKEN", status, "cmd"));
+        for status in GONE {
+            assert_eq!(gone(refused(status)), Ok(()), "{status:#x}");
+        }
+        // NV_ERR_RESOURCE_LOST: invalidated but still there; NV_ERR_INVALID_STATE: any other refusal.
+        for status in [0x6e, 0x40] {
+            assert_eq!(gone(refused(status)), refused(status).map(|_: u32| ()), "{status:#x}");
+        }
+        let e = gone(Ok(10)).unwrap_err();
+        assert!(e.to_string().contains("RM still answers for the channel (token 10)"), "{e}");
     }
 
     #[test]
