@@ -149,8 +149,10 @@ pub trait Device: Send + Sync {
     /// for a session recovering from an uncertain completion. Frees no memory: the session samples the
     /// memory the work could write ([`DeviceMemory::peek`](crate::memory::DeviceMemory::peek)) and only
     /// then closes. After it returns `Ok`, nothing may be submitted: `close` is the next call. Calling it
-    /// again after an `Ok` repeats nothing and reports the same steps. A platform that cannot stop work
-    /// refuses (the default), and the session stays latched.
+    /// again after an `Ok` repeats nothing and reports the same steps. The backends of this crate follow
+    /// one order (`run_stop`: the channel stop, else a free that must work) and say which step proved the
+    /// stop ([`Stopped::proved_by`]). A platform that cannot stop work refuses (the default), and the
+    /// session stays latched.
     ///
     /// # Safety
     /// - The caller holds the session lock and the device is open.
