@@ -59,8 +59,8 @@ impl Device for Sim {
 }
 
 /// The simulator's steps of a stop ([`run_stop`]): a channel stop and a free of the channel group, each
-/// refused when a fault is injected for it. Either one that works drops the pending work (the caller
-/// drops it once the whole stop has worked).
+/// refused when a fault is injected for it. They drop nothing themselves: the caller drops the pending
+/// work once the whole stop has worked, so a refused stop leaves it running, as on the GPU.
 struct SimStop<'a>(&'a mut State);
 
 impl StopSteps for SimStop<'_> {
