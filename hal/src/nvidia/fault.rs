@@ -25,6 +25,13 @@ use crate::error::HalError;
 /// the one a fatal-fault event is named with before it does.
 pub(crate) const XID_MMU_FAULT: u32 = 31;
 
+/// The fault signal an open uses when `OMEGA_NVIDIA_FAULT_SIGNAL` is unset: the one line to change when
+/// the default moves. The notifier until the GPU suite has passed with the event path on
+/// (`OMEGA_NVIDIA_FAULT_SIGNAL=uvm-or-notifier`): the driver writes into this process's pages through it,
+/// so it is not the default unmeasured. The next default is [`FaultSignal::UvmEventsOrNotifier`], which
+/// still opens where the events cannot be had.
+pub const DEFAULT_FAULT_SIGNAL: FaultSignal = FaultSignal::Notifier;
+
 /// Which signal names a faulted channel (`NvidiaConfig::fault_signal`, `OMEGA_NVIDIA_FAULT_SIGNAL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultSignal {

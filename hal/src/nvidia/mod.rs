@@ -75,7 +75,7 @@ mod visibility;
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
-pub use fault::{FaultSignal, FaultWatchError};
+pub use fault::{FaultSignal, FaultWatchError, DEFAULT_FAULT_SIGNAL};
 pub use memory::{plan, BufferPlan, MemoryStats, Placement, VaRange};
 pub use queue::{Barrier, ChainMode, LaunchTuning, Marker1};
 
@@ -178,7 +178,8 @@ pub struct NvidiaConfig {
     /// Which signal names a faulted channel (applies from the next open): UVM's fatal-fault events, which
     /// name an MMU fault before the driver's teardown writes the error notifier, with or without a
     /// fallback to the notifier alone where the events cannot be had. `OMEGA_NVIDIA_FAULT_SIGNAL` = `uvm`,
-    /// `uvm-or-notifier` or `notifier` (the default until the event path has run on a GPU).
+    /// `uvm-or-notifier` or `notifier`; unset, [`DEFAULT_FAULT_SIGNAL`] (the notifier until the GPU suite
+    /// has passed under the event path).
     pub fault_signal: FaultSignal,
 }
 
@@ -228,9 +229,8 @@ impl Default for NvidiaConfig {
             // A request for this process, like libcuda's, never a card setting; OMEGA_NVIDIA_PERF_BOOST=0
             // leaves the GPU at whatever clock the driver picks.
             perf_boost: std::env::var("OMEGA_NVIDIA_PERF_BOOST").map_or(true, |v| v != "0"),
-            // The driver's notifier until the UVM event path has run on a GPU (it is new and the driver
-            // writes into this process's pages through it): OMEGA_NVIDIA_FAULT_SIGNAL=uvm asks for it.
-            fault_signal: FaultSignal::from_env(FaultSignal::Notifier),
+            // fault::DEFAULT_FAULT_SIGNAL says which and why; OMEGA_NVIDIA_FAULT_SIGNAL overrides it.
+            fault_signal: FaultSignal::from_env(fault::DEFAULT_FAULT_SIGNAL),
         }
     }
 }
