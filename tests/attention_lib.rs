@@ -303,7 +303,8 @@ fn a_command_list_appends_and_decodes_steps_on_the_gpu() {
 fn device_tables_are_clamped_and_flagged_never_faulted() {
     let seed = seed("device_tables_are_clamped_and_flagged_never_faulted");
     let base = PagedCase::new(seed, 16, 4, 128, 32, &[40, 20], 0);
-    let cases: [(&str, fn(&mut PagedCase), u32); 4] = [
+    type Spoil = fn(&mut PagedCase);
+    let cases: [(&str, Spoil, u32); 4] = [
         ("a page past the pool", |c| c.tables[1] = c.layout.pages as i32, STATUS_BAD_PAGE),
         ("a negative page", |c| c.tables[0] = -3, STATUS_BAD_PAGE),
         ("a length past the table", |c| c.lens[1] = 10_000, STATUS_LONG),
@@ -406,7 +407,7 @@ fn bad_layouts_and_shapes_are_refused_before_launch() {
             )
         ));
     }
-    assert!(matches!(KvLayout::new(16, 4, 128, 1).check(), Ok(_)));
+    assert!(KvLayout::new(16, 4, 128, 1).check().is_ok());
     assert!(matches!(KvLayout::new(0, 4, 128, 1).check(), Err(LayoutError::PageTokens { .. })));
 }
 

@@ -163,7 +163,8 @@ pub fn compare(what: &str, got: &[f32], want: &[f64], tol: f64) -> Result<f64, S
     let mut worst = 0f64;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let e = (f64::from(g) - w).abs();
-        if !(e <= tol) {
+        // A NaN fails too: it is not within any tolerance.
+        if e.is_nan() || e > tol {
             return Err(format!("{what}: element {i} is {g}, want {w} (error {e:.3e}, tolerance {tol:.3e})"));
         }
         worst = worst.max(e);

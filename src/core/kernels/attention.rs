@@ -267,7 +267,7 @@ fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError
         return Err(fault(format!("{name}: needs {} bytes of dynamic shared memory", decode_smem_bytes(D))));
     }
     let a = Decode::of(ctx);
-    if a.page_tokens == 0 || a.page_tokens % DECODE_TILE != 0 || a.group == 0 || a.group > DECODE_MAX_GROUP {
+    if a.page_tokens == 0 || !a.page_tokens.is_multiple_of(DECODE_TILE) || a.group == 0 || a.group > DECODE_MAX_GROUP {
         return Err(fault(format!("{name}: page of {} tokens, group of {}", a.page_tokens, a.group)));
     }
     let shape = ctx.shape();
