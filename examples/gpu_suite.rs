@@ -13,6 +13,10 @@ use rand::Rng;
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "suite/attention.rs"]
+mod attention;
+#[path = "suite/attention_ref.rs"]
+mod attention_ref;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
@@ -1865,6 +1869,7 @@ fn main() -> ExitCode {
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),
         ("store to an unmapped address: MMU fault, named within 10 ms", || in_child("fault")),
     ];
+    let cases = cases.into_iter().chain(attention::cases());
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
         let t = Instant::now();

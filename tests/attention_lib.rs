@@ -7,17 +7,15 @@
 
 use omega::kernels::attention::{STATUS_BAD_PAGE, STATUS_LONG, STATUS_NEGATIVE};
 use omega::libs::attention::{
-    AppendShape, Attention, AttentionError, DecodeShape, Elem, Failed, GqaShape, Info, KvLayout, LayoutError,
-    ShapeError,
+    AppendShape, Attention, AttentionError, DecodeShape, GqaShape, KvLayout, LayoutError, ShapeError,
 };
 use omega::{Gpu, Scope, Scoped, Stage};
 
 #[path = "../examples/suite/attention_ref.rs"]
 mod attention_ref;
-use attention_ref::{compare, dense_reference, dense_tolerance, paged_tolerance, widen, PagedCase};
-
-const POISON: f32 = f32::from_bits(0x7fc0_dead);
-const POISON_BF16: u16 = 0x7fc1;
+use attention_ref::{
+    compare, decode, dense_reference, dense_tolerance, paged_tolerance, Out, PagedCase, Query, POISON,
+};
 
 fn seed(test: &str) -> u64 {
     let seed = std::env::var("OMEGA_ATTN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -38,58 +36,6 @@ fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
 
 fn launches() -> u64 {
     omega::testing::simulator().expect("the simulator is the platform").stats().launches
-}
-
-/// An output element type the tests poison and widen.
-trait Out: Elem {
-    const POISON: Self;
-    fn widen(v: &[Self]) -> Vec<f32>;
-}
-impl Out for f32 {
-    const POISON: f32 = POISON;
-    fn widen(v: &[f32]) -> Vec<f32> {
-        v.to_vec()
-    }
-}
-impl Out for u16 {
-    const POISON: u16 = POISON_BF16;
-    fn widen(v: &[u16]) -> Vec<f32> {
-        widen(v)
-    }
-}
-
-/// A query element type: f32 as drawn, or bf16 of it.
-trait Query: Elem {
-    fn from_f32(v: &[f32]) -> Vec<Self>;
-}
-impl Query for f32 {
-    fn from_f32(v: &[f32]) -> Vec<f32> {
-        v.to_vec()
-    }
-}
-impl Query for u16 {
-    fn from_f32(v: &[f32]) -> Vec<u16> {
-        v.iter().map(|&x| omega_refmath::f32_to_bf16(x)).collect()
-    }
-}
-
-/// Runs `case` through the library, returning the output widened and the call's info, or its failure.
-fn decode<'s, Q: Query, O: Out>(
-    s: &'s Scope<'s>,
-    gpu: Gpu<'s>,
-    att: &Attention<'s>,
-    case: &PagedCase,
-    shape: DecodeShape,
-) -> (Gpu<'s>, Result<(Vec<f32>, Info), AttentionError>) {
-    let q = s.alloc_device_from(&Q::from_f32(&case.q)).unwrap();
-    let pool = s.alloc_device_from(&case.pool).unwrap();
-    let tables = s.alloc_device_from(&case.tables).unwrap();
-    let lens = s.alloc_device_from(&case.lens).unwrap();
-    let mut out = s.alloc_device_from(&vec![O::POISON; case.q.len()]).unwrap();
-    match att.paged_decode(gpu, &q, &pool, &case.layout, &tables, &lens, &mut out, shape) {
-        Ok(done) => (done.gpu, Ok((O::widen(&out.to_vec().unwrap()), done.info))),
-        Err(Failed { gpu, error, .. }) => (gpu.expect("a certain failure"), Err(error)),
-    }
 }
 
 fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u32, u32), lens: &[u32], splits: u32) {
@@ -223,18 +169,7 @@ fn append_then_decode_sees_the_new_tokens() {
         });
         assert_eq!(lens_after, lens.map(|l| l as i32 + 1), "advanced on the GPU");
         // The pool with the rows written where the table says, bf16 of the inputs.
-        let l = case.layout;
-        for (b, &len) in lens.iter().enumerate() {
-            let slot = case.tables[b * case.max_pages as usize + (len / page) as usize] as u64;
-            for h in 0..4u64 {
-                let at = (slot * l.page_stride + h * l.head_stride + u64::from(len % page) * 128) as usize;
-                let src = (b * 4 + h as usize) * 128;
-                for e in 0..128 {
-                    case.pool[at + e] = omega_refmath::f32_to_bf16(k_new[src + e]);
-                    case.pool[at + l.v_offset as usize + e] = omega_refmath::f32_to_bf16(v_new[src + e]);
-                }
-            }
-        }
+        case.append(&lens, &<u16 as Query>::from_f32(&k_new), &<u16 as Query>::from_f32(&v_new));
         assert!(pool_after == case.pool, "page {page}: the append wrote exactly the new rows");
         let (want, vmax) = case.reference(1.0 / 128f32.sqrt());
         compare(&format!("decode after append, page {page}"), &got, &want, paged_tolerance(vmax)).unwrap();
@@ -281,19 +216,8 @@ fn a_command_list_appends_and_decodes_steps_on_the_gpu() {
     });
     assert_eq!(status, 0);
     // Every step appended the same rows at the next position.
-    let l = case.layout;
-    for (b, &len) in lens.iter().enumerate() {
-        for step in 0..steps {
-            let pos = len + step;
-            let page = case.tables[b * case.max_pages as usize + (pos / 16) as usize] as u64;
-            for h in 0..4u64 {
-                let at = (page * l.page_stride + h * l.head_stride + u64::from(pos % 16) * 128) as usize;
-                let src = (b * 4 + h as usize) * 128;
-                case.pool[at..at + 128].copy_from_slice(&k_new[src..src + 128]);
-                case.pool[at + l.v_offset as usize..at + l.v_offset as usize + 128]
-                    .copy_from_slice(&v_new[src..src + 128]);
-            }
-        }
+    for step in 0..steps {
+        case.append(&lens.map(|l| l + step), &k_new, &v_new);
     }
     let (want, vmax) = case.reference(1.0 / 128f32.sqrt());
     compare("the list's last decode", &got, &want, paged_tolerance(vmax)).unwrap();

@@ -14,8 +14,13 @@
 //! f32 throughout: `1e-4 · max|v|` covers its online softmax's rescalings and the f32 sums over 4096 keys.
 #![allow(dead_code)]
 
-use omega::libs::attention::{GqaShape, KvLayout};
+use omega::libs::attention::{Attention, AttentionError, DecodeShape, Elem, Failed, GqaShape, Info, KvLayout};
+use omega::{Gpu, Scope};
 use omega_refmath::{self as math, KvRows};
+
+/// What an output holds before a call: a NaN no attention of finite inputs gives.
+pub const POISON: f32 = f32::from_bits(0x7fc0_dead);
+const POISON_BF16: u16 = 0x7fc1;
 
 /// A paged decode case: the pool, its layout, the tables and lengths, the queries.
 pub struct PagedCase {
@@ -118,6 +123,23 @@ impl PagedCase {
         (out, vmax)
     }
 
+    /// The host copy of what the append kernel writes: sequence b's rows of `k_new` and `v_new`
+    /// (`[batch][kv_heads][head_dim]` bf16) at position `pos[b]`, through its table.
+    pub fn append(&mut self, pos: &[u32], k_new: &[u16], v_new: &[u16]) {
+        let l = self.layout;
+        let (d, pt) = (l.head_dim as usize, u64::from(l.page_tokens));
+        for (b, &p) in pos.iter().enumerate() {
+            let page = self.tables[b * self.max_pages as usize + (u64::from(p) / pt) as usize] as u64;
+            for h in 0..l.kv_heads as usize {
+                let at = (page * l.page_stride + h as u64 * l.head_stride + (u64::from(p) % pt) * d as u64) as usize;
+                let src = (b * l.kv_heads as usize + h) * d;
+                self.pool[at..at + d].copy_from_slice(&k_new[src..src + d]);
+                let v = at + l.v_offset as usize;
+                self.pool[v..v + d].copy_from_slice(&v_new[src..src + d]);
+            }
+        }
+    }
+
     /// Bytes of K and V the sequences hold.
     pub fn kv_bytes(&self) -> u64 {
         self.lens.iter().map(|&l| l as u64).sum::<u64>() * self.layout.token_bytes()
@@ -175,4 +197,67 @@ pub fn compare(what: &str, got: &[f32], want: &[f64], tol: f64) -> Result<f64, S
 /// bf16 values widened.
 pub fn widen(bits: &[u16]) -> Vec<f32> {
     math::bf16s_to_f32(bits)
+}
+
+/// An output element type the tests poison and widen.
+pub trait Out: Elem {
+    const POISON: Self;
+    fn widen(v: &[Self]) -> Vec<f32>;
+}
+impl Out for f32 {
+    const POISON: f32 = POISON;
+    fn widen(v: &[f32]) -> Vec<f32> {
+        v.to_vec()
+    }
+}
+impl Out for u16 {
+    const POISON: u16 = POISON_BF16;
+    fn widen(v: &[u16]) -> Vec<f32> {
+        widen(v)
+    }
+}
+
+/// A query element type: f32 as drawn, or bf16 of it.
+pub trait Query: Elem {
+    fn from_f32(v: &[f32]) -> Vec<Self>;
+}
+impl Query for f32 {
+    fn from_f32(v: &[f32]) -> Vec<f32> {
+        v.to_vec()
+    }
+}
+impl Query for u16 {
+    fn from_f32(v: &[f32]) -> Vec<u16> {
+        v.iter().map(|&x| omega_refmath::f32_to_bf16(x)).collect()
+    }
+}
+
+/// Runs `case` through the library (every buffer device-only, the output poisoned first), returning the output widened and the call's info, or its failure.
+pub fn decode<'s, Q: Query, O: Out>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    att: &Attention<'s>,
+    case: &PagedCase,
+    shape: DecodeShape,
+) -> (Gpu<'s>, Result<(Vec<f32>, Info), AttentionError>) {
+    let bufs = (|| {
+        let q = s.alloc_device_from(&Q::from_f32(&case.q))?;
+        let pool = s.alloc_device_from(&case.pool)?;
+        let tables = s.alloc_device_from(&case.tables)?;
+        let lens = s.alloc_device_from(&case.lens)?;
+        let out = s.alloc_device_from(&vec![O::POISON; case.q.len()])?;
+        Ok::<_, omega::Error>((q, pool, tables, lens, out))
+    })();
+    let (q, pool, tables, lens, mut out) = match bufs {
+        Ok(b) => b,
+        Err(e) => return (gpu, Err(e.into())),
+    };
+    match att.paged_decode(gpu, &q, &pool, &case.layout, &tables, &lens, &mut out, shape) {
+        Ok(done) => {
+            let got = out.to_vec().map(|v| O::widen(&v)).map_err(AttentionError::from);
+            (done.gpu, got.map(|g| (g, done.info)))
+        }
+        // A latched call has no token to give back: the scope ends with the latch, and the caller says so.
+        Err(Failed { gpu, error, .. }) => (gpu.expect("a certain failure (a latch ends the run)"), Err(error)),
+    }
 }

@@ -37,6 +37,12 @@ pub const COMBINE: &str = "omega_attn_combine";
 /// page_tokens, pages, max_pages, kv_heads, head_dim, flags)`.
 pub const KV_APPEND: &str = "omega_kv_append_bf16";
 
+/// `omega_attn_copy16(src, dst, n16)`: a grid-stride copy of 16-byte chunks, the benchmark's bandwidth
+/// denominator.
+pub const COPY16: &str = "omega_attn_copy16";
+/// The copy's block (`COPY_THREADS`).
+pub const COPY_THREADS: u32 = 256;
+
 /// The dense kernel's block (`GQA_THREADS`): 4 warps, one (row, head) each.
 pub const GQA_THREADS: u32 = 128;
 /// The dense kernel's largest head_dim (`GQA_MAX_CHUNKS` * 32).
@@ -103,6 +109,7 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: combine,
     },
+    HostSpec { name: COPY16, param_sizes: &[8, 8, 8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: copy16 },
     HostSpec {
         name: KV_APPEND,
         param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4],
@@ -411,4 +418,14 @@ fn kv_append(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         }
     }
     Ok(())
+}
+
+fn copy16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    check_block(ctx, COPY16, COPY_THREADS)?;
+    let (src, dst, n16) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    // A grid-stride loop: every chunk whatever the grid; a slice of the simulator's units is a chunk each.
+    let part = ctx.take(n16);
+    let mut bytes = vec![0u8; ((part.end - part.start) * 16) as usize];
+    ctx.read(src.wrapping_add(part.start * 16), &mut bytes)?;
+    ctx.write(dst.wrapping_add(part.start * 16), &bytes)
 }
