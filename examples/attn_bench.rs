@@ -32,7 +32,6 @@ use omega_refmath::{self as math, KvRows};
 #[path = "suite/attention_ref.rs"]
 mod attention_ref;
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 use attention_ref::{paged_tolerance, Mix};
 
@@ -74,6 +73,9 @@ struct Opts {
     check: bool,
     iters: usize,
 }
+
+/// A configuration's batch, KV length and copy ratio.
+type Ratio = (u32, u32, f64);
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -212,7 +214,7 @@ fn config<'s>(
         info.splits,
         info.tiles_per_split,
         info.ctas,
-        median_us(&info),
+        last_call_us(&info),
         listed * 1e6
     );
     println!("omega.paged_decode_{tag}_us {:.3}", secs * 1e6);
@@ -221,7 +223,8 @@ fn config<'s>(
     Ok((gpu, gbps / copy))
 }
 
-fn median_us(info: &Info) -> f64 {
+/// The device time of the last timed call, µs.
+fn last_call_us(info: &Info) -> f64 {
     info.device_ns as f64 / 1e3
 }
 
@@ -230,7 +233,7 @@ fn run(o: &Opts) -> Result<(), BenchError> {
     println!("# attn_bench on {}: {}", dev.platform(), common::device_line(&dev.device()));
     let (batches, lens): (&[u32], &[u32]) =
         if o.quick { (&[1, 4], &[1024, 4096]) } else { (&[1, 4, 16, 64], &[1024, 4096, 16384, 32768]) };
-    let r = dev.scope(|s, gpu| -> Result<(Vec<(u32, u32, f64)>, f64), BenchError> {
+    let r = dev.scope(|s, gpu| -> Result<(Vec<Ratio>, f64), BenchError> {
         let (mut gpu, copy) = copy_gbps(s, gpu, if o.quick { 1 << 24 } else { 1 << 30 })?;
         println!("omega.copy_gbps {copy:.1}");
         let att = Attention::new(s)?;

@@ -151,49 +151,48 @@
 // EXPERIMENTAL. What an attention call ran and what it cost: 176 bytes, filled on success and on failure
 // (when the pointer is not NULL).
 typedef struct {
-    // Which kernels ran: `OMEGA_GPU_ATTN_KIND_*` (`_NONE` when the call failed before planning).
+    // `OMEGA_GPU_ATTN_KIND_*`: the kernels that ran (`_NONE`: the call stopped before planning).
     uint32_t kind;
-    // `OMEGA_GPU_ATTN_INFO_*`.
+    // `OMEGA_GPU_ATTN_INFO_*` bits.
     uint32_t flags;
-    // Sequences (1 for a dense call).
+    // Batch: the decode's sequences, 1 otherwise.
     uint32_t batch;
-    // Query heads.
+    // Heads of q.
     uint32_t q_heads;
-    // KV heads.
+    // Heads of K and V.
     uint32_t kv_heads;
-    // Elements per head.
+    // Elements of one head.
     uint32_t head_dim;
-    // Keys: the dense call's; a decode's table capacity (slots times page tokens).
+    // Dense: the keys. Decode: what the tables can hold (slots times page tokens).
     uint32_t kv_len;
-    // Query rows per sequence.
+    // Rows of q per sequence (1 for a decode).
     uint32_t q_rows;
-    // Tokens per page (0 for a dense call).
+    // The layout's page size (0: no pages).
     uint32_t page_tokens;
-    // The decode's KV splits (1 otherwise).
+    // How many ranges the decode cut each sequence's KV into (1 for the other kernels).
     uint32_t splits;
-    // 16-token tiles per split.
+    // The 16-token tiles of each range.
     uint32_t tiles_per_split;
-    // Launches.
+    // Kernel launches of the call.
     uint32_t launches;
-    // CTAs of the largest launch.
+    // The grid of the widest launch, in CTAs.
     uint32_t ctas;
     // The kernels' status bits: 1 a page index outside the pool, 2 a length past the table, 4 a negative
     // length (device-resident tables; 0 when sound).
     uint32_t status;
-    // The failing stage: `OMEGA_GPU_ATTN_STAGE_*` (`_NONE` on success).
+    // `OMEGA_GPU_ATTN_STAGE_*` of a failure (`_NONE` on success).
     uint32_t stage;
-    // The call's return code.
+    // What the entry returned.
     int32_t rc;
-    // Bytes of K and V the sequences hold (exact where the lengths are host-visible; the tables' capacity
-    // for device-resident lengths).
+    // K and V bytes of the sequences: exact for host-visible lengths, the tables' capacity otherwise.
     uint64_t kv_bytes;
-    // Submit to completion of every launch, summed, platform-clock ns (virtual on the simulator).
+    // Device time, ns on the platform clock (virtual on the simulator): every launch, submit to completion.
     uint64_t device_ns;
-    // Wall time of the whole call, ns: the lock, the staging copies and the launches.
+    // Host time of the entry, ns, lock and copies included.
     uint64_t host_ns;
-    // Bytes written from the host to the device.
+    // Bytes copied up (staged operands, the cleared status word).
     uint64_t h2d_bytes;
-    // Bytes read back to the host.
+    // Bytes copied down (the staged output, the status word).
     uint64_t d2h_bytes;
     // Zero; room for later fields.
     uint32_t reserved[18];

@@ -235,13 +235,7 @@ fn device_tables_are_clamped_and_flagged_never_faulted() {
         ("a negative length", |c| c.lens[0] = -1, STATUS_NEGATIVE),
     ];
     for (what, spoil, bit) in cases {
-        let mut case = PagedCase {
-            tables: base.tables.clone(),
-            lens: base.lens.clone(),
-            pool: base.pool.clone(),
-            q: base.q.clone(),
-            ..base
-        };
+        let mut case = base.clone();
         spoil(&mut case);
         let err = on_sim(|s, gpu| {
             let att = Attention::new(s).unwrap();
@@ -289,14 +283,7 @@ fn bad_layouts_and_shapes_are_refused_before_launch() {
         ),
     ];
     for (what, layout, shape, stage) in refusals {
-        let c = PagedCase {
-            layout,
-            tables: case.tables.clone(),
-            lens: case.lens.clone(),
-            pool: case.pool.clone(),
-            q: case.q.clone(),
-            ..case
-        };
+        let c = PagedCase { layout, ..case.clone() };
         let (err, launches) = on_sim(|s, gpu| {
             let att = Attention::new(s).unwrap();
             let before = launches();

@@ -15,33 +15,13 @@ divided by 20, after warm-ups (matmul_peer.py's rule).
   python3 benches/torch/attn_peer.py [--quick]
 """
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from matmul_peer import timed  # the same timing rule as the matmul peer (its directory is on sys.path)
+
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 4, 128
-
-
-def timed(fn, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    single, batched = [], []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        single.append(a.elapsed_time(b) * 1e-3)
-        a.record()
-        for _ in range(20):
-            fn()
-        b.record()
-        b.synchronize()
-        batched.append(a.elapsed_time(b) * 1e-3 / 20)
-    return min(statistics.median(single), statistics.median(batched))
 
 
 def emit(name, value):
@@ -57,7 +37,7 @@ def main():
     n = (1 << 24) if args.quick else (1 << 30)
     src = torch.empty(n, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
-    copy = 2 * n / timed(lambda: dst.copy_(src)) / 1e9
+    copy = 2 * n / timed(lambda: dst.copy_(src), 20) / 1e9
     emit("copy_gbps", copy)
     del src, dst
     batches = [1, 4] if args.quick else [1, 4, 16, 64]
@@ -68,7 +48,7 @@ def main():
             q = torch.randn(b, Q_HEADS, 1, HEAD_DIM, dtype=torch.bfloat16, device=dev)
             k = torch.randn(b, KV_HEADS, length, HEAD_DIM, dtype=torch.bfloat16, device=dev)
             v = torch.randn_like(k)
-            secs = timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+            secs = timed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 20)
             gbps = 2 * k.numel() * k.element_size() / secs / 1e9
             for page in (16, 64):
                 tag = f"p{page}_b{b}_kv{length}"

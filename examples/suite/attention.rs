@@ -15,7 +15,7 @@ use super::attention_ref::{
 use super::{err, with_scope, CaseResult};
 
 /// The suite's attention cases.
-pub fn cases() -> Vec<(&'static str, fn() -> CaseResult)> {
+pub fn cases() -> Vec<super::Case> {
     vec![
         ("attention: paged decode 32/4/128, page 16, lens 1/7/1000/4096/32768", || lengths(16)),
         ("attention: paged decode 32/4/128, page 64, lens 1/7/1000/4096/32768", || lengths(64)),
@@ -158,21 +158,9 @@ fn list_steps() -> CaseResult {
 
 fn device_tables() -> CaseResult {
     let base = PagedCase::new(seed(), 64, 4, 128, 32, &[300, 20], 0);
-    let mut bad_page = PagedCase {
-        tables: base.tables.clone(),
-        lens: base.lens.clone(),
-        pool: base.pool.clone(),
-        q: base.q.clone(),
-        ..base
-    };
+    let mut bad_page = base.clone();
     bad_page.tables[2] = 1 << 30;
-    let mut long = PagedCase {
-        tables: base.tables.clone(),
-        lens: base.lens.clone(),
-        pool: base.pool.clone(),
-        q: base.q.clone(),
-        ..base
-    };
+    let mut long = base.clone();
     long.lens[1] = i32::MAX;
     let mut seen = Vec::new();
     for (case, bit) in [(&bad_page, STATUS_BAD_PAGE), (&long, STATUS_LONG)] {

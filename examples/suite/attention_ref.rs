@@ -23,6 +23,7 @@ pub const POISON: f32 = f32::from_bits(0x7fc0_dead);
 const POISON_BF16: u16 = 0x7fc1;
 
 /// A paged decode case: the pool, its layout, the tables and lengths, the queries.
+#[derive(Clone)]
 pub struct PagedCase {
     pub layout: KvLayout,
     pub q_heads: u32,

@@ -146,49 +146,48 @@ const _: () = {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OmegaGpuAttnInfo {
-    /// Which kernels ran: `OMEGA_GPU_ATTN_KIND_*` (`_NONE` when the call failed before planning).
+    /// `OMEGA_GPU_ATTN_KIND_*`: the kernels that ran (`_NONE`: the call stopped before planning).
     pub kind: u32,
-    /// `OMEGA_GPU_ATTN_INFO_*`.
+    /// `OMEGA_GPU_ATTN_INFO_*` bits.
     pub flags: u32,
-    /// Sequences (1 for a dense call).
+    /// Batch: the decode's sequences, 1 otherwise.
     pub batch: u32,
-    /// Query heads.
+    /// Heads of q.
     pub q_heads: u32,
-    /// KV heads.
+    /// Heads of K and V.
     pub kv_heads: u32,
-    /// Elements per head.
+    /// Elements of one head.
     pub head_dim: u32,
-    /// Keys: the dense call's; a decode's table capacity (slots times page tokens).
+    /// Dense: the keys. Decode: what the tables can hold (slots times page tokens).
     pub kv_len: u32,
-    /// Query rows per sequence.
+    /// Rows of q per sequence (1 for a decode).
     pub q_rows: u32,
-    /// Tokens per page (0 for a dense call).
+    /// The layout's page size (0: no pages).
     pub page_tokens: u32,
-    /// The decode's KV splits (1 otherwise).
+    /// How many ranges the decode cut each sequence's KV into (1 for the other kernels).
     pub splits: u32,
-    /// 16-token tiles per split.
+    /// The 16-token tiles of each range.
     pub tiles_per_split: u32,
-    /// Launches.
+    /// Kernel launches of the call.
     pub launches: u32,
-    /// CTAs of the largest launch.
+    /// The grid of the widest launch, in CTAs.
     pub ctas: u32,
     /// The kernels' status bits: 1 a page index outside the pool, 2 a length past the table, 4 a negative
     /// length (device-resident tables; 0 when sound).
     pub status: u32,
-    /// The failing stage: `OMEGA_GPU_ATTN_STAGE_*` (`_NONE` on success).
+    /// `OMEGA_GPU_ATTN_STAGE_*` of a failure (`_NONE` on success).
     pub stage: u32,
-    /// The call's return code.
+    /// What the entry returned.
     pub rc: i32,
-    /// Bytes of K and V the sequences hold (exact where the lengths are host-visible; the tables' capacity
-    /// for device-resident lengths).
+    /// K and V bytes of the sequences: exact for host-visible lengths, the tables' capacity otherwise.
     pub kv_bytes: u64,
-    /// Submit to completion of every launch, summed, platform-clock ns (virtual on the simulator).
+    /// Device time, ns on the platform clock (virtual on the simulator): every launch, submit to completion.
     pub device_ns: u64,
-    /// Wall time of the whole call, ns: the lock, the staging copies and the launches.
+    /// Host time of the entry, ns, lock and copies included.
     pub host_ns: u64,
-    /// Bytes written from the host to the device.
+    /// Bytes copied up (staged operands, the cleared status word).
     pub h2d_bytes: u64,
-    /// Bytes read back to the host.
+    /// Bytes copied down (the staged output, the status word).
     pub d2h_bytes: u64,
     /// Zero; room for later fields.
     pub reserved: [u32; 18],
@@ -405,7 +404,7 @@ static LAST_ERROR_TEXT: TextBuffer = TextBuffer::new();
 
 const LOCK_HELD: &str = "the attention library's entries take the session lock themselves: call them without it (LD-4)";
 
-/// Records `text` as the library's last error and the session's.
+/// Keeps `text` where both `omega_gpu_attention_last_error` and `omega_gpu_session_last_error` find it.
 fn record(text: &dyn std::fmt::Display) {
     let s = text.to_string();
     super::boundary::record(&s);

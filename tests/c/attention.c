@@ -31,14 +31,12 @@ static void expect_text(int line, const char *prefix) {
 }
 #define EXPECT_TEXT(prefix) expect_text(__LINE__, prefix)
 
-static uint32_t seed = 88172645u;
-static uint32_t next(void) {
-    seed ^= seed << 13;
-    seed ^= seed >> 17;
-    seed ^= seed << 5;
-    return seed;
+/* A 64-bit LCG (Knuth's MMIX constants): its top 24 bits scaled to [-1, 1). */
+static uint64_t lcg = 0x853c49e6748fea9bull;
+static float rand_unit(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)(lcg >> 40) / 8388608.0f - 1.0f;
 }
-static float rand_unit(void) { return (float)(next() >> 8) / 8388608.0f - 1.0f; }
 
 static uint16_t to_bf16(float f) {
     uint32_t u;
@@ -213,14 +211,15 @@ static void paged(void) {
     omega_gpu_attention_pool_free();
 }
 
+/* A device-only buffer of the session (opened if need be), `src`'s bytes in it when not NULL; the lock is
+ * taken for it and let go, since the library's entries take it themselves. */
 static OmegaGpuMem buffer(const void *src, size_t bytes) {
-    OmegaGpuMem m;
-    memset(&m, 0, sizeof m);
+    OmegaGpuMem m = {0};
     omega_gpu_session_lock();
-    CHECK(omega_gpu_session_open() != NULL);
-    CHECK(omega_gpu_session_alloc_device(bytes, &m) == 0);
-    if (src) CHECK(omega_gpu_session_write(&m, 0, src, bytes) == 0);
+    int ok = omega_gpu_session_open() != NULL && omega_gpu_session_alloc_device(bytes, &m) == 0 &&
+             (src == NULL || omega_gpu_session_write(&m, 0, src, bytes) == 0);
     omega_gpu_session_unlock();
+    CHECK(ok);
     return m;
 }
 

@@ -286,7 +286,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_failure_text_begins_with_its_stage() {
+    fn each_failure_names_its_stage_first() {
         let cases = [
             AttentionError::from(ShapeError::Zero { what: "q_heads" }),
             AttentionError::from(LayoutError::PageTokens { page_tokens: 8 }),

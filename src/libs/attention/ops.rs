@@ -96,12 +96,12 @@ pub struct Info {
     pub stage: Option<Stage>,
 }
 
-/// A completed call, and the launch token back.
+/// What a call that completed hands back: the scope's launch token and its record.
 #[derive(Debug)]
 pub struct Done<'s> {
-    /// The launch token.
+    /// The token, for the next launch.
     pub gpu: Gpu<'s>,
-    /// What ran.
+    /// The call's record.
     pub info: Info,
 }
 
@@ -245,7 +245,21 @@ fn aligned(operand: Operand, va: u64, align: u64) -> Result<(), ShapeError> {
     }
 }
 
-/// The softmax scale in the decode kernel's base 2.
+/// The arguments the decode and append kernels share, in their order: the status word, the layout's
+/// strides, its page size and pages, the table's slots per sequence.
+fn pool_args(layout: &KvLayout, max_pages: u32) -> [Arg; 7] {
+    [
+        Arg::Status,
+        Arg::Wide(layout.head_stride),
+        Arg::Wide(layout.v_offset),
+        Arg::Wide(layout.page_stride),
+        Arg::Word(layout.page_tokens),
+        Arg::Word(layout.pages),
+        Arg::Word(max_pages),
+    ]
+}
+
+/// The softmax scale a call asks for, or the default.
 fn scale_of(scale: Option<f32>, head_dim: u32) -> f32 {
     scale.unwrap_or(1.0 / (head_dim as f32).sqrt())
 }
@@ -315,15 +329,9 @@ impl<'s> Attention<'s> {
 
     fn with_module(scope: &'s Scope<'s>, module: Module<'s>, workspace: Workspace) -> Result<Self, AttentionError> {
         let kernels = KERNELS.iter().map(|name| module.kernel(name)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Attention {
-            scope,
-            module,
-            kernels,
-            sms: scope.device().sm_count,
-            timeout_ms: Cell::new(crate::launch::DEFAULT_TIMEOUT_MS),
-            workspace: RefCell::new(workspace),
-            recorded: RefCell::new(Vec::new()),
-        })
+        let (sms, timeout_ms) = (scope.device().sm_count, Cell::new(crate::launch::DEFAULT_TIMEOUT_MS));
+        let (workspace, recorded) = (RefCell::new(workspace), RefCell::new(Vec::new()));
+        Ok(Attention { scope, module, kernels, sms, timeout_ms, workspace, recorded })
     }
 
     /// The handle `kept` was, in this scope; a fresh one when there is none or its device open is gone.
@@ -575,27 +583,14 @@ impl<'s> Attention<'s> {
                 grid: [splits, layout.kv_heads, s.batch],
                 block: DECODE_THREADS,
                 smem: decode_smem_bytes(d),
-                args: vec![
-                    Arg::Va(q.device_va()),
-                    Arg::Va(pool.device_va()),
-                    Arg::Va(tables.device_va()),
-                    Arg::Va(lens.device_va()),
-                    Arg::PartO,
-                    Arg::PartLse,
-                    Arg::Status,
-                    Arg::Wide(layout.head_stride),
-                    Arg::Wide(layout.v_offset),
-                    Arg::Wide(layout.page_stride),
-                    Arg::Word(layout.page_tokens),
-                    Arg::Word(layout.pages),
-                    Arg::Word(s.max_pages),
-                    Arg::Word(s.q_heads),
-                    Arg::Word(group),
-                    Arg::Word(splits),
-                    Arg::Word(tiles_per_split),
-                    Arg::Word(scale_log2.to_bits()),
-                    Arg::Word(if Q::BF16 { FLAG_Q_BF16 } else { 0 }),
-                ],
+                args: [
+                    [Arg::Va(q.device_va()), Arg::Va(pool.device_va()), Arg::Va(tables.device_va())].as_slice(),
+                    &[Arg::Va(lens.device_va()), Arg::PartO, Arg::PartLse],
+                    &pool_args(layout, s.max_pages),
+                    &[Arg::Word(s.q_heads), Arg::Word(group), Arg::Word(splits), Arg::Word(tiles_per_split)],
+                    &[Arg::Word(scale_log2.to_bits()), Arg::Word(if Q::BF16 { FLAG_Q_BF16 } else { 0 })],
+                ]
+                .concat(),
             };
             let combine = Step {
                 kernel: 4,
@@ -665,23 +660,13 @@ impl<'s> Attention<'s> {
                 grid: [s.batch, 1, 1],
                 block: APPEND_THREADS,
                 smem: 0,
-                args: vec![
-                    Arg::Va(pool.device_va()),
-                    Arg::Va(k_new.device_va()),
-                    Arg::Va(v_new.device_va()),
-                    Arg::Va(tables.device_va()),
-                    Arg::Va(lens.device_va()),
-                    Arg::Status,
-                    Arg::Wide(layout.head_stride),
-                    Arg::Wide(layout.v_offset),
-                    Arg::Wide(layout.page_stride),
-                    Arg::Word(layout.page_tokens),
-                    Arg::Word(layout.pages),
-                    Arg::Word(s.max_pages),
-                    Arg::Word(layout.kv_heads),
-                    Arg::Word(layout.head_dim),
-                    Arg::Word(flags),
-                ],
+                args: [
+                    [Arg::Va(pool.device_va()), Arg::Va(k_new.device_va()), Arg::Va(v_new.device_va())].as_slice(),
+                    &[Arg::Va(tables.device_va()), Arg::Va(lens.device_va())],
+                    &pool_args(layout, s.max_pages),
+                    &[Arg::Word(layout.kv_heads), Arg::Word(layout.head_dim), Arg::Word(flags)],
+                ]
+                .concat(),
             };
             Ok(Plan { steps: vec![step], partials: 0, head_dim: layout.head_dim, work: rows })
         })();
