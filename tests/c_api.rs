@@ -514,9 +514,18 @@ fn a_panic_becomes_the_failure_value_and_names_the_function() {
     assert_eq!(text.to_str().unwrap(), "internal: panic in omega_test_panicking_call");
 }
 
+fn attention(scenario: &str) {
+    let exe = build(&format!("attention_{scenario}"), &["tests/c/attention.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("attention {scenario}: ok")), "{out}");
+}
+
 #[test]
 fn every_attention_library_entry_computes_refuses_by_name_and_keeps_the_lock_rule() {
-    let exe = build("attention_run", &["tests/c/attention.c"], Link::Shared);
-    let out = stdout(&run(&exe, &[]));
-    assert!(out.contains("attention run: ok"), "{out}");
+    attention("run");
+}
+
+#[test]
+fn an_uncertain_completion_inside_an_attention_call_latches_and_later_calls_are_refused() {
+    attention("latch");
 }

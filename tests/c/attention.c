@@ -2,7 +2,8 @@
  * the dense GQA entries (whole and rows form, causal and not) and the paged decode entries (one sequence,
  * a ragged batch over a shuffled pool) against a double reference, the pool's life, the device-buffer
  * twins with the append on the GPU, and every refusal with its code, stage and text, the lock rule (LD-4)
- * among them. Tolerances as examples/suite/attention_ref.rs argues: 1e-4 of max|v| for the f32 kernel,
+ * among them (scenario `run`); and (scenario `latch`) an uncertain completion inside a call: ERR_UNCERTAIN,
+ * then every later call ERR_BLOCKED. Tolerances as examples/suite/attention_ref.rs argues: 1e-4 of max|v| for the f32 kernel,
  * 2^-7 of it for the paged bf16 kernels (their softmax weights go through bf16).
  */
 #include <math.h>
@@ -280,8 +281,30 @@ static void device_buffers(void) {
     omega_gpu_session_unlock();
 }
 
-int main(void) {
+/* A hang injected into the next launch: the call that meets it latches the process. */
+static int latch(void) {
+    enum { H = 2, D = 8, S = 3 };
+    float q[S * H * D], k[S * H * D], v[S * H * D], out[S * H * D];
+    for (size_t i = 0; i < sizeof q / sizeof *q; i++) q[i] = rand_unit(), k[i] = rand_unit(), v[i] = rand_unit();
+    OmegaGpuAttnInfo info;
+    EXPECT(omega_gpu_gqa_attention_f32(q, k, v, H, H, D, S, out, &info), OMEGA_GPU_ATTN_OK);
+    CHECK(omega_gpu_sim_inject(OMEGA_GPU_SIM_FAULT_HANG) == 0);
+    EXPECT(omega_gpu_gqa_attention_f32(q, k, v, H, H, D, S, out, &info), OMEGA_GPU_ATTN_ERR_UNCERTAIN);
+    EXPECT_TEXT("launch: completion timeout");
+    CHECK(info.stage == OMEGA_GPU_ATTN_STAGE_LAUNCH && info.rc == OMEGA_GPU_ATTN_ERR_UNCERTAIN);
+    CHECK(omega_gpu_session_is_blocked() == 1);
+    EXPECT(omega_gpu_gqa_attention_f32(q, k, v, H, H, D, S, out, &info), OMEGA_GPU_ATTN_ERR_BLOCKED);
+    EXPECT_TEXT("attention: ");
+    CHECK(info.stage == OMEGA_GPU_ATTN_STAGE_ATTENTION);
+    void *pool = NULL;
+    EXPECT(omega_gpu_attention_pool_alloc(64, &pool), OMEGA_GPU_ATTN_ERR_BLOCKED);
+    return check_done("attention latch");
+}
+
+int main(int argc, char **argv) {
     (void)put_va;
+    const char *scenario = argc > 1 ? argv[1] : "run";
+    if (strcmp(scenario, "latch") == 0) return latch();
     CHECK(strcmp(omega_gpu_attention_rc_name(OMEGA_GPU_ATTN_ERR_TABLE), "OMEGA_GPU_ATTN_ERR_TABLE") == 0);
     CHECK(strcmp(omega_gpu_attention_rc_name(-99), "OMEGA_GPU_ATTN_ERR_UNKNOWN") == 0);
     CHECK(strcmp(omega_gpu_attention_last_error(), "") == 0);
