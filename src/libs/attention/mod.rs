@@ -12,7 +12,8 @@
 //!   [`AppendShape`] the rest of a call. Page tables and lengths live in device memory and are not trusted:
 //!   the kernels clamp and flag, the call reports the flags ([`AttentionError::Table`], stage `attention
 //!   table`).
-//! - Decode splits the KV of each (sequence, KV head) across enough CTAs to fill every SM ([`split`]), and
+//! - Decode splits the KV of each (sequence, KV head) into ranges spread over whole waves of every SM
+//!   ([`split`]), and
 //!   a combine kernel merges the splits by their log-sum-exps.
 //! - [`KeptAttention`] carries the module and the workspace from one scope to the next (the C entries of
 //!   `include/omega_gpu_attention_api.h` keep one between calls).
@@ -46,4 +47,4 @@ mod plan;
 pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};
 pub use ops::{Attention, Done, Elem, Failed, Info, KeptAttention, Kind, Workspace};
-pub use plan::{split, AppendShape, DecodeShape, GqaShape, KvLayout, Split, CTAS_PER_SM};
+pub use plan::{ctas_per_sm, split, AppendShape, DecodeShape, GqaShape, KvLayout, Split};

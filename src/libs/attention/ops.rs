@@ -574,8 +574,12 @@ impl<'s> Attention<'s> {
             holds(Operand::Table, tables.elements(), u64::from(s.batch) * u64::from(s.max_pages), 4)?;
             holds(Operand::Lens, lens.elements(), u64::from(s.batch), 4)?;
             aligned(Operand::Pool, pool.device_va(), 16)?;
-            let Split { splits, tiles_per_split } =
-                plan::split(u64::from(s.batch) * u64::from(layout.kv_heads), cap, self.sms, s.splits);
+            let Split { splits, tiles_per_split } = plan::split(
+                u64::from(s.batch) * u64::from(layout.kv_heads),
+                cap,
+                self.sms * plan::ctas_per_sm(d),
+                s.splits,
+            );
             let di = DECODE_HEAD_DIMS.iter().position(|&x| x == d).expect("the layout's check");
             let scale_log2 = scale_of(s.scale, d) * core::f32::consts::LOG2_E;
             let decode = Step {

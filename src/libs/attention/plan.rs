@@ -173,22 +173,33 @@ pub struct Split {
     pub tiles_per_split: u32,
 }
 
-/// CTAs per SM the planner fills: three decode CTAs fit an SM at head_dim 128 (69,632 bytes of shared
-/// memory and 152 registers a thread each).
-pub const CTAS_PER_SM: u32 = 3;
+/// Decode CTAs one SM holds at once for `head_dim`: its shared memory and 128 threads' registers (at 128,
+/// 69,632 bytes and 152 registers a thread: three; at 64, 36,864 bytes and 96: five; at 32, 20,480 bytes and
+/// 64: eight), as ptxas allocates them for the kernels of kernels/cuda/attention/paged_decode.cuh.
+pub const fn ctas_per_sm(head_dim: u32) -> u32 {
+    match head_dim {
+        0..=32 => 8,
+        33..=64 => 5,
+        _ => 3,
+    }
+}
 
-/// The split for `batch * kv_heads` (sequence, head) pairs whose longest sequence has `max_tokens` tokens:
-/// enough splits that the grid fills `CTAS_PER_SM` CTAs on every SM, but at least a tile per warp in each
-/// split; `forced` (not 0) asks for that many instead (fewer when there are fewer tiles).
-pub fn split(pairs: u64, max_tokens: u64, sms: u32, forced: u32) -> Split {
+/// The split for `pairs` (sequence, KV head) pairs whose longest sequence has `max_tokens` tokens, on a
+/// device that runs `slots` decode CTAs at once: the count `s` (at most 256, and at most one per four
+/// tiles, so each of a CTA's warps has a tile) that minimises the waves times the tiles of a split,
+/// `ceil(pairs * s / slots) * ceil(tiles / s)` — the time of the slowest SM when every CTA streams its
+/// tiles at the same rate — the fewer splits on a tie (less for the combine to merge). `forced` (not 0)
+/// takes that many instead (fewer when there are fewer tiles).
+pub fn split(pairs: u64, max_tokens: u64, slots: u32, forced: u32) -> Split {
     let tiles = max_tokens.div_ceil(u64::from(DECODE_TILE)).max(1);
-    let want = if forced > 0 {
-        u64::from(forced)
+    let (pairs, slots) = (pairs.max(1), u64::from(slots.max(1)));
+    let splits = if forced > 0 {
+        u64::from(forced).min(u64::from(COMBINE_MAX_SPLITS)).min(tiles)
     } else {
-        let target = u64::from(sms.max(1)) * u64::from(CTAS_PER_SM);
-        target.div_ceil(pairs.max(1)).min(tiles.div_ceil(u64::from(DECODE_WARPS)))
+        let most = (tiles / u64::from(DECODE_WARPS)).clamp(1, u64::from(COMBINE_MAX_SPLITS));
+        let cost = |s: u64| (pairs * s).div_ceil(slots) * tiles.div_ceil(s);
+        (1..=most).min_by_key(|&s| (cost(s), s)).expect("at least one split")
     };
-    let splits = want.clamp(1, u64::from(COMBINE_MAX_SPLITS)).min(tiles);
     let tps = tiles.div_ceil(splits);
     Split { splits: tiles.div_ceil(tps) as u32, tiles_per_split: tps.min(u64::from(u32::MAX)) as u32 }
 }
@@ -210,13 +221,19 @@ mod tests {
     #[test]
     fn splits_fill_the_sms_and_cover_every_tile() {
         for (pairs, tokens) in [(4u64, 32768u64), (256, 32768), (4, 1), (16, 1000), (64, 4096)] {
-            let s = split(pairs, tokens, 132, 0);
+            let s = split(pairs, tokens, 396, 0);
             let tiles = tokens.div_ceil(16);
             assert!(u64::from(s.splits) * u64::from(s.tiles_per_split) >= tiles);
             assert!(u64::from(s.splits - 1) * u64::from(s.tiles_per_split) < tiles, "no empty split: {s:?}");
             assert!(s.splits <= COMBINE_MAX_SPLITS);
         }
-        assert!(split(4, 32768, 132, 0).splits * 4 >= 132 * 3 - 4);
-        assert_eq!(split(4, 4096, 132, 7).splits, 7);
+        // Batch 1 at 32K: one wave of the 396 slots. Batch 64 at 32K: within 1% of a perfect spread, where
+        // 2 splits (512 CTAs on 396 slots, two waves) would lose a third.
+        assert_eq!(split(4, 32768, 396, 0), Split { splits: 98, tiles_per_split: 21 });
+        let s = split(256, 32768, 396, 0);
+        let cost = (256 * u64::from(s.splits)).div_ceil(396) * u64::from(s.tiles_per_split);
+        assert!(cost as f64 <= 1.01 * (256.0 * 2048.0 / 396.0), "{s:?}: {cost}");
+        assert_eq!(split(4, 4096, 396, 7).splits, 7);
+        assert_eq!(split(4, 4096, 396, 1000).splits, 256);
     }
 }
