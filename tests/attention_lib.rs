@@ -344,3 +344,25 @@ fn a_kept_handle_resumes_in_the_next_scope() {
     let Scoped::Open(_, got) = got else { panic!("latched") };
     compare("resumed", &got, &want, paged_tolerance(vmax)).unwrap();
 }
+
+#[test]
+fn dense_gqa_runs_inside_a_command_list() {
+    let seed = seed("dense_gqa_runs_inside_a_command_list");
+    let shape = GqaShape { q_rows: 5, ..GqaShape::new(8, 2, 64, 40, true) };
+    let q = omega_refmath::random_f32(seed, 5 * 8 * 64);
+    let (k, v) = (omega_refmath::random_f32(seed ^ 1, 40 * 2 * 64), omega_refmath::random_f32(seed ^ 2, 40 * 2 * 64));
+    let (want, vmax) = dense_reference(&q, &k, &v, shape);
+    let got = on_sim(|s, gpu| {
+        let att = Attention::new(s).unwrap();
+        let (dq, dk, dv) =
+            (s.alloc_device_from(&q).unwrap(), s.alloc_device_from(&k).unwrap(), s.alloc_device_from(&v).unwrap());
+        let out = s.alloc_device_from(&vec![POISON; q.len()]).unwrap();
+        let mut list = s.cmdlist().unwrap();
+        let info = att.add_gqa_f32(&mut list, &dq, &dk, &dv, &out, shape).unwrap();
+        assert_eq!((info.launches, info.device_ns), (1, 0), "recorded, not run");
+        let _gpu = gpu.submit(&mut list).unwrap().gpu;
+        let mut out = out;
+        out.to_vec().unwrap()
+    });
+    compare("listed dense GQA", &got, &want, dense_tolerance(vmax)).unwrap();
+}

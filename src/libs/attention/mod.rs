@@ -13,8 +13,7 @@
 //!   the kernels clamp and flag, the call reports the flags ([`AttentionError::Table`], stage `attention
 //!   table`).
 //! - Decode splits the KV of each (sequence, KV head) into ranges spread over whole waves of every SM
-//!   ([`split`]), and
-//!   a combine kernel merges the splits by their log-sum-exps.
+//!   ([`split`]), and a combine kernel merges the splits by their log-sum-exps.
 //! - [`KeptAttention`] carries the module and the workspace from one scope to the next (the C entries of
 //!   `include/omega_gpu_attention_api.h` keep one between calls).
 //!
