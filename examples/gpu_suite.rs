@@ -11,12 +11,12 @@ use std::time::Instant;
 use omega::{Error, Launch, Scoped};
 use rand::Rng;
 
-#[path = "common/mod.rs"]
-mod common;
 #[path = "suite/attention.rs"]
 mod attention;
 #[path = "suite/attention_ref.rs"]
 mod attention_ref;
+#[path = "common/mod.rs"]
+mod common;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
