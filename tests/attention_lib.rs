@@ -241,6 +241,7 @@ fn device_tables_are_clamped_and_flagged_never_faulted() {
             let att = Attention::new(s).unwrap();
             let (gpu, r) = decode::<f32, f32>(s, gpu, &att, &case, DecodeShape::new(2, 32, case.max_pages));
             // The handle goes on working after the refusal.
+            let gpu = gpu.expect("a certain failure");
             let (_gpu, ok) = decode::<f32, f32>(s, gpu, &att, &base, DecodeShape::new(2, 32, base.max_pages));
             ok.expect("a sound call after a flagged one");
             r.expect_err(what)

@@ -168,6 +168,7 @@ fn device_tables() -> CaseResult {
             let att = Attention::new(s).map_err(err)?;
             let (gpu, r) = decode::<f32, f32>(s, gpu, &att, case, DecodeShape::new(2, 32, case.max_pages));
             // The handle and the device go on working.
+            let gpu = gpu.ok_or("the flagged call latched")?;
             let (_gpu, ok) = decode::<f32, f32>(s, gpu, &att, &base, DecodeShape::new(2, 32, base.max_pages));
             ok.map_err(err)?;
             Ok(r)

@@ -240,7 +240,7 @@ pub fn decode<'s, Q: Query, O: Out>(
     att: &Attention<'s>,
     case: &PagedCase,
     shape: DecodeShape,
-) -> (Gpu<'s>, Result<(Vec<f32>, Info), AttentionError>) {
+) -> (Option<Gpu<'s>>, Result<(Vec<f32>, Info), AttentionError>) {
     let bufs = (|| {
         let q = s.alloc_device_from(&Q::from_f32(&case.q))?;
         let pool = s.alloc_device_from(&case.pool)?;
@@ -251,14 +251,14 @@ pub fn decode<'s, Q: Query, O: Out>(
     })();
     let (q, pool, tables, lens, mut out) = match bufs {
         Ok(b) => b,
-        Err(e) => return (gpu, Err(e.into())),
+        Err(e) => return (Some(gpu), Err(e.into())),
     };
     match att.paged_decode(gpu, &q, &pool, &case.layout, &tables, &lens, &mut out, shape) {
         Ok(done) => {
             let got = out.to_vec().map(|v| O::widen(&v)).map_err(AttentionError::from);
-            (done.gpu, got.map(|g| (g, done.info)))
+            (Some(done.gpu), got.map(|g| (g, done.info)))
         }
-        // A latched call has no token to give back: the scope ends with the latch, and the caller says so.
-        Err(Failed { gpu, error, .. }) => (gpu.expect("a certain failure (a latch ends the run)"), Err(error)),
+        // No token after a latch: the caller's scope ends latched, and says so.
+        Err(Failed { gpu, error, .. }) => (gpu, Err(error)),
     }
 }
