@@ -251,7 +251,9 @@ int omega_gpu_gqa_attention_f32(const float *q, const float *k, const float *v, 
 // `omega_gpu_gqa_attention_f32`.
 //
 // # Safety
-// - As `omega_gpu_gqa_attention_f32`'s, with the lengths above.
+// - `q`, `k`, `v` are NULL (refused) or point to the readable, aligned floats above (`q_rows` rows of q,
+//   `kv_len` of k and v); `out` to `q_rows` rows of writable, aligned floats nothing else touches.
+// - `info` is NULL or points to a writable, aligned `OmegaGpuAttnInfo`.
 int omega_gpu_gqa_attention_rows_f32(const float *q, const float *k, const float *v, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim, uint32_t kv_len_flags, uint32_t q_rows, float *out, OmegaGpuAttnInfo *info);
 
 // EXPERIMENTAL. Allocates the process's KV pool: `bytes` (even, at least 2) of device memory (HBM; no CPU
@@ -298,9 +300,12 @@ size_t omega_gpu_attention_kv_layout(uint32_t page_tokens, uint32_t kv_heads, ui
 // session lock itself.
 //
 // # Safety
-// - `q` is NULL (refused) or points to `q_heads * head_dim` readable floats; `out` to as many writable
-//   floats nothing else touches; `layout` is NULL (refused) or a readable `OmegaGpuKvLayout`;
-//   `page_table` is NULL (refused) or points to `table_len` readable `uint32_t`.
+// - `q` is NULL (refused) or points to `q_heads * head_dim` readable, aligned floats; `out` to as many
+//   writable, aligned floats nothing else touches.
+// - `pool` is any value (it is compared with the pool's key, never dereferenced: aligned or not, it is
+//   only read as an address).
+// - `layout` is NULL (refused) or points to a readable, aligned `OmegaGpuKvLayout`.
+// - `page_table` is NULL (refused) or points to `table_len` readable, aligned `uint32_t`.
 // - `info` is NULL or points to a writable, aligned `OmegaGpuAttnInfo`.
 int omega_gpu_paged_attention_bf16(const float *q, const void *pool, const OmegaGpuKvLayout *layout, const uint32_t *page_table, uint32_t q_heads, uint32_t seq_len, uint32_t table_len, uint32_t splits, uint32_t scale_bits, uint32_t flags, float *out, OmegaGpuAttnInfo *info);
 
@@ -311,10 +316,13 @@ int omega_gpu_paged_attention_bf16(const float *q, const void *pool, const Omega
 // `splits`, `scale_bits`, `flags` as in `omega_gpu_paged_attention_bf16`.
 //
 // # Safety
-// - `q` is NULL (refused) or points to `batch * q_heads * head_dim` readable floats, `out` to as many
-//   writable ones nothing else touches; `layout` NULL (refused) or a readable `OmegaGpuKvLayout`;
-//   `page_tables` NULL (refused) or `batch * max_pages` readable `int32_t`; `seq_lens` NULL (refused) or
-//   `batch` readable `int32_t`.
+// - `q` is NULL (refused) or points to `batch * q_heads * head_dim` readable, aligned floats; `out` to as
+//   many writable, aligned floats nothing else touches.
+// - `pool` is any value (compared with the pool's key, never dereferenced: aligned or not, it is only
+//   read as an address).
+// - `layout` is NULL (refused) or points to a readable, aligned `OmegaGpuKvLayout`.
+// - `page_tables` is NULL (refused) or points to `batch * max_pages` readable, aligned `int32_t`.
+// - `seq_lens` is NULL (refused) or points to `batch` readable, aligned `int32_t`.
 // - `info` is NULL or points to a writable, aligned `OmegaGpuAttnInfo`.
 int omega_gpu_paged_attention_batch_bf16(const float *q, const void *pool, const OmegaGpuKvLayout *layout, const int32_t *page_tables, const int32_t *seq_lens, uint32_t batch, uint32_t q_heads, uint32_t max_pages, uint32_t splits, uint32_t scale_bits, uint32_t flags, float *out, OmegaGpuAttnInfo *info);
 

@@ -663,7 +663,9 @@ pub unsafe extern "C" fn omega_gpu_gqa_attention_f32(
 /// `omega_gpu_gqa_attention_f32`.
 ///
 /// # Safety
-/// - As `omega_gpu_gqa_attention_f32`'s, with the lengths above.
+/// - `q`, `k`, `v` are NULL (refused) or point to the readable, aligned floats above (`q_rows` rows of q,
+///   `kv_len` of k and v); `out` to `q_rows` rows of writable, aligned floats nothing else touches.
+/// - `info` is NULL or points to a writable, aligned `OmegaGpuAttnInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_gqa_attention_rows_f32(
     q: *const f32,
@@ -936,9 +938,12 @@ fn no_flags(flags: u32, known: u32) -> Result<(), EntryError> {
 /// session lock itself.
 ///
 /// # Safety
-/// - `q` is NULL (refused) or points to `q_heads * head_dim` readable floats; `out` to as many writable
-///   floats nothing else touches; `layout` is NULL (refused) or a readable `OmegaGpuKvLayout`;
-///   `page_table` is NULL (refused) or points to `table_len` readable `uint32_t`.
+/// - `q` is NULL (refused) or points to `q_heads * head_dim` readable, aligned floats; `out` to as many
+///   writable, aligned floats nothing else touches.
+/// - `pool` is any value (it is compared with the pool's key, never dereferenced: aligned or not, it is
+///   only read as an address).
+/// - `layout` is NULL (refused) or points to a readable, aligned `OmegaGpuKvLayout`.
+/// - `page_table` is NULL (refused) or points to `table_len` readable, aligned `uint32_t`.
 /// - `info` is NULL or points to a writable, aligned `OmegaGpuAttnInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_paged_attention_bf16(
@@ -992,10 +997,13 @@ pub unsafe extern "C" fn omega_gpu_paged_attention_bf16(
 /// `splits`, `scale_bits`, `flags` as in `omega_gpu_paged_attention_bf16`.
 ///
 /// # Safety
-/// - `q` is NULL (refused) or points to `batch * q_heads * head_dim` readable floats, `out` to as many
-///   writable ones nothing else touches; `layout` NULL (refused) or a readable `OmegaGpuKvLayout`;
-///   `page_tables` NULL (refused) or `batch * max_pages` readable `int32_t`; `seq_lens` NULL (refused) or
-///   `batch` readable `int32_t`.
+/// - `q` is NULL (refused) or points to `batch * q_heads * head_dim` readable, aligned floats; `out` to as
+///   many writable, aligned floats nothing else touches.
+/// - `pool` is any value (compared with the pool's key, never dereferenced: aligned or not, it is only
+///   read as an address).
+/// - `layout` is NULL (refused) or points to a readable, aligned `OmegaGpuKvLayout`.
+/// - `page_tables` is NULL (refused) or points to `batch * max_pages` readable, aligned `int32_t`.
+/// - `seq_lens` is NULL (refused) or points to `batch` readable, aligned `int32_t`.
 /// - `info` is NULL or points to a writable, aligned `OmegaGpuAttnInfo`.
 #[no_mangle]
 pub unsafe extern "C" fn omega_gpu_paged_attention_batch_bf16(
