@@ -11,6 +11,10 @@ use std::time::Instant;
 use omega::{Error, Launch, Scoped};
 use rand::Rng;
 
+#[path = "suite/attention.rs"]
+mod attention;
+#[path = "suite/attention_ref.rs"]
+mod attention_ref;
 #[path = "common/mod.rs"]
 mod common;
 
@@ -1901,6 +1905,7 @@ fn main() -> ExitCode {
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),
         ("store to an unmapped address: MMU fault, named within 10 ms", || in_child("fault")),
     ];
+    let cases = cases.into_iter().chain(attention::cases());
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
         let t = Instant::now();

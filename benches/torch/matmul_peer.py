@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The matmul library's peer: cuBLAS through PyTorch, on the GPU machine, in the same run as Omega's
 examples/matmul_bench. Prints `torch.<metric> <value>` lines with the metric names matmul_bench prints,
-so benches/gpu/compare_matmul.py can put the two side by side as ratios.
+so benches/gpu/compare.py can put the two side by side as ratios.
 
 A harness, not part of Omega (Omega never links CUDA or PyTorch). Timing: CUDA events around each call,
 median of --iters after a warm-up (`torch.` lines), and cuBLAS alone in a CUDA graph of 20 calls (`cublas.`
