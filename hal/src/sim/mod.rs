@@ -196,6 +196,8 @@ pub struct Sim {
     clock: SimClock,
     lock: PlainLock,
     heap: LibcHeap,
+    /// Its driver's equivalents counted (allocations, frees, memory queries) and sealed for serving.
+    pub(crate) driver: crate::driver::DriverCounters,
     pub(crate) state: Mutex<State>,
     pub(crate) kernels: Mutex<HashMap<String, HostKernel>>,
 }
@@ -213,6 +215,7 @@ impl Sim {
             config,
             lock: PlainLock::new(),
             heap: LibcHeap,
+            driver: crate::driver::DriverCounters::new(),
             state: Mutex::new(State {
                 open: false,
                 memory: memory::SimMemory::new(),
@@ -329,6 +332,10 @@ impl Platform for Sim {
 
     fn code_format(&self) -> crate::CodeFormat {
         crate::CodeFormat::SimImage
+    }
+
+    fn driver(&self) -> Option<&crate::driver::DriverCounters> {
+        Some(&self.driver)
     }
 }
 
