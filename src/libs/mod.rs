@@ -8,3 +8,4 @@
 //! between scopes (a loaded module, a workspace) it keeps as [`crate::Kept`] and [`crate::KeptModule`].
 
 pub mod matmul;
+pub mod serving;

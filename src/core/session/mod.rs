@@ -25,6 +25,7 @@ mod memory;
 pub use memory::{AllocKind, MemoryStats};
 mod recover;
 mod serving;
+pub use omega_hal::{DriverCall, DriverStats};
 pub use recover::{Recovery, WATCH_BYTES, WATCH_INTERVAL_US};
 pub mod suballoc;
 pub mod types;
