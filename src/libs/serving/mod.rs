@@ -62,6 +62,12 @@ impl ServingBounds {
             .try_fold(2u64, |acc, &v| acc.checked_mul(u64::from(v)))
     }
 
+    /// Refused when these bounds describe no workload (a zero side, reserved flags, a buffer past what an
+    /// address can count).
+    pub fn check(&self) -> Result<(), BoundsError> {
+        self.invalid().map_or(Ok(()), Err)
+    }
+
     /// Why these bounds describe no workload, or `None` when they do.
     fn invalid(&self) -> Option<BoundsError> {
         let sides = [("max_m", self.max_m), ("max_n", self.max_n), ("max_k", self.max_k)];
