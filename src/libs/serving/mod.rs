@@ -19,7 +19,7 @@ pub mod safetensors;
 pub mod weights;
 
 use crate::cmdlist::CmdListError;
-use crate::error::Error;
+use crate::Error;
 use crate::libs::matmul::{Matmul, MatmulError, Shape};
 use crate::{Device, Gpu, Mem, Scope, Stage};
 
