@@ -22,6 +22,10 @@
 // A reservation or a prepare while sealed: both would ask the driver (stage `serving`).
 #define OMEGA_GPU_SERVING_ERR_SEALED -103
 
+// `omega_gpu_serving_driver_stats` on a platform that does not count its driver calls (a C function
+// table), or with `out` NULL; nothing written.
+#define OMEGA_GPU_SERVING_ERR_NOT_COUNTED -104
+
 // The largest workload a serving reservation is made for: the C `OmegaGpuServingBounds`, field for
 // field (eleven u32, 44 bytes).
 typedef struct {
@@ -49,6 +53,20 @@ typedef struct {
     uint32_t flags;
 } OmegaGpuServingBounds;
 
+// What the platform asked its driver for since the process started (`omega_gpu_serving_driver_stats`): on
+// nvidia every ioctl, every mmap and munmap; on the simulator its equivalents (allocations, frees,
+// memory queries, as ioctls).
+typedef struct {
+    // Ioctls made.
+    uint64_t ioctls;
+    // Mappings made.
+    uint64_t mmaps;
+    // Mappings released.
+    uint64_t munmaps;
+    // Calls the seal refused (never made).
+    uint64_t refused;
+} OmegaGpuDriverStats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -72,6 +90,13 @@ void omega_gpu_serving_seal(void);
 
 // EXPERIMENTAL. Ends the seal (buffers freed while sealed go back to the platform) and the reservation.
 void omega_gpu_serving_release(void);
+
+// EXPERIMENTAL. Writes the platform's driver-call counters to `out` (see `OmegaGpuDriverStats`): a
+// sealed step leaves them unchanged. Needs no lock and asks the driver nothing.
+//
+// # Safety
+// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDriverStats`.
+int omega_gpu_serving_driver_stats(OmegaGpuDriverStats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -31,6 +31,28 @@ pub const OMEGA_GPU_SERVING_ERR_NOT_RESERVED: i32 = -102;
 /// A reservation or a prepare while sealed: both would ask the driver (stage `serving`).
 pub const OMEGA_GPU_SERVING_ERR_SEALED: i32 = -103;
 
+/// `omega_gpu_serving_driver_stats` on a platform that does not count its driver calls (a C function
+/// table), or with `out` NULL; nothing written.
+pub const OMEGA_GPU_SERVING_ERR_NOT_COUNTED: i32 = -104;
+
+/// What the platform asked its driver for since the process started (`omega_gpu_serving_driver_stats`): on
+/// nvidia every ioctl, every mmap and munmap; on the simulator its equivalents (allocations, frees,
+/// memory queries, as ioctls).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OmegaGpuDriverStats {
+    /// Ioctls made.
+    pub ioctls: u64,
+    /// Mappings made.
+    pub mmaps: u64,
+    /// Mappings released.
+    pub munmaps: u64,
+    /// Calls the seal refused (never made).
+    pub refused: u64,
+}
+
+static_assertions::assert_eq_size!(OmegaGpuDriverStats, [u8; 32]);
+
 /// The bounds of the reservation in force.
 static RESERVED: Mutex<Option<ServingBounds>> = Mutex::new(None);
 
@@ -118,4 +140,27 @@ pub extern "C" fn omega_gpu_serving_seal() {
 pub extern "C" fn omega_gpu_serving_release() {
     *sync::lock(&RESERVED) = None;
     locked("omega_gpu_serving_release", || if runtime().is_open() { runtime().unseal() } else { Ok(()) });
+}
+
+/// EXPERIMENTAL. Writes the platform's driver-call counters to `out` (see `OmegaGpuDriverStats`): a
+/// sealed step leaves them unchanged. Needs no lock and asks the driver nothing.
+///
+/// # Safety
+/// - `out` is NULL (refused) or points to a writable, aligned `OmegaGpuDriverStats`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_serving_driver_stats(out: *mut OmegaGpuDriverStats) -> c_int {
+    guard("omega_gpu_serving_driver_stats", matmul::OMEGA_GPU_MATMUL_ERR_INTERNAL, || {
+        // SAFETY: the caller's promise: NULL or a writable, aligned struct.
+        let Some(out) = (unsafe { out.as_mut() }) else {
+            return refuse(OMEGA_GPU_SERVING_ERR_NOT_COUNTED, format_args!("driver stats: out NULL"));
+        };
+        let Some(d) = runtime().driver_stats() else {
+            return refuse(
+                OMEGA_GPU_SERVING_ERR_NOT_COUNTED,
+                format_args!("this platform does not count its driver calls"),
+            );
+        };
+        *out = OmegaGpuDriverStats { ioctls: d.ioctls, mmaps: d.mmaps, munmaps: d.munmaps, refused: d.refused };
+        OMEGA_GPU_SERVING_OK
+    })
 }

@@ -8,6 +8,7 @@
 #include "check.h"
 
 _Static_assert(sizeof(OmegaGpuServingBounds) == 44, "OmegaGpuServingBounds is 44 bytes");
+_Static_assert(sizeof(OmegaGpuDriverStats) == 32, "OmegaGpuDriverStats is 32 bytes");
 
 #define CHECK_HAS(part)                                                                                  \
     do {                                                                                                 \
@@ -56,6 +57,10 @@ int main(void) {
     for (int i = 0; i < M * K; i++) x[i] = rand_bf16();
     for (int i = 0; i < N * K; i++) w[i] = rand_bf16();
     OmegaGpuAllocStats before, after;
+    OmegaGpuDriverStats driver_before, driver_after;
+    CHECK(omega_gpu_serving_driver_stats(NULL) == OMEGA_GPU_SERVING_ERR_NOT_COUNTED);
+    CHECK(omega_gpu_serving_driver_stats(&driver_before) == OMEGA_GPU_SERVING_OK);
+    CHECK(driver_before.ioctls > 0); /* the reservation allocated */
     omega_gpu_session_alloc_stats(&before);
     omega_gpu_serving_seal();
     for (int i = 0; i < 200; i++) {
@@ -77,6 +82,8 @@ int main(void) {
     }
     omega_gpu_session_alloc_stats(&after);
     CHECK(memcmp(&before, &after, sizeof before) == 0);
+    CHECK(omega_gpu_serving_driver_stats(&driver_after) == OMEGA_GPU_SERVING_OK);
+    CHECK(memcmp(&driver_before, &driver_after, sizeof driver_before) == 0);
     /* A W past the staging and past what a held chunk can carve (84 MB) needs a driver allocation: the
      * seal refuses it by name. A smaller one is carved from a held chunk, which asks the driver nothing. */
     enum { BIG_N = 40960, BIG_K = 1024 };

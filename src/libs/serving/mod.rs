@@ -19,8 +19,8 @@ pub mod safetensors;
 pub mod weights;
 
 use crate::cmdlist::CmdListError;
-use crate::Error;
 use crate::libs::matmul::{Matmul, MatmulError, Shape};
+use crate::Error;
 use crate::{Device, Gpu, Mem, Scope, Stage};
 
 /// The largest workload a serving reservation is made for: the C `OmegaGpuServingBounds`, field for
