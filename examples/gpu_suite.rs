@@ -17,6 +17,8 @@ mod attention;
 mod attention_ref;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "suite/serving.rs"]
+mod serving;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
@@ -1812,6 +1814,7 @@ fn main() -> ExitCode {
             "matmul_ts" => matmul_tma_store(false, &STAGED_SHAPES),
             "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
+            "serving" => serving::sealed_matmul_steps(),
             other => Err(format!("no case {other}")),
         };
         return match r {
@@ -1875,6 +1878,7 @@ fn main() -> ExitCode {
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
+        ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),
         ("ordering and visibility, marker 1 from the last QMD", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "qmd")])
         }),

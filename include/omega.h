@@ -12,5 +12,6 @@
 #include "omega_gpu_engine.h"
 #include "omega_gpu_matmul_api.h"
 #include "omega_gpu_attention_api.h"
+#include "omega_gpu_serving.h"
 
 #endif /* OMEGA_H */

@@ -120,6 +120,8 @@ pub enum Stage {
     AttentionPool,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
+    /// The serving seal (`Runtime::seal`, `Runtime::unseal`).
+    Serving,
 }
 
 impl Stage {
@@ -179,6 +181,7 @@ impl Stage {
             Stage::AttentionTable => "attention table",
             Stage::AttentionPool => "attention pool",
             Stage::Recover => "recover",
+            Stage::Serving => "serving",
         }
     }
 }
@@ -580,6 +583,12 @@ pub enum LaunchArgError {
 /// What was wrong with a setting or request ([`Error::Setting`]); the text is the cause after the stage.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingError {
+    /// A seal on a platform that cannot count its driver calls.
+    #[error("this platform cannot count its driver calls, so it cannot be sealed for serving")]
+    CannotSeal,
+    /// A seal while sealed.
+    #[error("already sealed")]
+    AlreadySealed,
     /// A typed write of more elements than the buffer holds.
     #[error("{n} elements into a buffer of {len}")]
     WriteTooLong {

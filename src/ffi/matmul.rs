@@ -269,7 +269,8 @@ static LAST_ERROR: Mutex<String> = Mutex::new(String::new());
 static LAST_ERROR_TEXT: TextBuffer = TextBuffer::new();
 
 /// The LD-4 refusal of a caller that holds the lock.
-const LOCK_HELD: &str = "the matmul library's entries take the session lock themselves: call them without it (LD-4)";
+pub(super) const LOCK_HELD: &str =
+    "the matmul library's entries take the session lock themselves: call them without it (LD-4)";
 
 /// An entry's own failures, before or around the library's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -372,7 +373,7 @@ fn stage_code(stage: Stage) -> u32 {
 }
 
 /// Records `text` as the library's last error and the session's.
-fn record(text: &dyn std::fmt::Display) {
+pub(super) fn record(text: &dyn std::fmt::Display) {
     let s = text.to_string();
     super::boundary::record(&s);
     *sync::lock(&LAST_ERROR) = s;
@@ -679,6 +680,29 @@ fn host_product<T: HostElem>(shape: Shape, x: &[T], w: Weights<'_, T>, y: &mut [
         *matmul = Some(mm.keep());
         o
     })
+}
+
+/// The serving reservation's part of the library (`src/ffi/serving.rs`): the bf16 host-pointer entry's
+/// staging grown to `[m, k]`, `[n, k]` and `[m, n]` and the library handle made (its module loaded), so
+/// a product within those sides allocates nothing. Returns the entries' code; a failure is recorded.
+pub(super) fn reserve_bf16_staging(m: u32, n: u32, k: u32) -> c_int {
+    let start = Instant::now();
+    let info = Info { m, n, k, cta_budget: matmul::cta_budget(), ..Info::default() };
+    let o = with_device(info, OMEGA_GPU_MATMUL_FLAG_HOST_POINTERS, |lib, s, _gpu, info, flags| {
+        let mut run = || -> Result<(), EntryError> {
+            let mm = handle(lib, s)?;
+            lib.matmul = Some(mm.keep());
+            // Sides are u32: each product fits the 64-bit usize Omega runs on.
+            let len = |a: u32, b: u32| a as usize * b as usize;
+            staged(s, &mut lib.staging.x16, len(m, k))?;
+            staged(s, &mut lib.staging.w16, len(n, k))?;
+            staged(s, &mut lib.staging.y, len(m, n))?;
+            Ok(())
+        };
+        Outcome { info, flags, result: run() }
+    });
+    // SAFETY: NULL: no info is written.
+    unsafe { finish(ptr::null_mut(), start, o) }
 }
 
 /// A dense host-pointer entry's checks, then its product.

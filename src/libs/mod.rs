@@ -9,3 +9,4 @@
 
 pub mod attention;
 pub mod matmul;
+pub mod serving;
