@@ -106,6 +106,10 @@ pub enum Stage {
     MatmulPlan,
     /// `matmul tensor`: a resident tensor that is not live, or not of the entry's element type.
     MatmulTensor,
+    /// `prefill shape`: a prefill attention shape that cannot exist, or that the buffers do not hold.
+    PrefillShape,
+    /// `prefill tma`: a prefill operand no TMA descriptor can describe.
+    PrefillTma,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
 }
@@ -160,6 +164,8 @@ impl Stage {
             Stage::MatmulShape => "matmul shape",
             Stage::MatmulPlan => "matmul plan",
             Stage::MatmulTensor => "matmul tensor",
+            Stage::PrefillShape => "prefill shape",
+            Stage::PrefillTma => "prefill tma",
             Stage::Recover => "recover",
         }
     }

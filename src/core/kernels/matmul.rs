@@ -479,11 +479,11 @@ const fn moe_spec(
 
 /// A fault of kernel `kernel` that is not an address the MMU refused: Xid 13, as the GPU reports an
 /// exception of the graphics engine (a misaligned address, a shared-memory access past the window).
-fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
+pub(super) fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
     KernelError::Fault { xid: 13, detail: format!("{kernel}: {why}") }
 }
 
-fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
+pub(super) fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
     fault(kernel, format_args!("misaligned address: {what} at {va:#x} is not {align}-byte aligned"))
 }
 
@@ -498,7 +498,7 @@ fn aligned(kernel: &str, what: &str, va: u64, align: u64) -> Result<(), KernelEr
 
 /// Refuses a launch whose block is not `want`: the kernels index their warps and tiles by a fixed block
 /// (on the GPU another shape would hang or leave outputs unwritten).
-fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
+pub(super) fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
     if ctx.block != [want, 1, 1] {
         return Err(fault(
             kernel,
@@ -510,7 +510,7 @@ fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), Ker
 
 /// This call's items of `items` equal ones of `cost` units each: those whose first unit lies in the
 /// call's take, so each item runs whole in exactly one call.
-fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
+pub(super) fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
     let cost = cost.max(1);
     let units = ctx.take(items.saturating_mul(cost));
     units.start.div_ceil(cost)..units.end.div_ceil(cost)
