@@ -188,6 +188,14 @@ __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Pins registers a wgmma writes asynchronously at this point of the program: the compiler sees them
+// read and written here, so it moves no arithmetic on them across the wait before (or the issue after).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
 // O / l into out rows q_row0 and q_row0 + 8 (those below seq) of head `head`.
 template <typename Out>
 __device__ __forceinline__ void store_o(const float (&o)[64], const RowState& st, Out* out, int q_row0, int seq,
@@ -301,6 +309,7 @@ __device__ __forceinline__ void prefill_bf16_body(const void* tmap_q, const void
   wg_commit();
   if (consumer == 0 || n_blocks > 1) named_arrive(other_bar);
   wg_wait<0>();
+  fence_regs(s);
   softmax_step<true>(s, st, corr, scale_log2, q_row0, (n_blocks - 1) * PREFILL_BN, (int)seq, causal != 0, true);
   to_p(s, p);
 
@@ -311,15 +320,19 @@ __device__ __forceinline__ void prefill_bf16_body(const void* tmap_q, const void
     wg_fence();
     issue_s(s, q, sk + si * PREFILL_TILE_BYTES);
     wg_commit();
+    fence_regs(o);
     rescale(o, corr);
+    fence_regs(o);
     mbar_wait(&v_full[sp], ((i - 1) / STAGES) & 1);
     wg_fence();
     issue_pv(o, p, sv + sp * PREFILL_TILE_BYTES);
     wg_commit();
     if (consumer == 0 || i < n_blocks - 1) named_arrive(other_bar);
     wg_wait<1>();
+    fence_regs(s);
     softmax_step<false>(s, st, corr, scale_log2, q_row0, 0, (int)seq, false, false);
     wg_wait<0>();
+    fence_regs(o);
     if (t128 == 0) mbar_arrive(&empty[sp]);
     to_p(s, p);
   }
@@ -331,6 +344,7 @@ __device__ __forceinline__ void prefill_bf16_body(const void* tmap_q, const void
   issue_pv(o, p, sv + sl * PREFILL_TILE_BYTES);
   wg_commit();
   wg_wait<0>();
+  fence_regs(o);
   store_o(o, st, out, q_row0, (int)seq, head, (int)q_heads);
 }
 
