@@ -166,20 +166,25 @@ fn a_bf16_output_is_the_attention_rounded_and_a_command_list_repeats_it() {
 
 #[test]
 fn bad_shapes_are_refused_with_their_stage_and_nothing_runs() {
+    /// Whether a failure is the refusal a case expects.
+    type Refusal = fn(&PrefillError) -> bool;
     on_sim(|s, gpu| {
         let q = s.alloc_device_from(&vec![0u16; 7 * 4 * D]).unwrap();
         let kv = s.alloc_device_from(&vec![0u16; 7 * 2 * D]).unwrap();
         let mut out = s.alloc_device_from(&vec![POISON; 7 * 4 * D]).unwrap();
         let p = Prefill::new(s).unwrap();
         let mut gpu = gpu;
-        let cases: [(PrefillShape, fn(&PrefillError) -> bool); 5] = [
+        let cases: [(PrefillShape, Refusal); 5] = [
             (PrefillShape::new(0, 4, 2, true), |e| matches!(e, PrefillError::ZeroSide { .. })),
             (PrefillShape::new(7, 4, 0, true), |e| matches!(e, PrefillError::ZeroSide { .. })),
             (PrefillShape::new(7, 4, 3, true), |e| matches!(e, PrefillError::Heads { .. })),
-            (PrefillShape::new(8, 4, 2, true), |e| {
-                matches!(e, PrefillError::Short { operand: PrefillOperand::Q, needs, .. } if *needs == 8 * 4 * 128)
+            (
+                PrefillShape::new(8, 4, 2, true),
+                |e| matches!(e, PrefillError::Short { operand: PrefillOperand::Q, needs, .. } if *needs == 8 * 4 * 128),
+            ),
+            (PrefillShape::new(7, 4, 4, false), |e| {
+                matches!(e, PrefillError::Short { operand: PrefillOperand::K, .. })
             }),
-            (PrefillShape::new(7, 4, 4, false), |e| matches!(e, PrefillError::Short { operand: PrefillOperand::K, .. })),
         ];
         for (shape, want) in cases {
             let f = p.bf16(gpu, &q, &kv, &kv, &mut out, shape).unwrap_err();

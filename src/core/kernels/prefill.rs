@@ -20,8 +20,7 @@
 
 use omega_hal::sim::{KernelCtx, KernelError};
 use omega_hal::tma::{
-    decode_tiled, TensorMap, TiledSpec, TmaElem, TmaFill, TmaInterleave, TmaL2Promotion, TmaSwizzle,
-    TENSOR_MAP_BYTES,
+    decode_tiled, TensorMap, TiledSpec, TmaElem, TmaFill, TmaInterleave, TmaL2Promotion, TmaSwizzle, TENSOR_MAP_BYTES,
 };
 use omega_refmath as math;
 
@@ -138,7 +137,8 @@ fn row_of(ctx: &KernelCtx<'_>, s: &TiledSpec, head: u64, row: u64) -> Result<Vec
         return Ok(out);
     }
     let n = s.global_dim[0].min(d as u64) as usize;
-    let va = s.global_address.wrapping_add(row.wrapping_mul(s.global_stride[1])).wrapping_add(head * s.global_stride[0]);
+    let va =
+        s.global_address.wrapping_add(row.wrapping_mul(s.global_stride[1])).wrapping_add(head * s.global_stride[0]);
     let mut bytes = vec![0u8; 2 * n];
     ctx.read(va, &mut bytes)?;
     out[..n].copy_from_slice(&math::widen_bf16(&bytes));

@@ -269,8 +269,8 @@ fn prepare<B: Bf16>(
         (PrefillOperand::V, v.device_va(), shape.kv_heads),
     ];
     for (i, (operand, va, heads)) in tensors.into_iter().enumerate() {
-        let map =
-            encode_tiled(&prefill_tmap(va, shape.seq, heads)).map_err(|source| PrefillError::Tma { operand, source })?;
+        let map = encode_tiled(&prefill_tmap(va, shape.seq, heads))
+            .map_err(|source| PrefillError::Tma { operand, source })?;
         maps[i * TENSOR_MAP_BYTES..(i + 1) * TENSOR_MAP_BYTES].copy_from_slice(&map.0);
     }
     Ok(maps)
@@ -335,9 +335,13 @@ impl<'s> Prefill<'s> {
     /// The launch of kernel `which` (0: f32 out, 1: bf16 out) with the descriptors at `tma`.
     fn launch_of(&self, which: usize, tma: u64, out: u64, shape: PrefillShape) -> Launch<'_, 's> {
         let t = TENSOR_MAP_BYTES as u64;
-        // A completion limit of 5 s plus 1 ms per 4 GFLOP: the simulator's virtual clock never runs a
-        // correct prefill out, a hang at a small shape is still found within seconds.
-        let timeout = crate::launch::DEFAULT_TIMEOUT_MS.saturating_add((shape.flops() / 4e9) as u32);
+        // A completion limit of 5 s plus 1 ms per 4 million multiply-adds of the whole-row product the
+        // simulator's reference charges (its virtual clock's rate), so the simulator never runs a
+        // correct prefill out, while a hang at a small shape is still found within seconds.
+        let rows = u64::from(prefill_grid(shape.seq, shape.q_heads)[1]) * 128 * u64::from(shape.q_heads);
+        let macs = rows * u64::from(shape.seq) * 2 * u64::from(PREFILL_HEAD_DIM);
+        let timeout = u32::try_from(macs / 4_000_000).unwrap_or(u32::MAX);
+        let timeout = crate::launch::DEFAULT_TIMEOUT_MS.saturating_add(timeout);
         Launch::new(&self.kernels[which])
             .grid(prefill_grid(shape.seq, shape.q_heads))
             .block([PREFILL_THREADS, 1, 1])
