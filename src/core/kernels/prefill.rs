@@ -19,12 +19,10 @@
 //! heads that read the wrong K/V), descriptors not of the form the stages are laid out for.
 
 use omega_hal::sim::{KernelCtx, KernelError};
-use omega_hal::tma::{
-    decode_tiled, TensorMap, TiledSpec, TmaElem, TmaFill, TmaInterleave, TmaL2Promotion, TmaSwizzle, TENSOR_MAP_BYTES,
-};
+use omega_hal::tma::{TiledSpec, TmaElem, TmaFill, TmaInterleave, TmaL2Promotion, TmaSwizzle};
 use omega_refmath as math;
 
-use super::matmul::{fault, misaligned, require_block, take_items};
+use super::matmul::{fault, require_block, staged_tensor_map, take_items};
 use super::HostSpec;
 
 /// The module's name (`kernels/cuda/prefill.cu`).
@@ -100,35 +98,6 @@ fn prefill_bf16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     prefill(ctx, PREFILL_BF16, true)
 }
 
-/// A descriptor the kernel reads at `va`, checked against the form its stages are laid out for.
-fn tensor_map(ctx: &KernelCtx<'_>, kernel: &str, va: u64, which: &str) -> Result<TiledSpec, KernelError> {
-    if !va.is_multiple_of(64) {
-        return Err(misaligned(kernel, which, va, 64));
-    }
-    let mut m = TensorMap([0; TENSOR_MAP_BYTES]);
-    ctx.read(va, &mut m.0)?;
-    let s = decode_tiled(&m).map_err(|e| fault(kernel, format_args!("{which} at {va:#x} is not a tensor map: {e}")))?;
-    let wrong = if s.elem != TmaElem::Bf16 {
-        Some(format!("element type {:?}, not Bf16", s.elem))
-    } else if s.rank != 3 {
-        Some(format!("rank {}, not 3", s.rank))
-    } else if s.box_dim[..3] != PREFILL_BOX {
-        Some(format!("box {:?}, not {PREFILL_BOX:?}", &s.box_dim[..3]))
-    } else if s.element_stride[..3] != [1, 1, 1] {
-        Some(format!("element strides {:?}, not [1, 1, 1]", &s.element_stride[..3]))
-    } else if s.interleave != TmaInterleave::None || s.swizzle != TmaSwizzle::B128 {
-        Some(format!("interleave {:?} and swizzle {:?}, not None and B128", s.interleave, s.swizzle))
-    } else if s.fill != TmaFill::Zeros {
-        Some("a NaN fill, not zeros (ragged blocks would sum NaN)".to_string())
-    } else {
-        None
-    };
-    match wrong {
-        Some(why) => Err(fault(kernel, format_args!("{which} at {va:#x}: {why}; the kernel's stages take those"))),
-        None => Ok(s),
-    }
-}
-
 /// Row `row` of head `head` as the descriptor `s` reads it (zeros outside its dimensions), widened.
 fn row_of(ctx: &KernelCtx<'_>, s: &TiledSpec, head: u64, row: u64) -> Result<Vec<f32>, KernelError> {
     let d = PREFILL_HEAD_DIM as usize;
@@ -186,9 +155,9 @@ fn prefill(ctx: &mut KernelCtx<'_>, kernel: &str, bf16_out: bool) -> Result<(), 
     if a.seq == 0 {
         return Ok(());
     }
-    let q = tensor_map(ctx, kernel, maps[0], "tmap_q")?;
-    let k = tensor_map(ctx, kernel, maps[1], "tmap_k")?;
-    let v = tensor_map(ctx, kernel, maps[2], "tmap_v")?;
+    let q = staged_tensor_map(ctx, kernel, maps[0], "tmap_q", &PREFILL_BOX)?;
+    let k = staged_tensor_map(ctx, kernel, maps[1], "tmap_k", &PREFILL_BOX)?;
+    let v = staged_tensor_map(ctx, kernel, maps[2], "tmap_v", &PREFILL_BOX)?;
     let blocks = u64::from(grid[1]);
     let block = u64::from(PREFILL_BLOCK);
     // A CTA's cost: its rows against the kv rows it walks, both GEMMs.
