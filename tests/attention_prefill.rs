@@ -1,7 +1,8 @@
 //! The prefill attention (`omega::libs::attention::prefill`) on the simulator: random bf16 inputs, the
 //! output poisoned first, checked against an f64 attention; causal and full, GQA 32/4 at seq 1, 7, 100
 //! and 1000 and small odd shapes (ragged 128-row blocks, one kv head, as many kv heads as q heads); the
-//! bf16 output, a command list, and the refusals with their stages.
+//! bf16 output, a command list, the refusals with their stages, and the kernel's reference faulting on
+//! launches it is not written for.
 //!
 //! Tolerance: the scores are exact in f64 (products of bf16); the kernel's f32 scores and exp2 are good
 //! to ~2^-20 relative, but its probabilities P enter the PV product rounded to bf16 (8 significant bits:
@@ -32,7 +33,8 @@ fn seed(test: &str) -> u64 {
 fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
     let dev = omega::lock().open().expect("open");
     assert_eq!(dev.platform(), "sim", "these tests run where there is no GPU");
-    match dev.scope(f) {
+    // Reopened, so a fault a test provoked before does not stay on the channel.
+    match dev.close().open().expect("reopen").scope(f) {
         Scoped::Open(_, r) => r,
         Scoped::Latched(..) => panic!("a library call latched the process"),
     }
@@ -195,4 +197,60 @@ fn bad_shapes_are_refused_with_their_stage_and_nothing_runs() {
         }
         assert!(out.to_vec().unwrap().iter().all(|x| x.to_bits() == POISON.to_bits()), "nothing was written");
     });
+}
+
+/// The Xid and text of a launch that faulted.
+#[track_caller]
+fn fault_of<T>(r: Result<T, omega::LaunchError<'_>>) -> (u32, String) {
+    match r {
+        Ok(_) => panic!("the launch completed; a fault was expected"),
+        Err(e) => match &e.error {
+            omega::Error::Fault(f) => (f.xid, e.error.to_string()),
+            other => panic!("expected a fault, got {other}"),
+        },
+    }
+}
+
+#[test]
+fn the_kernel_faults_on_a_launch_it_is_not_written_for_naming_why() {
+    use omega::kernels::prefill as pk;
+    use omega::tma::encode_tiled;
+    // (grid, dynamic shared, k's descriptor spec altered, what the fault names)
+    type Alter = fn(&mut omega::tma::TiledSpec);
+    let cases: [([u32; 3], u32, Alter, &str); 4] = [
+        ([4, 2, 1], pk::PREFILL_SMEM_BYTES, |_| {}, "written for [4, 1, 1]"),
+        ([4, 1, 1], pk::PREFILL_SMEM_BYTES - 1024, |_| {}, "its stages need"),
+        ([4, 1, 1], pk::PREFILL_SMEM_BYTES, |m| m.box_dim[2] = 64, "box [64, 1, 64]"),
+        ([4, 1, 1], pk::PREFILL_SMEM_BYTES, |m| m.fill = omega::tma::TmaFill::NanRequestZeroFma, "a NaN fill"),
+    ];
+    for (grid, shared, alter, names) in cases {
+        let (xid, text) = on_sim(|s, gpu| {
+            let module = s.load_cuda_module(pk::PREFILL).unwrap();
+            let kernel = module.kernel(pk::PREFILL_BF16_F32).unwrap();
+            let q = s.alloc_device_from(&vec![0u16; 7 * 4 * D]).unwrap();
+            let kv = s.alloc_device_from(&vec![0u16; 7 * 2 * D]).unwrap();
+            let out = s.alloc_device_from(&vec![POISON; 7 * 4 * D]).unwrap();
+            let mut k_spec = pk::prefill_tmap(kv.va(), 7, 2);
+            alter(&mut k_spec);
+            let mut maps = encode_tiled(&pk::prefill_tmap(q.va(), 7, 4)).unwrap().0.to_vec();
+            maps.extend_from_slice(&encode_tiled(&k_spec).unwrap().0);
+            maps.extend_from_slice(&encode_tiled(&pk::prefill_tmap(kv.va(), 7, 2)).unwrap().0);
+            let maps = s.alloc_device_from(&maps).unwrap();
+            let l = omega::Launch::new(&kernel)
+                .grid(grid)
+                .block([pk::PREFILL_THREADS, 1, 1])
+                .dynamic_shared(shared)
+                .arg(maps.va())
+                .arg(maps.va() + 128)
+                .arg(maps.va() + 256)
+                .arg(out.va())
+                .arg(7u32)
+                .arg(4u32)
+                .arg(2u32)
+                .arg(1u32)
+                .arg(0.1f32);
+            fault_of(gpu.launch(&l))
+        });
+        assert!(xid == 13 && text.contains(names), "{names}: {text}");
+    }
 }
