@@ -8,9 +8,10 @@
 //!
 //! The reference reads what the kernel reads, through the descriptors (coordinates outside a
 //! descriptor's dimensions read zero, as the TMA unit fills them), and stores the rows the kernel stores.
-//! Its arithmetic is the kernel's up to the order of additions: f32 scores, the softmax in the log2
-//! domain, the probabilities rounded to bf16 before they multiply V (the kernel's P operand is bf16), the
-//! row sum of the unrounded f32 probabilities, one division at the end. The kernel subtracts a running
+//! Its arithmetic is the kernel's up to the order of additions and the kernel's approximate 2^x (2 ulp):
+//! f32 scores, the softmax in the log2 domain, the probabilities rounded to bf16 before they multiply V
+//! (the kernel's P operand is bf16), the row sum of the unrounded f32 probabilities, one division at the
+//! end. The kernel subtracts a running
 //! maximum and rescales; the reference the row's final maximum — equal up to f32 rounding.
 //!
 //! What the kernel cannot do at all faults with the reason named: another block than 384 threads, too
