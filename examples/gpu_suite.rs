@@ -19,6 +19,8 @@ mod attention_ref;
 mod common;
 #[path = "suite/serving.rs"]
 mod serving;
+#[path = "suite/prefill.rs"]
+mod prefill;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
@@ -1815,6 +1817,7 @@ fn main() -> ExitCode {
             "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "serving" => serving::sealed_matmul_steps(),
+            "prefill" => prefill::prefill_case(),
             other => Err(format!("no case {other}")),
         };
         return match r {
@@ -1876,6 +1879,7 @@ fn main() -> ExitCode {
         ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),
         ("matmul: cluster GEMM bf16 (2-CTA clusters, W multicast, TMA stores)", || in_child("matmul_mc")),
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
+        ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),

@@ -118,6 +118,10 @@ pub enum Stage {
     AttentionTable,
     /// `attention pool`: the C entries' KV pool (absent, allocated twice, or not the one passed).
     AttentionPool,
+    /// `prefill shape`: a prefill attention shape that cannot exist, or that the buffers do not hold.
+    PrefillShape,
+    /// `prefill tma`: a prefill operand no TMA descriptor can describe.
+    PrefillTma,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
     /// The serving seal (`Runtime::seal`, `Runtime::unseal`).
@@ -180,6 +184,8 @@ impl Stage {
             Stage::AttentionLayout => "attention layout",
             Stage::AttentionTable => "attention table",
             Stage::AttentionPool => "attention pool",
+            Stage::PrefillShape => "prefill shape",
+            Stage::PrefillTma => "prefill tma",
             Stage::Recover => "recover",
             Stage::Serving => "serving",
         }

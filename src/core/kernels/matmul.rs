@@ -479,11 +479,11 @@ const fn moe_spec(
 
 /// A fault of kernel `kernel` that is not an address the MMU refused: Xid 13, as the GPU reports an
 /// exception of the graphics engine (a misaligned address, a shared-memory access past the window).
-fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
+pub(super) fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
     KernelError::Fault { xid: 13, detail: format!("{kernel}: {why}") }
 }
 
-fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
+pub(super) fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
     fault(kernel, format_args!("misaligned address: {what} at {va:#x} is not {align}-byte aligned"))
 }
 
@@ -498,7 +498,7 @@ fn aligned(kernel: &str, what: &str, va: u64, align: u64) -> Result<(), KernelEr
 
 /// Refuses a launch whose block is not `want`: the kernels index their warps and tiles by a fixed block
 /// (on the GPU another shape would hang or leave outputs unwritten).
-fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
+pub(super) fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
     if ctx.block != [want, 1, 1] {
         return Err(fault(
             kernel,
@@ -510,7 +510,7 @@ fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), Ker
 
 /// This call's items of `items` equal ones of `cost` units each: those whose first unit lies in the
 /// call's take, so each item runs whole in exactly one call.
-fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
+pub(super) fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
     let cost = cost.max(1);
     let units = ctx.take(items.saturating_mul(cost));
     units.start.div_ceil(cost)..units.end.div_ceil(cost)
@@ -648,22 +648,34 @@ impl Dense<'_> {
 /// boxes of `box_rows` rows by 64 elements, 128-byte swizzle, zero fill. Another descriptor would make the
 /// stages' byte count or layout wrong (a barrier that never completes, or garbage), so it faults here.
 fn gemm_tensor_map(ctx: &KernelCtx<'_>, va: u64, which: &str, box_rows: u32) -> Result<TiledSpec, KernelError> {
-    let k = GEMM_BF16_TN;
+    staged_tensor_map(ctx, GEMM_BF16_TN, va, which, &[GEMM_TILE_K, box_rows])
+}
+
+/// A descriptor kernel `k` reads at `va` into 128B-swizzled shared-memory stages: bf16, of `want_box`'s
+/// rank and box, unit element strides, no interleave, 128-byte swizzle, zero fill (ragged boxes sum
+/// zeros). Anything else faults, naming what differs.
+pub(super) fn staged_tensor_map(
+    ctx: &KernelCtx<'_>,
+    k: &str,
+    va: u64,
+    which: &str,
+    want_box: &[u32],
+) -> Result<TiledSpec, KernelError> {
     if !va.is_multiple_of(64) {
         return Err(misaligned(k, which, va, 64));
     }
     let mut m = TensorMap([0; TENSOR_MAP_BYTES]);
     ctx.read(va, &mut m.0)?;
     let s = decode_tiled(&m).map_err(|e| fault(k, format_args!("{which} at {va:#x} is not a tensor map: {e}")))?;
-    let want_box = [GEMM_TILE_K, box_rows];
+    let rank = want_box.len();
     let wrong = if s.elem != TmaElem::Bf16 {
         Some(format!("element type {:?}, not Bf16", s.elem))
-    } else if s.rank != 2 {
-        Some(format!("rank {}, not 2", s.rank))
-    } else if s.box_dim[..2] != want_box {
-        Some(format!("box {:?}, not {want_box:?} (elements, rows)", &s.box_dim[..2]))
-    } else if s.element_stride[..2] != [1, 1] {
-        Some(format!("element strides {:?}, not [1, 1]", &s.element_stride[..2]))
+    } else if s.rank as usize != rank {
+        Some(format!("rank {}, not {rank}", s.rank))
+    } else if s.box_dim[..rank] != *want_box {
+        Some(format!("box {:?}, not {want_box:?} (innermost first)", &s.box_dim[..rank]))
+    } else if s.element_stride[..rank].iter().any(|&e| e != 1) {
+        Some(format!("element strides {:?}, not all 1", &s.element_stride[..rank]))
     } else if s.interleave != TmaInterleave::None || s.swizzle != TmaSwizzle::B128 {
         Some(format!("interleave {:?} and swizzle {:?}, not None and B128", s.interleave, s.swizzle))
     } else if s.fill != TmaFill::Zeros {

@@ -17,6 +17,8 @@ pub use cluster::{CLUSTER, CLUSTER_HOST_SPECS};
 pub use cuda::*;
 pub mod matmul;
 pub use matmul::{MATMUL, MATMUL_HOST_SPECS};
+pub mod prefill;
+pub use prefill::{PREFILL, PREFILL_HOST_SPECS};
 
 include!(concat!(env!("OUT_DIR"), "/cubins.rs"));
 
@@ -186,6 +188,7 @@ pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
     (MIXED, MIXED_HOST_SPECS),
     (MATMUL, MATMUL_HOST_SPECS),
     (ATTENTION, ATTENTION_HOST_SPECS),
+    (PREFILL, PREFILL_HOST_SPECS),
 ];
 
 /// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.
