@@ -8,6 +8,7 @@
 //   omega_gemm_bf16_tn_ts       the same with a TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_mc       the same in 2-CTA clusters, W multicast, TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh)
+//   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)
 //   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
 //   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)
 //   omega_gemm_f32_tn           f32 x f32, f32 FMA, any shape (gemm_simt.cuh)
@@ -21,5 +22,6 @@
 #include "matmul/gemm_bf16_ts.cuh"
 #include "matmul/gemm_sgemm.cuh"
 #include "matmul/gemm_simt.cuh"
+#include "matmul/gemm_skinny.cuh"
 #include "matmul/gemv_bf16.cuh"
 #include "matmul/moe_route.cuh"
