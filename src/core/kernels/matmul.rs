@@ -43,6 +43,12 @@ use omega_refmath as math;
 
 use super::HostSpec;
 
+mod skinny;
+pub use skinny::{
+    skinny_plan, skinny_smem_bytes, skinny_variant, skinny_work_floats, SkinnyPlan, SKINNY_BF16_TN, SKINNY_CTAS_PER_SM,
+    SKINNY_KC, SKINNY_MAX_M, SKINNY_MAX_SPLITS, SKINNY_MB, SKINNY_ROWS, SKINNY_STAGES, SKINNY_THREADS,
+};
+
 /// The module's name (`kernels/cuda/matmul.cu`).
 pub const MATMUL: &str = "matmul";
 /// Large M: `omega_gemm_bf16_tn(tmap_a, tmap_b, y, M, N, K)`, TMA + wgmma, persistent.
@@ -389,6 +395,10 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
     gemv_spec(3, 0, gemv_bf16_tn::<3>),
+    skinny::SKINNY_SPECS[0],
+    skinny::SKINNY_SPECS[1],
+    skinny::SKINNY_SPECS[2],
+    skinny::SKINNY_SPECS[3],
     moe_spec(0, 0, moe_gemv_bf16::<0>),
     moe_spec(1, 0, moe_gemv_bf16::<1>),
     moe_spec(2, 0, moe_gemv_bf16::<2>),
@@ -1033,14 +1043,7 @@ impl GemvCta<'_> {
         span: u64,
         what: &str,
     ) -> Result<Vec<f32>, KernelError> {
-        if span == 0 {
-            return Ok(Vec::new());
-        }
-        let va = base.wrapping_add(row.wrapping_mul(u64::from(self.k)).wrapping_add(u64::from(k0)).wrapping_mul(2));
-        if !va.is_multiple_of(16) {
-            return Err(misaligned(self.kernel, what, va, 16));
-        }
-        Elem::Bf16.load(ctx, va, span)
+        skinny::load_row16(ctx, self.kernel, what, base, [row, u64::from(self.k), u64::from(k0), span])
     }
 
     fn run(&self, ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
