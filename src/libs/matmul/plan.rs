@@ -5,9 +5,14 @@
 //! The paths (docs/kernels.md, "Matmul"; the kernels' contract is kernels/cuda/matmul.cu):
 //!
 //! - **split-K GEMV** (bf16, K % 32 == 0, x and W 16-byte aligned — whole buffers always are): weight
-//!   streaming for M <= [`GEMV_MAX_M`] (M <= 8 for a matrix larger than L2), K split until every SM
+//!   streaming for M < [`SKINNY_MIN_M`] (and, where the skinny GEMM is not taken, M <= [`GEMV_MAX_M`],
+//!   M <= 8 for a matrix larger than L2), K split until every SM
 //!   streams a share of W (`gemv_check.cu`'s planner), the split lowered until `blocks * split` fits the
 //!   budget; past the budget its CTAs walk the 64-row blocks grid-stride;
+//! - **skinny GEMM** (bf16, M <= 64, K % 8 == 0, x and W 16-byte aligned): W and x through a cp.async
+//!   ring in shared memory, mma.sync, a persistent grid over (128-row tile, K slice) units with the split
+//!   of `abi::skinny_plan`; the default for M from [`SKINNY_MIN_M`] (and below it where the GEMV cannot
+//!   run) wherever [`SkinnyCost`] beats the TMA GEMM's cost; it stores a bf16 output itself;
 //! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned, y 8-byte): the persistent wgmma kernel, grid
 //!   `min(units, SMs, budget)`, in 128x256 or 128x128 tiles with 1 to [`MAX_SPLITS`] K splits of at least
 //!   [`MIN_SPLIT_KBLOCKS`] blocks each, whichever [`GemmCost`] (a wave-quantized cost model fitted to the
