@@ -1032,7 +1032,11 @@ fn the_f32_gemm_candidates_are_the_simt_kernels_fma_chain_bit_for_bit_at_any_sha
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let mut gpu = gpu;
-        for v in mm::GEMM_F32_TN_V2 {
+        // The candidates on their 2-D grids, then the persistent zigzag form on grids of 1 and 3 CTAs
+        // (each walks every tile whatever the grid).
+        let best = mm::GEMM_F32_TN_V2[mm::GEMM_F32_TN_V2_BEST];
+        let persistent = [1, 3].map(|g| (mm::SgemmVariant { name: mm::GEMM_F32_TN_PERSISTENT, ..best }, Some(g)));
+        for (v, walk) in mm::GEMM_F32_TN_V2.map(|v| (v, None)).into_iter().chain(persistent) {
             let kernel = module.kernel(v.name).unwrap();
             for [m, n, kk] in shapes {
                 let dims = [m, n, kk].map(|d| d as usize);
@@ -1045,7 +1049,7 @@ fn the_f32_gemm_candidates_are_the_simt_kernels_fma_chain_bit_for_bit_at_any_sha
                 let mut y = poisoned(s, (m * n) as usize);
                 let at = 4 * skew as u64;
                 let l = Launch::new(&kernel)
-                    .grid(v.grid(m, n))
+                    .grid(walk.map_or(v.grid(m, n), |g| [g, 1, 1]))
                     .block([v.threads, 1, 1])
                     .arg(dx.va() + at)
                     .arg(dw.va() + at)

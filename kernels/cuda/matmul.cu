@@ -13,7 +13,8 @@
 //   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)
 //   omega_gemm_f32_tn           f32 x f32, f32 FMA, any shape (gemm_simt.cuh)
 //   omega_gemm_bf16_simt_tn     bf16 of any shape or alignment (gemm_simt.cuh)
-//   omega_gemm_f32_tn_v2_*      f32 candidates of issue 12, same arithmetic as omega_gemm_f32_tn (gemm_sgemm.cuh)
+//   omega_gemm_f32_tn_v2_*      f32 candidates of issue 12, same arithmetic as omega_gemm_f32_tn (gemm_sgemm.cuh);
+//                               the library runs omega_gemm_f32_tn_v2_8x16k8_zigzag_p, the persistent zigzag one
 //   omega_convert_f32_bf16      bf16 outputs (convert.cuh)
 //
 // The host references the simulator runs are in src/core/kernels/matmul.rs.

@@ -99,6 +99,13 @@ pub const GEMM_F32_TN_V2: [SgemmVariant; 5] = [
 /// The fastest of [`GEMM_F32_TN_V2`] on the H200 so far (8192^3: 44.9 TFLOP/s against
 /// `omega_gemm_f32_tn`'s 43.5 and cuBLAS's 50.9; benches/cuda/sgemm_check.cu).
 pub const GEMM_F32_TN_V2_BEST: usize = 1;
+/// [`GEMM_F32_TN_V2`]'s best ([`GEMM_F32_TN_V2_BEST`], the zigzag form) made persistent: `(x, w, y, M, N,
+/// K)`, grid `[G, 1, 1]` of any G >= 1, CTA b taking the 128 x 128 tiles b, b + G, ... in row-major tile
+/// order, so one launch within the CTA budget covers any shape (the library's f32 path).
+pub const GEMM_F32_TN_PERSISTENT: &str = "omega_gemm_f32_tn_v2_8x16k8_zigzag_p";
+/// The persistent f32 GEMM's CTAs per SM (two at 248 registers): the library's grid is
+/// `min(tiles, 2 * SMs, budget)`.
+pub const GEMM_F32_PERSISTENT_CTAS_PER_SM: u32 = 2;
 /// `omega_convert_f32_bf16(in, out, n)`: round to nearest even, grid-stride.
 pub const CONVERT_F32_BF16: &str = "omega_convert_f32_bf16";
 
@@ -430,6 +437,13 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     sgemm_spec::<2>(),
     sgemm_spec::<3>(),
     sgemm_spec::<4>(),
+    HostSpec {
+        name: GEMM_F32_TN_PERSISTENT,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST].shared_bytes,
+        local_bytes_per_thread: 0,
+        run: gemm_f32_tn_persistent,
+    },
     HostSpec {
         name: CONVERT_F32_BF16,
         param_sizes: &[8, 8, 8],
@@ -994,6 +1008,23 @@ fn gemm_simt_tiled(
 fn gemm_f32_tn_v2<const I: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let v = &GEMM_F32_TN_V2[I];
     gemm_simt_tiled(ctx, v.name, Elem::F32, [v.tile_m, v.tile_n], v.threads)
+}
+
+/// `omega_gemm_f32_tn_v2_8x16k8_zigzag_p`: any grid of at least one CTA covers every tile (the same fmaf
+/// chain per output as the candidate it is built from).
+fn gemm_f32_tn_persistent(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = GEMM_F32_TN_PERSISTENT;
+    let v = &GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST];
+    let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
+    require_block(ctx, name, v.threads)?;
+    if m > 0 && n > 0 {
+        aligned(name, "y", y, 4)?;
+    }
+    let rows = |va: u64, rows: u64| Rows { elem: Elem::F32, va, row_bytes: k * 4, rows, loaded: k, check_align: true };
+    let tile_n = u64::from(v.tile_n);
+    Dense { kernel: name, a: rows(x, m), b: rows(w, n), kk: k, y, ldy: n, rows: m, cols: n, tile_n, fused: true }
+        .run(ctx)
 }
 
 fn gemm_f32_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

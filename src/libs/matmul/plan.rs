@@ -18,7 +18,9 @@
 //!   [`MIN_SPLIT_KBLOCKS`] blocks each, whichever [`GemmCost`] (a wave-quantized cost model fitted to the
 //!   recorded figures) predicts fastest; an unsplit wide tile by the entry [`WIDE_ENTRY`] names (the
 //!   2-CTA cluster entry, measured fastest on the wide Qwen shapes);
-//! - **SIMT** (bf16 of any other K or alignment, and every f32 product): one launch per band of M rows that fits the
+//! - **SIMT f32** (every f32 product): the persistent zigzag kernel, one launch of `min(tiles, 2 * SMs,
+//!   budget)` CTAs walking every 128 x 128 tile;
+//! - **SIMT bf16** (bf16 of any other K or alignment): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
 //! - **bf16 output**: the f32 product into the workspace, then the conversion kernel;
@@ -136,8 +138,10 @@ pub(crate) const KERNEL_NAMES: [&str; 21] = [
     abi::MOE_GEMV_BF16[3],
     abi::MOE_ROUTE,
     // The f32 kernel of the measured best (8x16 outputs a thread, 128 threads, zigzag FMA order: 0.875x
-    // cuBLAS at 8192^3 against 0.85x for omega_gemm_f32_tn; docs/perf/2026-12-02-sgemm-candidates.md).
-    abi::GEMM_F32_TN_V2[abi::GEMM_F32_TN_V2_BEST].name,
+    // cuBLAS at 8192^3 against 0.85x for omega_gemm_f32_tn; docs/perf/2026-12-02-sgemm-candidates.md),
+    // persistent: one launch within the budget (8192^3 took four of 1024 CTAs, 42 TFLOP/s against the
+    // kernel's 45.2 alone).
+    abi::GEMM_F32_TN_PERSISTENT,
     abi::GEMM_BF16_SIMT_TN,
     abi::CONVERT_F32_BF16,
     abi::GEMM_BF16_TN_SPLITK,
@@ -1160,7 +1164,12 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
                     Arg::Word(shape.k),
                 ],
             };
-            if gx <= budget {
+            if kern == Kern::F32 {
+                // Persistent: its CTAs walk every tile, two an SM at most.
+                let tiles = gx * ceil(m, 128);
+                let per_sm = u64::from(abi::GEMM_F32_PERSISTENT_CTAS_PER_SM);
+                steps.push(simt([tiles.min(per_sm * sms).min(budget), 1], 0, 0, 0, m, n));
+            } else if gx <= budget {
                 let band = 128 * (budget / gx);
                 let mut m0 = 0;
                 while m0 < m {
@@ -1701,9 +1710,25 @@ mod tests {
     }
 
     #[test]
+    fn the_f32_gemm_is_one_persistent_launch_within_the_budget() {
+        // 8192^3: 4096 tiles, two CTAs an SM (264) where the 2-D grid took four launches of 1024.
+        for (budget, m, n, grid) in [(MAX_CTAS, 8192u32, 8192u32, 264u32), (100, 8192, 8192, 100), (MAX_CTAS, 5, 9, 1)]
+        {
+            let plan = dense(Elem::F32, Shape::new(m, n, 7), SMS, budget, false);
+            assert_eq!(plan.path, Path::SimtF32);
+            assert_eq!(plan.steps.len(), 1, "{m}x{n} budget {budget}");
+            let s = &plan.steps[0];
+            assert_eq!((s.kern, s.grid, s.block), (Kern::F32, [grid, 1, 1], [128, 1, 1]));
+            assert_eq!(s.args, [Arg::X(0), Arg::W(0), Arg::Y(0), Arg::Word(m), Arg::Word(n), Arg::Word(7)]);
+        }
+        assert_eq!(KERNEL_NAMES[Kern::F32.index()], abi::GEMM_F32_TN_PERSISTENT);
+    }
+
+    #[test]
     fn simt_bands_cover_every_row_and_column_once() {
+        // The bf16 SIMT kernel (K % 8 != 0); the f32 one is persistent (above).
         for (budget, m, n) in [(MAX_CTAS, 300u32, 1000u32), (3, 300, 1000), (1, 5, 1000), (2, 3, 300)] {
-            let plan = dense(Elem::F32, Shape::new(m, n, 5), SMS, budget, false);
+            let plan = dense(Elem::Bf16, Shape::new(m, n, 5), SMS, budget, false);
             let mut covered = vec![0u8; (m * n) as usize];
             for s in &plan.steps {
                 let (Arg::Y(y), Arg::Word(rows), Arg::Word(cols)) = (s.args[2], s.args[3], s.args[4]) else {
