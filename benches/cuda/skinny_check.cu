@@ -77,49 +77,6 @@ static GemvLaunch gemv_for(uint32_t M, uint32_t N, uint32_t K, int sms) {
   return g;
 }
 
-// Microseconds per call of `body(copy)` over `calls` back-to-back calls in one graph, best of 5.
-template <typename F>
-static double graph_us(cudaStream_t st, int calls, int copies, F&& body) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) body(i % copies);
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  CK(cudaStreamSynchronize(st));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int rep = 0; rep < 5; ++rep) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    best = std::min(best, ms);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return best * 1e3 / calls;
-}
-
-// A 1 GiB device-to-device copy's (read + write) GB/s.
-static double copy_gbps(cudaStream_t st) {
-  const size_t bytes = 1ull << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, bytes));
-  CK(cudaMalloc(&b, bytes));
-  const double us = graph_us(st, 10, 1, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); });
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  return 2.0 * bytes / (us * 1e-6) / 1e9;
-}
-
 // The largest |y - ref| / sum |x w| over sampled entries (all of them for small outputs).
 static double max_rel_error(const std::vector<float>& y, const std::vector<uint16_t>& x, const std::vector<uint16_t>& w,
                             uint32_t M, uint32_t N, uint32_t K) {
@@ -140,6 +97,17 @@ static double max_rel_error(const std::vector<float>& y, const std::vector<uint1
     worst = std::max(worst, e);
   }
   return worst;
+}
+
+// y [M, N] f32 = x . W^T by cuBLAS (column-major: y^T = W x^T), f32 accumulation.
+static void cublas_tn(cublasHandle_t h, uint32_t M, uint32_t N, uint32_t K, const uint16_t* x, const uint16_t* w,
+                      float* y) {
+  static const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t r = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, CUDA_R_16BF, K, x, CUDA_R_16BF,
+                                        K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (r == CUBLAS_STATUS_SUCCESS) return;
+  fprintf(stderr, "cublasGemmEx: status %d\n", (int)r);
+  exit(2);
 }
 
 struct Bufs {
@@ -208,16 +176,7 @@ int main() {
         g.entry<<<g.grid, GEMV_THREADS, 0, st>>>(b.x, dw + (size_t)c * N * K, b.ref, b.work, b.tickets, M, N, K,
                                                  g.k_per_split);
       };
-      const float one = 1.0f, zero = 0.0f;
-      auto cublas = [&](int c) {
-        cublasStatus_t r = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, dw + (size_t)c * N * K,
-                                        CUDA_R_16BF, K, b.x, CUDA_R_16BF, K, &zero, b.ref, CUDA_R_32F, N,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (r != CUBLAS_STATUS_SUCCESS) {
-          fprintf(stderr, "cublasGemmEx %d\n", (int)r);
-          exit(2);
-        }
-      };
+      auto cublas = [&](int c) { cublas_tn(h, M, N, K, b.x, dw + (size_t)c * N * K, b.ref); };
       omega(0, b.y, 0);
       omega(0, b.y16, 1);
       CK(cudaGetLastError());

@@ -986,8 +986,21 @@ fn gemm_simt_tiled(
     ctx: &mut KernelCtx<'_>,
     name: &str,
     elem: Elem,
+    tile: [u32; 2],
+    threads: u32,
+) -> Result<(), KernelError> {
+    gemm_simt_cover(ctx, name, elem, tile, threads, false)
+}
+
+/// A SIMT GEMM of `tile` tiles: the tiles its 2-D grid names, or every tile when `persistent` (its CTAs
+/// walk them whatever the grid).
+fn gemm_simt_cover(
+    ctx: &mut KernelCtx<'_>,
+    name: &str,
+    elem: Elem,
     [tile_m, tile_n]: [u32; 2],
     threads: u32,
+    persistent: bool,
 ) -> Result<(), KernelError> {
     let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
     let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
@@ -995,8 +1008,8 @@ fn gemm_simt_tiled(
     let (tile_m, tile_n) = (u64::from(tile_m), u64::from(tile_n));
     let [gx, gy, _] = ctx.grid.map(u64::from);
     // `blockIdx.x * tile_n` wraps past 2^32: a grid that long covers every column.
-    let cols = if gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
-    let out_rows = m.min(gy * tile_m);
+    let cols = if persistent || gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
+    let out_rows = if persistent { m } else { m.min(gy * tile_m) };
     if out_rows > 0 && cols > 0 {
         aligned(name, "y", y, 4)?;
     }
@@ -1013,18 +1026,8 @@ fn gemm_f32_tn_v2<const I: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelE
 /// `omega_gemm_f32_tn_v2_8x16k8_zigzag_p`: any grid of at least one CTA covers every tile (the same fmaf
 /// chain per output as the candidate it is built from).
 fn gemm_f32_tn_persistent(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = GEMM_F32_TN_PERSISTENT;
     let v = &GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST];
-    let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
-    let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
-    require_block(ctx, name, v.threads)?;
-    if m > 0 && n > 0 {
-        aligned(name, "y", y, 4)?;
-    }
-    let rows = |va: u64, rows: u64| Rows { elem: Elem::F32, va, row_bytes: k * 4, rows, loaded: k, check_align: true };
-    let tile_n = u64::from(v.tile_n);
-    Dense { kernel: name, a: rows(x, m), b: rows(w, n), kk: k, y, ldy: n, rows: m, cols: n, tile_n, fused: true }
-        .run(ctx)
+    gemm_simt_cover(ctx, GEMM_F32_TN_PERSISTENT, Elem::F32, [v.tile_m, v.tile_n], v.threads, true)
 }
 
 fn gemm_f32_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

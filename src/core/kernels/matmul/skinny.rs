@@ -202,20 +202,26 @@ impl Skinny {
         (at + u64::from(r), m, n)
     }
 
-    /// Unit `(tile, s)`'s accumulators into `work` in fragment order.
-    fn write_slice(&self, ctx: &mut KernelCtx<'_>, tile: u32, s: u32, acc: &[f32]) -> Result<(), KernelError> {
-        let unit = u64::from(tile) * u64::from(self.splits) + u64::from(s);
-        let floats = (8 * self.mb * SKINNY_ROWS) as usize;
-        let mut slice = vec![0f32; floats];
+    /// `f(index in the unit's slice of work, index in the [8 * MB][128] accumulators)` for every
+    /// accumulator of unit `unit`; returns the slice's first float in `work`.
+    fn fragments(&self, unit: u64, mut f: impl FnMut(usize, usize)) -> u64 {
         let first = self.fragment(unit, 0, 0, 0).0;
         for tid in 0..SKINNY_THREADS {
             for q in 0..2 * self.mb {
                 for r in 0..4 {
                     let (at, m, n) = self.fragment(unit, tid, q, r);
-                    slice[(at - first) as usize] = acc[(m * SKINNY_ROWS + n) as usize];
+                    f((at - first) as usize, (m * SKINNY_ROWS + n) as usize);
                 }
             }
         }
+        first
+    }
+
+    /// Unit `(tile, s)`'s accumulators into `work` in fragment order.
+    fn write_slice(&self, ctx: &mut KernelCtx<'_>, tile: u32, s: u32, acc: &[f32]) -> Result<(), KernelError> {
+        let unit = u64::from(tile) * u64::from(self.splits) + u64::from(s);
+        let mut slice = vec![0f32; (8 * self.mb * SKINNY_ROWS) as usize];
+        let first = self.fragments(unit, |at, i| slice[at] = acc[i]);
         let va = self.work.wrapping_add(first * 4);
         aligned(self.name, "work", va, 16)?;
         ctx.write(va, &math::f32s_to_le(&slice))
@@ -229,14 +235,7 @@ impl Skinny {
             let unit = u64::from(tile) * u64::from(self.splits) + u64::from(p);
             let first = self.fragment(unit, 0, 0, 0).0;
             let slice = ctx.read_f32s(self.work.wrapping_add(first * 4), floats)?;
-            for tid in 0..SKINNY_THREADS {
-                for q in 0..2 * self.mb {
-                    for r in 0..4 {
-                        let (at, m, n) = self.fragment(unit, tid, q, r);
-                        sum[(m * SKINNY_ROWS + n) as usize] += slice[(at - first) as usize];
-                    }
-                }
-            }
+            self.fragments(unit, |at, i| sum[i] += slice[at]);
         }
         Ok(sum)
     }
