@@ -53,7 +53,8 @@ fn build(name: &str, sources: &[&str], link: Link) -> PathBuf {
             cmd.arg(format!("-L{}", lib.display()))
                 .arg("-lomega")
                 .arg(format!("-Wl,-rpath,{}", lib.display()))
-                .arg("-lpthread");
+                .arg("-lpthread")
+                .arg("-lm");
         }
         Link::Static => {
             // What a Rust staticlib needs from the system on Linux (`rustc --print native-static-libs`).
@@ -511,4 +512,20 @@ fn a_panic_becomes_the_failure_value_and_names_the_function() {
     // SAFETY: the function returns a NUL-terminated string in a static buffer, read before any other call.
     let text = unsafe { std::ffi::CStr::from_ptr(omega::ffi::session::omega_gpu_session_last_error()) };
     assert_eq!(text.to_str().unwrap(), "internal: panic in omega_test_panicking_call");
+}
+
+fn attention(scenario: &str) {
+    let exe = build(&format!("attention_{scenario}"), &["tests/c/attention.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("attention {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn every_attention_library_entry_computes_refuses_by_name_and_keeps_the_lock_rule() {
+    attention("run");
+}
+
+#[test]
+fn an_uncertain_completion_inside_an_attention_call_latches_and_later_calls_are_refused() {
+    attention("latch");
 }

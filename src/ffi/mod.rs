@@ -26,6 +26,7 @@
 #![cfg(not(loom))]
 
 pub mod boundary;
+pub mod attention;
 pub mod cmdlist;
 pub mod code_alloc;
 pub mod engine;

@@ -9,8 +9,10 @@ use crate::platform::Installed;
 use crate::session::ParamInfo;
 use crate::sync::Arc;
 
+pub mod attention;
 pub mod cluster;
 mod cuda;
+pub use attention::{ATTENTION, ATTENTION_HOST_SPECS};
 pub use cluster::{CLUSTER, CLUSTER_HOST_SPECS};
 pub use cuda::*;
 pub mod matmul;
@@ -179,8 +181,12 @@ pub fn host_spec(name: &str) -> Option<&'static HostSpec> {
 }
 
 /// Every CUDA C++ module's kernels with their host references: `(module, kernels)`.
-pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] =
-    &[(CLUSTER, CLUSTER_HOST_SPECS), (MIXED, MIXED_HOST_SPECS), (MATMUL, MATMUL_HOST_SPECS)];
+pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
+    (CLUSTER, CLUSTER_HOST_SPECS),
+    (MIXED, MIXED_HOST_SPECS),
+    (MATMUL, MATMUL_HOST_SPECS),
+    (ATTENTION, ATTENTION_HOST_SPECS),
+];
 
 /// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.
 pub fn cuda_host_spec(name: &str) -> Option<&'static HostSpec> {
