@@ -88,6 +88,9 @@ pub const OMEGA_GPU_MATMUL_PATH_SIMT_BF16: u32 = 3;
 pub const OMEGA_GPU_MATMUL_PATH_SIMT_F32: u32 = 4;
 /// The grouped expert GEMM (`omega_moe_route`, `omega_moe_gemv_bf16_m*`).
 pub const OMEGA_GPU_MATMUL_PATH_GROUPED: u32 = 5;
+/// The skinny bf16 GEMM for M <= 64 (`omega_skinny_bf16_tn_m*`): W streamed through shared memory by
+/// every SM, split over K, f32 or bf16 stored directly.
+pub const OMEGA_GPU_MATMUL_PATH_SKINNY: u32 = 6;
 
 /// `OmegaGpuMatmulInfo.flags`: the output is bf16 (the f32 product was converted).
 pub const OMEGA_GPU_MATMUL_FLAG_BF16_OUT: u32 = 1;
@@ -138,6 +141,7 @@ const _: () = {
     assert!(OMEGA_GPU_MATMUL_PATH_SIMT_BF16 == Path::SimtBf16 as u32);
     assert!(OMEGA_GPU_MATMUL_PATH_SIMT_F32 == Path::SimtF32 as u32);
     assert!(OMEGA_GPU_MATMUL_PATH_GROUPED == Path::Grouped as u32);
+    assert!(OMEGA_GPU_MATMUL_PATH_SKINNY == Path::Skinny as u32);
 };
 
 /// EXPERIMENTAL. What a matmul call ran and what it cost: 160 bytes, filled on success and on failure

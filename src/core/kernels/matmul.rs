@@ -43,6 +43,12 @@ use omega_refmath as math;
 
 use super::HostSpec;
 
+mod skinny;
+pub use skinny::{
+    skinny_plan, skinny_smem_bytes, skinny_variant, skinny_work_floats, SkinnyPlan, SKINNY_BF16_TN, SKINNY_CTAS_PER_SM,
+    SKINNY_KC, SKINNY_MAX_M, SKINNY_MAX_SPLITS, SKINNY_MB, SKINNY_ROWS, SKINNY_STAGES, SKINNY_THREADS,
+};
+
 /// The module's name (`kernels/cuda/matmul.cu`).
 pub const MATMUL: &str = "matmul";
 /// Large M: `omega_gemm_bf16_tn(tmap_a, tmap_b, y, M, N, K)`, TMA + wgmma, persistent.
@@ -93,6 +99,13 @@ pub const GEMM_F32_TN_V2: [SgemmVariant; 5] = [
 /// The fastest of [`GEMM_F32_TN_V2`] on the H200 so far (8192^3: 44.9 TFLOP/s against
 /// `omega_gemm_f32_tn`'s 43.5 and cuBLAS's 50.9; benches/cuda/sgemm_check.cu).
 pub const GEMM_F32_TN_V2_BEST: usize = 1;
+/// [`GEMM_F32_TN_V2`]'s best ([`GEMM_F32_TN_V2_BEST`], the zigzag form) made persistent: `(x, w, y, M, N,
+/// K)`, grid `[G, 1, 1]` of any G >= 1, CTA b taking the 128 x 128 tiles b, b + G, ... in row-major tile
+/// order, so one launch within the CTA budget covers any shape (the library's f32 path).
+pub const GEMM_F32_TN_PERSISTENT: &str = "omega_gemm_f32_tn_v2_8x16k8_zigzag_p";
+/// The persistent f32 GEMM's CTAs per SM (two at 248 registers): the library's grid is
+/// `min(tiles, 2 * SMs, budget)`.
+pub const GEMM_F32_PERSISTENT_CTAS_PER_SM: u32 = 2;
 /// `omega_convert_f32_bf16(in, out, n)`: round to nearest even, grid-stride.
 pub const CONVERT_F32_BF16: &str = "omega_convert_f32_bf16";
 
@@ -389,6 +402,10 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
     gemv_spec(3, 0, gemv_bf16_tn::<3>),
+    skinny::SKINNY_SPECS[0],
+    skinny::SKINNY_SPECS[1],
+    skinny::SKINNY_SPECS[2],
+    skinny::SKINNY_SPECS[3],
     moe_spec(0, 0, moe_gemv_bf16::<0>),
     moe_spec(1, 0, moe_gemv_bf16::<1>),
     moe_spec(2, 0, moe_gemv_bf16::<2>),
@@ -420,6 +437,13 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     sgemm_spec::<2>(),
     sgemm_spec::<3>(),
     sgemm_spec::<4>(),
+    HostSpec {
+        name: GEMM_F32_TN_PERSISTENT,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST].shared_bytes,
+        local_bytes_per_thread: 0,
+        run: gemm_f32_tn_persistent,
+    },
     HostSpec {
         name: CONVERT_F32_BF16,
         param_sizes: &[8, 8, 8],
@@ -974,8 +998,21 @@ fn gemm_simt_tiled(
     ctx: &mut KernelCtx<'_>,
     name: &str,
     elem: Elem,
+    tile: [u32; 2],
+    threads: u32,
+) -> Result<(), KernelError> {
+    gemm_simt_cover(ctx, name, elem, tile, threads, false)
+}
+
+/// A SIMT GEMM of `tile` tiles: the tiles its 2-D grid names, or every tile when `persistent` (its CTAs
+/// walk them whatever the grid).
+fn gemm_simt_cover(
+    ctx: &mut KernelCtx<'_>,
+    name: &str,
+    elem: Elem,
     [tile_m, tile_n]: [u32; 2],
     threads: u32,
+    persistent: bool,
 ) -> Result<(), KernelError> {
     let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
     let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
@@ -983,8 +1020,8 @@ fn gemm_simt_tiled(
     let (tile_m, tile_n) = (u64::from(tile_m), u64::from(tile_n));
     let [gx, gy, _] = ctx.grid.map(u64::from);
     // `blockIdx.x * tile_n` wraps past 2^32: a grid that long covers every column.
-    let cols = if gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
-    let out_rows = m.min(gy * tile_m);
+    let cols = if persistent || gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
+    let out_rows = if persistent { m } else { m.min(gy * tile_m) };
     if out_rows > 0 && cols > 0 {
         aligned(name, "y", y, 4)?;
     }
@@ -996,6 +1033,13 @@ fn gemm_simt_tiled(
 fn gemm_f32_tn_v2<const I: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let v = &GEMM_F32_TN_V2[I];
     gemm_simt_tiled(ctx, v.name, Elem::F32, [v.tile_m, v.tile_n], v.threads)
+}
+
+/// `omega_gemm_f32_tn_v2_8x16k8_zigzag_p`: any grid of at least one CTA covers every tile (the same fmaf
+/// chain per output as the candidate it is built from).
+fn gemm_f32_tn_persistent(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let v = &GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST];
+    gemm_simt_cover(ctx, GEMM_F32_TN_PERSISTENT, Elem::F32, [v.tile_m, v.tile_n], v.threads, true)
 }
 
 fn gemm_f32_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
@@ -1045,14 +1089,7 @@ impl GemvCta<'_> {
         span: u64,
         what: &str,
     ) -> Result<Vec<f32>, KernelError> {
-        if span == 0 {
-            return Ok(Vec::new());
-        }
-        let va = base.wrapping_add(row.wrapping_mul(u64::from(self.k)).wrapping_add(u64::from(k0)).wrapping_mul(2));
-        if !va.is_multiple_of(16) {
-            return Err(misaligned(self.kernel, what, va, 16));
-        }
-        Elem::Bf16.load(ctx, va, span)
+        skinny::load_row16(ctx, self.kernel, what, base, [row, u64::from(self.k), u64::from(k0), span])
     }
 
     fn run(&self, ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
