@@ -652,6 +652,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             );
             gpu = f.gpu.unwrap();
         }
+        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile: Wide, cluster: true }));
         matmul::set_cta_budget(1);
         let f = mm.bf16(gpu, &x, &w, &mut y, shape).unwrap_err();
         matmul::set_cta_budget(0);

@@ -396,6 +396,14 @@ pub enum GemmTile {
 }
 
 impl GemmTile {
+    /// Its name, as reports and forced plans' tags print it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GemmTile::Wide => "wide",
+            GemmTile::Narrow => "narrow",
+        }
+    }
+
     /// Output columns of one tile (rows of W per TMA box).
     pub const fn n(self) -> u32 {
         match self {
@@ -489,16 +497,12 @@ impl ForcedPlan {
             Some(1) => tile.to_string(),
             Some(s) => format!("{tile}_split{s}"),
         };
-        let tile_name = |tile| match tile {
-            GemmTile::Wide => "wide",
-            GemmTile::Narrow => "narrow",
-        };
         match *self {
             ForcedPlan::Gemv { split: None } => "gemv".to_string(),
             ForcedPlan::Gemv { split: Some(s) } => format!("gemv_split{s}"),
-            ForcedPlan::Gemm { tile, splits } => gemm(tile_name(tile), splits),
-            ForcedPlan::GemmTmaStore { tile, cluster: false } => format!("{}_ts", tile_name(tile)),
-            ForcedPlan::GemmTmaStore { tile, cluster: true } => format!("{}_mc", tile_name(tile)),
+            ForcedPlan::Gemm { tile, splits } => gemm(tile.name(), splits),
+            ForcedPlan::GemmTmaStore { tile, cluster: false } => format!("{}_ts", tile.name()),
+            ForcedPlan::GemmTmaStore { tile, cluster: true } => format!("{}_mc", tile.name()),
         }
     }
 }
@@ -570,7 +574,7 @@ impl core::fmt::Display for ForcedPlan {
             ForcedPlan::Gemm { tile, splits } => write!(f, "the {tile:?} TMA GEMM with {} split", split(splits)),
             ForcedPlan::GemmTmaStore { tile, cluster } => {
                 let clusters = if cluster { " in 2-CTA clusters" } else { "" };
-                write!(f, "the {tile:?} TMA GEMM with a TMA-store epilogue{clusters}")
+                write!(f, "the {} TMA GEMM with a TMA-store epilogue{clusters}", tile.name())
             }
         }
     }
