@@ -1689,14 +1689,69 @@ fn staged_timeout_ms(platform: &str) -> u32 {
     }
 }
 
-/// The TMA-store GEMM (`omega_gemm_bf16_tn_ts`), or with `cluster` its 2-CTA cluster form
-/// (`omega_gemm_bf16_tn_mc`, W multicast), launched through Omega at each shape of `shapes`: x's, W's and
-/// y's descriptors encoded on the host (y's only for N % 4 == 0: other N store directly, `tmap_y` 0),
-/// the grid the library gives them (one CTA per tile up to the SMs; whole pairs for the cluster), y
+/// A TMA-store entry of the staged cases: its kernel, tile columns, W rows per box, dynamic shared
+/// memory, and whether it runs in 2-CTA clusters.
+#[derive(Clone, Copy)]
+struct StagedEntry {
+    name: &'static str,
+    tile_n: u32,
+    b_rows: u32,
+    smem: u32,
+    cluster: bool,
+}
+
+/// The staged cases' entries, by case name: the wide and narrow tiles, one CTA or 2-CTA clusters.
+const STAGED_ENTRIES: [(&str, StagedEntry); 4] = [
+    (
+        "matmul_ts",
+        StagedEntry {
+            name: mm::GEMM_BF16_TN_TS,
+            tile_n: mm::GEMM_TILE_N,
+            b_rows: mm::GEMM_TILE_N,
+            smem: mm::GEMM_TS_SMEM_BYTES,
+            cluster: false,
+        },
+    ),
+    (
+        "matmul_mc",
+        StagedEntry {
+            name: mm::GEMM_BF16_TN_MC,
+            tile_n: mm::GEMM_TILE_N,
+            b_rows: mm::GEMM_MC_B_BOX_ROWS,
+            smem: mm::GEMM_MC_SMEM_BYTES,
+            cluster: true,
+        },
+    ),
+    (
+        "matmul_ts_n128",
+        StagedEntry {
+            name: mm::GEMM_BF16_TN_TS_N128,
+            tile_n: mm::GEMM_N128_TILE_N,
+            b_rows: mm::GEMM_N128_TILE_N,
+            smem: mm::GEMM_TS_N128_SMEM_BYTES,
+            cluster: false,
+        },
+    ),
+    (
+        "matmul_mc_n128",
+        StagedEntry {
+            name: mm::GEMM_BF16_TN_MC_N128,
+            tile_n: mm::GEMM_N128_TILE_N,
+            b_rows: mm::GEMM_MC_N128_B_BOX_ROWS,
+            smem: mm::GEMM_MC_N128_SMEM_BYTES,
+            cluster: true,
+        },
+    ),
+];
+
+/// A TMA-store GEMM entry (`omega_gemm_bf16_tn_ts`, its 2-CTA cluster form `omega_gemm_bf16_tn_mc` with
+/// W multicast, and both on the narrow tile), launched through Omega at each shape of `shapes`: x's, W's
+/// and y's descriptors encoded on the host (y's only for N % 4 == 0: other N store directly, `tmap_y`
+/// 0), the grid the library gives them (one CTA per tile up to the SMs; whole pairs for the cluster), y
 /// poisoned, checked at a sample against f64 and scanned for an unwritten output. The first TMA stores
 /// and the first multicast under Omega's own launches: a child runs it, so a hang latches only the child.
-fn matmul_tma_store(cluster: bool, shapes: &[[u32; 3]]) -> CaseResult {
-    let name = if cluster { mm::GEMM_BF16_TN_MC } else { mm::GEMM_BF16_TN_TS };
+fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
+    let StagedEntry { name, tile_n, b_rows, smem, cluster } = e;
     let mut g = rng();
     let sms = device_sms()?;
     with_scope(|s, mut gpu| {
@@ -1710,7 +1765,6 @@ fn matmul_tma_store(cluster: bool, shapes: &[[u32; 3]]) -> CaseResult {
             let dx = s.alloc_device_from(&xb).map_err(err)?;
             let dw = s.alloc_device_from(&wb).map_err(err)?;
             let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
-            let b_rows = if cluster { mm::GEMM_MC_B_BOX_ROWS } else { mm::GEMM_TILE_N };
             let by_tma = n % 4 == 0;
             let mut maps = omega::tma::encode_tiled(&mm::gemm_tmap_a(dx.va(), m, k)).map_err(err)?.0.to_vec();
             maps.extend_from_slice(
@@ -1721,14 +1775,13 @@ fn matmul_tma_store(cluster: bool, shapes: &[[u32; 3]]) -> CaseResult {
             }
             let dmaps = s.alloc_device_from(&maps).map_err(err)?;
             let tmap_y = if by_tma { dmaps.va() + 256 } else { 0 };
-            let (tiles_m, tiles_n) = (m.div_ceil(mm::GEMM_TILE_M), n.div_ceil(mm::GEMM_TILE_N));
+            let (tiles_m, tiles_n) = (m.div_ceil(mm::GEMM_TILE_M), n.div_ceil(tile_n));
             let grid = if cluster {
                 let c = mm::GEMM_MC_CLUSTER;
                 c * (tiles_m.div_ceil(c) * tiles_n).min((sms / c).max(1))
             } else {
                 (tiles_m * tiles_n).min(sms)
             };
-            let smem = if cluster { mm::GEMM_MC_SMEM_BYTES } else { mm::GEMM_TS_SMEM_BYTES };
             let l = Launch::new(&kernel)
                 .grid([grid, 1, 1])
                 .block([mm::GEMM_THREADS, 1, 1])
@@ -1758,10 +1811,10 @@ fn matmul_tma_store(cluster: bool, shapes: &[[u32; 3]]) -> CaseResult {
 }
 
 /// The matmul library with the TMA-store plans forced ([`omega::libs::matmul::ForcedPlan::GemmTmaStore`],
-/// without and with the cluster) at each shape: an f32 output poisoned and checked at a sample against
+/// both tiles, without and with the cluster) at each shape: an f32 output poisoned and checked at a sample against
 /// f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the entry.
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
-    use omega::libs::matmul::{ForcedPlan, Matmul, Shape};
+    use omega::libs::matmul::{ForcedPlan, GemmTile, Matmul, Shape};
     let mut g = rng();
     with_scope(|s, mut gpu| {
         let lib = Matmul::new(s).map_err(err)?;
@@ -1774,12 +1827,14 @@ fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
             let dx = s.alloc_device_from(&xb).map_err(err)?;
             let dw = s.alloc_device_from(&wb).map_err(err)?;
             let shape = Shape::new(m, n, k);
-            for cluster in [false, true] {
-                let want_kernel = if cluster { mm::GEMM_BF16_TN_MC } else { mm::GEMM_BF16_TN_TS };
-                lib.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster }));
+            for (_, e) in STAGED_ENTRIES {
+                let (want_kernel, cluster) = (e.name, e.cluster);
+                let tile = if e.tile_n == mm::GEMM_TILE_N { GemmTile::Wide } else { GemmTile::Narrow };
+                lib.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
                 let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
-                let done =
-                    lib.bf16(gpu, &dx, &dw, &mut y, shape).map_err(|f| format!("{shape} cluster {cluster}: {f}"))?;
+                let done = lib
+                    .bf16(gpu, &dx, &dw, &mut y, shape)
+                    .map_err(|f| format!("{shape} {tile:?} cluster {cluster}: {f}"))?;
                 if done.info.kernel != want_kernel {
                     return Err(format!("{shape}: ran {}, forced {want_kernel}", done.info.kernel));
                 }
@@ -1886,14 +1941,15 @@ fn main() -> ExitCode {
             "recover" => recover_after_hang(),
             "registers_256" => vector_add(1 << 20, Some(255)),
             "chains" => chains_under_switch(),
-            "matmul_ts" => matmul_tma_store(false, &STAGED_SHAPES),
-            "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "serving" => serving::sealed_matmul_steps(),
             "prefill" => prefill::prefill_case(),
             // The suite runs it in process; a case of its own to run it alone.
             "matmul_skinny" => matmul_skinny(&SKINNY_MS, 5120, 2048),
-            other => Err(format!("no case {other}")),
+            other => match STAGED_ENTRIES.iter().find(|(case, _)| *case == other) {
+                Some(&(_, e)) => matmul_tma_store(e, &STAGED_SHAPES),
+                None => Err(format!("no case {other}")),
+            },
         };
         return match r {
             Ok(m) => {
@@ -1955,6 +2011,10 @@ fn main() -> ExitCode {
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
         ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),
         ("matmul: cluster GEMM bf16 (2-CTA clusters, W multicast, TMA stores)", || in_child("matmul_mc")),
+        ("matmul: narrow TMA-store GEMM bf16 (128x128 tiles, TMA stores)", || in_child("matmul_ts_n128")),
+        ("matmul: narrow cluster GEMM bf16 (128x128 tiles, 2-CTA clusters, W multicast)", || {
+            in_child("matmul_mc_n128")
+        }),
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),

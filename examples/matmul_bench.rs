@@ -33,8 +33,9 @@
 //! `--alternatives` runs, instead of the figures above, every forced plan of the library
 //! ([`matmul::ForcedPlan`]) at 4096^3, 8192^3 and each Qwen matrix at M in {1, 8, 16, 32, 64, 512, 4096}: the
 //! GEMV (planner's split; M <= 64 only, past that its passes over W take tens of milliseconds), the
-//! unsplit wide and narrow TMA GEMMs, the narrow one in 2 K splits, and the wide one by the TMA-store
-//! entry and by the cluster entry, the skinny GEMM (M <= 64) at the planner's split and unsplit; each timed as above (call and list, [`ALT_ITERS`] calls) and printed
+//! unsplit wide and narrow TMA GEMMs, the narrow one in 2 K splits, each tile by the TMA-store
+//! entry and by the cluster entry (`wide_ts`, `wide_mc`, `narrow_ts`, `narrow_mc`), and the skinny GEMM
+//! (M <= 64) at the planner's split and unsplit; each timed as above (call and list, [`ALT_ITERS`] calls) and printed
 //! as `omega.alt_<plan>_<M>x<N>x<K>_us` (with `_call_us` and `_list_us`), a `#` line naming the kernel,
 //! a `# ... refused: <error>` line for a plan the shape cannot take. With `--quick`: 256^3, three small
 //! Qwen products and one of K = 520, which the GEMV refuses (a sim smoke run).
@@ -101,8 +102,8 @@ const MS: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096];
 /// Products per command list in the back-to-back timing (torch's rounds are 20 calls).
 const REPS: usize = 20;
 
-/// Calls per plan in `--alternatives` (the list timing as always): 6 plans of 32 shapes stay within a
-/// minute of the H200.
+/// Calls per plan in `--alternatives` (the list timing as always): 8 plans of 32 shapes stay within a
+/// minute or two of the H200.
 const ALT_ITERS: usize = 5;
 /// The M of the Qwen matrices in `--alternatives`.
 const ALT_MS: [u32; 7] = [1, 8, 16, 32, 64, 512, 4096];
@@ -462,8 +463,10 @@ fn alternatives<'s>(
         ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(1) },
         ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) },
         ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(2) },
-        ForcedPlan::GemmTmaStore { cluster: false },
-        ForcedPlan::GemmTmaStore { cluster: true },
+        ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: false },
+        ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: true },
+        ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: false },
+        ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: true },
         ForcedPlan::Skinny { split: None },
         ForcedPlan::Skinny { split: Some(1) },
     ];

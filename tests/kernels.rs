@@ -64,9 +64,15 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     use omega::kernels::matmul as mm;
     let m = Module::parse(omega::kernels::cuda_module(mm::MATMUL).unwrap(), &arch::HOPPER).unwrap();
     let threads = |name: &str| m.kernel(name).unwrap().max_threads;
-    for name in
-        [mm::GEMM_BF16_TN, mm::GEMM_BF16_TN_SPLITK, mm::GEMM_BF16_TN_N128, mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_MC]
-    {
+    for name in [
+        mm::GEMM_BF16_TN,
+        mm::GEMM_BF16_TN_SPLITK,
+        mm::GEMM_BF16_TN_N128,
+        mm::GEMM_BF16_TN_TS,
+        mm::GEMM_BF16_TN_MC,
+        mm::GEMM_BF16_TN_TS_N128,
+        mm::GEMM_BF16_TN_MC_N128,
+    ] {
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
     }
@@ -92,8 +98,15 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     // block may have; the cluster form is built in pairs (its cubin says so, the loader reads it).
     assert_eq!((mm::GEMM_TS_SMEM_BYTES, mm::GEMM_MC_SMEM_BYTES), (230_464, 230_464));
     const { assert!(mm::GEMM_TS_SMEM_BYTES <= 227 * 1024) };
-    assert_eq!(m.kernel(mm::GEMM_BF16_TN_MC).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]));
-    assert_eq!(m.kernel(mm::GEMM_BF16_TN_TS).unwrap().cluster_dims, None);
+    // The narrow forms: 6 stages of 32 KiB beside the same rings, 32 bytes short of the 227 KiB.
+    assert_eq!((mm::GEMM_TS_N128_SMEM_BYTES, mm::GEMM_MC_N128_SMEM_BYTES), (230_496, 230_496));
+    const { assert!(mm::GEMM_TS_N128_SMEM_BYTES <= 227 * 1024) };
+    for mc in [mm::GEMM_BF16_TN_MC, mm::GEMM_BF16_TN_MC_N128] {
+        assert_eq!(m.kernel(mc).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]), "{mc}");
+    }
+    for ts in [mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_TS_N128] {
+        assert_eq!(m.kernel(ts).unwrap().cluster_dims, None, "{ts}");
+    }
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();
     assert!(src.contains("#include \"matmul/gemm_bf16.cuh\""), "{src}");
 }

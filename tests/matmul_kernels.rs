@@ -346,7 +346,8 @@ fn tmaps3<'s>(s: &'s Scope<'s>, a: TiledSpec, b: TiledSpec, y: Option<TiledSpec>
     device(s, &bytes)
 }
 
-/// One launch of a TMA-store entry (`omega_gemm_bf16_tn_ts` / `_mc`): `tmap_y` 0 when N % 4 != 0.
+/// One launch of a TMA-store entry (`omega_gemm_bf16_tn_ts` / `_mc`, either tile) with the dynamic shared
+/// memory the largest of them takes: `tmap_y` 0 when N % 4 != 0.
 fn staged_launch<'k, 's>(
     k: &'k omega::Kernel<'s>,
     grid: u32,
@@ -358,7 +359,7 @@ fn staged_launch<'k, 's>(
     Launch::new(k)
         .grid([grid, 1, 1])
         .block([mm::GEMM_THREADS, 1, 1])
-        .dynamic_shared(mm::GEMM_TS_SMEM_BYTES.max(mm::GEMM_MC_SMEM_BYTES))
+        .dynamic_shared(STAGED_SMEM_BYTES)
         .arg(maps)
         .arg(maps + 128)
         .arg(tmap_y)
@@ -367,6 +368,19 @@ fn staged_launch<'k, 's>(
         .arg(n)
         .arg(kk)
 }
+
+/// The TMA-store entries' largest dynamic shared memory.
+const STAGED_SMEM_BYTES: u32 = {
+    let (wide, narrow) = (mm::GEMM_TS_SMEM_BYTES, mm::GEMM_TS_N128_SMEM_BYTES);
+    let (wide_mc, narrow_mc) = (mm::GEMM_MC_SMEM_BYTES, mm::GEMM_MC_N128_SMEM_BYTES);
+    let one = if wide > narrow { wide } else { narrow };
+    let two = if wide_mc > narrow_mc { wide_mc } else { narrow_mc };
+    if one > two {
+        one
+    } else {
+        two
+    }
+};
 
 #[test]
 fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_stores_whatever_their_grid() {
@@ -386,7 +400,14 @@ fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_sto
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let mut gpu = gpu;
-        for (name, b_rows) in [(mm::GEMM_BF16_TN_TS, mm::GEMM_TILE_N), (mm::GEMM_BF16_TN_MC, mm::GEMM_MC_B_BOX_ROWS)] {
+        // (entry, tile columns, W rows per box, CTAs per cluster): both tiles in both forms.
+        let entries = [
+            (mm::GEMM_BF16_TN_TS, mm::GEMM_TILE_N, mm::GEMM_TILE_N, 1),
+            (mm::GEMM_BF16_TN_MC, mm::GEMM_TILE_N, mm::GEMM_MC_B_BOX_ROWS, 2),
+            (mm::GEMM_BF16_TN_TS_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_TILE_N, 1),
+            (mm::GEMM_BF16_TN_MC_N128, mm::GEMM_N128_TILE_N, mm::GEMM_MC_N128_B_BOX_ROWS, 2),
+        ];
+        for (name, tile_n, b_rows, cluster) in entries {
             let k = module.kernel(name).unwrap();
             for [m, n, kk] in shapes {
                 let (xb, x) = bf16s(&mut g, (m * kk) as usize);
@@ -399,14 +420,11 @@ fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_sto
                     tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b_rows(dw.va(), n, kk, b_rows), ymap);
                 let tmap_y = if by_tma { maps.va() + 256 } else { 0 };
                 let want = mm::products_f64(&x, &w, kk as usize);
-                let tiles = gemm_tiles(m, n);
-                let pairs = m.div_ceil(2 * mm::GEMM_TILE_M) * n.div_ceil(mm::GEMM_TILE_N);
+                let tiles = m.div_ceil(mm::GEMM_TILE_M) * n.div_ceil(tile_n);
+                let pairs = m.div_ceil(2 * mm::GEMM_TILE_M) * n.div_ceil(tile_n);
                 // The library's grid, the smallest, and more CTAs (or pairs) than there is work.
-                let grids = if name == mm::GEMM_BF16_TN_MC {
-                    [2 * pairs.min(66), 2, 2 * pairs + 4]
-                } else {
-                    [tiles.min(132), 1, tiles + 3]
-                };
+                let grids =
+                    if cluster == 2 { [2 * pairs.min(66), 2, 2 * pairs + 4] } else { [tiles.min(132), 1, tiles + 3] };
                 for grid in grids {
                     y.write(&vec![POISON; (m * n) as usize]).unwrap();
                     gpu = gpu.launch(&staged_launch(&k, grid, maps.va(), tmap_y, &y, [m, n, kk])).unwrap().gpu;

@@ -596,9 +596,15 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // second tile lies past M), N % 4 == 2 and 3 stored directly (pairs of floats, single floats),
         // one row, N below a box.
         let shapes = [[130u32, 300, 72], [257, 514, 200], [1, 7, 8], [300, 1024, 520], [129, 4, 64], [64, 1002, 136]];
-        for cluster in [false, true] {
-            let forced = ForcedPlan::GemmTmaStore { cluster };
-            let name = if cluster { refs::GEMM_BF16_TN_MC } else { refs::GEMM_BF16_TN_TS };
+        use matmul::GemmTile::{Narrow, Wide};
+        let entries = [
+            (Wide, false, refs::GEMM_BF16_TN_TS),
+            (Wide, true, refs::GEMM_BF16_TN_MC),
+            (Narrow, false, refs::GEMM_BF16_TN_TS_N128),
+            (Narrow, true, refs::GEMM_BF16_TN_MC_N128),
+        ];
+        for (tile, cluster, name) in entries {
+            let forced = ForcedPlan::GemmTmaStore { tile, cluster };
             mm.set_forced_plan(Some(forced));
             for shape in shapes {
                 let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{forced} {shape:?}"), shape);
@@ -624,13 +630,13 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             let mut y32 = poisoned(s, mu * nu);
             gpu = mm.bf16(gpu, &x, &w, &mut y32, shape).unwrap().gpu;
             let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
-            for cluster in [false, true] {
-                mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster }));
+            for (tile, cluster, _) in entries {
+                mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
                 let mut y16 = s.alloc_device_from(&vec![POISON_BF16; mu * nu]).unwrap();
                 let d = mm.bf16_to_bf16(gpu, &x, &w, &mut y16, shape).unwrap();
                 gpu = d.gpu;
                 assert_eq!((d.info.launches, d.info.bf16_out), (2, true), "{:?}", d.info);
-                assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} cluster {cluster}");
+                assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} {tile:?} cluster {cluster}");
             }
         }
         // The descriptors are written when they change: the same call again writes nothing, another y
@@ -642,7 +648,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         let shape = Shape::new(m as u32, n as u32, k as u32);
         let cols: Vec<usize> = (0..n).collect();
         let row = |c: usize| widen(&wb[c * k..][..k]);
-        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster: false }));
+        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile: Wide, cluster: false }));
         let (mut y1, mut y2) = (poisoned(s, m * n), poisoned(s, m * n));
         let call = |gpu, y: &mut Mem<'_, Device<f32>>, what: &str| {
             let d = mm.bf16(gpu, &x, &w, y, shape).unwrap();
@@ -659,7 +665,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         mm.set_forced_plan(Some(ForcedPlan::Gemm { tile: matmul::GemmTile::Wide, splits: Some(1) }));
         let (gpu1, i) = call(gpu1, &mut y2, "direct");
         assert_eq!((i.kernel, i.h2d_bytes), (refs::GEMM_BF16_TN, 0), "x's and W's are in place");
-        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster: true }));
+        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile: Wide, cluster: true }));
         let (gpu1, i) = call(gpu1, &mut y2, "cluster");
         assert_eq!((i.kernel, i.h2d_bytes), (refs::GEMM_BF16_TN_MC, 384), "the cluster's W box is another map");
         gpu = gpu1;
@@ -671,8 +677,8 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // SAFETY: `big` holds `m * n + 2` floats and outlives the span; the span is its elements 2.., all
         // inside it, written by the device only through the calls below while `big` is alive.
         let mut off = unsafe { matmul::DeviceSpan::<f32>::new(big.va() + 8, m * n) };
-        for cluster in [false, true] {
-            let forced = ForcedPlan::GemmTmaStore { cluster };
+        for (tile, cluster, _) in entries {
+            let forced = ForcedPlan::GemmTmaStore { tile, cluster };
             mm.set_forced_plan(Some(forced));
             let f = mm.bf16(gpu, &x, &w, &mut off, shape).unwrap_err();
             assert_eq!(f.error.stage(), Stage::MatmulPlan);
@@ -683,6 +689,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             );
             gpu = f.gpu.unwrap();
         }
+        mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile: Wide, cluster: true }));
         matmul::set_cta_budget(1);
         let f = mm.bf16(gpu, &x, &w, &mut y, shape).unwrap_err();
         matmul::set_cta_budget(0);
@@ -701,8 +708,8 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // SAFETY: as above, for `m * n2` floats inside `big`'s `m * n2 + 2`.
         let mut off = unsafe { matmul::DeviceSpan::<f32>::new(big.va() + 8, m * n2) };
         let cols2: Vec<usize> = (0..n2).collect();
-        for cluster in [false, true] {
-            mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { cluster }));
+        for (tile, cluster, _) in entries {
+            mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
             gpu = mm.bf16(gpu, &x, &w2, &mut off, Shape::new(m as u32, n2 as u32, k as u32)).unwrap().gpu;
             let got = big.to_vec().unwrap();
             assert!(got[0].is_nan() && got[1].is_nan(), "nothing stored before y");

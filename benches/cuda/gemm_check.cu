@@ -4,11 +4,13 @@
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
 //        -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda
-//   /tmp/gemm_check [--check] [--variant base|ts|mc|all|<name>]
+//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|all|<name>]
 //
 // Variants: `base` (omega_gemm_bf16_tn), `ts` (omega_gemm_bf16_tn_ts and other stage/staging splits of its
 // template: ts_s<stages>c<chunk columns>x<buffers>), `mc` (omega_gemm_bf16_tn_mc, 2-CTA clusters with W
-// multicast, and its template's other splits); `all` (the default) runs every one; a variant's full name
+// multicast, and its template's other splits), `n128` (the narrow 128 x 128 tile in both forms:
+// omega_gemm_bf16_tn_ts_n128, omega_gemm_bf16_tn_mc_n128, and a five-stage, four-buffer split of each);
+// `all` (the default) runs every one; a variant's full name
 // runs that one alone. For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
 // (cublasGemmEx, bf16 in, f32 out, f32 compute) runs once; then for every variant y is poisoned (all-ones
 // bits, a NaN), the kernel runs, every element is compared with cuBLAS's on the device and 4096 sampled
@@ -36,16 +38,16 @@
 
 // The template's other splits of shared memory between stages and the staging ring (the module's entries
 // are ts_s4c32x2 and mc_s4c32x2).
-template <int S, int C, int B>
+template <int S, int C, int B, int BN = GEMM_BN>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     ts_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
-  gemm_bf16_ts_body<S, C, B, 1>(ta, tb, ty, y, M, N, K);
+  gemm_bf16_ts_body<S, C, B, 1, BN>(ta, tb, ty, y, M, N, K);
 }
 
-template <int S, int C, int B>
+template <int S, int C, int B, int BN = GEMM_BN>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
     mc_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
-  gemm_bf16_ts_body<S, C, B, 2>(ta, tb, ty, y, M, N, K);
+  gemm_bf16_ts_body<S, C, B, 2, BN>(ta, tb, ty, y, M, N, K);
 }
 
 typedef void (*TsEntry)(const void*, const void*, const void*, float*, uint32_t, uint32_t, uint32_t);
@@ -57,17 +59,23 @@ struct Variant {
   int smem;
   int cluster;
   int max_clusters;  // co-resident 2-CTA clusters (cudaOccupancyMaxActiveClusters), mc only
+  int bn;            // tile columns: 256 (wide) or 128 (narrow)
 };
 
 static Variant variants[] = {
-    {"base", "base", nullptr, GEMM_SMEM_BYTES, 1, 0},
-    {"ts", "ts", omega_gemm_bf16_tn_ts, GEMM_TS_SMEM_BYTES, 1, 0},
-    {"ts_s3c32x5", "ts", ts_kernel<3, 32, 5>, GEMM_TS_SMEM_FOR(3, 32, 5), 1, 0},
-    {"ts_s3c64x2", "ts", ts_kernel<3, 64, 2>, GEMM_TS_SMEM_FOR(3, 64, 2), 1, 0},
-    {"ts_s2c256x1", "ts", ts_kernel<2, 256, 1>, GEMM_TS_SMEM_FOR(2, 256, 1), 1, 0},
-    {"mc", "mc", omega_gemm_bf16_tn_mc, GEMM_MC_SMEM_BYTES, 2, 0},
-    {"mc_s3c32x5", "mc", mc_kernel<3, 32, 5>, GEMM_TS_SMEM_FOR(3, 32, 5), 2, 0},
-    {"mc_s2c256x1", "mc", mc_kernel<2, 256, 1>, GEMM_TS_SMEM_FOR(2, 256, 1), 2, 0},
+    {"base", "base", nullptr, GEMM_SMEM_BYTES, 1, 0, 256},
+    {"ts", "ts", omega_gemm_bf16_tn_ts, GEMM_TS_SMEM_BYTES, 1, 0, 256},
+    {"ts_s3c32x5", "ts", ts_kernel<3, 32, 5>, GEMM_TS_SMEM_FOR(3, 32, 5), 1, 0, 256},
+    {"ts_s3c64x2", "ts", ts_kernel<3, 64, 2>, GEMM_TS_SMEM_FOR(3, 64, 2), 1, 0, 256},
+    {"ts_s2c256x1", "ts", ts_kernel<2, 256, 1>, GEMM_TS_SMEM_FOR(2, 256, 1), 1, 0, 256},
+    {"mc", "mc", omega_gemm_bf16_tn_mc, GEMM_MC_SMEM_BYTES, 2, 0, 256},
+    {"mc_s3c32x5", "mc", mc_kernel<3, 32, 5>, GEMM_TS_SMEM_FOR(3, 32, 5), 2, 0, 256},
+    {"mc_s2c256x1", "mc", mc_kernel<2, 256, 1>, GEMM_TS_SMEM_FOR(2, 256, 1), 2, 0, 256},
+    // The narrow tile (128 x 128) in both forms: the module's entries and a deeper-ring split of each.
+    {"ts_n128", "n128", omega_gemm_bf16_tn_ts_n128, GEMM_TS_N128_SMEM_BYTES, 1, 0, 128},
+    {"ts_n128_s5c32x4", "n128", ts_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 1, 0, 128},
+    {"mc_n128", "n128", omega_gemm_bf16_tn_mc_n128, GEMM_MC_N128_SMEM_BYTES, 2, 0, 128},
+    {"mc_n128_s5c32x4", "n128", mc_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 2, 0, 128},
 };
 
 static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
@@ -127,16 +135,18 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
   CK(cudaMalloc(&dw, hw.size() * 2));
   CK(cudaMalloc(&dy, MN * 4));
   CK(cudaMalloc(&dref, MN * 4));
-  CK(cudaMalloc(&dmaps, 4 * sizeof(CUtensorMap)));
+  CK(cudaMalloc(&dmaps, 5 * sizeof(CUtensorMap)));
   CK(cudaMalloc(&ddiff, 4));
   CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dw, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-  // 0: A, 1: B (256-row box), 2: B (128-row box: the half each CTA of a pair loads), 3: y (N % 4 == 0 only).
-  CUtensorMap maps[4];
+  // 0: A, 1: B (256-row box), 2: B (128-row box: the half each CTA of a wide pair loads, or a narrow
+  // tile's), 3: y (N % 4 == 0 only), 4: B (64-row box: the half of a narrow pair's).
+  CUtensorMap maps[5];
   memset(maps, 0, sizeof(maps));
   encode(&maps[0], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dx, K, M, GEMM_BK, GEMM_BM);
   encode(&maps[1], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, GEMM_BN);
   encode(&maps[2], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, GEMM_BN / 2);
+  encode(&maps[4], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, GEMM_BN / 4);
   const bool tma_y = N % 4 == 0;
   if (tma_y) encode(&maps[3], CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dy, N, M, GEMM_Y_BOX_COLS, GEMM_Y_BOX_ROWS);
   CK(cudaMemcpy(dmaps, maps, sizeof(maps), cudaMemcpyHostToDevice));
@@ -163,18 +173,22 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
   CK(cudaMalloc(&dsamp, samples * 4));
   CK(cudaMemcpy(didx, idx.data(), samples * sizeof(size_t), cudaMemcpyHostToDevice));
 
-  const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM, tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
-  const int tiles = tiles_m * tiles_n, pairs = ((tiles_m + 1) / 2) * tiles_n;
+  const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
   auto launch = [&](const Variant& v) {
+    const int tiles_n = (N + v.bn - 1) / v.bn;
+    const int tiles = tiles_m * tiles_n, pairs = ((tiles_m + 1) / 2) * tiles_n;
+    // W's box is the tile's columns divided among the CTAs of a cluster.
+    const int b_rows = v.bn / v.cluster;
+    const CUtensorMap* tb = b_rows == 256 ? &dmaps[1] : b_rows == 128 ? &dmaps[2] : &dmaps[4];
     if (!v.entry) {
       const int grid = tiles < run.sms ? tiles : run.sms;
-      omega_gemm_bf16_tn<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], &dmaps[1], dy, M, N, K);
+      omega_gemm_bf16_tn<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], tb, dy, M, N, K);
     } else if (v.cluster == 1) {
       const int grid = tiles < run.sms ? tiles : run.sms;
-      v.entry<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], &dmaps[1], tmap_y, dy, M, N, K);
+      v.entry<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], tb, tmap_y, dy, M, N, K);
     } else {
       const int clusters = pairs < v.max_clusters ? pairs : v.max_clusters;
-      v.entry<<<2 * clusters, GEMM_THREADS, v.smem>>>(&dmaps[0], &dmaps[2], tmap_y, dy, M, N, K);
+      v.entry<<<2 * clusters, GEMM_THREADS, v.smem>>>(&dmaps[0], tb, tmap_y, dy, M, N, K);
     }
   };
   const float one_f = 1.0f, zero_f = 0.0f;
@@ -278,7 +292,7 @@ int main(int argc, char** argv) {
     } else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
       run.want = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|all|<name>]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|all|<name>]\n", argv[0]);
       return 2;
     }
   }

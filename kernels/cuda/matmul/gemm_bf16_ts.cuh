@@ -39,16 +39,24 @@
 #define GEMM_MC_STAGES 4
 #define GEMM_MC_CHUNK 32
 #define GEMM_MC_NBUF 2
+// The narrow tile (128 x 128, B's box 128 rows) in both forms: a stage is 32 KiB, so six fit beside the
+// same staging ring, and 4096x1536 makes 384 tiles (2.9 waves of 132) instead of 192 (1.45 waves).
+#define GEMM_TS_N128_STAGES 6
+#define GEMM_MC_N128_STAGES 6
 // y's TMA box: 32 floats (one 128-byte swizzle span) by a consumer's 64 rows.
 #define GEMM_Y_BOX_COLS 32
 #define GEMM_Y_BOX_ROWS 64
 #define GEMM_Y_BOX_BYTES (GEMM_Y_BOX_COLS * GEMM_Y_BOX_ROWS * 4)
 // The stages, the two consumers' staging rings, then the 2 * STAGES mbarriers, and the slack to align the
 // dynamic window's start to 1024 bytes.
-#define GEMM_TS_SMEM_FOR(stages, chunk, nbuf) \
-  ((stages) * GEMM_STAGE_BYTES + 2 * (nbuf) * (chunk) * GEMM_Y_BOX_ROWS * 4 + 2 * (stages) * 8 + 1024)
+#define GEMM_TS_SMEM_FOR_BN(bn, stages, chunk, nbuf)                                                          \
+  ((stages) * (GEMM_A_STAGE_BYTES + (bn) * GEMM_BK * 2) + 2 * (nbuf) * (chunk) * GEMM_Y_BOX_ROWS * 4 + \
+   2 * (stages) * 8 + 1024)
+#define GEMM_TS_SMEM_FOR(stages, chunk, nbuf) GEMM_TS_SMEM_FOR_BN(GEMM_BN, stages, chunk, nbuf)
 #define GEMM_TS_SMEM_BYTES GEMM_TS_SMEM_FOR(GEMM_TS_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
 #define GEMM_MC_SMEM_BYTES GEMM_TS_SMEM_FOR(GEMM_MC_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF)
+#define GEMM_TS_N128_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(128, GEMM_TS_N128_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
+#define GEMM_MC_N128_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(128, GEMM_MC_N128_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF)
 // Named barriers of the two consumer warpgroups' epilogues (0 is __syncthreads, 1 the split-K ticket's).
 #define GEMM_TS_BAR0 2
 
@@ -128,16 +136,16 @@ struct StagingRing {
   uint32_t seq;
 };
 
-// Stages a consumer's 64 x 256 accumulators (wgmma m64n256 layout, as store_acc reads it) through its ring
+// Stages a consumer's 64 x BN accumulators (wgmma m64nBN layout, as store_acc reads it) through its ring
 // into y's descriptor at rows row_base.., columns col_base... `leader` (thread 0 of the warpgroup) issues
 // the stores and owns the bulk groups; `bar` is the warpgroup's named barrier. Boxes that start at or past
 // M or N are not issued (the TMA unit would clip them whole).
-template <int CHUNK, int NBUF>
-__device__ __forceinline__ void store_acc_tma(const float (&acc)[128], StagingRing<CHUNK, NBUF>& ring,
+template <int BN, int CHUNK, int NBUF>
+__device__ __forceinline__ void store_acc_tma(const float (&acc)[BN / 2], StagingRing<CHUNK, NBUF>& ring,
                                               const void* tmap_y, uint32_t M, uint32_t N, uint32_t row_base,
                                               uint32_t col_base, int t128, int bar) {
   using Ring = StagingRing<CHUNK, NBUF>;
-  static_assert(CHUNK % GEMM_Y_BOX_COLS == 0 && 256 % CHUNK == 0, "chunks are whole boxes dividing the tile");
+  static_assert(CHUNK % GEMM_Y_BOX_COLS == 0 && BN % CHUNK == 0, "chunks are whole boxes dividing the tile");
   const bool leader = t128 == 0;
   const int warp = t128 / 32, lane = t128 % 32;
   // This thread's two rows inside the 64-row box; both are r0 % 8 == lane / 4 modulo 8.
@@ -145,7 +153,7 @@ __device__ __forceinline__ void store_acc_tma(const float (&acc)[128], StagingRi
   const uint32_t swz = (lane / 4) & 7;
   const uint32_t half = (lane & 1) * 8;  // the float2's byte offset inside its 16-byte chunk
 #pragma unroll
-  for (int c = 0; c < 256 / CHUNK; ++c) {
+  for (int c = 0; c < BN / CHUNK; ++c) {
     uint8_t* buf = ring.base + (ring.seq % NBUF) * Ring::BUF_BYTES;
     // The buffer's last store must have read it; the barrier tells the whole warpgroup.
     if (leader) bulk_wait_read<NBUF - 1>();
@@ -197,19 +205,20 @@ __device__ __forceinline__ void unit_of(int t, int tiles_m, int tiles_n, int* tm
 
 }  // namespace omega_gemm
 
-// The body of the TMA-store entries: 128 x 256 tiles, no K split. CLUSTER 1: one CTA per tile. CLUSTER 2:
-// launched as 2-CTA clusters along x (grid even); the cluster walks pairs of tiles (2 pm + rank, tn) and
-// W's stage slice is loaded half by each CTA, multicast to both.
-template <int STAGES, int CHUNK, int NBUF, int CLUSTER>
+// The body of the TMA-store entries: 128 x BN tiles (BN 256 or 128; B's box BN / CLUSTER rows), no K
+// split. CLUSTER 1: one CTA per tile. CLUSTER 2: launched as 2-CTA clusters along x (grid even); the
+// cluster walks pairs of tiles (2 pm + rank, tn) and W's stage slice is loaded half by each CTA,
+// multicast to both.
+template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN>
 __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
                                                   uint32_t M, uint32_t N, uint32_t K) {
   using namespace omega_gemm;
   using Ring = StagingRing<CHUNK, NBUF>;
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs at most: fast.cu saw larger clusters lose");
-  constexpr int BN = GEMM_BN;
-  constexpr int STAGE_BYTES = GEMM_STAGE_BYTES;
-  // The part of W's box each CTA of the cluster loads (and multicasts): 256 / CLUSTER rows.
-  constexpr int B_PART_BYTES = GEMM_B_STAGE_BYTES / CLUSTER;
+  static_assert(BN == 256 || BN == 128, "the two wgmma widths the module instantiates");
+  constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
+  // The part of W's box each CTA of the cluster loads (and multicasts): BN / CLUSTER rows.
+  constexpr int B_PART_BYTES = BN * GEMM_BK * 2 / CLUSTER;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* staging = smem + STAGES * STAGE_BYTES;
@@ -289,8 +298,12 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
         const uint8_t* b = smem + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int k = 0; k < GEMM_BK / 16; ++k)
-          wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+        for (int k = 0; k < GEMM_BK / 16; ++k) {
+          if constexpr (BN == 256)
+            wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+          else
+            wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
+        }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         if (kb > 0 && t128 == 0) {
@@ -312,7 +325,7 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
 
       const uint32_t row_base = tm * GEMM_BM + consumer * 64;
       if (tma_y) {
-        store_acc_tma<CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
+        store_acc_tma<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
       } else {
         const uint32_t row0 = row_base + warp * 16 + lane / 4;
         const uint32_t col0 = tn * BN + 2 * (lane % 4);
@@ -343,4 +356,20 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THRE
     omega_gemm_bf16_tn_mc(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M,
                           uint32_t N, uint32_t K) {
   gemm_bf16_ts_body<GEMM_MC_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2>(tmap_a, tmap_b, tmap_y, y, M, N, K);
+}
+
+// The narrow tile (128 x 128) with the TMA-store epilogue: tmap_b's box {64, 128}, grid
+// [min(tiles, SMs), 1, 1] with tiles = ceil(M/128) * ceil(N/128), dynamic shared GEMM_TS_N128_SMEM_BYTES.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_ts_n128(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M,
+                               uint32_t N, uint32_t K) {
+  gemm_bf16_ts_body<GEMM_TS_N128_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, 128>(tmap_a, tmap_b, tmap_y, y, M, N, K);
+}
+
+// The narrow tile in 2-CTA clusters: tmap_b's box {64, 64} (half of the pair's 128 W rows), grid as the
+// wide cluster entry's with pairs = ceil(tiles_m / 2) * ceil(N/128), dynamic shared GEMM_MC_N128_SMEM_BYTES.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
+    omega_gemm_bf16_tn_mc_n128(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M,
+                               uint32_t N, uint32_t K) {
+  gemm_bf16_ts_body<GEMM_MC_N128_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2, 128>(tmap_a, tmap_b, tmap_y, y, M, N, K);
 }

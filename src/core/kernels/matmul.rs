@@ -68,6 +68,12 @@ pub const GEMM_BF16_TN_TS: &str = "omega_gemm_bf16_tn_ts";
 /// tn) and (2 pm + 1, tn), and each CTA loads half of W's 256-row slice, multicast into both. Its B
 /// descriptor has boxes of [`GEMM_MC_B_BOX_ROWS`] rows. The same parameters.
 pub const GEMM_BF16_TN_MC: &str = "omega_gemm_bf16_tn_mc";
+/// [`GEMM_BF16_TN_TS`] on the narrow tile (128 x 128, six stages): its B descriptor has boxes of
+/// [`GEMM_N128_TILE_N`] rows. The same parameters.
+pub const GEMM_BF16_TN_TS_N128: &str = "omega_gemm_bf16_tn_ts_n128";
+/// [`GEMM_BF16_TN_MC`] on the narrow tile: each CTA of a pair loads [`GEMM_MC_N128_B_BOX_ROWS`] of the
+/// tile's 128 W rows. The same parameters.
+pub const GEMM_BF16_TN_MC_N128: &str = "omega_gemm_bf16_tn_mc_n128";
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -136,6 +142,13 @@ pub const GEMM_MC_SMEM_BYTES: u32 = GEMM_TS_SMEM_BYTES;
 pub const GEMM_MC_CLUSTER: u32 = 2;
 /// Rows of the cluster entry's B box: each CTA of a pair loads half of the tile's 256 W rows.
 pub const GEMM_MC_B_BOX_ROWS: u32 = GEMM_TILE_N / GEMM_MC_CLUSTER;
+/// The narrow TMA-store entries' dynamic shared memory: 6 stages of 128 x 64 A and B tiles, the staging
+/// rings of [`GEMM_TS_SMEM_BYTES`], 12 mbarriers, the slack (`GEMM_TS_N128_SMEM_BYTES`, 230,496 bytes).
+pub const GEMM_TS_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 * 2 * 32 * 64 * 4 + 2 * 6 * 8 + 1024;
+/// The narrow cluster entry's: the same layout (`GEMM_MC_N128_SMEM_BYTES`).
+pub const GEMM_MC_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
+/// Rows of the narrow cluster entry's B box: half of the tile's 128 W rows.
+pub const GEMM_MC_N128_B_BOX_ROWS: u32 = GEMM_N128_TILE_N / GEMM_MC_CLUSTER;
 /// y's TMA box for the TMA-store entries: 32 floats (one 128-byte swizzle span) by 64 rows (a consumer
 /// warpgroup's half of a tile).
 pub const GEMM_Y_BOX: [u32; 2] = [64, 32];
@@ -397,6 +410,20 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_mc,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_TS_N128,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_ts_n128,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_MC_N128,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_mc_n128,
     },
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
@@ -960,28 +987,33 @@ fn gemm_bf16_tn_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     gemm_tma(ctx, &f)
 }
 
-fn gemm_bf16_tn_ts(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f = GemmForm {
-        name: GEMM_BF16_TN_TS,
-        tile_n: GEMM_TILE_N,
-        b_box_rows: GEMM_TILE_N,
-        smem: GEMM_TS_SMEM_BYTES,
-        args: GemmArgs::Staged,
-    };
-    gemm_tma(ctx, &f)
+/// A TMA-store entry (one CTA or a 2-CTA cluster, either tile): the cluster entries compute the same y
+/// as the one-CTA ones whatever their (even) grid; a pair's second tile past M reads zeros and stores
+/// nothing, so the product is the one-CTA form's.
+fn gemm_staged(
+    ctx: &mut KernelCtx<'_>,
+    name: &'static str,
+    tile_n: u32,
+    b_box_rows: u32,
+    smem: u32,
+) -> Result<(), KernelError> {
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows, smem, args: GemmArgs::Staged })
 }
 
-/// The cluster entry: the same y as the TMA-store entry whatever its (even) grid; its pairs' second tile
-/// past M reads zeros and stores nothing, so the product is the one-CTA form's.
+fn gemm_bf16_tn_ts(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemm_staged(ctx, GEMM_BF16_TN_TS, GEMM_TILE_N, GEMM_TILE_N, GEMM_TS_SMEM_BYTES)
+}
+
 fn gemm_bf16_tn_mc(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f = GemmForm {
-        name: GEMM_BF16_TN_MC,
-        tile_n: GEMM_TILE_N,
-        b_box_rows: GEMM_MC_B_BOX_ROWS,
-        smem: GEMM_MC_SMEM_BYTES,
-        args: GemmArgs::Staged,
-    };
-    gemm_tma(ctx, &f)
+    gemm_staged(ctx, GEMM_BF16_TN_MC, GEMM_TILE_N, GEMM_MC_B_BOX_ROWS, GEMM_MC_SMEM_BYTES)
+}
+
+fn gemm_bf16_tn_ts_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemm_staged(ctx, GEMM_BF16_TN_TS_N128, GEMM_N128_TILE_N, GEMM_N128_TILE_N, GEMM_TS_N128_SMEM_BYTES)
+}
+
+fn gemm_bf16_tn_mc_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemm_staged(ctx, GEMM_BF16_TN_MC_N128, GEMM_N128_TILE_N, GEMM_MC_N128_B_BOX_ROWS, GEMM_MC_N128_SMEM_BYTES)
 }
 
 // ----- the SIMT GEMMs -----------------------------------------------------------------------------------

@@ -14,12 +14,14 @@
 //! - The planner ([`plan`]) picks the kernels: the split-K GEMV for M <= 32 (K % 32 == 0; M <= 8 past
 //!   L2's size), the TMA GEMM for K % 8 == 0 (128x256 or 128x128 tiles and a K split of whole blocks,
 //!   whichever the wave-quantized cost model [`GemmCost`] predicts fastest), the SIMT kernels otherwise and
-//!   for f32. Unsplit wide tiles run by the entry [`WIDE_ENTRY`] names: the direct-store kernel until the
-//!   TMA-store (`omega_gemm_bf16_tn_ts`) and cluster (`omega_gemm_bf16_tn_mc`, 2-CTA clusters, W
-//!   multicast) entries have GPU figures. A process-wide CTA budget ([`set_cta_budget`], at most
+//!   for f32. Unsplit wide tiles run by the entry [`WIDE_ENTRY`] names (the cluster entry
+//!   `omega_gemm_bf16_tn_mc`, 2-CTA clusters with W multicast and a TMA-store epilogue, measured fastest;
+//!   else the TMA-store `omega_gemm_bf16_tn_ts`, else the direct stores), unsplit narrow tiles by
+//!   [`NARROW_ENTRY`] (the direct `omega_gemm_bf16_tn_n128` until `_ts_n128` / `_mc_n128` have GPU
+//!   figures). A process-wide CTA budget ([`set_cta_budget`], at most
 //!   [`plan::MAX_CTAS`]) caps every launch's CTAs; [`Info`] says what ran (its path, kernel, split).
 //!   [`Matmul::set_forced_plan`] replaces the planner's choice (for benchmarks: [`ForcedPlan`] names the
-//!   GEMV, either tile with any split, and the TMA-store and cluster entries), refusing what the shape
+//!   GEMV, either tile with any split, and the TMA-store and cluster entries of either tile), refusing what the shape
 //!   cannot take.
 //! - The grouped GEMM ([`Matmul::grouped_bf16`]) routes a mixture-of-experts step's top-k choices on the
 //!   device, listing the touched experts, and runs their rows in one launch, so the routing never returns
@@ -57,5 +59,5 @@ pub use ops::{
 };
 pub use plan::{
     ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, WideEntry,
-    GEMV_MAX_M, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, SKINNY_MIN_M, WIDE_ENTRY,
+    GEMV_MAX_M, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY, SKINNY_MIN_M, WIDE_ENTRY,
 };

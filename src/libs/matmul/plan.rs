@@ -111,6 +111,10 @@ pub(crate) enum Kern {
     GemmTs,
     /// The TMA-store form in 2-CTA clusters, W multicast (`omega_gemm_bf16_tn_mc`).
     GemmMc,
+    /// The TMA-store form on the narrow tile (`omega_gemm_bf16_tn_ts_n128`).
+    GemmTsN128,
+    /// The cluster form on the narrow tile (`omega_gemm_bf16_tn_mc_n128`).
+    GemmMcN128,
     /// `omega_gemv_bf16_tn_m{1,2,4,8}`, by index (0: m1 .. 3: m8).
     Gemv(usize),
     /// `omega_moe_gemv_bf16_m{1,2,4,8}`, by index.
@@ -125,8 +129,8 @@ pub(crate) enum Kern {
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
-/// TMA-store entry, that entry's cluster form, and the four skinny GEMMs.
-pub(crate) const KERNEL_NAMES: [&str; 21] = [
+/// TMA-store entry and that entry's cluster form, those two on the narrow tile, and the four skinny GEMMs.
+pub(crate) const KERNEL_NAMES: [&str; 23] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -148,6 +152,8 @@ pub(crate) const KERNEL_NAMES: [&str; 21] = [
     abi::GEMM_BF16_TN_N128,
     abi::GEMM_BF16_TN_TS,
     abi::GEMM_BF16_TN_MC,
+    abi::GEMM_BF16_TN_TS_N128,
+    abi::GEMM_BF16_TN_MC_N128,
     abi::SKINNY_BF16_TN[0],
     abi::SKINNY_BF16_TN[1],
     abi::SKINNY_BF16_TN[2],
@@ -169,7 +175,9 @@ impl Kern {
             Kern::GemmN128 => 14,
             Kern::GemmTs => 15,
             Kern::GemmMc => 16,
-            Kern::Skinny(v) => 17 + v,
+            Kern::GemmTsN128 => 17,
+            Kern::GemmMcN128 => 18,
+            Kern::Skinny(v) => 19 + v,
         }
     }
 }
@@ -407,6 +415,14 @@ pub enum GemmTile {
 }
 
 impl GemmTile {
+    /// Its name, as reports and forced plans' tags print it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GemmTile::Wide => "wide",
+            GemmTile::Narrow => "narrow",
+        }
+    }
+
     /// Output columns of one tile (rows of W per TMA box).
     pub const fn n(self) -> u32 {
         match self {
@@ -416,18 +432,18 @@ impl GemmTile {
     }
 }
 
-/// The entry that runs an unsplit wide (128 x 256) TMA GEMM. The three compute the same product from the
+/// The entry that runs an unsplit TMA GEMM of either tile. The three compute the same product from the
 /// same tiles and order; they differ in how a tile's f32 output leaves the SM and how W arrives
-/// (kernels/cuda/matmul/gemm_bf16_ts.cuh).
+/// (kernels/cuda/matmul/gemm_bf16_ts.cuh). Each has a wide (128 x 256) and a narrow (128 x 128) kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WideEntry {
     /// `omega_gemm_bf16_tn`: the consumers store their accumulators from registers, the tensor cores idle
     /// meanwhile. The one measured on the H200.
     Direct,
-    /// `omega_gemm_bf16_tn_ts`: the accumulators staged in shared memory and stored by the TMA unit
+    /// `omega_gemm_bf16_tn_ts` (`_ts_n128`): the accumulators staged in shared memory and stored by the TMA unit
     /// through y's descriptor while the next tile's mainloop runs (direct stores for N % 4 != 0).
     TmaStore,
-    /// `omega_gemm_bf16_tn_mc`: the TMA-store entry in 2-CTA clusters, each CTA loading half of the W
+    /// `omega_gemm_bf16_tn_mc` (`_mc_n128`): the TMA-store entry in 2-CTA clusters, each CTA loading half of the W
     /// slice the pair shares and multicasting it into both (half W's L2 traffic). Its grid is whole
     /// pairs: `2 * min(pairs, SMs / 2, budget / 2)`.
     Cluster,
@@ -454,6 +470,12 @@ impl WideEntry {
 /// else the direct one.
 pub const WIDE_ENTRY: WideEntry = WideEntry::Cluster;
 
+/// The entry the planner runs an unsplit narrow tile with. The narrow TMA-store and cluster kernels
+/// (`omega_gemm_bf16_tn_ts_n128`, `_mc_n128`) have no H200 figure yet: until gemm_check's `n128`
+/// variants and matmul_bench's `narrow_ts` / `narrow_mc` alternatives are recorded beside cuBLAS the
+/// planner keeps the measured direct entry ([`ForcedPlan::GemmTmaStore`] runs the others).
+pub const NARROW_ENTRY: WideEntry = WideEntry::Direct;
+
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
 /// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
 /// refused ([`PlanError::Forced`], stage `matmul plan`), never replaced by another.
@@ -473,10 +495,12 @@ pub enum ForcedPlan {
         /// K splits, or the planner's.
         splits: Option<u32>,
     },
-    /// The unsplit wide TMA GEMM with the TMA-store epilogue (`omega_gemm_bf16_tn_ts`), in 2-CTA clusters
-    /// with W multicast when `cluster` (`omega_gemm_bf16_tn_mc`). ([`ForcedPlan::Gemm`] with the wide
-    /// tile is the direct-store entry.)
+    /// The unsplit TMA GEMM in `tile` with the TMA-store epilogue (`omega_gemm_bf16_tn_ts`,
+    /// `_ts_n128`), in 2-CTA clusters with W multicast when `cluster` (`omega_gemm_bf16_tn_mc`,
+    /// `_mc_n128`). ([`ForcedPlan::Gemm`] unsplit is the direct-store entry.)
     GemmTmaStore {
+        /// The tile form.
+        tile: GemmTile,
         /// The cluster entry.
         cluster: bool,
     },
@@ -490,8 +514,8 @@ pub enum ForcedPlan {
 
 impl ForcedPlan {
     /// A short name for reports and metric names: `gemv` (the planner's split), `gemv_split<s>`; `wide`
-    /// and `narrow` unsplit, `<tile>_split<s>`, `<tile>_auto` (the planner's split); `wide_ts`, `wide_mc`;
-    /// `skinny` (the planner's split), `skinny_split<s>`.
+    /// and `narrow` unsplit, `<tile>_split<s>`, `<tile>_auto` (the planner's split); `<tile>_ts`,
+    /// `<tile>_mc`; `skinny` (the planner's split), `skinny_split<s>`.
     pub fn tag(&self) -> String {
         let gemm = |tile: &str, splits: Option<u32>| match splits {
             None => format!("{tile}_auto"),
@@ -501,10 +525,9 @@ impl ForcedPlan {
         match *self {
             ForcedPlan::Gemv { split: None } => "gemv".to_string(),
             ForcedPlan::Gemv { split: Some(s) } => format!("gemv_split{s}"),
-            ForcedPlan::Gemm { tile: GemmTile::Wide, splits } => gemm("wide", splits),
-            ForcedPlan::Gemm { tile: GemmTile::Narrow, splits } => gemm("narrow", splits),
-            ForcedPlan::GemmTmaStore { cluster: false } => "wide_ts".to_string(),
-            ForcedPlan::GemmTmaStore { cluster: true } => "wide_mc".to_string(),
+            ForcedPlan::Gemm { tile, splits } => gemm(tile.name(), splits),
+            ForcedPlan::GemmTmaStore { tile, cluster: false } => format!("{}_ts", tile.name()),
+            ForcedPlan::GemmTmaStore { tile, cluster: true } => format!("{}_mc", tile.name()),
             ForcedPlan::Skinny { split: None } => "skinny".to_string(),
             ForcedPlan::Skinny { split: Some(s) } => format!("skinny_split{s}"),
         }
@@ -582,9 +605,9 @@ impl core::fmt::Display for ForcedPlan {
         match *self {
             ForcedPlan::Gemv { split: s } => write!(f, "the GEMV with {} split", split(s)),
             ForcedPlan::Gemm { tile, splits } => write!(f, "the {tile:?} TMA GEMM with {} split", split(splits)),
-            ForcedPlan::GemmTmaStore { cluster: false } => f.write_str("the wide TMA GEMM with a TMA-store epilogue"),
-            ForcedPlan::GemmTmaStore { cluster: true } => {
-                f.write_str("the wide TMA GEMM with a TMA-store epilogue in 2-CTA clusters")
+            ForcedPlan::GemmTmaStore { tile, cluster } => {
+                let clusters = if cluster { " in 2-CTA clusters" } else { "" };
+                write!(f, "the {} TMA GEMM with a TMA-store epilogue{clusters}", tile.name())
             }
             ForcedPlan::Skinny { split: s } => write!(f, "the skinny GEMM with {} split", split(s)),
         }
@@ -899,7 +922,7 @@ fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, scratch: &mut u64)
 }
 
 /// The TMA GEMM's launch in `tile` with `splits` (kept by K's blocks, the caller checked) by `entry` (the
-/// direct one unless the tile is wide and unsplit: the caller checked), its tickets and its descriptors.
+/// direct one unless the product is unsplit: the caller checked), its tickets and its descriptors.
 #[allow(clippy::too_many_arguments)]
 fn gemm_step(
     shape: Shape,
@@ -921,15 +944,23 @@ fn gemm_step(
         let tmap_y = if y_map { Arg::Tma(2 * TMA_DESC_BYTES as u64) } else { Arg::Wide(0) };
         let args = [vec![Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out], dims.to_vec()].concat();
         let tiles = u64::from(s.tiles);
+        let narrow = tile == GemmTile::Narrow;
         let (kern, grid, smem, b_rows) = if entry == WideEntry::Cluster {
             let c = u64::from(abi::GEMM_MC_CLUSTER);
             // Whole clusters: a pair per cluster, as many as there are pairs of tile rows, as fit on the
             // SMs and as the budget holds (the caller checked it holds one).
-            let pairs = ceil(m, u64::from(abi::GEMM_TILE_M) * c) * ceil(n, u64::from(abi::GEMM_TILE_N));
-            let clusters = pairs.min((sms / c).max(1)).min(budget / c);
-            (Kern::GemmMc, c * clusters, abi::GEMM_MC_SMEM_BYTES, abi::GEMM_MC_B_BOX_ROWS)
+            let pairs = ceil(m, u64::from(abi::GEMM_TILE_M) * c) * ceil(n, u64::from(tile.n()));
+            let grid = c * pairs.min((sms / c).max(1)).min(budget / c);
+            match narrow {
+                false => (Kern::GemmMc, grid, abi::GEMM_MC_SMEM_BYTES, abi::GEMM_MC_B_BOX_ROWS),
+                true => (Kern::GemmMcN128, grid, abi::GEMM_MC_N128_SMEM_BYTES, abi::GEMM_MC_N128_B_BOX_ROWS),
+            }
         } else {
-            (Kern::GemmTs, tiles.min(sms).min(budget), abi::GEMM_TS_SMEM_BYTES, abi::GEMM_TILE_N)
+            let grid = tiles.min(sms).min(budget);
+            match narrow {
+                false => (Kern::GemmTs, grid, abi::GEMM_TS_SMEM_BYTES, tile.n()),
+                true => (Kern::GemmTsN128, grid, abi::GEMM_TS_N128_SMEM_BYTES, tile.n()),
+            }
         };
         let step =
             Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
@@ -972,12 +1003,12 @@ fn gemm_step(
 enum Choice {
     Gemv(u64),
     Skinny(abi::SkinnyPlan),
-    /// The TMA GEMM: its tile, K splits and entry (not [`WideEntry::Direct`] only for a wide unsplit tile).
+    /// The TMA GEMM: its tile, K splits and entry (not [`WideEntry::Direct`] only unsplit).
     Gemm(GemmTile, u32, WideEntry),
     Simt,
 }
 
-/// Why `entry` cannot run an unsplit wide product of `shape` (the TMA GEMM's own requirements checked).
+/// Why `entry` cannot run an unsplit product of `shape` (the TMA GEMM's own requirements checked).
 fn entry_refusal(entry: WideEntry, shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
     let budget = clamp_budget(opts.budget);
     if entry == WideEntry::Cluster && budget < u64::from(abi::GEMM_MC_CLUSTER) {
@@ -992,8 +1023,8 @@ fn entry_refusal(entry: WideEntry, shape: Shape, opts: DenseOpts) -> Option<Forc
     None
 }
 
-/// The entry the planner runs an unsplit wide tile with: `wanted` where it can run, else the TMA-store
-/// entry (for a cluster past the budget), else the direct one.
+/// The entry the planner runs an unsplit tile with: `wanted` where it can run, else the TMA-store entry
+/// (for a cluster past the budget), else the direct one.
 fn wide_entry(wanted: WideEntry, shape: Shape, opts: DenseOpts) -> WideEntry {
     let tries: &[WideEntry] = match wanted {
         WideEntry::Cluster => &[WideEntry::Cluster, WideEntry::TmaStore],
@@ -1008,7 +1039,8 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
     dense_with(elem, shape, opts, WIDE_ENTRY)
 }
 
-/// [`dense`] with `wide` as the entry of unsplit wide tiles (the tests try each).
+/// [`dense`] with `wide` as the entry of unsplit wide tiles (the tests try each); unsplit narrow tiles
+/// take [`NARROW_ENTRY`].
 fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Plan {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
@@ -1031,8 +1063,11 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
         Choice::Gemv(gemv_auto_split(shape, sms, budget))
     } else if gemm_ok {
         let c = gemm.expect("gemm_ok");
-        let entry =
-            if (c.tile, c.splits) == (GemmTile::Wide, 1) { wide_entry(wide, shape, opts) } else { WideEntry::Direct };
+        let entry = match (c.tile, c.splits) {
+            (GemmTile::Wide, 1) => wide_entry(wide, shape, opts),
+            (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, shape, opts),
+            _ => WideEntry::Direct,
+        };
         Choice::Gemm(c.tile, c.splits, entry)
     } else {
         Choice::Simt
@@ -1084,12 +1119,12 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             }
             Choice::Gemm(tile, splits, WideEntry::Direct)
         }
-        ForcedPlan::GemmTmaStore { cluster } => {
+        ForcedPlan::GemmTmaStore { tile, cluster } => {
             let entry = if cluster { WideEntry::Cluster } else { WideEntry::TmaStore };
             if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, shape, opts)) {
                 return refuse(why);
             }
-            Choice::Gemm(GemmTile::Wide, 1, entry)
+            Choice::Gemm(tile, 1, entry)
         }
         ForcedPlan::Skinny { split } => match skinny_forced(shape, opts, split) {
             Ok(plan) => Choice::Skinny(plan),
@@ -1568,7 +1603,7 @@ mod tests {
     #[test]
     fn the_tma_store_and_cluster_entries_take_ys_descriptor_whole_clusters_and_say_why_not() {
         let f = |shape: Shape, cluster, o: DenseOpts| {
-            dense_forced(Elem::Bf16, shape, o, ForcedPlan::GemmTmaStore { cluster })
+            dense_forced(Elem::Bf16, shape, o, ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster })
         };
         let o = opts(MAX_CTAS, false);
         let why = |r: Result<Plan, PlanError>| match r {
@@ -1620,7 +1655,7 @@ mod tests {
         );
         assert_eq!(why(f(Shape::new(4, 64, 44), true, o)), ForcedRefusal::KNotMultiple { of: 8 });
         assert_eq!(
-            why(dense_forced(Elem::F32, shape, o, ForcedPlan::GemmTmaStore { cluster: true })),
+            why(dense_forced(Elem::F32, shape, o, ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: true })),
             ForcedRefusal::NotBf16
         );
         // A bf16 output: y's descriptor at the workspace's f32 product, then the conversion.
@@ -1634,12 +1669,58 @@ mod tests {
             ForcedPlan::Gemm { tile: GemmTile::Wide, splits: None },
             ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(1) },
             ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(2) },
-            ForcedPlan::GemmTmaStore { cluster: false },
-            ForcedPlan::GemmTmaStore { cluster: true },
+            ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: false },
+            ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: true },
+            ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: false },
+            ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: true },
         ]
         .map(|p| p.tag());
-        let want = ["gemv", "gemv_split3", "wide_auto", "wide", "narrow_split2", "wide_ts", "wide_mc"];
+        let want = [
+            "gemv",
+            "gemv_split3",
+            "wide_auto",
+            "wide",
+            "narrow_split2",
+            "wide_ts",
+            "wide_mc",
+            "narrow_ts",
+            "narrow_mc",
+        ];
         assert_eq!(tags, want.map(String::from));
+    }
+
+    #[test]
+    fn the_narrow_tma_store_and_cluster_entries_take_narrow_tiles_and_half_boxes() {
+        let f = |shape: Shape, cluster, o: DenseOpts| {
+            dense_forced(Elem::Bf16, shape, o, ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster })
+        };
+        let o = opts(MAX_CTAS, false);
+        // 512 x 2048: 4 x 16 = 64 narrow tiles, one CTA each; W's box is the tile's 128 rows.
+        let shape = Shape::new(512, 2048, 4096);
+        let p = f(shape, false, o).unwrap();
+        let s = &p.steps[0];
+        assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmTsN128, [64, 1, 1], abi::GEMM_TS_N128_SMEM_BYTES));
+        assert_eq!(s.args[..4], [Arg::Tma(0), Arg::Tma(128), Arg::Tma(256), Arg::Y(0)]);
+        assert_eq!((p.tma, p.split, p.tickets), (Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)) }), 1, 0));
+        // The cluster form: 2 pairs of tile rows by 16 columns, two CTAs each; 64 W rows per box.
+        let p = f(shape, true, o).unwrap();
+        let s = &p.steps[0];
+        assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmMcN128, [64, 1, 1], abi::GEMM_MC_N128_SMEM_BYTES));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_N128_B_BOX_ROWS, y: Some(Arg::Y(0)) }));
+        // gate+up at M = 4096: 32 x 12 = 384 tiles, 192 pairs: the persistent grids fill the SMs.
+        let gate_up = Shape::new(4096, 1536, 2048);
+        assert_eq!(f(gate_up, false, o).unwrap().steps[0].grid, [132, 1, 1]);
+        assert_eq!(f(gate_up, true, o).unwrap().steps[0].grid, [132, 1, 1]);
+        assert_eq!(f(gate_up, true, opts(5, false)).unwrap().steps[0].grid, [4, 1, 1]);
+        let why = |r: Result<Plan, PlanError>| match r {
+            Err(PlanError::Forced { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(why(f(gate_up, true, opts(1, false))), ForcedRefusal::ClusterPastBudget { cluster: 2, budget: 1 });
+        assert_eq!(why(f(shape, false, DenseOpts { y_aligned16: false, ..o })), ForcedRefusal::Unaligned);
+        // Until the narrow staged entries are measured the planner keeps the direct narrow kernel.
+        assert_eq!(NARROW_ENTRY, WideEntry::Direct);
+        assert_eq!(bf16(512, 2048, 4096).steps[0].kern, Kern::GemmN128);
     }
 
     #[test]
@@ -1688,8 +1769,10 @@ mod tests {
                     ForcedPlan::Gemv { split: None },
                     ForcedPlan::Gemm { tile: GemmTile::Wide, splits: None },
                     ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) },
-                    ForcedPlan::GemmTmaStore { cluster: false },
-                    ForcedPlan::GemmTmaStore { cluster: true },
+                    ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: false },
+                    ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: true },
+                    ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: false },
+                    ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: true },
                 ] {
                     if let Ok(plan) = dense_forced(Elem::Bf16, Shape::new(m, n, k), opts(budget, false), forced) {
                         assert!(within(&plan), "{forced} {m}x{n}x{k} budget {budget}: {:?}", plan.steps);
