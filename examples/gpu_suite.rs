@@ -17,10 +17,10 @@ mod attention;
 mod attention_ref;
 #[path = "common/mod.rs"]
 mod common;
-#[path = "suite/serving.rs"]
-mod serving;
 #[path = "suite/prefill.rs"]
 mod prefill;
+#[path = "suite/serving.rs"]
+mod serving;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);

@@ -25,8 +25,8 @@
 // The C layer has nothing to model-check, and its statics need const constructors loom does not have.
 #![cfg(not(loom))]
 
-pub mod boundary;
 pub mod attention;
+pub mod boundary;
 pub mod cmdlist;
 pub mod code_alloc;
 pub mod engine;
