@@ -106,6 +106,12 @@ pub enum Stage {
     MatmulPlan,
     /// `matmul tensor`: a resident tensor that is not live, or not of the entry's element type.
     MatmulTensor,
+    /// `elementwise`: an elementwise library entry as a whole (refused after a latch).
+    Elementwise,
+    /// `elementwise args`: an elementwise entry's NULL, misaligned or unusable argument.
+    ElementwiseArgs,
+    /// `elementwise shape`: a shape that cannot exist, or that the operands' buffers do not hold.
+    ElementwiseShape,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
 }
@@ -160,6 +166,9 @@ impl Stage {
             Stage::MatmulShape => "matmul shape",
             Stage::MatmulPlan => "matmul plan",
             Stage::MatmulTensor => "matmul tensor",
+            Stage::Elementwise => "elementwise",
+            Stage::ElementwiseArgs => "elementwise args",
+            Stage::ElementwiseShape => "elementwise shape",
             Stage::Recover => "recover",
         }
     }

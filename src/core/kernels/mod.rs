@@ -11,8 +11,10 @@ use crate::sync::Arc;
 
 pub mod cluster;
 mod cuda;
+pub mod elementwise;
 pub use cluster::{CLUSTER, CLUSTER_HOST_SPECS};
 pub use cuda::*;
+pub use elementwise::{ELEMENTWISE, ELEMENTWISE_HOST_SPECS};
 pub mod matmul;
 pub use matmul::{MATMUL, MATMUL_HOST_SPECS};
 
@@ -179,8 +181,12 @@ pub fn host_spec(name: &str) -> Option<&'static HostSpec> {
 }
 
 /// Every CUDA C++ module's kernels with their host references: `(module, kernels)`.
-pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] =
-    &[(CLUSTER, CLUSTER_HOST_SPECS), (MIXED, MIXED_HOST_SPECS), (MATMUL, MATMUL_HOST_SPECS)];
+pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
+    (CLUSTER, CLUSTER_HOST_SPECS),
+    (MIXED, MIXED_HOST_SPECS),
+    (MATMUL, MATMUL_HOST_SPECS),
+    (ELEMENTWISE, ELEMENTWISE_HOST_SPECS),
+];
 
 /// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.
 pub fn cuda_host_spec(name: &str) -> Option<&'static HostSpec> {
