@@ -265,3 +265,97 @@ fn copy16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     }
     Ok(())
 }
+
+// ----- the f64 checks -----------------------------------------------------------------------------------
+//
+// What the tests and the GPU suite check every result against: each value in f64 from the same inputs
+// (bf16 widened exactly), with the bound a correct f32 kernel stays within, argued at each function.
+
+/// The sin and cos tables of RoPE for `positions` at head dim `dim` and base `theta`, each `[positions,
+/// dim / 2]`: `angle = p * theta^(-2i/dim)` computed in f64 and rounded once to f32 (an f32 angle at
+/// position 40960 would be off by whole radians' fractions), as a model builds them.
+pub fn rope_tables(positions: &[u32], dim: u32, theta: f64) -> (Vec<f32>, Vec<f32>) {
+    let half = (dim / 2) as usize;
+    let (mut cos, mut sin) = (Vec::with_capacity(positions.len() * half), Vec::with_capacity(positions.len() * half));
+    for &p in positions {
+        for i in 0..half {
+            let angle = f64::from(p) * theta.powf(-2.0 * i as f64 / f64::from(dim));
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+    (cos, sin)
+}
+
+/// RMSNorm of each `cols`-wide row in f64, and the bound of each value: `y` is a product of `x`, `w` and
+/// one `rsqrt`, so its f32 error is relative to itself: the f32 sum of squares (at most `cols * 2^-24`
+/// relative), `rsqrtf` (2 ulp) and the two products; `(cols + 16) * 2^-23` leaves a factor of 2.
+pub fn rmsnorm_f64(x: &[f32], w: &[f32], cols: usize, eps: f32) -> (Vec<f64>, Vec<f64>) {
+    let rel = (cols as f64 + 16.0) * f64::powi(2.0, -23);
+    let mut want = Vec::with_capacity(x.len());
+    for row in x.chunks(cols) {
+        let ss: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let inv = 1.0 / (ss / cols as f64 + f64::from(eps)).sqrt();
+        want.extend(row.iter().zip(w).map(|(&v, &g)| f64::from(v) * inv * f64::from(g)));
+    }
+    let tol = want.iter().map(|v| v.abs() * rel).collect();
+    (want, tol)
+}
+
+/// RoPE of `[rows, dim]` (`heads` rows a token, each token's table row) in f64 from the f32 tables, and
+/// each value's bound: `a c - b s` may cancel, so the bound is absolute, from the magnitudes of the two
+/// products (`2^-21 * (|a c| + |b s|)`: each product and the difference rounded once, 2^-24 each, with
+/// a factor of 2 left), plus `pre` times the same magnitudes for an error already in `a` and `b` (the
+/// norm's, relative).
+pub fn rope_f64(x: &[f64], cos: &[f32], sin: &[f32], heads: usize, dim: usize, pre: f64) -> (Vec<f64>, Vec<f64>) {
+    let half = dim / 2;
+    let (mut want, mut tol) = (vec![0f64; x.len()], vec![0f64; x.len()]);
+    for (r, row) in x.chunks(dim).enumerate() {
+        let t = r / heads;
+        let (c, s) = (&cos[t * half..][..half], &sin[t * half..][..half]);
+        for i in 0..half {
+            let (a, b, c, s) = (row[i], row[half + i], f64::from(c[i]), f64::from(s[i]));
+            want[r * dim + i] = a * c - b * s;
+            want[r * dim + half + i] = b * c + a * s;
+            let m = (a * c).abs() + (b * s).abs();
+            let m2 = (b * c).abs() + (a * s).abs();
+            tol[r * dim + i] = m * (f64::powi(2.0, -21) + pre);
+            tol[r * dim + half + i] = m2 * (f64::powi(2.0, -21) + pre);
+        }
+    }
+    (want, tol)
+}
+
+/// `silu(g) * u` in f64 and its bound: products and a quotient of positive terms, relative; the GPU's
+/// `__expf` is the largest part (about 2^-21 relative for the |g| < 16 tested), `2^-18` a factor of 4 over
+/// it.
+pub fn swiglu_f64(g: &[f32], u: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    let want: Vec<f64> = g
+        .iter()
+        .zip(u)
+        .map(|(&g, &u)| {
+            let g = f64::from(g);
+            g / (1.0 + (-g).exp()) * f64::from(u)
+        })
+        .collect();
+    let tol = want.iter().map(|v| v.abs() * f64::powi(2.0, -18)).collect();
+    (want, tol)
+}
+
+/// Widens a bound for a bf16 output: the one rounding to bf16 (2^-9 relative, taken as 2^-8).
+pub fn bf16_bound(want: &[f64], tol: &mut [f64]) {
+    tol.iter_mut().zip(want).for_each(|(t, w)| *t += w.abs() * f64::powi(2.0, -8));
+}
+
+/// The first value of `got` outside its bound of `want` (index, got, want, bound), or `None`. A NaN (the
+/// tests' poison) is always outside.
+pub fn first_miss(got: &[f32], want: &[f64], tol: &[f64]) -> Option<(usize, f32, f64, f64)> {
+    if got.len() != want.len() {
+        return Some((got.len().min(want.len()), f32::NAN, f64::NAN, f64::NAN));
+    }
+    got.iter()
+        .zip(want.iter().zip(tol))
+        .enumerate()
+        .find(|(_, (&g, (&w, &t)))| !((f64::from(g) - w).abs() <= t + f64::MIN_POSITIVE))
+        .map(|(i, (&g, (&w, &t)))| (i, g, w, t))
+}
