@@ -13,6 +13,8 @@ use rand::Rng;
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "suite/elementwise.rs"]
+mod elementwise;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
@@ -1860,6 +1862,12 @@ fn main() -> ExitCode {
                 ],
             )
         }),
+        ("elementwise: RMSNorm f32 and bf16, 16384x2048 and odd widths", || elementwise::rmsnorm(false)),
+        ("elementwise: residual RMSNorm f32 and bf16, 16384x2048 and odd widths", || elementwise::rmsnorm(true)),
+        ("elementwise: RoPE near position 40960, theta 1e6", || elementwise::rope(false)),
+        ("elementwise: QK-RMSNorm + RoPE near position 40960, theta 1e6", || elementwise::rope(true)),
+        ("elementwise: SwiGLU 16384x6144 and odd widths", || elementwise::swiglu(false)),
+        ("elementwise: SwiGLU over the fused gate+up output", || elementwise::swiglu(true)),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),
