@@ -236,10 +236,10 @@ int omega_gpu_add_rmsnorm_mem(uint32_t dtype, uint32_t rows, uint32_t cols, cons
 
 // EXPERIMENTAL. RoPE over device buffers: x and y `[tokens, heads, dim]` of `dtype`, the tables `cos` and
 // `sin` `[tokens, dim / 2]` f32 whatever the dtype (row t: the angles of token t's position, as
-// `omega_gpu_rope_f32` describes; every head of a token uses its row). The rotate_half pairing (i with i
-// + dim/2). With `w` not NULL, each head's row is first RMS-normalised over its dim values with the
-// weight `w` `[dim]` (of `dtype`) and `eps` (Qwen3's QK-norm; call it for q with q_norm's weight and
-// for k with k_norm's); with `w` NULL, `eps` is not read. dim even. Otherwise as
+// `omega_gpu_rope_f32` describes; every head of a token uses its row). The rotate_half pairing: element i
+// with element i + dim/2. With `w` not NULL, each head's row is first RMS-normalised over its dim values
+// with the weight `w` `[dim]` (of `dtype`) and `eps` (Qwen3's QK-norm: call it for q with q_norm's
+// weight, for k with k_norm's); with `w` NULL, `eps` is not read. dim even. Otherwise as
 // `omega_gpu_rmsnorm_mem`.
 //
 // # Safety

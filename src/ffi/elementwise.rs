@@ -673,10 +673,10 @@ pub unsafe extern "C" fn omega_gpu_add_rmsnorm_mem(
 
 /// EXPERIMENTAL. RoPE over device buffers: x and y `[tokens, heads, dim]` of `dtype`, the tables `cos` and
 /// `sin` `[tokens, dim / 2]` f32 whatever the dtype (row t: the angles of token t's position, as
-/// `omega_gpu_rope_f32` describes; every head of a token uses its row). The rotate_half pairing (i with i
-/// + dim/2). With `w` not NULL, each head's row is first RMS-normalised over its dim values with the
-/// weight `w` `[dim]` (of `dtype`) and `eps` (Qwen3's QK-norm; call it for q with q_norm's weight and
-/// for k with k_norm's); with `w` NULL, `eps` is not read. dim even. Otherwise as
+/// `omega_gpu_rope_f32` describes; every head of a token uses its row). The rotate_half pairing: element i
+/// with element i + dim/2. With `w` not NULL, each head's row is first RMS-normalised over its dim values
+/// with the weight `w` `[dim]` (of `dtype`) and `eps` (Qwen3's QK-norm: call it for q with q_norm's
+/// weight, for k with k_norm's); with `w` NULL, `eps` is not read. dim even. Otherwise as
 /// `omega_gpu_rmsnorm_mem`.
 ///
 /// # Safety
@@ -795,12 +795,11 @@ mod tests {
 
     #[test]
     fn every_code_has_a_distinct_name_and_the_info_is_120_bytes() {
-        let names: std::collections::BTreeSet<String> = (-12..=0)
+        let name = |c: i32| {
             // SAFETY: the names are static NUL-terminated strings.
-            .map(|c| {
-                unsafe { core::ffi::CStr::from_ptr(omega_gpu_elementwise_rc_name(c)) }.to_str().unwrap().to_owned()
-            })
-            .collect();
+            unsafe { core::ffi::CStr::from_ptr(omega_gpu_elementwise_rc_name(c)) }.to_str().unwrap().to_owned()
+        };
+        let names: std::collections::BTreeSet<String> = (-12..=0).map(name).collect();
         assert_eq!(names.len(), 13);
         assert!(!names.contains("OMEGA_GPU_EW_ERR_UNKNOWN"));
         assert_eq!(size_of::<OmegaGpuEwInfo>(), 120);

@@ -356,6 +356,9 @@ pub fn first_miss(got: &[f32], want: &[f64], tol: &[f64]) -> Option<(usize, f32,
     got.iter()
         .zip(want.iter().zip(tol))
         .enumerate()
-        .find(|(_, (&g, (&w, &t)))| !((f64::from(g) - w).abs() <= t + f64::MIN_POSITIVE))
+        .find(|(_, (&g, (&w, &t)))| {
+            let within = (f64::from(g) - w).abs().partial_cmp(&(t + f64::MIN_POSITIVE));
+            !matches!(within, Some(core::cmp::Ordering::Less | core::cmp::Ordering::Equal))
+        })
         .map(|(i, (&g, (&w, &t)))| (i, g, w, t))
 }
