@@ -6,28 +6,45 @@
 // With NORM (Qwen3's QK-norm) each head's row is first RMS-normalised over its dim values with the
 // weight w [dim]: x <- x * rsqrt(mean(x^2) + eps) * w, then rotated; without it w and eps are not read.
 //
-// One warp per (token, head) row, grid-stride; each lane takes V = 4 elements of each half per step
-// (16-byte f32 or 8-byte bf16 loads, 16-byte table loads) and keeps up to ROPE_ITEMS steps in registers
-// for the norm (a row of dim <= 1024), reading wider rows again. The vector path needs dim % 8 == 0 and
-// x, y, cos, sin, w aligned to their vectors; the kernel checks and takes the scalar path otherwise.
-// dim is even (the library refuses odd ones).
+// One row per L lanes of a warp, grid-stride: L the smallest power of two (at most 32) whose lanes cover a
+// half-row in V-element steps, so a head dim of 128 takes 16 lanes and each warp carries two rows at once
+// (every lane loading, twice the bytes in flight of a warp a row). Each lane takes V = 4 elements of each
+// half per step (16-byte f32 or 8-byte bf16 loads, 16-byte table loads) and keeps up to ROPE_ITEMS steps
+// in registers for the norm (rows of dim <= 2 * 4 * lanes * ROPE_ITEMS, 512 at 32 lanes, stay resident),
+// reading wider ones again. The vector path needs dim % 8 == 0 and x, y, cos, sin, w aligned to their
+// vectors; the kernel checks and takes the scalar path otherwise. dim is even (the library refuses odd
+// ones).
 //
-// block: a multiple of 32 (the library uses 256: eight rows per CTA).
+// block: a multiple of 32 (the library uses 256).
 #pragma once
 #include "common.cuh"
 
-constexpr int ROPE_ITEMS = 4;
+constexpr int ROPE_ITEMS = 2;
+
+// The sum of `v` over the aligned group of `lanes` lanes (a power of two) this lane belongs to; every lane
+// of the warp takes part.
+__device__ __forceinline__ float rope_group_sum(float v, uint32_t lanes) {
+  for (uint32_t o = lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 template <typename T, bool NORM, int V>
 __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, const float* __restrict__ cs,
                                           const float* __restrict__ sn, T* y, uint32_t tokens, uint32_t heads,
                                           uint32_t dim, float eps) {
-  const uint32_t half = dim / 2, steps = (half / V + 31) / 32;
-  const unsigned lane = threadIdx.x & 31u;
+  const uint32_t half = dim / 2, need = (half + V - 1) / V;
+  uint32_t lanes = 32;
+  while (lanes > 1 && lanes / 2 >= need) lanes /= 2;
+  const uint32_t per_warp = 32 / lanes, steps = (need + lanes - 1) / lanes;
+  const unsigned lane = (threadIdx.x & 31u) % lanes, group = (threadIdx.x & 31u) / lanes;
   const uint64_t rows = static_cast<uint64_t>(tokens) * heads;
-  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5);
-  for (uint64_t r = static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-       r += warps) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5) * per_warp;
+  // The loop is uniform across the warp (the groups' sums shuffle over all 32 lanes): a group past the
+  // last row computes nothing and stores nothing.
+  for (uint64_t first = (static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * per_warp;
+       first < rows; first += stride) {
+    const uint64_t r = first + group;
+    const bool live = r < rows;
     const T* xr = x + r * dim;
     T* yr = y + r * dim;
     const size_t t = static_cast<size_t>(r / heads) * half;
@@ -36,8 +53,8 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
     if constexpr (NORM) {
       float ss = 0.0f;
       for (uint32_t s = 0; s < steps; ++s) {
-        const uint32_t i = (s * 32 + lane) * V;
-        if (i < half) {
+        const uint32_t i = (s * lanes + lane) * V;
+        if (live && i < half) {
           float pa[V], pb[V];
           ew_load<V>(xr + i, pa);
           ew_load<V>(xr + half + i, pb);
@@ -50,10 +67,11 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
               for (int j = 0; j < V; ++j) a[k][j] = pa[j], b[k][j] = pb[j];
         }
       }
-      inv = rsqrtf(ew_warp_sum(ss) / static_cast<float>(dim) + eps);
+      inv = rsqrtf(rope_group_sum(ss, lanes) / static_cast<float>(dim) + eps);
     }
+    if (!live) continue;
     for (uint32_t s = 0; s < steps; ++s) {
-      const uint32_t i = (s * 32 + lane) * V;
+      const uint32_t i = (s * lanes + lane) * V;
       if (i >= half) continue;
       float pa[V], pb[V], c[V], sv[V];
       if (NORM && s < ROPE_ITEMS) {
