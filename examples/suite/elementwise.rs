@@ -126,7 +126,7 @@ fn rmsnorm_once(rows: u32, cols: u32, bf16: bool, add: bool) -> CaseResult {
 pub fn rmsnorm(add: bool) -> CaseResult {
     let mut lines = Vec::new();
     for bf16 in [false, true] {
-        for (rows, cols) in [(16384, 2048), (7, 7), (33, 33), (1000, 1000), (1, 1)] {
+        for (rows, cols) in [(16384, 2048), (7, 7), (33, 33), (1000, 1000), (1, 1), (5, 12288), (3, 12289)] {
             lines.push(rmsnorm_once(rows, cols, bf16, add)?);
         }
     }

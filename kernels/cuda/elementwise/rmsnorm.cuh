@@ -2,18 +2,20 @@
 // residual form: h = x + h (h [rows, cols], updated in place), y = rmsnorm(h) * w.
 //
 // One CTA per row, grid-stride over the rows (the grid is sized for the SMs, not the rows). Each thread
-// keeps its part of the row in registers (RMS_ITEMS vectors) between the sum of squares and the scaling,
-// so each byte of x (and h) is read once; a row wider than blockDim.x * RMS_ITEMS vectors is read again
-// for the scaling. The vector path (16-byte loads: 4 f32 or 8 bf16) needs cols % V == 0 and every
+// keeps its part of the row in registers (RmsCfg::ITEMS vectors: 2 of f32, 1 of bf16) between the sum of
+// squares and the scaling, so each byte of x (and h) is read once; a row wider than blockDim.x * ITEMS
+// vectors (8192 columns at 1024 threads) is read again for the scaling. 32 registers a thread (no
+// spills, `__launch_bounds__(1024, 2)`), so an SM holds 2048 threads of it: every thread's loads in
+// flight at once. The vector path (16-byte loads: 4 f32 or 8 bf16) needs cols % V == 0 and every
 // pointer 16-byte aligned; the kernel checks and takes the scalar path otherwise.
 //
-// block: a multiple of 32, at most 1024 (the library picks ceil(cols / V / 2) rounded up to a warp).
+// block: a multiple of 32, at most 1024 (the library picks ceil(cols / (V * ITEMS)) rounded up to a warp).
 #pragma once
 #include "common.cuh"
 
 template <typename T> struct RmsCfg;
-template <> struct RmsCfg<float> { static constexpr int V = 4, ITEMS = 8; };
-template <> struct RmsCfg<uint16_t> { static constexpr int V = 8, ITEMS = 4; };
+template <> struct RmsCfg<float> { static constexpr int V = 4, ITEMS = 2; };
+template <> struct RmsCfg<uint16_t> { static constexpr int V = 8, ITEMS = 1; };
 
 template <typename T, bool ADD, int V, int ITEMS>
 __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, const T* __restrict__ w, T* y,
@@ -81,12 +83,12 @@ __device__ __forceinline__ void rmsnorm(const T* x, T* h, const T* w, T* y, uint
   if (vec)
     rmsnorm_rows<T, ADD, V, ITEMS>(x, h, w, y, rows, cols, eps, red);
   else
-    rmsnorm_rows<T, ADD, 1, ITEMS * V / 2>(x, h, w, y, rows, cols, eps, red);
+    rmsnorm_rows<T, ADD, 1, ITEMS * V>(x, h, w, y, rows, cols, eps, red);
 }
 
 // (x, h, w, y, rows, cols, eps): h is not read by the plain forms.
 #define OMEGA_RMSNORM_ENTRY(NAME, T, ADD)                                                                   \
-  extern "C" __global__ void __launch_bounds__(1024)                                                        \
+  extern "C" __global__ void __launch_bounds__(1024, 2)                                                     \
       NAME(const T* x, T* h, const T* w, T* y, uint32_t rows, uint32_t cols, float eps) {                  \
     rmsnorm<T, ADD>(x, h, w, y, rows, cols, eps);                                                            \
   }

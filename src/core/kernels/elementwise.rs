@@ -47,7 +47,7 @@ pub const EW_THREADS: u32 = 256;
 /// Elements per 16-byte vector: f32, bf16 (the RMSNorm and SwiGLU vector paths).
 pub const VEC: [u32; 2] = [4, 8];
 /// Vectors of a row each RMSNorm thread keeps in registers (`RmsCfg::ITEMS`): f32, bf16.
-pub const RMSNORM_ITEMS: [u32; 2] = [8, 4];
+pub const RMSNORM_ITEMS: [u32; 2] = [2, 1];
 /// Elements of each half-row a RoPE lane takes per step (the vector path's `V`).
 pub const ROPE_VEC: u32 = 4;
 

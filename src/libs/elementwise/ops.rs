@@ -309,11 +309,12 @@ fn ctas_per_sm(threads: u32) -> u32 {
     (2048 / threads.max(1)).max(1)
 }
 
-/// The RMSNorm block for rows of `cols` elements of `T`: half a row's vectors a thread (so the row stays
-/// in the registers [`k::RMSNORM_ITEMS`] hold), whole warps, 32 to 1024 threads.
+/// The RMSNorm block for rows of `cols` elements of `T`: as many vectors a thread as its registers keep
+/// ([`k::RMSNORM_ITEMS`]), so the row is read once, in whole warps, 32 to 1024 threads (past 8192 columns
+/// the kernel reads the row again for the scaling).
 pub fn rmsnorm_threads<T: EwElem>(cols: u32) -> u32 {
-    let vec = k::VEC[usize::from(T::BF16)];
-    cols.div_ceil(2 * vec).next_multiple_of(32).clamp(32, k::RMSNORM_MAX_THREADS)
+    let i = usize::from(T::BF16);
+    cols.div_ceil(k::VEC[i] * k::RMSNORM_ITEMS[i]).next_multiple_of(32).clamp(32, k::RMSNORM_MAX_THREADS)
 }
 
 /// Checks that `len` elements hold `needs` of `operand`.
