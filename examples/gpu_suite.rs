@@ -1761,6 +1761,7 @@ fn main() -> ExitCode {
             "matmul_ts" => matmul_tma_store(false, &STAGED_SHAPES),
             "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
+            "elementwise" => elementwise::all(),
             other => Err(format!("no case {other}")),
         };
         return match r {

@@ -18,7 +18,7 @@ struct Data {
 }
 
 fn data(g: &mut impl rand::Rng, n: usize, scale: f32, bf16: bool) -> Data {
-    let raw: Vec<f32> = super::common::random_f32(g, n).into_iter().map(|v| v * scale).collect();
+    let raw: Vec<f32> = (0..n).map(|_| g.random_range(-scale..scale)).collect();
     let bits: Vec<u16> = if bf16 { raw.iter().map(|&v| f32_to_bf16(v)).collect() } else { Vec::new() };
     let vals = if bf16 { bits.iter().map(|&b| bf16_to_f32(b)).collect() } else { raw };
     Data { bf16, vals, bits }
@@ -220,4 +220,21 @@ pub fn swiglu(fused: bool) -> CaseResult {
         }
     }
     Ok(lines.join("; "))
+}
+
+/// Every case above in turn (`gpu_suite --case elementwise`: the elementwise cases alone).
+pub fn all() -> CaseResult {
+    let cases: [(&str, fn() -> CaseResult); 6] = [
+        ("rmsnorm", || rmsnorm(false)),
+        ("add_rmsnorm", || rmsnorm(true)),
+        ("rope", || rope(false)),
+        ("norm_rope", || rope(true)),
+        ("swiglu", || swiglu(false)),
+        ("swiglu_fused", || swiglu(true)),
+    ];
+    let mut lines = Vec::new();
+    for (name, case) in cases {
+        lines.push(format!("{name}: {}", case().map_err(|e| format!("{name}: {e}"))?));
+    }
+    Ok(lines.join("\n"))
 }

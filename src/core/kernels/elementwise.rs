@@ -348,7 +348,8 @@ pub fn bf16_bound(want: &[f64], tol: &mut [f64]) {
 }
 
 /// The first value of `got` outside its bound of `want` (index, got, want, bound), or `None`. A NaN (the
-/// tests' poison) is always outside.
+/// tests' poison) is always outside. Every bound is widened by f32's smallest normal: an output is f32
+/// (or bf16, of the same range), so a value below it may flush to zero whatever the kernel's care.
 pub fn first_miss(got: &[f32], want: &[f64], tol: &[f64]) -> Option<(usize, f32, f64, f64)> {
     if got.len() != want.len() {
         return Some((got.len().min(want.len()), f32::NAN, f64::NAN, f64::NAN));
@@ -357,7 +358,7 @@ pub fn first_miss(got: &[f32], want: &[f64], tol: &[f64]) -> Option<(usize, f32,
         .zip(want.iter().zip(tol))
         .enumerate()
         .find(|(_, (&g, (&w, &t)))| {
-            let within = (f64::from(g) - w).abs().partial_cmp(&(t + f64::MIN_POSITIVE));
+            let within = (f64::from(g) - w).abs().partial_cmp(&(t + f64::from(f32::MIN_POSITIVE)));
             !matches!(within, Some(core::cmp::Ordering::Less | core::cmp::Ordering::Equal))
         })
         .map(|(i, (&g, (&w, &t)))| (i, g, w, t))
