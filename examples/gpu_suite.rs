@@ -11,6 +11,10 @@ use std::time::Instant;
 use omega::{Error, Launch, Scoped};
 use rand::Rng;
 
+#[path = "suite/attention.rs"]
+mod attention;
+#[path = "suite/attention_ref.rs"]
+mod attention_ref;
 #[path = "common/mod.rs"]
 mod common;
 #[path = "suite/elementwise.rs"]
@@ -49,7 +53,10 @@ fn with_scope<R>(
     }
 }
 
-fn vector_add(n: usize) -> CaseResult {
+/// A vector add of `n` random f32 into a poisoned output, checked against the reference. With `declare`,
+/// the launch goes through the C layer's descriptor declaring that many registers a thread instead of
+/// the kernel's own count (see [`raw_vector_add`]).
+fn vector_add(n: usize, declare: Option<u32>) -> CaseResult {
     let mut g = rng();
     let a = common::random_f32(&mut g, n);
     let b = common::random_f32(&mut g, n);
@@ -58,14 +65,14 @@ fn vector_add(n: usize) -> CaseResult {
         let db = s.alloc_from(&b).map_err(err)?;
         let mut dc = common::poisoned_f32(s, n).map_err(err)?;
         let k = s.load("vector_add").map_err(err)?;
-        let l = Launch::new(&k)
-            .grid([n.div_ceil(256) as u32, 1, 1])
-            .block([256, 1, 1])
-            .arg(&da)
-            .arg(&db)
-            .arg(&dc)
-            .arg(n as u32);
-        let done = gpu.launch(&l).map_err(err)?;
+        let grid = n.div_ceil(256) as u32;
+        let elapsed_ns = match declare {
+            None => {
+                let l = Launch::new(&k).grid([grid, 1, 1]).block([256, 1, 1]);
+                gpu.launch(&l.arg(&da).arg(&db).arg(&dc).arg(n as u32)).map_err(err)?.elapsed_ns
+            }
+            Some(gpr_count) => raw_vector_add(&k, [da.va(), db.va(), dc.va()], n as u32, grid, gpr_count)?.elapsed_ns,
+        };
         let c = dc.to_vec().map_err(err)?;
         let want = omega::kernels::vector_add_ref(&a, &b);
         let bad = common::mismatches(&c, &want).len();
@@ -75,8 +82,44 @@ fn vector_add(n: usize) -> CaseResult {
         // On the simulator the launch time is its virtual clock's: say so.
         let simulated = common::is_sim(s.platform());
         let clock = if simulated { " of simulated time" } else { "" };
-        Ok(format!("{n} elements, {:.1} us{clock}", done.elapsed_ns as f64 / 1e3))
+        let declared = match declare {
+            Some(r) => format!(", {r} registers declared, {} sent", omega::session::round_gpr(r)),
+            None => String::new(),
+        };
+        Ok(format!("{n} elements, {:.1} us{clock}{declared}", elapsed_ns as f64 / 1e3))
     })
+}
+
+/// One launch of `vector_add(a, b, c, n)` in `grid` blocks of 256 threads through the C layer's
+/// descriptor, declaring `gpr_count` registers a thread. Declaring 255 (a kernel that uses every register
+/// a thread has) is rounded to 256, as libcuda rounds it, and the QMD carries 256: 256 threads of it take
+/// the SM's whole 64K-register file. Until the limit was 256 this launch was refused.
+fn raw_vector_add(
+    k: &omega::Kernel<'_>,
+    bufs: [u64; 3],
+    n: u32,
+    grid: u32,
+    gpr_count: u32,
+) -> Result<omega::session::LaunchCompletion, String> {
+    let mut words: Vec<u32> = bufs.iter().flat_map(|&va| [va as u32, (va >> 32) as u32]).collect();
+    words.push(n);
+    let l = omega::session::RawLaunch {
+        code_va: k.entry_va(),
+        gpr_count,
+        threads_x: 256,
+        threads_y: 1,
+        grid_x: grid,
+        grid_y: 1,
+        num_elements: n,
+        args: words.as_ptr(),
+        n_args: words.len() as u32,
+        timeout_ms: 1000,
+        shared_bytes: 0,
+        spin_us: 0,
+    };
+    // SAFETY: `l.args` points to `l.n_args` words that live until the call returns; the calling scope
+    // holds the session lock on this thread and keeps the three buffers alive.
+    unsafe { omega::session::runtime().launch_raw(&l) }.map_err(err)
 }
 
 fn ten_thousand_launches() -> CaseResult {
@@ -161,8 +204,9 @@ fn local_memory() -> CaseResult {
 
 fn four_threads() -> CaseResult {
     let results: Vec<CaseResult> = std::thread::scope(|sc| {
-        let hs: Vec<_> =
-            (0..4).map(|_| sc.spawn(|| (0..5).map(|_| vector_add(1 << 16)).collect::<Result<Vec<_>, _>>())).collect();
+        let hs: Vec<_> = (0..4)
+            .map(|_| sc.spawn(|| (0..5).map(|_| vector_add(1 << 16, None)).collect::<Result<Vec<_>, _>>()))
+            .collect();
         hs.into_iter()
             .map(|h| h.join().map_err(|_| "thread panicked".to_string())?.map(|v| format!("{}", v.len())))
             .collect()
@@ -436,10 +480,12 @@ fn hang_latches() -> CaseResult {
 
 /// Child: recovery from a latch. A kernel that never ends and beats a counter (`spin_beat`, 132 blocks)
 /// latches the process at its 100 ms timeout; `Latched::recover` stops and frees the channel and its group
-/// and watches the parked buffers, which must show the counter moving before the stop and nothing moving
+/// (the group's free is what proves the stop when the channel stop is refused, as the H200's was) and
+/// watches the parked buffers, which must show the counter moving before the stop and nothing moving
 /// after it; then the parked bytes are back to zero, the driver's free framebuffer is what it was before
 /// the case allocated anything (the memory went back), and the reopened device in this same process adds
-/// 1M random vectors into a poisoned output, checked. The recovery's time is printed as a bench line.
+/// 1M random vectors into a poisoned output, checked. The recovery's time and the step that proved the
+/// stop are printed as a bench line.
 fn recover_after_hang() -> CaseResult {
     const MIB: f64 = (1u64 << 20) as f64;
     let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
@@ -501,18 +547,24 @@ fn recover_after_hang() -> CaseResult {
         return Err(format!("vector add after recovery: {bad} of {n} elements wrong"));
     }
     println!(
-        "bench recover: {recover_ms:.2} ms wall ({:.2} ms on the platform clock, {} us heartbeat intervals x 2)",
+        "bench recover: {recover_ms:.2} ms wall ({:.2} ms on the platform clock, {} us heartbeat intervals x 2); \
+         stop proved by {}",
         r.elapsed_ns as f64 / 1e6,
-        r.interval_us
+        r.interval_us,
+        r.proved_by
     );
+    let refused: Vec<String> = r.refused.iter().map(|f| f.to_string()).collect();
     Ok(format!(
-        "latched, {} buffers / {:.1} MiB parked ({:.1} MiB of device memory held); stopped by {}; channel: {}; \
+        "latched, {} buffers / {:.1} MiB parked ({:.1} MiB of device memory held); stop proved by {} \
+         (steps: {}; refused on the way: {}); channel: {}; \
          heartbeat over {} buffers ({} bytes, {} unwatched) moved in {} before the stop, none after; \
          released, reopened: free {:.1} MiB at first open, {:.1} MiB after; 1M vector add checked",
         parked.buffers,
         parked.bytes as f64 / MIB,
         free_open.saturating_sub(free_latched) as f64 / MIB,
+        r.proved_by,
         r.steps.join(", "),
+        if refused.is_empty() { "none".to_string() } else { refused.join("; ") },
         r.channel,
         r.watched_buffers,
         r.watched_bytes,
@@ -1703,7 +1755,7 @@ fn in_child_env(case: &str, env: &[(&str, &str)]) -> CaseResult {
 /// a child under one switch of the launch tuning (`in_child_env`): what must hold whatever mechanism
 /// orders the launches and releases the markers.
 fn chains_under_switch() -> CaseResult {
-    let single = vector_add(1000)?;
+    let single = vector_add(1000, None)?;
     let ordering = cmdlist_ordering()?;
     let visibility = chain_visibility()?;
     let module = module_data()?;
@@ -1757,6 +1809,7 @@ fn main() -> ExitCode {
             "hang" => hang_latches(),
             "fault" => mmu_fault(),
             "recover" => recover_after_hang(),
+            "registers_256" => vector_add(1 << 20, Some(255)),
             "chains" => chains_under_switch(),
             "matmul_ts" => matmul_tma_store(false, &STAGED_SHAPES),
             "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
@@ -1788,7 +1841,10 @@ fn main() -> ExitCode {
         println!("gpu_suite on platform {}: {}", dev.platform(), common::device_line(&info));
     }
     let cases: Vec<Case> = vec![
-        ("hello vector add (1M random f32)", || vector_add(1 << 20)),
+        ("hello vector add (1M random f32)", || vector_add(1 << 20, None)),
+        ("vector add declaring 255 registers: 256 in the QMD, a whole register file a block", || {
+            in_child("registers_256")
+        }),
         ("10,000 launches", ten_thousand_launches),
         ("typed launches (kernel! and derive(LaunchArgs))", typed_handles),
         ("blockDim/gridDim in a 2-D grid", grid_2d),
@@ -1834,22 +1890,6 @@ fn main() -> ExitCode {
         ("ordering and visibility, marker 1 by the compute engine", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "compute")])
         }),
-        ("ordering and visibility, programmatic dependent launch", || {
-            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "programmatic")])
-        }),
-        ("ordering and visibility, programmatic dependent launch, pre-exit at exit, one latch", || {
-            in_child_env(
-                "chains",
-                &[
-                    ("OMEGA_NVIDIA_CHAIN", "programmatic"),
-                    ("OMEGA_NVIDIA_PDL_LAST_CTA", "0"),
-                    ("OMEGA_NVIDIA_PDL_LATCH_IDS", "1"),
-                ],
-            )
-        }),
-        ("ordering and visibility, programmatic dependent launch, marker 1 from the last QMD", || {
-            in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "programmatic"), ("OMEGA_NVIDIA_MARKER1", "qmd")])
-        }),
         ("ordering and visibility, a semaphore per launch", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_CHAIN", "semaphore")])
         }),
@@ -1874,6 +1914,7 @@ fn main() -> ExitCode {
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),
         ("store to an unmapped address: MMU fault, named within 10 ms", || in_child("fault")),
     ];
+    let cases = cases.into_iter().chain(attention::cases());
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases {
         let t = Instant::now();

@@ -11,6 +11,7 @@
 #include "omega_gpu_cmdlist.h"
 #include "omega_gpu_engine.h"
 #include "omega_gpu_matmul_api.h"
+#include "omega_gpu_attention_api.h"
 #include "omega_gpu_elementwise_api.h"
 
 #endif /* OMEGA_H */

@@ -112,7 +112,7 @@ typedef struct {
     // GPU address of the kernel code.
     uint64_t code_va;
     // Registers per thread (rounded up to a multiple of 8, at least 64). Refused when the rounded count is
-    // past what the architecture has (255 on sm_90, so at most 248 before rounding).
+    // past what the architecture's QMD may declare (256 on sm_90: a thread's 255 registers, rounded up).
     uint32_t gpr_count;
     // Block size x.
     uint32_t threads_x;

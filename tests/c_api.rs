@@ -530,3 +530,19 @@ fn a_panic_becomes_the_failure_value_and_names_the_function() {
     let text = unsafe { std::ffi::CStr::from_ptr(omega::ffi::session::omega_gpu_session_last_error()) };
     assert_eq!(text.to_str().unwrap(), "internal: panic in omega_test_panicking_call");
 }
+
+fn attention(scenario: &str) {
+    let exe = build(&format!("attention_{scenario}"), &["tests/c/attention.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("attention {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn every_attention_library_entry_computes_refuses_by_name_and_keeps_the_lock_rule() {
+    attention("run");
+}
+
+#[test]
+fn an_uncertain_completion_inside_an_attention_call_latches_and_later_calls_are_refused() {
+    attention("latch");
+}

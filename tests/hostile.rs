@@ -183,20 +183,24 @@ fn shapes_past_the_architecture_are_refused_by_name_before_submit() {
     let cases: [(&str, RawLaunch, Refused<'_>); 5] = [
         ("grid x of u32::MAX", RawLaunch { grid_x: u32::MAX, ..ok }, &side("grid", 'x', u32::MAX)),
         ("grid y past 65535", RawLaunch { grid_y: 65536, ..ok }, &side("grid", 'y', 65536)),
-        ("gpr_count u32::MAX", RawLaunch { gpr_count: u32::MAX, ..ok }, &registers(u32::MAX, 255)),
-        ("gpr_count rounding past 255", RawLaunch { gpr_count: 249, ..ok }, &registers(256, 255)),
+        ("gpr_count u32::MAX", RawLaunch { gpr_count: u32::MAX, ..ok }, &registers(u32::MAX, 256)),
+        ("gpr_count rounding past 256", RawLaunch { gpr_count: 257, ..ok }, &registers(264, 256)),
         ("spin past the maximum", RawLaunch { spin_us: MAX_SPIN_US + 1, ..ok }, &spin),
     ];
     let submissions = sim.stats().submissions;
     for (what, l, refused) in cases {
         let e = launch(&rt, &l).expect_err(what);
         assert!(matches!(&e, Error::LaunchArguments(why) if refused(why)), "{what}: {e}");
+        assert_eq!(e.stage(), Stage::LaunchArguments, "{what}: {e}");
     }
     assert_eq!(sim.stats().submissions, submissions, "nothing was submitted");
-    // The limits themselves are accepted and reach the descriptor as given.
-    launch(&rt, &RawLaunch { gpr_count: 248, spin_us: MAX_SPIN_US, grid_y: 65535, ..ok }).unwrap();
+    // The limits themselves are accepted and reach the descriptor as given; a kernel using all 255
+    // registers a thread has is declared as 256, rounded up to 8 as libcuda rounds it.
+    launch(&rt, &RawLaunch { gpr_count: 255, spin_us: MAX_SPIN_US, grid_y: 65535, ..ok }).unwrap();
     let rec = sim.launches().pop().unwrap();
-    assert_eq!((rec.gpr_count, rec.grid), (248, [1, 65535, 1]));
+    assert_eq!((rec.gpr_count, rec.grid), (256, [1, 65535, 1]));
+    launch(&rt, &RawLaunch { gpr_count: 256, ..ok }).unwrap();
+    assert_eq!(sim.launches().pop().unwrap().gpr_count, 256);
 }
 
 #[test]

@@ -76,8 +76,9 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     assert_eq!(threads(mm::MOE_ROUTE), Some(mm::ROUTE_THREADS));
     assert_eq!(threads(mm::GEMM_F32_TN), Some(mm::SIMT_THREADS));
     assert_eq!(threads(mm::GEMM_BF16_SIMT_TN), Some(mm::SIMT_THREADS));
-    // The f32 candidates cap their registers (`.maxnreg 248`, so Omega's rounding to 8 stays within 255)
-    // instead of declaring a block; their references take `v.threads`.
+    // The f32 candidates cap their registers (`.maxnreg 248`, chosen while the launch limit after Omega's
+    // rounding to 8 was 255; it is 256 now, so a 255-register build would launch too) instead of declaring
+    // a block; their references take `v.threads`.
     for v in mm::GEMM_F32_TN_V2 {
         assert_eq!(m.kernel(v.name).unwrap().max_registers, Some(248), "{}", v.name);
     }

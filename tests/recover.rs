@@ -1,11 +1,12 @@
-//! Recovery from the latch on the simulator: a hang is recovered and the reopened device computes; a stop
-//! the platform refuses, or one that leaves the work writing, keeps the process latched and says why.
+//! Recovery from the latch on the simulator: a hang is recovered and the reopened device computes; a
+//! channel stop that times out falls back to freeing the channel group, proved by the heartbeat; a free
+//! refused after it, or a stop that leaves the work writing, keeps the process latched and says why.
 //! Each test has its own runtime, so latches stay local.
 
 mod common;
 
 use common::*;
-use omega::error::{RecoverError, Stage};
+use omega::error::{RecoverError, Stage, StopFailure};
 use omega::session::{GpuMem, Runtime, WATCH_INTERVAL_US};
 use omega::Error;
 use omega_hal::sim::{Sim, SimFault};
@@ -78,7 +79,8 @@ fn an_injected_hang_is_recovered_and_the_reopened_device_adds_vectors() {
     assert_eq!(r.unwatched_buffers, 0);
     assert_eq!(r.interval_us, WATCH_INTERVAL_US);
     assert!(r.elapsed_ns >= 2 * u64::from(WATCH_INTERVAL_US) * 1000, "two intervals of heartbeat: {r:?}");
-    assert_eq!(r.steps, ["sim stop (pending work dropped)"]);
+    assert_eq!(r.steps, ["sim stop channel", "sim free channel group"]);
+    assert_eq!((r.proved_by, r.refused.len()), ("sim stop channel", 0), "the channel stop worked: {r:?}");
     // The latch is gone, parked bytes are back to zero and every allocation went back to the platform.
     assert!(!rt.is_blocked());
     assert_eq!(rt.latch_cause(), None);
@@ -108,26 +110,91 @@ fn the_heartbeat_of_a_running_kernel_moves_before_the_stop_and_stands_still_afte
     checked_vector_add(&rt, 12);
 }
 
-#[test]
-fn a_stop_the_platform_refuses_keeps_the_latch_and_releases_nothing_until_a_retry_works() {
-    let (rt, sim) = open_runtime();
-    latch_with_a_beating_kernel(&rt);
-    let (parked, held, frees) = (rt.parked(), live(&sim), sim.stats().frees);
-    sim.inject(SimFault::StopRefused);
+/// Recovers `rt` expecting `faults` to make the platform's stop fail; checks that the process stays
+/// latched with nothing released, and returns the failure.
+fn refused_stop(rt: &Runtime, sim: &Sim, faults: &[SimFault]) -> StopFailure {
+    let (parked, held, frees) = (rt.parked(), live(sim), sim.stats().frees);
+    for f in faults {
+        sim.inject(f.clone());
+    }
     let e = rt.recover_locked().unwrap_err();
-    let Error::Recover(RecoverError::Stop(f)) = &e else { panic!("{e}") };
-    assert_eq!(f.step, "sim stop");
     assert_eq!(e.stage(), Stage::Recover);
-    assert!(e.to_string().starts_with("recover: the platform did not stop the work (sim stop: "), "{e}");
+    assert!(e.to_string().starts_with("recover: the platform did not stop the work ("), "{e}");
     assert!(rt.is_blocked(), "not proved: still latched");
     assert!(rt.latch_cause().unwrap().latched_the_process(), "the latch keeps its first cause");
-    assert_eq!((rt.parked(), live(&sim), sim.stats().frees), (parked, held, frees), "nothing released");
+    assert_eq!((rt.parked(), live(sim), sim.stats().frees), (parked, held, frees), "nothing released");
     assert_eq!(rt.open().unwrap_err(), Error::Latched(Stage::Open));
+    let Error::Recover(RecoverError::Stop(f)) = e else { panic!("{e}") };
+    f
+}
 
-    rt.recover_locked().expect("the retry stops the work");
+#[test]
+fn a_channel_stop_that_times_out_falls_back_to_the_free_and_the_heartbeat_proves_it() {
+    let (rt, sim) = open_runtime();
+    latch_with_a_beating_kernel(&rt);
+    sim.inject(SimFault::StopTimesOut);
+    let r = rt.recover_locked().expect("the free after the timed-out stop drops the work");
+    assert_eq!(r.proved_by, "sim free channel group", "{r:?}");
+    assert_eq!(r.steps, ["sim free channel group"]);
+    assert_eq!(r.refused.len(), 1, "{r:?}");
+    assert_eq!(r.refused[0].step, "sim stop channel");
+    assert!(r.refused[0].to_string().contains("timed out"), "{}", r.refused[0]);
+    assert_eq!(r.moved_before_stop, 1, "the beat moved before the stop, and the proof says it stood after");
+    assert!(!rt.is_blocked());
+    assert_eq!(live(&sim), (0, 0), "device memory returned");
+    rt.open().unwrap();
+    checked_vector_add(&rt, 16);
+}
+
+#[test]
+fn a_free_refused_after_a_timed_out_stop_keeps_the_latch_naming_both_until_a_retry_works() {
+    let (rt, sim) = open_runtime();
+    latch_with_a_beating_kernel(&rt);
+    let f = refused_stop(&rt, &sim, &[SimFault::StopTimesOut, SimFault::FreeRefused]);
+    assert_eq!(f.step, "sim free channel group");
+    let first = f.after.as_deref().expect("the timed-out stop is named too");
+    assert_eq!((first.step, first.after.is_none()), ("sim stop channel", true));
+    let text = f.to_string();
+    assert!(
+        text.contains("was refused") && text.contains("after the channel stop was refused (sim stop channel: "),
+        "{text}"
+    );
+    assert!(text.contains("timed out"), "{text}");
+
+    // The retry's stop works (nothing injected): the work is dropped and the latch lifted.
+    let r = rt.recover_locked().expect("the retry stops the work");
+    assert_eq!(r.proved_by, "sim stop channel");
     assert_eq!(live(&sim), (0, 0));
     rt.open().unwrap();
     checked_vector_add(&rt, 13);
+}
+
+#[test]
+fn a_free_refused_after_a_stop_that_worked_names_the_free_alone() {
+    let (rt, sim) = open_runtime();
+    latch_with_a_beating_kernel(&rt);
+    let f = refused_stop(&rt, &sim, &[SimFault::FreeRefused]);
+    assert!(!f.to_string().contains("after the channel stop"), "{f}");
+    assert_eq!((f.step, f.after), ("sim free channel group", None));
+    rt.recover_locked().expect("the retry frees the group");
+    assert!(!rt.is_blocked());
+}
+
+#[test]
+fn a_fallback_free_that_leaves_the_kernel_writing_is_caught_by_the_heartbeat() {
+    let (rt, sim) = open_runtime();
+    let beat = latch_with_a_beating_kernel(&rt);
+    let (parked, held) = (rt.parked(), live(&sim));
+    sim.inject(SimFault::StopTimesOut);
+    sim.inject(SimFault::StopLeavesWork);
+    let e = rt.recover_locked().unwrap_err();
+    let Error::Recover(RecoverError::StillRunning { va, .. }) = e else { panic!("{e}") };
+    assert_eq!(va, beat, "the free's word alone is not taken: the beat still moved");
+    assert!(rt.is_blocked());
+    assert_eq!((rt.parked(), live(&sim)), (parked, held), "nothing released while the beat moves");
+    rt.recover_locked().expect("a second stop drops the work");
+    rt.open().unwrap();
+    checked_vector_add(&rt, 17);
 }
 
 #[test]

@@ -5,7 +5,8 @@ Omega beside cuBLAS (through PyTorch), from the recorded lines of one run.
   tools/plot_matmul.py OMEGA_LOG TORCH_LOG OUT_DIR
 
 The logs hold `omega.<metric> <value>` (examples/matmul_bench) and `torch.<metric> <value>`
-(benches/torch/matmul_peer.py) lines with metrics `matmul_bf16_{M}x{N}x{K}_{tflops,gbps}`. No plotting
+and `cublas.<metric> <value>` (benches/torch/matmul_peer.py; the second since cuBLAS-in-a-graph timing
+was added, drawn when present) lines with metrics `matmul_bf16_{M}x{N}x{K}_{tflops,gbps}`. No plotting
 library: the SVG is written by hand, so the script runs wherever Python does.
 """
 import math
@@ -20,8 +21,8 @@ MATRICES = {
     "down": (2048, 768, "expert down"),
     "lmhead": (151936, 2048, "lm_head"),
 }
-COLORS = {"omega": "#1f77b4", "torch": "#d62728"}
-LABELS = {"omega": "Omega", "torch": "cuBLAS (PyTorch)"}
+COLORS = {"omega": "#1f77b4", "torch": "#d62728", "cublas": "#ff7f0e"}
+LABELS = {"omega": "Omega", "torch": "torch call (cuBLAS)", "cublas": "cuBLAS in a CUDA graph"}
 
 
 def load(path, prefix):
@@ -78,16 +79,16 @@ def panel(x0, y0, w, h, title, unit, lines):
     return svg
 
 
-def chart(name, omega, torch, out_dir):
+def chart(name, peers, out_dir):
     n, k, what = MATRICES[name]
     w, h, pad = 360, 220, 60
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w + 3 * pad}" height="{h + 2 * pad + 30}" '
            'font-family="sans-serif">', '<rect width="100%" height="100%" fill="white"/>']
     for i, (unit, label) in enumerate([("tflops", "TFLOP/s"), ("gbps", "weight GB/s")]):
-        lines = {"omega": series(omega, n, k, unit), "torch": series(torch, n, k, unit)}
+        lines = {who: series(data, n, k, unit) for who, data in peers.items()}
         svg += panel(pad + i * (w + pad), pad, w, h, f"{what}: N={n}, K={k} — {label}", label, lines)
-    for i, who in enumerate(["omega", "torch"]):
-        x = pad + i * 170
+    for i, who in enumerate(w for w in peers if peers[w]):
+        x = pad + i * 190
         svg.append(f'<rect x="{x}" y="{h + pad + 36}" width="12" height="12" fill="{COLORS[who]}"/>')
         svg.append(f'<text x="{x + 18}" y="{h + pad + 46}" font-size="12">{LABELS[who]}</text>')
     svg.append("</svg>")
@@ -100,10 +101,11 @@ def chart(name, omega, torch, out_dir):
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
-    omega, torch = load(sys.argv[1], "omega"), load(sys.argv[2], "torch")
+    peers = {"omega": load(sys.argv[1], "omega")}
+    peers.update({who: load(sys.argv[2], who) for who in ("torch", "cublas")})
     os.makedirs(sys.argv[3], exist_ok=True)
     for name in MATRICES:
-        print(chart(name, omega, torch, sys.argv[3]))
+        print(chart(name, peers, sys.argv[3]))
 
 
 if __name__ == "__main__":

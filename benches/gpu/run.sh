@@ -29,6 +29,13 @@ if [ "${SUITE_ONLY:-0}" != 1 ]; then
             python3 benches/torch/matmul_peer.py ${QUICK:+--quick} >"$OUT/matmul_torch.log" 2>&1 || status=1
         fi
     fi
+    # The attention library beside torch SDPA.
+    if [ -x "$BIN/attn_bench" ]; then
+        "$BIN/attn_bench" ${QUICK:+--quick} --check >"$OUT/attn.log" 2>&1 || status=1
+        if python3 -c "import torch" 2>/dev/null; then
+            python3 benches/torch/attn_peer.py ${QUICK:+--quick} >"$OUT/attn_torch.log" 2>&1 || status=1
+        fi
+    fi
     nvidia-smi --query-gpu=clocks.sm --format=csv,noheader >>"$OUT/smi.txt" 2>&1
 fi
 
@@ -56,23 +63,11 @@ for k in sorted(set(o) | set(c)):
 PY
     if [ -f "$OUT/matmul.log" ] && [ -f "$OUT/matmul_torch.log" ]; then
         echo "== matmul (omega vs cublas through torch, same run)"
-        python3 - "$OUT/matmul.log" "$OUT/matmul_torch.log" <<'PY'
-import sys
-def load(p, prefix):
-    d = {}
-    for line in open(p, errors="replace"):
-        parts = line.split()
-        if len(parts) == 2 and parts[0].startswith(prefix + "."):
-            try: d[parts[0][len(prefix) + 1:]] = float(parts[1])
-            except ValueError: pass
-    return d
-o, t = load(sys.argv[1], "omega"), load(sys.argv[2], "torch")
-print(f"{'metric':44} {'omega':>10} {'cublas':>10} {'ratio':>7}")
-for k in sorted(set(o) & set(t)):
-    # Higher is better for rates, lower for times: the ratio is always "how many times better Omega is".
-    r = t[k] / o[k] if k.endswith("_us") else o[k] / t[k]
-    print(f"{k:44} {o[k]:>10.4g} {t[k]:>10.4g} {r:>7.2f}")
-PY
+        python3 benches/gpu/compare.py "$OUT/matmul.log" "$OUT/matmul_torch.log" torch cublas
+    fi
+    if [ -f "$OUT/attn.log" ] && [ -f "$OUT/attn_torch.log" ]; then
+        echo "== attention (omega paged decode vs torch SDPA dense, same run)"
+        python3 benches/gpu/compare.py "$OUT/attn.log" "$OUT/attn_torch.log" torch
     fi
 fi
 exit $status

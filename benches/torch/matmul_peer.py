@@ -4,7 +4,8 @@ examples/matmul_bench. Prints `torch.<metric> <value>` lines with the metric nam
 so benches/gpu/compare.py can put the two side by side as ratios.
 
 A harness, not part of Omega (Omega never links CUDA or PyTorch). Timing: CUDA events around each call,
-median of --iters after a warm-up, the operands resident on the device, y = x @ W.T as torch's
+median of --iters after a warm-up (`torch.` lines), and cuBLAS alone in a CUDA graph of 20 calls (`cublas.`
+lines: no Python launch cost), the operands resident on the device, y = x @ W.T as torch's
 F.linear computes it (bf16 in, bf16 out: what a serving engine calls; the f32 path with TF32 off).
 
   python3 benches/torch/matmul_peer.py [--quick]
@@ -50,8 +51,45 @@ def timed(fn, iters):
     return min(statistics.median(single), statistics.median(batched))
 
 
-def emit(name, value):
-    print(f"torch.{name} {value:.4g}", flush=True)
+def graph_timed(fn, iters):
+    """Seconds per call of cuBLAS itself: 20 calls captured in one CUDA graph, replayed between two events,
+    the median over `iters` replays divided by 20. Python's launch cost (about 25 us a call on the H200
+    host, which floors every small product's `timed` figure) is not in it: this is the figure Omega's
+    command-list timing is compared with for the TFLOP/s goals."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        runs.append(a.elapsed_time(b) * 1e-3 / 20)
+    return statistics.median(runs)
+
+
+def emit(name, value, prefix="torch"):
+    print(f"{prefix}.{name} {value:.4g}", flush=True)
+
+
+def emit_product(fn, iters, tag, flops, weight_bytes=None):
+    """The call figure (`torch.`) and cuBLAS's own in a graph (`cublas.`), as TFLOP/s, us and GB/s of W."""
+    for prefix, t in (("torch", timed(fn, iters)), ("cublas", graph_timed(fn, iters))):
+        if weight_bytes is not None:
+            emit(f"{tag}_us", t * 1e6, prefix)
+            emit(f"{tag}_gbps", weight_bytes / t / 1e9, prefix)
+        emit(f"{tag}_tflops", flops / t / 1e12, prefix)
 
 
 def main():
@@ -74,24 +112,18 @@ def main():
     for n in ([4096, 8192] if not args.quick else [4096]):
         x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         w = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        t = timed(lambda: F.linear(x, w), iters)
-        emit(f"matmul_bf16_{n}x{n}x{n}_tflops", 2 * n**3 / t / 1e12)
+        emit_product(lambda: F.linear(x, w), iters, f"matmul_bf16_{n}x{n}x{n}", 2 * n**3)
     n = 8192 if not args.quick else 2048
     x = torch.randn(n, n, device=dev, dtype=torch.float32)
     w = torch.randn(n, n, device=dev, dtype=torch.float32)
-    t = timed(lambda: F.linear(x, w), iters)
-    emit(f"matmul_f32_{n}x{n}x{n}_tflops", 2 * n**3 / t / 1e12)
+    emit_product(lambda: F.linear(x, w), iters, f"matmul_f32_{n}x{n}x{n}", 2 * n**3)
     del x, w
 
     for name, (N, K) in QWEN.items():
         w = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
         for m in MS if not args.quick else [1, 64, 512]:
             x = torch.randn(m, K, device=dev, dtype=torch.bfloat16)
-            t = timed(lambda: F.linear(x, w), iters)
-            tag = f"matmul_bf16_{m}x{N}x{K}"
-            emit(f"{tag}_us", t * 1e6)
-            emit(f"{tag}_tflops", 2 * m * N * K / t / 1e12)
-            emit(f"{tag}_gbps", 2 * N * K / t / 1e9)
+            emit_product(lambda: F.linear(x, w), iters, f"matmul_bf16_{m}x{N}x{K}", 2 * m * N * K, 2 * N * K)
         del w
 
     # Grouped experts at decode: 128 experts, top-8, random routing; torch loops over the touched experts.

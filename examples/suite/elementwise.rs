@@ -224,7 +224,7 @@ pub fn swiglu(fused: bool) -> CaseResult {
 
 /// Every case above in turn (`gpu_suite --case elementwise`: the elementwise cases alone).
 pub fn all() -> CaseResult {
-    let cases: [(&str, fn() -> CaseResult); 6] = [
+    let cases: [super::Case; 6] = [
         ("rmsnorm", || rmsnorm(false)),
         ("add_rmsnorm", || rmsnorm(true)),
         ("rope", || rope(false)),

@@ -63,7 +63,7 @@ pub use memory::{Allocation, DeviceMemory, MemInfo};
 pub use poll::{ChannelFault, CompletionPoll, MarkerSlot, PollRefused};
 pub use queue::{
     ClusterScheduling, ConstBank, LaunchDesc, LaunchFeatures, LaunchLimits, LimitError, Order, QueueBuffer, Submission,
-    SubmitQueue,
+    SubmitQueue, QMD_MAX_REGISTERS,
 };
 pub use visibility::Visibility;
 

@@ -156,9 +156,17 @@ pub struct LaunchLimits {
     pub max_carveout_kib: u32,
 }
 
+/// The most registers per thread a launch may declare on sm_90, after rounding: 256. A thread has 255
+/// (R0..R254; RZ is the 256th name), and libcuda rounds a kernel's count up to a multiple of 8 before it
+/// writes the QMD, so a 255-register kernel reaches the QMD as 256 — and its 9-bit `REGISTER_COUNT` field
+/// takes it. The session rounds the same way, so 255 as the limit would refuse every kernel that uses
+/// all its registers.
+pub const QMD_MAX_REGISTERS: u32 = 256;
+
 impl LaunchLimits {
     /// Hopper (sm_90), as the QMD V04_00 encoder and the H200 take them: blocks of 1024 threads at most
-    /// (1024 x 1024 x 64 per side), grids of 2^31 - 1 x 65535 x 65535 blocks, 255 registers per thread and
+    /// (1024 x 1024 x 64 per side), grids of 2^31 - 1 x 65535 x 65535 blocks, 256 registers per thread as
+    /// the QMD declares them ([`QMD_MAX_REGISTERS`]: a thread has 255, rounded up to a multiple of 8) and
     /// 228 KiB of shared memory per block, of which the system reserves 1 KiB (so 227 KiB for the kernel);
     /// clusters of 8 CTAs, 16 with the non-portable opt-in (CUDA's sm_90 figures), and carve-outs up to
     /// 228 KiB.
@@ -167,7 +175,7 @@ impl LaunchLimits {
         max_block: [1024, 1024, 64],
         max_threads_per_block: 1024,
         max_grid: [0x7fff_ffff, 65535, 65535],
-        max_registers: 255,
+        max_registers: QMD_MAX_REGISTERS,
         max_shared_bytes: 228 * 1024,
         reserved_shared_bytes: 1024,
         max_cluster_ctas: 8,

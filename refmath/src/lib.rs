@@ -262,3 +262,47 @@ mod tests {
         assert_eq!(bf16s_to_f32(&b), v[..1000].iter().map(|&x| bf16_to_f32(f32_to_bf16(x))).collect::<Vec<_>>());
     }
 }
+
+/// Where the keys and values of one attention row lie: key `i` is `k[i * stride + offset ..][..d]`, value
+/// `i` the same elements of `v`.
+#[derive(Clone, Copy, Debug)]
+pub struct KvRows<'a> {
+    /// Keys.
+    pub k: &'a [f32],
+    /// Values.
+    pub v: &'a [f32],
+    /// Elements from one key to the next.
+    pub stride: usize,
+    /// Elements before key 0.
+    pub offset: usize,
+    /// Keys (and values) the row attends.
+    pub n: usize,
+}
+
+/// One attention row in f64: `out = Σ_i p_i v_i / Σ_i p_i` with `p_i = 2^(s_i - max s)`, `s_i = scale_log2 ·
+/// (q · k_i)`, into `out` (`q.len()` elements); returns `(max s, Σ p)` (`(-inf, 0)` for no keys, out zero).
+/// `round_p` rounds each `p_i` to bf16 for the weighted sum (what a tensor-core `P · V` product takes) while
+/// the sum keeps it unrounded, as the decode kernel does. The dot products are f64 sums of exact f32
+/// products.
+#[inline(never)]
+pub fn attend_row(q: &[f32], kv: KvRows<'_>, scale_log2: f64, round_p: bool, out: &mut [f64]) -> (f64, f64) {
+    let d = q.len();
+    out[..d].iter_mut().for_each(|o| *o = 0.0);
+    if kv.n == 0 {
+        return (f64::NEG_INFINITY, 0.0);
+    }
+    let row = |i: usize| kv.offset + i * kv.stride;
+    let scores: Vec<f64> = (0..kv.n).map(|i| dot_f64(q, &kv.k[row(i)..row(i) + d]).0 * scale_log2).collect();
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut sum = 0.0;
+    for (i, s) in scores.iter().enumerate() {
+        let p = (s - max).exp2();
+        sum += p;
+        let w = if round_p { f64::from(bf16_to_f32(f32_to_bf16(p as f32))) } else { p };
+        for (o, x) in out[..d].iter_mut().zip(&kv.v[row(i)..row(i) + d]) {
+            *o += w * f64::from(*x);
+        }
+    }
+    out[..d].iter_mut().for_each(|o| *o /= sum);
+    (max, sum)
+}

@@ -106,6 +106,18 @@ pub enum Stage {
     MatmulPlan,
     /// `matmul tensor`: a resident tensor that is not live, or not of the entry's element type.
     MatmulTensor,
+    /// `attention`: an attention library entry as a whole (refused after a latch).
+    Attention,
+    /// `attention args`: an attention entry's NULL, misaligned or unusable argument.
+    AttentionArgs,
+    /// `attention shape`: heads, head dim or lengths that cannot exist, or that the buffers do not hold.
+    AttentionShape,
+    /// `attention layout`: a KV layout the kernels cannot read (page size, strides, element type).
+    AttentionLayout,
+    /// `attention table`: a page index or length of a page table outside the pool or the table.
+    AttentionTable,
+    /// `attention pool`: the C entries' KV pool (absent, allocated twice, or not the one passed).
+    AttentionPool,
     /// `elementwise`: an elementwise library entry as a whole (refused after a latch).
     Elementwise,
     /// `elementwise args`: an elementwise entry's NULL, misaligned or unusable argument.
@@ -166,6 +178,12 @@ impl Stage {
             Stage::MatmulShape => "matmul shape",
             Stage::MatmulPlan => "matmul plan",
             Stage::MatmulTensor => "matmul tensor",
+            Stage::Attention => "attention",
+            Stage::AttentionArgs => "attention args",
+            Stage::AttentionShape => "attention shape",
+            Stage::AttentionLayout => "attention layout",
+            Stage::AttentionTable => "attention table",
+            Stage::AttentionPool => "attention pool",
             Stage::Elementwise => "elementwise",
             Stage::ElementwiseArgs => "elementwise args",
             Stage::ElementwiseShape => "elementwise shape",

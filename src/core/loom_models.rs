@@ -360,20 +360,50 @@ fn a_cancel_is_never_lost() {
 /// before submit.
 #[test]
 fn recovery_races_cancel_free_and_is_blocked() {
+    recovery_model("recover vs cancel, free, is_blocked", &[], false);
+}
+
+/// The same race when the platform's channel stop times out and the stop goes on to free the channel
+/// group (the H200's path), and when that free is refused once too: the refused attempt, made under the
+/// same lock hold, releases nothing and keeps the latch, so the racing thread sees no difference.
+#[test]
+fn recovery_by_the_fallback_free_races_cancel_free_and_is_blocked() {
+    recovery_model("fallback recover vs cancel, free, is_blocked", &[SimFault::StopTimesOut], false);
+    recovery_model(
+        "refused, then fallback recover vs cancel, free, is_blocked",
+        &[SimFault::StopTimesOut, SimFault::FreeRefused, SimFault::StopTimesOut],
+        true,
+    );
+}
+
+/// The model of [`recovery_races_cancel_free_and_is_blocked`], with `stop_faults` injected before the
+/// recovery; with `first_refused` the first attempt must fail with the stop named and a second is made.
+fn recovery_model(name: &'static str, stop_faults: &'static [SimFault], first_refused: bool) {
     let seen = Seen::new();
     let seen2 = seen.clone();
-    model("recover vs cancel, free, is_blocked", move || {
+    model(name, move || {
         let (rt, sim) = sim_runtime(0);
         let Setup { data, code } = open_with_buffers(&rt);
         sim.inject(SimFault::Hang);
         rt.lock().unwrap();
         assert!(matches!(launch(&rt, &code, 0), Err(Error::Timeout { .. })));
         rt.unlock().unwrap();
+        for f in stop_faults {
+            sim.inject(f.clone());
+        }
         let recoverer = {
             let rt = rt.clone();
             thread::spawn(move || {
                 rt.lock().unwrap();
-                let r = rt.recover_locked();
+                let mut r = rt.recover_locked();
+                if first_refused {
+                    assert!(
+                        matches!(&r, Err(Error::Recover(crate::error::RecoverError::Stop(f))) if f.after.is_some()),
+                        "{r:?}"
+                    );
+                    assert!(rt.is_blocked(), "a refused recovery keeps the latch");
+                    r = rt.recover_locked();
+                }
                 rt.unlock().unwrap();
                 r
             })
@@ -400,6 +430,8 @@ fn recovery_races_cancel_free_and_is_blocked() {
         let recovered = recoverer.join().unwrap();
         let (blocked, freed, parked_it) = other.join().unwrap();
         let report = recovered.expect("the hang is recovered");
+        let fallback = !stop_faults.is_empty();
+        assert_eq!(report.proved_by, if fallback { "sim free channel group" } else { "sim stop channel" });
         match freed {
             Ok(()) => {
                 seen2.hit(0);

@@ -25,6 +25,7 @@
 // The C layer has nothing to model-check, and its statics need const constructors loom does not have.
 #![cfg(not(loom))]
 
+pub mod attention;
 pub mod boundary;
 pub mod cmdlist;
 pub mod code_alloc;

@@ -7,5 +7,6 @@
 //! (docs/design.md, "Layers"; `tests/layers.rs` enforces the `omega_hal` part). What a library keeps
 //! between scopes (a loaded module, a workspace) it keeps as [`crate::Kept`] and [`crate::KeptModule`].
 
+pub mod attention;
 pub mod elementwise;
 pub mod matmul;

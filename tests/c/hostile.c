@@ -119,7 +119,15 @@ static int launch(void) {
     L.gpr_count = UINT32_MAX;
     CHECK(omega_gpu_session_launch(&L, NULL, NULL) == -1);
     CHECK_ERROR("launch arguments: gpr_count 4294967295");
-    CHECK_ERROR_HAS("sm_90 allows at most 255");
+    CHECK_ERROR_HAS("sm_90 allows at most 256");
+    /* A kernel using all 255 registers a thread has is declared as 256 and runs; 257 rounds to 264. */
+    L = ok;
+    L.gpr_count = 255;
+    CHECK(omega_gpu_session_launch(&L, NULL, NULL) == 0);
+    L.gpr_count = 257;
+    CHECK(omega_gpu_session_launch(&L, NULL, NULL) == -1);
+    CHECK_ERROR("launch arguments: gpr_count 264");
+    CHECK_ERROR_HAS("264 registers per thread, sm_90 allows at most 256");
     L = ok;
     L.spin_us = OMEGA_GPU_SESSION_MAX_SPIN_US + 1;
     CHECK(omega_gpu_session_launch(&L, NULL, NULL) == -1);

@@ -26,7 +26,7 @@ use super::visibility::Syncs;
 use super::{Base, Boost, GrInfo, Nvidia, NvidiaConfig, OpenDevice};
 use crate::arch::{self, Arch};
 use crate::clock::Clock;
-use crate::device::{Device, DeviceInfo, StopFailure, Stopped};
+use crate::device::{run_stop, Device, DeviceInfo, StopFailure, StopLog, StopSteps, Stopped};
 use crate::error::HalError;
 use crate::sync;
 
@@ -486,6 +486,136 @@ const STOP_OBJECTS: [&str; 9] = [
 /// The channels a recovery's stop stops before freeing anything, by the name the open gave them.
 const STOPPED_CHANNELS: [&str; 2] = ["GPFIFO channel", "copy GPFIFO channel"];
 
+/// The channel groups of [`STOPPED_CHANNELS`], by the name the open gave them.
+const STOPPED_GROUPS: [&str; 2] = ["channel group", "copy channel group"];
+
+/// How long the preempt before a fallback free waits for the group to come off its engine. A preempt
+/// that can happen takes microseconds; one that cannot (a kernel that never ends, with nothing to switch
+/// it out at) will not happen later either, and the free after it deals with that: so not long.
+const PREEMPT_TIMEOUT_US: u32 = 100_000;
+
+/// Step names of a recovery's stop, as [`Stopped`] and [`StopFailure`] report them.
+mod step {
+    pub(super) const STOP_CHANNEL: &str = "NVA06F_CTRL_CMD_STOP_CHANNEL";
+    pub(super) const DISABLE_SCHEDULING: &str = "NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS (scheduling only)";
+    pub(super) const PREEMPT_GROUP: &str = "NVA06C_CTRL_CMD_PREEMPT";
+    pub(super) const FREE_GROUP: &str = "RM_FREE channel group";
+    pub(super) const CHANNEL_GONE: &str = "freed channel handle refused by RM";
+}
+
+/// RM's answers to a control on a handle it no longer has (resserv's rs_client.c / rs_server.c): the
+/// proof that a freed channel is gone.
+const GONE: [u32; 3] =
+    [0x31 /* INVALID_OBJECT */, 0x33 /* INVALID_OBJECT_HANDLE */, 0x57 /* OBJECT_NOT_FOUND */];
+
+/// A recovery's stop on the GPU, in [`run_stop`]'s order. Which control does what, and why this order:
+///
+/// 1. `NVA06F_CTRL_CMD_STOP_CHANNEL` (bImmediate) on each channel: RM's own stop — disable, preempt off
+///    the engine (RC when the preempt fails), off the runlist, Xid 45 in the notifier. The cleanest when
+///    it works, so it goes first. On the H200 it answered NV_ERR_TIMEOUT for a channel spinning a kernel
+///    (docs/perf/2026-12-02-gemm-epilogue-cluster.md): the preempt never completed and RM gave up without
+///    the RC, so the work was still running.
+/// 2. After that refusal only, `NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS` with bOnlyDisableScheduling: no
+///    channel of ours can be scheduled again, and it waits for no preempt, so a kernel that never ends
+///    cannot make it time out. First, so that nothing the steps below take off the engine comes back.
+/// 3. `NVA06C_CTRL_CMD_PREEMPT` (bWait, 100 ms) on each group: the hardware preempts groups, not
+///    channels, so this is the group-level second chance at a clean preempt before the free.
+/// 4. `RM_FREE` of every object of each group, the groups last: what must work. RM's free of a channel
+///    and its group (kchannelDestruct / kchangrpapiDestruct, done by GSP-RM) disables and preempts the
+///    group and, when the preempt fails, resets the engine context (RC), then releases the hardware
+///    channel: nothing of this process's is left to run. After each channel's free, a control on its
+///    handle must be refused as unknown (`GONE`): the object is gone, not only said to be. That is CPU-RM's
+///    word only: kchannelDestruct (OGKM kernel_channel.c) drops the status of its free RPC to GSP-RM, so
+///    an RM_FREE returns OK whatever GSP-RM's teardown did. The session's heartbeat is what proves the
+///    engine stopped.
+///
+/// Steps 1 to 3 are NON_PRIVILEGED controls a user client may make on its own objects (OGKM 580.105.08 and
+/// 595.45.04 export tables: STOP_CHANNEL 0x10008, FIFO_DISABLE_CHANNELS 0x10108, PREEMPT 0x10248); the
+/// refusals of 2 and 3 are reported in [`Stopped::refused`] and do not end the stop, since step 4 does
+/// not need them. What UVM follows its own STOP_CHANNEL with, NV2080_CTRL_CMD_GPU_EVICT_CTX
+/// (nv_gpu_ops.c), is kernel-privileged (flags 0x1c240) and so not a step here. The session's heartbeat
+/// then checks the whole chain against memory.
+impl StopSteps for OpenDevice {
+    fn stop_channels(&mut self, log: &mut StopLog) -> Result<Option<&'static str>, StopFailure> {
+        // No more doorbells from here, whatever happens below: a channel may already be off its runlist.
+        self.channels.stopped = true;
+        let channels = self.live(&STOPPED_CHANNELS);
+        for &c in &channels {
+            self.base.rm.stop_channel(c).map_err(|e| StopFailure::new(step::STOP_CHANNEL, e))?;
+            log.steps.push(step::STOP_CHANNEL);
+        }
+        Ok((!channels.is_empty()).then_some(step::STOP_CHANNEL))
+    }
+
+    fn quiesce(&mut self, log: &mut StopLog) {
+        let channels = self.live(&STOPPED_CHANNELS);
+        let mut note = |what, r: Result<(), HalError>| match r {
+            Ok(()) => log.steps.push(what),
+            Err(e) => log.refused.push(StopFailure::new(what, e)),
+        };
+        if !channels.is_empty() {
+            note(step::DISABLE_SCHEDULING, self.base.rm.disable_scheduling(self.base.subdevice, &channels));
+        }
+        for g in self.live(&STOPPED_GROUPS) {
+            note(step::PREEMPT_GROUP, self.base.rm.preempt_group(g, PREEMPT_TIMEOUT_US));
+        }
+    }
+
+    fn free_channels(&mut self, log: &mut StopLog) -> Result<&'static str, StopFailure> {
+        while let Some(i) = self.objects.iter().rposition(|o| STOP_OBJECTS.contains(&o.what)) {
+            let o = self.objects[i];
+            let step = if STOPPED_GROUPS.contains(&o.what) { step::FREE_GROUP } else { o.what };
+            self.base.rm.free(o.parent, o.handle, "RM_FREE channel object").map_err(|e| StopFailure::new(step, e))?;
+            log.steps.push(o.what);
+            if STOPPED_CHANNELS.contains(&o.what) {
+                // Kept listed until proved gone: a retry frees it again rather than trusting this free.
+                self.channel_gone(o.handle)?;
+                log.steps.push(step::CHANNEL_GONE);
+            }
+            // Freed: close must not free it again.
+            self.objects.remove(i);
+        }
+        Ok(step::FREE_GROUP)
+    }
+
+    fn channel(&self) -> String {
+        // RM writes ROBUST_CHANNEL_PREEMPTIVE_REMOVAL (45) here when the stop went through; an earlier
+        // channel error (an MMU fault's 31) stays.
+        match self.channels.compute.error() {
+            Some(n) => super::channel::describe_error(&n),
+            None => "error notifier clean".to_string(),
+        }
+    }
+}
+
+impl OpenDevice {
+    /// The handles of the objects still held whose names are in `names`.
+    fn live(&self, names: &[&str]) -> Vec<u32> {
+        self.objects.iter().filter(|o| names.contains(&o.what)).map(|o| o.handle).collect()
+    }
+
+    /// Checks that RM no longer knows channel `handle`: a harmless read on it (its work-submit token) must
+    /// be refused as an unknown object.
+    fn channel_gone(&self, handle: u32) -> Result<(), StopFailure> {
+        gone(self.base.rm.work_submit_token(handle)).map_err(|e| StopFailure::new(step::CHANNEL_GONE, e))
+    }
+}
+
+/// What RM's answer to a read on a freed channel says: `Ok` only for a refusal naming the object unknown
+/// ([`GONE`]); an answer, or any other refusal (the object may still be there, only unreadable), is the
+/// error.
+fn gone(answer: Result<u32, HalError>) -> Result<(), HalError> {
+    match answer {
+        Err(HalError::Driver { status, .. }) if GONE.contains(&status) => Ok(()),
+        Err(e) => Err(e),
+        Ok(token) => Err(HalError::Driver {
+            call: "GPFIFO_GET_WORK_SUBMIT_TOKEN on a freed channel",
+            status: 0,
+            detail: format!("RM still answers for the channel (token {token}) after its RM_FREE returned OK"),
+        }),
+    }
+}
+
 impl OpenDevice {
     /// Runs the whole open sequence.
     pub(crate) fn create(config: &NvidiaConfig, clock: &dyn Clock) -> Result<Box<OpenDevice>, HalError> {
@@ -560,38 +690,6 @@ impl OpenDevice {
             }
         }
         Ok(())
-    }
-
-    /// A recovery's stop: every channel is stopped (NVA06F_CTRL_CMD_STOP_CHANNEL, bImmediate: disabled,
-    /// preempted off its engine or RC'd when the preempt times out, off the runlist), then every object of
-    /// the channel groups is freed (RM_FREE), the groups last. Each call must report success; the first
-    /// refusal ends the stop with its step and the driver's words, and whatever was freed stays freed (a
-    /// second stop goes on from there). Memory is not touched: the session samples it, then closes.
-    fn stop_work(&mut self) -> Result<Stopped, StopFailure> {
-        let mut steps = Vec::new();
-        // No more doorbells from here, whatever happens below: a channel may already be off its runlist.
-        self.channels.stopped = true;
-        for o in self.objects.iter().filter(|o| STOPPED_CHANNELS.contains(&o.what)) {
-            self.base.rm.stop_channel(o.handle).map_err(|source| StopFailure { step: o.what, source })?;
-            steps.push("NVA06F_CTRL_CMD_STOP_CHANNEL");
-        }
-        while let Some(i) = self.objects.iter().rposition(|o| STOP_OBJECTS.contains(&o.what)) {
-            let o = self.objects[i];
-            self.base
-                .rm
-                .free(o.parent, o.handle, "RM_FREE channel object")
-                .map_err(|source| StopFailure { step: o.what, source })?;
-            // Freed: close must not free it again.
-            self.objects.remove(i);
-            steps.push(o.what);
-        }
-        // RM writes ROBUST_CHANNEL_PREEMPTIVE_REMOVAL (45) here when the stop went through; an earlier
-        // channel error (an MMU fault's 31) stays.
-        let channel = match self.channels.compute.error() {
-            Some(n) => super::channel::describe_error(&n),
-            None => "error notifier clean".to_string(),
-        };
-        Ok(Stopped { steps, channel })
     }
 
     /// Frees everything and collects what the driver refused.
@@ -671,12 +769,12 @@ impl Device for Nvidia {
         let mut st = sync::lock(&self.state);
         let Some(o) = st.as_mut() else {
             let source = HalError::NoDevice("nvidia: device not open".into());
-            return Err(StopFailure { step: "stop", source });
+            return Err(StopFailure::new("stop", source));
         };
         if let Some(done) = &o.stopped {
             return Ok(done.clone());
         }
-        let stopped = o.stop_work()?;
+        let stopped = run_stop(&mut **o)?;
         o.stopped = Some(stopped.clone());
         Ok(stopped)
     }
@@ -699,6 +797,20 @@ mod tests {
         assert_eq!(pick_arch(0x900, &[]).map(|a| a.name), Some("hopper"));
         assert_eq!(pick_arch(0x777, &[0xc8b5, 0xcbc0]).map(|a| a.name), Some("hopper"));
         assert!(pick_arch(0x777, &[0xc6c0]).is_none());
+    }
+
+    #[test]
+    fn a_freed_channel_is_gone_only_when_rm_calls_the_handle_unknown() {
+        let refused = |status| Err(super::super::ioctl::status_error("GPFIFO_GET_WORK_SUBMIT_TOKEN", status, "cmd"));
+        for status in GONE {
+            assert_eq!(gone(refused(status)), Ok(()), "{status:#x}");
+        }
+        // NV_ERR_RESOURCE_LOST: invalidated but still there; NV_ERR_INVALID_STATE: any other refusal.
+        for status in [0x6e, 0x40] {
+            assert_eq!(gone(refused(status)), refused(status).map(|_: u32| ()), "{status:#x}");
+        }
+        let e = gone(Ok(10)).unwrap_err();
+        assert!(e.to_string().contains("RM still answers for the channel (token 10)"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,13 @@ use crate::error::HalError;
 /// the one a fatal-fault event is named with before it does.
 pub(crate) const XID_MMU_FAULT: u32 = 31;
 
+/// The fault signal an open uses when `OMEGA_NVIDIA_FAULT_SIGNAL` is unset: the one line to change when
+/// the default moves. UVM's events where they can be had, else the notifier (the platform's notes say
+/// which): the whole GPU suite ran with the event path on and gave the default run's result, with MMU
+/// faults named 0.24-0.45 ms after they happened against the notifier's 86-127 ms
+/// (docs/perf/2026-12-02-s3-suite-matmul-launch.md).
+pub const DEFAULT_FAULT_SIGNAL: FaultSignal = FaultSignal::UvmEventsOrNotifier;
+
 /// Which signal names a faulted channel (`NvidiaConfig::fault_signal`, `OMEGA_NVIDIA_FAULT_SIGNAL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultSignal {

@@ -75,7 +75,7 @@ mod visibility;
 use std::path::Path;
 
 pub use clock::{ClockSource, NvidiaClock};
-pub use fault::{FaultSignal, FaultWatchError};
+pub use fault::{FaultSignal, FaultWatchError, DEFAULT_FAULT_SIGNAL};
 pub use memory::{plan, BufferPlan, MemoryStats, Placement, VaRange};
 pub use queue::{Barrier, ChainMode, LaunchTuning, Marker1};
 
@@ -178,7 +178,8 @@ pub struct NvidiaConfig {
     /// Which signal names a faulted channel (applies from the next open): UVM's fatal-fault events, which
     /// name an MMU fault before the driver's teardown writes the error notifier, with or without a
     /// fallback to the notifier alone where the events cannot be had. `OMEGA_NVIDIA_FAULT_SIGNAL` = `uvm`,
-    /// `uvm-or-notifier` or `notifier` (the default until the event path has run on a GPU).
+    /// `uvm-or-notifier` or `notifier`; unset, [`DEFAULT_FAULT_SIGNAL`] (the notifier until the GPU suite
+    /// has passed under the event path).
     pub fault_signal: FaultSignal,
 }
 
@@ -228,9 +229,8 @@ impl Default for NvidiaConfig {
             // A request for this process, like libcuda's, never a card setting; OMEGA_NVIDIA_PERF_BOOST=0
             // leaves the GPU at whatever clock the driver picks.
             perf_boost: std::env::var("OMEGA_NVIDIA_PERF_BOOST").map_or(true, |v| v != "0"),
-            // The driver's notifier until the UVM event path has run on a GPU (it is new and the driver
-            // writes into this process's pages through it): OMEGA_NVIDIA_FAULT_SIGNAL=uvm asks for it.
-            fault_signal: FaultSignal::from_env(FaultSignal::Notifier),
+            // fault::DEFAULT_FAULT_SIGNAL says which and why; OMEGA_NVIDIA_FAULT_SIGNAL overrides it.
+            fault_signal: FaultSignal::from_env(fault::DEFAULT_FAULT_SIGNAL),
         }
     }
 }
@@ -254,7 +254,7 @@ fn env_or<T: std::str::FromStr + Copy + std::fmt::Display>(name: &str, default: 
 /// knob: only a semaphore chain's release barrier may stand in for it) for `cwd_membar`;
 /// `OMEGA_NVIDIA_MEMBAR_TASK_CHASING` = 0 or 1; `OMEGA_NVIDIA_MARKER1` = `host`, `compute`, `qmd` or
 /// `acquire` ([`Marker1`]); `OMEGA_NVIDIA_MARKER1_SYSMEMBAR` = 0 or 1; `OMEGA_NVIDIA_CHAIN` =
-/// `dependent`, `programmatic` (or `pdl`) or `semaphore` ([`queue::ChainMode`]);
+/// `dependent` or `semaphore` ([`queue::ChainMode`]; `programmatic` is withdrawn: see `tuning_from`);
 /// `OMEGA_NVIDIA_PDL_LAST_CTA` = 0 or 1; `OMEGA_NVIDIA_PDL_LATCH_IDS` = a count of at least 1;
 /// `OMEGA_NVIDIA_CHAIN_RELEASE_MEMBAR` = 0 or 1. Other values are ignored with a line on stderr.
 fn tuning_from_env(t: LaunchTuning) -> LaunchTuning {
@@ -288,7 +288,13 @@ fn tuning_from(mut t: LaunchTuning, var: impl Fn(&str) -> Option<String>) -> Lau
     match var("OMEGA_NVIDIA_CHAIN").as_deref() {
         None => {}
         Some("dependent") => t.chain = ChainMode::Dependent,
-        Some("programmatic" | "pdl") => t.chain = ChainMode::Programmatic,
+        // Withdrawn from the environment (nv_probe still builds it through `LaunchTuning`): on the H200 every
+        // programmatic chain hung or raised Xid 13 (docs/perf/2026-12-02-s3-suite-matmul-launch.md), so a
+        // run asking for it gets the dependent chain and says so.
+        Some(v @ ("programmatic" | "pdl")) => eprintln!(
+            "omega (nvidia): OMEGA_NVIDIA_CHAIN={v:?} is withdrawn (its QMD encoding hung on the H200); \
+             the dependent chain runs"
+        ),
         Some("semaphore") => t.chain = ChainMode::Semaphore,
         Some(v) => bad("OMEGA_NVIDIA_CHAIN", v),
     }
@@ -654,7 +660,8 @@ mod tests {
             ("OMEGA_NVIDIA_PDL_LAST_CTA", "0"),
             ("OMEGA_NVIDIA_PDL_LATCH_IDS", "1"),
         ]);
-        assert_eq!((p.chain, p.pdl_at_last_cta_launch, p.pdl_latch_ids), (ChainMode::Programmatic, false, 1));
+        // The withdrawn programmatic chain is not taken from the environment; its latch knobs still parse.
+        assert_eq!((p.chain, p.pdl_at_last_cta_launch, p.pdl_latch_ids), (ChainMode::Dependent, false, 1));
         assert_eq!(with(&[("OMEGA_NVIDIA_MARKER1", "acquire")]).marker1, Marker1::HostAfterAcquire);
         assert_eq!(with(&[("OMEGA_NVIDIA_MARKER1", "compute")]).marker1, Marker1::ComputeReport);
         for (name, value) in [

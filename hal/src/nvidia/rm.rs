@@ -206,6 +206,9 @@ controls! {
     sys::WorkSubmitToken => ctrl::GPFIFO_GET_WORK_SUBMIT_TOKEN, plain;
     sys::GpfifoSchedule => ctrl::TSG_GPFIFO_SCHEDULE, plain;
     sys::StopChannel => ctrl::STOP_CHANNEL, plain;
+    sys::TsgPreempt => ctrl::TSG_PREEMPT, plain;
+    // `p_runlist_preempt_event` is a kernel event the driver signals when it is not 0.
+    sys::FifoDisableChannels => ctrl::FIFO_DISABLE_CHANNELS;
     sys::BindParams => ctrl::TSG_BIND, plain;
     sys::CeGetCapsV2 => ctrl::CE_GET_CAPS_V2, plain;
     sys::PerfBoost => ctrl::PERF_BOOST, plain;
@@ -467,6 +470,31 @@ impl Rm {
     pub(crate) fn stop_channel(&self, channel: u32) -> Result<(), HalError> {
         let mut p = sys::StopChannel { b_immediate: 1 };
         self.control(channel, &mut p, "NVA06F_CTRL_CMD_STOP_CHANNEL")
+    }
+
+    /// Preempts channel group `tsg` off its engine and waits up to `timeout_us` for it
+    /// (NVA06C_CTRL_CMD_PREEMPT, bWait with a manual timeout).
+    pub(crate) fn preempt_group(&self, tsg: u32, timeout_us: u32) -> Result<(), HalError> {
+        let timeout_us = timeout_us.min(sys::TSG_PREEMPT_MAX_TIMEOUT_US);
+        let mut p = sys::TsgPreempt { b_wait: 1, b_manual_timeout: 1, timeout_us, ..Default::default() };
+        self.control(tsg, &mut p, "NVA06C_CTRL_CMD_PREEMPT")
+    }
+
+    /// Makes sure none of this client's `channels` (at most 64) can be scheduled again, without waiting
+    /// for what runs on them (NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS with bOnlyDisableScheduling).
+    pub(crate) fn disable_scheduling(&self, subdevice: u32, channels: &[u32]) -> Result<(), HalError> {
+        debug_assert!(channels.len() <= sys::DISABLE_CHANNELS_MAX);
+        let mut p = sys::FifoDisableChannels::new_zeroed();
+        p.b_disable = 1;
+        p.b_only_disable_scheduling = 1;
+        for (i, &c) in channels.iter().take(sys::DISABLE_CHANNELS_MAX).enumerate() {
+            p.h_client_list[i] = self.client;
+            p.h_channel_list[i] = c;
+            p.num_channels = i as u32 + 1;
+        }
+        // SAFETY: the struct's one pointer, `p_runlist_preempt_event`, is 0 (`new_zeroed`): RM follows it
+        // only when it is not (and refuses it from a user client).
+        unsafe { self.control_with_pointers(subdevice, &mut p, "NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS") }
     }
 
     /// Allocates a memory object (class 0x40 video or 0x3e system memory) under `device`. Out of memory

@@ -145,6 +145,15 @@ pub mod ctrl {
     /// NVA06F_CTRL_CMD_STOP_CHANNEL (channel): disables the channel, preempts it off its engine (or RCs
     /// it when the preempt fails) and removes it from the runlist (ctrla06fgpfifo.h).
     pub const STOP_CHANNEL: u32 = 0xa06f_0112;
+    /// NVA06C_CTRL_CMD_PREEMPT (channel group): preempts the group off its engine, waiting for it when
+    /// asked (ctrla06c.h). Exported NON_PRIVILEGED and routed to GSP-RM (flags 0x10248 in OGKM 580.105.08
+    /// and 595.45.04 g_kernel_channel_group_api_nvoc.c): a user client may call it on its own group.
+    pub const TSG_PREEMPT: u32 = 0xa06c_0105;
+    /// NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS (subdevice): disables (and by default preempts) the listed
+    /// channels (ctrl2080fifo.h). Exported NON_PRIVILEGED (flags 0x10108 in the same releases'
+    /// g_subdevice_nvoc.c); CPU-RM passes it to GSP-RM (kernel_fifo_ctrl.c), refusing only a runlist-preempt
+    /// event from a user client, and answers NV_ERR_NOT_SUPPORTED itself without GSP.
+    pub const FIFO_DISABLE_CHANNELS: u32 = 0x2080_110b;
 }
 
 /// GR_GET_INFO indices (ctrl0080gr.h).
@@ -736,6 +745,40 @@ pub struct StopChannel {
     pub b_immediate: u8,
 }
 
+/// NVA06C_CTRL_PREEMPT_PARAMS: `b_wait` 1 returns when the preempt completed (or timed out),
+/// `b_manual_timeout` 1 uses `timeout_us` (at most NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US, 1 s).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct TsgPreempt {
+    pub b_wait: u8,
+    pub b_manual_timeout: u8,
+    pub _pad: [u8; 2],
+    pub timeout_us: u32,
+}
+
+/// NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US.
+pub const TSG_PREEMPT_MAX_TIMEOUT_US: u32 = 1_000_000;
+
+/// NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES.
+pub const DISABLE_CHANNELS_MAX: usize = 64;
+
+/// NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS: `num_channels` (client, channel) pairs. With `b_disable` and
+/// `b_only_disable_scheduling` both 1 RM makes sure none of them can be scheduled again, without
+/// preempting what runs; `p_runlist_preempt_event` (a kernel event, for kernel clients only) stays 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FifoDisableChannels {
+    pub b_disable: u8,
+    pub _pad0: [u8; 3],
+    pub num_channels: u32,
+    pub b_only_disable_scheduling: u8,
+    pub b_rewind_gp_put: u8,
+    pub _pad1: [u8; 6],
+    pub p_runlist_preempt_event: u64,
+    pub h_client_list: [u32; DISABLE_CHANNELS_MAX],
+    pub h_channel_list: [u32; DISABLE_CHANNELS_MAX],
+}
+
 /// NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS (three booleans, 3 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -920,6 +963,12 @@ const_assert_eq!(size_of::<CeGetCapsV2>(), 8);
 const_assert_eq!(size_of::<CopyAlloc>(), 8);
 const_assert_eq!(size_of::<BindParams>(), 4);
 const_assert_eq!(size_of::<PerfBoost>(), 8);
+const_assert_eq!(size_of::<TsgPreempt>(), 8);
+const_assert_eq!(offset_of!(TsgPreempt, timeout_us), 4);
+const_assert_eq!(size_of::<FifoDisableChannels>(), 536);
+const_assert_eq!(offset_of!(FifoDisableChannels, b_only_disable_scheduling), 8);
+const_assert_eq!(offset_of!(FifoDisableChannels, p_runlist_preempt_event), 16);
+const_assert_eq!(offset_of!(FifoDisableChannels, h_channel_list), 280);
 const_assert_eq!(offset_of!(NvOs21, p_alloc_parms), 16);
 const_assert_eq!(offset_of!(NvOs21, status), 28);
 const_assert_eq!(size_of::<NvOs54>(), 32);

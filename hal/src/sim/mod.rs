@@ -66,8 +66,13 @@ pub enum SimFault {
     FailOpen(String),
     /// The next visibility sync fails.
     FailSync,
-    /// The next [`Device::stop`] is refused: the work cannot be stopped (a recovery stays latched).
-    StopRefused,
+    /// The next [`Device::stop`]'s channel stop times out, as the H200's NVA06F_CTRL_CMD_STOP_CHANNEL did
+    /// for a channel spinning a kernel: the stop goes on to free the channel group, which drops the work
+    /// (unless [`SimFault::FreeRefused`] refuses that too).
+    StopTimesOut,
+    /// The next [`Device::stop`]'s free of the channel group is refused: the work stays scheduled and a
+    /// recovery stays latched, naming this and, after a [`SimFault::StopTimesOut`], the timeout too.
+    FreeRefused,
     /// The next [`Device::stop`] reports success but leaves the pending work running, as a driver that
     /// claimed a stop it did not make would: a recovery's heartbeat must see the work still writing.
     StopLeavesWork,

@@ -9,8 +9,10 @@ use crate::platform::Installed;
 use crate::session::ParamInfo;
 use crate::sync::Arc;
 
+pub mod attention;
 pub mod cluster;
 mod cuda;
+pub use attention::{ATTENTION, ATTENTION_HOST_SPECS};
 pub mod elementwise;
 pub use cluster::{CLUSTER, CLUSTER_HOST_SPECS};
 pub use cuda::*;
@@ -185,6 +187,7 @@ pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
     (CLUSTER, CLUSTER_HOST_SPECS),
     (MIXED, MIXED_HOST_SPECS),
     (MATMUL, MATMUL_HOST_SPECS),
+    (ATTENTION, ATTENTION_HOST_SPECS),
     (ELEMENTWISE, ELEMENTWISE_HOST_SPECS),
 ];
 

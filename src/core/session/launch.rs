@@ -628,3 +628,22 @@ fn marker_slots(a: &omega_hal::Allocation) -> [MarkerSlot; 2] {
     // The marker buffer is at least one page, so the second marker at +16 is inside it.
     [MarkerSlot { va: a.va, cpu: a.cpu }, MarkerSlot { va: a.va + 16, cpu: a.cpu.wrapping_add(16) }]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loaded kernel using all 255 registers is declared as 256 and fits the sm_90 limit; one past
+    /// that rounds to 264 and does not, whichever path (Rust's own count, or C's floor) declares it.
+    #[test]
+    fn a_255_register_kernel_rounds_to_the_256_the_limit_takes() {
+        let max = omega_hal::LaunchLimits::SM_90.max_registers;
+        let own = |registers| KernelMeta { registers, ..NO_TEMPLATE.clone() };
+        assert_eq!(launch_gpr(0, &own(255)), 256);
+        assert_eq!(launch_gpr(0, &own(255)), max);
+        assert_eq!(launch_gpr(255, &NO_TEMPLATE), 256);
+        assert_eq!(launch_gpr(0, &own(257)), 264);
+        assert!(launch_gpr(0, &own(257)) > max);
+        assert_eq!(launch_gpr(0, &own(16)), 16, "a loaded kernel keeps its own count, without the floor");
+    }
+}

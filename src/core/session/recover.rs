@@ -3,10 +3,14 @@
 //!
 //! The proof has two parts, and both must hold:
 //!
-//! 1. **The platform's stop** ([`omega_hal::Device::stop`]): every call that stops and tears down the
-//!    channel and its group reported success (on the GPU: NVA06F_CTRL_CMD_STOP_CHANNEL, which disables
-//!    the channel, preempts it off its engine or RCs it when the preempt times out and takes it off the
-//!    runlist, then RM_FREE of every object of the channel group).
+//! 1. **The platform's stop** ([`omega_hal::Device::stop`]): the channel and its group are stopped and
+//!    torn down, and the platform names the step that proved it ([`Recovery::proved_by`]). On the GPU:
+//!    NVA06F_CTRL_CMD_STOP_CHANNEL, which disables the channel, preempts it off its engine or RCs it and
+//!    takes it off the runlist, then RM_FREE of every object of the channel group. When the stop is
+//!    refused (the H200 timed out on a channel spinning a kernel), scheduling is disabled, the group
+//!    preempted, and the RM_FREE of the group — which preempts it and resets the engine context when the
+//!    preempt fails — must work instead, each freed channel's handle refused afterwards; what was refused on
+//!    the way is in [`Recovery::refused`]. A free that fails too keeps the latch, naming both causes.
 //! 2. **A heartbeat that stopped**: the first [`WATCH_BYTES`] bytes of every parked buffer (what the
 //!    latched work could still write), read by the CPU with no engine of the device involved
 //!    ([`omega_hal::DeviceMemory::peek`]), are sampled right after the stop and again one interval
@@ -35,6 +39,11 @@ pub const WATCH_INTERVAL_US: u32 = 20_000;
 pub struct Recovery {
     /// The platform's calls that stopped the work, in order, each of which reported success.
     pub steps: Vec<&'static str>,
+    /// The step whose success is the platform's word that the work stopped: the channel stop, or the free
+    /// of the channel group after the stop was refused.
+    pub proved_by: &'static str,
+    /// Steps the platform refused on the way and went on without (a channel stop that timed out).
+    pub refused: Vec<crate::error::StopFailure>,
     /// What the channel reported after the stop.
     pub channel: String,
     /// Parked buffers whose first bytes the heartbeat read.
@@ -150,6 +159,8 @@ impl Runtime {
             self.latched.store(false, Ordering::SeqCst);
             Recovery {
                 steps: stopped.steps,
+                proved_by: stopped.proved_by,
+                refused: stopped.refused,
                 channel: stopped.channel,
                 watched_buffers: watch.len() as u64,
                 watched_bytes,

@@ -108,7 +108,7 @@ pub struct RawLaunch {
     /// GPU address of the kernel code.
     pub code_va: u64,
     /// Registers per thread (rounded up to a multiple of 8, at least 64). Refused when the rounded count is
-    /// past what the architecture has (255 on sm_90, so at most 248 before rounding).
+    /// past what the architecture's QMD may declare (256 on sm_90: a thread's 255 registers, rounded up).
     pub gpr_count: u32,
     /// Block size x.
     pub threads_x: u32,

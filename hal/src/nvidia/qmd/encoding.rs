@@ -4,7 +4,7 @@
 use super::fields::{layout, set_field, Field, QMD_TYPE_GRID_CTA, QMD_TYPE_GRID_GPC_CGA};
 use super::{cluster_limits, QmdError, QMD_WORDS};
 use crate::arch::Arch;
-use crate::queue::{ClusterScheduling, LaunchFeatures};
+use crate::queue::{ClusterScheduling, LaunchFeatures, QMD_MAX_REGISTERS};
 
 /// What a dependent QMD pointer does when this launch completes (`DEPENDENT_QMD_ACTION`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,7 +336,7 @@ pub fn encode(arch: &Arch, p: &QmdParams) -> Result<[u32; QMD_WORDS], QmdError> 
     debug_assert_eq!(arch.qmd_bytes, QMD_WORDS * 4);
     let l = layout(arch.qmd_version);
     check_shape(p)?;
-    if p.registers > 255 {
+    if p.registers > QMD_MAX_REGISTERS {
         return Err(QmdError::TooManyRegisters { registers: p.registers });
     }
     if p.barrier_count > 16 {
@@ -419,6 +419,22 @@ mod tests {
         // ARRIVE_AT_LATCH_VALID (28), which this encoder leaves clear.
         assert_eq!(q[0], 0x013f_0000);
         assert_eq!(q[0] | 1 << 28, 0x113f_0000);
+    }
+
+    /// A kernel that uses all 255 registers reaches the encoder as 256 (the count rounded up to 8, as
+    /// libcuda writes it): both layouts' 9-bit REGISTER_COUNT carry it, and 256 threads of it fill the
+    /// SM's 64K registers exactly once.
+    #[test]
+    fn a_255_register_kernel_declares_256_in_both_layouts() {
+        let mut p = k_params();
+        p.registers = QMD_MAX_REGISTERS;
+        p.block = [256, 1, 1];
+        let q = encode(&HOPPER, &p).unwrap();
+        assert_eq!(bits(&q, 1208, 1200), 256, "REGISTER_COUNT (V04)");
+        assert_eq!(decode(&HOPPER, &q).registers, 256);
+        let q = encode(&BLACKWELL_GB10, &p).unwrap();
+        assert_eq!(bits(&q, 1136, 1128), 256, "REGISTER_COUNT (V05)");
+        assert_eq!(HOPPER.resident_blocks(256, 256), 1);
     }
 
     #[test]
@@ -554,7 +570,8 @@ mod tests {
         assert!(matches!(with(&|p| p.block = [1, 1, 65]), QmdError::DimensionTooLarge { what: "block", .. }));
         assert!(matches!(with(&|p| p.grid = [1, 65536, 1]), QmdError::DimensionTooLarge { what: "grid", .. }));
         assert_eq!(with(&|p| p.block = [64, 32, 1]), QmdError::TooManyThreads { threads: 2048 });
-        assert_eq!(with(&|p| p.registers = 256), QmdError::TooManyRegisters { registers: 256 });
+        assert_eq!(with(&|p| p.registers = 257), QmdError::TooManyRegisters { registers: 257 });
+        assert_eq!(with(&|p| p.registers = 264), QmdError::TooManyRegisters { registers: 264 });
         assert_eq!(with(&|p| p.barrier_count = 17), QmdError::TooManyBarriers { barriers: 17 });
         assert_eq!(
             with(&|p| p.shared_bytes = 228 * 1024 + 1),

@@ -128,8 +128,9 @@ pub enum QmdError {
         /// The architecture's limit.
         max: u32,
     },
-    /// More registers than a thread can have.
-    #[error("{registers} registers per thread exceed 255")]
+    /// More registers than a QMD may declare ([`crate::queue::QMD_MAX_REGISTERS`]: a thread's 255, rounded up
+    /// to a multiple of 8).
+    #[error("{registers} registers per thread exceed the 256 a QMD may declare (255, rounded up to a multiple of 8)")]
     TooManyRegisters {
         /// Registers asked for.
         registers: u32,

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Puts a benchmark's `omega.<metric>` lines beside a peer log's lines of the same metric names from the
+same run, as ratios (how many times better Omega is: time ratios for `_us`, rate ratios otherwise).
+PEERS are the peer log's prefixes to show (default `torch cublas`): for matmul, `torch` is torch's own call
+(what a caller of F.linear gets, Python launch cost included: the small-M goal's peer) and `cublas` is
+cuBLAS alone in a CUDA graph (the TFLOP/s goals' peer); attention's peer log has `torch` (SDPA) lines.
+
+  python3 benches/gpu/compare.py OMEGA_LOG PEER_LOG [PEER ...]
+"""
+import sys
+
+
+def load(path, prefix):
+    d = {}
+    for line in open(path, errors="replace"):
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith(prefix + "."):
+            try:
+                d[parts[0][len(prefix) + 1:]] = float(parts[1])
+            except ValueError:
+                pass
+    return d
+
+
+def ratio(key, ours, theirs):
+    if ours is None or theirs is None or ours == 0 or theirs == 0:
+        return "-"
+    return f"{(theirs / ours if key.endswith('_us') else ours / theirs):.2f}"
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    omega = load(sys.argv[1], "omega")
+    peers = {p: load(sys.argv[2], p) for p in (sys.argv[3:] or ["torch", "cublas"])}
+    fmt = lambda v: f"{v:>10.4g}" if v is not None else f"{'-':>10}"
+    print(f"{'metric':44} {'omega':>10}" + "".join(f" {p:>10} {'/' + p:>8}" for p in peers))
+    for k in sorted(k for k in omega if any(k in d for d in peers.values())):
+        row = f"{k:44} {fmt(omega[k])}"
+        for d in peers.values():
+            row += f" {fmt(d.get(k))} {ratio(k, omega[k], d.get(k)):>8}"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()

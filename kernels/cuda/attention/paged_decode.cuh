@@ -1,0 +1,337 @@
+// Paged decode attention over a bf16 KV pool: split-KV partials, then a log-sum-exp combine.
+//
+// One CTA per (split, kv head, sequence): grid [splits, kv_heads, batch], 128 threads (4 warps). The
+// sequence's tokens go in 16-token tiles (a page of 16 tokens is one tile, a page of 64 four); split s takes
+// tiles [s * tiles_per_split, (s + 1) * tiles_per_split) and warp w of its CTA every fourth of them.
+//
+// The `group` (<= 16) query heads of the KV head are the rows of one mma.sync m16n8k16 (rows past the group
+// are zero): S = Q . K^T takes head_dim / 16 MMAs per 8 tokens, with Q's fragments held in registers (bf16,
+// nearest even) for the whole CTA; P (bf16) . V takes the S accumulators as its A fragments directly, as
+// FlashAttention-2 does. Each warp streams its tiles into shared memory with 16-byte cp.async (a tile's K
+// and V rows are contiguous in the page, so a page is read whole), two stages deep; rows past the sequence's
+// length are zero-filled, never read, so stale pool bytes cannot reach the sums. K fragments are read as
+// 32-bit words of a row padded by 16 bytes (no bank conflicts); V's, transposed, with ldmatrix.x4.trans.
+//
+// The softmax is online, in base 2 (scores times scale * log2 e): each warp keeps a running max and sum per
+// row; the 4 warps merge through shared memory, and the CTA writes its split's normalized partial output
+// part_o[((b * q_heads + h) * splits + s) * head_dim + d] and its log2-sum-exp part_lse[...] (-inf for a
+// split with no tokens). omega_attn_combine merges the splits: out = sum_s 2^(lse_s - M) o_s / sum_s
+// 2^(lse_s - M), M = max lse_s, and writes f32 or bf16; a sequence of length 0 gets zeros.
+//
+// The page table and lengths are device memory the library cannot check: a length is clamped to [0,
+// max_pages * page_tokens] and a page index outside [0, pages) skips its tile, each flagged in *status.
+#pragma once
+#include "common.cuh"
+
+#define DECODE_THREADS 128
+#define DECODE_WARPS 4
+#define DECODE_TILE 16
+#define DECODE_STAGES 2
+#define ATTN_Q_BF16 1u    // flags: q is bf16 (else f32)
+#define ATTN_OUT_BF16 1u  // combine flags: out is bf16 (else f32)
+#define COMBINE_THREADS 128
+#define COMBINE_MAX_SPLITS 256
+
+namespace omega_attn {
+
+// Dynamic shared memory of the decode kernel for head_dim D: the pipeline's stages (K and V tiles of 16
+// rows of D + 8 elements per warp and stage) or the merge's per-warp accumulators, whichever is larger.
+template <int D>
+struct DecodeSmem {
+  static constexpr int ROW = D + 8;
+  static constexpr int STAGE_ELEMS = 2 * DECODE_TILE * ROW;  // K then V
+  static constexpr int PIPE_BYTES = DECODE_WARPS * DECODE_STAGES * STAGE_ELEMS * 2;
+  static constexpr int MERGE_BYTES = DECODE_WARPS * 16 * (D + 2) * 4;
+  static constexpr int BYTES = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; `bytes` 0 stores zeros without reading.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// Where one tile's rows come from, or that it is skipped.
+struct TileSrc {
+  const uint16_t* k;  // row 0 of the tile's K (V is v_offset further)
+  int rows;           // valid rows (0: skipped or past the length)
+};
+
+struct DecodeArgs {
+  const void* q;
+  const uint16_t* pool;
+  const int* table;
+  const int* lens;
+  float* part_o;
+  float* part_lse;
+  unsigned* status;
+  uint64_t head_stride, v_offset, page_stride;
+  uint32_t page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split;
+  float scale_log2;
+  uint32_t flags;
+};
+
+template <int D>
+__device__ __forceinline__ TileSrc tile_src(const DecodeArgs& a, uint32_t b, uint32_t kvh, uint32_t tile, int len) {
+  const uint32_t token0 = tile * DECODE_TILE;
+  const int page = a.table[(uint64_t)b * a.max_pages + token0 / a.page_tokens];
+  if (page < 0 || (uint32_t)page >= a.pages) {
+    if ((threadIdx.x & 31) == 0) atomicOr(a.status, ATTN_STATUS_BAD_PAGE);
+    return TileSrc{a.pool, 0};
+  }
+  const uint16_t* k = a.pool + (uint64_t)page * a.page_stride + kvh * a.head_stride +
+                      (uint64_t)(token0 % a.page_tokens) * D;
+  const int rows = len - (int)token0;
+  return TileSrc{k, rows < DECODE_TILE ? rows : DECODE_TILE};
+}
+
+// The warp's copies of one tile into stage `st` (K rows then V rows, each D + 8 elements apart).
+template <int D>
+__device__ __forceinline__ void load_tile(const DecodeArgs& a, TileSrc t, uint16_t* st) {
+  constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+  constexpr int ROW = DecodeSmem<D>::ROW;
+  const uint32_t lane = threadIdx.x & 31;
+#pragma unroll
+  for (int c = lane; c < DECODE_TILE * CHUNKS; c += 32) {
+    const int row = c / CHUNKS, col = (c % CHUNKS) * 8;
+    const bool ok = row < t.rows;
+    const uint16_t* src = ok ? t.k + (uint64_t)row * D + col : a.pool;
+    cp_async16(st + row * ROW + col, src, ok ? 16 : 0);
+    cp_async16(st + (DECODE_TILE + row) * ROW + col, ok ? src + a.v_offset : a.pool, ok ? 16 : 0);
+  }
+}
+
+template <int D>
+__device__ void paged_decode(const DecodeArgs& a) {
+  constexpr int KS = D / 16;  // k16 steps of S = Q K^T
+  constexpr int DN = D / 8;   // n8 tiles of the output
+  constexpr int ROW = DecodeSmem<D>::ROW;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint16_t* smem = reinterpret_cast<uint16_t*>(smem_raw);
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t g = lane >> 2, t4 = lane & 3;
+  const uint32_t split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int cap = (int)min((uint64_t)a.max_pages * a.page_tokens, (uint64_t)0x7fffffff);
+  const int len = clamped_len(a.lens, b, cap, a.status, split == 0 && kvh == 0 && threadIdx.x == 0);
+  const uint32_t tiles = ((uint32_t)len + DECODE_TILE - 1) / DECODE_TILE;
+  const uint32_t first = split * a.tiles_per_split;
+  const uint32_t last = min(tiles, first + a.tiles_per_split);
+
+  // Q's A fragments: rows g and g + 8 of the group, columns 16 ks + 2 t4 (+1, +8, +9).
+  uint32_t qa[KS][4];
+  {
+    const uint32_t h0 = kvh * a.group;
+    const bool r0 = g < a.group, r1 = g + 8 < a.group;
+    const uint64_t base0 = ((uint64_t)b * a.q_heads + h0 + g) * D, base1 = base0 + 8 * (uint64_t)D;
+    auto qv = [&](bool ok, uint64_t i) -> float {
+      if (!ok) return 0.0f;
+      if (a.flags & ATTN_Q_BF16) return bf16_bits_to_f32(static_cast<const uint16_t*>(a.q)[i]);
+      return static_cast<const float*>(a.q)[i];
+    };
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const uint32_t c = ks * 16 + 2 * t4;
+      qa[ks][0] = pack_bf16x2(qv(r0, base0 + c), qv(r0, base0 + c + 1));
+      qa[ks][1] = pack_bf16x2(qv(r1, base1 + c), qv(r1, base1 + c + 1));
+      qa[ks][2] = pack_bf16x2(qv(r0, base0 + c + 8), qv(r0, base0 + c + 9));
+      qa[ks][3] = pack_bf16x2(qv(r1, base1 + c + 8), qv(r1, base1 + c + 9));
+    }
+  }
+
+  float o[DN][4];
+#pragma unroll
+  for (int i = 0; i < DN; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  uint16_t* stages = smem + warp * DECODE_STAGES * DecodeSmem<D>::STAGE_ELEMS;
+  uint32_t tile = first + warp;
+  TileSrc cur = tile < last ? tile_src<D>(a, b, kvh, tile, len) : TileSrc{a.pool, 0};
+  if (tile < last) load_tile<D>(a, cur, stages);
+  cp_async_commit();
+  for (uint32_t it = 0; tile < last; ++it, tile += DECODE_WARPS) {
+    uint16_t* st = stages + (it & 1) * DecodeSmem<D>::STAGE_ELEMS;
+    const uint32_t next = tile + DECODE_WARPS;
+    TileSrc nsrc = next < last ? tile_src<D>(a, b, kvh, next, len) : TileSrc{a.pool, 0};
+    if (next < last) load_tile<D>(a, nsrc, stages + ((it + 1) & 1) * DecodeSmem<D>::STAGE_ELEMS);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncwarp();
+
+    // S = Q K^T for tokens 8 nt + 2 t4 (+1) of the tile, rows g and g + 8.
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const uint16_t* krow = st + (nt * 8 + g) * ROW + 2 * t4;
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + ks * 16);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + ks * 16 + 8);
+        mma_bf16(s[nt], qa[ks], b0, b1);
+      }
+    }
+    const int valid = cur.rows;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int tok = nt * 8 + 2 * t4 + (j & 1);
+        s[nt][j] = tok < valid ? s[nt][j] * a.scale_log2 : -INFINITY;
+        mx[j >> 1] = fmaxf(mx[j >> 1], s[nt][j]);
+      }
+    uint32_t pa[4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r]);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[r] - m_use);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int i = 0; i < DN; ++i) {
+        o[i][2 * r] *= alpha;
+        o[i][2 * r + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        l[r] += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+    }
+    pa[0] = pack_bf16x2(s[0][0], s[0][1]);
+    pa[1] = pack_bf16x2(s[0][2], s[0][3]);
+    pa[2] = pack_bf16x2(s[1][0], s[1][1]);
+    pa[3] = pack_bf16x2(s[1][2], s[1][3]);
+
+    // O += P V: V^T fragments by ldmatrix.trans, two n8 tiles of the output per x4.
+    const uint16_t* vt = st + DECODE_TILE * ROW;
+#pragma unroll
+    for (int dn = 0; dn < DN; dn += 2) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, vt + (lane & 15) * ROW + (dn + (lane >> 4)) * 8);
+      mma_bf16(o[dn], pa, vb[0], vb[1]);
+      mma_bf16(o[dn + 1], pa, vb[2], vb[3]);
+    }
+    __syncwarp();
+    cur = nsrc;
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  __syncthreads();  // every warp is done with the stages: the merge reuses them
+
+  // The merge: per warp 16 rows of D accumulators, then its max and sum per row.
+  constexpr int MROW = D + 2;
+  float* mw = reinterpret_cast<float*>(smem_raw) + warp * 16 * MROW;
+#pragma unroll
+  for (int i = 0; i < DN; ++i) {
+    const int c = i * 8 + 2 * t4;
+    mw[g * MROW + c] = o[i][0];
+    mw[g * MROW + c + 1] = o[i][1];
+    mw[(g + 8) * MROW + c] = o[i][2];
+    mw[(g + 8) * MROW + c + 1] = o[i][3];
+  }
+  if (t4 == 0) {
+    mw[g * MROW + D] = m[0];
+    mw[g * MROW + D + 1] = l[0];
+    mw[(g + 8) * MROW + D] = m[1];
+    mw[(g + 8) * MROW + D + 1] = l[1];
+  }
+  __syncthreads();
+  const float* mall = reinterpret_cast<const float*>(smem_raw);
+  for (uint32_t i = threadIdx.x; i < a.group * D; i += DECODE_THREADS) {
+    const uint32_t r = i / D, d = i % D;
+    float mmax = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < DECODE_WARPS; ++w) mmax = fmaxf(mmax, mall[(w * 16 + r) * MROW + D]);
+    float sum = 0.0f, acc = 0.0f;
+    if (mmax != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < DECODE_WARPS; ++w) {
+        const float* wr = mall + (w * 16 + r) * MROW;
+        const float f = exp2f(wr[D] - mmax);
+        sum += wr[D + 1] * f;
+        acc += wr[d] * f;
+      }
+    }
+    const uint64_t part = ((uint64_t)b * a.q_heads + kvh * a.group + r) * a.splits + split;
+    a.part_o[part * D + d] = sum > 0.0f ? acc / sum : 0.0f;
+    if (d == 0) a.part_lse[part] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
+  }
+}
+
+}  // namespace omega_attn
+
+#define OMEGA_PAGED_DECODE(D)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) omega_paged_decode_bf16_d##D(                    \
+      const void* q, const uint16_t* pool, const int* table, const int* lens, float* part_o, float* part_lse,   \
+      unsigned* status, uint64_t head_stride, uint64_t v_offset, uint64_t page_stride, uint32_t page_tokens,    \
+      uint32_t pages, uint32_t max_pages, uint32_t q_heads, uint32_t group, uint32_t splits,                    \
+      uint32_t tiles_per_split, float scale_log2, uint32_t flags) {                                             \
+    omega_attn::DecodeArgs a{q,           pool,     table,      lens,  part_o,    part_lse,        status,     \
+                             head_stride, v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, \
+                             splits,      tiles_per_split, scale_log2, flags};                                 \
+    omega_attn::paged_decode<D>(a);                                                                             \
+  }
+OMEGA_PAGED_DECODE(32)
+OMEGA_PAGED_DECODE(64)
+OMEGA_PAGED_DECODE(128)
+
+// The combine: grid [q_heads, batch], 128 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
+    omega_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* out,
+                       uint32_t head_dim, uint32_t splits, uint32_t q_heads, uint32_t flags) {
+  __shared__ float wts[COMBINE_MAX_SPLITS];
+  __shared__ float total;
+  const uint64_t row = (uint64_t)blockIdx.y * q_heads + blockIdx.x;
+  const float* lse = part_lse + row * splits;
+  float mmax = -INFINITY;
+  for (uint32_t s = 0; s < splits; ++s) mmax = fmaxf(mmax, lse[s]);
+  for (uint32_t s = threadIdx.x; s < splits; s += COMBINE_THREADS)
+    wts[s] = mmax == -INFINITY ? 0.0f : exp2f(lse[s] - mmax);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.0f;
+    for (uint32_t s = 0; s < splits; ++s) t += wts[s];
+    total = t;
+  }
+  __syncthreads();
+  for (uint32_t d = threadIdx.x; d < head_dim; d += COMBINE_THREADS) {
+    float acc = 0.0f;
+    for (uint32_t s = 0; s < splits; ++s) acc += wts[s] * part_o[(row * splits + s) * head_dim + d];
+    const float v = total > 0.0f ? acc / total : 0.0f;
+    if (flags & ATTN_OUT_BF16)
+      static_cast<__nv_bfloat16*>(out)[row * head_dim + d] = __float2bfloat16_rn(v);
+    else
+      static_cast<float*>(out)[row * head_dim + d] = v;
+  }
+}

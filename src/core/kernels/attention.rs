@@ -1,0 +1,431 @@
+//! The `attention` module's kernels (`kernels/cuda/attention.cu`, the attention library's): their names,
+//! the launch constants their sources fix, and the host references the simulator runs.
+//!
+//! Layouts (every count in elements): dense q and out are `[rows][q_heads][head_dim]`, k and v
+//! `[kv_len][kv_heads][head_dim]`, f32. The paged pool holds bf16: page `p` of KV head `h` has its K rows at
+//! `p * page_stride + h * head_stride`, token-major (`head_dim` contiguous elements a token), and its V rows
+//! `v_offset` further. Decode queries and outputs are `[batch][q_heads][head_dim]`, f32 or bf16; page
+//! tables `[batch][max_pages]` and lengths `[batch]` are i32 in device memory.
+//!
+//! Each reference reads what its kernel reads, where the kernel reads it (the page table entry of every
+//! 16-token tile, only the rows below the length, the lengths clamped and flagged as the kernel clamps
+//! them), and stores exactly where the kernel stores, so a buffer too small faults where the kernel's load
+//! or store would. Arithmetic: the references compute each row in f64 ([`omega_refmath::attend_row`]) with
+//! the kernels' roundings (the decode kernel's bf16 queries and bf16 `P`), so they agree with the GPU to
+//! rounding. Work is sliced by CTA ([`KernelCtx::take_blocks`]) for the decode and combine kernels and by
+//! warp (one query row and head) for the dense kernel.
+
+use omega_hal::sim::{KernelCtx, KernelError};
+use omega_refmath::{self as math, KvRows};
+
+use super::HostSpec;
+
+/// The module's name (`kernels/cuda/attention.cu`).
+pub const ATTENTION: &str = "attention";
+/// `omega_gqa_attention_f32(q, k, v, out, q_heads, kv_heads, head_dim, kv_len, q_rows, causal, scale)`.
+pub const GQA_F32: &str = "omega_gqa_attention_f32";
+/// `omega_paged_decode_bf16_d{32,64,128}(q, pool, table, lens, part_o, part_lse, status, head_stride,
+/// v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split,
+/// scale_log2, flags)`, by head_dim ([`DECODE_HEAD_DIMS`]).
+pub const PAGED_DECODE: [&str; 3] =
+    ["omega_paged_decode_bf16_d32", "omega_paged_decode_bf16_d64", "omega_paged_decode_bf16_d128"];
+/// The head dims the decode entries are compiled for, in [`PAGED_DECODE`] order.
+pub const DECODE_HEAD_DIMS: [u32; 3] = [32, 64, 128];
+/// `omega_attn_combine(part_o, part_lse, out, head_dim, splits, q_heads, flags)`.
+pub const COMBINE: &str = "omega_attn_combine";
+/// `omega_kv_append_bf16(pool, k_new, v_new, table, lens, status, head_stride, v_offset, page_stride,
+/// page_tokens, pages, max_pages, kv_heads, head_dim, flags)`.
+pub const KV_APPEND: &str = "omega_kv_append_bf16";
+
+/// `omega_attn_copy16(src, dst, n16)`: a grid-stride copy of 16-byte chunks, the benchmark's bandwidth
+/// denominator.
+pub const COPY16: &str = "omega_attn_copy16";
+/// The copy's block (`COPY_THREADS`).
+pub const COPY_THREADS: u32 = 256;
+
+/// The dense kernel's block (`GQA_THREADS`): 4 warps, one (row, head) each.
+pub const GQA_THREADS: u32 = 128;
+/// The dense kernel's largest head_dim (`GQA_MAX_CHUNKS` * 32).
+pub const GQA_MAX_HEAD_DIM: u32 = 256;
+/// The decode kernel's block (`DECODE_THREADS`).
+pub const DECODE_THREADS: u32 = 128;
+/// Warps of a decode CTA (`DECODE_WARPS`).
+pub const DECODE_WARPS: u32 = 4;
+/// Tokens of one decode tile (`DECODE_TILE`): page sizes are multiples of it.
+pub const DECODE_TILE: u32 = 16;
+/// Query heads one KV head may serve in the decode kernel: the MMA's 16 rows.
+pub const DECODE_MAX_GROUP: u32 = 16;
+/// The combine's block (`COMBINE_THREADS`) and its most splits (`COMBINE_MAX_SPLITS`).
+pub const COMBINE_THREADS: u32 = 128;
+/// The most splits the combine merges.
+pub const COMBINE_MAX_SPLITS: u32 = 256;
+/// The append kernel's block (`APPEND_THREADS`).
+pub const APPEND_THREADS: u32 = 128;
+
+/// Decode flags: q is bf16 (`ATTN_Q_BF16`).
+pub const FLAG_Q_BF16: u32 = 1;
+/// Combine flags: out is bf16 (`ATTN_OUT_BF16`).
+pub const FLAG_OUT_BF16: u32 = 1;
+/// Append flags: k_new and v_new are f32 (`ATTN_APPEND_F32`).
+pub const APPEND_F32: u32 = 1;
+/// Append flags: store `lens[b] + 1` after the append (`ATTN_APPEND_ADVANCE`).
+pub const APPEND_ADVANCE: u32 = 2;
+
+/// Status bit: a page index outside the pool (its tile skipped, its append not written).
+pub const STATUS_BAD_PAGE: u32 = 1;
+/// Status bit: a length past the table's capacity (clamped; an append past it not written).
+pub const STATUS_LONG: u32 = 2;
+/// Status bit: a negative length (taken as 0; its append not written).
+pub const STATUS_NEGATIVE: u32 = 4;
+
+/// The decode kernel's dynamic shared memory for `head_dim` (`DecodeSmem<D>::BYTES`): two stages of a
+/// 16-row K and V tile (rows padded by 8 elements) per warp, or the merge's accumulators if larger.
+pub const fn decode_smem_bytes(head_dim: u32) -> u32 {
+    let pipe = DECODE_WARPS * 2 * 2 * DECODE_TILE * (head_dim + 8) * 2;
+    let merge = DECODE_WARPS * 16 * (head_dim + 2) * 4;
+    if pipe > merge {
+        pipe
+    } else {
+        merge
+    }
+}
+
+/// The module's kernels with their host references, by symbol name.
+pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
+    HostSpec {
+        name: GQA_F32,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gqa_f32,
+    },
+    decode_spec(0),
+    decode_spec(1),
+    decode_spec(2),
+    HostSpec {
+        name: COMBINE,
+        param_sizes: &[8, 8, 8, 4, 4, 4, 4],
+        static_shared_bytes: COMBINE_MAX_SPLITS * 4 + 4,
+        local_bytes_per_thread: 0,
+        run: combine,
+    },
+    HostSpec { name: COPY16, param_sizes: &[8, 8, 8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: copy16 },
+    HostSpec {
+        name: KV_APPEND,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: kv_append,
+    },
+];
+
+const fn decode_spec(i: usize) -> HostSpec {
+    HostSpec {
+        name: PAGED_DECODE[i],
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: [paged_decode::<32>, paged_decode::<64>, paged_decode::<128>][i],
+    }
+}
+
+fn fault(detail: String) -> KernelError {
+    KernelError::Fault { xid: 13, detail }
+}
+
+/// `n` bf16 values at `va`, widened.
+fn read_bf16s(ctx: &KernelCtx<'_>, va: u64, n: usize) -> Result<Vec<f32>, KernelError> {
+    let mut bytes = vec![0u8; n * 2];
+    ctx.read(va, &mut bytes)?;
+    Ok(math::widen_bf16(&bytes))
+}
+
+fn read_i32(ctx: &KernelCtx<'_>, va: u64) -> Result<i32, KernelError> {
+    Ok(ctx.read_u32s(va, 1)?[0] as i32)
+}
+
+/// ORs `bits` into the status word at `va` (the kernels' atomicOr).
+fn flag(ctx: &mut KernelCtx<'_>, va: u64, bits: u32) -> Result<(), KernelError> {
+    let w = ctx.read_u32s(va, 1)?[0];
+    ctx.write_u32s(va, &[w | bits])
+}
+
+fn check_block(ctx: &KernelCtx<'_>, name: &str, threads: u32) -> Result<(), KernelError> {
+    if ctx.block != [threads, 1, 1] {
+        return Err(fault(format!("{name}: written for blocks of [{threads}, 1, 1], launched with {:?}", ctx.block)));
+    }
+    Ok(())
+}
+
+fn gqa_f32(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    check_block(ctx, GQA_F32, GQA_THREADS)?;
+    let (q, k, v, out) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let [q_heads, kv_heads, d, kv_len, q_rows, causal] = core::array::from_fn(|i| ctx.word(8 + i));
+    let scale = f32::from_bits(ctx.word(14));
+    if q_heads == 0 || kv_heads == 0 || q_heads % kv_heads != 0 || d > GQA_MAX_HEAD_DIM || q_rows > kv_len {
+        return Err(fault(format!("{GQA_F32}: heads {q_heads}/{kv_heads}, head_dim {d}, rows {q_rows} of {kv_len}")));
+    }
+    let warps = u64::from(ctx.grid[0]) * u64::from(GQA_THREADS / 32);
+    let total = (u64::from(q_rows) * u64::from(q_heads)).min(warps);
+    let part = ctx.take(total);
+    if part.is_empty() {
+        return Ok(());
+    }
+    let (d, row_elems) = (d as usize, kv_heads as usize * d as usize);
+    let group = q_heads / kv_heads;
+    // Every warp of the slice reads keys 0 .. its limit; the slice reads all kv_len rows once.
+    let kf = ctx.read_f32s(k, kv_len as usize * row_elems)?;
+    let vf = ctx.read_f32s(v, kv_len as usize * row_elems)?;
+    let qf = ctx.read_f32s(q.wrapping_add(part.start * d as u64 * 4), (part.end - part.start) as usize * d)?;
+    let mut outs = vec![0f32; qf.len()];
+    let mut row_out = vec![0f64; d];
+    for (i, w) in part.clone().enumerate() {
+        let (row, h) = ((w / u64::from(q_heads)) as u32, (w % u64::from(q_heads)) as u32);
+        let pos = kv_len - q_rows + row;
+        let n = if causal != 0 { pos + 1 } else { kv_len } as usize;
+        let kv = KvRows { k: &kf, v: &vf, stride: row_elems, offset: (h / group) as usize * d, n };
+        // expf(s - m) is 2^(log2(e) (s - m)): the same softmax in base 2.
+        let scale_log2 = f64::from(scale) * core::f64::consts::LOG2_E;
+        math::attend_row(&qf[i * d..(i + 1) * d], kv, scale_log2, false, &mut row_out);
+        for (o, x) in outs[i * d..(i + 1) * d].iter_mut().zip(&row_out) {
+            *o = *x as f32;
+        }
+    }
+    ctx.write_f32s(out.wrapping_add(part.start * d as u64 * 4), &outs)
+}
+
+/// The decode kernels' parameters.
+struct Decode {
+    q: u64,
+    pool: u64,
+    table: u64,
+    lens: u64,
+    part_o: u64,
+    part_lse: u64,
+    status: u64,
+    head_stride: u64,
+    v_offset: u64,
+    page_stride: u64,
+    page_tokens: u32,
+    pages: u32,
+    max_pages: u32,
+    q_heads: u32,
+    group: u32,
+    splits: u32,
+    tiles_per_split: u32,
+    scale_log2: f32,
+    flags: u32,
+}
+
+impl Decode {
+    fn of(ctx: &KernelCtx<'_>) -> Decode {
+        Decode {
+            q: ctx.u64_at(0),
+            pool: ctx.u64_at(2),
+            table: ctx.u64_at(4),
+            lens: ctx.u64_at(6),
+            part_o: ctx.u64_at(8),
+            part_lse: ctx.u64_at(10),
+            status: ctx.u64_at(12),
+            head_stride: ctx.u64_at(14),
+            v_offset: ctx.u64_at(16),
+            page_stride: ctx.u64_at(18),
+            page_tokens: ctx.word(20),
+            pages: ctx.word(21),
+            max_pages: ctx.word(22),
+            q_heads: ctx.word(23),
+            group: ctx.word(24),
+            splits: ctx.word(25),
+            tiles_per_split: ctx.word(26),
+            scale_log2: f32::from_bits(ctx.word(27)),
+            flags: ctx.word(28),
+        }
+    }
+}
+
+/// The length of sequence `b` as the kernels clamp it, with the clamp flagged when `report`.
+fn clamped_len(
+    ctx: &mut KernelCtx<'_>,
+    lens: u64,
+    status: u64,
+    b: u32,
+    cap: u64,
+    report: bool,
+) -> Result<u32, KernelError> {
+    let len = read_i32(ctx, lens.wrapping_add(u64::from(b) * 4))?;
+    let cap = cap.min(i32::MAX as u64) as u32;
+    let (len, bits) = if len < 0 {
+        (0, STATUS_NEGATIVE)
+    } else if len as u32 > cap {
+        (cap, STATUS_LONG)
+    } else {
+        (len as u32, 0)
+    };
+    if bits != 0 && report {
+        flag(ctx, status, bits)?;
+    }
+    Ok(len)
+}
+
+fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = PAGED_DECODE[DECODE_HEAD_DIMS.iter().position(|&d| d == D).expect("compiled head dims")];
+    check_block(ctx, name, DECODE_THREADS)?;
+    if ctx.dynamic_shared_bytes < decode_smem_bytes(D) {
+        return Err(fault(format!("{name}: needs {} bytes of dynamic shared memory", decode_smem_bytes(D))));
+    }
+    let a = Decode::of(ctx);
+    if a.page_tokens == 0 || !a.page_tokens.is_multiple_of(DECODE_TILE) || a.group == 0 || a.group > DECODE_MAX_GROUP {
+        return Err(fault(format!("{name}: page of {} tokens, group of {}", a.page_tokens, a.group)));
+    }
+    let shape = ctx.shape();
+    let d = D as usize;
+    for blk in ctx.take_blocks() {
+        let [split, kvh, b] = shape.block_id(blk);
+        let cap = u64::from(a.max_pages) * u64::from(a.page_tokens);
+        let len = clamped_len(ctx, a.lens, a.status, b, cap, split == 0 && kvh == 0)?;
+        let tiles = len.div_ceil(DECODE_TILE);
+        let first = split.saturating_mul(a.tiles_per_split);
+        let last = tiles.min(first.saturating_add(a.tiles_per_split));
+        // The split's valid rows, gathered as the warps' tiles read them.
+        let (mut kf, mut vf) = (Vec::new(), Vec::new());
+        for tile in first..last {
+            let token0 = tile * DECODE_TILE;
+            let entry =
+                a.table.wrapping_add((u64::from(b) * u64::from(a.max_pages) + u64::from(token0 / a.page_tokens)) * 4);
+            let page = read_i32(ctx, entry)?;
+            if page < 0 || page as u32 >= a.pages {
+                flag(ctx, a.status, STATUS_BAD_PAGE)?;
+                continue;
+            }
+            let rows = (len - token0).min(DECODE_TILE) as usize;
+            let at = u64::from(page as u32) * a.page_stride
+                + u64::from(kvh) * a.head_stride
+                + u64::from(token0 % a.page_tokens) * u64::from(D);
+            let kva = a.pool.wrapping_add(at * 2);
+            kf.extend(read_bf16s(ctx, kva, rows * d)?);
+            vf.extend(read_bf16s(ctx, kva.wrapping_add(a.v_offset * 2), rows * d)?);
+        }
+        let n = kf.len() / d;
+        for r in 0..a.group {
+            let h = kvh * a.group + r;
+            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(h);
+            let q = if a.flags & FLAG_Q_BF16 != 0 {
+                read_bf16s(ctx, a.q.wrapping_add(row * u64::from(D) * 2), d)?
+            } else {
+                ctx.read_f32s(a.q.wrapping_add(row * u64::from(D) * 4), d)?
+            };
+            // The kernel's A fragments: q rounded to bf16.
+            let q: Vec<f32> = q.iter().map(|&x| math::bf16_to_f32(math::f32_to_bf16(x))).collect();
+            let mut o = vec![0f64; d];
+            let kv = KvRows { k: &kf, v: &vf, stride: d, offset: 0, n };
+            let (m, l) = math::attend_row(&q, kv, f64::from(a.scale_log2), true, &mut o);
+            let part = row * u64::from(a.splits) + u64::from(split);
+            let o32: Vec<f32> = o.iter().map(|&x| x as f32).collect();
+            ctx.write_f32s(a.part_o.wrapping_add(part * u64::from(D) * 4), &o32)?;
+            let lse = if l > 0.0 { (m + l.log2()) as f32 } else { f32::NEG_INFINITY };
+            ctx.write_f32s(a.part_lse.wrapping_add(part * 4), &[lse])?;
+        }
+    }
+    Ok(())
+}
+
+fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    check_block(ctx, COMBINE, COMBINE_THREADS)?;
+    let (part_o, part_lse, out) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let [head_dim, splits, q_heads, flags] = core::array::from_fn(|i| ctx.word(6 + i));
+    if splits > COMBINE_MAX_SPLITS {
+        return Err(fault(format!("{COMBINE}: {splits} splits, at most {COMBINE_MAX_SPLITS}")));
+    }
+    let shape = ctx.shape();
+    let d = head_dim as usize;
+    for blk in ctx.take_blocks() {
+        let [h, b, _] = shape.block_id(blk);
+        let row = u64::from(b) * u64::from(q_heads) + u64::from(h);
+        let lse = ctx.read_f32s(part_lse.wrapping_add(row * u64::from(splits) * 4), splits as usize)?;
+        let m = lse.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let w: Vec<f32> = lse.iter().map(|&x| if m == f32::NEG_INFINITY { 0.0 } else { (x - m).exp2() }).collect();
+        let total: f32 = w.iter().sum();
+        let parts =
+            ctx.read_f32s(part_o.wrapping_add(row * u64::from(splits) * u64::from(head_dim) * 4), splits as usize * d)?;
+        let vals: Vec<f32> = (0..d)
+            .map(|j| {
+                let acc: f32 = w.iter().enumerate().map(|(s, ws)| ws * parts[s * d + j]).sum();
+                if total > 0.0 {
+                    acc / total
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let at = row * u64::from(head_dim);
+        if flags & FLAG_OUT_BF16 != 0 {
+            let bytes: Vec<u8> = vals.iter().flat_map(|&x| math::f32_to_bf16(x).to_le_bytes()).collect();
+            ctx.write(out.wrapping_add(at * 2), &bytes)?;
+        } else {
+            ctx.write_f32s(out.wrapping_add(at * 4), &vals)?;
+        }
+    }
+    Ok(())
+}
+
+fn kv_append(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    check_block(ctx, KV_APPEND, APPEND_THREADS)?;
+    let [pool, k_new, v_new, table, lens, status] = core::array::from_fn(|i| ctx.u64_at(2 * i));
+    let (head_stride, v_offset, page_stride) = (ctx.u64_at(12), ctx.u64_at(14), ctx.u64_at(16));
+    let [page_tokens, pages, max_pages, kv_heads, head_dim, flags] = core::array::from_fn(|i| ctx.word(18 + i));
+    if page_tokens == 0 || head_dim % 8 != 0 {
+        return Err(fault(format!("{KV_APPEND}: page of {page_tokens} tokens, head_dim {head_dim}")));
+    }
+    let shape = ctx.shape();
+    let d = head_dim as usize;
+    for blk in ctx.take_blocks() {
+        let b = shape.block_id(blk)[0];
+        let len = read_i32(ctx, lens.wrapping_add(u64::from(b) * 4))?;
+        let cap = u64::from(max_pages) * u64::from(page_tokens);
+        if len < 0 || len as u64 >= cap {
+            flag(ctx, status, if len < 0 { STATUS_NEGATIVE } else { STATUS_LONG })?;
+            continue;
+        }
+        let pos = len as u32;
+        let entry = table.wrapping_add((u64::from(b) * u64::from(max_pages) + u64::from(pos / page_tokens)) * 4);
+        let page = read_i32(ctx, entry)?;
+        if page < 0 || page as u32 >= pages {
+            flag(ctx, status, STATUS_BAD_PAGE)?;
+            continue;
+        }
+        for h in 0..kv_heads {
+            let src = (u64::from(b) * u64::from(kv_heads) + u64::from(h)) * u64::from(head_dim);
+            let (kr, vr) = if flags & APPEND_F32 != 0 {
+                let k = ctx.read_f32s(k_new.wrapping_add(src * 4), d)?;
+                let v = ctx.read_f32s(v_new.wrapping_add(src * 4), d)?;
+                let round =
+                    |x: Vec<f32>| -> Vec<u8> { x.iter().flat_map(|&f| math::f32_to_bf16(f).to_le_bytes()).collect() };
+                (round(k), round(v))
+            } else {
+                let (mut k, mut v) = (vec![0u8; d * 2], vec![0u8; d * 2]);
+                ctx.read(k_new.wrapping_add(src * 2), &mut k)?;
+                ctx.read(v_new.wrapping_add(src * 2), &mut v)?;
+                (k, v)
+            };
+            let dst = u64::from(page as u32) * page_stride
+                + u64::from(h) * head_stride
+                + u64::from(pos % page_tokens) * u64::from(head_dim);
+            ctx.write(pool.wrapping_add(dst * 2), &kr)?;
+            ctx.write(pool.wrapping_add((dst + v_offset) * 2), &vr)?;
+        }
+        if flags & APPEND_ADVANCE != 0 {
+            ctx.write_u32s(lens.wrapping_add(u64::from(b) * 4), &[(len + 1) as u32])?;
+        }
+    }
+    Ok(())
+}
+
+fn copy16(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    check_block(ctx, COPY16, COPY_THREADS)?;
+    let (src, dst, n16) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    // A grid-stride loop: every chunk whatever the grid; a slice of the simulator's units is a chunk each.
+    let part = ctx.take(n16);
+    let mut bytes = vec![0u8; ((part.end - part.start) * 16) as usize];
+    ctx.read(src.wrapping_add(part.start * 16), &mut bytes)?;
+    ctx.write(dst.wrapping_add(part.start * 16), &bytes)
+}

@@ -1,0 +1,239 @@
+//! Shapes, the KV layout, and the split planner of the decode kernels.
+
+use crate::kernels::attention::{COMBINE_MAX_SPLITS, DECODE_HEAD_DIMS, DECODE_TILE, DECODE_WARPS};
+
+use super::error::{LayoutError, ShapeError};
+
+/// Where a paged KV pool keeps its bf16 rows (every count in elements): page `p` of KV head `h` holds its
+/// K rows at `p * page_stride + h * head_stride`, token-major with `head_dim` contiguous elements a token,
+/// and its V rows `v_offset` further. A 16-token tile of a page is then two contiguous runs of 16 rows
+/// (K, V), which the decode kernels read whole with 16-byte loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvLayout {
+    /// Tokens per page: a positive multiple of 16 (16 and 64 are the tested sizes).
+    pub page_tokens: u32,
+    /// KV heads.
+    pub kv_heads: u32,
+    /// Elements per head and token: 32, 64 or 128.
+    pub head_dim: u32,
+    /// Pages in the pool.
+    pub pages: u32,
+    /// Elements from one KV head's rows of a page to the next head's.
+    pub head_stride: u64,
+    /// Elements from a head's K rows to its V rows.
+    pub v_offset: u64,
+    /// Elements from one page to the next.
+    pub page_stride: u64,
+}
+
+impl KvLayout {
+    /// The packed layout: per page, every head's K rows (`page_tokens * head_dim` each), then every head's
+    /// V rows.
+    pub const fn new(page_tokens: u32, kv_heads: u32, head_dim: u32, pages: u32) -> KvLayout {
+        let head_stride = page_tokens as u64 * head_dim as u64;
+        let v_offset = kv_heads as u64 * head_stride;
+        KvLayout { page_tokens, kv_heads, head_dim, pages, head_stride, v_offset, page_stride: 2 * v_offset }
+    }
+
+    /// Elements of the pool (`pages * page_stride`), or the refusal of a layout the kernels cannot read.
+    pub fn check(&self) -> Result<u64, LayoutError> {
+        if self.page_tokens == 0 || !self.page_tokens.is_multiple_of(DECODE_TILE) {
+            return Err(LayoutError::PageTokens { page_tokens: self.page_tokens });
+        }
+        if !DECODE_HEAD_DIMS.contains(&self.head_dim) {
+            return Err(LayoutError::HeadDim { head_dim: self.head_dim });
+        }
+        if self.kv_heads == 0 {
+            return Err(LayoutError::Zero { what: "kv_heads" });
+        }
+        if self.pages == 0 {
+            return Err(LayoutError::Zero { what: "pages" });
+        }
+        let rows = u64::from(self.page_tokens) * u64::from(self.head_dim);
+        let heads = u64::from(self.kv_heads - 1).checked_mul(self.head_stride).and_then(|x| x.checked_add(rows));
+        let heads = heads.ok_or(LayoutError::Overflow { pages: self.pages, page_stride: self.page_stride })?;
+        let stride = |which, value: u64, needs: u64| {
+            if value.is_multiple_of(8) && value >= needs {
+                Ok(())
+            } else {
+                Err(LayoutError::Stride { which, value, needs })
+            }
+        };
+        // One head's K rows fit below the next head's; every head's K rows below V; K and V below the next page.
+        stride("head_stride", self.head_stride, if self.kv_heads > 1 { rows } else { 0 })?;
+        stride("v_offset", self.v_offset, heads)?;
+        stride("page_stride", self.page_stride, self.v_offset.saturating_add(heads))?;
+        let elems = u64::from(self.pages)
+            .checked_mul(self.page_stride)
+            .filter(|e| e.checked_mul(2).is_some_and(|b| b <= i64::MAX as u64));
+        elems.ok_or(LayoutError::Overflow { pages: self.pages, page_stride: self.page_stride })
+    }
+
+    /// Bytes of one token's K and V rows over every head.
+    pub fn token_bytes(&self) -> u64 {
+        2 * 2 * u64::from(self.kv_heads) * u64::from(self.head_dim)
+    }
+}
+
+/// A decode call: `batch` sequences of one query token each, their page tables `[batch][max_pages]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeShape {
+    /// Sequences.
+    pub batch: u32,
+    /// Query heads (a whole number of groups of the layout's KV heads, at most 16 per group).
+    pub q_heads: u32,
+    /// Page table slots per sequence: a sequence holds at most `max_pages * page_tokens` tokens.
+    pub max_pages: u32,
+    /// The KV split: 0 lets the planner choose (every SM busy), otherwise that many splits (at most 256;
+    /// fewer when the longest sequence has fewer tiles).
+    pub splits: u32,
+    /// The softmax scale; `None` is `1 / sqrt(head_dim)`.
+    pub scale: Option<f32>,
+}
+
+impl DecodeShape {
+    /// `batch` sequences of `q_heads` query heads, `max_pages` table slots each, planner's split, the default
+    /// scale.
+    pub const fn new(batch: u32, q_heads: u32, max_pages: u32) -> DecodeShape {
+        DecodeShape { batch, q_heads, max_pages, splits: 0, scale: None }
+    }
+}
+
+/// A dense GQA call: `q_rows` query rows against `kv_len` keys; query row `i` sits at position
+/// `kv_len - q_rows + i` (so the rows are any slice of a self-attention: the whole of it with `q_rows =
+/// kv_len`, a prefill chunk, one decode step).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GqaShape {
+    /// Query heads (a multiple of `kv_heads`).
+    pub q_heads: u32,
+    /// KV heads.
+    pub kv_heads: u32,
+    /// Elements per head: 1 ..= 256.
+    pub head_dim: u32,
+    /// Keys (and values).
+    pub kv_len: u32,
+    /// Query rows: 1 ..= kv_len.
+    pub q_rows: u32,
+    /// Each row attends the keys up to its own position only.
+    pub causal: bool,
+    /// The softmax scale; `None` is `1 / sqrt(head_dim)`.
+    pub scale: Option<f32>,
+}
+
+impl GqaShape {
+    /// Self-attention over `seq` rows.
+    pub const fn new(q_heads: u32, kv_heads: u32, head_dim: u32, seq: u32, causal: bool) -> GqaShape {
+        GqaShape { q_heads, kv_heads, head_dim, kv_len: seq, q_rows: seq, causal, scale: None }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), ShapeError> {
+        for (what, v) in [("q_heads", self.q_heads), ("kv_heads", self.kv_heads), ("head_dim", self.head_dim)] {
+            if v == 0 {
+                return Err(ShapeError::Zero { what });
+            }
+        }
+        if self.kv_len == 0 {
+            return Err(ShapeError::Zero { what: "kv_len" });
+        }
+        if self.q_rows == 0 {
+            return Err(ShapeError::Zero { what: "q_rows" });
+        }
+        if !self.q_heads.is_multiple_of(self.kv_heads) {
+            return Err(ShapeError::Heads { q_heads: self.q_heads, kv_heads: self.kv_heads });
+        }
+        let max = crate::kernels::attention::GQA_MAX_HEAD_DIM;
+        if self.head_dim > max {
+            return Err(ShapeError::HeadDim { head_dim: self.head_dim, max });
+        }
+        if self.q_rows > self.kv_len {
+            return Err(ShapeError::Rows { q_rows: self.q_rows, kv_len: self.kv_len });
+        }
+        Ok(())
+    }
+}
+
+/// An append: one new token for each of `batch` sequences, written at position `lens[b]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendShape {
+    /// Sequences.
+    pub batch: u32,
+    /// Page table slots per sequence.
+    pub max_pages: u32,
+    /// Store `lens[b] + 1` after the append (on the GPU), so the next decode call sees the token.
+    pub advance: bool,
+}
+
+/// The decode kernels' split of the KV: `splits` CTAs per (sequence, KV head), each over
+/// `tiles_per_split` 16-token tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Splits.
+    pub splits: u32,
+    /// 16-token tiles per split.
+    pub tiles_per_split: u32,
+}
+
+/// Decode CTAs one SM holds at once for `head_dim`: its shared memory and 128 threads' registers (at 128,
+/// 69,632 bytes and 152 registers a thread: three; at 64, 36,864 bytes and 96: five; at 32, 20,480 bytes and
+/// 64: eight), as ptxas allocates them for the kernels of kernels/cuda/attention/paged_decode.cuh.
+pub const fn ctas_per_sm(head_dim: u32) -> u32 {
+    match head_dim {
+        0..=32 => 8,
+        33..=64 => 5,
+        _ => 3,
+    }
+}
+
+/// The split for `pairs` (sequence, KV head) pairs whose longest sequence has `max_tokens` tokens, on a
+/// device that runs `slots` decode CTAs at once: the count `s` (at most 256, and at most one per four
+/// tiles, so each of a CTA's warps has a tile) that minimises the waves times the tiles of a split,
+/// `ceil(pairs * s / slots) * ceil(tiles / s)` — the time of the slowest SM when every CTA streams its
+/// tiles at the same rate — the fewer splits on a tie (less for the combine to merge). `forced` (not 0)
+/// takes that many instead (fewer when there are fewer tiles).
+pub fn split(pairs: u64, max_tokens: u64, slots: u32, forced: u32) -> Split {
+    let tiles = max_tokens.div_ceil(u64::from(DECODE_TILE)).max(1);
+    let (pairs, slots) = (pairs.max(1), u64::from(slots.max(1)));
+    let splits = if forced > 0 {
+        u64::from(forced).min(u64::from(COMBINE_MAX_SPLITS)).min(tiles)
+    } else {
+        let most = (tiles / u64::from(DECODE_WARPS)).clamp(1, u64::from(COMBINE_MAX_SPLITS));
+        let cost = |s: u64| (pairs * s).div_ceil(slots) * tiles.div_ceil(s);
+        (1..=most).min_by_key(|&s| (cost(s), s)).expect("at least one split")
+    };
+    let tps = tiles.div_ceil(splits);
+    Split { splits: tiles.div_ceil(tps) as u32, tiles_per_split: tps.min(u64::from(u32::MAX)) as u32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_packed_layout_passes_and_overlaps_are_refused() {
+        let l = KvLayout::new(16, 4, 128, 10);
+        assert_eq!(l.check(), Ok(10 * 2 * 4 * 16 * 128));
+        let bad = KvLayout { v_offset: l.v_offset - 8, ..l };
+        assert!(matches!(bad.check(), Err(LayoutError::Stride { which: "v_offset", .. })));
+        assert!(matches!(KvLayout::new(8, 4, 128, 1).check(), Err(LayoutError::PageTokens { page_tokens: 8 })));
+        assert!(matches!(KvLayout::new(16, 4, 96, 1).check(), Err(LayoutError::HeadDim { head_dim: 96 })));
+    }
+
+    #[test]
+    fn splits_fill_the_sms_and_cover_every_tile() {
+        for (pairs, tokens) in [(4u64, 32768u64), (256, 32768), (4, 1), (16, 1000), (64, 4096)] {
+            let s = split(pairs, tokens, 396, 0);
+            let tiles = tokens.div_ceil(16);
+            assert!(u64::from(s.splits) * u64::from(s.tiles_per_split) >= tiles);
+            assert!(u64::from(s.splits - 1) * u64::from(s.tiles_per_split) < tiles, "no empty split: {s:?}");
+            assert!(s.splits <= COMBINE_MAX_SPLITS);
+        }
+        // Batch 1 at 32K: one wave of the 396 slots. Batch 64 at 32K: within 1% of a perfect spread, where
+        // 2 splits (512 CTAs on 396 slots, two waves) would lose a third.
+        assert_eq!(split(4, 32768, 396, 0), Split { splits: 98, tiles_per_split: 21 });
+        let s = split(256, 32768, 396, 0);
+        let cost = (256 * u64::from(s.splits)).div_ceil(396) * u64::from(s.tiles_per_split);
+        assert!(cost as f64 <= 1.01 * (256.0 * 2048.0 / 396.0), "{s:?}: {cost}");
+        assert_eq!(split(4, 4096, 396, 7).splits, 7);
+        assert_eq!(split(4, 4096, 396, 1000).splits, 256);
+    }
+}
