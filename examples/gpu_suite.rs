@@ -19,6 +19,10 @@ mod attention_ref;
 mod common;
 #[path = "suite/elementwise.rs"]
 mod elementwise;
+#[path = "suite/prefill.rs"]
+mod prefill;
+#[path = "suite/serving.rs"]
+mod serving;
 
 type CaseResult = Result<String, String>;
 type Case = (&'static str, fn() -> CaseResult);
@@ -1367,6 +1371,79 @@ fn matmul_gemv(ms: &[u32], n: u32, k: u32) -> CaseResult {
     })
 }
 
+/// The M the skinny GEMM's suite case runs (issue 12's small M).
+const SKINNY_MS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// The skinny GEMM (`omega_skinny_bf16_tn_m*`) launched directly by the planner's launch
+/// (`skinny_plan`) at each M: the f32 output checked at a sample against f64, the bf16 output against
+/// its rounding at every position, the tickets back at zero; the f32 launch's time and W's GB/s.
+fn matmul_skinny(ms: &[u32], n: u32, k: u32) -> CaseResult {
+    let mut g = rng();
+    let sms = device_sms()?;
+    let (wb, w) = random_bf16(&mut g, (n * k) as usize);
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let dw = s.alloc_device_from(&wb).map_err(err)?;
+        let mut gpu = gpu;
+        let mut lines = Vec::new();
+        for &m in ms {
+            let plan = mm::skinny_plan(m, n, k, sms, 1024);
+            let name = mm::SKINNY_BF16_TN[plan.variant];
+            let kernel = module.kernel(name).map_err(err)?;
+            let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+            let dx = s.alloc_device_from(&xb).map_err(err)?;
+            let floats = mm::skinny_work_floats(plan.variant, plan.tiles, plan.splits).max(4);
+            let work = s.alloc_device::<f32>(floats as usize).map_err(err)?;
+            let mut tickets = s.alloc_device_from(&vec![0u32; plan.tiles as usize]).map_err(err)?;
+            let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+            let mut y16 = s.alloc::<u16>((m * n) as usize).map_err(err)?;
+            y16.fill(0x7fc1).map_err(err)?;
+            let mut f32_ns = 0;
+            for (y_va, bf16) in [(y.va(), 0u32), (y16.va(), 1)] {
+                let l = Launch::new(&kernel)
+                    .grid([plan.grid, 1, 1])
+                    .block([mm::SKINNY_THREADS, 1, 1])
+                    .dynamic_shared(mm::skinny_smem_bytes(plan.variant))
+                    .timeout_ms(MATMUL_TIMEOUT_MS)
+                    .arg(&dx)
+                    .arg(&dw)
+                    .arg(y_va)
+                    .arg(&work)
+                    .arg(&tickets)
+                    .arg(m)
+                    .arg(n)
+                    .arg(k)
+                    .arg(plan.k_per_split)
+                    .arg(plan.splits)
+                    .arg(bf16);
+                let done = gpu.launch(&l).map_err(|e| format!("{name} M={m} bf16={bf16}: {e}"))?;
+                gpu = done.gpu;
+                if bf16 == 0 {
+                    f32_ns = done.elapsed_ns;
+                }
+            }
+            let got = y.to_vec().map_err(err)?;
+            let at = sample_positions(&mut g, m as usize, n as usize);
+            check_matmul(name, &got, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+            let got16 = y16.to_vec().map_err(err)?;
+            if let Some(i) = (0..got.len()).find(|&i| got16[i] != mm::f32_to_bf16(got[i])) {
+                return Err(format!("{name} M={m}: bf16 y[{i}] = {:#06x}, not the f32 rounded", got16[i]));
+            }
+            if let Some(t) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
+                return Err(format!("{name} M={m}: ticket {t} left non-zero"));
+            }
+            let rate = if common::is_sim(s.platform()) {
+                format!("{:.2} ms simulated", f32_ns as f64 / 1e6)
+            } else {
+                let bytes = f64::from(n) * f64::from(k) * 2.0;
+                format!("{:.1} us, {:.0} GB/s of W", f32_ns as f64 / 1e3, bytes / f32_ns.max(1) as f64)
+            };
+            lines.push(format!("M={m} split {} grid {}: {rate}", plan.splits, plan.grid));
+        }
+        Ok(format!("N={n} K={k}: {}", lines.join(", ")))
+    })
+}
+
 /// A mixture-of-experts decode step on the device: random top-k routing (`omega_moe_route`, checked
 /// exactly against the host's CSR), then the grouped GEMV (`omega_moe_gemv_bf16_m*`) over every slot,
 /// checked at a sample.
@@ -1814,6 +1891,10 @@ fn main() -> ExitCode {
             "matmul_ts" => matmul_tma_store(false, &STAGED_SHAPES),
             "matmul_mc" => matmul_tma_store(true, &STAGED_SHAPES),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
+            "serving" => serving::sealed_matmul_steps(),
+            "prefill" => prefill::prefill_case(),
+            // The suite runs it in process; a case of its own to run it alone.
+            "matmul_skinny" => matmul_skinny(&SKINNY_MS, 5120, 2048),
             "elementwise" => elementwise::all(),
             other => Err(format!("no case {other}")),
         };
@@ -1872,12 +1953,16 @@ fn main() -> ExitCode {
         }),
         ("matmul: split-K GEMV bf16 M=1,8,64 N=2048 K=4096", || matmul_gemv(&[1, 8, 64], 2048, 4096)),
         ("matmul: GEMV bf16 lm_head M=1,4 N=151936 K=2048 (row streaming)", || matmul_gemv(&[1, 4], 151_936, 2048)),
+        ("matmul: skinny GEMM bf16 qkv M=1..64 N=5120 K=2048", || matmul_skinny(&SKINNY_MS, 5120, 2048)),
+        ("matmul: skinny GEMM bf16 ragged M=5,13,64 N=77 K=1000", || matmul_skinny(&[5, 13, 64], 77, 1000)),
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
         ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),
         ("matmul: cluster GEMM bf16 (2-CTA clusters, W multicast, TMA stores)", || in_child("matmul_mc")),
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
+        ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
+        ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),
         ("ordering and visibility, marker 1 from the last QMD", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "qmd")])
         }),

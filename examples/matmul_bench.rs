@@ -31,10 +31,10 @@
 //! GPU's.
 //!
 //! `--alternatives` runs, instead of the figures above, every forced plan of the library
-//! ([`matmul::ForcedPlan`]) at 4096^3, 8192^3 and each Qwen matrix at M in {16, 32, 64, 512, 4096}: the
+//! ([`matmul::ForcedPlan`]) at 4096^3, 8192^3 and each Qwen matrix at M in {1, 8, 16, 32, 64, 512, 4096}: the
 //! GEMV (planner's split; M <= 64 only, past that its passes over W take tens of milliseconds), the
 //! unsplit wide and narrow TMA GEMMs, the narrow one in 2 K splits, and the wide one by the TMA-store
-//! entry and by the cluster entry; each timed as above (call and list, [`ALT_ITERS`] calls) and printed
+//! entry and by the cluster entry, the skinny GEMM (M <= 64) at the planner's split and unsplit; each timed as above (call and list, [`ALT_ITERS`] calls) and printed
 //! as `omega.alt_<plan>_<M>x<N>x<K>_us` (with `_call_us` and `_list_us`), a `#` line naming the kernel,
 //! a `# ... refused: <error>` line for a plan the shape cannot take. With `--quick`: 256^3, three small
 //! Qwen products and one of K = 520, which the GEMV refuses (a sim smoke run).
@@ -105,7 +105,7 @@ const REPS: usize = 20;
 /// minute of the H200.
 const ALT_ITERS: usize = 5;
 /// The M of the Qwen matrices in `--alternatives`.
-const ALT_MS: [u32; 5] = [16, 32, 64, 512, 4096];
+const ALT_MS: [u32; 7] = [1, 8, 16, 32, 64, 512, 4096];
 /// The GEMV is timed up to this M.
 const ALT_GEMV_MAX_M: u32 = 64;
 
@@ -464,6 +464,8 @@ fn alternatives<'s>(
         ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(2) },
         ForcedPlan::GemmTmaStore { cluster: false },
         ForcedPlan::GemmTmaStore { cluster: true },
+        ForcedPlan::Skinny { split: None },
+        ForcedPlan::Skinny { split: Some(1) },
     ];
     let iters = o.iters.min(ALT_ITERS);
     let mut gpu = gpu;

@@ -12,6 +12,7 @@
 #include "omega_gpu_engine.h"
 #include "omega_gpu_matmul_api.h"
 #include "omega_gpu_attention_api.h"
+#include "omega_gpu_serving.h"
 #include "omega_gpu_elementwise_api.h"
 
 #endif /* OMEGA_H */

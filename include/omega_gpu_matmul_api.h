@@ -79,6 +79,10 @@
 // The grouped expert GEMM (`omega_moe_route`, `omega_moe_gemv_bf16_m*`).
 #define OMEGA_GPU_MATMUL_PATH_GROUPED 5
 
+// The skinny bf16 GEMM for M <= 64 (`omega_skinny_bf16_tn_m*`): W streamed through shared memory by
+// every SM, split over K, f32 or bf16 stored directly.
+#define OMEGA_GPU_MATMUL_PATH_SKINNY 6
+
 // `OmegaGpuMatmulInfo.flags`: the output is bf16 (the f32 product was converted).
 #define OMEGA_GPU_MATMUL_FLAG_BF16_OUT 1
 

@@ -296,6 +296,13 @@ fn a_list_count_never_waits_for_the_session_lock_while_another_thread_frees_the_
     cmdlist("count_free");
 }
 
+#[test]
+fn the_serving_entries_reserve_prepare_seal_and_release() {
+    let exe = build("serving", &["tests/c/serving.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[]));
+    assert!(out.contains("serving: ok"), "{out}");
+}
+
 fn matmul(scenario: &str) {
     let exe = build(&format!("matmul_{scenario}"), &["tests/c/matmul.c"], Link::Shared);
     let out = stdout(&run(&exe, &[scenario]));

@@ -73,14 +73,17 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     for name in mm::GEMV_BF16_TN.iter().chain(&mm::MOE_GEMV_BF16) {
         assert_eq!(threads(name), Some(mm::GEMV_THREADS), "{name}");
     }
+    for name in mm::SKINNY_BF16_TN {
+        assert_eq!(threads(name), Some(mm::SKINNY_THREADS), "{name}");
+    }
     assert_eq!(threads(mm::MOE_ROUTE), Some(mm::ROUTE_THREADS));
     assert_eq!(threads(mm::GEMM_F32_TN), Some(mm::SIMT_THREADS));
     assert_eq!(threads(mm::GEMM_BF16_SIMT_TN), Some(mm::SIMT_THREADS));
     // The f32 candidates cap their registers (`.maxnreg 248`, chosen while the launch limit after Omega's
     // rounding to 8 was 255; it is 256 now, so a 255-register build would launch too) instead of declaring
     // a block; their references take `v.threads`.
-    for v in mm::GEMM_F32_TN_V2 {
-        assert_eq!(m.kernel(v.name).unwrap().max_registers, Some(248), "{}", v.name);
+    for name in mm::GEMM_F32_TN_V2.map(|v| v.name).into_iter().chain([mm::GEMM_F32_TN_PERSISTENT]) {
+        assert_eq!(m.kernel(name).unwrap().max_registers, Some(248), "{name}");
     }
     assert_eq!(threads(mm::CONVERT_F32_BF16), Some(mm::CONVERT_THREADS));
     // The GEMMs' stages, barriers and alignment slack, as gemm_bf16.cuh sizes them (kernel_abi.md).

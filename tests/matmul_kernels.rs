@@ -609,6 +609,164 @@ fn a_gemv_ticket_that_was_not_zero_stays_so_and_a_short_or_misaligned_buffer_fau
     assert!(xid == 13 && e.contains("written for [128, 1, 1]"), "{e}");
 }
 
+// ----- the skinny GEMM ------------------------------------------------------------------------------------
+
+/// One launch of the skinny entry for `m` rows: x and W at their buffers' start unless `w_offset` moves
+/// W, `plan`'s grid, split and slices; its y of `y_len` floats (f32) or bf16 pairs (`bf16`).
+struct SkinnyRun<'a, 's> {
+    dx: &'a Mem<'s, Device<u16>>,
+    w_va: u64,
+    y_va: u64,
+    work: &'a Mem<'s, Device<f32>>,
+    tickets: &'a Mem<'s, Device<u32>>,
+    shape: [u32; 3],
+    plan: mm::SkinnyPlan,
+    bf16: bool,
+    block: u32,
+    smem: u32,
+}
+
+impl<'s> SkinnyRun<'_, 's> {
+    fn launch<'k>(&'k self, k: &'k omega::Kernel<'s>) -> Launch<'k, 's> {
+        let [m, n, kk] = self.shape;
+        Launch::new(k)
+            .grid([self.plan.grid, 1, 1])
+            .block([self.block, 1, 1])
+            .dynamic_shared(self.smem)
+            .arg(self.dx)
+            .arg(self.w_va)
+            .arg(self.y_va)
+            .arg(self.work)
+            .arg(self.tickets)
+            .arg(m)
+            .arg(n)
+            .arg(kk)
+            .arg(self.plan.k_per_split)
+            .arg(self.plan.splits)
+            .arg(u32::from(self.bf16))
+    }
+}
+
+fn skinny_work<'s>(s: &'s Scope<'s>, plan: mm::SkinnyPlan) -> Mem<'s, Device<f32>> {
+    poisoned(s, mm::skinny_work_floats(plan.variant, plan.tiles, plan.splits).max(4) as usize)
+}
+
+/// The skinny GEMM of random operands by `plan` into an f32 y and a bf16 one (both poisoned): the f32
+/// within the f64 tolerance, the bf16 its f32 rounded to nearest even (the same accumulators), the
+/// tickets back at zero after both.
+fn skinny_case<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    module: &omega::Module<'s>,
+    g: &mut SmallRng,
+    [m, n, kk]: [u32; 3],
+    plan: mm::SkinnyPlan,
+) -> Gpu<'s> {
+    let name = mm::SKINNY_BF16_TN[plan.variant];
+    let k = module.kernel(name).unwrap();
+    let (xb, x) = bf16s(g, (m * kk) as usize);
+    let (wb, w) = bf16s(g, (n * kk) as usize);
+    let (dx, dw) = (device(s, &xb), device(s, &wb));
+    let mut y = poisoned(s, (m * n) as usize);
+    let mut y16 = device(s, &vec![0xdeadu16; (m * n) as usize]);
+    let work = skinny_work(s, plan);
+    let mut tickets = device(s, &vec![0u32; plan.tiles as usize]);
+    let smem = mm::skinny_smem_bytes(plan.variant);
+    let mut gpu = gpu;
+    for (y_va, bf16) in [(y.va(), false), (y16.va(), true)] {
+        let run = SkinnyRun {
+            dx: &dx,
+            w_va: dw.va(),
+            y_va,
+            work: &work,
+            tickets: &tickets,
+            shape: [m, n, kk],
+            plan,
+            bf16,
+            block: mm::SKINNY_THREADS,
+            smem,
+        };
+        gpu = gpu.launch(&run.launch(&k)).unwrap().gpu;
+    }
+    let got = y.to_vec().unwrap();
+    check(&format!("{name} {plan:?}"), &got, &x, &w, [m, n, kk].map(|v| v as usize));
+    let rounded: Vec<u16> = got.iter().map(|&v| mm::f32_to_bf16(v)).collect();
+    assert_eq!(y16.to_vec().unwrap(), rounded, "{name} {plan:?}: the bf16 output is the f32 one rounded");
+    assert!(tickets.to_vec().unwrap().iter().all(|&t| t == 0), "{name} {plan:?}: tickets left non-zero");
+    gpu
+}
+
+#[test]
+fn the_skinny_gemm_matches_f64_for_every_m_up_to_64_split_or_not_into_f32_and_bf16() {
+    let mut g = rng("skinny");
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        // Odd N (ragged 128-row tiles), K past and below one stage, K % 64 != 0 (a zero-filled tail).
+        for m in [1, 2, 3, 5, 8, 9, 13, 16, 17, 31, 32, 33, 47, 64] {
+            for (n, kk) in [(7u32, 1000u32), (129, 520), (300, 64), (1, 8)] {
+                // The planner's launch on an H200, on 3 SMs (other splits, a grid below the units), and
+                // within a budget of 1 CTA (one persistent CTA takes every unit).
+                for (sms, budget) in [(132, 1024), (3, 1024), (132, 1)] {
+                    gpu = skinny_case(s, gpu, &module, &mut g, [m, n, kk], mm::skinny_plan(m, n, kk, sms, budget));
+                }
+            }
+        }
+        // Eight slices of one stage over a grid of 5: units walk the grid, the last of a tile adds them.
+        let plan = mm::SkinnyPlan { variant: 1, splits: 8, k_per_split: 64, grid: 5, tiles: 3 };
+        skinny_case(s, gpu, &module, &mut g, [11, 300, 512], plan);
+    });
+}
+
+#[test]
+fn the_skinny_gemm_faults_on_what_it_cannot_run_and_a_ticket_not_zero_stays_so() {
+    let (m, n, kk) = (2u32, 64u32, 256u32);
+    let plan = mm::SkinnyPlan { variant: 0, splits: 4, k_per_split: 64, grid: 4, tiles: 1 };
+    let run = |shape: [u32; 3], plan: mm::SkinnyPlan, w_offset: u64, block: u32, smem: u32, ticket: u32| {
+        on_sim(|s, gpu| {
+            let module = s.load_module(module()).unwrap();
+            let k = module.kernel(mm::SKINNY_BF16_TN[plan.variant]).unwrap();
+            let [m, n, kk] = shape;
+            let dx = device(s, &vec![0x3f80u16; (m * kk) as usize]);
+            let dw = device(s, &vec![0x3f80u16; (n * kk + 8) as usize]);
+            let y = poisoned(s, (m * n) as usize);
+            let work = skinny_work(s, plan);
+            let mut tickets = device(s, &vec![ticket; plan.tiles as usize]);
+            let w_va = dw.va() + w_offset;
+            let r = SkinnyRun {
+                dx: &dx,
+                w_va,
+                y_va: y.va(),
+                work: &work,
+                tickets: &tickets,
+                shape,
+                plan,
+                bf16: false,
+                block,
+                smem,
+            };
+            let out = gpu.launch(&r.launch(&k)).map(|_| ()).map_err(|e| e.error.to_string());
+            (out, tickets.to_vec().unwrap())
+        })
+    };
+    let smem = mm::skinny_smem_bytes(0);
+    // Ticket 1 before: the third unit takes splits - 1, sums early and resets it; the fourth leaves 1.
+    let (r, t) = run([m, n, kk], plan, 0, mm::SKINNY_THREADS, smem, 1);
+    assert!(r.is_ok() && t == [1], "{r:?} {t:?}");
+    let fails = |r: (Result<(), String>, Vec<u32>), want: &[&str]| {
+        let e = r.0.expect_err("a fault was expected");
+        assert!(want.iter().all(|w| e.contains(w)), "{e}");
+    };
+    fails(run([m, n, kk], plan, 8, mm::SKINNY_THREADS, smem, 0), &["misaligned", "W row"]);
+    fails(run([m, n, kk], plan, 0, 64, smem, 0), &["written for [128, 1, 1]"]);
+    fails(run([m, n, kk], plan, 0, mm::SKINNY_THREADS, smem - 16, 0), &["dynamic shared memory"]);
+    fails(run([9, n, kk], plan, 0, mm::SKINNY_THREADS, smem, 0), &["M = 9", "1 to 8 rows"]);
+    let ragged = mm::SkinnyPlan { k_per_split: 96, ..plan };
+    fails(run([m, n, kk], ragged, 0, mm::SKINNY_THREADS, smem, 0), &["k_per_split 96"]);
+    let short = mm::SkinnyPlan { splits: 3, ..plan };
+    fails(run([m, n, kk], short, 0, mm::SKINNY_THREADS, smem, 0), &["3 splits"]);
+}
+
 // ----- routing and the grouped GEMV ----------------------------------------------------------------------
 
 /// The routing the kernel must produce: per expert its choices in increasing choice index.
@@ -874,7 +1032,11 @@ fn the_f32_gemm_candidates_are_the_simt_kernels_fma_chain_bit_for_bit_at_any_sha
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let mut gpu = gpu;
-        for v in mm::GEMM_F32_TN_V2 {
+        // The candidates on their 2-D grids, then the persistent zigzag form on grids of 1 and 3 CTAs
+        // (each walks every tile whatever the grid).
+        let best = mm::GEMM_F32_TN_V2[mm::GEMM_F32_TN_V2_BEST];
+        let persistent = [1, 3].map(|g| (mm::SgemmVariant { name: mm::GEMM_F32_TN_PERSISTENT, ..best }, Some(g)));
+        for (v, walk) in mm::GEMM_F32_TN_V2.map(|v| (v, None)).into_iter().chain(persistent) {
             let kernel = module.kernel(v.name).unwrap();
             for [m, n, kk] in shapes {
                 let dims = [m, n, kk].map(|d| d as usize);
@@ -887,7 +1049,7 @@ fn the_f32_gemm_candidates_are_the_simt_kernels_fma_chain_bit_for_bit_at_any_sha
                 let mut y = poisoned(s, (m * n) as usize);
                 let at = 4 * skew as u64;
                 let l = Launch::new(&kernel)
-                    .grid(v.grid(m, n))
+                    .grid(walk.map_or(v.grid(m, n), |g| [g, 1, 1]))
                     .block([v.threads, 1, 1])
                     .arg(dx.va() + at)
                     .arg(dw.va() + at)

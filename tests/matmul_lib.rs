@@ -173,18 +173,21 @@ fn with_matmul<R>(test: &str, f: impl for<'s> FnOnce(&mut SmallRng, &'s Scope<'s
 
 #[test]
 fn bf16_products_at_primes_and_ragged_tiles_take_every_path_and_match_f64() {
-    let cases: [([u32; 3], Path); 12] = [
+    let cases: [([u32; 3], Path); 15] = [
         ([1, 1, 1], Path::SimtBf16),
         ([7, 7, 7], Path::SimtBf16),
         ([33, 1000, 33], Path::SimtBf16),
         ([7, 33, 4095], Path::SimtBf16),
         ([1, 1, 32], Path::Gemv),
-        ([7, 1000, 4096], Path::Gemv),
-        ([32, 4095, 96], Path::Gemv),
-        ([64, 33, 1024], Path::Gemm),
-        ([1, 7, 8], Path::Gemm),
-        ([33, 4095, 1000], Path::Gemm),
+        ([4, 1000, 4096], Path::Gemv),
+        ([7, 1000, 4096], Path::Skinny),
+        ([32, 4095, 96], Path::Skinny),
+        ([64, 33, 1024], Path::Skinny),
+        ([1, 7, 8], Path::Skinny),
+        ([33, 4095, 1000], Path::Skinny),
+        ([13, 77, 1000], Path::Skinny),
         ([65, 33, 1000], Path::Gemm),
+        ([128, 4095, 1000], Path::Gemm),
         ([1000, 7, 64], Path::Gemm),
     ];
     with_matmul("bf16 paths", |g, s, gpu, mm| {
@@ -196,6 +199,30 @@ fn bf16_products_at_primes_and_ragged_tiles_take_every_path_and_match_f64() {
             assert_eq!([info.m, info.n, info.k], shape);
             assert!(info.device_ns > 0 && info.host_ns > 0, "{info:?}");
         }
+    });
+}
+
+#[test]
+fn random_small_m_products_with_odd_sides_match_f64_by_the_planner_and_forced_skinny() {
+    use matmul::ForcedPlan;
+    with_matmul("small m", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        for i in 0..24 {
+            let m = if i < 8 { [1, 2, 4, 8, 16, 32, 63, 64][i] } else { g.random_range(1..=64) };
+            // Odd N; K a multiple of 8 (the skinny GEMM's 16-byte chunks) three times in four, else odd.
+            let n = 2 * g.random_range(0..400u32) + 1;
+            let k = if i % 4 == 3 { 2 * g.random_range(0..700u32) + 1 } else { 8 * g.random_range(1..=260u32) };
+            for forced in [None, Some(ForcedPlan::Skinny { split: None })] {
+                let forced = forced.filter(|_| k % 8 == 0);
+                mm.set_forced_plan(forced);
+                let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{forced:?} [{m}, {n}, {k}]"), [m, n, k]);
+                gpu = next;
+                if forced.is_some() {
+                    assert_eq!(info.path, Some(Path::Skinny), "[{m}, {n}, {k}]");
+                }
+            }
+        }
+        mm.set_forced_plan(None);
     });
 }
 
@@ -217,10 +244,15 @@ fn every_qwen3_30b_a3b_matrix_matches_f64_at_small_m() {
             for &m in ms {
                 let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{name} M={m}"), [m, n, k]);
                 gpu = next;
-                // Small M streams W through the GEMV (past the budget, lm_head's CTAs walk its blocks), up to
-                // M = 8 for a matrix larger than L2 (lm_head).
-                let larger_than_l2 = u64::from(n) * u64::from(k) * 2 > 50 << 20;
-                let want = if m <= 8 || (m <= matmul::GEMV_MAX_M && !larger_than_l2) { Path::Gemv } else { Path::Gemm };
+                // M <= 4 streams W through the GEMV's row form (past the budget, lm_head's CTAs walk its
+                // blocks), M = 5..64 through the skinny GEMM but where the TMA GEMM's cost is lower (down at
+                // M = 64: plan.rs's Qwen test says why), past 64 the TMA GEMM.
+                let want = match m {
+                    1..=4 => Path::Gemv,
+                    64 if name == "down" => Path::Gemm,
+                    5..=64 => Path::Skinny,
+                    _ => Path::Gemm,
+                };
                 assert_eq!(info.path, Some(want), "{name} M={m}");
                 assert_eq!(info.weight_bytes, u64::from(n) * u64::from(k) * 2);
             }
@@ -305,8 +337,9 @@ fn f32_products_use_the_simt_kernel_and_match_f64() {
 fn a_bf16_output_is_the_f32_product_rounded_to_nearest_even() {
     with_matmul("bf16 out", |g, s, gpu, mm| {
         let mut gpu = gpu;
-        // One shape per path: the GEMV with a split, the split-K TMA GEMM, the SIMT kernel.
-        for [m, n, k] in [[3u32, 200, 2048], [130, 300, 512], [5, 9, 13]] {
+        // One shape per path: the GEMV with a split, the split-K TMA GEMM, the SIMT kernel, the skinny GEMM
+        // split and not (which stores bf16 itself, from the same accumulators as its f32 stores).
+        for [m, n, k] in [[3u32, 200, 2048], [130, 300, 512], [5, 9, 13], [13, 77, 1000], [64, 130, 64]] {
             let (mu, nu, ku) = (m as usize, n as usize, k as usize);
             let x = s.alloc_device_from(&bf16s(g, mu * ku)).unwrap();
             let w = s.alloc_device_from(&bf16s(g, nu * ku)).unwrap();
@@ -317,7 +350,8 @@ fn a_bf16_output_is_the_f32_product_rounded_to_nearest_even() {
             let d = mm.bf16_to_bf16(d.gpu, &x, &w, &mut y16, shape).unwrap();
             gpu = d.gpu;
             assert!(d.info.bf16_out);
-            assert_eq!(d.info.launches, 2, "the product, then the conversion: {:?}", d.info);
+            let launches = if d.info.path == Some(Path::Skinny) { 1 } else { 2 };
+            assert_eq!(d.info.launches, launches, "the product, then any conversion: {:?}", d.info);
             let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
             assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} ({:?})", d.info.path);
         }
@@ -507,6 +541,9 @@ fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() 
             ([16, 300, 2048], ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) }, Path::Gemm, 1),
             ([16, 300, 2048], ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(4) }, Path::Gemm, 4),
             ([4, 129, 1032], ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: None }, Path::Gemm, 1),
+            ([16, 300, 2048], ForcedPlan::Skinny { split: None }, Path::Skinny, 8),
+            ([64, 129, 1000], ForcedPlan::Skinny { split: Some(3) }, Path::Skinny, 3),
+            ([1, 77, 520], ForcedPlan::Skinny { split: Some(1) }, Path::Skinny, 1),
         ];
         for (shape, forced, path, split) in cases {
             mm.set_forced_plan(Some(forced));
@@ -922,7 +959,7 @@ fn resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and
     // SAFETY: `xb` holds m * k u16, `y` m * n f32, `info` is writable; `t` is the live tensor.
     let rc = unsafe { omega_gpu_matmul_resident_bf16(m as u32, xb.as_ptr(), t, y.as_mut_ptr(), &mut info) };
     assert_eq!(rc, OMEGA_GPU_MATMUL_OK);
-    assert_eq!(info.path, OMEGA_GPU_MATMUL_PATH_GEMV);
+    assert_eq!(info.path, OMEGA_GPU_MATMUL_PATH_SKINNY);
     assert_ne!(info.flags & OMEGA_GPU_MATMUL_FLAG_RESIDENT, 0);
     assert!(info.h2d_bytes < (wb.len() * 2) as u64, "W stayed on the device: {info:?}");
     assert_eq!(info.d2h_bytes, (m * n * 4) as u64);

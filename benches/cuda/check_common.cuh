@@ -1,7 +1,9 @@
-// Helpers the CUDA-side kernel checks share (benches/cuda/gemm_check.cu, gemv_check.cu): the error check,
-// the seeded generator and bf16 conversions.
+// Helpers the CUDA-side kernel checks share (benches/cuda/gemm_check.cu, gemv_check.cu, skinny_check.cu): the
+// error check, the seeded generator, bf16 conversions, graph timing and the copy rate.
 #pragma once
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include <cstdint>
 #include <cstdio>
@@ -42,4 +44,47 @@ static inline float from_bf16(uint16_t h) {
 // A uniform value in [-1, 1) from the generator, as bf16.
 static inline uint16_t random_bf16(uint64_t& s) {
   return to_bf16((float)((splitmix(s) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f);
+}
+
+// Microseconds per call of `body(copy)` over `calls` back-to-back calls in one graph, best of 5.
+template <typename F>
+static double graph_us(cudaStream_t st, int calls, int copies, F&& body) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < calls; ++i) body(i % copies);
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, st));
+  CK(cudaStreamSynchronize(st));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    best = std::min(best, ms);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return best * 1e3 / calls;
+}
+
+// A 1 GiB device-to-device copy's (read + write) GB/s.
+static double copy_gbps(cudaStream_t st) {
+  const size_t bytes = 1ull << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  const double us = graph_us(st, 10, 1, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); });
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
 }

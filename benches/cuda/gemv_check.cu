@@ -64,27 +64,8 @@ int main() {
   cublasSetStream(h, st);
 
   // Copy bandwidth (read + write), the denominator.
-  double copy_gbps;
-  {
-    size_t bytes = 1ull << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 2; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-    CK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    copy_gbps = 2.0 * bytes * 10 / (ms * 1e-3) / 1e9;
-    printf("copy_d2d_gbps %.0f\n", copy_gbps);
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy = copy_gbps(st);
+  printf("copy_d2d_gbps %.0f\n", copy);
 
   const uint32_t mats[][2] = {{5120, 2048}, {2048, 4096}, {128, 2048}, {1536, 2048}, {2048, 768}, {151936, 2048}};
   const uint32_t ms_list[] = {1, 2, 4, 8, 16, 32, 64};
@@ -162,38 +143,12 @@ int main() {
 
       // Device time per call: a graph of `calls` back-to-back calls cycling through the W copies.
       const int calls = std::max(copies, 20);
-      auto graph_us = [&](auto&& body) {
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < calls; ++i) body(i % copies);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaStreamSynchronize(st));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        float best = 1e30f;
-        for (int rep = 0; rep < 5; ++rep) {
-          CK(cudaEventRecord(e0, st));
-          CK(cudaGraphLaunch(ge, st));
-          CK(cudaEventRecord(e1, st));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          best = std::min(best, ms);
-        }
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        return best * 1e3 / calls;
-      };
-      double to = graph_us([&](int c) { omega(c, st); });
-      double tc = graph_us([&](int c) { cublas(c); });
+      double to = graph_us(st, calls, copies, [&](int c) { omega(c, st); });
+      double tc = graph_us(st, calls, copies, [&](int c) { cublas(c); });
       double gbps = wbytes / (to * 1e-6) / 1e9;
       printf("gemv.%ux%ux%u.omega_us %.2f\ngemv.%ux%ux%u.cublas_us %.2f\ngemv.%ux%ux%u.omega_gbps %.0f\n"
              "gemv.%ux%ux%u.frac_copy %.3f\ngemv.%ux%ux%u.speedup %.2f\n",
-             M, N, K, to, M, N, K, tc, M, N, K, gbps, M, N, K, gbps / copy_gbps, M, N, K, tc / to);
+             M, N, K, to, M, N, K, tc, M, N, K, gbps, M, N, K, gbps / copy, M, N, K, tc / to);
       CK(cudaFree(dx));
       CK(cudaFree(dy));
       CK(cudaFree(dref));

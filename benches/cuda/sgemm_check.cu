@@ -51,6 +51,7 @@ struct Variant {
   const char* name;
   Fn fn;
   uint32_t bm, bn, threads, dyn_smem;
+  uint32_t persistent_per_sm;  // 0: the 2-D tile grid; else a grid of min(tiles, this * SMs) CTAs
 };
 
 template <class C>
@@ -86,6 +87,8 @@ static std::vector<Variant> variants() {
       {"simt_f32", omega_gemm_f32_tn, SIMT_BM, SIMT_BN, SIMT_THREADS, 0},
       of<SgemmT8x16K8>("v2_8x16k8", omega_gemm_f32_tn_v2_8x16k8),
       of<SgemmT8x16K8Zigzag>("v2_8x16k8_zigzag", omega_gemm_f32_tn_v2_8x16k8_zigzag),
+      // The library's f32 kernel: the zigzag form, persistent, as the planner launches it (2 CTAs an SM).
+      {"v2_8x16k8_zigzag_p", omega_gemm_f32_tn_v2_8x16k8_zigzag_p, 128, 128, 128, 0, 2},
       of<Probe8x8K16>("probe_8x8k16", probe<Probe8x8K16>),
       of<Probe8x8K16Zigzag>("probe_8x8k16_zigzag", probe<Probe8x8K16Zigzag>),
       of<Probe8x16K8Cols>("probe_8x16k8_cols", probe<Probe8x16K8Cols>),
@@ -168,6 +171,11 @@ static void run_one(Ctx& c, const Shape& sh, uint64_t seed) {
   auto omega = [&](const Variant& v) {
     return [&, v] {
       dim3 grid((N + v.bn - 1) / v.bn, (M + v.bm - 1) / v.bm);
+      if (v.persistent_per_sm) {
+        int sms;
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        grid = dim3(std::min<uint64_t>((uint64_t)grid.x * grid.y, (uint64_t)v.persistent_per_sm * sms));
+      }
       v.fn<<<grid, v.threads, v.dyn_smem>>>(dx, dw, dy, M, N, K);
     };
   };

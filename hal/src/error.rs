@@ -40,4 +40,7 @@ pub enum HalError {
     /// The platform cannot do this at all (a missing capability, never emulated).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The driver is sealed for serving ([`crate::driver`]): the call was refused, never made.
+    #[error("serving sealed: {0} would ask the driver")]
+    Sealed(crate::driver::DriverCall),
 }

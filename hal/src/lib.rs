@@ -30,6 +30,7 @@ pub mod caps;
 pub mod clock;
 pub mod cubin;
 pub mod device;
+pub mod driver;
 pub mod error;
 pub mod handle;
 pub mod host;
@@ -55,6 +56,7 @@ pub use caps::{
 };
 pub use clock::{Clock, TimerSlack, WaitPolicy};
 pub use device::{Device, DeviceInfo, StopFailure, Stopped};
+pub use driver::{DriverCall, DriverCounters, DriverStats};
 pub use error::HalError;
 pub use handle::{Handle, HandleError, HandleTable};
 pub use host::HostMemory;
@@ -107,5 +109,11 @@ pub trait Platform: Send + Sync {
     /// platform with nothing to say.
     fn notes(&self) -> Vec<(&'static str, String)> {
         Vec::new()
+    }
+    /// The counters of every call this platform makes into its driver, and their seal ([`driver`]);
+    /// `None` for a platform that cannot count them (a C function table), which therefore cannot be
+    /// sealed for serving either.
+    fn driver(&self) -> Option<&DriverCounters> {
+        None
     }
 }

@@ -8,11 +8,13 @@
 //   omega_gemm_bf16_tn_ts       the same with a TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_mc       the same in 2-CTA clusters, W multicast, TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh)
+//   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)
 //   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
 //   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)
 //   omega_gemm_f32_tn           f32 x f32, f32 FMA, any shape (gemm_simt.cuh)
 //   omega_gemm_bf16_simt_tn     bf16 of any shape or alignment (gemm_simt.cuh)
-//   omega_gemm_f32_tn_v2_*      f32 candidates of issue 12, same arithmetic as omega_gemm_f32_tn (gemm_sgemm.cuh)
+//   omega_gemm_f32_tn_v2_*      f32 candidates of issue 12, same arithmetic as omega_gemm_f32_tn (gemm_sgemm.cuh);
+//                               the library runs omega_gemm_f32_tn_v2_8x16k8_zigzag_p, the persistent zigzag one
 //   omega_convert_f32_bf16      bf16 outputs (convert.cuh)
 //
 // The host references the simulator runs are in src/core/kernels/matmul.rs.
@@ -21,5 +23,6 @@
 #include "matmul/gemm_bf16_ts.cuh"
 #include "matmul/gemm_sgemm.cuh"
 #include "matmul/gemm_simt.cuh"
+#include "matmul/gemm_skinny.cuh"
 #include "matmul/gemv_bf16.cuh"
 #include "matmul/moe_route.cuh"

@@ -7,7 +7,7 @@ use crate::kernel::Kernel;
 use crate::launch::Launch;
 use crate::locked::{Latched, Locked};
 use crate::mem::Mem;
-use crate::session::{runtime, LaunchCompletion};
+use crate::session::{runtime, AllocStats, DriverStats, LaunchCompletion};
 use crate::state::{Cached, Code, Data, Device, DeviceScalar, Open};
 
 /// The memory of one [`Locked::scope`]: every buffer allocated here lives no longer than the scope.
@@ -95,6 +95,35 @@ impl<'s> Scope<'s> {
     /// The platform's name.
     pub fn platform(&self) -> &'static str {
         runtime().platform_name().unwrap_or("none")
+    }
+
+    /// Seals the session for serving: until [`Scope::unseal`] (or close), every call that would ask the
+    /// driver (an allocation no held chunk can carve, a module load that needs a new buffer, anything
+    /// that reaches an ioctl or a mapping) is refused with its stage and never made; launches, waits,
+    /// reads and writes of buffers through their views go on. Refused on a platform that cannot count
+    /// its driver calls, and when sealed already.
+    pub fn seal(&self) -> Result<()> {
+        runtime().seal()
+    }
+
+    /// Ends the seal; buffers freed while sealed are given back to the platform now.
+    pub fn unseal(&self) -> Result<()> {
+        runtime().unseal()
+    }
+
+    /// Whether the session is sealed for serving.
+    pub fn is_sealed(&self) -> bool {
+        runtime().is_sealed()
+    }
+
+    /// What the platform asked its driver for so far (`None`: a platform that cannot count it).
+    pub fn driver_stats(&self) -> Option<DriverStats> {
+        runtime().driver_stats()
+    }
+
+    /// The session's allocation counters.
+    pub fn alloc_stats(&self) -> AllocStats {
+        runtime().alloc_stats()
     }
 }
 

@@ -118,6 +118,10 @@ pub enum Stage {
     AttentionTable,
     /// `attention pool`: the C entries' KV pool (absent, allocated twice, or not the one passed).
     AttentionPool,
+    /// `prefill shape`: a prefill attention shape that cannot exist, or that the buffers do not hold.
+    PrefillShape,
+    /// `prefill tma`: a prefill operand no TMA descriptor can describe.
+    PrefillTma,
     /// `elementwise`: an elementwise library entry as a whole (refused after a latch).
     Elementwise,
     /// `elementwise args`: an elementwise entry's NULL, misaligned or unusable argument.
@@ -126,6 +130,8 @@ pub enum Stage {
     ElementwiseShape,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
+    /// The serving seal (`Runtime::seal`, `Runtime::unseal`).
+    Serving,
 }
 
 impl Stage {
@@ -184,10 +190,13 @@ impl Stage {
             Stage::AttentionLayout => "attention layout",
             Stage::AttentionTable => "attention table",
             Stage::AttentionPool => "attention pool",
+            Stage::PrefillShape => "prefill shape",
+            Stage::PrefillTma => "prefill tma",
             Stage::Elementwise => "elementwise",
             Stage::ElementwiseArgs => "elementwise args",
             Stage::ElementwiseShape => "elementwise shape",
             Stage::Recover => "recover",
+            Stage::Serving => "serving",
         }
     }
 }
@@ -589,6 +598,12 @@ pub enum LaunchArgError {
 /// What was wrong with a setting or request ([`Error::Setting`]); the text is the cause after the stage.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingError {
+    /// A seal on a platform that cannot count its driver calls.
+    #[error("this platform cannot count its driver calls, so it cannot be sealed for serving")]
+    CannotSeal,
+    /// A seal while sealed.
+    #[error("already sealed")]
+    AlreadySealed,
     /// A typed write of more elements than the buffer holds.
     #[error("{n} elements into a buffer of {len}")]
     WriteTooLong {

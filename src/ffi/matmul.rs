@@ -88,6 +88,9 @@ pub const OMEGA_GPU_MATMUL_PATH_SIMT_BF16: u32 = 3;
 pub const OMEGA_GPU_MATMUL_PATH_SIMT_F32: u32 = 4;
 /// The grouped expert GEMM (`omega_moe_route`, `omega_moe_gemv_bf16_m*`).
 pub const OMEGA_GPU_MATMUL_PATH_GROUPED: u32 = 5;
+/// The skinny bf16 GEMM for M <= 64 (`omega_skinny_bf16_tn_m*`): W streamed through shared memory by
+/// every SM, split over K, f32 or bf16 stored directly.
+pub const OMEGA_GPU_MATMUL_PATH_SKINNY: u32 = 6;
 
 /// `OmegaGpuMatmulInfo.flags`: the output is bf16 (the f32 product was converted).
 pub const OMEGA_GPU_MATMUL_FLAG_BF16_OUT: u32 = 1;
@@ -138,6 +141,7 @@ const _: () = {
     assert!(OMEGA_GPU_MATMUL_PATH_SIMT_BF16 == Path::SimtBf16 as u32);
     assert!(OMEGA_GPU_MATMUL_PATH_SIMT_F32 == Path::SimtF32 as u32);
     assert!(OMEGA_GPU_MATMUL_PATH_GROUPED == Path::Grouped as u32);
+    assert!(OMEGA_GPU_MATMUL_PATH_SKINNY == Path::Skinny as u32);
 };
 
 /// EXPERIMENTAL. What a matmul call ran and what it cost: 160 bytes, filled on success and on failure
@@ -269,7 +273,8 @@ static LAST_ERROR: Mutex<String> = Mutex::new(String::new());
 static LAST_ERROR_TEXT: TextBuffer = TextBuffer::new();
 
 /// The LD-4 refusal of a caller that holds the lock.
-const LOCK_HELD: &str = "the matmul library's entries take the session lock themselves: call them without it (LD-4)";
+pub(super) const LOCK_HELD: &str =
+    "the matmul library's entries take the session lock themselves: call them without it (LD-4)";
 
 /// An entry's own failures, before or around the library's.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -372,7 +377,7 @@ fn stage_code(stage: Stage) -> u32 {
 }
 
 /// Records `text` as the library's last error and the session's.
-fn record(text: &dyn std::fmt::Display) {
+pub(super) fn record(text: &dyn std::fmt::Display) {
     let s = text.to_string();
     super::boundary::record(&s);
     *sync::lock(&LAST_ERROR) = s;
@@ -679,6 +684,29 @@ fn host_product<T: HostElem>(shape: Shape, x: &[T], w: Weights<'_, T>, y: &mut [
         *matmul = Some(mm.keep());
         o
     })
+}
+
+/// The serving reservation's part of the library (`src/ffi/serving.rs`): the bf16 host-pointer entry's
+/// staging grown to `[m, k]`, `[n, k]` and `[m, n]` and the library handle made (its module loaded), so
+/// a product within those sides allocates nothing. Returns the entries' code; a failure is recorded.
+pub(super) fn reserve_bf16_staging(m: u32, n: u32, k: u32) -> c_int {
+    let start = Instant::now();
+    let info = Info { m, n, k, cta_budget: matmul::cta_budget(), ..Info::default() };
+    let o = with_device(info, OMEGA_GPU_MATMUL_FLAG_HOST_POINTERS, |lib, s, _gpu, info, flags| {
+        let mut run = || -> Result<(), EntryError> {
+            let mm = handle(lib, s)?;
+            lib.matmul = Some(mm.keep());
+            // Sides are u32: each product fits the 64-bit usize Omega runs on.
+            let len = |a: u32, b: u32| a as usize * b as usize;
+            staged(s, &mut lib.staging.x16, len(m, k))?;
+            staged(s, &mut lib.staging.w16, len(n, k))?;
+            staged(s, &mut lib.staging.y, len(m, n))?;
+            Ok(())
+        };
+        Outcome { info, flags, result: run() }
+    });
+    // SAFETY: NULL: no info is written.
+    unsafe { finish(ptr::null_mut(), start, o) }
 }
 
 /// A dense host-pointer entry's checks, then its product.

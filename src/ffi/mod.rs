@@ -35,4 +35,5 @@ pub mod kernel;
 pub mod matmul;
 pub mod platform;
 pub mod runtime_api;
+pub mod serving;
 pub mod session;

@@ -10,3 +10,4 @@
 pub mod attention;
 pub mod elementwise;
 pub mod matmul;
+pub mod serving;

@@ -108,7 +108,7 @@ impl OmegaGpuPlatformError {
             HalError::Driver { status, detail, .. } => (err::DRIVER, *status, detail.clone()),
             HalError::UnsupportedDriver(t) => (err::UNSUPPORTED_DRIVER, 0, t.clone()),
             HalError::Refused(r) => (err::REFUSED, r.code() as u32, r.to_string()),
-            HalError::Injected(_) => (err::DRIVER, 0, e.to_string()),
+            HalError::Injected(_) | HalError::Sealed(_) => (err::DRIVER, 0, e.to_string()),
             HalError::Lost(t) => (err::LOST, 0, t.clone()),
             HalError::Unsupported(t) => (err::UNSUPPORTED, 0, t.clone()),
         };

@@ -94,6 +94,8 @@ const RING_ENTRIES: u32 = 64;
 /// The control block has a page of its own; the ring follows it.
 const RING_OFFSET: usize = 4096;
 /// The whole mapping: the control page, then the ring rounded up to pages.
+/// The queue's pages are read and written by this process (the driver writes them through its own pin).
+const PROT_RW: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;
 const MAPPING_BYTES: usize = RING_OFFSET + (RING_ENTRIES as usize * uvm_event::ENTRY_V2_BYTES).div_ceil(4096) * 4096;
 
 /// A fatal fault UVM reported for this process's VA space.
@@ -204,22 +206,11 @@ impl FaultEvents {
     /// fatal-fault events on. Each failing step is named in the error.
     pub(crate) fn open(uvm: &DriverFd<ioctl::UvmFile>) -> Result<FaultEvents, HalError> {
         let tools = DriverFd::open_uvm_tools("open /dev/nvidia-uvm-tools")?;
-        // SAFETY: a fresh anonymous private mapping the kernel places; nothing else is mapped over it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                MAPPING_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(ioctl::os_error("map the UVM event queue", std::io::Error::last_os_error(), ""));
-        }
+        // SAFETY: anonymous pages, no driver file behind them.
+        let p =
+            unsafe { ioctl::map(MAPPING_BYTES as u64, PROT_RW, libc::MAP_PRIVATE, None, "map the UVM event queue") }?;
         // From here `Drop` releases the mapping (and the file, first) on every path.
-        let ev = FaultEvents { tools: Some(tools), pages: p as *mut u8, get: 0, first: None };
+        let ev = FaultEvents { tools: Some(tools), pages: p, get: 0, first: None };
         let tools = ev.tools.as_ref().expect("just set");
         let mut init = sys::UvmToolsInitEventTracker {
             queue_buffer: ev.pages as u64 + RING_OFFSET as u64,
@@ -302,7 +293,7 @@ impl Drop for FaultEvents {
         drop(self.tools.take());
         // SAFETY: `pages` is the MAPPING_BYTES mapping made in `open`, unmapped only here, and no longer
         // pinned by the driver (its file is closed above).
-        unsafe { libc::munmap(self.pages as *mut libc::c_void, MAPPING_BYTES) };
+        unsafe { ioctl::unmap(self.pages, MAPPING_BYTES as u64) };
     }
 }
 
@@ -390,18 +381,8 @@ mod tests {
     /// words written back) is tested on the exact layout.
     fn fake_queue() -> FaultEvents {
         // SAFETY: as in `open`.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                MAPPING_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        FaultEvents { tools: None, pages: p as *mut u8, get: 0, first: None }
+        let p = unsafe { ioctl::map(MAPPING_BYTES as u64, PROT_RW, libc::MAP_PRIVATE, None, "fake queue") }.unwrap();
+        FaultEvents { tools: None, pages: p, get: 0, first: None }
     }
 
     fn enqueue(q: &FaultEvents, event_type: u8, address: u64, time_stamp: u64) {

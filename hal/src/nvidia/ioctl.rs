@@ -1,4 +1,8 @@
-//! The driver's requests as types, and the one place an ioctl is made.
+//! The driver's requests as types, and the one place an ioctl, an mmap or a munmap is made.
+//!
+//! Every call into the driver passes [`COUNTERS`] here ([`send`], [`map`], [`unmap`]): counted by kind,
+//! and refused while serving is sealed (`crate::driver`). `tests/driver_calls.rs` checks that no other
+//! file of the backend calls `ioctl`, `mmap` or `munmap`.
 //!
 //! Every request this backend sends is a type implementing [`Request`]: it names the device file the
 //! request goes to ([`Request::File`]), its number ([`Request::OPCODE`]) and its one argument struct
@@ -25,6 +29,7 @@ use static_assertions::const_assert;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::sys::{self, esc, status_name, uvm_req, IOC_SIZE_MASK, NV_IOCTL_MAGIC};
+use crate::driver::{DriverCall, DriverCounters};
 use crate::error::HalError;
 
 /// The control device every RM call goes to.
@@ -132,6 +137,8 @@ pub(crate) unsafe trait Request {
     type Arg: IntoBytes + FromBytes;
     /// The request number.
     const OPCODE: Opcode;
+    /// The request's name, as the driver counters list it.
+    const NAME: &'static str;
     /// The NV_STATUS the driver wrote into `arg`; `None` for a struct without one.
     fn status(arg: &Self::Arg) -> Option<u32>;
 }
@@ -158,6 +165,7 @@ macro_rules! rm_escapes {
             type File = $file;
             type Arg = $arg;
             const OPCODE: Opcode = opcode::read_write::<$arg>(NV_IOCTL_MAGIC, $nr);
+            const NAME: &'static str = stringify!($name);
             fn status($a: &$arg) -> Option<u32> {
                 $status
             }
@@ -183,6 +191,7 @@ macro_rules! uvm_requests {
             type File = UvmFile;
             type Arg = $arg;
             const OPCODE: Opcode = $nr as Opcode;
+            const NAME: &'static str = stringify!($name);
             fn status(arg: &$arg) -> Option<u32> {
                 Some(arg.rm_status)
             }
@@ -244,6 +253,7 @@ pub(crate) mod req {
         type File = UvmToolsFile;
         type Arg = sys::UvmToolsInitEventTracker;
         const OPCODE: Opcode = uvm_req::TOOLS_INIT_EVENT_TRACKER_V2 as Opcode;
+        const NAME: &'static str = "UvmToolsInitEventTracker";
         fn status(arg: &sys::UvmToolsInitEventTracker) -> Option<u32> {
             Some(arg.rm_status)
         }
@@ -257,6 +267,7 @@ pub(crate) mod req {
         type File = UvmToolsFile;
         type Arg = sys::UvmToolsEnableEvents;
         const OPCODE: Opcode = uvm_req::TOOLS_EVENT_QUEUE_ENABLE_EVENTS as Opcode;
+        const NAME: &'static str = "UvmToolsEnableEvents";
         fn status(arg: &sys::UvmToolsEnableEvents) -> Option<u32> {
             Some(arg.rm_status)
         }
@@ -300,6 +311,7 @@ pub(crate) unsafe fn send<R: Request>(
     call: &'static str,
     ctx: &str,
 ) -> Result<(), HalError> {
+    COUNTERS.enter(DriverCall::Ioctl(R::NAME))?;
     // SAFETY: `fd` is open on `R::File`, the file `R` is served on; `Call`'s `Ioctl` impl hands the driver
     // `R::OPCODE` and a live, exclusive `R::Arg`, which is all `R`'s contract lets the driver touch besides
     // the pointers inside `arg`, which the caller vouches for.
@@ -320,6 +332,45 @@ pub(crate) fn send_plain<R: PointerFree>(
     // SAFETY: `R` is `PointerFree`: the driver follows no pointer inside `arg`, so there is nothing to vouch
     // for beyond what the types already bind.
     unsafe { send::<R>(fd, arg, call, ctx) }
+}
+
+/// Every driver call of the process: the nvidia platform's [`crate::Platform::driver`].
+pub(crate) static COUNTERS: DriverCounters = DriverCounters::new();
+
+/// Maps `len` bytes of `fd` (`None`: anonymous pages) with `prot` and `flags`, the kernel choosing the
+/// place; counted, and refused while sealed. `call` names the step in an error.
+///
+/// # Safety
+/// - When `fd` is given, the driver has prepared it for a mapping of `len` bytes (RM_MAP_MEMORY), or it
+///   is not a driver file at all.
+pub(crate) unsafe fn map(
+    len: u64,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: Option<RawFd>,
+    call: &'static str,
+) -> Result<*mut u8, HalError> {
+    COUNTERS.enter(DriverCall::Mmap { bytes: len })?;
+    let flags = if fd.is_none() { flags | libc::MAP_ANONYMOUS } else { flags };
+    // SAFETY: a fresh mapping placed by the kernel (no MAP_FIXED), so nothing existing is mapped over; what
+    // backs it is the caller's promise above.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len as usize, prot, flags, fd.unwrap_or(-1), 0) };
+    if p == libc::MAP_FAILED {
+        return Err(os_error(call, std::io::Error::last_os_error(), "mmap"));
+    }
+    Ok(p.cast())
+}
+
+/// Releases a mapping made by [`map`] (counted; a null `p` is nothing to release).
+///
+/// # Safety
+/// - `p..p + len` is exactly one mapping [`map`] made, and nothing reads or writes it any more.
+pub(crate) unsafe fn unmap(p: *mut u8, len: u64) {
+    if !p.is_null() {
+        COUNTERS.unmapped();
+        // SAFETY: the caller owns the mapping and is done with it.
+        unsafe { libc::munmap(p.cast(), len as usize) };
+    }
 }
 
 /// The error for a driver status: the step, the value and the driver's name for it, plus what was asked.

@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ptr;
 
+use super::ioctl;
 use super::rm::{unmap, MapVia, MemoryClass};
 use super::stage::{Records, Stage};
 use super::sys::{self, mem_attr};
@@ -346,21 +347,10 @@ impl Base {
                 }
             }
             DriverMemKind::Host => {
-                // SAFETY: a fresh anonymous shared mapping the kernel places; nothing else is mapped over.
-                let p = unsafe {
-                    libc::mmap(
-                        ptr::null_mut(),
-                        bytes as usize,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    )
-                };
-                if p == libc::MAP_FAILED {
-                    return Err(HalError::OutOfMemory { bytes });
-                }
-                m.cpu = p as *mut u8;
+                // SAFETY: anonymous pages, no driver file behind them.
+                let p = unsafe { ioctl::map(bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, None, call) }
+                    .map_err(|e| if matches!(e, HalError::Sealed(_)) { e } else { HalError::OutOfMemory { bytes } })?;
+                m.cpu = p;
                 // SAFETY: `m.cpu` is the page-aligned mapping of `bytes` just made; it stays mapped until
                 // `release_mem_parts` frees the object first and unmaps it after.
                 unsafe { self.wrap_pages(m) }?;
@@ -507,21 +497,15 @@ pub(crate) struct Buffers {
 /// Reserves `bytes` of anonymous memory for a CPU view: private, not accounted against the host's commit
 /// limit (`MAP_NORESERVE`), so untouched pages cost nothing.
 fn reserve_view(bytes: u64) -> Result<*mut u8, HalError> {
-    // SAFETY: a fresh anonymous private mapping the kernel places; nothing else is mapped over.
-    let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            bytes as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(HalError::OutOfMemory { bytes });
-    }
-    Ok(p as *mut u8)
+    let flags = libc::MAP_PRIVATE | libc::MAP_NORESERVE;
+    // SAFETY: anonymous pages, no driver file behind them.
+    unsafe { ioctl::map(bytes, libc::PROT_READ | libc::PROT_WRITE, flags, None, "reserve a CPU view") }.map_err(|e| {
+        if matches!(e, HalError::Sealed(_)) {
+            e
+        } else {
+            HalError::OutOfMemory { bytes }
+        }
+    })
 }
 
 impl Buffers {

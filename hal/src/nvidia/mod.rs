@@ -599,6 +599,10 @@ impl Platform for Nvidia {
         crate::sync::lock(&self.config).wait
     }
 
+    fn driver(&self) -> Option<&crate::driver::DriverCounters> {
+        Some(&ioctl::COUNTERS)
+    }
+
     fn notes(&self) -> Vec<(&'static str, String)> {
         let st = crate::sync::lock(&self.state);
         let Some(o) = st.as_ref() else { return Vec::new() };

@@ -13,7 +13,7 @@ use std::ptr;
 
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
-use super::ioctl::{self, os_error, req, CtlFile, DriverFd, GpuFile};
+use super::ioctl::{self, req, CtlFile, DriverFd, GpuFile};
 use super::sys::{self, class as id, ctrl};
 use crate::arch::Arch;
 use crate::error::HalError;
@@ -581,24 +581,13 @@ impl Rm {
         };
         let ctx = format!("memory {memory:#x}, {len} bytes");
         ioctl::send_plain::<req::RmMapMemory>(&self.ctl, &mut m, call, &ctx)?;
-        // SAFETY: a fresh shared mapping chosen by the kernel; the driver backs it with the object that
-        // RM_MAP_MEMORY just tied to this fd. Nothing else is mapped over.
+        // SAFETY: RM_MAP_MEMORY just tied the object to this fd for a mapping of `len` bytes.
         let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(os_error(call, std::io::Error::last_os_error(), "mmap"));
-        }
+            ioctl::map(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, Some(fd.as_raw_fd()), call)
+        }?;
         // The mapping holds its own reference to the file; the fd is not needed any more.
         drop(fd);
-        Ok(p as *mut u8)
+        Ok(p)
     }
 
     /// Maps `memory` at the fixed GPU address `va` through the virtual-memory object `hdma`.
@@ -640,16 +629,7 @@ pub(crate) fn c_str(buf: &[u8]) -> String {
     String::from_utf8_lossy(&buf[..end]).trim().to_owned()
 }
 
-/// Unmaps a CPU mapping made by [`Rm::map_cpu`] or an anonymous mmap.
-///
-/// # Safety
-/// - `p..p + len` is exactly one mapping this backend made, and nothing reads or writes it any more.
-pub(crate) unsafe fn unmap(p: *mut u8, len: u64) {
-    if !p.is_null() {
-        // SAFETY: the caller owns the mapping and is done with it.
-        unsafe { libc::munmap(p as *mut libc::c_void, len as usize) };
-    }
-}
+pub(crate) use super::ioctl::unmap;
 
 #[cfg(test)]
 mod tests {

@@ -344,20 +344,17 @@ mod tests {
     fn a_dropped_stage_releases_what_it_made_in_reverse_order() {
         let rm = rm();
         // SAFETY: a fresh anonymous mapping of one page, which the stage owns from here.
-        let cpu = unsafe {
-            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        assert_ne!(cpu, libc::MAP_FAILED);
+        let cpu = unsafe { super::super::ioctl::map(4096, libc::PROT_READ, libc::MAP_PRIVATE, None, "test") }.unwrap();
         {
             let mut s = RmStage::new(&rm);
             s.record(object("device"));
             s.record(object("subdevice"));
             s.record(RmRecordToken(RmRecord::Boost { subdevice: 0x5 }));
-            s.record(RmRecordToken(RmRecord::Mapping { cpu: cpu as *mut u8, bytes: 4096 }));
+            s.record(RmRecordToken(RmRecord::Mapping { cpu, bytes: 4096 }));
         }
         assert_eq!(released(), ["mapping", "boost 0x5", "object subdevice", "object device"]);
         // SAFETY: msync only reports whether the range is mapped; it touches no memory.
-        let r = unsafe { libc::msync(cpu, 4096, libc::MS_ASYNC) };
+        let r = unsafe { libc::msync(cpu.cast(), 4096, libc::MS_ASYNC) };
         assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOMEM)), "unmapped");
     }
 

@@ -2,6 +2,7 @@
 
 use super::{Sim, SimFault};
 use crate::caps::{BufferDesc, BufferKind, CachePolicy, Rights};
+use crate::driver::DriverCall;
 use crate::error::HalError;
 use crate::memory::{Allocation, DeviceMemory, MemInfo};
 use crate::sync;
@@ -152,6 +153,7 @@ impl DeviceMemory for Sim {
         if st.take_fault(|f| *f == SimFault::FailAlloc).is_some() {
             return Err(HalError::OutOfMemory { bytes: desc.bytes });
         }
+        self.driver.enter(DriverCall::Alloc { bytes: desc.bytes })?;
         if desc.bytes > self.config.memory_bytes - st.memory.live_bytes() {
             return Err(HalError::OutOfMemory { bytes: desc.bytes });
         }
@@ -176,6 +178,10 @@ impl DeviceMemory for Sim {
     }
 
     unsafe fn free(&self, a: &Allocation) {
+        // The nvidia platform's RM_FREE is refused while sealed, and the object stays: so here.
+        if self.driver.enter(DriverCall::Free).is_err() {
+            return;
+        }
         let mut st = sync::lock(&self.state);
         let removed = st.memory.remove(a.va);
         debug_assert!(removed.as_ref().is_some_and(|r| r.id == a.id), "sim: free of an unknown allocation");
@@ -189,6 +195,7 @@ impl DeviceMemory for Sim {
         if !st.open {
             return Err(HalError::NoDevice("sim: device not open".into()));
         }
+        self.driver.enter(DriverCall::MemInfo)?;
         let total_bytes = self.config.memory_bytes;
         Ok(MemInfo { free_bytes: total_bytes - st.memory.live_bytes(), total_bytes })
     }

@@ -201,6 +201,8 @@ pub struct Sim {
     clock: SimClock,
     lock: PlainLock,
     heap: LibcHeap,
+    /// Its driver's equivalents counted (allocations, frees, memory queries) and sealed for serving.
+    pub(crate) driver: crate::driver::DriverCounters,
     pub(crate) state: Mutex<State>,
     pub(crate) kernels: Mutex<HashMap<String, HostKernel>>,
 }
@@ -218,6 +220,7 @@ impl Sim {
             config,
             lock: PlainLock::new(),
             heap: LibcHeap,
+            driver: crate::driver::DriverCounters::new(),
             state: Mutex::new(State {
                 open: false,
                 memory: memory::SimMemory::new(),
@@ -334,6 +337,10 @@ impl Platform for Sim {
 
     fn code_format(&self) -> crate::CodeFormat {
         crate::CodeFormat::SimImage
+    }
+
+    fn driver(&self) -> Option<&crate::driver::DriverCounters> {
+        Some(&self.driver)
     }
 }
 

@@ -284,6 +284,8 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
   }
 }
 
+// Another module that includes this header for its helpers alone defines OMEGA_GEMM_HELPERS_ONLY.
+#ifndef OMEGA_GEMM_HELPERS_ONLY
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
     omega_gemm_bf16_tn(const void* tmap_a, const void* tmap_b, float* y, uint32_t M, uint32_t N, uint32_t K) {
   gemm_bf16_body<GEMM_BN, GEMM_STAGES>(tmap_a, tmap_b, y, nullptr, nullptr, M, N, K, 1);
@@ -304,3 +306,4 @@ extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
                             uint32_t M, uint32_t N, uint32_t K, uint32_t splits) {
   gemm_bf16_body<128, GEMM_N128_STAGES>(tmap_a, tmap_b, y, work, tickets, M, N, K, splits);
 }
+#endif  // OMEGA_GEMM_HELPERS_ONLY

@@ -405,20 +405,12 @@ __device__ __forceinline__ void mainloop_async(const float* __restrict__ x, cons
 
 }  // namespace omega_sgemm
 
-// grid (ceil(N / BN), ceil(M / BM)), block C::THREADS.
+// The C::BM x C::BN tile of y at (m0, n0), its stages in `smem`.
 template <class C>
-__device__ __forceinline__ void sgemm_tn(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-                                         uint32_t M, uint32_t N, uint32_t K) {
+__device__ __forceinline__ void sgemm_tile(const float* __restrict__ x, const float* __restrict__ w,
+                                           float* __restrict__ y, uint32_t M, uint32_t N, uint32_t K, uint32_t m0,
+                                           uint32_t n0, float* smem) {
   using namespace omega_sgemm;
-  float* smem;
-  if constexpr (C::DYNAMIC_SMEM) {
-    extern __shared__ __align__(16) float sgemm_dynamic_smem[];
-    smem = sgemm_dynamic_smem;
-  } else {
-    __shared__ __align__(16) float sgemm_static_smem[C::SMEM_BYTES / 4];
-    smem = sgemm_static_smem;
-  }
-  const uint32_t m0 = blockIdx.y * C::BM, n0 = blockIdx.x * C::BN;
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   constexpr uint32_t warps_n = (C::BN / C::TN) / C::WC;
   const uint32_t tm = (warp / warps_n) * C::WR + lane / C::WC;
@@ -471,6 +463,40 @@ __device__ __forceinline__ void sgemm_tn(const float* __restrict__ x, const floa
           if (n + j < N) row[n + j] = acc[i][4 * q + j];
       }
     }
+  }
+}
+
+template <class C>
+__device__ __forceinline__ float* sgemm_smem() {
+  if constexpr (C::DYNAMIC_SMEM) {
+    extern __shared__ __align__(16) float sgemm_dynamic_smem[];
+    return sgemm_dynamic_smem;
+  } else {
+    __shared__ __align__(16) float sgemm_static_smem[C::SMEM_BYTES / 4];
+    return sgemm_static_smem;
+  }
+}
+
+// grid (ceil(N / BN), ceil(M / BM)), block C::THREADS.
+template <class C>
+__device__ __forceinline__ void sgemm_tn(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+                                         uint32_t M, uint32_t N, uint32_t K) {
+  sgemm_tile<C>(x, w, y, M, N, K, blockIdx.y * C::BM, blockIdx.x * C::BN, sgemm_smem<C>());
+}
+
+// Persistent: grid (G, 1, 1) of any G >= 1, block C::THREADS. CTA b takes the tiles b, b + G, ... of the
+// ceil(M / BM) * ceil(N / BN) in row-major order (tile t at tile row t / tiles_n, column t % tiles_n: the
+// order the 2-D grid's CTAs start in), so one launch of at most a CTA budget covers any shape.
+template <class C>
+__device__ __forceinline__ void sgemm_tn_persistent(const float* __restrict__ x, const float* __restrict__ w,
+                                                    float* __restrict__ y, uint32_t M, uint32_t N, uint32_t K) {
+  float* smem = sgemm_smem<C>();
+  const uint32_t tiles_n = (N + C::BN - 1) / C::BN;
+  const uint64_t tiles = (uint64_t)((M + C::BM - 1) / C::BM) * tiles_n;
+  for (uint64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    // The last tile's stages are read to the end of its mainloop before this one's first copies.
+    __syncthreads();
+    sgemm_tile<C>(x, w, y, M, N, K, (uint32_t)(t / tiles_n) * C::BM, (uint32_t)(t % tiles_n) * C::BN, smem);
   }
 }
 
@@ -848,6 +874,14 @@ using SgemmT8x16K8Zigzag = omega_sgemm::Cfg<128, 128, 8, 8, 16, 4, 2, false, 2, 
 
 OMEGA_SGEMM_ENTRY(omega_gemm_f32_tn_v2_8x16k8, SgemmT8x16K8)
 OMEGA_SGEMM_ENTRY(omega_gemm_f32_tn_v2_8x16k8_zigzag, SgemmT8x16K8Zigzag)
+
+// The zigzag candidate, persistent (sgemm_tn_persistent): the library's f32 path, one launch within the
+// CTA budget where the 2-D grid took one launch per band of rows (8192^3: four launches of 1024 CTAs).
+extern "C" __global__ void __maxnreg__(248) omega_gemm_f32_tn_v2_8x16k8_zigzag_p(const float* x, const float* w,
+                                                                                   float* y, uint32_t M, uint32_t N,
+                                                                                   uint32_t K) {
+  sgemm_tn_persistent<SgemmT8x16K8Zigzag>(x, w, y, M, N, K);
+}
 
 // The cp.async K-major candidates (16-byte copies, no staging registers, zigzag order): 3 stages of K = 8
 // (cuBLAS's "stage3"), 4 stages of K = 8, 3 stages of K = 16 (48 KiB, half the barriers). ptxas -v: 227,

@@ -43,6 +43,12 @@ use omega_refmath as math;
 
 use super::HostSpec;
 
+mod skinny;
+pub use skinny::{
+    skinny_plan, skinny_smem_bytes, skinny_variant, skinny_work_floats, SkinnyPlan, SKINNY_BF16_TN, SKINNY_CTAS_PER_SM,
+    SKINNY_KC, SKINNY_MAX_M, SKINNY_MAX_SPLITS, SKINNY_MB, SKINNY_ROWS, SKINNY_STAGES, SKINNY_THREADS,
+};
+
 /// The module's name (`kernels/cuda/matmul.cu`).
 pub const MATMUL: &str = "matmul";
 /// Large M: `omega_gemm_bf16_tn(tmap_a, tmap_b, y, M, N, K)`, TMA + wgmma, persistent.
@@ -93,6 +99,13 @@ pub const GEMM_F32_TN_V2: [SgemmVariant; 5] = [
 /// The fastest of [`GEMM_F32_TN_V2`] on the H200 so far (8192^3: 44.9 TFLOP/s against
 /// `omega_gemm_f32_tn`'s 43.5 and cuBLAS's 50.9; benches/cuda/sgemm_check.cu).
 pub const GEMM_F32_TN_V2_BEST: usize = 1;
+/// [`GEMM_F32_TN_V2`]'s best ([`GEMM_F32_TN_V2_BEST`], the zigzag form) made persistent: `(x, w, y, M, N,
+/// K)`, grid `[G, 1, 1]` of any G >= 1, CTA b taking the 128 x 128 tiles b, b + G, ... in row-major tile
+/// order, so one launch within the CTA budget covers any shape (the library's f32 path).
+pub const GEMM_F32_TN_PERSISTENT: &str = "omega_gemm_f32_tn_v2_8x16k8_zigzag_p";
+/// The persistent f32 GEMM's CTAs per SM (two at 248 registers): the library's grid is
+/// `min(tiles, 2 * SMs, budget)`.
+pub const GEMM_F32_PERSISTENT_CTAS_PER_SM: u32 = 2;
 /// `omega_convert_f32_bf16(in, out, n)`: round to nearest even, grid-stride.
 pub const CONVERT_F32_BF16: &str = "omega_convert_f32_bf16";
 
@@ -389,6 +402,10 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
     gemv_spec(3, 0, gemv_bf16_tn::<3>),
+    skinny::SKINNY_SPECS[0],
+    skinny::SKINNY_SPECS[1],
+    skinny::SKINNY_SPECS[2],
+    skinny::SKINNY_SPECS[3],
     moe_spec(0, 0, moe_gemv_bf16::<0>),
     moe_spec(1, 0, moe_gemv_bf16::<1>),
     moe_spec(2, 0, moe_gemv_bf16::<2>),
@@ -420,6 +437,13 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     sgemm_spec::<2>(),
     sgemm_spec::<3>(),
     sgemm_spec::<4>(),
+    HostSpec {
+        name: GEMM_F32_TN_PERSISTENT,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST].shared_bytes,
+        local_bytes_per_thread: 0,
+        run: gemm_f32_tn_persistent,
+    },
     HostSpec {
         name: CONVERT_F32_BF16,
         param_sizes: &[8, 8, 8],
@@ -479,11 +503,11 @@ const fn moe_spec(
 
 /// A fault of kernel `kernel` that is not an address the MMU refused: Xid 13, as the GPU reports an
 /// exception of the graphics engine (a misaligned address, a shared-memory access past the window).
-fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
+pub(super) fn fault(kernel: &str, why: impl core::fmt::Display) -> KernelError {
     KernelError::Fault { xid: 13, detail: format!("{kernel}: {why}") }
 }
 
-fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
+pub(super) fn misaligned(kernel: &str, what: &str, va: u64, align: u64) -> KernelError {
     fault(kernel, format_args!("misaligned address: {what} at {va:#x} is not {align}-byte aligned"))
 }
 
@@ -498,7 +522,7 @@ fn aligned(kernel: &str, what: &str, va: u64, align: u64) -> Result<(), KernelEr
 
 /// Refuses a launch whose block is not `want`: the kernels index their warps and tiles by a fixed block
 /// (on the GPU another shape would hang or leave outputs unwritten).
-fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
+pub(super) fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), KernelError> {
     if ctx.block != [want, 1, 1] {
         return Err(fault(
             kernel,
@@ -510,7 +534,7 @@ fn require_block(ctx: &KernelCtx<'_>, kernel: &str, want: u32) -> Result<(), Ker
 
 /// This call's items of `items` equal ones of `cost` units each: those whose first unit lies in the
 /// call's take, so each item runs whole in exactly one call.
-fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
+pub(super) fn take_items(ctx: &mut KernelCtx<'_>, items: u64, cost: u64) -> Range<u64> {
     let cost = cost.max(1);
     let units = ctx.take(items.saturating_mul(cost));
     units.start.div_ceil(cost)..units.end.div_ceil(cost)
@@ -648,22 +672,34 @@ impl Dense<'_> {
 /// boxes of `box_rows` rows by 64 elements, 128-byte swizzle, zero fill. Another descriptor would make the
 /// stages' byte count or layout wrong (a barrier that never completes, or garbage), so it faults here.
 fn gemm_tensor_map(ctx: &KernelCtx<'_>, va: u64, which: &str, box_rows: u32) -> Result<TiledSpec, KernelError> {
-    let k = GEMM_BF16_TN;
+    staged_tensor_map(ctx, GEMM_BF16_TN, va, which, &[GEMM_TILE_K, box_rows])
+}
+
+/// A descriptor kernel `k` reads at `va` into 128B-swizzled shared-memory stages: bf16, of `want_box`'s
+/// rank and box, unit element strides, no interleave, 128-byte swizzle, zero fill (ragged boxes sum
+/// zeros). Anything else faults, naming what differs.
+pub(super) fn staged_tensor_map(
+    ctx: &KernelCtx<'_>,
+    k: &str,
+    va: u64,
+    which: &str,
+    want_box: &[u32],
+) -> Result<TiledSpec, KernelError> {
     if !va.is_multiple_of(64) {
         return Err(misaligned(k, which, va, 64));
     }
     let mut m = TensorMap([0; TENSOR_MAP_BYTES]);
     ctx.read(va, &mut m.0)?;
     let s = decode_tiled(&m).map_err(|e| fault(k, format_args!("{which} at {va:#x} is not a tensor map: {e}")))?;
-    let want_box = [GEMM_TILE_K, box_rows];
+    let rank = want_box.len();
     let wrong = if s.elem != TmaElem::Bf16 {
         Some(format!("element type {:?}, not Bf16", s.elem))
-    } else if s.rank != 2 {
-        Some(format!("rank {}, not 2", s.rank))
-    } else if s.box_dim[..2] != want_box {
-        Some(format!("box {:?}, not {want_box:?} (elements, rows)", &s.box_dim[..2]))
-    } else if s.element_stride[..2] != [1, 1] {
-        Some(format!("element strides {:?}, not [1, 1]", &s.element_stride[..2]))
+    } else if s.rank as usize != rank {
+        Some(format!("rank {}, not {rank}", s.rank))
+    } else if s.box_dim[..rank] != *want_box {
+        Some(format!("box {:?}, not {want_box:?} (innermost first)", &s.box_dim[..rank]))
+    } else if s.element_stride[..rank].iter().any(|&e| e != 1) {
+        Some(format!("element strides {:?}, not all 1", &s.element_stride[..rank]))
     } else if s.interleave != TmaInterleave::None || s.swizzle != TmaSwizzle::B128 {
         Some(format!("interleave {:?} and swizzle {:?}, not None and B128", s.interleave, s.swizzle))
     } else if s.fill != TmaFill::Zeros {
@@ -962,8 +998,21 @@ fn gemm_simt_tiled(
     ctx: &mut KernelCtx<'_>,
     name: &str,
     elem: Elem,
+    tile: [u32; 2],
+    threads: u32,
+) -> Result<(), KernelError> {
+    gemm_simt_cover(ctx, name, elem, tile, threads, false)
+}
+
+/// A SIMT GEMM of `tile` tiles: the tiles its 2-D grid names, or every tile when `persistent` (its CTAs
+/// walk them whatever the grid).
+fn gemm_simt_cover(
+    ctx: &mut KernelCtx<'_>,
+    name: &str,
+    elem: Elem,
     [tile_m, tile_n]: [u32; 2],
     threads: u32,
+    persistent: bool,
 ) -> Result<(), KernelError> {
     let (x, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
     let (m, n, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
@@ -971,8 +1020,8 @@ fn gemm_simt_tiled(
     let (tile_m, tile_n) = (u64::from(tile_m), u64::from(tile_n));
     let [gx, gy, _] = ctx.grid.map(u64::from);
     // `blockIdx.x * tile_n` wraps past 2^32: a grid that long covers every column.
-    let cols = if gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
-    let out_rows = m.min(gy * tile_m);
+    let cols = if persistent || gx * tile_n >= 1 << 32 { n } else { n.min(gx * tile_n) };
+    let out_rows = if persistent { m } else { m.min(gy * tile_m) };
     if out_rows > 0 && cols > 0 {
         aligned(name, "y", y, 4)?;
     }
@@ -984,6 +1033,13 @@ fn gemm_simt_tiled(
 fn gemm_f32_tn_v2<const I: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let v = &GEMM_F32_TN_V2[I];
     gemm_simt_tiled(ctx, v.name, Elem::F32, [v.tile_m, v.tile_n], v.threads)
+}
+
+/// `omega_gemm_f32_tn_v2_8x16k8_zigzag_p`: any grid of at least one CTA covers every tile (the same fmaf
+/// chain per output as the candidate it is built from).
+fn gemm_f32_tn_persistent(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let v = &GEMM_F32_TN_V2[GEMM_F32_TN_V2_BEST];
+    gemm_simt_cover(ctx, GEMM_F32_TN_PERSISTENT, Elem::F32, [v.tile_m, v.tile_n], v.threads, true)
 }
 
 fn gemm_f32_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
@@ -1033,14 +1089,7 @@ impl GemvCta<'_> {
         span: u64,
         what: &str,
     ) -> Result<Vec<f32>, KernelError> {
-        if span == 0 {
-            return Ok(Vec::new());
-        }
-        let va = base.wrapping_add(row.wrapping_mul(u64::from(self.k)).wrapping_add(u64::from(k0)).wrapping_mul(2));
-        if !va.is_multiple_of(16) {
-            return Err(misaligned(self.kernel, what, va, 16));
-        }
-        Elem::Bf16.load(ctx, va, span)
+        skinny::load_row16(ctx, self.kernel, what, base, [row, u64::from(self.k), u64::from(k0), span])
     }
 
     fn run(&self, ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

@@ -19,6 +19,8 @@ pub use cuda::*;
 pub use elementwise::{ELEMENTWISE, ELEMENTWISE_HOST_SPECS};
 pub mod matmul;
 pub use matmul::{MATMUL, MATMUL_HOST_SPECS};
+pub mod prefill;
+pub use prefill::{PREFILL, PREFILL_HOST_SPECS};
 
 include!(concat!(env!("OUT_DIR"), "/cubins.rs"));
 
@@ -188,6 +190,7 @@ pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
     (MIXED, MIXED_HOST_SPECS),
     (MATMUL, MATMUL_HOST_SPECS),
     (ATTENTION, ATTENTION_HOST_SPECS),
+    (PREFILL, PREFILL_HOST_SPECS),
     (ELEMENTWISE, ELEMENTWISE_HOST_SPECS),
 ];
 

@@ -132,6 +132,9 @@ impl Session {
     /// # Safety
     /// - The caller holds the session lock and the device is open.
     unsafe fn platform_alloc(&mut self, mem: &dyn DeviceMemory, desc: &BufferDesc) -> Result<Allocation, HalError> {
+        if self.sealed {
+            return Err(HalError::Sealed(omega_hal::DriverCall::Alloc { bytes: desc.bytes }));
+        }
         // SAFETY: forwarded from the caller.
         match unsafe { mem.alloc(desc) } {
             Err(HalError::OutOfMemory { .. }) if self.carver.stats().empty_chunks > 0 => {
@@ -209,14 +212,14 @@ impl Session {
                 self.direct.0 -= 1;
                 self.direct.1 -= b.alloc.bytes;
                 // SAFETY: the caller's promises: nothing touches it, the lock is held, freed once.
-                unsafe { mem.free(&b.alloc) };
+                unsafe { self.give_back(mem, b.alloc) };
             }
             Backing::Carved(c) => {
                 if let Some(chunk) = self.carver.release(c) {
                     // SAFETY: the chunk holds no buffer any more (the manager returns only an emptied one)
                     // and the process is not latched, so nothing on the device touches it; the manager
                     // forgot it, so it is freed once.
-                    unsafe { mem.free(&chunk) };
+                    unsafe { self.give_back(mem, chunk) };
                 }
             }
         }
@@ -252,7 +255,7 @@ enum ScratchBuf {
 }
 
 impl Runtime {
-    fn live_platform(&self, stage: Stage) -> Result<Installed> {
+    pub(crate) fn live_platform(&self, stage: Stage) -> Result<Installed> {
         self.require_lock(stage)?;
         let i = self.installed()?;
         if !self.is_open() {

@@ -24,6 +24,8 @@ mod launch;
 mod memory;
 pub use memory::{AllocKind, MemoryStats};
 mod recover;
+mod serving;
+pub use omega_hal::{DriverCall, DriverStats};
 pub use recover::{Recovery, WATCH_BYTES, WATCH_INTERVAL_US};
 pub mod suballoc;
 pub mod types;
@@ -137,6 +139,10 @@ pub(crate) struct Session {
     /// Buffers that are a platform allocation of their own (the session's launch buffer included), and
     /// their bytes.
     pub(crate) direct: (u64, u64),
+    /// Sealed for serving (`serving.rs`): nothing may ask the driver.
+    pub(crate) sealed: bool,
+    /// What was given back while sealed, given back to the platform at unseal.
+    pub(crate) held_back: Vec<Allocation>,
 }
 
 /// The process-wide session.
@@ -201,6 +207,8 @@ impl Runtime {
                 in_flight_stamps: None,
                 carver: suballoc::Carver::new(4096),
                 direct: (0, 0),
+                sealed: false,
+                held_back: Vec::new(),
             }),
             latched: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
@@ -598,6 +606,9 @@ impl Runtime {
         // The printf buffer and library are session buffers: freed below with the rest.
         self.printf.forget_session();
         let mut s = sync::lock(&self.session);
+        // Closing ends a seal: what it held back goes first, with everything else.
+        // SAFETY: as for every buffer below; the held-back ones were given back by `release_buf`.
+        unsafe { s.unseal(&*i.platform) };
         let mem = i.platform.memory().expect("negotiated at open");
         for b in s.buffers.close_all() {
             if b.backing == Backing::Direct {

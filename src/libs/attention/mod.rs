@@ -14,6 +14,8 @@
 //!   table`).
 //! - Decode splits the KV of each (sequence, KV head) into ranges spread over whole waves of every SM
 //!   ([`split`]), and a combine kernel merges the splits by their log-sum-exps.
+//! - [`prefill::Prefill`] is the bf16 causal (or full) prefill attention: TMA, wgmma, a producer warp and
+//!   two ping-ponging consumer warpgroups (kernels/cuda/prefill.cu, its own module).
 //! - [`KeptAttention`] carries the module and the workspace from one scope to the next (the C entries of
 //!   `include/omega_gpu_attention_api.h` keep one between calls).
 //!
@@ -42,6 +44,7 @@
 mod error;
 mod ops;
 mod plan;
+pub mod prefill;
 
 pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};

@@ -56,6 +56,6 @@ pub use ops::{
     cta_budget, set_cta_budget, Bf16, DeviceSpan, Done, Failed, Info, Input, KeptMatmul, Matmul, Output, Workspace,
 };
 pub use plan::{
-    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, WideEntry, GEMV_MAX_M,
-    MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, WIDE_ENTRY,
+    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, WideEntry,
+    GEMV_MAX_M, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, SKINNY_MIN_M, WIDE_ENTRY,
 };
