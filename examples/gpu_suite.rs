@@ -17,6 +17,8 @@ mod attention;
 mod attention_ref;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "suite/elementwise.rs"]
+mod elementwise;
 #[path = "suite/prefill.rs"]
 mod prefill;
 #[path = "suite/serving.rs"]
@@ -1946,6 +1948,7 @@ fn main() -> ExitCode {
             "prefill" => prefill::prefill_case(),
             // The suite runs it in process; a case of its own to run it alone.
             "matmul_skinny" => matmul_skinny(&SKINNY_MS, 5120, 2048),
+            "elementwise" => elementwise::all(),
             other => match STAGED_ENTRIES.iter().find(|(case, _)| *case == other) {
                 Some(&(_, e)) => matmul_tma_store(e, &STAGED_SHAPES),
                 None => Err(format!("no case {other}")),
@@ -2045,6 +2048,12 @@ fn main() -> ExitCode {
                 ],
             )
         }),
+        ("elementwise: RMSNorm f32 and bf16, 16384x2048 and odd widths", || elementwise::rmsnorm(false)),
+        ("elementwise: residual RMSNorm f32 and bf16, 16384x2048 and odd widths", || elementwise::rmsnorm(true)),
+        ("elementwise: RoPE near position 40960, theta 1e6", || elementwise::rope(false)),
+        ("elementwise: QK-RMSNorm + RoPE near position 40960, theta 1e6", || elementwise::rope(true)),
+        ("elementwise: SwiGLU 16384x6144 and odd widths", || elementwise::swiglu(false)),
+        ("elementwise: SwiGLU over the fused gate+up output", || elementwise::swiglu(true)),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),

@@ -13,5 +13,6 @@
 #include "omega_gpu_matmul_api.h"
 #include "omega_gpu_attention_api.h"
 #include "omega_gpu_serving.h"
+#include "omega_gpu_elementwise_api.h"
 
 #endif /* OMEGA_H */

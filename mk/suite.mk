@@ -23,7 +23,7 @@ gpu-bench: gpu-binaries
 gpu-pack:
 	cargo build --release --examples
 	mkdir -p .gpu
-	for b in hello_gpu gpu_suite gpu_bench matmul_bench matmul_smoke attn_bench doctor; do \
+	for b in hello_gpu gpu_suite gpu_bench matmul_bench ew_bench matmul_smoke attn_bench doctor; do \
 		f=$(TARGET_DIR)/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ && strip .gpu/$$b || true; done
 	ls -la .gpu
 

@@ -54,6 +54,7 @@ fn build(name: &str, sources: &[&str], link: Link) -> PathBuf {
                 .arg("-lomega")
                 .arg(format!("-Wl,-rpath,{}", lib.display()))
                 .arg("-lpthread")
+                // The elementwise program's double references (sqrt, exp, sin, cos, pow).
                 .arg("-lm");
         }
         Link::Static => {
@@ -316,6 +317,22 @@ fn every_matmul_library_entry_computes_refuses_by_name_and_keeps_the_lock_rule()
 #[test]
 fn an_uncertain_completion_inside_a_matmul_call_latches_and_later_calls_are_refused() {
     matmul("latch");
+}
+
+fn elementwise(scenario: &str) {
+    let exe = build(&format!("elementwise_{scenario}"), &["tests/c/elementwise.c"], Link::Shared);
+    let out = stdout(&run(&exe, &[scenario]));
+    assert!(out.contains(&format!("elementwise {scenario}: ok")), "{out}");
+}
+
+#[test]
+fn every_elementwise_entry_computes_refuses_by_name_and_keeps_the_lock_rule() {
+    elementwise("run");
+}
+
+#[test]
+fn an_uncertain_completion_inside_an_elementwise_call_latches_and_later_calls_are_refused() {
+    elementwise("latch");
 }
 
 fn engine(scenario: &str) {

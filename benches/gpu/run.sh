@@ -36,6 +36,13 @@ if [ "${SUITE_ONLY:-0}" != 1 ]; then
             python3 benches/torch/attn_peer.py ${QUICK:+--quick} >"$OUT/attn_torch.log" 2>&1 || status=1
         fi
     fi
+    # The elementwise library beside torch's ops, each against its own copy of as many bytes.
+    if [ -x "$BIN/ew_bench" ]; then
+        "$BIN/ew_bench" ${QUICK:+--quick} >"$OUT/ew.log" 2>&1 || status=1
+        if python3 -c "import torch" 2>/dev/null; then
+            python3 benches/torch/ew_peer.py ${QUICK:+--quick} >"$OUT/ew_torch.log" 2>&1 || status=1
+        fi
+    fi
     nvidia-smi --query-gpu=clocks.sm --format=csv,noheader >>"$OUT/smi.txt" 2>&1
 fi
 
@@ -68,6 +75,10 @@ PY
     if [ -f "$OUT/attn.log" ] && [ -f "$OUT/attn_torch.log" ]; then
         echo "== attention (omega paged decode vs torch SDPA dense, same run)"
         python3 benches/gpu/compare.py "$OUT/attn.log" "$OUT/attn_torch.log" torch
+    fi
+    if [ -f "$OUT/ew.log" ] && [ -f "$OUT/ew_torch.log" ]; then
+        echo "== elementwise (omega vs torch, same run; _of_copy: each against its own copy)"
+        python3 benches/gpu/compare.py "$OUT/ew.log" "$OUT/ew_torch.log" torch
     fi
 fi
 exit $status

@@ -122,6 +122,12 @@ pub enum Stage {
     PrefillShape,
     /// `prefill tma`: a prefill operand no TMA descriptor can describe.
     PrefillTma,
+    /// `elementwise`: an elementwise library entry as a whole (refused after a latch).
+    Elementwise,
+    /// `elementwise args`: an elementwise entry's NULL, misaligned or unusable argument.
+    ElementwiseArgs,
+    /// `elementwise shape`: a shape that cannot exist, or that the operands' buffers do not hold.
+    ElementwiseShape,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
     /// The serving seal (`Runtime::seal`, `Runtime::unseal`).
@@ -186,6 +192,9 @@ impl Stage {
             Stage::AttentionPool => "attention pool",
             Stage::PrefillShape => "prefill shape",
             Stage::PrefillTma => "prefill tma",
+            Stage::Elementwise => "elementwise",
+            Stage::ElementwiseArgs => "elementwise args",
+            Stage::ElementwiseShape => "elementwise shape",
             Stage::Recover => "recover",
             Stage::Serving => "serving",
         }

@@ -526,7 +526,7 @@ fn dense_lengths(shape: Shape, elem: u64) -> Result<[usize; 3], MatmulError> {
 }
 
 /// A staging buffer of at least `len` elements of the device open of now (allocated again otherwise).
-fn staged<'s: 'a, 'a, T: DeviceScalar>(
+pub(super) fn staged<'s: 'a, 'a, T: DeviceScalar>(
     scope: &'s Scope<'s>,
     slot: &'a mut Option<Kept<Device<T>>>,
     len: usize,

@@ -29,6 +29,7 @@ pub mod attention;
 pub mod boundary;
 pub mod cmdlist;
 pub mod code_alloc;
+pub mod elementwise;
 pub mod engine;
 pub mod kernel;
 pub mod matmul;

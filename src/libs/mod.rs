@@ -8,5 +8,6 @@
 //! between scopes (a loaded module, a workspace) it keeps as [`crate::Kept`] and [`crate::KeptModule`].
 
 pub mod attention;
+pub mod elementwise;
 pub mod matmul;
 pub mod serving;

@@ -13,8 +13,10 @@ pub mod attention;
 pub mod cluster;
 mod cuda;
 pub use attention::{ATTENTION, ATTENTION_HOST_SPECS};
+pub mod elementwise;
 pub use cluster::{CLUSTER, CLUSTER_HOST_SPECS};
 pub use cuda::*;
+pub use elementwise::{ELEMENTWISE, ELEMENTWISE_HOST_SPECS};
 pub mod matmul;
 pub use matmul::{MATMUL, MATMUL_HOST_SPECS};
 pub mod prefill;
@@ -189,6 +191,7 @@ pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
     (MATMUL, MATMUL_HOST_SPECS),
     (ATTENTION, ATTENTION_HOST_SPECS),
     (PREFILL, PREFILL_HOST_SPECS),
+    (ELEMENTWISE, ELEMENTWISE_HOST_SPECS),
 ];
 
 /// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.

@@ -1,0 +1,78 @@
+// What the elementwise kernels share: bf16 <-> f32, 16-byte (or 8-byte) vector loads and stores of
+// V elements widened to f32, and warp / block sums.
+//
+// bf16 travels as its bit pattern (uint16_t). Every kernel computes in f32 and rounds once per stored
+// value (nearest even, as omega_convert_f32_bf16 does).
+#pragma once
+#include <stdint.h>
+
+__device__ __forceinline__ float ew_to_f32(float v) { return v; }
+__device__ __forceinline__ float ew_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+__device__ __forceinline__ uint16_t ew_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ void ew_from_f32(float f, float* out) { *out = f; }
+__device__ __forceinline__ void ew_from_f32(float f, uint16_t* out) { *out = ew_bf16_bits(f); }
+
+// `f` as a stored T would hold it (the bf16 residual stream is rounded before it is normalised).
+template <typename T>
+__device__ __forceinline__ float ew_round(float f) {
+  T t;
+  ew_from_f32(f, &t);
+  return ew_to_f32(t);
+}
+
+// The raw vector of V elements of T: 16 or 8 bytes, or one element (the scalar path).
+template <typename T, int V>
+struct EwRaw {
+  using type = T;
+};
+template <> struct EwRaw<float, 4> { using type = uint4; };
+template <> struct EwRaw<uint16_t, 8> { using type = uint4; };
+template <> struct EwRaw<uint16_t, 4> { using type = uint2; };
+
+// Loads V elements at p (aligned to the whole vector, which the kernels check before they take a
+// vector path) as f32.
+template <int V, typename T>
+__device__ __forceinline__ void ew_load(const T* p, float (&v)[V]) {
+  using R = typename EwRaw<T, V>::type;
+  const R raw = *reinterpret_cast<const R*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = ew_to_f32(e[j]);
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void ew_store(T* p, const float (&v)[V]) {
+  using R = typename EwRaw<T, V>::type;
+  R raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < V; ++j) ew_from_f32(v[j], &e[j]);
+  *reinterpret_cast<R*>(p) = raw;
+}
+
+__device__ __forceinline__ bool ew_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+__device__ __forceinline__ bool ew_aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
+
+__device__ __forceinline__ float ew_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The sum of `v` over the block (blockDim.x a multiple of 32, at most 1024), in every thread. `red` is 32
+// floats of shared memory; the leading barrier keeps a previous call's readers ahead of this call's
+// writers, so one buffer serves every row a CTA walks.
+__device__ __forceinline__ float ew_block_sum(float v, float* red) {
+  v = ew_warp_sum(v);
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return ew_warp_sum(lane < (blockDim.x >> 5) ? red[lane] : 0.0f);
+}

@@ -1,0 +1,98 @@
+// RMSNorm over the rows of x [rows, cols]: y = x * rsqrt(mean(x^2) + eps) * w, w [cols]; with ADD the
+// residual form: h = x + h (h [rows, cols], updated in place), y = rmsnorm(h) * w.
+//
+// One CTA per row, grid-stride over the rows (the grid is sized for the SMs, not the rows). Each thread
+// keeps its part of the row in registers (RmsCfg::ITEMS vectors: 2 of f32, 1 of bf16) between the sum of
+// squares and the scaling, so each byte of x (and h) is read once; a row wider than blockDim.x * ITEMS
+// vectors (8192 columns at 1024 threads) is read again for the scaling. 32 registers a thread (no
+// spills, `__launch_bounds__(1024, 2)`), so an SM holds 2048 threads of it: every thread's loads in
+// flight at once. The vector path (16-byte loads: 4 f32 or 8 bf16) needs cols % V == 0 and every
+// pointer 16-byte aligned; the kernel checks and takes the scalar path otherwise.
+//
+// block: a multiple of 32, at most 1024 (the library picks ceil(cols / (V * ITEMS)) rounded up to a warp).
+#pragma once
+#include "common.cuh"
+
+template <typename T> struct RmsCfg;
+template <> struct RmsCfg<float> { static constexpr int V = 4, ITEMS = 2; };
+template <> struct RmsCfg<uint16_t> { static constexpr int V = 8, ITEMS = 1; };
+
+template <typename T, bool ADD, int V, int ITEMS>
+__device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, const T* __restrict__ w, T* y,
+                                             uint32_t rows, uint32_t cols, float eps, float* red) {
+  const uint32_t nv = cols / V, per_pass = blockDim.x * ITEMS;
+  const bool cached = nv <= per_pass;
+  for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const size_t base = static_cast<size_t>(r) * cols;
+    float v[ITEMS][V];
+    float ss = 0.0f;
+    for (uint32_t p0 = 0; p0 < nv; p0 += per_pass) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const uint32_t k = p0 + i * blockDim.x + threadIdx.x;
+        if (k < nv) {
+          const size_t at = base + static_cast<size_t>(k) * V;
+          ew_load<V>(x + at, v[i]);
+          if constexpr (ADD) {
+            float hv[V];
+            ew_load<V>(h + at, hv);
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[i][j] = ew_round<T>(v[i][j] + hv[j]);
+            ew_store<V>(h + at, v[i]);
+          }
+#pragma unroll
+          for (int j = 0; j < V; ++j) ss = fmaf(v[i][j], v[i][j], ss);
+        }
+      }
+    }
+    const float inv = rsqrtf(ew_block_sum(ss, red) / static_cast<float>(cols) + eps);
+    if (cached) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const uint32_t k = i * blockDim.x + threadIdx.x;
+        if (k < nv) {
+          float wv[V];
+          ew_load<V>(w + static_cast<size_t>(k) * V, wv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) v[i][j] = v[i][j] * inv * wv[j];
+          ew_store<V>(y + base + static_cast<size_t>(k) * V, v[i]);
+        }
+      }
+    } else {
+      // Each thread reads back only the vectors it loaded (and, with ADD, stored) itself.
+      for (uint32_t k = threadIdx.x; k < nv; k += blockDim.x) {
+        const size_t at = base + static_cast<size_t>(k) * V;
+        float xv[V], wv[V];
+        ew_load<V>(ADD ? static_cast<const T*>(h) + at : x + at, xv);
+        ew_load<V>(w + static_cast<size_t>(k) * V, wv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) xv[j] = xv[j] * inv * wv[j];
+        ew_store<V>(y + at, xv);
+      }
+    }
+  }
+}
+
+template <typename T, bool ADD>
+__device__ __forceinline__ void rmsnorm(const T* x, T* h, const T* w, T* y, uint32_t rows, uint32_t cols,
+                                        float eps) {
+  __shared__ float red[32];
+  constexpr int V = RmsCfg<T>::V, ITEMS = RmsCfg<T>::ITEMS;
+  const bool vec = cols % V == 0 && ew_aligned16(x) && ew_aligned16(w) && ew_aligned16(y) &&
+                   (!ADD || ew_aligned16(h));
+  if (vec)
+    rmsnorm_rows<T, ADD, V, ITEMS>(x, h, w, y, rows, cols, eps, red);
+  else
+    rmsnorm_rows<T, ADD, 1, ITEMS * V>(x, h, w, y, rows, cols, eps, red);
+}
+
+// (x, h, w, y, rows, cols, eps): h is not read by the plain forms.
+#define OMEGA_RMSNORM_ENTRY(NAME, T, ADD)                                                                   \
+  extern "C" __global__ void __launch_bounds__(1024, 2)                                                     \
+      NAME(const T* x, T* h, const T* w, T* y, uint32_t rows, uint32_t cols, float eps) {                  \
+    rmsnorm<T, ADD>(x, h, w, y, rows, cols, eps);                                                            \
+  }
+OMEGA_RMSNORM_ENTRY(omega_rmsnorm_f32, float, false)
+OMEGA_RMSNORM_ENTRY(omega_rmsnorm_bf16, uint16_t, false)
+OMEGA_RMSNORM_ENTRY(omega_add_rmsnorm_f32, float, true)
+OMEGA_RMSNORM_ENTRY(omega_add_rmsnorm_bf16, uint16_t, true)

@@ -1,0 +1,131 @@
+// RoPE over x [tokens, heads, dim] with explicit tables cos, sin [tokens, dim / 2] (f32, the token's
+// position's angles: table row t holds cos(p_t * theta^(-2i/dim)) for i < dim / 2). The "rotate_half"
+// pairing of Qwen / Hugging Face: element i pairs with i + dim / 2,
+//   y[i]         = x[i] * cos[i] - x[i + dim/2] * sin[i]
+//   y[i + dim/2] = x[i + dim/2] * cos[i] + x[i] * sin[i]        (i < dim / 2).
+// With NORM (Qwen3's QK-norm) each head's row is first RMS-normalised over its dim values with the
+// weight w [dim]: x <- x * rsqrt(mean(x^2) + eps) * w, then rotated; without it w and eps are not read.
+//
+// One row per L lanes of a warp, grid-stride: L the smallest power of two (at most 32) whose lanes cover a
+// half-row in V-element steps, so a head dim of 128 takes 16 lanes and each warp carries two rows at once
+// (every lane loading, twice the bytes in flight of a warp a row). Each lane takes V = 4 elements of each
+// half per step (16-byte f32 or 8-byte bf16 loads, 16-byte table loads) and keeps up to ROPE_ITEMS steps
+// in registers for the norm (rows of dim <= 2 * 4 * lanes * ROPE_ITEMS, 512 at 32 lanes, stay resident),
+// reading wider ones again. The vector path needs dim % 8 == 0 and x, y, cos, sin, w aligned to their
+// vectors; the kernel checks and takes the scalar path otherwise. dim is even (the library refuses odd
+// ones).
+//
+// block: a multiple of 32 (the library uses 256).
+#pragma once
+#include "common.cuh"
+
+constexpr int ROPE_ITEMS = 2;
+
+// The sum of `v` over the aligned group of `lanes` lanes (a power of two) this lane belongs to; every lane
+// of the warp takes part.
+__device__ __forceinline__ float rope_group_sum(float v, uint32_t lanes) {
+  for (uint32_t o = lanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T, bool NORM, int V>
+__device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, const float* __restrict__ cs,
+                                          const float* __restrict__ sn, T* y, uint32_t tokens, uint32_t heads,
+                                          uint32_t dim, float eps) {
+  const uint32_t half = dim / 2, need = (half + V - 1) / V;
+  uint32_t lanes = 32;
+  while (lanes > 1 && lanes / 2 >= need) lanes /= 2;
+  const uint32_t per_warp = 32 / lanes, steps = (need + lanes - 1) / lanes;
+  const unsigned lane = (threadIdx.x & 31u) % lanes, group = (threadIdx.x & 31u) / lanes;
+  const uint64_t rows = static_cast<uint64_t>(tokens) * heads;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5) * per_warp;
+  // The loop is uniform across the warp (the groups' sums shuffle over all 32 lanes): a group past the
+  // last row computes nothing and stores nothing.
+  for (uint64_t first = (static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * per_warp;
+       first < rows; first += stride) {
+    const uint64_t r = first + group;
+    const bool live = r < rows;
+    const T* xr = x + r * dim;
+    T* yr = y + r * dim;
+    const size_t t = static_cast<size_t>(r / heads) * half;
+    float a[ROPE_ITEMS][V], b[ROPE_ITEMS][V];
+    float inv = 1.0f;
+    if constexpr (NORM) {
+      float ss = 0.0f;
+      for (uint32_t s = 0; s < steps; ++s) {
+        const uint32_t i = (s * lanes + lane) * V;
+        if (live && i < half) {
+          float pa[V], pb[V];
+          ew_load<V>(xr + i, pa);
+          ew_load<V>(xr + half + i, pb);
+#pragma unroll
+          for (int j = 0; j < V; ++j) ss = fmaf(pa[j], pa[j], fmaf(pb[j], pb[j], ss));
+#pragma unroll
+          for (int k = 0; k < ROPE_ITEMS; ++k)
+            if (k == static_cast<int>(s))
+#pragma unroll
+              for (int j = 0; j < V; ++j) a[k][j] = pa[j], b[k][j] = pb[j];
+        }
+      }
+      inv = rsqrtf(rope_group_sum(ss, lanes) / static_cast<float>(dim) + eps);
+    }
+    if (!live) continue;
+    for (uint32_t s = 0; s < steps; ++s) {
+      const uint32_t i = (s * lanes + lane) * V;
+      if (i >= half) continue;
+      float pa[V], pb[V], c[V], sv[V];
+      if (NORM && s < ROPE_ITEMS) {
+#pragma unroll
+        for (int k = 0; k < ROPE_ITEMS; ++k)
+          if (k == static_cast<int>(s))
+#pragma unroll
+            for (int j = 0; j < V; ++j) pa[j] = a[k][j], pb[j] = b[k][j];
+      } else {
+        ew_load<V>(xr + i, pa);
+        ew_load<V>(xr + half + i, pb);
+      }
+      if constexpr (NORM) {
+        float wa[V], wb[V];
+        ew_load<V>(w + i, wa);
+        ew_load<V>(w + half + i, wb);
+#pragma unroll
+        for (int j = 0; j < V; ++j) pa[j] = pa[j] * inv * wa[j], pb[j] = pb[j] * inv * wb[j];
+      }
+      ew_load<V>(cs + t + i, c);
+      ew_load<V>(sn + t + i, sv);
+      float ya[V], yb[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        ya[j] = pa[j] * c[j] - pb[j] * sv[j];
+        yb[j] = pb[j] * c[j] + pa[j] * sv[j];
+      }
+      ew_store<V>(yr + i, ya);
+      ew_store<V>(yr + half + i, yb);
+    }
+  }
+}
+
+template <typename T, bool NORM>
+__device__ __forceinline__ void rope(const T* x, const T* w, const float* cs, const float* sn, T* y,
+                                     uint32_t tokens, uint32_t heads, uint32_t dim, float eps) {
+  constexpr int V = 4;
+  const bool vec = dim % (2 * V) == 0 && ew_aligned16(cs) && ew_aligned16(sn) &&
+                   (sizeof(T) == 4 ? ew_aligned16(x) && ew_aligned16(y) && (!NORM || ew_aligned16(w))
+                                   : ew_aligned8(x) && ew_aligned8(y) && (!NORM || ew_aligned8(w)));
+  if (vec)
+    rope_rows<T, NORM, V>(x, w, cs, sn, y, tokens, heads, dim, eps);
+  else
+    rope_rows<T, NORM, 1>(x, w, cs, sn, y, tokens, heads, dim, eps);
+}
+
+// (x, w, cos, sin, y, tokens, heads, dim, eps): w and eps are read by the norm forms only.
+#define OMEGA_ROPE_ENTRY(NAME, T, NORM)                                                                     \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const T* x, const T* w, const float* cs,           \
+                                                         const float* sn, T* y, uint32_t tokens,             \
+                                                         uint32_t heads, uint32_t dim, float eps) {          \
+    rope<T, NORM>(x, w, cs, sn, y, tokens, heads, dim, eps);                                                 \
+  }
+OMEGA_ROPE_ENTRY(omega_rope_f32, float, false)
+OMEGA_ROPE_ENTRY(omega_rope_bf16, uint16_t, false)
+OMEGA_ROPE_ENTRY(omega_norm_rope_f32, float, true)
+OMEGA_ROPE_ENTRY(omega_norm_rope_bf16, uint16_t, true)
