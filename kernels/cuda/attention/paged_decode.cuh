@@ -29,7 +29,7 @@
 #define DECODE_STAGES 2
 #define ATTN_Q_BF16 1u    // flags: q is bf16 (else f32)
 #define ATTN_OUT_BF16 1u  // combine flags: out is bf16 (else f32)
-#define COMBINE_THREADS 128
+#define COMBINE_THREADS 256
 #define COMBINE_MAX_SPLITS 256
 
 namespace omega_attn {
@@ -306,32 +306,96 @@ OMEGA_PAGED_DECODE(32)
 OMEGA_PAGED_DECODE(64)
 OMEGA_PAGED_DECODE(128)
 
-// The combine: grid [q_heads, batch], 128 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
+// The combine: grid [q_heads, batch], 256 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
+// head_dim must be a multiple of 4, at most 4 * COMBINE_THREADS (the decode kernels' 32, 64 and 128 are).
+//
+// Why this shape: the merge is a chain of dependent L2 reads when one thread walks every split (a split
+// count near 100 at batch 1 made the combine, not the decode, most of the call). Here the max and the sum
+// of the weights are block reductions, and the partials are read as float4s by teams of head_dim / 4
+// threads, team j summing splits j, j + teams, ... with eight reads in flight a thread, then the teams'
+// sums add through shared memory.
+namespace omega_attn {
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The block's max (or with `sum` its sum) of one value a thread; `red` holds a value a warp.
+__device__ __forceinline__ float block_reduce(float v, bool sum, float* red) {
+  constexpr int WARPS = COMBINE_THREADS / 32;
+  v = sum ? warp_sum(v) : warp_max(v);
+  __syncthreads();  // an earlier reduction's readers are done with `red`
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+#pragma unroll
+  for (int w = 1; w < WARPS; ++w) r = sum ? r + red[w] : fmaxf(r, red[w]);
+  return r;
+}
+
+}  // namespace omega_attn
+
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
     omega_attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* out,
                        uint32_t head_dim, uint32_t splits, uint32_t q_heads, uint32_t flags) {
   __shared__ float wts[COMBINE_MAX_SPLITS];
-  __shared__ float total;
+  __shared__ float red[COMBINE_THREADS / 32];
+  __shared__ float4 team_acc[COMBINE_THREADS];
   const uint64_t row = (uint64_t)blockIdx.y * q_heads + blockIdx.x;
   const float* lse = part_lse + row * splits;
-  float mmax = -INFINITY;
-  for (uint32_t s = 0; s < splits; ++s) mmax = fmaxf(mmax, lse[s]);
-  for (uint32_t s = threadIdx.x; s < splits; s += COMBINE_THREADS)
-    wts[s] = mmax == -INFINITY ? 0.0f : exp2f(lse[s] - mmax);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0.0f;
-    for (uint32_t s = 0; s < splits; ++s) t += wts[s];
-    total = t;
+  float mx = -INFINITY;
+  for (uint32_t s = threadIdx.x; s < splits; s += COMBINE_THREADS) mx = fmaxf(mx, lse[s]);
+  const float mmax = omega_attn::block_reduce(mx, false, red);
+  float t = 0.0f;
+  for (uint32_t s = threadIdx.x; s < splits; s += COMBINE_THREADS) {
+    const float w = mmax == -INFINITY ? 0.0f : exp2f(lse[s] - mmax);
+    wts[s] = w;
+    t += w;
   }
+  const float total = omega_attn::block_reduce(t, true, red);  // its barriers publish wts too
+
+  const uint32_t quads = head_dim / 4, teams = COMBINE_THREADS / quads;
+  const uint32_t qd = threadIdx.x % quads, team = threadIdx.x / quads;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (team < teams) {
+    const float4* po = reinterpret_cast<const float4*>(part_o + row * splits * head_dim) + qd;
+#pragma unroll 8
+    for (uint32_t s = team; s < splits; s += teams) {
+      const float w = wts[s];
+      const float4 v = po[(uint64_t)s * quads];
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+  }
+  team_acc[threadIdx.x] = acc;
   __syncthreads();
-  for (uint32_t d = threadIdx.x; d < head_dim; d += COMBINE_THREADS) {
-    float acc = 0.0f;
-    for (uint32_t s = 0; s < splits; ++s) acc += wts[s] * part_o[(row * splits + s) * head_dim + d];
-    const float v = total > 0.0f ? acc / total : 0.0f;
-    if (flags & ATTN_OUT_BF16)
-      static_cast<__nv_bfloat16*>(out)[row * head_dim + d] = __float2bfloat16_rn(v);
-    else
-      static_cast<float*>(out)[row * head_dim + d] = v;
+  if (threadIdx.x < quads) {
+    float4 r = team_acc[threadIdx.x];
+    for (uint32_t j = 1; j < teams; ++j) {
+      const float4 v = team_acc[j * quads + threadIdx.x];
+      r.x += v.x;
+      r.y += v.y;
+      r.z += v.z;
+      r.w += v.w;
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    const float vals[4] = {r.x * inv, r.y * inv, r.z * inv, r.w * inv};
+    const uint64_t at = row * head_dim + 4 * threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (flags & ATTN_OUT_BF16)
+        static_cast<__nv_bfloat16*>(out)[at + i] = __float2bfloat16_rn(vals[i]);
+      else
+        static_cast<float*>(out)[at + i] = vals[i];
+    }
   }
 }

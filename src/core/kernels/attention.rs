@@ -56,7 +56,7 @@ pub const DECODE_TILE: u32 = 16;
 /// Query heads one KV head may serve in the decode kernel: the MMA's 16 rows.
 pub const DECODE_MAX_GROUP: u32 = 16;
 /// The combine's block (`COMBINE_THREADS`) and its most splits (`COMBINE_MAX_SPLITS`).
-pub const COMBINE_THREADS: u32 = 128;
+pub const COMBINE_THREADS: u32 = 256;
 /// The most splits the combine merges.
 pub const COMBINE_MAX_SPLITS: u32 = 256;
 /// The append kernel's block (`APPEND_THREADS`).
@@ -335,6 +335,10 @@ fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let [head_dim, splits, q_heads, flags] = core::array::from_fn(|i| ctx.word(6 + i));
     if splits > COMBINE_MAX_SPLITS {
         return Err(fault(format!("{COMBINE}: {splits} splits, at most {COMBINE_MAX_SPLITS}")));
+    }
+    // The kernel reads a row as float4s, one team of head_dim / 4 threads a split.
+    if head_dim == 0 || !head_dim.is_multiple_of(4) || head_dim > 4 * COMBINE_THREADS {
+        return Err(fault(format!("{COMBINE}: head_dim {head_dim}, a multiple of 4 up to {}", 4 * COMBINE_THREADS)));
     }
     let shape = ctx.shape();
     let d = head_dim as usize;

@@ -184,12 +184,21 @@ pub const fn ctas_per_sm(head_dim: u32) -> u32 {
     }
 }
 
+/// What a decode CTA costs beyond its tiles, in tiles: its lengths, table and Q reads, the first tile's
+/// latency before any sum, the warps' merge and the partial's write. At batch 1 and 1K tokens the call
+/// (64 CTAs of 4 tiles, both launches) took 9.9 us on the H200, where streaming its 2 MB takes 0.5 us;
+/// a tile at a CTA's share of the bandwidth (4 TB/s over 396 CTAs) takes 0.8 us, so the 3 or so
+/// microseconds of dependent reads a CTA starts and ends with are worth about 4 tiles.
+pub const CTA_OVERHEAD_TILES: u64 = 4;
+
 /// The split for `pairs` (sequence, KV head) pairs whose longest sequence has `max_tokens` tokens, on a
 /// device that runs `slots` decode CTAs at once: the count `s` (at most 256, and at most one per four
-/// tiles, so each of a CTA's warps has a tile) that minimises the waves times the tiles of a split,
-/// `ceil(pairs * s / slots) * ceil(tiles / s)` — the time of the slowest SM when every CTA streams its
-/// tiles at the same rate — the fewer splits on a tie (less for the combine to merge). `forced` (not 0)
-/// takes that many instead (fewer when there are fewer tiles).
+/// tiles, so each of a CTA's warps has a tile) that minimises the waves times the cost of a CTA,
+/// `ceil(pairs * s / slots) * (ceil(tiles / s) + CTA_OVERHEAD_TILES)` — the time of the slowest SM when
+/// every CTA streams its tiles at the same rate after a fixed start — the fewer splits on a tie (less for
+/// the combine to merge). Without the fixed term the model took 228 splits of 9 tiles (37 waves) at batch
+/// 16 and 32K tokens, and that ran at 0.59 of the copy against 0.83 at 16K with 28 tiles a split. `forced`
+/// (not 0) takes that many instead (fewer when there are fewer tiles).
 pub fn split(pairs: u64, max_tokens: u64, slots: u32, forced: u32) -> Split {
     let tiles = max_tokens.div_ceil(u64::from(DECODE_TILE)).max(1);
     let (pairs, slots) = (pairs.max(1), u64::from(slots.max(1)));
@@ -197,7 +206,7 @@ pub fn split(pairs: u64, max_tokens: u64, slots: u32, forced: u32) -> Split {
         u64::from(forced).min(u64::from(COMBINE_MAX_SPLITS)).min(tiles)
     } else {
         let most = (tiles / u64::from(DECODE_WARPS)).clamp(1, u64::from(COMBINE_MAX_SPLITS));
-        let cost = |s: u64| (pairs * s).div_ceil(slots) * tiles.div_ceil(s);
+        let cost = |s: u64| (pairs * s).div_ceil(slots) * (tiles.div_ceil(s) + CTA_OVERHEAD_TILES);
         (1..=most).min_by_key(|&s| (cost(s), s)).expect("at least one split")
     };
     let tps = tiles.div_ceil(splits);
@@ -227,12 +236,21 @@ mod tests {
             assert!(u64::from(s.splits - 1) * u64::from(s.tiles_per_split) < tiles, "no empty split: {s:?}");
             assert!(s.splits <= COMBINE_MAX_SPLITS);
         }
-        // Batch 1 at 32K: one wave of the 396 slots. Batch 64 at 32K: within 1% of a perfect spread, where
-        // 2 splits (512 CTAs on 396 slots, two waves) would lose a third.
+        // Batch 1 at 32K: one wave of the 396 slots. Batch 64 at 32K: 3 splits (768 CTAs, two waves on 396
+        // slots) within 4% of a perfect spread plus one CTA's start (no count does better: 4 splits take
+        // three waves, 31 take 21), where 2 splits (512 CTAs, two waves) would lose a third.
         assert_eq!(split(4, 32768, 396, 0), Split { splits: 98, tiles_per_split: 21 });
         let s = split(256, 32768, 396, 0);
-        let cost = (256 * u64::from(s.splits)).div_ceil(396) * u64::from(s.tiles_per_split);
-        assert!(cost as f64 <= 1.01 * (256.0 * 2048.0 / 396.0), "{s:?}: {cost}");
+        let waves = (256 * u64::from(s.splits)).div_ceil(396);
+        let cost = waves * (u64::from(s.tiles_per_split) + CTA_OVERHEAD_TILES);
+        let ideal = 256.0 * 2048.0 / 396.0 + CTA_OVERHEAD_TILES as f64;
+        assert!(cost as f64 <= 1.04 * ideal, "{s:?}: {cost} against {ideal}");
+        // Batch 16 at 32K and at 4K: one wave of long CTAs, not dozens of waves of short ones.
+        for tokens in [4096, 32768] {
+            let s = split(64, tokens, 396, 0);
+            assert!(64 * s.splits <= 396, "{tokens}: {s:?}");
+            assert!(s.tiles_per_split >= 8 * DECODE_WARPS, "{tokens}: {s:?}");
+        }
         assert_eq!(split(4, 4096, 396, 7).splits, 7);
         assert_eq!(split(4, 4096, 396, 1000).splits, 256);
     }
