@@ -233,6 +233,9 @@ impl Query for u16 {
     }
 }
 
+/// A decode call's output widened to f32 with the call's info, or the library's failure.
+pub type DecodeOutcome = Result<(Vec<f32>, Info), AttentionError>;
+
 /// Runs `case` through the library (every buffer device-only, the output poisoned first), returning the output widened and the call's info, or its failure.
 pub fn decode<'s, Q: Query, O: Out>(
     s: &'s Scope<'s>,
@@ -240,7 +243,7 @@ pub fn decode<'s, Q: Query, O: Out>(
     att: &Attention<'s>,
     case: &PagedCase,
     shape: DecodeShape,
-) -> (Option<Gpu<'s>>, Result<(Vec<f32>, Info), AttentionError>) {
+) -> (Option<Gpu<'s>>, DecodeOutcome) {
     let bufs = (|| {
         let q = s.alloc_device_from(&Q::from_f32(&case.q))?;
         let pool = s.alloc_device_from(&case.pool)?;
