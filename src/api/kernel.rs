@@ -226,6 +226,12 @@ impl<'s> Kernel<'s> {
         &self.meta
     }
 
+    /// CTAs of this kernel one SM holds at once with `threads` a CTA and `dynamic_shared` bytes of shared
+    /// memory beyond its static part (at least 1): a grid of `sm_count` times this runs in one wave.
+    pub fn resident_ctas(&self, threads: u32, dynamic_shared: u32) -> u32 {
+        crate::core::session::resident_ctas(&self.meta, threads, dynamic_shared)
+    }
+
     /// The parameter table the kernel declares.
     pub fn params(&self) -> &[ParamInfo] {
         &self.meta.params

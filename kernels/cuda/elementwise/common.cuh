@@ -35,25 +35,33 @@ template <> struct EwRaw<float, 4> { using type = uint4; };
 template <> struct EwRaw<uint16_t, 8> { using type = uint4; };
 template <> struct EwRaw<uint16_t, 4> { using type = uint2; };
 
-// Loads V elements at p (aligned to the whole vector, which the kernels check before they take a
-// vector path) as f32.
-template <int V, typename T>
-__device__ __forceinline__ void ew_load(const T* p, float (&v)[V]) {
-  using R = typename EwRaw<T, V>::type;
-  const R raw = *reinterpret_cast<const R*>(p);
+// The V elements of T in a raw vector, widened to f32, and back (rounded once per element).
+template <typename T, int V>
+__device__ __forceinline__ void ew_unpack(const typename EwRaw<T, V>::type& raw, float (&v)[V]) {
   const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int j = 0; j < V; ++j) v[j] = ew_to_f32(e[j]);
 }
 
-template <int V, typename T>
-__device__ __forceinline__ void ew_store(T* p, const float (&v)[V]) {
-  using R = typename EwRaw<T, V>::type;
-  R raw;
+template <typename T, int V>
+__device__ __forceinline__ typename EwRaw<T, V>::type ew_pack(const float (&v)[V]) {
+  typename EwRaw<T, V>::type raw;
   T* e = reinterpret_cast<T*>(&raw);
 #pragma unroll
   for (int j = 0; j < V; ++j) ew_from_f32(v[j], &e[j]);
-  *reinterpret_cast<R*>(p) = raw;
+  return raw;
+}
+
+// Loads V elements at p (aligned to the whole vector, which the kernels check before they take a
+// vector path) as f32.
+template <int V, typename T>
+__device__ __forceinline__ void ew_load(const T* p, float (&v)[V]) {
+  ew_unpack<T, V>(*reinterpret_cast<const typename EwRaw<T, V>::type*>(p), v);
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void ew_store(T* p, const float (&v)[V]) {
+  *reinterpret_cast<typename EwRaw<T, V>::type*>(p) = ew_pack<T, V>(v);
 }
 
 __device__ __forceinline__ bool ew_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -2,9 +2,11 @@
 // residual form: h = x + h (h [rows, cols], updated in place), y = rmsnorm(h) * w.
 //
 // One CTA per row, grid-stride over the rows (the grid is sized for the SMs, not the rows). Each thread
-// keeps its part of the row in registers (RmsCfg::ITEMS vectors: 2 of f32, 1 of bf16) between the sum of
-// squares and the scaling, so each byte of x (and h) is read once; a row wider than blockDim.x * ITEMS
-// vectors (8192 columns at 1024 threads) is read again for the scaling. 32 registers a thread (no
+// keeps its part of the row in registers (RmsCfg::ITEMS = 2 vectors of 16 bytes, kept packed as T)
+// between the sum of squares and the scaling, so each byte of x (and h) is read once; a row wider than
+// blockDim.x * ITEMS vectors (8192 f32 or 16384 bf16 columns at 1024 threads) is read again for the
+// scaling. Two vectors a thread in bf16 as in f32: one (a 4 KiB row at 256 threads) left an SM half the
+// bytes in flight of f32 and held the kernel to 0.75 of copy. 32 registers a thread (no
 // spills, `__launch_bounds__(1024, 2)`), so an SM holds 2048 threads of it: every thread's loads in
 // flight at once. The vector path (16-byte loads: 4 f32 or 8 bf16) needs cols % V == 0 and every
 // pointer 16-byte aligned; the kernel checks and takes the scalar path otherwise.
@@ -15,7 +17,7 @@
 
 template <typename T> struct RmsCfg;
 template <> struct RmsCfg<float> { static constexpr int V = 4, ITEMS = 2; };
-template <> struct RmsCfg<uint16_t> { static constexpr int V = 8, ITEMS = 1; };
+template <> struct RmsCfg<uint16_t> { static constexpr int V = 8, ITEMS = 2; };
 
 template <typename T, bool ADD, int V, int ITEMS>
 __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, const T* __restrict__ w, T* y,
@@ -24,7 +26,9 @@ __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, cons
   const bool cached = nv <= per_pass;
   for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const size_t base = static_cast<size_t>(r) * cols;
-    float v[ITEMS][V];
+    // The row's part as T (bf16 packed two to a register), widened again for the scaling: rounding
+    // to T loses nothing (x is T; with ADD the sum is rounded to T before it is normalised).
+    typename EwRaw<T, V>::type keep[ITEMS];
     float ss = 0.0f;
     for (uint32_t p0 = 0; p0 < nv; p0 += per_pass) {
 #pragma unroll
@@ -32,16 +36,18 @@ __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, cons
         const uint32_t k = p0 + i * blockDim.x + threadIdx.x;
         if (k < nv) {
           const size_t at = base + static_cast<size_t>(k) * V;
-          ew_load<V>(x + at, v[i]);
+          float v[V];
+          ew_load<V>(x + at, v);
           if constexpr (ADD) {
             float hv[V];
             ew_load<V>(h + at, hv);
 #pragma unroll
-            for (int j = 0; j < V; ++j) v[i][j] = ew_round<T>(v[i][j] + hv[j]);
-            ew_store<V>(h + at, v[i]);
+            for (int j = 0; j < V; ++j) v[j] = ew_round<T>(v[j] + hv[j]);
+            ew_store<V>(h + at, v);
           }
 #pragma unroll
-          for (int j = 0; j < V; ++j) ss = fmaf(v[i][j], v[i][j], ss);
+          for (int j = 0; j < V; ++j) ss = fmaf(v[j], v[j], ss);
+          keep[i] = ew_pack<T, V>(v);
         }
       }
     }
@@ -51,11 +57,12 @@ __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, cons
       for (int i = 0; i < ITEMS; ++i) {
         const uint32_t k = i * blockDim.x + threadIdx.x;
         if (k < nv) {
-          float wv[V];
+          float v[V], wv[V];
+          ew_unpack<T, V>(keep[i], v);
           ew_load<V>(w + static_cast<size_t>(k) * V, wv);
 #pragma unroll
-          for (int j = 0; j < V; ++j) v[i][j] = v[i][j] * inv * wv[j];
-          ew_store<V>(y + base + static_cast<size_t>(k) * V, v[i]);
+          for (int j = 0; j < V; ++j) v[j] = v[j] * inv * wv[j];
+          ew_store<V>(y + base + static_cast<size_t>(k) * V, v);
         }
       }
     } else {

@@ -105,7 +105,8 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
     HostSpec {
         name: COMBINE,
         param_sizes: &[8, 8, 8, 4, 4, 4, 4],
-        static_shared_bytes: COMBINE_MAX_SPLITS * 4 + 4,
+        // The split weights, one word a warp for the reduction, and a float4 a thread for the teams.
+        static_shared_bytes: COMBINE_MAX_SPLITS * 4 + COMBINE_THREADS / 32 * 4 + COMBINE_THREADS * 16,
         local_bytes_per_thread: 0,
         run: combine,
     },

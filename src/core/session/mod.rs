@@ -32,7 +32,8 @@ pub mod types;
 mod wait;
 
 pub use launch::{
-    launch_gpr, round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchShape, LaunchSpec, ParamInfo,
+    launch_gpr, resident_ctas, round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchShape, LaunchSpec,
+    ParamInfo,
 };
 pub use types::*;
 

@@ -291,6 +291,9 @@ const KERNELS: [&str; 11] = [
     k::COPY16,
 ];
 
+/// Where the copy kernel sits in [`KERNELS`].
+const COPY_KERNEL: usize = 10;
+
 /// The index in [`KERNELS`] of `op`'s entry for element type `T`.
 fn kernel_index<T: EwElem>(op: Op) -> usize {
     let family = match op {
@@ -299,19 +302,14 @@ fn kernel_index<T: EwElem>(op: Op) -> usize {
         Op::Rope => 2,
         Op::NormRope => 3,
         Op::SwiGlu | Op::SwiGluFused => 4,
-        Op::Copy => return 10,
+        Op::Copy => return COPY_KERNEL,
     };
     2 * family + usize::from(T::BF16)
 }
 
-/// CTAs of one kernel resident on an SM at `threads` a CTA (2048 threads an SM on Hopper).
-fn ctas_per_sm(threads: u32) -> u32 {
-    (2048 / threads.max(1)).max(1)
-}
-
 /// The RMSNorm block for rows of `cols` elements of `T`: as many vectors a thread as its registers keep
-/// ([`k::RMSNORM_ITEMS`]), so the row is read once, in whole warps, 32 to 1024 threads (past 8192 columns
-/// the kernel reads the row again for the scaling).
+/// ([`k::RMSNORM_ITEMS`]), so the row is read once, in whole warps, 32 to 1024 threads (past 8192 f32 or
+/// 16384 bf16 columns the kernel reads the row again for the scaling).
 pub fn rmsnorm_threads<T: EwElem>(cols: u32) -> u32 {
     let i = usize::from(T::BF16);
     cols.div_ceil(k::VEC[i] * k::RMSNORM_ITEMS[i]).next_multiple_of(32).clamp(32, k::RMSNORM_MAX_THREADS)
@@ -367,6 +365,12 @@ impl KeptElementwise {
 }
 
 impl<'s> Elementwise<'s> {
+    /// The most CTAs of kernel `index` at `threads` a CTA that run in one wave over every SM: the grid
+    /// strides past them instead of queueing a second, partly empty wave.
+    fn wave(&self, index: usize, threads: u32) -> u32 {
+        self.sms * self.kernels[index].resident_ctas(threads, 0)
+    }
+
     /// Loads the `elementwise` module in `scope` (its kernels' host references on the simulator).
     pub fn new(scope: &'s Scope<'s>) -> Result<Self, EwError> {
         let module = scope.load_cuda_module(k::ELEMENTWISE)?;
@@ -460,7 +464,7 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::Y, y.elements(), n)?;
         let e = size_of::<T>() as u64;
         let block = rmsnorm_threads::<T>(shape.cols);
-        let grid = shape.rows.min(self.sms * ctas_per_sm(block));
+        let grid = shape.rows.min(self.wave(kernel_index::<T>(op), block));
         let h_va = h.map_or(0, |h| h.device_va());
         let mut vas = vec![x.device_va(), w.device_va(), y.device_va()];
         vas.extend(h.map(|h| h.device_va()));
@@ -551,7 +555,7 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::Y, y.elements(), n)?;
         let rows = u64::from(shape.tokens) * u64::from(shape.heads);
         let warps = u64::from(k::EW_THREADS / 32);
-        let grid = rows.div_ceil(warps).min(u64::from(self.sms * ctas_per_sm(k::EW_THREADS))) as u32;
+        let grid = rows.div_ceil(warps).min(u64::from(self.wave(kernel_index::<T>(op), k::EW_THREADS))) as u32;
         let e = size_of::<T>() as u64;
         let (vec_align, vas) = (if T::BF16 { 8 } else { 16 }, [x.device_va(), y.device_va()]);
         let w_va = w.map_or(0, |w| w.device_va());
@@ -637,7 +641,7 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::Y, y.elements(), n)?;
         let vec = k::VEC[usize::from(T::BF16)];
         let chunks = shape.cols.div_ceil(k::EW_THREADS * vec);
-        let target = self.sms * ctas_per_sm(k::EW_THREADS);
+        let target = self.wave(kernel_index::<T>(op), k::EW_THREADS);
         let gx = chunks.min(target);
         let gy = shape.rows.min(65_535).min((target / gx).max(1));
         let vectorized = shape.cols.is_multiple_of(vec) && stride.is_multiple_of(vec) && aligned16(&vas);
@@ -679,7 +683,7 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::Src, src.elements(), Some(elements as u64))?;
         hold(s, Operand::Dst, dst.elements(), Some(elements as u64))?;
         let words = bytes / 16;
-        let grid = words.div_ceil(u64::from(k::EW_THREADS)).min(u64::from(self.sms * ctas_per_sm(k::EW_THREADS)));
+        let grid = words.div_ceil(u64::from(k::EW_THREADS)).min(u64::from(self.wave(COPY_KERNEL, k::EW_THREADS)));
         let info = Info {
             op: Some(Op::Copy),
             rows: 1,

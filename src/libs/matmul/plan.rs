@@ -470,11 +470,14 @@ impl WideEntry {
 /// else the direct one.
 pub const WIDE_ENTRY: WideEntry = WideEntry::Cluster;
 
-/// The entry the planner runs an unsplit narrow tile with. The narrow TMA-store and cluster kernels
-/// (`omega_gemm_bf16_tn_ts_n128`, `_mc_n128`) have no H200 figure yet: until gemm_check's `n128`
-/// variants and matmul_bench's `narrow_ts` / `narrow_mc` alternatives are recorded beside cuBLAS the
-/// planner keeps the measured direct entry ([`ForcedPlan::GemmTmaStore`] runs the others).
-pub const NARROW_ENTRY: WideEntry = WideEntry::Direct;
+/// The entry the planner runs an unsplit narrow tile with: the TMA-store one
+/// (`omega_gemm_bf16_tn_ts_n128`). Under Omega's launches on the H200 (matmul_bench `--alternatives`,
+/// docs/perf/2026-12-02-s4-libraries.md) it beat the direct narrow kernel at every narrow shape of
+/// Qwen3's layers, by 3-10%: gate+up 4096x1536x2048 41.1 against 43.2 us, 512x2048x4096 23.7 / 24.0,
+/// down 512x2048x768 7.37 / 8.15, the router 4096x128x2048 13.8 / 14.2; the cluster form
+/// (`_mc_n128`) won only gate+up at M = 4096 (40.7) and lost elsewhere, by up to 1.5x at M <= 64.
+/// Where the TMA store cannot run (y not 16-byte aligned) the plan keeps the direct entry.
+pub const NARROW_ENTRY: WideEntry = WideEntry::TmaStore;
 
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
 /// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
@@ -1718,9 +1721,9 @@ mod tests {
         };
         assert_eq!(why(f(gate_up, true, opts(1, false))), ForcedRefusal::ClusterPastBudget { cluster: 2, budget: 1 });
         assert_eq!(why(f(shape, false, DenseOpts { y_aligned16: false, ..o })), ForcedRefusal::Unaligned);
-        // Until the narrow staged entries are measured the planner keeps the direct narrow kernel.
-        assert_eq!(NARROW_ENTRY, WideEntry::Direct);
-        assert_eq!(bf16(512, 2048, 4096).steps[0].kern, Kern::GemmN128);
+        // The planner runs unsplit narrow tiles by the TMA-store entry, measured fastest on them.
+        assert_eq!(NARROW_ENTRY, WideEntry::TmaStore);
+        assert_eq!(bf16(512, 2048, 4096).steps[0].kern, Kern::GemmTsN128);
     }
 
     #[test]
