@@ -59,5 +59,5 @@ pub use ops::{
 };
 pub use plan::{
     ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, WideEntry,
-    GEMV_MAX_M, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY, SKINNY_MIN_M, WIDE_ENTRY,
+    MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY, SKINNY_MIN_M, WIDE_ENTRY,
 };

@@ -5,13 +5,13 @@
 //! The paths (docs/kernels.md, "Matmul"; the kernels' contract is kernels/cuda/matmul.cu):
 //!
 //! - **split-K GEMV** (bf16, K % 32 == 0, x and W 16-byte aligned — whole buffers always are): weight
-//!   streaming for M < [`SKINNY_MIN_M`] (and, where the skinny GEMM is not taken, M <= [`GEMV_MAX_M`],
-//!   M <= 8 for a matrix larger than L2), K split until every SM
+//!   streaming for M < [`SKINNY_MIN_M`] (past it the skinny or the TMA GEMM was faster at every Qwen3
+//!   shape on the H200, by 1.3-4x at M = 8-32), K split until every SM
 //!   streams a share of W (`gemv_check.cu`'s planner), the split lowered until `blocks * split` fits the
 //!   budget; past the budget its CTAs walk the 64-row blocks grid-stride;
 //! - **skinny GEMM** (bf16, M <= 64, K % 8 == 0, x and W 16-byte aligned): W and x through a cp.async
 //!   ring in shared memory, mma.sync, a persistent grid over (128-row tile, K slice) units with the split
-//!   of `abi::skinny_plan`; the default for M from [`SKINNY_MIN_M`] (and below it where the GEMV cannot
+//!   [`SkinnyCost`] predicts fastest; the default for M from [`SKINNY_MIN_M`] (and below it where the GEMV cannot
 //!   run) wherever [`SkinnyCost`] beats the TMA GEMM's cost; it stores a bf16 output itself;
 //! - **TMA GEMM** (bf16, K % 8 == 0, x and W 16-byte aligned, y 8-byte): the persistent wgmma kernel, grid
 //!   `min(units, SMs, budget)`, in 128x256 or 128x128 tiles with 1 to [`MAX_SPLITS`] K splits of at least
@@ -41,9 +41,6 @@ pub use abi::{GEMM_N128_SMEM_BYTES, GEMM_SMEM_BYTES};
 
 /// The most CTAs a launch of the library may have, and the default budget (`OMEGA_GPU_MATMUL_MAX_CTAS`).
 pub const MAX_CTAS: u32 = 1024;
-
-/// The H200's L2 (50 MiB): a weight matrix past it is read from HBM on every pass.
-const L2_BYTES: u64 = 50 << 20;
 
 /// Bytes of one TMA descriptor.
 pub const TMA_DESC_BYTES: usize = 128;
@@ -635,13 +632,6 @@ pub(crate) struct DenseOpts {
     pub(crate) y_aligned16: bool,
 }
 
-/// The GEMV takes M up to here (with the L2 rule below). Past M = 32 the MMA form's passes and the
-/// split's partial sums make it slower than one wave of GEMM tiles: at M = 64 the recorded GEMV took
-/// 24-57 us on the Qwen matrices (0.29-0.96x cuBLAS) where [`GemmCost`] puts the unsplit narrow GEMM at
-/// 12-27 us; at M = 16 and 32 the GEMV was ahead on most of them
-/// (docs/perf/2026-12-02-matmul-library-bench.md). The forced plans time both on the H200.
-pub const GEMV_MAX_M: u32 = 32;
-
 /// Past this M the GEMV is taken only when nothing faster can run (a y the GEMM cannot store into).
 const GEMV_ANY_M: u64 = 64;
 
@@ -752,19 +742,22 @@ impl GemmCost {
 /// run it).
 pub const SKINNY_MIN_M: u32 = abi::ROWS_MAX_M + 1;
 
-/// The skinny GEMM's cost model, hand-set before its first H200 run (no figure of it is recorded yet;
-/// benches/cuda/skinny_check.cu and `matmul_bench --alternatives` measure it):
+/// The skinny GEMM's cost model, fitted to its first H200 run (`matmul_bench --alternatives`, every
+/// Qwen3 shape at M = 1..64 with the planner's split and with one split, 60 timings;
+/// docs/perf/2026-12-02-s4-libraries.md):
 ///
 /// ```text
-/// t = max(hbm_bytes / (RATE * HBM), waves * unit_bytes / CTA_RATE) + FIXED
+/// t = FIXED + max(stream, chain) + reduce
+/// chain  = waves * k_blocks_per_split * STAGE_NS[variant] * max(1, grid / sms)
+/// reduce = waves * (REDUCE_NS + splits * slice_bytes * REDUCE_PS_PER_BYTE / 1000)   (splits > 1)
 /// ```
 ///
-/// `hbm_bytes` is W, x and y once; `unit_bytes` [`abi::skinny_plan`]'s per-unit cost (the stages of W
-/// and x, the split's partial sums), `waves = ceil(units / grid)`. The stream runs at
-/// [`SkinnyCost::RATE_PERMILLE`] of the copy rate (the issue's goal, 80%) unless one CTA's share is
-/// longer at [`SkinnyCost::CTA_BYTES_PER_US`] (three stages of up to 24 KiB in flight per CTA over a
-/// loaded HBM round trip of ~1.5 us). `FIXED` is the ring's fill and the last unit's reduction (an L2
-/// round trip each). Compared with [`GemmCost`], whose launch round trip is left out the same way.
+/// `stream` is W, x and y once at [`SkinnyCost::RATE_PERMILLE`] of the copy rate. One CTA alone on its SM
+/// takes [`SkinnyCost::STAGE_NS`] a 64-element K stage (unsplit products with 16 and 12 CTAs fit it
+/// within 3%), and two CTAs on an SM share it. The split's reduction is the model's largest surprise:
+/// the last CTA of a tile adds the others' partial sums at ~15 GB/s (9 us for qkv's 131 KiB at M = 64),
+/// so at M >= 16 fewer splits win where the planner's old byte count took up to 8. The split is chosen
+/// by this model; max error over the fitted timings about 15%.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SkinnyCost {
     /// The launch.
@@ -774,24 +767,52 @@ pub struct SkinnyCost {
 }
 
 impl SkinnyCost {
-    /// Of the copy rate ([`GemmCost::HBM_BYTES_PER_US`]) the stream reaches, per mille.
-    pub const RATE_PERMILLE: u64 = 800;
-    /// What one CTA streams, bytes per us.
-    pub const CTA_BYTES_PER_US: u64 = 40_000;
-    /// The ring's fill and the reduction, ns.
-    pub const FIXED_NS: u64 = 2000;
+    /// Of the copy rate ([`GemmCost::HBM_BYTES_PER_US`]) the stream reaches, per mille (lm_head at M = 1
+    /// unsplit: 99%; qkv at M = 1-8: 87-90%).
+    pub const RATE_PERMILLE: u64 = 950;
+    /// Of the copy rate the TMA GEMM streams a weight matrix past L2 at when M is small, per mille.
+    pub const GEMM_STREAM_PERMILLE: u64 = 730;
+    /// One 64-element K stage of one CTA alone on its SM, per variant (8, 16, 32, 64 rows of x), ns.
+    pub const STAGE_NS: [u64; 4] = [244, 386, 508, 637];
+    /// The launch's fill and drain, ns.
+    pub const FIXED_NS: u64 = 1700;
+    /// The split reduction's fixed part per wave, ns.
+    pub const REDUCE_NS: u64 = 500;
+    /// The split reduction per byte of one split's partial sums of a tile, ps.
+    pub const REDUCE_PS_PER_BYTE: u64 = 65;
 
-    /// The planner's skinny launch of `shape` (M <= 64, K >= 1) and its cost.
+    /// The planner's skinny launch of `shape` (M <= 64, K >= 1): the cheapest split by this model.
     pub fn of(shape: Shape, sms: u32, budget: u32) -> SkinnyCost {
-        let budget = word(clamp_budget(budget));
-        let plan = abi::skinny_plan(shape.m, shape.n, shape.k, sms.max(1), budget);
-        let mb = u64::from(abi::SKINNY_MB[plan.variant]);
-        let stage = (u64::from(abi::SKINNY_ROWS) + 8 * mb) * u64::from(abi::SKINNY_KC) * 2;
-        let slice = if plan.splits > 1 { u64::from(plan.splits) * u64::from(abi::SKINNY_ROWS) * 8 * mb * 4 } else { 0 };
-        let per = u64::from(plan.k_per_split / abi::SKINNY_KC);
-        let waves = plan.units().div_ceil(u64::from(plan.grid.max(1)));
-        let cta_ns = waves * (per * stage + slice) * 1000 / Self::CTA_BYTES_PER_US;
-        SkinnyCost { plan, ns: Self::stream_ns(shape).max(cta_ns) + Self::FIXED_NS }
+        (1..=abi::SKINNY_MAX_SPLITS)
+            .filter_map(|s| Self::with_split(shape, sms, budget, s))
+            .min_by_key(|c| c.ns)
+            .expect("one split always keeps its own plan")
+    }
+
+    /// The launch of `shape` in `splits` K slices and its cost, or `None` when K's 64-element blocks do
+    /// not keep that many slices.
+    pub fn with_split(shape: Shape, sms: u32, budget: u32, splits: u32) -> Option<SkinnyCost> {
+        let sms = u64::from(sms.max(1));
+        let variant = abi::skinny_variant(shape.m);
+        let tiles = shape.n.div_ceil(abi::SKINNY_ROWS);
+        let kblocks = shape.k.div_ceil(abi::SKINNY_KC);
+        let per = kblocks.div_ceil(splits.max(1));
+        if splits == 0 || kblocks.div_ceil(per) != splits {
+            return None;
+        }
+        let slots = (u64::from(abi::SKINNY_CTAS_PER_SM) * sms).min(clamp_budget(budget));
+        let units = u64::from(tiles) * u64::from(splits);
+        let grid = units.min(slots);
+        let plan = abi::SkinnyPlan { variant, splits, k_per_split: per * abi::SKINNY_KC, grid: word(grid), tiles };
+        let waves = units.div_ceil(grid);
+        let chain = waves * u64::from(per) * Self::STAGE_NS[variant] * grid.max(sms) / sms;
+        let reduce = if splits > 1 {
+            let slice = u64::from(abi::SKINNY_ROWS) * 8 * u64::from(abi::SKINNY_MB[variant]) * 4;
+            waves * (Self::REDUCE_NS + u64::from(splits) * slice * Self::REDUCE_PS_PER_BYTE / 1000)
+        } else {
+            0
+        };
+        Some(SkinnyCost { plan, ns: Self::FIXED_NS + Self::stream_ns(shape).max(chain) + reduce })
     }
 
     /// W, x and the f32 y once from HBM at [`SkinnyCost::RATE_PERMILLE`] of the copy rate, ns.
@@ -802,11 +823,12 @@ impl SkinnyCost {
     }
 
     /// Whether this beats the TMA GEMM's `gemm` on the same shape. The GEMM's model floors it at the
-    /// full copy rate, which it does not reach on a stream-bound shape (lm_head at M = 16: 201 us, 73% of
-    /// copy, against a 147 us floor); both stream W once with a fill, so the GEMM is taken at no less
-    /// than this model's stream time for the comparison.
+    /// full copy rate, which it does not reach on a stream-bound shape: lm_head at M = 1-64 took 184-213
+    /// us by the TMA-store entry, [`SkinnyCost::GEMM_STREAM_PERMILLE`] of copy, against a 147 us floor.
+    /// So the GEMM is taken at no less than its measured stream rate and the same fill for the comparison.
     pub fn beats(&self, shape: Shape, gemm: &GemmCost) -> bool {
-        self.ns <= gemm.ns.max(Self::stream_ns(shape) + Self::FIXED_NS)
+        let gemm_stream = Self::stream_ns(shape) * Self::RATE_PERMILLE / Self::GEMM_STREAM_PERMILLE;
+        self.ns <= gemm.ns.max(gemm_stream + Self::FIXED_NS)
     }
 }
 
@@ -849,25 +871,17 @@ fn skinny_forced(shape: Shape, opts: DenseOpts, split: Option<u32>) -> Result<ab
     if let Some(why) = skinny_refusal(shape, opts) {
         return Err(why);
     }
-    let mut plan = SkinnyCost::of(shape, opts.sms, opts.budget).plan;
     match split {
-        None => {}
-        Some(0) => return Err(ForcedRefusal::ZeroSplit),
-        Some(s) => {
-            let kblocks = shape.k.div_ceil(abi::SKINNY_KC);
-            let per = kblocks.div_ceil(s);
-            let kept = kblocks.div_ceil(per);
-            if kept != s {
-                return Err(ForcedRefusal::SplitNotKept { asked: s, kept });
+        None => Ok(SkinnyCost::of(shape, opts.sms, opts.budget).plan),
+        Some(0) => Err(ForcedRefusal::ZeroSplit),
+        Some(s) => match SkinnyCost::with_split(shape, opts.sms, opts.budget, s) {
+            Some(c) => Ok(c.plan),
+            None => {
+                let kblocks = shape.k.div_ceil(abi::SKINNY_KC);
+                Err(ForcedRefusal::SplitNotKept { asked: s, kept: kblocks.div_ceil(kblocks.div_ceil(s)) })
             }
-            let slots =
-                (u64::from(abi::SKINNY_CTAS_PER_SM) * u64::from(opts.sms.max(1))).min(clamp_budget(opts.budget));
-            plan.splits = s;
-            plan.k_per_split = per * abi::SKINNY_KC;
-            plan.grid = word((u64::from(plan.tiles) * u64::from(s)).min(slots));
-        }
+        },
     }
-    Ok(plan)
 }
 
 /// Why the skinny GEMM cannot run `shape`: bf16 only, 16-byte chunks of x and W rows (K % 8 == 0, aligned
@@ -1051,10 +1065,10 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
     let y_aligned = opts.y_aligned || opts.out_bf16;
     let bf16 = elem == Elem::Bf16 && opts.aligned;
     let gemm_ok = bf16 && y_aligned && k.is_multiple_of(8);
-    // Past M = 8 the GEMV's MMA form streams a weight matrix larger than L2 slower than the TMA GEMM
-    // does (lm_head on the H200: GEMV 270-547 us at M = 16-64, the GEMM 194-223 us;
-    // docs/perf/2026-12-02-matmul-library-bench.md); below L2's size the GEMV stays ahead to M = 32.
-    let gemv_streams = m <= 8 || (n * k * 2 <= L2_BYTES && m <= u64::from(GEMV_MAX_M));
+    // The GEMV's row form streams W fastest below SKINNY_MIN_M; past it the skinny GEMM or the TMA GEMM
+    // beat it at every Qwen3 shape (down at M = 32: GEMV 18.7 us, narrow TMA GEMM 6.9;
+    // docs/perf/2026-12-02-s4-libraries.md).
+    let gemv_streams = m < u64::from(SKINNY_MIN_M);
     let gemv_ok = bf16 && k.is_multiple_of(32);
     // Below SKINNY_MIN_M the GEMV's row form runs where it can (K % 32 == 0).
     let skinny = (bf16 && (shape.m >= SKINNY_MIN_M || !gemv_ok) && skinny_refusal(shape, opts).is_none())
@@ -1346,7 +1360,9 @@ mod tests {
         assert_eq!(p(1, 2048, 4096), Path::Gemv);
         assert_eq!(p(4, 5120, 2048), Path::Gemv, "to M = 4 the GEMV's row form streams W");
         assert_eq!(p(5, 5120, 2048), Path::Skinny);
-        assert_eq!(p(64, 5120, 2048), Path::Skinny);
+        assert_eq!(p(32, 5120, 2048), Path::Skinny);
+        assert_eq!(p(64, 5120, 2048), Path::Gemm, "at M = 64 the narrow TMA GEMM is ahead (13.4 against 19.7 us)");
+        assert_eq!(p(64, 2048, 4096), Path::Skinny);
         assert_eq!(p(65, 5120, 2048), Path::Gemm, "past M = 64 the skinny GEMM's one pass cannot hold x");
         assert_eq!(p(1, 5120, 2056), Path::Skinny, "K % 32 != 0: no GEMV, and the skinny GEMM beats the TMA one");
         assert_eq!(p(512, 5120, 2056), Path::Gemm, "K % 8 == 0: TMA strides it");
@@ -1389,11 +1405,11 @@ mod tests {
         assert_eq!(plan.path, Path::Skinny);
         assert_eq!(plan.steps.len(), 1, "no conversion: the kernel stores bf16");
         let step = &plan.steps[0];
-        assert_eq!((step.kern, step.grid, step.dynamic_shared), (Kern::Skinny(1), [240, 1, 1], 4 * 144 * 128));
+        assert_eq!((step.kern, step.grid, step.dynamic_shared), (Kern::Skinny(1), [120, 1, 1], 4 * 144 * 128));
         assert_eq!(step.args[2], Arg::Y(0));
         assert_eq!(step.args[3], Arg::Scratch(0), "the partial sums are the workspace's, from its start");
-        assert_eq!(step.args[8..], [Arg::Word(384), Arg::Word(6), Arg::Word(1)]);
-        assert_eq!((plan.scratch, plan.tickets), (40 * 6 * 128 * 16, 40));
+        assert_eq!(step.args[8..], [Arg::Word(704), Arg::Word(3), Arg::Word(1)]);
+        assert_eq!((plan.scratch, plan.tickets), (40 * 3 * 128 * 16, 40));
         let unsplit = dense(Elem::Bf16, Shape::new(8, 128, 64), SMS, MAX_CTAS, false);
         assert_eq!((unsplit.path, unsplit.split, unsplit.scratch, unsplit.tickets), (Path::Skinny, 1, 0, 0));
         assert_eq!(unsplit.steps[0].args[3], Arg::Y(0), "not read unsplit");
@@ -1429,55 +1445,90 @@ mod tests {
 
     #[test]
     fn the_plans_of_every_qwen_matrix_at_every_m_of_the_issue() {
-        use Kern::{Gemm, GemmN128, Gemv, Skinny};
-        // M = 1..4 the GEMV (MB = 1); 8..64 the skinny GEMM by its MB bucket, split as skinny_plan says.
+        use Kern::{Gemm, GemmTsN128, Gemv, Skinny};
+        // M = 1..4 the GEMV (MB = 1); 8..64 the skinny GEMM by its MB bucket, split as SkinnyCost
+        // predicts fastest, where it beats the narrow TMA GEMM (as measured on the H200: qkv, gate+up and
+        // the router at M = 64, down from M = 32, took the narrow GEMM's 7-13 us against the skinny's
+        // 8-20 us, docs/perf/2026-12-02-s4-libraries.md).
         let small = [1, 2, 4];
-        let mb = [(8, 0), (16, 1), (32, 2)];
+        let narrow = |g| (GemmTsN128, 1, [g, 1, 1]);
         for (n, k, split, gx, sk) in [
-            (5120, 2048, 7, 80, [(6, 240); 3]),
-            (2048, 4096, 16, 32, [(8, 128); 3]),
-            (128, 2048, 16, 2, [(8, 8); 3]),
-            (1536, 2048, 16, 24, [(8, 96); 3]),
-            (2048, 768, 6, 32, [(6, 96), (6, 96), (4, 64)]),
-            (151_936, 2048, 1, MAX_CTAS, [(2, 264); 3]),
+            (
+                5120,
+                2048,
+                7,
+                80,
+                [(Skinny(0), 2, [80, 1, 1]), (Skinny(1), 3, [120, 1, 1]), (Skinny(2), 3, [120, 1, 1]), narrow(40)],
+            ),
+            (
+                2048,
+                4096,
+                16,
+                32,
+                [
+                    (Skinny(0), 4, [64, 1, 1]),
+                    (Skinny(1), 6, [96, 1, 1]),
+                    (Skinny(2), 5, [80, 1, 1]),
+                    (Skinny(3), 4, [64, 1, 1]),
+                ],
+            ),
+            (
+                128,
+                2048,
+                16,
+                2,
+                [(Skinny(0), 4, [4, 1, 1]), (Skinny(1), 4, [4, 1, 1]), (Skinny(2), 4, [4, 1, 1]), narrow(1)],
+            ),
+            (
+                1536,
+                2048,
+                16,
+                24,
+                [(Skinny(0), 4, [48, 1, 1]), (Skinny(1), 4, [48, 1, 1]), (Skinny(2), 4, [48, 1, 1]), narrow(12)],
+            ),
+            (2048, 768, 6, 32, [(Skinny(0), 3, [48, 1, 1]), (Skinny(1), 3, [48, 1, 1]), narrow(16), narrow(16)]),
+            (
+                151_936,
+                2048,
+                1,
+                MAX_CTAS,
+                [
+                    (Skinny(0), 1, [264, 1, 1]),
+                    (Skinny(1), 1, [264, 1, 1]),
+                    (Skinny(2), 1, [264, 1, 1]),
+                    (Skinny(3), 1, [264, 1, 1]),
+                ],
+            ),
         ] {
             for m in small {
                 let gemv = if split == 1 { [gx, 1, 1] } else { [gx, split, 1] };
                 assert_eq!(qwen(n, k, m), (Gemv(0), split, gemv), "{n}x{k} M={m}");
             }
-            for ((m, v), (s, g)) in mb.into_iter().zip(sk) {
-                assert_eq!(qwen(n, k, m), (Skinny(v), s, [g, 1, 1]), "{n}x{k} M={m}");
+            for (m, want) in [8, 16, 32, 64].into_iter().zip(sk) {
+                assert_eq!(qwen(n, k, m), want, "{n}x{k} M={m}");
             }
         }
-        // M = 64: the skinny GEMM in 4 splits (the partial sums are 128 x 64 floats a unit), but on down,
-        // whose 768 of K leave 3 splits of 4 blocks: the narrow GEMM's 16 tiles are predicted faster.
-        assert_eq!(qwen(5120, 2048, 64), (Skinny(3), 4, [160, 1, 1]));
-        assert_eq!(qwen(2048, 4096, 64), (Skinny(3), 8, [128, 1, 1]));
-        assert_eq!(qwen(128, 2048, 64), (Skinny(3), 4, [4, 1, 1]));
-        assert_eq!(qwen(1536, 2048, 64), (Skinny(3), 4, [48, 1, 1]));
-        assert_eq!(qwen(2048, 768, 64), (GemmN128, 1, [16, 1, 1]));
-        assert_eq!(qwen(151_936, 2048, 64), (Skinny(3), 1, [264, 1, 1]));
         // QKV: 40 narrow tiles at M = 128 (13.5 us against 27 wide); 80 wide tiles at M = 512 (the same
         // 27 us as 160 narrow ones in two waves: the tie keeps wide); M = 4096, 640 wide tiles in 5 waves.
-        assert_eq!(qwen(5120, 2048, 128), (GemmN128, 1, [40, 1, 1]));
+        assert_eq!(qwen(5120, 2048, 128), (GemmTsN128, 1, [40, 1, 1]));
         assert_eq!(qwen(5120, 2048, 512), (Gemm, 1, [80, 1, 1]));
         assert_eq!(qwen(5120, 2048, 4096), (Gemm, 1, [SMS, 1, 1]));
         // O: narrow tiles unsplit to M = 512 (64 tiles: 24.6 us; two splits would add a 20 us reduction).
-        assert_eq!(qwen(2048, 4096, 128), (GemmN128, 1, [16, 1, 1]));
-        assert_eq!(qwen(2048, 4096, 512), (GemmN128, 1, [64, 1, 1]));
+        assert_eq!(qwen(2048, 4096, 128), (GemmTsN128, 1, [16, 1, 1]));
+        assert_eq!(qwen(2048, 4096, 512), (GemmTsN128, 1, [64, 1, 1]));
         assert_eq!(qwen(2048, 4096, 4096), (Gemm, 1, [SMS, 1, 1]));
         // The router: one narrow tile per 128 rows, never split (was 32 one-block splits: 226-240 us).
-        assert_eq!(qwen(128, 2048, 128), (GemmN128, 1, [1, 1, 1]));
-        assert_eq!(qwen(128, 2048, 512), (GemmN128, 1, [4, 1, 1]));
-        assert_eq!(qwen(128, 2048, 4096), (GemmN128, 1, [32, 1, 1]));
+        assert_eq!(qwen(128, 2048, 128), (GemmTsN128, 1, [1, 1, 1]));
+        assert_eq!(qwen(128, 2048, 512), (GemmTsN128, 1, [4, 1, 1]));
+        assert_eq!(qwen(128, 2048, 4096), (GemmTsN128, 1, [32, 1, 1]));
         // gate+up: narrow throughout; at M = 4096 384 narrow tiles are 3 waves of 13.5 us where 192 wide
         // ones are 2 of 27.
-        assert_eq!(qwen(1536, 2048, 128), (GemmN128, 1, [12, 1, 1]));
-        assert_eq!(qwen(1536, 2048, 512), (GemmN128, 1, [48, 1, 1]));
-        assert_eq!(qwen(1536, 2048, 4096), (GemmN128, 1, [SMS, 1, 1]));
+        assert_eq!(qwen(1536, 2048, 128), (GemmTsN128, 1, [12, 1, 1]));
+        assert_eq!(qwen(1536, 2048, 512), (GemmTsN128, 1, [48, 1, 1]));
+        assert_eq!(qwen(1536, 2048, 4096), (GemmTsN128, 1, [SMS, 1, 1]));
         // down: narrow to M = 512; at M = 4096 256 wide tiles and 512 narrow ones tie (26.2 us): wide.
-        assert_eq!(qwen(2048, 768, 128), (GemmN128, 1, [16, 1, 1]));
-        assert_eq!(qwen(2048, 768, 512), (GemmN128, 1, [64, 1, 1]));
+        assert_eq!(qwen(2048, 768, 128), (GemmTsN128, 1, [16, 1, 1]));
+        assert_eq!(qwen(2048, 768, 512), (GemmTsN128, 1, [64, 1, 1]));
         assert_eq!(qwen(2048, 768, 4096), (Gemm, 1, [SMS, 1, 1]));
         // lm_head past M = 64: HBM-bound in either form (147 us for its 622 MB): the tie keeps wide.
         for m in [128, 512, 4096] {
@@ -1589,10 +1640,7 @@ mod tests {
         // The skinny GEMM: the planner's split, or one asked in whole 64-element stages (32 of them).
         let skinny = |split| ForcedPlan::Skinny { split };
         let p = f(Shape::new(1, 5120, 2048), skinny(None), o).unwrap();
-        assert_eq!(
-            (p.path, p.steps[0].kern, p.split, p.steps[0].grid),
-            (Path::Skinny, Kern::Skinny(0), 6, [240, 1, 1])
-        );
+        assert_eq!((p.path, p.steps[0].kern, p.split, p.steps[0].grid), (Path::Skinny, Kern::Skinny(0), 2, [80, 1, 1]));
         let p = f(shape, skinny(Some(1)), opts(7, false)).unwrap();
         assert_eq!((p.steps[0].grid, p.steps[0].args[8], p.scratch, p.tickets), ([7, 1, 1], Arg::Word(2048), 0, 0));
         assert_eq!(why(f(shape, skinny(Some(9)), o)), ForcedRefusal::SplitNotKept { asked: 9, kept: 8 });
@@ -1743,9 +1791,9 @@ mod tests {
             assert_eq!(kern(shape, DenseOpts { y_aligned16: false, ..o }, WideEntry::TmaStore), Kern::Gemm);
         }
         for wide in [WideEntry::TmaStore, WideEntry::Cluster] {
-            assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmN128);
+            assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmTsN128);
             assert_eq!(kern(Shape::new(1, 2048, 4096), o, wide), Kern::Gemv(0));
-            assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmN128);
+            assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmTsN128);
         }
         // Whatever the switch, every plan keeps to the budget.
         for budget in [1, 2, 3, 131, MAX_CTAS] {
