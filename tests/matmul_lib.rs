@@ -173,7 +173,7 @@ fn with_matmul<R>(test: &str, f: impl for<'s> FnOnce(&mut SmallRng, &'s Scope<'s
 
 #[test]
 fn bf16_products_at_primes_and_ragged_tiles_take_every_path_and_match_f64() {
-    let cases: [([u32; 3], Path); 15] = [
+    let cases: [([u32; 3], Path); 17] = [
         ([1, 1, 1], Path::SimtBf16),
         ([7, 7, 7], Path::SimtBf16),
         ([33, 1000, 33], Path::SimtBf16),
@@ -182,9 +182,11 @@ fn bf16_products_at_primes_and_ragged_tiles_take_every_path_and_match_f64() {
         ([4, 1000, 4096], Path::Gemv),
         ([7, 1000, 4096], Path::Skinny),
         ([32, 4095, 96], Path::Skinny),
-        ([64, 33, 1024], Path::Skinny),
+        ([64, 33, 1024], Path::Gemm),
+        ([16, 33, 1024], Path::Skinny),
         ([1, 7, 8], Path::Skinny),
-        ([33, 4095, 1000], Path::Skinny),
+        ([33, 4095, 1000], Path::Gemm),
+        ([16, 4095, 1000], Path::Skinny),
         ([13, 77, 1000], Path::Skinny),
         ([65, 33, 1000], Path::Gemm),
         ([128, 4095, 1000], Path::Gemm),
@@ -245,11 +247,13 @@ fn every_qwen3_30b_a3b_matrix_matches_f64_at_small_m() {
                 let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{name} M={m}"), [m, n, k]);
                 gpu = next;
                 // M <= 4 streams W through the GEMV's row form (past the budget, lm_head's CTAs walk its
-                // blocks), M = 5..64 through the skinny GEMM but where the TMA GEMM's cost is lower (down at
-                // M = 64: plan.rs's Qwen test says why), past 64 the TMA GEMM.
+                // blocks), M = 5..64 through the skinny GEMM but where the narrow TMA GEMM's cost is lower
+                // (the router and gate+up at M = 64, down from M = 32: plan.rs's Qwen test says why), past 64
+                // the TMA GEMM.
                 let want = match m {
                     1..=4 => Path::Gemv,
-                    64 if name == "down" => Path::Gemm,
+                    64 if name == "router" || name == "gate_up" => Path::Gemm,
+                    32 | 64 if name == "down" => Path::Gemm,
                     5..=64 => Path::Skinny,
                     _ => Path::Gemm,
                 };
@@ -541,7 +545,7 @@ fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() 
             ([16, 300, 2048], ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(1) }, Path::Gemm, 1),
             ([16, 300, 2048], ForcedPlan::Gemm { tile: GemmTile::Wide, splits: Some(4) }, Path::Gemm, 4),
             ([4, 129, 1032], ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: None }, Path::Gemm, 1),
-            ([16, 300, 2048], ForcedPlan::Skinny { split: None }, Path::Skinny, 8),
+            ([16, 300, 2048], ForcedPlan::Skinny { split: None }, Path::Skinny, 4),
             ([64, 129, 1000], ForcedPlan::Skinny { split: Some(3) }, Path::Skinny, 3),
             ([1, 77, 520], ForcedPlan::Skinny { split: Some(1) }, Path::Skinny, 1),
         ];
