@@ -34,6 +34,11 @@ struct EwRaw {
 template <> struct EwRaw<float, 4> { using type = uint4; };
 template <> struct EwRaw<uint16_t, 8> { using type = uint4; };
 template <> struct EwRaw<uint16_t, 4> { using type = uint2; };
+// 8 f32 (bf16 RoPE's table rows): two 16-byte loads.
+struct alignas(16) EwRaw32 {
+  uint4 lo, hi;
+};
+template <> struct EwRaw<float, 8> { using type = EwRaw32; };
 
 // The V elements of T in a raw vector, widened to f32, and back (rounded once per element).
 template <typename T, int V>

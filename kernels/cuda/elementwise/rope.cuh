@@ -7,15 +7,16 @@
 // weight w [dim]: x <- x * rsqrt(mean(x^2) + eps) * w, then rotated; without it w and eps are not read.
 //
 // One row per L lanes of a warp, grid-stride: L the smallest power of two (at most 32) whose lanes cover a
-// half-row in V-element steps, so a head dim of 128 takes 16 lanes and each warp carries two rows at once
-// (every lane loading, twice the bytes in flight of a warp a row). Each lane takes V = 4 elements of each
-// half per step (16-byte f32 or 8-byte bf16 loads, 16-byte table loads) and keeps up to ROPE_ITEMS steps
-// in registers for the norm (rows of dim <= 2 * 4 * lanes * ROPE_ITEMS, 512 at 32 lanes, stay resident),
-// reading wider ones again. The vector path needs dim % 8 == 0 and x, y, cos, sin, w aligned to their
-// vectors; the kernel checks and takes the scalar path otherwise. dim is even (the library refuses odd
-// ones).
+// half-row in V-element steps, so a head dim of 128 takes 16 lanes in f32 and 8 in bf16 and each warp
+// carries two or four rows at once (every lane loading). Each lane takes V elements of each half per step
+// (16-byte loads: V = 4 f32 or 8 bf16; the tables' V floats in 16-byte loads) and keeps up to ROPE_ITEMS
+// steps in registers for the norm, as loaded (rows of dim <= 2 * V * lanes * ROPE_ITEMS, 512 f32 or 1024
+// bf16 at 32 lanes, stay resident), reading wider ones again. The vector path needs dim % (2 V) == 0 and
+// x, y, cos, sin, w 16-byte aligned; the kernel checks and takes the scalar path otherwise. dim is even
+// (the library refuses odd ones).
 //
-// block: a multiple of 32 (the library uses 256).
+// block: a multiple of 32 (the library uses 256); `__launch_bounds__(256, 4)` keeps the norm form with
+// 16-byte bf16 loads at 64 registers without spills (128 unbounded; 5 or 6 CTAs an SM spill 116-256 bytes).
 #pragma once
 #include "common.cuh"
 
@@ -48,23 +49,24 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
     const T* xr = x + r * dim;
     T* yr = y + r * dim;
     const size_t t = static_cast<size_t>(r / heads) * half;
-    float a[ROPE_ITEMS][V], b[ROPE_ITEMS][V];
+    // The row's vectors as loaded (bf16 stays packed, two to a register) between the norm and the rotation.
+    using R = typename EwRaw<T, V>::type;
+    R a[ROPE_ITEMS], b[ROPE_ITEMS];
     float inv = 1.0f;
     if constexpr (NORM) {
       float ss = 0.0f;
       for (uint32_t s = 0; s < steps; ++s) {
         const uint32_t i = (s * lanes + lane) * V;
         if (live && i < half) {
+          const R ra = *reinterpret_cast<const R*>(xr + i), rb = *reinterpret_cast<const R*>(xr + half + i);
           float pa[V], pb[V];
-          ew_load<V>(xr + i, pa);
-          ew_load<V>(xr + half + i, pb);
+          ew_unpack<T, V>(ra, pa);
+          ew_unpack<T, V>(rb, pb);
 #pragma unroll
           for (int j = 0; j < V; ++j) ss = fmaf(pa[j], pa[j], fmaf(pb[j], pb[j], ss));
 #pragma unroll
           for (int k = 0; k < ROPE_ITEMS; ++k)
-            if (k == static_cast<int>(s))
-#pragma unroll
-              for (int j = 0; j < V; ++j) a[k][j] = pa[j], b[k][j] = pb[j];
+            if (k == static_cast<int>(s)) a[k] = ra, b[k] = rb;
         }
       }
       inv = rsqrtf(rope_group_sum(ss, lanes) / static_cast<float>(dim) + eps);
@@ -77,9 +79,7 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
       if (NORM && s < ROPE_ITEMS) {
 #pragma unroll
         for (int k = 0; k < ROPE_ITEMS; ++k)
-          if (k == static_cast<int>(s))
-#pragma unroll
-            for (int j = 0; j < V; ++j) pa[j] = a[k][j], pb[j] = b[k][j];
+          if (k == static_cast<int>(s)) ew_unpack<T, V>(a[k], pa), ew_unpack<T, V>(b[k], pb);
       } else {
         ew_load<V>(xr + i, pa);
         ew_load<V>(xr + half + i, pb);
@@ -108,10 +108,10 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
 template <typename T, bool NORM>
 __device__ __forceinline__ void rope(const T* x, const T* w, const float* cs, const float* sn, T* y,
                                      uint32_t tokens, uint32_t heads, uint32_t dim, float eps) {
-  constexpr int V = 4;
-  const bool vec = dim % (2 * V) == 0 && ew_aligned16(cs) && ew_aligned16(sn) &&
-                   (sizeof(T) == 4 ? ew_aligned16(x) && ew_aligned16(y) && (!NORM || ew_aligned16(w))
-                                   : ew_aligned8(x) && ew_aligned8(y) && (!NORM || ew_aligned8(w)));
+  // 16 bytes of x a load: 4 f32 or 8 bf16 (8-byte bf16 loads held the bf16 forms to 0.47-0.82 of copy).
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = dim % (2 * V) == 0 && ew_aligned16(cs) && ew_aligned16(sn) && ew_aligned16(x) &&
+                   ew_aligned16(y) && (!NORM || ew_aligned16(w));
   if (vec)
     rope_rows<T, NORM, V>(x, w, cs, sn, y, tokens, heads, dim, eps);
   else
@@ -120,7 +120,7 @@ __device__ __forceinline__ void rope(const T* x, const T* w, const float* cs, co
 
 // (x, w, cos, sin, y, tokens, heads, dim, eps): w and eps are read by the norm forms only.
 #define OMEGA_ROPE_ENTRY(NAME, T, NORM)                                                                     \
-  extern "C" __global__ void __launch_bounds__(256) NAME(const T* x, const T* w, const float* cs,           \
+  extern "C" __global__ void __launch_bounds__(256, 4) NAME(const T* x, const T* w, const float* cs,         \
                                                          const float* sn, T* y, uint32_t tokens,             \
                                                          uint32_t heads, uint32_t dim, float eps) {          \
     rope<T, NORM>(x, w, cs, sn, y, tokens, heads, dim, eps);                                                 \

@@ -48,8 +48,8 @@ pub const EW_THREADS: u32 = 256;
 pub const VEC: [u32; 2] = [4, 8];
 /// Vectors of a row each RMSNorm thread keeps in registers (`RmsCfg::ITEMS`): f32, bf16.
 pub const RMSNORM_ITEMS: [u32; 2] = [2, 2];
-/// Elements of each half-row a RoPE lane takes per step (the vector path's `V`).
-pub const ROPE_VEC: u32 = 4;
+/// Elements of each half-row a RoPE lane takes per step (the vector path's `V`: 16 bytes), f32 and bf16.
+pub const ROPE_VEC: [u32; 2] = [4, 8];
 
 /// The module's kernels with their host references, by symbol name.
 pub const ELEMENTWISE_HOST_SPECS: &[HostSpec] = &[

@@ -557,11 +557,10 @@ impl<'s> Elementwise<'s> {
         let warps = u64::from(k::EW_THREADS / 32);
         let grid = rows.div_ceil(warps).min(u64::from(self.wave(kernel_index::<T>(op), k::EW_THREADS))) as u32;
         let e = size_of::<T>() as u64;
-        let (vec_align, vas) = (if T::BF16 { 8 } else { 16 }, [x.device_va(), y.device_va()]);
         let w_va = w.map_or(0, |w| w.device_va());
-        let vectorized = shape.dim.is_multiple_of(2 * k::ROPE_VEC)
-            && aligned16(&[cos.device_va(), sin.device_va()])
-            && vas.iter().chain(w.map(|_| &w_va)).all(|va| va.is_multiple_of(vec_align));
+        let mut vas = vec![x.device_va(), y.device_va(), cos.device_va(), sin.device_va()];
+        vas.extend(w.map(|_| w_va));
+        let vectorized = shape.dim.is_multiple_of(2 * k::ROPE_VEC[usize::from(T::BF16)]) && aligned16(&vas);
         let info = Info {
             op: Some(op),
             bf16: T::BF16,
