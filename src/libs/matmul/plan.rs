@@ -1059,7 +1059,7 @@ pub(crate) fn dense(elem: Elem, shape: Shape, opts: DenseOpts) -> Plan {
 /// [`dense`] with `wide` as the entry of unsplit wide tiles (the tests try each); unsplit narrow tiles
 /// take [`NARROW_ENTRY`].
 fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Plan {
-    let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
+    let (m, k) = (u64::from(shape.m), u64::from(shape.k));
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
     // A bf16 output's f32 product is the workspace's (aligned); only a direct f32 output can be unaligned.
     let y_aligned = opts.y_aligned || opts.out_bf16;
