@@ -25,7 +25,7 @@ use core::ffi::{c_char, c_int, c_void};
 use core::ptr;
 use std::time::Instant;
 
-use super::boundary::{guard, Keys, TextBuffer};
+use super::boundary::{guard, library_session_rc, Keys, LibrarySessionCodes, TextBuffer};
 use crate::error::{Error, Stage};
 use crate::libs::attention::{
     AppendShape, Attention, AttentionError, DecodeShape, DeviceSpan, Done, Elem, Failed, GqaShape, Info, KeptAttention,
@@ -319,25 +319,25 @@ impl EntryError {
             EntryError::Attention(AttentionError::List(_)) => return OMEGA_GPU_ATTN_ERR_LAUNCH,
             EntryError::Attention(AttentionError::Device(e)) | EntryError::Session(e) => e,
         };
-        if session.latched_the_process() {
-            return OMEGA_GPU_ATTN_ERR_UNCERTAIN;
-        }
-        match session {
-            Error::Lock(_) | Error::LockPinned(_) => OMEGA_GPU_ATTN_ERR_LOCK_HELD,
-            Error::Latched(_) => OMEGA_GPU_ATTN_ERR_BLOCKED,
-            Error::CancelledBeforeSubmit => OMEGA_GPU_ATTN_ERR_CANCELLED,
-            Error::Platform(_) | Error::Refused(_) | Error::Open(_) | Error::NotOpen(_) => OMEGA_GPU_ATTN_ERR_DEVICE,
-            e => match e.stage() {
-                Stage::AttentionArgs => OMEGA_GPU_ATTN_ERR_ARGS,
-                Stage::Alloc => OMEGA_GPU_ATTN_ERR_ALLOC,
-                Stage::Load => OMEGA_GPU_ATTN_ERR_LOAD,
-                Stage::Write | Stage::Read | Stage::Sync => OMEGA_GPU_ATTN_ERR_COPY,
-                Stage::Launch | Stage::LaunchArguments => OMEGA_GPU_ATTN_ERR_LAUNCH,
-                _ => OMEGA_GPU_ATTN_ERR_INTERNAL,
-            },
-        }
+        library_session_rc(session, &SESSION_CODES)
     }
 }
+
+/// The session errors' codes of this library.
+const SESSION_CODES: LibrarySessionCodes = LibrarySessionCodes {
+    args_stage: Stage::AttentionArgs,
+    uncertain: OMEGA_GPU_ATTN_ERR_UNCERTAIN,
+    lock_held: OMEGA_GPU_ATTN_ERR_LOCK_HELD,
+    blocked: OMEGA_GPU_ATTN_ERR_BLOCKED,
+    cancelled: OMEGA_GPU_ATTN_ERR_CANCELLED,
+    device: OMEGA_GPU_ATTN_ERR_DEVICE,
+    args: OMEGA_GPU_ATTN_ERR_ARGS,
+    alloc: OMEGA_GPU_ATTN_ERR_ALLOC,
+    load: OMEGA_GPU_ATTN_ERR_LOAD,
+    copy: OMEGA_GPU_ATTN_ERR_COPY,
+    launch: OMEGA_GPU_ATTN_ERR_LAUNCH,
+    internal: OMEGA_GPU_ATTN_ERR_INTERNAL,
+};
 
 /// `OMEGA_GPU_ATTN_STAGE_*` of `stage`.
 fn stage_code(stage: Stage) -> u32 {

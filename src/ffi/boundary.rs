@@ -194,6 +194,56 @@ pub unsafe fn c_str<'a>(stage: Stage, what: &'static str, p: *const c_char) -> R
     s.to_str().map_err(|_| Error::Setting { stage, detail: SettingError::NotUtf8(what) })
 }
 
+/// A library's return codes for the session errors its calls pass on, in its own numbering: the rule
+/// that picks one ([`library_session_rc`]) is the same for every library.
+pub struct LibrarySessionCodes {
+    /// The library's argument stage: a session error at it is the caller's arguments.
+    pub args_stage: Stage,
+    /// A completion was uncertain and the process latched.
+    pub uncertain: i32,
+    /// The session lock is held or pinned elsewhere.
+    pub lock_held: i32,
+    /// The process is latched from before.
+    pub blocked: i32,
+    /// Cancelled before anything was submitted.
+    pub cancelled: i32,
+    /// The platform refused, or no device is open.
+    pub device: i32,
+    /// The arguments, at the library's argument stage.
+    pub args: i32,
+    /// An allocation.
+    pub alloc: i32,
+    /// Loading the library's kernels.
+    pub load: i32,
+    /// A copy between host and device, or its sync.
+    pub copy: i32,
+    /// A launch, or its arguments.
+    pub launch: i32,
+    /// Anything else.
+    pub internal: i32,
+}
+
+/// The code of `codes` for session error `e`.
+pub fn library_session_rc(e: &Error, codes: &LibrarySessionCodes) -> i32 {
+    if e.latched_the_process() {
+        return codes.uncertain;
+    }
+    match e {
+        Error::Lock(_) | Error::LockPinned(_) => codes.lock_held,
+        Error::Latched(_) => codes.blocked,
+        Error::CancelledBeforeSubmit => codes.cancelled,
+        Error::Platform(_) | Error::Refused(_) | Error::Open(_) | Error::NotOpen(_) => codes.device,
+        _ => match e.stage() {
+            s if s == codes.args_stage => codes.args,
+            Stage::Alloc => codes.alloc,
+            Stage::Load => codes.load,
+            Stage::Write | Stage::Read | Stage::Sync => codes.copy,
+            Stage::Launch | Stage::LaunchArguments => codes.launch,
+            _ => codes.internal,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ use core::ffi::{c_char, c_int};
 use core::ptr;
 use std::time::Instant;
 
-use super::boundary::{guard, TextBuffer};
+use super::boundary::{guard, library_session_rc, LibrarySessionCodes, TextBuffer};
 use crate::error::{Error, Stage};
 use crate::libs::elementwise::{
     DeviceSpan, Elementwise, EwCall, EwElem, EwError, Heads, Info, KeptElementwise, Op, Rows,
@@ -216,25 +216,25 @@ impl EntryError {
             EntryError::Ew(EwError::List(_)) => return OMEGA_GPU_EW_ERR_LAUNCH,
             EntryError::Ew(EwError::Device(e)) | EntryError::Session(e) => e,
         };
-        if e.latched_the_process() {
-            return OMEGA_GPU_EW_ERR_UNCERTAIN;
-        }
-        match e {
-            Error::Lock(_) | Error::LockPinned(_) => OMEGA_GPU_EW_ERR_LOCK_HELD,
-            Error::Latched(_) => OMEGA_GPU_EW_ERR_BLOCKED,
-            Error::CancelledBeforeSubmit => OMEGA_GPU_EW_ERR_CANCELLED,
-            Error::Platform(_) | Error::Refused(_) | Error::Open(_) | Error::NotOpen(_) => OMEGA_GPU_EW_ERR_DEVICE,
-            _ => match e.stage() {
-                Stage::ElementwiseArgs => OMEGA_GPU_EW_ERR_ARGS,
-                Stage::Alloc => OMEGA_GPU_EW_ERR_ALLOC,
-                Stage::Load => OMEGA_GPU_EW_ERR_LOAD,
-                Stage::Write | Stage::Read | Stage::Sync => OMEGA_GPU_EW_ERR_COPY,
-                Stage::Launch | Stage::LaunchArguments => OMEGA_GPU_EW_ERR_LAUNCH,
-                _ => OMEGA_GPU_EW_ERR_INTERNAL,
-            },
-        }
+        library_session_rc(e, &SESSION_CODES)
     }
 }
+
+/// The session errors' codes of this library.
+const SESSION_CODES: LibrarySessionCodes = LibrarySessionCodes {
+    args_stage: Stage::ElementwiseArgs,
+    uncertain: OMEGA_GPU_EW_ERR_UNCERTAIN,
+    lock_held: OMEGA_GPU_EW_ERR_LOCK_HELD,
+    blocked: OMEGA_GPU_EW_ERR_BLOCKED,
+    cancelled: OMEGA_GPU_EW_ERR_CANCELLED,
+    device: OMEGA_GPU_EW_ERR_DEVICE,
+    args: OMEGA_GPU_EW_ERR_ARGS,
+    alloc: OMEGA_GPU_EW_ERR_ALLOC,
+    load: OMEGA_GPU_EW_ERR_LOAD,
+    copy: OMEGA_GPU_EW_ERR_COPY,
+    launch: OMEGA_GPU_EW_ERR_LAUNCH,
+    internal: OMEGA_GPU_EW_ERR_INTERNAL,
+};
 
 fn stage_code(stage: Stage) -> u32 {
     match stage {

@@ -29,7 +29,7 @@ use core::ptr;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::boundary::{guard, Keys, TextBuffer};
+use super::boundary::{guard, library_session_rc, Keys, LibrarySessionCodes, TextBuffer};
 use crate::error::{Error, Stage};
 use crate::libs::matmul::{
     self, AnyShape, DeviceSpan, Failed, GroupedShape, Info, KeptMatmul, Matmul, MatmulError, Operand, Path, Shape,
@@ -335,24 +335,24 @@ impl EntryError {
     }
 }
 
+/// The session errors' codes of this library.
+const SESSION_CODES: LibrarySessionCodes = LibrarySessionCodes {
+    args_stage: Stage::MatmulArgs,
+    uncertain: OMEGA_GPU_MATMUL_ERR_UNCERTAIN,
+    lock_held: OMEGA_GPU_MATMUL_ERR_LOCK_HELD,
+    blocked: OMEGA_GPU_MATMUL_ERR_BLOCKED,
+    cancelled: OMEGA_GPU_MATMUL_ERR_CANCELLED,
+    device: OMEGA_GPU_MATMUL_ERR_DEVICE,
+    args: OMEGA_GPU_MATMUL_ERR_ARGS,
+    alloc: OMEGA_GPU_MATMUL_ERR_ALLOC,
+    load: OMEGA_GPU_MATMUL_ERR_LOAD,
+    copy: OMEGA_GPU_MATMUL_ERR_COPY,
+    launch: OMEGA_GPU_MATMUL_ERR_LAUNCH,
+    internal: OMEGA_GPU_MATMUL_ERR_INTERNAL,
+};
+
 fn session_rc(e: &Error) -> i32 {
-    if e.latched_the_process() {
-        return OMEGA_GPU_MATMUL_ERR_UNCERTAIN;
-    }
-    match e {
-        Error::Lock(_) | Error::LockPinned(_) => OMEGA_GPU_MATMUL_ERR_LOCK_HELD,
-        Error::Latched(_) => OMEGA_GPU_MATMUL_ERR_BLOCKED,
-        Error::CancelledBeforeSubmit => OMEGA_GPU_MATMUL_ERR_CANCELLED,
-        Error::Platform(_) | Error::Refused(_) | Error::Open(_) | Error::NotOpen(_) => OMEGA_GPU_MATMUL_ERR_DEVICE,
-        _ => match e.stage() {
-            Stage::MatmulArgs => OMEGA_GPU_MATMUL_ERR_ARGS,
-            Stage::Alloc => OMEGA_GPU_MATMUL_ERR_ALLOC,
-            Stage::Load => OMEGA_GPU_MATMUL_ERR_LOAD,
-            Stage::Write | Stage::Read | Stage::Sync => OMEGA_GPU_MATMUL_ERR_COPY,
-            Stage::Launch | Stage::LaunchArguments => OMEGA_GPU_MATMUL_ERR_LAUNCH,
-            _ => OMEGA_GPU_MATMUL_ERR_INTERNAL,
-        },
-    }
+    library_session_rc(e, &SESSION_CODES)
 }
 
 /// `OMEGA_GPU_MATMUL_STAGE_*` of `stage`.

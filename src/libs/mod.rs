@@ -1,4 +1,5 @@
-//! The model libraries (matmul, attention, serving) go here, one module each.
+//! The model libraries (matmul, attention, elementwise, serving) go here, one module each, and what they
+//! share: [`call`], the `Done` / `Failed` a call hands back.
 //!
 //! A library is written against the typed API only — [`crate::lock`], [`crate::Scope`], [`crate::Mem`],
 //! [`crate::Launch`], [`crate::cmdlist::CmdListBuilder`] — exactly as a program outside this crate would
@@ -8,6 +9,7 @@
 //! between scopes (a loaded module, a workspace) it keeps as [`crate::Kept`] and [`crate::KeptModule`].
 
 pub mod attention;
+pub mod call;
 pub mod elementwise;
 pub mod matmul;
 pub mod serving;

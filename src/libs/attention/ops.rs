@@ -96,34 +96,11 @@ pub struct Info {
     pub stage: Option<Stage>,
 }
 
-/// What a call that completed hands back: the scope's launch token and its record.
-#[derive(Debug)]
-pub struct Done<'s> {
-    /// The token, for the next launch.
-    pub gpu: Gpu<'s>,
-    /// The call's record.
-    pub info: Info,
-}
+/// A completed call: the launch token back and the call's record.
+pub type Done<'s> = crate::libs::call::Done<'s, Info>;
 
-/// A failed call: the token back when the failure was certain, `None` when a completion was uncertain
-/// and the process latched.
-#[derive(Debug)]
-pub struct Failed<'s> {
-    /// The token, when launching may go on.
-    pub gpu: Option<Gpu<'s>>,
-    /// What failed, naming its stage.
-    pub error: AttentionError,
-    /// What was planned and what ran before the failure.
-    pub info: Box<Info>,
-}
-
-impl core::fmt::Display for Failed<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for Failed<'_> {}
+/// A failed call: the token back when the failure was certain, `None` when the process latched.
+pub type Failed<'s> = crate::libs::call::Failed<'s, AttentionError, Info>;
 
 impl From<Failed<'_>> for AttentionError {
     fn from(f: Failed<'_>) -> AttentionError {

@@ -214,34 +214,11 @@ pub struct Info {
     pub stage: Option<Stage>,
 }
 
-/// A completed call, and the launch token back.
-#[derive(Debug)]
-pub struct Done<'s> {
-    /// The launch token.
-    pub gpu: Gpu<'s>,
-    /// What ran.
-    pub info: Info,
-}
+/// A completed call: the launch token back and the call's record.
+pub type Done<'s> = crate::libs::call::Done<'s, Info>;
 
-/// A failed launch: the token back when the failure was certain (refused, or the kernel faulted), `None`
-/// when its completion was uncertain and the process latched.
-#[derive(Debug)]
-pub struct Failed<'s> {
-    /// The token, when launching may go on.
-    pub gpu: Option<Gpu<'s>>,
-    /// What failed, naming its stage.
-    pub error: EwError,
-    /// What was planned (boxed: a failure stays small to pass around).
-    pub info: Box<Info>,
-}
-
-impl core::fmt::Display for Failed<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for Failed<'_> {}
+/// A failed call: the token back when the failure was certain, `None` when the process latched.
+pub type Failed<'s> = crate::libs::call::Failed<'s, EwError, Info>;
 
 impl From<Failed<'_>> for EwError {
     fn from(f: Failed<'_>) -> EwError {

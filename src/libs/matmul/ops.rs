@@ -143,34 +143,11 @@ impl Info {
     }
 }
 
-/// A completed call, and the launch token back.
-#[derive(Debug)]
-pub struct Done<'s> {
-    /// The launch token.
-    pub gpu: Gpu<'s>,
-    /// What ran.
-    pub info: Info,
-}
+/// A completed call: the launch token back and the call's record.
+pub type Done<'s> = crate::libs::call::Done<'s, Info>;
 
-/// A failed call: the token back when the failure was certain (nothing ran, or a launch was refused or
-/// faulted), `None` when a completion was uncertain and the process latched.
-#[derive(Debug)]
-pub struct Failed<'s> {
-    /// The token, when launching may go on.
-    pub gpu: Option<Gpu<'s>>,
-    /// What failed, naming its stage.
-    pub error: MatmulError,
-    /// What was planned and what ran before the failure (boxed: a failure stays small to pass around).
-    pub info: Box<Info>,
-}
-
-impl core::fmt::Display for Failed<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for Failed<'_> {}
+/// A failed call: the token back when the failure was certain, `None` when the process latched.
+pub type Failed<'s> = crate::libs::call::Failed<'s, MatmulError, Info>;
 
 impl From<Failed<'_>> for MatmulError {
     fn from(f: Failed<'_>) -> MatmulError {
