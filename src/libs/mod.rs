@@ -8,6 +8,7 @@
 //! between scopes (a loaded module, a workspace) it keeps as [`crate::Kept`] and [`crate::KeptModule`].
 
 pub mod attention;
+pub mod decoder;
 pub mod elementwise;
 pub mod matmul;
 pub mod serving;
