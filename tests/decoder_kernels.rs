@@ -272,3 +272,83 @@ fn the_library_refuses_short_buffers_and_a_top_k_past_eight_before_launching() {
         assert!(matches!(e, DecError::Shape(DecShapeError::ZeroSide { .. })), "{e}");
     });
 }
+
+/// `len` u32s (or f32s) at `m` as a span two calls of one list may name, one writing, one reading.
+fn span<T: omega::DeviceScalar>(
+    m: &omega::Mem<'_, omega::Device<T>>,
+    len: usize,
+) -> omega::libs::decoder::DeviceSpan<T> {
+    // SAFETY: the span is `m`'s own first `len` elements (callers pass at most its length), and `m` stays
+    // allocated in the scope until after the list that names the span has run.
+    unsafe { omega::libs::decoder::DeviceSpan::new(m.va(), len) }
+}
+
+/// A whole MoE block's routing and combine in one command list: router logits -> top k (device) ->
+/// grouped GEMM (routed on the device) -> weighted sum into the bf16 residual, against f64.
+///
+/// Tolerance: the f64 sum `res + sum_j w_j (x . W_e)` against the stored bf16: one bf16 rounding (half an
+/// ulp, at most 2^-8 of the value), the grouped GEMM's f32 additions (`K 2^-22 sum|x w|` per row, as
+/// tests/matmul_kernels.rs argues, weighted by w_j <= 1), the weights' 2^-20 (see the module comment)
+/// times each row's size, and the combine's own f32 fma chain and final add (2^-22 of the sum of
+/// magnitudes).
+#[test]
+fn a_moe_block_routes_multiplies_and_combines_into_the_residual_in_one_submission() {
+    use omega::libs::decoder::Decoder;
+    use omega::libs::matmul::{GroupedShape, Matmul};
+    let mut g = rng("moe");
+    let (t, e, top_k, n, kk) = (5u32, 16u32, 4u32, 96u32, 64u32);
+    let shape = GroupedShape { tokens: t, top_k, experts: e, n, k: kk };
+    let (tu, nu, ku, p) = (t as usize, n as usize, kk as usize, (t * top_k) as usize);
+    let xb = mm::random_bf16(g.random(), tu * ku);
+    let wb = mm::random_bf16(g.random(), (e * n * kk) as usize);
+    let res = mm::random_bf16(g.random(), tu * nu);
+    let logits: Vec<f32> = (0..t * e).map(|_| g.random_range(-3.0f32..3.0)).collect();
+    let dev = omega::lock().open().expect("open").close().open().expect("reopen");
+    let got = dev.scope(|s, gpu| {
+        let (dec, mmul) = (Decoder::new(s).unwrap(), Matmul::new(s).unwrap());
+        let (x, w) = (s.alloc_device_from(&xb).unwrap(), s.alloc_device_from(&wb).unwrap());
+        let dl = s.alloc_device_from(&logits).unwrap();
+        let topk = s.alloc_device_from(&vec![POISON_U32; p]).unwrap();
+        let weights = s.alloc_device_from(&vec![POISON_F32; p]).unwrap();
+        let layout = shape.routing();
+        let routing = s.alloc_device_from(&vec![POISON_U32; layout.words]).unwrap();
+        let y = s.alloc_device_from(&vec![POISON_F32; p * nu]).unwrap();
+        let mut h = s.alloc_device_from(&res).unwrap();
+        let (mut tk_out, tk_in) = (span(&topk, p), span(&topk, p));
+        let (mut w_out, w_in) = (span(&weights, p), span(&weights, p));
+        let (r_out, r_in) = (span(&routing, layout.words), span(&routing, layout.words));
+        let (y_out, y_in) = (span(&y, p * nu), span(&y, p * nu));
+        let (h_in, mut h_out) = (span(&h, tu * nu), span(&h, tu * nu));
+        {
+            let mut list = s.cmdlist().unwrap();
+            dec.record(&mut list, dec.router_topk(&dl, &mut tk_out, &mut w_out, [t, e, top_k]).unwrap()).unwrap();
+            mmul.add_grouped_bf16(&mut list, &x, &w, &tk_in, &r_out, &y_out, shape).unwrap();
+            let c = dec.moe_combine(&y_in, &r_in, layout, &w_in, &h_in, &mut h_out, shape).unwrap();
+            dec.record(&mut list, c).unwrap();
+            let _gpu = gpu.submit(&mut list).unwrap().gpu;
+        }
+        h.to_vec().unwrap()
+    });
+    let got = match got {
+        Scoped::Open(_, r) => r,
+        Scoped::Latched(..) => panic!("the list latched the process"),
+    };
+    let (x, w, r) = (mm::bf16s_to_f32(&xb), mm::bf16s_to_f32(&wb), mm::bf16s_to_f32(&res));
+    for ti in 0..tu {
+        let (experts, wts) = router_f64(&logits[ti * e as usize..][..e as usize], top_k as usize);
+        for c in 0..nu {
+            let (mut want, mut bound) = (f64::from(r[ti * nu + c]), 0f64);
+            for (&ex, &wj) in experts.iter().zip(&wts) {
+                let row = &w[(ex as usize * nu + c) * ku..][..ku];
+                let (dot, mag) = omega_refmath::dot_f64(&x[ti * ku..][..ku], row);
+                want += wj * dot;
+                bound += wj * ku as f64 * 2f64.powi(-22) * mag
+                    + 2f64.powi(-20) * dot.abs()
+                    + 2f64.powi(-22) * wj * dot.abs();
+            }
+            bound += 2f64.powi(-8) * want.abs() + 2f64.powi(-22) * f64::from(r[ti * nu + c]).abs();
+            let gv = f64::from(half::bf16::from_bits(got[ti * nu + c]).to_f32());
+            assert!((gv - want).abs() <= bound, "token {ti} col {c}: {gv:e}, want {want:e} within {bound:e}");
+        }
+    }
+}

@@ -6,7 +6,9 @@
 //   omega_cast_f32_bf16     dst[i] = bf16(src[i]), nearest even
 //   omega_router_topk       softmax over each token's expert logits, its top k, renormalised
 //   omega_argmax_f32        out[r] = the lowest index of row r's largest value (greedy decoding)
+//   omega_moe_combine_bf16  out[t, :] = res[t, :] + the router-weighted sum of t's grouped GEMM rows
 //
 // The host references the simulator runs are in src/core/kernels/decoder.rs.
 #include "decoder/gather.cuh"
 #include "decoder/select.cuh"
+#include "decoder/combine.cuh"

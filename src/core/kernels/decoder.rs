@@ -25,12 +25,18 @@ pub const ROUTER_TOPK: &str = "omega_router_topk";
 /// `omega_argmax_f32(logits, out, rows, cols)`: each row's lowest index of its largest value.
 pub const ARGMAX_F32: &str = "omega_argmax_f32";
 
+/// `omega_moe_combine_bf16(y, pairs, slots, weights, res, out, tokens, top_k, n)`: `out[t, :] = res[t, :]
+/// + sum_j weights[t, j] * y[slot(t, j), :]`, the grouped GEMM's rows summed back into the residual.
+pub const MOE_COMBINE_BF16: &str = "omega_moe_combine_bf16";
+
 /// The router's most experts a token chooses (`DEC_TOPK_MAX`).
 pub const TOPK_MAX: u32 = 8;
 /// The argmax block (`DEC_ARGMAX_THREADS`), also its largest.
 pub const ARGMAX_THREADS: u32 = 256;
 /// The gather's and the cast's block (`__launch_bounds__(256)`).
 pub const GATHER_THREADS: u32 = 256;
+/// The combine's block (`DEC_COMBINE_THREADS`).
+pub const COMBINE_THREADS: u32 = 256;
 /// The router's block (`__launch_bounds__(128)`).
 pub const ROUTER_THREADS: u32 = 128;
 
@@ -65,6 +71,14 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 64,
         local_bytes_per_thread: 0,
         run: argmax,
+    },
+    HostSpec {
+        name: MOE_COMBINE_BF16,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 4, 4, 4],
+        // `slot_of`: a u32 per choice of at most TOPK_MAX.
+        static_shared_bytes: 32,
+        local_bytes_per_thread: 0,
+        run: combine,
     },
 ];
 
@@ -187,6 +201,47 @@ fn argmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     for r in take_rows(ctx, rows, cols) {
         let row = ctx.read_f32s(logits.wrapping_add(r * cols * 4), cols as usize)?;
         ctx.write_u32s(out.wrapping_add(r * 4), &[argmax_ref(&row)])?;
+    }
+    Ok(())
+}
+
+/// One token's combine: `res + sum_j w[j] * rows[j]` over the choices that have a row (`None`: a dropped
+/// choice), the sum an f32 `fma` chain in choice order, then one bf16 rounding (as bits).
+pub fn combine_row_ref(res: &[f32], w: &[f32], rows: &[Option<Vec<f32>>]) -> Vec<u16> {
+    (0..res.len())
+        .map(|c| {
+            let acc = rows.iter().zip(w).fold(0f32, |a, (r, &wj)| r.as_ref().map_or(a, |r| wj.mul_add(r[c], a)));
+            math::f32_to_bf16(res[c] + acc)
+        })
+        .collect()
+}
+
+fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (y, pairs, slots, weights) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let (res, out) = (ctx.u64_at(8), ctx.u64_at(10));
+    let (tokens, top_k, n) = (u64::from(ctx.word(12)), u64::from(ctx.word(13)), u64::from(ctx.word(14)));
+    let part = take_rows(ctx, tokens, n);
+    if top_k == 0 || top_k > u64::from(TOPK_MAX) || part.is_empty() {
+        return Ok(());
+    }
+    let filled = ctx.read_u32s(slots, 1)?[0] as usize;
+    let p = ctx.read_u32s(pairs, filled)?;
+    for t in part {
+        // The last slot naming a choice wins, as the kernel's stores race to one value per choice (the
+        // route kernel gives each choice one slot, so there is no race in practice).
+        let mut slot_of = vec![None; top_k as usize];
+        for (s, &pair) in p.iter().enumerate() {
+            if u64::from(pair) / top_k == t {
+                slot_of[(u64::from(pair) % top_k) as usize] = Some(s as u64);
+            }
+        }
+        let w = ctx.read_f32s(weights.wrapping_add(t * top_k * 4), top_k as usize)?;
+        let rows = slot_of
+            .iter()
+            .map(|s| s.map(|s| ctx.read_f32s(y.wrapping_add(s * n * 4), n as usize)).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let r = math::bf16s_to_f32(&load_u16s(ctx, res.wrapping_add(t * n * 2), n)?);
+        store_u16s(ctx, out.wrapping_add(t * n * 2), &combine_row_ref(&r, &w, &rows))?;
     }
     Ok(())
 }

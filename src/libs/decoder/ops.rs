@@ -4,7 +4,7 @@ use core::marker::PhantomData;
 
 use crate::cmdlist::CmdListBuilder;
 use crate::kernels::decoder as k;
-use crate::libs::matmul::{Input, Output};
+use crate::libs::matmul::{GroupedShape, Input, Output, RoutingLayout};
 use crate::{DeviceScalar, Gpu, Kernel, Launch, Scope};
 
 use super::error::{DecError, DecShapeError};
@@ -20,10 +20,12 @@ pub enum DecOp {
     RouterTopK,
     /// Greedy argmax.
     Argmax,
+    /// The MoE combine into the residual.
+    Combine,
 }
 
 /// The module's kernels in [`DecOp`]'s order.
-const KERNELS: [&str; 4] = [k::EMBED_BF16, k::CAST_F32_BF16, k::ROUTER_TOPK, k::ARGMAX_F32];
+const KERNELS: [&str; 5] = [k::EMBED_BF16, k::CAST_F32_BF16, k::ROUTER_TOPK, k::ARGMAX_F32, k::MOE_COMBINE_BF16];
 
 #[derive(Clone, Copy, Debug)]
 enum Arg {
@@ -185,6 +187,49 @@ impl<'s> Decoder<'s> {
         let args = vec![Arg::Va(logits.device_va()), Arg::Va(out.device_va()), Arg::Word(rows), Arg::Word(cols)];
         // A CTA per row: decode has few rows, each a vocabulary long.
         Ok(Self::call(op, rows.min(self.sms * 8), k::ARGMAX_THREADS, args))
+    }
+
+    /// The mixture-of-experts combine: `out[t, :] = bf16(res[t, :] + sum_j weights[t, j] * y[slot(t, j),
+    /// :])` for `t < tokens`, where `y` (f32 `[tokens * top_k, n]`) is a grouped GEMM's output in its
+    /// routing's slot order and `routing` that product's routing buffer laid out as `layout` says (its
+    /// `pairs` name each slot's choice, its `offsets[experts]` the filled slots; a dropped choice adds
+    /// nothing). `weights` is the router's (`[tokens, top_k]`); `res` and `out` are bf16 `[tokens, n]`
+    /// and may be one buffer (spans), the residual updated in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_combine<'b>(
+        &self,
+        y: &'b impl Input<f32>,
+        routing: &'b impl Input<u32>,
+        layout: RoutingLayout,
+        weights: &'b impl Input<f32>,
+        res: &'b impl Input<u16>,
+        out: &'b mut impl Output<u16>,
+        shape: GroupedShape,
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::Combine;
+        nonzero(op, &[shape.tokens, shape.top_k, shape.n])?;
+        if shape.top_k > k::TOPK_MAX {
+            return Err(DecShapeError::TopK { op, k: shape.top_k, experts: shape.experts }.into());
+        }
+        let rows = u64::from(shape.tokens) * u64::from(shape.n);
+        hold(op, "y", y, shape.choices() * u64::from(shape.n))?;
+        hold(op, "routing", routing, layout.words as u64)?;
+        hold(op, "weights", weights, shape.choices())?;
+        hold(op, "res", res, rows)?;
+        hold(op, "out", out, rows)?;
+        let word = |at: usize| routing.device_va() + at as u64 * 4;
+        let args = vec![
+            Arg::Va(y.device_va()),
+            Arg::Va(word(layout.pairs)),
+            Arg::Va(word(layout.offsets + shape.experts as usize)),
+            Arg::Va(weights.device_va()),
+            Arg::Va(res.device_va()),
+            Arg::Va(out.device_va()),
+            Arg::Word(shape.tokens),
+            Arg::Word(shape.top_k),
+            Arg::Word(shape.n),
+        ];
+        Ok(Self::call(op, shape.tokens.min(self.sms * 8), k::COMBINE_THREADS, args))
     }
 
     fn launch_of<'k>(&'k self, call: &DecCall<'_>) -> Launch<'k, 's> {
