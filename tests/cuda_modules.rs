@@ -30,7 +30,10 @@ fn fresh() -> omega::Locked<omega::Open> {
 
 #[test]
 fn the_build_compiled_the_mixed_module_whose_kernels_match_their_host_references() {
-    assert_eq!(kernels::cuda_module_names(), ["attention", "cluster", "elementwise", "matmul", MIXED, "prefill"]);
+    assert_eq!(
+        kernels::cuda_module_names(),
+        ["attention", "cluster", "decoder", "elementwise", "matmul", MIXED, "prefill"]
+    );
     assert!(kernels::cuda_module_source(MIXED).unwrap().contains("extern \"C\" __global__ void mixed_plain("));
     let m = Module::parse(mixed(), &arch::HOPPER).unwrap();
     let mut names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();

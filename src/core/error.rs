@@ -128,6 +128,8 @@ pub enum Stage {
     ElementwiseArgs,
     /// `elementwise shape`: a shape that cannot exist, or that the operands' buffers do not hold.
     ElementwiseShape,
+    /// `decoder shape`: a decoder library call whose shape cannot exist, or that its buffers do not hold.
+    DecoderShape,
     /// `recover`: recovery from a latch (EXPERIMENTAL).
     Recover,
     /// The serving seal (`Runtime::seal`, `Runtime::unseal`).
@@ -195,6 +197,7 @@ impl Stage {
             Stage::Elementwise => "elementwise",
             Stage::ElementwiseArgs => "elementwise args",
             Stage::ElementwiseShape => "elementwise shape",
+            Stage::DecoderShape => "decoder shape",
             Stage::Recover => "recover",
             Stage::Serving => "serving",
         }

@@ -1,4 +1,4 @@
-//! The model libraries (matmul, attention, elementwise, serving) go here, one module each, and what they
+//! The model libraries (matmul, attention, elementwise, decoder, serving) go here, one module each, and what they
 //! share: [`call`], the `Done` / `Failed` a call hands back.
 //!
 //! A library is written against the typed API only — [`crate::lock`], [`crate::Scope`], [`crate::Mem`],
@@ -10,6 +10,7 @@
 
 pub mod attention;
 pub mod call;
+pub mod decoder;
 pub mod elementwise;
 pub mod matmul;
 pub mod serving;

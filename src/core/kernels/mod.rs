@@ -12,7 +12,9 @@ use crate::sync::Arc;
 pub mod attention;
 pub mod cluster;
 mod cuda;
+pub mod decoder;
 pub use attention::{ATTENTION, ATTENTION_HOST_SPECS};
+pub use decoder::{DECODER, DECODER_HOST_SPECS};
 pub mod elementwise;
 pub use cluster::{CLUSTER, CLUSTER_HOST_SPECS};
 pub use cuda::*;
@@ -192,6 +194,7 @@ pub const CUDA_HOST_SPECS: &[(&str, &[HostSpec])] = &[
     (ATTENTION, ATTENTION_HOST_SPECS),
     (PREFILL, PREFILL_HOST_SPECS),
     (ELEMENTWISE, ELEMENTWISE_HOST_SPECS),
+    (DECODER, DECODER_HOST_SPECS),
 ];
 
 /// The host spec of kernel `name` (its symbol name) of a CUDA C++ module.

@@ -1,0 +1,247 @@
+//! The `decoder` module's kernels (`kernels/cuda/decoder.cu`, the decoder library's): their names, the
+//! constants their sources fix, and the host references the simulator runs.
+//!
+//! Each reference reads what its kernel reads and stores where it stores, so a buffer too small faults
+//! where the kernel's access would. Every kernel is grid-stride, so any grid covers the work; the argmax
+//! reduces over warps and refuses a block that is not whole warps of at most [`ARGMAX_THREADS`].
+//! Arithmetic is the kernels' f32: the router's exponentials use the precise `exp` where the kernel uses
+//! `expf` (an ulp or two apart); selections (top k, argmax) and the cast are exact.
+
+use core::ops::Range;
+
+use omega_hal::sim::{KernelCtx, KernelError};
+use omega_refmath as math;
+
+use super::HostSpec;
+
+/// The module's name (`kernels/cuda/decoder.cu`).
+pub const DECODER: &str = "decoder";
+/// `omega_embed_bf16(table, ids, out, tokens, hidden, vocab)`: `out[t, :] = table[ids[t], :]`.
+pub const EMBED_BF16: &str = "omega_embed_bf16";
+/// `omega_cast_f32_bf16(src, dst, n)`: `dst[i] = bf16(src[i])`, nearest even.
+pub const CAST_F32_BF16: &str = "omega_cast_f32_bf16";
+/// `omega_router_topk(logits, topk, weights, tokens, experts, k)`: each token's top k, renormalised.
+pub const ROUTER_TOPK: &str = "omega_router_topk";
+/// `omega_argmax_f32(logits, out, rows, cols)`: each row's lowest index of its largest value.
+pub const ARGMAX_F32: &str = "omega_argmax_f32";
+
+/// `omega_moe_combine_bf16(y, pairs, slots, weights, res, out, tokens, top_k, n)`: `out[t, :] = res[t, :]
+/// + sum_j weights[t, j] * y[slot(t, j), :]`, the grouped GEMM's rows summed back into the residual.
+pub const MOE_COMBINE_BF16: &str = "omega_moe_combine_bf16";
+
+/// The router's most experts a token chooses (`DEC_TOPK_MAX`).
+pub const TOPK_MAX: u32 = 8;
+/// The argmax block (`DEC_ARGMAX_THREADS`), also its largest.
+pub const ARGMAX_THREADS: u32 = 256;
+/// The gather's and the cast's block (`__launch_bounds__(256)`).
+pub const GATHER_THREADS: u32 = 256;
+/// The combine's block (`DEC_COMBINE_THREADS`).
+pub const COMBINE_THREADS: u32 = 256;
+/// The router's block (`__launch_bounds__(128)`).
+pub const ROUTER_THREADS: u32 = 128;
+
+/// The module's kernels with their host references, by symbol name.
+pub const DECODER_HOST_SPECS: &[HostSpec] = &[
+    HostSpec {
+        name: EMBED_BF16,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: embed,
+    },
+    HostSpec {
+        name: CAST_F32_BF16,
+        param_sizes: &[8, 8, 8],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: cast,
+    },
+    HostSpec {
+        name: ROUTER_TOPK,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        // The sorted top-k values and experts, indexed at run time: 64 bytes of stack.
+        local_bytes_per_thread: 64,
+        run: router_topk,
+    },
+    HostSpec {
+        name: ARGMAX_F32,
+        param_sizes: &[8, 8, 4, 4],
+        // `sv` and `si`: a float and a u32 per warp of the 256-thread block.
+        static_shared_bytes: 64,
+        local_bytes_per_thread: 0,
+        run: argmax,
+    },
+    HostSpec {
+        name: MOE_COMBINE_BF16,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 4, 4, 4],
+        // `slot_of`: a u32 per choice of at most TOPK_MAX.
+        static_shared_bytes: 32,
+        local_bytes_per_thread: 0,
+        run: combine,
+    },
+];
+
+/// This call's rows of `rows` rows of `cols` units each (one unit per element, whole rows per call).
+fn take_rows(ctx: &mut KernelCtx<'_>, rows: u64, cols: u64) -> Range<u64> {
+    let cost = cols.max(1);
+    let units = ctx.take(rows.saturating_mul(cost));
+    units.start.div_ceil(cost)..units.end.div_ceil(cost)
+}
+
+fn load_u16s(ctx: &KernelCtx<'_>, va: u64, n: u64) -> Result<Vec<u16>, KernelError> {
+    let mut bytes = vec![0u8; (n * 2) as usize];
+    ctx.read(va, &mut bytes)?;
+    Ok(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+}
+
+fn store_u16s(ctx: &mut KernelCtx<'_>, va: u64, v: &[u16]) -> Result<(), KernelError> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    ctx.write(va, &bytes)
+}
+
+fn embed(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (table, ids, out) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let (tokens, hidden, vocab) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
+    if hidden == 0 {
+        return Ok(());
+    }
+    for t in take_rows(ctx, tokens, hidden) {
+        let id = u64::from(ctx.read_u32s(ids.wrapping_add(t * 4), 1)?[0]);
+        let row = if id < vocab {
+            load_u16s(ctx, table.wrapping_add(id * hidden * 2), hidden)?
+        } else {
+            vec![0; hidden as usize]
+        };
+        store_u16s(ctx, out.wrapping_add(t * hidden * 2), &row)?;
+    }
+    Ok(())
+}
+
+fn cast(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (src, dst, n) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    const CHUNK: u64 = 4096;
+    for c in take_rows(ctx, n.div_ceil(CHUNK), CHUNK) {
+        let start = c * CHUNK;
+        let len = CHUNK.min(n - start);
+        let v = ctx.read_f32s(src.wrapping_add(start * 4), len as usize)?;
+        let bits: Vec<u16> = v.iter().map(|&f| math::f32_to_bf16(f)).collect();
+        store_u16s(ctx, dst.wrapping_add(start * 2), &bits)?;
+    }
+    Ok(())
+}
+
+/// The router's choice for one token's logits: the `k` largest in descending order (the lower expert
+/// first on a tie) and their softmax weights renormalised over the `k`, in the kernel's f32.
+pub fn router_topk_ref(row: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
+    // A stable sort by descending value keeps the lower expert first among equals; NaN never rises.
+    order.sort_by(|&a, &b| {
+        let (x, y) = (row[a as usize], row[b as usize]);
+        if y > x {
+            core::cmp::Ordering::Greater
+        } else if x > y {
+            core::cmp::Ordering::Less
+        } else {
+            core::cmp::Ordering::Equal
+        }
+    });
+    order.truncate(k);
+    let top = row[order[0] as usize];
+    let e: Vec<f32> = order.iter().map(|&i| (row[i as usize] - top).exp()).collect();
+    let sum = e.iter().fold(0f32, |s, &x| s + x);
+    (order, e.iter().map(|x| x / sum).collect())
+}
+
+fn router_topk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (logits, topk, weights) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let (tokens, experts, k) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
+    let part = take_rows(ctx, tokens, experts);
+    // The kernel returns at once for a k it cannot hold: nothing is written.
+    if k == 0 || k > u64::from(TOPK_MAX) || k > experts {
+        return Ok(());
+    }
+    for t in part {
+        let row = ctx.read_f32s(logits.wrapping_add(t * experts * 4), experts as usize)?;
+        let (idx, w) = router_topk_ref(&row, k as usize);
+        ctx.write_u32s(topk.wrapping_add(t * k * 4), &idx)?;
+        ctx.write_f32s(weights.wrapping_add(t * k * 4), &w)?;
+    }
+    Ok(())
+}
+
+/// The lowest index of `row`'s largest value, NaN never the largest (0 for a row of NaN or an empty
+/// row).
+pub fn argmax_ref(row: &[f32]) -> u32 {
+    let mut best: Option<(f32, u32)> = None;
+    for (c, &x) in row.iter().enumerate() {
+        if x.is_nan() {
+            continue;
+        }
+        if best.is_none_or(|(v, _)| x > v) {
+            best = Some((x, c as u32));
+        }
+    }
+    best.map_or(0, |(_, i)| i)
+}
+
+fn argmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (logits, out) = (ctx.u64_at(0), ctx.u64_at(2));
+    let (rows, cols) = (u64::from(ctx.word(4)), u64::from(ctx.word(5)));
+    let [x, y, z] = ctx.block;
+    if x == 0 || !x.is_multiple_of(32) || x > ARGMAX_THREADS || y != 1 || z != 1 {
+        return Err(KernelError::Fault {
+            xid: 13,
+            detail: format!(
+                "{ARGMAX_F32}: launched with block {:?}; it needs [32k, 1, 1], at most {ARGMAX_THREADS}",
+                ctx.block
+            ),
+        });
+    }
+    for r in take_rows(ctx, rows, cols) {
+        let row = ctx.read_f32s(logits.wrapping_add(r * cols * 4), cols as usize)?;
+        ctx.write_u32s(out.wrapping_add(r * 4), &[argmax_ref(&row)])?;
+    }
+    Ok(())
+}
+
+/// One token's combine: `res + sum_j w[j] * rows[j]` over the choices that have a row (`None`: a dropped
+/// choice), the sum an f32 `fma` chain in choice order, then one bf16 rounding (as bits).
+pub fn combine_row_ref(res: &[f32], w: &[f32], rows: &[Option<Vec<f32>>]) -> Vec<u16> {
+    (0..res.len())
+        .map(|c| {
+            let acc = rows.iter().zip(w).fold(0f32, |a, (r, &wj)| r.as_ref().map_or(a, |r| wj.mul_add(r[c], a)));
+            math::f32_to_bf16(res[c] + acc)
+        })
+        .collect()
+}
+
+fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (y, pairs, slots, weights) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let (res, out) = (ctx.u64_at(8), ctx.u64_at(10));
+    let (tokens, top_k, n) = (u64::from(ctx.word(12)), u64::from(ctx.word(13)), u64::from(ctx.word(14)));
+    let part = take_rows(ctx, tokens, n);
+    if top_k == 0 || top_k > u64::from(TOPK_MAX) || part.is_empty() {
+        return Ok(());
+    }
+    let filled = ctx.read_u32s(slots, 1)?[0] as usize;
+    let p = ctx.read_u32s(pairs, filled)?;
+    for t in part {
+        // The last slot naming a choice wins, as the kernel's stores race to one value per choice (the
+        // route kernel gives each choice one slot, so there is no race in practice).
+        let mut slot_of = vec![None; top_k as usize];
+        for (s, &pair) in p.iter().enumerate() {
+            if u64::from(pair) / top_k == t {
+                slot_of[(u64::from(pair) % top_k) as usize] = Some(s as u64);
+            }
+        }
+        let w = ctx.read_f32s(weights.wrapping_add(t * top_k * 4), top_k as usize)?;
+        let rows = slot_of
+            .iter()
+            .map(|s| s.map(|s| ctx.read_f32s(y.wrapping_add(s * n * 4), n as usize)).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let r = math::bf16s_to_f32(&load_u16s(ctx, res.wrapping_add(t * n * 2), n)?);
+        store_u16s(ctx, out.wrapping_add(t * n * 2), &combine_row_ref(&r, &w, &rows))?;
+    }
+    Ok(())
+}

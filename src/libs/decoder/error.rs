@@ -1,0 +1,70 @@
+//! The decoder library's failures: each names its stage ([`DecError::stage`]) and carries its data.
+
+use crate::cmdlist::CmdListError;
+use crate::{Error, Stage};
+
+use super::ops::DecOp;
+
+/// What is wrong with a call's shape or buffers (stage `decoder shape`); nothing was launched.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecShapeError {
+    /// A side of 0 (rows, columns, tokens, experts or k).
+    #[error("{op:?}: every side must be at least 1")]
+    ZeroSide {
+        /// The call.
+        op: DecOp,
+    },
+    /// A top k the router kernel cannot hold (more than its 8, or more than the experts).
+    #[error("{op:?}: top {k} of {experts} experts; k must be at most 8 and at most the experts")]
+    TopK {
+        /// The call.
+        op: DecOp,
+        /// The k asked for.
+        k: u32,
+        /// The experts.
+        experts: u32,
+    },
+    /// A buffer shorter than its operand.
+    #[error("{op:?}: {operand} is a buffer of {len} elements; the call needs {needs}")]
+    Short {
+        /// The call.
+        op: DecOp,
+        /// The operand's name.
+        operand: &'static str,
+        /// The buffer's elements.
+        len: usize,
+        /// The elements the shape needs.
+        needs: u64,
+    },
+}
+
+/// A failure of the decoder library.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecError {
+    /// A shape that cannot exist or that the buffers do not hold; nothing was launched.
+    #[error("decoder shape: {0}")]
+    Shape(#[from] DecShapeError),
+    /// A device call failed (load, launch): its own stage and cause.
+    #[error(transparent)]
+    Device(#[from] Error),
+    /// A command list refused a launch: its own stage and cause.
+    #[error(transparent)]
+    List(Box<CmdListError>),
+}
+
+impl From<CmdListError> for DecError {
+    fn from(e: CmdListError) -> Self {
+        DecError::List(Box::new(e))
+    }
+}
+
+impl DecError {
+    /// The failing stage.
+    pub fn stage(&self) -> Stage {
+        match self {
+            DecError::Shape(_) => Stage::DecoderShape,
+            DecError::Device(e) => e.stage(),
+            DecError::List(e) => e.stage(),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The typed calls: [`Decoder`], a scope's handle on the `decoder` module.
+
+use core::marker::PhantomData;
+
+use crate::cmdlist::CmdListBuilder;
+use crate::kernels::decoder as k;
+use crate::libs::matmul::{GroupedShape, Input, Output, RoutingLayout};
+use crate::{DeviceScalar, Gpu, Kernel, Launch, Scope};
+
+use super::error::{DecError, DecShapeError};
+
+/// Which call (failures name it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecOp {
+    /// The embedding gather.
+    Embed,
+    /// The f32 -> bf16 cast.
+    Cast,
+    /// The router's softmax + top k.
+    RouterTopK,
+    /// Greedy argmax.
+    Argmax,
+    /// The MoE combine into the residual.
+    Combine,
+}
+
+/// The module's kernels in [`DecOp`]'s order.
+const KERNELS: [&str; 5] = [k::EMBED_BF16, k::CAST_F32_BF16, k::ROUTER_TOPK, k::ARGMAX_F32, k::MOE_COMBINE_BF16];
+
+#[derive(Clone, Copy, Debug)]
+enum Arg {
+    Va(u64),
+    Word(u32),
+}
+
+/// A checked and planned call: one launch, and the buffers it names borrowed for `'b`.
+#[derive(Debug)]
+#[must_use = "a DecCall does nothing until Decoder::launch or Decoder::record runs it"]
+pub struct DecCall<'b> {
+    op: DecOp,
+    grid: u32,
+    block: u32,
+    args: Vec<Arg>,
+    _buffers: PhantomData<&'b mut ()>,
+}
+
+impl DecCall<'_> {
+    /// The call.
+    pub fn op(&self) -> DecOp {
+        self.op
+    }
+}
+
+fn hold<T: DeviceScalar>(
+    op: DecOp,
+    operand: &'static str,
+    b: &(impl Input<T> + ?Sized),
+    needs: u64,
+) -> Result<(), DecShapeError> {
+    if (b.elements() as u64) < needs {
+        return Err(DecShapeError::Short { op, operand, len: b.elements(), needs });
+    }
+    Ok(())
+}
+
+fn nonzero(op: DecOp, sides: &[u32]) -> Result<(), DecShapeError> {
+    if sides.contains(&0) {
+        return Err(DecShapeError::ZeroSide { op });
+    }
+    Ok(())
+}
+
+/// The `decoder` module handle of scope `'s`: its kernels, loaded once.
+pub struct Decoder<'s> {
+    kernels: Vec<Kernel<'s>>,
+    sms: u32,
+}
+
+impl core::fmt::Debug for Decoder<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Decoder").field("sms", &self.sms).finish()
+    }
+}
+
+impl<'s> Decoder<'s> {
+    /// Loads the `decoder` module in `scope` (its kernels' host references on the simulator).
+    pub fn new(scope: &'s Scope<'s>) -> Result<Self, DecError> {
+        let module = scope.load_cuda_module(k::DECODER)?;
+        let kernels = KERNELS.iter().map(|name| module.kernel(name)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Decoder { kernels, sms: scope.device().sm_count.max(1) })
+    }
+
+    /// A grid-stride grid for `units` of work at `per_cta` a CTA, at most a few waves' worth of CTAs.
+    fn grid(&self, units: u64, per_cta: u32) -> u32 {
+        units.div_ceil(u64::from(per_cta)).clamp(1, u64::from(self.sms) * 8) as u32
+    }
+
+    fn call<'b>(op: DecOp, grid: u32, block: u32, args: Vec<Arg>) -> DecCall<'b> {
+        DecCall { op, grid, block, args, _buffers: PhantomData }
+    }
+
+    /// `out[t, :] = table[ids[t], :]` for `t < tokens` (bf16 `table` `[vocab, hidden]`, `out` `[tokens,
+    /// hidden]`); a row of zeros for an id at or past `vocab`.
+    pub fn embed<'b>(
+        &self,
+        table: &'b impl Input<u16>,
+        ids: &'b impl Input<u32>,
+        out: &'b mut impl Output<u16>,
+        [tokens, hidden, vocab]: [u32; 3],
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::Embed;
+        nonzero(op, &[tokens, hidden, vocab])?;
+        let n = u64::from(tokens) * u64::from(hidden);
+        hold(op, "table", table, u64::from(vocab) * u64::from(hidden))?;
+        hold(op, "ids", ids, tokens.into())?;
+        hold(op, "out", out, n)?;
+        let args = vec![
+            Arg::Va(table.device_va()),
+            Arg::Va(ids.device_va()),
+            Arg::Va(out.device_va()),
+            Arg::Word(tokens),
+            Arg::Word(hidden),
+            Arg::Word(vocab),
+        ];
+        Ok(Self::call(op, self.grid(n, k::GATHER_THREADS), k::GATHER_THREADS, args))
+    }
+
+    /// `dst[i] = bf16(src[i])` for `i < n`, nearest even.
+    pub fn cast_bf16<'b>(
+        &self,
+        src: &'b impl Input<f32>,
+        dst: &'b mut impl Output<u16>,
+        n: u64,
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::Cast;
+        if n == 0 {
+            return Err(DecShapeError::ZeroSide { op }.into());
+        }
+        hold(op, "src", src, n)?;
+        hold(op, "dst", dst, n)?;
+        let args = vec![Arg::Va(src.device_va()), Arg::Va(dst.device_va()), Arg::Va(n)];
+        Ok(Self::call(op, self.grid(n, k::GATHER_THREADS), k::GATHER_THREADS, args))
+    }
+
+    /// Each token's `k` best experts of `logits` (`[tokens, experts]` f32) into `topk` (u32 `[tokens, k]`,
+    /// descending, the lower expert first on a tie) and their softmax weights renormalised over the `k`
+    /// into `weights` (f32 `[tokens, k]`). `k` is at most 8 and at most `experts`.
+    pub fn router_topk<'b>(
+        &self,
+        logits: &'b impl Input<f32>,
+        topk: &'b mut impl Output<u32>,
+        weights: &'b mut impl Output<f32>,
+        [tokens, experts, kk]: [u32; 3],
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::RouterTopK;
+        nonzero(op, &[tokens, experts, kk])?;
+        if kk > k::TOPK_MAX || kk > experts {
+            return Err(DecShapeError::TopK { op, k: kk, experts }.into());
+        }
+        let chosen = u64::from(tokens) * u64::from(kk);
+        hold(op, "logits", logits, u64::from(tokens) * u64::from(experts))?;
+        hold(op, "topk", topk, chosen)?;
+        hold(op, "weights", weights, chosen)?;
+        let args = vec![
+            Arg::Va(logits.device_va()),
+            Arg::Va(topk.device_va()),
+            Arg::Va(weights.device_va()),
+            Arg::Word(tokens),
+            Arg::Word(experts),
+            Arg::Word(kk),
+        ];
+        Ok(Self::call(op, self.grid(tokens.into(), k::ROUTER_THREADS), k::ROUTER_THREADS, args))
+    }
+
+    /// `out[r]` = the lowest column of row `r` of `logits` (`[rows, cols]` f32) holding its largest value
+    /// (NaN never the largest).
+    pub fn argmax<'b>(
+        &self,
+        logits: &'b impl Input<f32>,
+        out: &'b mut impl Output<u32>,
+        [rows, cols]: [u32; 2],
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::Argmax;
+        nonzero(op, &[rows, cols])?;
+        hold(op, "logits", logits, u64::from(rows) * u64::from(cols))?;
+        hold(op, "out", out, rows.into())?;
+        let args = vec![Arg::Va(logits.device_va()), Arg::Va(out.device_va()), Arg::Word(rows), Arg::Word(cols)];
+        // A CTA per row: decode has few rows, each a vocabulary long.
+        Ok(Self::call(op, rows.min(self.sms * 8), k::ARGMAX_THREADS, args))
+    }
+
+    /// The mixture-of-experts combine: `out[t, :] = bf16(res[t, :] + sum_j weights[t, j] * y[slot(t, j),
+    /// :])` for `t < tokens`, where `y` (f32 `[tokens * top_k, n]`) is a grouped GEMM's output in its
+    /// routing's slot order and `routing` that product's routing buffer laid out as `layout` says (its
+    /// `pairs` name each slot's choice, its `offsets[experts]` the filled slots; a dropped choice adds
+    /// nothing). `weights` is the router's (`[tokens, top_k]`); `res` and `out` are bf16 `[tokens, n]`
+    /// and may be one buffer (spans), the residual updated in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_combine<'b>(
+        &self,
+        y: &'b impl Input<f32>,
+        routing: &'b impl Input<u32>,
+        layout: RoutingLayout,
+        weights: &'b impl Input<f32>,
+        res: &'b impl Input<u16>,
+        out: &'b mut impl Output<u16>,
+        shape: GroupedShape,
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::Combine;
+        nonzero(op, &[shape.tokens, shape.top_k, shape.n])?;
+        if shape.top_k > k::TOPK_MAX {
+            return Err(DecShapeError::TopK { op, k: shape.top_k, experts: shape.experts }.into());
+        }
+        let rows = u64::from(shape.tokens) * u64::from(shape.n);
+        hold(op, "y", y, shape.choices() * u64::from(shape.n))?;
+        hold(op, "routing", routing, layout.words as u64)?;
+        hold(op, "weights", weights, shape.choices())?;
+        hold(op, "res", res, rows)?;
+        hold(op, "out", out, rows)?;
+        let word = |at: usize| routing.device_va() + at as u64 * 4;
+        let args = vec![
+            Arg::Va(y.device_va()),
+            Arg::Va(word(layout.pairs)),
+            Arg::Va(word(layout.offsets + shape.experts as usize)),
+            Arg::Va(weights.device_va()),
+            Arg::Va(res.device_va()),
+            Arg::Va(out.device_va()),
+            Arg::Word(shape.tokens),
+            Arg::Word(shape.top_k),
+            Arg::Word(shape.n),
+        ];
+        Ok(Self::call(op, shape.tokens.min(self.sms * 8), k::COMBINE_THREADS, args))
+    }
+
+    fn launch_of<'k>(&'k self, call: &DecCall<'_>) -> Launch<'k, 's> {
+        let mut l = Launch::new(&self.kernels[call.op as usize]).grid([call.grid, 1, 1]).block([call.block, 1, 1]);
+        for a in &call.args {
+            l = match *a {
+                Arg::Va(v) => l.arg(v),
+                Arg::Word(v) => l.arg(v),
+            };
+        }
+        l
+    }
+
+    /// Runs `call` (one launch), taking and handing back the scope's token; on a failure the token comes
+    /// back with it where the scope can still launch (none after a latch, as [`Gpu::launch`] says).
+    pub fn launch(&self, gpu: Gpu<'s>, call: DecCall<'_>) -> Result<Gpu<'s>, (Option<Gpu<'s>>, DecError)> {
+        match gpu.launch(&self.launch_of(&call)) {
+            Ok(done) => Ok(done.gpu),
+            Err(e) => Err((e.gpu, DecError::Device(e.error))),
+        }
+    }
+
+    /// Adds `call`'s launch to `list` (nothing runs until the list is submitted).
+    pub fn record<'k>(&'k self, list: &mut CmdListBuilder<'k, 's>, call: DecCall<'k>) -> Result<(), DecError> {
+        list.add(&self.launch_of(&call))?;
+        Ok(())
+    }
+}
