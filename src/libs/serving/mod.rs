@@ -15,6 +15,7 @@
 //! prepare, and, once sealed, anything that would need a new buffer (`alloc: serving sealed: allocation
 //! of 4096 bytes would ask the driver`).
 
+pub mod qwen3;
 pub mod safetensors;
 pub mod weights;
 

@@ -43,6 +43,14 @@ pub fn fill_bf16(seed: u64, tensor: u64, start: u64, a: f32, out: &mut [u16]) {
     }
 }
 
+/// [`fill_bf16`] with every value moved by `center` before the rounding (one more f32 operation, the
+/// sum): a norm's weights lie around 1.
+pub fn fill_bf16_centered(seed: u64, tensor: u64, start: u64, center: f32, a: f32, out: &mut [u16]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = bf16_rne(center + uniform_f32(seed, tensor, start + i as u64, a));
+    }
+}
+
 /// `n` elements of tensor `tensor` under `seed` from element 0 (see [`fill_bf16`]).
 pub fn bf16_tensor(seed: u64, tensor: u64, n: usize, a: f32) -> Vec<u16> {
     let mut v = vec![0u16; n];
