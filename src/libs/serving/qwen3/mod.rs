@@ -8,5 +8,8 @@
 //! the residual; a final RMSNorm, an untied lm_head and greedy argmax.
 
 pub mod config;
+pub mod model;
+mod step;
 
 pub use config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
+pub use model::{Qwen3Error, Qwen3Model, WeightSource, Weights, PAGE_TOKENS};
