@@ -8,5 +8,7 @@
 //! the residual; a final RMSNorm, an untied lm_head and greedy argmax.
 
 pub mod config;
+pub mod reference;
 
 pub use config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
+pub use reference::Reference;
