@@ -9,7 +9,9 @@
 
 pub mod config;
 pub mod model;
+pub mod reference;
 mod step;
 
 pub use config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
 pub use model::{Qwen3Error, Qwen3Model, WeightSource, Weights, PAGE_TOKENS};
+pub use reference::Reference;
