@@ -600,7 +600,7 @@ fn the_grouped_product_over_an_existing_routing_reads_x_by_slot() {
             );
         }
         matmul::set_cta_budget(0);
-        drop(gpu);
+        let _gpu = gpu;
     });
 }
 
