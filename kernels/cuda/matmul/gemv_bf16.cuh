@@ -277,11 +277,17 @@ __device__ __forceinline__ void moe_gemv_bf16(const uint16_t* __restrict__ x, co
     const uint32_t e = active[1 + i];
     const uint32_t first = offsets[e], count = offsets[e + 1] - first;
     if (count == 0) continue;
-    // A null `rows` is the flag of a product over an existing routing: x holds one row per slot.
-    const uint16_t* xs = rows ? x : x + (size_t)first * K;
-    gemv_bf16_group<MB>(xs, rows ? rows + first : nullptr, w + (size_t)e * N * K, y + (size_t)first * N, work + (size_t)first * N,
-                        tickets + (size_t)i * gridDim.x + blockIdx.x, count, N, K, k_per_split, blockIdx.x,
-                        blockIdx.y, gridDim.y, (size_t)max_slots * N);
+    const uint16_t* we = w + (size_t)e * N * K;
+    uint32_t* ticket = tickets + (size_t)i * gridDim.x + blockIdx.x;
+    // A null `rows` is the flag of a product over an existing routing: x holds one row per slot. Two
+    // calls, each with its x rows known at compile time (a runtime choice inside the group costs the m8
+    // form registers it does not have, and it spills).
+    if (rows)
+      gemv_bf16_group<MB>(x, rows + first, we, y + (size_t)first * N, work + (size_t)first * N, ticket, count, N, K,
+                          k_per_split, blockIdx.x, blockIdx.y, gridDim.y, (size_t)max_slots * N);
+    else
+      gemv_bf16_group<MB>(x + (size_t)first * K, nullptr, we, y + (size_t)first * N, work + (size_t)first * N, ticket,
+                          count, N, K, k_per_split, blockIdx.x, blockIdx.y, gridDim.y, (size_t)max_slots * N);
   }
 }
 

@@ -91,7 +91,9 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         name: ROPE_STEP,
         param_sizes: &[8, 8, 8, 8, 4, 4, 4],
         static_shared_bytes: 0,
-        local_bytes_per_thread: 0,
+        // The f64 cos and sin's argument reduction for a large angle (Payne-Hanek) keeps its words on the
+        // stack: 40 bytes.
+        local_bytes_per_thread: 40,
         run: rope_step,
     },
     HostSpec {
