@@ -19,8 +19,10 @@
 //!   `benches/torch` reads to compare with PyTorch.
 //! - `--sealed-steps N`: seal, run N more steps, and fail unless the driver counters (every ioctl, mmap
 //!   and munmap) and the allocation counters are what they were before; prints both.
-//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. step_us=.. tok_s=..` (the median step
-//!   over `--steps`).
+//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. step_us=.. wall_us=.. tok_s=..`: the
+//!   median step over `--steps`, `step_us` from submit to completion on the platform's clock (the
+//!   submission's own time), `wall_us` the host's around it (with the wait's wake-up), `tok_s` from
+//!   `step_us` (on sim the platform clock is the simulator's virtual one, not a GPU's).
 
 use std::io::Write;
 use std::time::Instant;
@@ -137,15 +139,17 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
         None => None,
     };
     let mut gpu = gpu;
-    let mut times = Vec::new();
+    let (mut times, mut walls) = (Vec::new(), Vec::new());
     for i in 0..o.context + o.steps {
         let t = Instant::now();
-        gpu = model.step(gpu, &mut list).map_err(|e| format!("step {i}: {e}"))?;
-        let us = t.elapsed().as_secs_f64() * 1e6;
+        let (g, ns) = model.step_timed(gpu, &mut list).map_err(|e| format!("step {i}: {e}"))?;
+        gpu = g;
+        let wall = t.elapsed().as_secs_f64() * 1e6;
         let next = model.read_tokens().map_err(|e| e.to_string())?;
         if i >= o.context {
-            times.push(us);
-            println!("step {i}: {us:.0} us, tokens {next:?}");
+            times.push(ns as f64 / 1e3);
+            walls.push(wall);
+            println!("step {i}: {:.0} us ({wall:.0} us wall), tokens {next:?}", ns as f64 / 1e3);
         }
         if let Some(r) = reference.as_mut() {
             check_step(i, r, &model, &tokens, &next)?;
@@ -155,23 +159,24 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
         }
         tokens = next;
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    println!("decode: median step {median:.0} us, {:.1} tokens/s", f64::from(o.batch) * 1e6 / median);
+    let (median, wall) = (median(times), median(walls));
+    let tok_s = f64::from(o.batch) * 1e6 / median;
+    println!("decode: median step {median:.0} us ({wall:.0} us wall), {tok_s:.1} tokens/s");
     if o.bench {
-        println!(
-            "qwen3 decode B={} layers={} context={} step_us={median:.1} tok_s={:.1}",
-            o.batch,
-            cfg.layers,
-            o.context,
-            f64::from(o.batch) * 1e6 / median
-        );
+        let (b, l, c) = (o.batch, cfg.layers, o.context);
+        println!("qwen3 decode B={b} layers={l} context={c} step_us={median:.1} wall_us={wall:.1} tok_s={tok_s:.1}");
     }
     if o.sealed > 0 {
         gpu = sealed_steps(s, gpu, &model, &mut list, o.sealed)?;
     }
     drop((list, gpu));
     Ok(())
+}
+
+/// The median of `v` (not empty: `--steps` is at least 1).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn check_step(i: usize, r: &mut Reference, model: &Qwen3Model<'_>, tokens: &[u32], next: &[u32]) -> Result<(), String> {

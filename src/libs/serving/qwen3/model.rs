@@ -324,8 +324,13 @@ impl<'s> Qwen3Model<'s> {
     /// Runs one step: `list` is [`Qwen3Model::record_step`]'s. Refused past `max_seq` tokens only by the
     /// kernels' own clamps (the append flags, see [`Qwen3Model::list_status`]).
     pub fn step(&self, gpu: Gpu<'s>, list: &mut CmdListBuilder<'_, 's>) -> Result<Gpu<'s>, Qwen3Error> {
+        self.step_timed(gpu, list).map(|(gpu, _)| gpu)
+    }
+
+    /// [`Qwen3Model::step`], with the submission's time from submit to completion (platform clock, ns).
+    pub fn step_timed(&self, gpu: Gpu<'s>, list: &mut CmdListBuilder<'_, 's>) -> Result<(Gpu<'s>, u64), Qwen3Error> {
         match gpu.submit(list) {
-            Ok(done) => Ok(done.gpu),
+            Ok(done) => Ok((done.gpu, done.elapsed_ns)),
             Err(e) => Err(Qwen3Error::Step { latched: e.gpu.is_none(), error: e.error }),
         }
     }
