@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod dump;
 pub mod reference;
 
 pub use config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
