@@ -316,19 +316,18 @@ def write_dump(args):
 
 
 def timed(fn, iters):
-    """Median seconds of one call between two events, after warm-up."""
+    """Median seconds of one call, after warm-up: each call between its own pair of events, the calls back
+    to back (the host runs ahead; one synchronisation at the end)."""
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
-    runs = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in marks:
+        start.record()
         fn()
-        b.record()
-        b.synchronize()
-        runs.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(runs)
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) * 1e-3 for start, end in marks)
 
 
 def graphed(fn):
