@@ -21,6 +21,8 @@ mod common;
 mod elementwise;
 #[path = "suite/prefill.rs"]
 mod prefill;
+#[path = "suite/qwen3.rs"]
+mod qwen3;
 #[path = "suite/serving.rs"]
 mod serving;
 
@@ -1945,6 +1947,8 @@ fn main() -> ExitCode {
             "chains" => chains_under_switch(),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "serving" => serving::sealed_matmul_steps(),
+            "qwen3_tiny" => qwen3::tiny(),
+            "qwen3_2layer" => qwen3::two_layer(),
             "prefill" => prefill::prefill_case(),
             // The suite runs it in process; a case of its own to run it alone.
             "matmul_skinny" => matmul_skinny(&SKINNY_MS, 5120, 2048),
@@ -2023,6 +2027,8 @@ fn main() -> ExitCode {
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),
+        ("qwen3: TINY decode vs the host reference, generator bits, sealed steps", || in_child("qwen3_tiny")),
+        ("qwen3: full width, 2 layers, 8 steps vs the host reference", || in_child("qwen3_2layer")),
         ("ordering and visibility, marker 1 from the last QMD", || {
             in_child_env("chains", &[("OMEGA_NVIDIA_MARKER1", "qmd")])
         }),

@@ -352,3 +352,70 @@ fn a_moe_block_routes_multiplies_and_combines_into_the_residual_in_one_submissio
         }
     }
 }
+
+/// The step start: each (sequence, pair) entry of the RoPE tables within half an f32 ulp (plus the f64
+/// angle's own error, ~1e-11 at these positions) of `cos(p * theta^(-2i / d))` in f64, i.e. the f64
+/// value rounded once; `lens` = `pos + 1`. Positions reach 200,000, where an f32 angle would be off by
+/// about 1e-2: the kernel's f64 angle is what this tolerance checks.
+#[test]
+fn the_step_start_writes_rope_tables_of_the_device_positions_and_the_lengths() {
+    use omega::libs::decoder::Decoder;
+    let mut g = rng("rope step");
+    let (batch, head_dim, theta) = (5u32, 64u32, 1e6f32);
+    let mut pos: Vec<i32> = (0..batch).map(|_| g.random_range(0..200_000)).collect();
+    pos[0] = 0;
+    let half = (head_dim / 2) as usize;
+    let r = omega::lock().open().expect("open").close().open().expect("reopen").scope(|s, gpu| {
+        let dec = Decoder::new(s).unwrap();
+        let dp = s.alloc_device_from(&pos).unwrap();
+        let n = batch as usize * half;
+        let mut cos = s.alloc_device_from(&vec![POISON_F32; n]).unwrap();
+        let mut sin = s.alloc_device_from(&vec![POISON_F32; n]).unwrap();
+        let mut lens = s.alloc_device_from(&vec![-7i32; batch as usize]).unwrap();
+        let call = dec.rope_step(&dp, &mut cos, &mut sin, &mut lens, [batch, head_dim], theta).unwrap();
+        let _gpu = dec.launch(gpu, call).map_err(|(_, e)| e).unwrap();
+        (cos.to_vec().unwrap(), sin.to_vec().unwrap(), lens.to_vec().unwrap())
+    });
+    let Scoped::Open(_, (cos, sin, lens)) = r else { panic!("the step start latched the process") };
+    for (b, &p) in pos.iter().enumerate() {
+        assert_eq!(lens[b], p + 1, "sequence {b}'s length");
+        for i in 0..half {
+            let angle = f64::from(p) * f64::from(theta).powf(-(2.0 * i as f64) / f64::from(head_dim));
+            let (c, s) = (cos[b * half + i], sin[b * half + i]);
+            let tol = 6e-8 + 1e-10;
+            assert!((f64::from(c) - angle.cos()).abs() <= tol, "cos [{b}, {i}] at {p}: {c} vs {}", angle.cos());
+            assert!((f64::from(s) - angle.sin()).abs() <= tol, "sin [{b}, {i}] at {p}: {s} vs {}", angle.sin());
+        }
+    }
+}
+
+/// The weight generator on the device against the host's (`weights::fill_bf16_centered`, what
+/// `Tensor::fill` computes): bit for bit, for a norm (centred on 1), a linear layer and a slice that
+/// starts inside a tensor.
+#[test]
+fn the_weight_generator_makes_the_hosts_bits_on_the_device() {
+    use omega::libs::decoder::{Decoder, DeviceSpan};
+    use omega::libs::serving::qwen3::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
+    let c = Qwen3Config::TINY;
+    let cases = [
+        (Tensor { layer: Some(1), kind: TensorKind::QNorm }, 0u64, 64usize),
+        (Tensor { layer: Some(0), kind: TensorKind::Down }, 0, (c.experts * c.hidden * c.expert_inter) as usize),
+        (Tensor::global(TensorKind::Embed), 12_345, 70_001),
+    ];
+    for (t, start, n) in cases {
+        let mut want = vec![0u16; n];
+        t.fill(&c, start, &mut want);
+        let r = omega::lock().open().expect("open").close().open().expect("reopen").scope(|s, gpu| {
+            let dec = Decoder::new(s).unwrap();
+            let mut out = s.alloc_device_from(&vec![POISON_U16; n + 8]).unwrap();
+            // SAFETY: the span is the first `n` of `out`'s `n + 8` u16s, and `out` outlives the launch.
+            let mut head = unsafe { DeviceSpan::<u16>::new(out.va(), n) };
+            let call = dec.generate_bf16(&mut head, WEIGHT_SEED, t.id(), start, t.center(), t.scale(&c)).unwrap();
+            let _gpu = dec.launch(gpu, call).map_err(|(_, e)| e).unwrap();
+            out.to_vec().unwrap()
+        });
+        let Scoped::Open(_, got) = r else { panic!("the generator latched the process") };
+        assert!(got[..n] == want[..], "{t:?} from {start}: the device's bits are the host's");
+        assert!(got[n..].iter().all(|&b| b == POISON_U16), "{t:?}: nothing past the span written");
+    }
+}

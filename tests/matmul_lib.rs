@@ -533,6 +533,77 @@ fn the_grouped_gemm_routes_on_the_device_and_matches_f64_per_slot() {
     });
 }
 
+/// The grouped product over an existing routing (a mixture-of-experts down projection): a gate+up-like
+/// product routes random choices, then a second product of another (N, K) reads that routing with x one
+/// row per SLOT; every filled slot's row is checked against f64, the unfilled rows stay poisoned, and it
+/// is one launch (no route kernel), run alone and recorded in a list.
+#[test]
+fn the_grouped_product_over_an_existing_routing_reads_x_by_slot() {
+    // (tokens, top_k, experts, N of the down product, K of it, drop some choices, CTA budget)
+    let cases = [
+        (1, 8, 128, 64, 768, false, matmul::MAX_CTAS),
+        (3, 2, 8, 256, 128, false, matmul::MAX_CTAS),
+        (16, 4, 16, 70, 64, true, matmul::MAX_CTAS),
+        (5, 2, 5, 33, 96, true, 3),
+    ];
+    with_matmul("grouped routed", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        for (t, top_k, e, n, k, drops, budget) in cases {
+            matmul::set_cta_budget(budget);
+            let route_shape = GroupedShape { tokens: t, top_k, experts: e, n: 32, k: 32 };
+            let shape = GroupedShape { n, k, ..route_shape };
+            let (tu, ku, nu, eu, p) = (t as usize, k as usize, n as usize, e as usize, (t * top_k) as usize);
+            let topk = choices(g, tu, top_k as usize, eu, drops);
+            let x0 = s.alloc_device_from(&bf16s(g, tu * 32)).unwrap();
+            let w0 = s.alloc_device_from(&bf16s(g, eu * 32 * 32)).unwrap();
+            let tk = s.alloc_device_from(&topk).unwrap();
+            let mut routing = s.alloc_device_from(&vec![0xdead_beefu32; shape.routing().words]).unwrap();
+            let mut y0 = poisoned(s, p * 32);
+            gpu = mm.grouped_bf16(gpu, &x0, &w0, &tk, &mut routing, &mut y0, route_shape).unwrap().gpu;
+            let xb = bf16s(g, p * ku);
+            let wb = bf16s(g, eu * nu * ku);
+            let x = s.alloc_device_from(&xb).unwrap();
+            let w = s.alloc_device_from(&wb).unwrap();
+            let (offsets, rows, _, _) = route(&topk, top_k as usize, eu);
+            let placed = rows.len();
+            let mut y = poisoned(s, p * nu);
+            let before = sim().stats().launches;
+            let done = mm.grouped_routed_bf16(gpu, &x, &w, &routing, &mut y, shape).unwrap();
+            gpu = done.gpu;
+            assert_eq!((sim().stats().launches - before, done.info.launches), (1, 1), "{shape}: no route kernel");
+            assert!(last_grids(1)[0].iter().product::<u32>() <= budget, "{shape} budget {budget}");
+            let mut yl = poisoned(s, p * nu);
+            let mut list = s.cmdlist().unwrap();
+            mm.add_grouped_routed_bf16(&mut list, &x, &w, &routing, &yl, shape).unwrap();
+            assert_eq!(list.len(), 1, "{shape}: one launch in the list");
+            gpu = gpu.submit(&mut list).unwrap().gpu;
+            drop(list);
+            let (got, listed) = (y.to_vec().unwrap(), yl.to_vec().unwrap());
+            assert!(got.iter().zip(&listed).all(|(a, b)| a.to_bits() == b.to_bits()), "{shape}: list == call");
+            let xf = widen(&xb);
+            for x_e in 0..eu {
+                for slot in offsets[x_e] as usize..offsets[x_e + 1] as usize {
+                    let row = |c: usize| widen(&wb[(x_e * nu + c) * ku..][..ku]);
+                    check(
+                        &format!("{shape} slot {slot} (expert {x_e})"),
+                        &got[slot * nu..][..nu],
+                        &xf[slot * ku..][..ku],
+                        row,
+                        [1, nu, ku],
+                        &(0..nu).collect::<Vec<_>>(),
+                    );
+                }
+            }
+            assert!(
+                got[placed * nu..].iter().all(|v| v.to_bits() == POISON.to_bits()),
+                "{shape}: rows past the placed slots untouched"
+            );
+        }
+        matmul::set_cta_budget(0);
+        let _gpu = gpu;
+    });
+}
+
 #[test]
 fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() {
     use matmul::{ForcedPlan, ForcedRefusal, GemmTile};

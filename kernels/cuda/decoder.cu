@@ -7,8 +7,11 @@
 //   omega_router_topk       softmax over each token's expert logits, its top k, renormalised
 //   omega_argmax_f32        out[r] = the lowest index of row r's largest value (greedy decoding)
 //   omega_moe_combine_bf16  out[t, :] = res[t, :] + the router-weighted sum of t's grouped GEMM rows
+//   omega_rope_step         a step's start: RoPE cos/sin tables and attention lengths from the positions
+//   omega_fill_bf16_hash    the seeded weight generator (src/libs/serving/weights.rs) on the device
 //
 // The host references the simulator runs are in src/core/kernels/decoder.rs.
 #include "decoder/gather.cuh"
 #include "decoder/select.cuh"
 #include "decoder/combine.cuh"
+#include "decoder/model.cuh"

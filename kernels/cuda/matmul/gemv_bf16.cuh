@@ -261,7 +261,8 @@ __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, con
 // a z past the count exits at once, and a grid that the CTA budget caps below the count walks the rest).
 // For entry i naming expert e: W[e] = w + e * N * K ([N, K], as a linear layer stores it), its rows are
 // the slots offsets[e] .. offsets[e + 1] - 1 (offsets has E + 1 words, read on the device), slot s taking
-// x row rows[s] and writing y row s: y[s, :] = x[rows[s], :] . W[e]^T. `work` holds
+// x row rows[s] and writing y row s: y[s, :] = x[rows[s], :] . W[e]^T; a null `rows` reads x row s
+// instead (x [slots, K], a product over the routing an earlier product made). `work` holds
 // split * max_slots * N floats and `tickets` Z_max * ceil(N / 64) zeroed words (entry i's block b at
 // i * ceil(N / 64) + b) when split > 1.
 template <int MB>
@@ -276,9 +277,17 @@ __device__ __forceinline__ void moe_gemv_bf16(const uint16_t* __restrict__ x, co
     const uint32_t e = active[1 + i];
     const uint32_t first = offsets[e], count = offsets[e + 1] - first;
     if (count == 0) continue;
-    gemv_bf16_group<MB>(x, rows + first, w + (size_t)e * N * K, y + (size_t)first * N, work + (size_t)first * N,
-                        tickets + (size_t)i * gridDim.x + blockIdx.x, count, N, K, k_per_split, blockIdx.x,
-                        blockIdx.y, gridDim.y, (size_t)max_slots * N);
+    const uint16_t* we = w + (size_t)e * N * K;
+    uint32_t* ticket = tickets + (size_t)i * gridDim.x + blockIdx.x;
+    // A null `rows` is the flag of a product over an existing routing: x holds one row per slot. Two
+    // calls, each with its x rows known at compile time (a runtime choice inside the group costs the m8
+    // form registers it does not have, and it spills).
+    if (rows)
+      gemv_bf16_group<MB>(x, rows + first, we, y + (size_t)first * N, work + (size_t)first * N, ticket, count, N, K,
+                          k_per_split, blockIdx.x, blockIdx.y, gridDim.y, (size_t)max_slots * N);
+    else
+      gemv_bf16_group<MB>(x + (size_t)first * K, nullptr, we, y + (size_t)first * N, work + (size_t)first * N, ticket,
+                          count, N, K, k_per_split, blockIdx.x, blockIdx.y, gridDim.y, (size_t)max_slots * N);
   }
 }
 

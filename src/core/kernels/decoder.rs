@@ -29,6 +29,13 @@ pub const ARGMAX_F32: &str = "omega_argmax_f32";
 /// + sum_j weights[t, j] * y[slot(t, j), :]`, the grouped GEMM's rows summed back into the residual.
 pub const MOE_COMBINE_BF16: &str = "omega_moe_combine_bf16";
 
+/// `omega_rope_step(pos, cos, sin, lens, batch, half, theta)`: a decode step's start, the RoPE tables
+/// `[batch, half]` of the positions and `lens = pos + 1` ([`rope_angle_ref`]).
+pub const ROPE_STEP: &str = "omega_rope_step";
+/// `omega_fill_bf16_hash(out, n, base, start, center, a)`: the seeded weight generator
+/// ([`hash_bf16_ref`]).
+pub const FILL_BF16_HASH: &str = "omega_fill_bf16_hash";
+
 /// The router's most experts a token chooses (`DEC_TOPK_MAX`).
 pub const TOPK_MAX: u32 = 8;
 /// The argmax block (`DEC_ARGMAX_THREADS`), also its largest.
@@ -79,6 +86,22 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 32,
         local_bytes_per_thread: 0,
         run: combine,
+    },
+    HostSpec {
+        name: ROPE_STEP,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        // The f64 cos and sin's argument reduction for a large angle (Payne-Hanek) keeps its words on the
+        // stack: 40 bytes.
+        local_bytes_per_thread: 40,
+        run: rope_step,
+    },
+    HostSpec {
+        name: FILL_BF16_HASH,
+        param_sizes: &[8, 8, 8, 8, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: fill_hash,
     },
 ];
 
@@ -242,6 +265,58 @@ fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
             .collect::<Result<Vec<_>, _>>()?;
         let r = math::bf16s_to_f32(&load_u16s(ctx, res.wrapping_add(t * n * 2), n)?);
         store_u16s(ctx, out.wrapping_add(t * n * 2), &combine_row_ref(&r, &w, &rows))?;
+    }
+    Ok(())
+}
+
+/// RoPE's `(cos, sin)` of position `pos`, pair `i` of a head of `head_dim`: `theta^(-2i / head_dim) =
+/// exp2(-(2i / head_dim) * log2(theta))`, the angle `pos` times that, all in f64, each rounded once to f32
+/// (the kernel's formula; its f64 `exp2`, `cos` and `sin` are within an ulp or two of the host's in f64,
+/// so the f32 results agree but for a value lying within that of a rounding boundary).
+pub fn rope_angle_ref(pos: i32, i: u32, head_dim: u32, theta: f32) -> (f32, f32) {
+    let inv = (-(f64::from(2 * i) / f64::from(head_dim)) * f64::from(theta).log2()).exp2();
+    let angle = f64::from(pos) * inv;
+    (angle.cos() as f32, angle.sin() as f32)
+}
+
+fn rope_step(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (pos, cos, sin, lens) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let (batch, half, theta) = (u64::from(ctx.word(8)), ctx.word(9), f32::from_bits(ctx.word(10)));
+    for b in take_rows(ctx, batch, u64::from(half)) {
+        let p = ctx.read_u32s(pos.wrapping_add(b * 4), 1)?[0] as i32;
+        let (c, s): (Vec<f32>, Vec<f32>) = (0..half).map(|i| rope_angle_ref(p, i, 2 * half, theta)).unzip();
+        let at = b * u64::from(half) * 4;
+        ctx.write_f32s(cos.wrapping_add(at), &c)?;
+        ctx.write_f32s(sin.wrapping_add(at), &s)?;
+        ctx.write_u32s(lens.wrapping_add(b * 4), &[p.wrapping_add(1) as u32])?;
+    }
+    Ok(())
+}
+
+/// splitmix64's step, as the generator kernel computes it (`dec_splitmix64`).
+pub fn splitmix64_ref(z: u64) -> u64 {
+    let z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Element `index` of the generator kernel: `bf16(center + (u * 2^-23 - 1) * a)`, `u` the top 24 bits
+/// of `splitmix64(base ^ index)`, each step one f32 operation rounded to nearest.
+pub fn hash_bf16_ref(base: u64, index: u64, center: f32, a: f32) -> u16 {
+    let u = (splitmix64_ref(base ^ index) >> 40) as f32;
+    math::f32_to_bf16(center + (u * (1.0 / 8_388_608.0) - 1.0) * a)
+}
+
+fn fill_hash(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (out, n, base, start) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let (center, a) = (f32::from_bits(ctx.word(8)), f32::from_bits(ctx.word(9)));
+    const CHUNK: u64 = 1 << 16;
+    for c in take_rows(ctx, n.div_ceil(CHUNK), CHUNK) {
+        let first = c * CHUNK;
+        let bits: Vec<u16> =
+            (first..n.min(first + CHUNK)).map(|i| hash_bf16_ref(base, start.wrapping_add(i), center, a)).collect();
+        store_u16s(ctx, out.wrapping_add(first * 2), &bits)?;
     }
     Ok(())
 }

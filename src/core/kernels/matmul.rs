@@ -1261,8 +1261,8 @@ fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelErr
 
 /// `omega_moe_gemv_bf16_m*`: CTA `(bx, s, z)` takes the entries `i = z, z + gridDim.z, ..` below
 /// `active[0]` of the touched experts' list `active[1..]` (read on the device); entry i names expert e,
-/// whose slots `offsets[e] .. offsets[e + 1]` it computes with W = `w + e * N * K`, x rows `rows[slot]`, y
-/// rows `slot`, its split-K ticket at `tickets[i * gridDim.x + bx]`. An entry with no slot is skipped.
+/// whose slots `offsets[e] .. offsets[e + 1]` it computes with W = `w + e * N * K`, x rows `rows[slot]`
+/// (row `slot` when `rows` is null: x per slot, over an existing routing), y rows `slot`, its split-K ticket at `tickets[i * gridDim.x + bx]`. An entry with no slot is skipped.
 fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = MOE_GEMV_BF16[V];
     let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
@@ -1302,8 +1302,9 @@ fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelEr
             let slot = u64::from(first) * u64::from(n);
             GemvCta {
                 kernel: name,
-                x,
-                x_rows: Some(rows.wrapping_add(4 * u64::from(first))),
+                // A null `rows` flags x as one row per slot (a product over an existing routing).
+                x: if rows == 0 { x.wrapping_add(u64::from(first) * u64::from(k) * 2) } else { x },
+                x_rows: (rows != 0).then(|| rows.wrapping_add(4 * u64::from(first))),
                 w: w.wrapping_add((u64::from(e) * u64::from(n) * u64::from(k)).wrapping_mul(2)),
                 y: y.wrapping_add(slot.wrapping_mul(4)),
                 work: work.wrapping_add(slot.wrapping_mul(4)),

@@ -24,6 +24,14 @@ pub enum DecShapeError {
         /// The experts.
         experts: u32,
     },
+    /// An odd head dimension (RoPE rotates pairs).
+    #[error("{op:?}: head_dim {dim} is odd; RoPE rotates pairs")]
+    OddDim {
+        /// The call.
+        op: DecOp,
+        /// The dimension given.
+        dim: u32,
+    },
     /// A buffer shorter than its operand.
     #[error("{op:?}: {operand} is a buffer of {len} elements; the call needs {needs}")]
     Short {

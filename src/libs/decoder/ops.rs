@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 use crate::cmdlist::CmdListBuilder;
 use crate::kernels::decoder as k;
 use crate::libs::matmul::{GroupedShape, Input, Output, RoutingLayout};
+use crate::libs::serving::weights;
 use crate::{DeviceScalar, Gpu, Kernel, Launch, Scope};
 
 use super::error::{DecError, DecShapeError};
@@ -22,10 +23,22 @@ pub enum DecOp {
     Argmax,
     /// The MoE combine into the residual.
     Combine,
+    /// A step's start: RoPE tables and attention lengths from the positions.
+    RopeStep,
+    /// The seeded weight generator.
+    Generate,
 }
 
 /// The module's kernels in [`DecOp`]'s order.
-const KERNELS: [&str; 5] = [k::EMBED_BF16, k::CAST_F32_BF16, k::ROUTER_TOPK, k::ARGMAX_F32, k::MOE_COMBINE_BF16];
+const KERNELS: [&str; 7] = [
+    k::EMBED_BF16,
+    k::CAST_F32_BF16,
+    k::ROUTER_TOPK,
+    k::ARGMAX_F32,
+    k::MOE_COMBINE_BF16,
+    k::ROPE_STEP,
+    k::FILL_BF16_HASH,
+];
 
 #[derive(Clone, Copy, Debug)]
 enum Arg {
@@ -230,6 +243,71 @@ impl<'s> Decoder<'s> {
             Arg::Word(shape.n),
         ];
         Ok(Self::call(op, shape.tokens.min(self.sms * 8), k::COMBINE_THREADS, args))
+    }
+
+    /// A decode step's start, from the positions `pos` (i32 `[batch]`, each sequence's new token's index,
+    /// in device memory): the RoPE tables `cos`, `sin` (f32 `[batch, head_dim / 2]`, `cos(pos[b] *
+    /// theta^(-2i / head_dim))` computed in f64 and rounded to f32 once, see
+    /// [`crate::kernels::decoder::rope_angle_ref`]) and `lens[b] = pos[b] + 1`, the lengths attention reads.
+    pub fn rope_step<'b>(
+        &self,
+        pos: &'b impl Input<i32>,
+        cos: &'b mut impl Output<f32>,
+        sin: &'b mut impl Output<f32>,
+        lens: &'b mut impl Output<i32>,
+        [batch, head_dim]: [u32; 2],
+        theta: f32,
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::RopeStep;
+        nonzero(op, &[batch, head_dim / 2])?;
+        if !head_dim.is_multiple_of(2) {
+            return Err(DecShapeError::OddDim { op, dim: head_dim }.into());
+        }
+        let half = head_dim / 2;
+        let table = u64::from(batch) * u64::from(half);
+        hold(op, "pos", pos, batch.into())?;
+        hold(op, "cos", cos, table)?;
+        hold(op, "sin", sin, table)?;
+        hold(op, "lens", lens, batch.into())?;
+        let args = vec![
+            Arg::Va(pos.device_va()),
+            Arg::Va(cos.device_va()),
+            Arg::Va(sin.device_va()),
+            Arg::Va(lens.device_va()),
+            Arg::Word(batch),
+            Arg::Word(half),
+            Arg::Word(theta.to_bits()),
+        ];
+        Ok(Self::call(op, self.grid(table, k::GATHER_THREADS), k::GATHER_THREADS, args))
+    }
+
+    /// Generates elements `start..start + out.len()` of tensor `tensor` under `seed` on the device, bit for
+    /// bit what [`crate::libs::serving::weights::fill_bf16_centered`] computes on the host (`center`
+    /// plus uniform in `[-a, a)`, rounded to bf16): a model's weights made in place, nothing uploaded.
+    pub fn generate_bf16<'b>(
+        &self,
+        out: &'b mut impl Output<u16>,
+        seed: u64,
+        tensor: u64,
+        start: u64,
+        center: f32,
+        a: f32,
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::Generate;
+        let n = out.elements() as u64;
+        if n == 0 {
+            return Err(DecShapeError::ZeroSide { op }.into());
+        }
+        let base = weights::splitmix64(weights::splitmix64(seed) ^ tensor);
+        let args = vec![
+            Arg::Va(out.device_va()),
+            Arg::Va(n),
+            Arg::Va(base),
+            Arg::Va(start),
+            Arg::Word(center.to_bits()),
+            Arg::Word(a.to_bits()),
+        ];
+        Ok(Self::call(op, self.grid(n, k::GATHER_THREADS), k::GATHER_THREADS, args))
     }
 
     fn launch_of<'k>(&'k self, call: &DecCall<'_>) -> Launch<'k, 's> {

@@ -38,6 +38,8 @@ pub enum Operand {
     TopK,
     /// The routing buffer of a grouped product.
     Routing,
+    /// The activations of a grouped product over an existing routing: one row per slot.
+    SlotX,
 }
 
 impl Operand {
@@ -49,6 +51,7 @@ impl Operand {
             Operand::Y => "y",
             Operand::TopK => "topk",
             Operand::Routing => "routing",
+            Operand::SlotX => "x (a row per slot)",
         }
     }
 
@@ -64,7 +67,8 @@ impl Operand {
             (Operand::Y, AnyShape::Grouped(g)) => d(&[g.choices(), g.n.into()]),
             (Operand::TopK, AnyShape::Grouped(g)) => d(&[g.tokens.into(), g.top_k.into()]),
             (Operand::Routing, AnyShape::Grouped(g)) => d(&[g.routing().words as u64]),
-            (Operand::TopK | Operand::Routing, AnyShape::Dense(_)) => d(&[]),
+            (Operand::SlotX, AnyShape::Grouped(g)) => d(&[g.choices(), g.k.into()]),
+            (Operand::TopK | Operand::Routing | Operand::SlotX, AnyShape::Dense(_)) => d(&[]),
         }
     }
 }

@@ -499,16 +499,9 @@ impl<'s> Matmul<'s> {
         shape: GroupedShape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let prepared = self.prepare_grouped(
-            x,
-            w,
-            topk,
-            routing.device_va(),
-            routing.elements(),
-            y.device_va(),
-            y.elements(),
-            shape,
-        );
+        let route = Route::Fresh { topk: (topk.device_va(), topk.elements()) };
+        let routing = (routing.device_va(), routing.elements());
+        let prepared = self.prepare_grouped(x, w, route, routing, (y.device_va(), y.elements()), shape);
         self.run(gpu, prepared, start)
     }
 
@@ -569,16 +562,46 @@ impl<'s> Matmul<'s> {
         shape: GroupedShape,
     ) -> Result<Info, MatmulError> {
         let start = Instant::now();
-        let prepared = self.prepare_grouped(
-            x,
-            w,
-            topk,
-            routing.device_va(),
-            routing.elements(),
-            y.device_va(),
-            y.elements(),
-            shape,
-        );
+        let route = Route::Fresh { topk: (topk.device_va(), topk.elements()) };
+        let routing = (routing.device_va(), routing.elements());
+        let prepared = self.prepare_grouped(x, w, route, routing, (y.device_va(), y.elements()), shape);
+        self.record(list, prepared, start)
+    }
+
+    /// The grouped product over an EXISTING routing (no route kernel): `routing` is what an earlier
+    /// [`Matmul::grouped_bf16`] of the same `shape` (tokens, top_k, experts) wrote, and x holds one row
+    /// per SLOT (`[tokens * top_k, K]`, in that routing's slot order: e.g. the SwiGLU of the gate+up
+    /// product's rows), so `y[slot, :] = x[slot, :] . W[e]^T` for every filled slot `slot` of expert `e`.
+    /// This is a mixture-of-experts down projection; y keeps the slot order the combine reads.
+    pub fn grouped_routed_bf16<B: Bf16>(
+        &self,
+        gpu: Gpu<'s>,
+        x: &impl Input<B>,
+        w: &impl Input<B>,
+        routing: &impl Input<u32>,
+        y: &mut impl Output<f32>,
+        shape: GroupedShape,
+    ) -> Result<Done<'s>, Failed<'s>> {
+        let start = Instant::now();
+        let routing = (routing.device_va(), routing.elements());
+        let prepared = self.prepare_grouped(x, w, Route::Existing, routing, (y.device_va(), y.elements()), shape);
+        self.run(gpu, prepared, start)
+    }
+
+    /// Adds the launch of [`Matmul::grouped_routed_bf16`] to `list`, after the grouped product whose
+    /// routing it reads.
+    pub fn add_grouped_routed_bf16<'k, B: Bf16>(
+        &'k self,
+        list: &mut CmdListBuilder<'k, 's>,
+        x: &'k impl Input<B>,
+        w: &'k impl Input<B>,
+        routing: &'k impl Input<u32>,
+        y: &'k impl Output<f32>,
+        shape: GroupedShape,
+    ) -> Result<Info, MatmulError> {
+        let start = Instant::now();
+        let routing = (routing.device_va(), routing.elements());
+        let prepared = self.prepare_grouped(x, w, Route::Existing, routing, (y.device_va(), y.elements()), shape);
         self.record(list, prepared, start)
     }
 
@@ -628,16 +651,13 @@ impl<'s> Matmul<'s> {
     }
 
     /// Checks a grouped product and plans it.
-    #[allow(clippy::too_many_arguments)]
     fn prepare_grouped<B: Bf16>(
         &self,
         x: &impl Input<B>,
         w: &impl Input<B>,
-        topk: &impl Input<u32>,
-        routing_va: u64,
-        routing_len: usize,
-        y_va: u64,
-        y_len: usize,
+        route: Route,
+        (routing_va, routing_len): (u64, usize),
+        (y_va, y_len): (u64, usize),
         shape: GroupedShape,
     ) -> Prepared {
         let budget = cta_budget();
@@ -664,14 +684,27 @@ impl<'s> Matmul<'s> {
                 let operand = Operand::TopK;
                 return Err(ShapeError::Overflow { shape: any, operand, dims: operand.dims(any) }.into());
             }
-            check_operand(any, Operand::X, x.elements(), 2)?;
             check_operand(any, Operand::W, w.elements(), 2)?;
-            check_operand(any, Operand::TopK, topk.elements(), 4)?;
             check_operand(any, Operand::Routing, routing_len, 4)?;
             check_operand(any, Operand::Y, y_len, 4)?;
-            Ok((plan::grouped(g, self.sms, budget)?, None))
+            let plan = match route {
+                Route::Fresh { topk: (_, topk_len) } => {
+                    check_operand(any, Operand::X, x.elements(), 2)?;
+                    check_operand(any, Operand::TopK, topk_len, 4)?;
+                    plan::grouped(g, self.sms, budget)?
+                }
+                Route::Existing => {
+                    check_operand(any, Operand::SlotX, x.elements(), 2)?;
+                    plan::grouped_routed(g, self.sms, budget)?
+                }
+            };
+            Ok((plan, None))
         })();
-        let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, topk: topk.device_va(), routing: routing_va };
+        let topk = match route {
+            Route::Fresh { topk: (va, _) } => va,
+            Route::Existing => 0,
+        };
+        let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, topk, routing: routing_va };
         let touched = u64::from(shape.experts).min(shape.choices());
         info.weight_bytes = touched * u64::from(shape.n) * u64::from(shape.k) * 2;
         Prepared::new(checked, ops, info)
@@ -754,6 +787,15 @@ impl<'s> Matmul<'s> {
         info.host_ns = start.elapsed().as_nanos() as u64;
         Ok(info)
     }
+}
+
+/// Where a grouped product's routing comes from.
+#[derive(Clone, Copy)]
+enum Route {
+    /// Routed by the product itself from the top-k choices (address, elements).
+    Fresh { topk: (u64, usize) },
+    /// An earlier product's routing, x one row per slot.
+    Existing,
 }
 
 /// A checked and planned call (or why it cannot run), its operands' addresses and its info so far.

@@ -1267,6 +1267,18 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
 /// the experts' rows are few enough for the row-streaming form (`ROWS_MAX_M`), which streams W at the
 /// copy rate where the MMA form over short slices is latency-bound.
 pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan, PlanError> {
+    grouped_plan(shape, sms, budget, false)
+}
+
+/// The plan of a grouped product over an existing routing (`shape` checked as for [`grouped`]): no route
+/// kernel, the one grouped GEMV alone, with a null `rows` — the kernels' flag that x holds one row per
+/// SLOT (`y[s, :] = x[s, :] . W[e]^T`), which is what a down projection reads after SwiGLU of the gate+up
+/// product that routed.
+pub(crate) fn grouped_routed(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan, PlanError> {
+    grouped_plan(shape, sms, budget, true)
+}
+
+fn grouped_plan(shape: GroupedShape, sms: u32, budget: u32, routed: bool) -> Result<Plan, PlanError> {
     let (n, k, e) = (u64::from(shape.n), u64::from(shape.k), u64::from(shape.experts));
     let budget = clamp_budget(budget);
     let sms = u64::from(sms.max(1));
@@ -1290,7 +1302,7 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan
     let split = ceil(k, kps);
     let z = entries.min(budget / (blocks * split)).max(1);
     let word_at = |w: usize| (w * 4) as u64;
-    let steps = vec![
+    let mut steps = vec![
         Step {
             kern: Kern::Route,
             grid: [1, 1, 1],
@@ -1320,7 +1332,7 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan
                 if split > 1 { Arg::Scratch(0) } else { Arg::Y(0) },
                 Arg::Tickets(0),
                 Arg::Routing(word_at(layout.offsets)),
-                Arg::Routing(word_at(layout.rows)),
+                if routed { Arg::Wide(0) } else { Arg::Routing(word_at(layout.rows)) },
                 Arg::Routing(word_at(layout.active)),
                 Arg::Word(shape.n),
                 Arg::Word(shape.k),
@@ -1329,6 +1341,9 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan
             ],
         },
     ];
+    if routed {
+        steps.remove(0);
+    }
     let scratch = if split > 1 { split * choices * n } else { 0 };
     Ok(Plan { path: Path::Grouped, steps, scratch, tickets: entries * blocks, tma: None, split: word(split) })
 }

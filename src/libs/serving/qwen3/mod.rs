@@ -10,7 +10,10 @@
 pub mod checkpoint;
 pub mod config;
 pub mod dump;
+pub mod model;
 pub mod reference;
+mod step;
 
 pub use config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
+pub use model::{Qwen3Error, Qwen3Model, WeightSource, Weights, PAGE_TOKENS};
 pub use reference::Reference;

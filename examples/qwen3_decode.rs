@@ -1,0 +1,223 @@
+//! Qwen3-30B-A3B greedy decode on the installed platform (`omega::libs::serving::qwen3::Qwen3Model`):
+//! the weights generated on the device (seeded, bit for bit what `benches/torch/qwen_weights.py` and the
+//! host reference compute), then one command list per step, recorded once and submitted every step.
+//!
+//! `qwen3_decode [--tiny] [--steps N] [--batch B] [--layers L] [--context C] [--check] [--dump FILE]
+//! [--sealed-steps N] [--bench]`
+//!
+//! - `--tiny`: the TINY configuration (the default on sim; on nvidia the full model is the default).
+//! - `--steps N` (default 16): greedy steps, printed with their tokens and the step time.
+//! - `--batch B` (default 1): sequences decoded together; sequence b starts from token `17 + 389 b`.
+//! - `--layers L`: the configuration with L layers (a full-width model of 1 or 2 layers for `--check`).
+//! - `--context C`: decode C tokens first (untimed), so the timed steps attend C tokens of context.
+//! - `--check`: compares every step with the host reference (`qwen3::Reference`, generated weights):
+//!   logits within `4e-3 · (1 + |ref|)` (the argument is tests/qwen3.rs's) and the greedy tokens equal.
+//!   The reference runs on the host's cores, so this is for TINY or a full-width model of `--layers 1`
+//!   or 2 and a few steps (a 48-layer step takes it minutes).
+//! - `--dump FILE`: per step, a record of little-endian words: `step` u32, `batch` u32, `vocab` u32, the
+//!   `batch` tokens the step produced (u32), then its logits (f32 `[batch, vocab]`) — what
+//!   `benches/torch` reads to compare with PyTorch.
+//! - `--sealed-steps N`: seal, run N more steps, and fail unless the driver counters (every ioctl, mmap
+//!   and munmap) and the allocation counters are what they were before; prints both.
+//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. step_us=.. tok_s=..` (the median step
+//!   over `--steps`).
+
+use std::io::Write;
+use std::time::Instant;
+
+use omega::libs::serving::qwen3::{Qwen3Config, Qwen3Model, Reference, Weights};
+use omega::{Gpu, Scoped};
+
+struct Opts {
+    tiny: bool,
+    steps: usize,
+    batch: u32,
+    layers: Option<u32>,
+    context: usize,
+    check: bool,
+    dump: Option<String>,
+    sealed: usize,
+    bench: bool,
+}
+
+fn parse(platform: &str) -> Result<Opts, String> {
+    let mut o = Opts {
+        tiny: platform == "sim",
+        steps: 16,
+        batch: 1,
+        layers: None,
+        context: 0,
+        check: false,
+        dump: None,
+        sealed: 0,
+        bench: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        let num = |v: String, name: &str| v.parse::<usize>().map_err(|e| format!("{name} {v}: {e}"));
+        match a.as_str() {
+            "--tiny" => o.tiny = true,
+            "--steps" => o.steps = num(value("--steps")?, "--steps")?,
+            "--batch" => o.batch = num(value("--batch")?, "--batch")? as u32,
+            "--layers" => o.layers = Some(num(value("--layers")?, "--layers")? as u32),
+            "--context" => o.context = num(value("--context")?, "--context")?,
+            "--check" => o.check = true,
+            "--dump" => o.dump = Some(value("--dump")?),
+            "--sealed-steps" => o.sealed = num(value("--sealed-steps")?, "--sealed-steps")?,
+            "--bench" => o.bench = true,
+            other => return Err(format!("unknown argument {other} (see the example's header)")),
+        }
+    }
+    if o.steps == 0 || o.batch == 0 {
+        return Err("--steps and --batch must be at least 1".into());
+    }
+    Ok(o)
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qwen3_decode: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let dev = omega::lock().open().map_err(|e| e.error.to_string())?;
+    let platform = dev.platform().to_string();
+    let o = parse(&platform)?;
+    let base = if o.tiny { Qwen3Config::TINY } else { Qwen3Config::FULL };
+    let cfg = o.layers.map_or(base, |l| base.with_layers(l));
+    println!(
+        "platform {platform}: Qwen3 {} ({} layers, hidden {}, {} experts top-{}, vocab {}), batch {}",
+        if o.tiny { "TINY" } else { "30B-A3B" },
+        cfg.layers,
+        cfg.hidden,
+        cfg.experts,
+        cfg.top_k,
+        cfg.vocab,
+        o.batch
+    );
+    match dev.scope(|s, gpu| decode(s, gpu, cfg, &o)) {
+        Scoped::Open(_, r) => r,
+        Scoped::Latched(l, r) => Err(format!("latched ({}); the run said {:?}", l.cause(), r.err())),
+    }
+}
+
+fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts) -> Result<(), String> {
+    let total_steps = o.context + o.steps + o.sealed;
+    let max_seq = u32::try_from(total_steps + 1).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut shown = 0;
+    let mut progress = |done: u64, total: u64| {
+        let tenth = done * 10 / total;
+        if tenth > shown {
+            shown = tenth;
+            println!(
+                "weights: {:>3}% ({:.2} GB) in {:.1} s",
+                tenth * 10,
+                done as f64 * 2e-9,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    };
+    let (model, gpu) = Qwen3Model::new(s, gpu, cfg, [o.batch, max_seq], Weights::Generated, &mut progress)
+        .map_err(|e| e.to_string())?;
+    let first: Vec<u32> = (0..o.batch).map(|b| (17 + 389 * b) % cfg.vocab).collect();
+    model.set_tokens(&first).map_err(|e| e.to_string())?;
+    let mut list = model.record_step().map_err(|e| e.to_string())?;
+    println!("ready in {:.1} s: one list of {} launches a step", t.elapsed().as_secs_f64(), list.len());
+    let mut reference = o.check.then(|| Reference::generated(cfg, o.batch));
+    let mut tokens = first;
+    let mut dump = match &o.dump {
+        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?)),
+        None => None,
+    };
+    let mut gpu = gpu;
+    let mut times = Vec::new();
+    for i in 0..o.context + o.steps {
+        let t = Instant::now();
+        gpu = model.step(gpu, &mut list).map_err(|e| format!("step {i}: {e}"))?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        let next = model.read_tokens().map_err(|e| e.to_string())?;
+        if i >= o.context {
+            times.push(us);
+            println!("step {i}: {us:.0} us, tokens {next:?}");
+        }
+        if let Some(r) = reference.as_mut() {
+            check_step(i, r, &model, &tokens, &next)?;
+        }
+        if let Some(w) = dump.as_mut() {
+            write_dump(w, i, cfg.vocab, &next, &model.read_logits().map_err(|e| e.to_string())?)?;
+        }
+        tokens = next;
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!("decode: median step {median:.0} us, {:.1} tokens/s", f64::from(o.batch) * 1e6 / median);
+    if o.bench {
+        println!(
+            "qwen3 decode B={} layers={} context={} step_us={median:.1} tok_s={:.1}",
+            o.batch,
+            cfg.layers,
+            o.context,
+            f64::from(o.batch) * 1e6 / median
+        );
+    }
+    if o.sealed > 0 {
+        gpu = sealed_steps(s, gpu, &model, &mut list, o.sealed)?;
+    }
+    drop((list, gpu));
+    Ok(())
+}
+
+fn check_step(i: usize, r: &mut Reference, model: &Qwen3Model<'_>, tokens: &[u32], next: &[u32]) -> Result<(), String> {
+    let want = r.step(tokens);
+    let got = model.read_logits().map_err(|e| e.to_string())?;
+    let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs() / (1.0 + w.abs())).fold(0f32, f32::max);
+    let want_tokens = r.tokens();
+    println!("check step {i}: worst relative logit difference {worst:.2e}, reference tokens {want_tokens:?}");
+    // f32::max drops a NaN, so the logits' finiteness is checked on its own.
+    if !got.iter().all(|x| x.is_finite()) || worst > 4e-3 || want_tokens != next {
+        return Err(format!("step {i}: the device differs from the host reference"));
+    }
+    Ok(())
+}
+
+fn write_dump(w: &mut impl Write, step: usize, vocab: u32, tokens: &[u32], logits: &[f32]) -> Result<(), String> {
+    let mut bytes = Vec::with_capacity(12 + 4 * (tokens.len() + logits.len()));
+    for v in [step as u32, tokens.len() as u32, vocab].iter().chain(tokens) {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    logits.iter().for_each(|x| bytes.extend_from_slice(&x.to_le_bytes()));
+    w.write_all(&bytes).map_err(|e| format!("--dump: {e}"))
+}
+
+fn sealed_steps<'s>(
+    s: &'s omega::Scope<'s>,
+    gpu: Gpu<'s>,
+    model: &Qwen3Model<'s>,
+    list: &mut omega::cmdlist::CmdListBuilder<'_, 's>,
+    n: usize,
+) -> Result<Gpu<'s>, String> {
+    let before = (s.driver_stats().ok_or("the platform counts no driver calls")?, s.alloc_stats());
+    let sealed = model.seal().map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut gpu = gpu;
+    for i in 0..n {
+        gpu = model.step(gpu, list).map_err(|e| format!("sealed step {i}: {e}"))?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let after = (s.driver_stats().ok_or("the counters went away")?, s.alloc_stats());
+    sealed.release().map_err(|e| e.to_string())?;
+    println!("sealed: {n} steps in {secs:.3} s; driver before {:?} after {:?}", before.0, after.0);
+    println!("sealed: alloc_stats before {:?} after {:?}", before.1, after.1);
+    if before != after {
+        return Err("the driver was asked (or memory allocated) while sealed".into());
+    }
+    println!("sealed: 0 driver calls, 0 allocations over {n} steps");
+    Ok(gpu)
+}

@@ -1,0 +1,133 @@
+//! The decode step's command list (the order and rounding points of [`super::model`]'s text).
+
+use crate::cmdlist::CmdListBuilder;
+use crate::libs::attention::{AppendShape, DecodeShape};
+use crate::libs::elementwise::{Heads, Rows};
+use crate::libs::matmul::{GroupedShape, Shape};
+
+use crate::libs::decoder::DeviceSpan;
+use crate::DeviceScalar;
+
+use super::config::{Qwen3Config, TensorKind};
+use super::model::{Buf, Qwen3Error, Qwen3Model};
+
+/// An output's span borrowed for as long as any list lasts. A call holds its outputs mutably for the
+/// list's life, and a step writes some buffers (h, the tokens) in several of its calls, which borrows of
+/// the model's buffers cannot say: each recorded output names a span of its own, a 16-byte copy leaked
+/// once per recorded call (a model records its step once). The buffer under the span is the model's,
+/// which every list borrows (`record_step(&self)`).
+fn out<T: DeviceScalar>(b: &Buf<'_, T>) -> &'static mut DeviceSpan<T> {
+    Box::leak(Box::new(b.span))
+}
+
+/// The grouped products' shape at `batch` tokens: `n` by `k` per expert.
+pub(super) fn moe_shape(c: &Qwen3Config, batch: u32, n: u32, k: u32) -> GroupedShape {
+    GroupedShape { tokens: batch, top_k: c.top_k, experts: c.experts, n, k }
+}
+
+/// The dense products of a step at `batch` tokens: q, k (and v), o, the router, lm_head.
+pub(super) fn dense_shapes(c: &Qwen3Config, batch: u32) -> [Shape; 5] {
+    [
+        Shape::new(batch, c.q_width(), c.hidden),
+        Shape::new(batch, c.kv_width(), c.hidden),
+        Shape::new(batch, c.hidden, c.q_width()),
+        Shape::new(batch, c.experts, c.hidden),
+        Shape::new(batch, c.vocab, c.hidden),
+    ]
+}
+
+impl<'s> Qwen3Model<'s> {
+    /// The step's command list: recorded once, before the seal (its workspaces are allocated here), and
+    /// submitted by [`Qwen3Model::step`] as often as there are tokens to decode.
+    pub fn record_step(&self) -> Result<CmdListBuilder<'_, 's>, Qwen3Error> {
+        let (c, b, st) = (&self.cfg, self.batch, &self.st);
+        let mm = self.serving.matmul();
+        let [dq, dkv, dout, drouter, dhead] = dense_shapes(c, b);
+        let rows = Rows { rows: b, cols: c.hidden };
+        let heads = |n| Heads { tokens: b, heads: n, dim: c.head_dim };
+        let max_pages = self.bounds().pages / b;
+        let mut list = self.scope.cmdlist()?;
+        let l = &mut list;
+        let (ew, dec, att) = (&self.ew, &self.dec, &self.att);
+        dec.record(
+            l,
+            dec.rope_step(&st.pos.span, out(&st.cos), out(&st.sin), out(&st.lens), [b, c.head_dim], c.rope_theta)?,
+        )?;
+        dec.record(
+            l,
+            dec.embed(self.w(TensorKind::Embed, None), &st.tokens.span, out(&st.h), [b, c.hidden, c.vocab])?,
+        )?;
+        for layer in 0..c.layers {
+            let w = |kind| self.w(kind, Some(layer));
+            ew.record(l, ew.rmsnorm::<u16>(&st.h.span, w(TensorKind::InputNorm), out(&st.x), rows, c.eps)?)?;
+            mm.add_bf16_to_bf16(l, &st.x.span, w(TensorKind::Q), &st.q.span, dq)?;
+            mm.add_bf16_to_bf16(l, &st.x.span, w(TensorKind::K), &st.k.span, dkv)?;
+            mm.add_bf16_to_bf16(l, &st.x.span, w(TensorKind::V), &st.v.span, dkv)?;
+            let (qn, kn) = (w(TensorKind::QNorm), w(TensorKind::KNorm));
+            ew.record(
+                l,
+                ew.norm_rope::<u16>(&st.q.span, qn, &st.cos.span, &st.sin.span, out(&st.qr), heads(c.q_heads), c.eps)?,
+            )?;
+            ew.record(
+                l,
+                ew.norm_rope::<u16>(&st.k.span, kn, &st.cos.span, &st.sin.span, out(&st.kr), heads(c.kv_heads), c.eps)?,
+            )?;
+            let pool = &self.pools[layer as usize];
+            let append = AppendShape { batch: b, max_pages, advance: layer + 1 == c.layers };
+            att.add_kv_append::<u16>(
+                l,
+                pool,
+                &self.layout,
+                &st.kr.span,
+                &st.v.span,
+                &st.tables.span,
+                &st.pos.span,
+                append,
+            )?;
+            let decode = DecodeShape::new(b, c.q_heads, max_pages);
+            att.add_paged_decode::<u16, u16>(
+                l,
+                &st.qr.span,
+                pool,
+                &self.layout,
+                &st.tables.span,
+                &st.lens.span,
+                &st.o.span,
+                decode,
+            )?;
+            mm.add_bf16_to_bf16(l, &st.o.span, w(TensorKind::O), &st.a.span, dout)?;
+            ew.record(
+                l,
+                ew.add_rmsnorm::<u16>(&st.a.span, out(&st.h), w(TensorKind::PostNorm), out(&st.x), rows, c.eps)?,
+            )?;
+            mm.add_bf16(l, &st.x.span, w(TensorKind::Router), &st.router.span, drouter)?;
+            dec.record(l, dec.router_topk(&st.router.span, out(&st.topk), out(&st.tw), [b, c.experts, c.top_k])?)?;
+            let up = moe_shape(c, b, 2 * c.expert_inter, c.hidden);
+            mm.add_grouped_bf16(
+                l,
+                &st.x.span,
+                w(TensorKind::GateUp),
+                &st.topk.span,
+                &st.routing.span,
+                &st.gate_up.span,
+                up,
+            )?;
+            let slots = Rows { rows: b * c.top_k, cols: c.expert_inter };
+            ew.record(l, ew.swiglu_fused::<f32>(&st.gate_up.span, out(&st.act), slots)?)?;
+            let n = u64::from(b * c.top_k) * u64::from(c.expert_inter);
+            dec.record(l, dec.cast_bf16(&st.act.span, out(&st.act16), n)?)?;
+            let down = moe_shape(c, b, c.hidden, c.expert_inter);
+            mm.add_grouped_routed_bf16(l, &st.act16.span, w(TensorKind::Down), &st.routing.span, &st.down.span, down)?;
+            let layout = down.routing();
+            dec.record(
+                l,
+                dec.moe_combine(&st.down.span, &st.routing.span, layout, &st.tw.span, &st.h.span, out(&st.h), down)?,
+            )?;
+        }
+        let fin = self.w(TensorKind::FinalNorm, None);
+        ew.record(l, ew.rmsnorm::<u16>(&st.h.span, fin, out(&st.x), rows, c.eps)?)?;
+        mm.add_bf16(l, &st.x.span, self.w(TensorKind::LmHead, None), &st.logits.span, dhead)?;
+        dec.record(l, dec.argmax(&st.logits.span, out(&st.tokens), [b, c.vocab])?)?;
+        Ok(list)
+    }
+}
