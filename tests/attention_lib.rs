@@ -14,7 +14,7 @@ use omega::{Gpu, Scope, Scoped, Stage};
 #[path = "../examples/suite/attention_ref.rs"]
 mod attention_ref;
 use attention_ref::{
-    compare, decode, dense_reference, dense_tolerance, paged_tolerance, Out, PagedCase, Query, POISON,
+    compare, decode, dense_reference, dense_tolerance, paged_tolerance, Out, PagedCase, QkvCase, Query, POISON,
 };
 
 fn seed(test: &str) -> u64 {
@@ -366,4 +366,15 @@ fn dense_gqa_runs_inside_a_command_list() {
         out.to_vec().unwrap()
     });
     compare("listed dense GQA", &got, &want, dense_tolerance(vmax)).unwrap();
+}
+
+#[test]
+fn the_fused_qkv_append_norms_rotates_stores_q_and_appends_k_and_v() {
+    let seed = seed("the_fused_qkv_append_norms_rotates_stores_q_and_appends_k_and_v");
+    // Qwen3-30B-A3B's heads (32 / 4 of 128) and the tiny model's (4 / 2 of 64), ragged positions.
+    for (heads, page) in [((32, 4, 128), 16), ((4, 2, 64), 64)] {
+        let mut case = QkvCase::new(seed, heads, page, &[0, 17, 63, 5]);
+        let got = on_sim(|s, gpu| case.run(s, gpu, &Attention::new(s).unwrap()).unwrap());
+        println!("{}", case.check(got).unwrap());
+    }
 }

@@ -10,7 +10,7 @@ use omega::kernels::attention::{STATUS_BAD_PAGE, STATUS_LONG};
 use omega::libs::attention::{AppendShape, Attention, AttentionError, DecodeShape, GqaShape};
 
 use super::attention_ref::{
-    compare, decode, dense_reference, dense_tolerance, paged_tolerance, Out, PagedCase, Query, POISON,
+    compare, decode, dense_reference, dense_tolerance, paged_tolerance, Out, PagedCase, QkvCase, Query, POISON,
 };
 use super::{err, with_scope, CaseResult};
 
@@ -24,6 +24,7 @@ pub fn cases() -> Vec<super::Case> {
         ("attention: dense GQA f32 32/4/128 seq 1/7/1000, rows of 4096, odd shapes", dense),
         ("attention: K/V append + decode, three steps in one command list", list_steps),
         ("attention: device page tables clamped and flagged, never faulted", device_tables),
+        ("attention: fused QKV append (QK-norm + RoPE, q stored, K/V appended), 32/4/128 and 4/2/64", qkv_append),
     ]
 }
 
@@ -179,4 +180,15 @@ fn device_tables() -> CaseResult {
         }
     }
     Ok(seen.join(", "))
+}
+
+fn qkv_append() -> CaseResult {
+    let seed = seed();
+    let mut out = Vec::new();
+    for (heads, page) in [((32, 4, 128), 16), ((4, 2, 64), 64)] {
+        let mut case = QkvCase::new(seed, heads, page, &[0, 17, 4095, 5, 1000]);
+        let got = with_scope(|s, gpu| case.run(s, gpu, &Attention::new(s).map_err(err)?))?;
+        out.push(case.check(got)?);
+    }
+    Ok(format!("seed {seed}; {}", out.join("; ")))
 }

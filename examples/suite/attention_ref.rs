@@ -265,3 +265,124 @@ pub fn decode<'s, Q: Query, O: Out>(
         Err(Failed { gpu, error, .. }) => (gpu, Err(error)),
     }
 }
+
+/// The fused QKV append's case: random fused QKV rows, QK-norm weights around 1, RoPE tables of
+/// positions far from 0, a paged pool with room at each sequence's position.
+pub struct QkvCase {
+    pub paged: PagedCase,
+    pub pos: Vec<u32>,
+    pub qkv: Vec<u16>,
+    pub norms: Vec<u16>,
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
+}
+
+/// What a fused append left: the pool, the lengths and the stored q.
+pub type QkvOutcome = (Vec<u16>, Vec<i32>, Vec<u16>);
+
+/// The QK-norm's epsilon in the fused append's cases.
+pub const QKV_EPS: f32 = 1e-6;
+
+impl QkvCase {
+    /// `(q_heads, kv_heads, head_dim)` over pages of `page` tokens, one sequence at each of `pos`.
+    pub fn new(seed: u64, (q_heads, kv_heads, d): (u32, u32, u32), page: u32, pos: &[u32]) -> Self {
+        let seed = seed ^ u64::from(d) ^ u64::from(q_heads) << 16;
+        let paged = PagedCase::new(seed, page, kv_heads, d, q_heads, &pos.iter().map(|p| p + 1).collect::<Vec<_>>(), 2);
+        let rows = pos.len() * ((q_heads + 2 * kv_heads) * d) as usize;
+        let norms =
+            math::random_f32(seed ^ 22, 2 * d as usize).iter().map(|&x| math::f32_to_bf16(1.0 + 0.25 * x)).collect();
+        // Positions scaled so the angles reach past 2^16: the tables' rounding is part of the check.
+        let angles: Vec<u32> = pos.iter().map(|p| p * 997).collect();
+        let (cos, sin) = omega::kernels::elementwise::rope_tables(&angles, d, 1e6);
+        QkvCase { paged, pos: pos.to_vec(), qkv: math::random_bf16(seed ^ 21, rows), norms, cos, sin }
+    }
+
+    fn dims(&self) -> (usize, usize, usize, usize) {
+        let l = self.paged.layout;
+        (self.pos.len(), self.paged.q_heads as usize, l.kv_heads as usize, l.head_dim as usize)
+    }
+
+    /// Runs the append (advancing the lengths) with every buffer device-only and q poisoned first.
+    pub fn run<'s>(&self, s: &'s Scope<'s>, gpu: Gpu<'s>, att: &Attention<'s>) -> Result<QkvOutcome, String> {
+        use omega::libs::attention::QkvAppendShape;
+        let e = |e: omega::Error| e.to_string();
+        let (b, q_heads, _, d) = self.dims();
+        let mut pool = s.alloc_device_from(&self.paged.pool).map_err(e)?;
+        let tables = s.alloc_device_from(&self.paged.tables).map_err(e)?;
+        let mut lens = s.alloc_device_from(&self.pos.iter().map(|&p| p as i32).collect::<Vec<_>>()).map_err(e)?;
+        let x = s.alloc_device_from(&self.qkv).map_err(e)?;
+        let qn = s.alloc_device_from(&self.norms[..d]).map_err(e)?;
+        let kn = s.alloc_device_from(&self.norms[d..]).map_err(e)?;
+        let (c, sn) = (s.alloc_device_from(&self.cos).map_err(e)?, s.alloc_device_from(&self.sin).map_err(e)?);
+        let mut q = s.alloc_device_from(&vec![POISON_BF16; b * q_heads * d]).map_err(e)?;
+        let shape = QkvAppendShape {
+            batch: b as u32,
+            q_heads: q_heads as u32,
+            max_pages: self.paged.max_pages,
+            advance: true,
+            eps: QKV_EPS,
+        };
+        let layout = self.paged.layout;
+        let done = att
+            .qkv_append(gpu, &x, [&qn, &kn], [&c, &sn], &mut q, &mut pool, &layout, &tables, &mut lens, shape)
+            .map_err(|f| f.error.to_string())?;
+        if done.info.launches != 1 {
+            return Err(format!("{} launches; the fused append is one", done.info.launches));
+        }
+        Ok((pool.to_vec().map_err(e)?, lens.to_vec().map_err(e)?, q.to_vec().map_err(e)?))
+    }
+
+    /// The K rows the pool holds at each sequence's position (`[batch][kv_heads][head_dim]`).
+    fn k_rows(&self, pool: &[u16]) -> Vec<u16> {
+        let (p, (d, pt)) =
+            (&self.paged, (self.paged.layout.head_dim as usize, u64::from(self.paged.layout.page_tokens)));
+        let mut rows = Vec::new();
+        for (b, &pos) in self.pos.iter().enumerate() {
+            let page = p.tables[b * p.max_pages as usize + (u64::from(pos) / pt) as usize] as u64;
+            for h in 0..u64::from(p.layout.kv_heads) {
+                let at = page * p.layout.page_stride + h * p.layout.head_stride + (u64::from(pos) % pt) * d as u64;
+                rows.extend_from_slice(&pool[at as usize..at as usize + d]);
+            }
+        }
+        rows
+    }
+
+    /// Checks an outcome: q and the new K rows against the f64 norm + rotation (the bounds of
+    /// `rope_f64`, the norm's relative error carried in, one bf16 rounding), the lengths advanced, and
+    /// the pool holding exactly the new K rows and the V rows as given, nothing else touched.
+    pub fn check(&mut self, (pool, lens, q): QkvOutcome) -> Result<String, String> {
+        use omega::kernels::elementwise::{bf16_bound, first_miss, rmsnorm_f64, rope_f64};
+        let (b, q_heads, kv_heads, d) = self.dims();
+        let heads = q_heads + 2 * kv_heads;
+        if lens != self.pos.iter().map(|&p| p as i32 + 1).collect::<Vec<_>>() {
+            return Err(format!("lengths {lens:?}: each should have advanced by one from {:?}", self.pos));
+        }
+        let pre = (d as f64 + 16.0) * f64::powi(2.0, -23);
+        let (mut want, mut tol) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+        for t in 0..b {
+            let (c, s) = (&self.cos[t * d / 2..][..d / 2], &self.sin[t * d / 2..][..d / 2]);
+            for h in 0..q_heads + kv_heads {
+                let which = usize::from(h >= q_heads);
+                let row = widen(&self.qkv[(t * heads + h) * d..][..d]);
+                let (normed, _) = rmsnorm_f64(&row, &widen(&self.norms[which * d..][..d]), d, QKV_EPS);
+                let (w, mut bound) = rope_f64(&normed, c, s, 1, d, pre);
+                bf16_bound(&w, &mut bound);
+                want[which].extend(w);
+                tol[which].extend(bound);
+            }
+        }
+        let k = self.k_rows(&pool);
+        for (what, got, i) in [("q", &q, 0), ("k", &k, 1)] {
+            if let Some((at, g, w, t)) = first_miss(&widen(got), &want[i], &tol[i]) {
+                return Err(format!("{what}[{at}] = {g}, want {w} within {t:.2e}"));
+            }
+        }
+        let v: Vec<u16> =
+            (0..b).flat_map(|t| self.qkv[(t * heads + q_heads + kv_heads) * d..][..kv_heads * d].to_vec()).collect();
+        self.paged.append(&self.pos, &k, &v);
+        if pool != self.paged.pool {
+            return Err("the pool differs outside the new K rows, or in the V rows".into());
+        }
+        Ok(format!("{q_heads}/{kv_heads}/{d}: q and k within bounds, v exact, lengths advanced"))
+    }
+}

@@ -8,6 +8,8 @@
 //   omega_attn_combine               the log-sum-exp merge of the splits' partials into the output (paged_decode.cuh)
 //   omega_attn_copy16                the benchmark's copy, its bandwidth denominator (copy.cuh)
 //   omega_kv_append_bf16             one step's K/V rows written into the paged pool on the GPU (kv_append.cuh)
+//   omega_qkv_rope_append_bf16       a fused QKV row: QK-norm + RoPE on q and k, q stored, k and v appended
+//                                    (qkv_append.cuh)
 //
 // The pool's layout (every count in elements): page p of kv head h holds its K rows at
 // pool + p * page_stride + h * head_stride, token-major, head_dim contiguous elements per token, and its V
@@ -17,3 +19,4 @@
 #include "attention/gqa_f32.cuh"
 #include "attention/kv_append.cuh"
 #include "attention/paged_decode.cuh"
+#include "attention/qkv_append.cuh"

@@ -36,6 +36,12 @@ pub const COMBINE: &str = "omega_attn_combine";
 /// `omega_kv_append_bf16(pool, k_new, v_new, table, lens, status, head_stride, v_offset, page_stride,
 /// page_tokens, pages, max_pages, kv_heads, head_dim, flags)`.
 pub const KV_APPEND: &str = "omega_kv_append_bf16";
+/// `omega_qkv_rope_append_bf16(qkv, q_norm, k_norm, cos, sin, q_out, pool, table, lens, status, head_stride,
+/// v_offset, page_stride, page_tokens, pages, max_pages, q_heads, kv_heads, head_dim, flags, eps)`: a fused
+/// QKV row's q and k heads QK-normed and rotated, q stored, k and v appended as [`KV_APPEND`] appends.
+pub const QKV_APPEND: &str = "omega_qkv_rope_append_bf16";
+/// The fused append's block (`QKV_APPEND_THREADS`).
+pub const QKV_APPEND_THREADS: u32 = 256;
 
 /// `omega_attn_copy16(src, dst, n16)`: a grid-stride copy of 16-byte chunks, the benchmark's bandwidth
 /// denominator.
@@ -117,6 +123,13 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
         run: kv_append,
+    },
+    HostSpec {
+        name: QKV_APPEND,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: qkv_append,
     },
 ];
 
@@ -385,19 +398,10 @@ fn kv_append(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let d = head_dim as usize;
     for blk in ctx.take_blocks() {
         let b = shape.block_id(blk)[0];
-        let len = read_i32(ctx, lens.wrapping_add(u64::from(b) * 4))?;
-        let cap = u64::from(max_pages) * u64::from(page_tokens);
-        if len < 0 || len as u64 >= cap {
-            flag(ctx, status, if len < 0 { STATUS_NEGATIVE } else { STATUS_LONG })?;
+        let Some((len, page)) = append_slot(ctx, b, [table, lens, status], [page_tokens, pages, max_pages])? else {
             continue;
-        }
+        };
         let pos = len as u32;
-        let entry = table.wrapping_add((u64::from(b) * u64::from(max_pages) + u64::from(pos / page_tokens)) * 4);
-        let page = read_i32(ctx, entry)?;
-        if page < 0 || page as u32 >= pages {
-            flag(ctx, status, STATUS_BAD_PAGE)?;
-            continue;
-        }
         for h in 0..kv_heads {
             let src = (u64::from(b) * u64::from(kv_heads) + u64::from(h)) * u64::from(head_dim);
             let (kr, vr) = if flags & APPEND_F32 != 0 {
@@ -412,7 +416,7 @@ fn kv_append(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
                 ctx.read(v_new.wrapping_add(src * 2), &mut v)?;
                 (k, v)
             };
-            let dst = u64::from(page as u32) * page_stride
+            let dst = u64::from(page) * page_stride
                 + u64::from(h) * head_stride
                 + u64::from(pos % page_tokens) * u64::from(head_dim);
             ctx.write(pool.wrapping_add(dst * 2), &kr)?;
@@ -420,6 +424,81 @@ fn kv_append(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         }
         if flags & APPEND_ADVANCE != 0 {
             ctx.write_u32s(lens.wrapping_add(u64::from(b) * 4), &[(len + 1) as u32])?;
+        }
+    }
+    Ok(())
+}
+
+/// Where sequence `b`'s appended token goes, as the append kernels find it: its length (the position) and
+/// page, or `None` with the status flagged for a length or a page the tables cannot hold.
+fn append_slot(
+    ctx: &mut KernelCtx<'_>,
+    b: u32,
+    [table, lens, status]: [u64; 3],
+    [page_tokens, pages, max_pages]: [u32; 3],
+) -> Result<Option<(i32, u32)>, KernelError> {
+    let len = read_i32(ctx, lens.wrapping_add(u64::from(b) * 4))?;
+    let cap = u64::from(max_pages) * u64::from(page_tokens);
+    if len < 0 || len as u64 >= cap {
+        flag(ctx, status, if len < 0 { STATUS_NEGATIVE } else { STATUS_LONG })?;
+        return Ok(None);
+    }
+    let entry = table.wrapping_add((u64::from(b) * u64::from(max_pages) + u64::from(len as u32 / page_tokens)) * 4);
+    let page = read_i32(ctx, entry)?;
+    if page < 0 || page as u32 >= pages {
+        flag(ctx, status, STATUS_BAD_PAGE)?;
+        return Ok(None);
+    }
+    Ok(Some((len, page as u32)))
+}
+
+fn qkv_append(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    check_block(ctx, QKV_APPEND, QKV_APPEND_THREADS)?;
+    let [qkv, q_norm, k_norm, cs, sn, q_out, pool, table, lens, status] = core::array::from_fn(|i| ctx.u64_at(2 * i));
+    let (head_stride, v_offset, page_stride) = (ctx.u64_at(20), ctx.u64_at(22), ctx.u64_at(24));
+    let [page_tokens, pages, max_pages, q_heads, kv_heads, head_dim, flags] =
+        core::array::from_fn(|i| ctx.word(26 + i));
+    let eps = f32::from_bits(ctx.word(33));
+    if page_tokens == 0 || head_dim == 0 || head_dim % 2 != 0 {
+        return Err(fault(format!("{QKV_APPEND}: page of {page_tokens} tokens, head_dim {head_dim}")));
+    }
+    let (shape, d, half) = (ctx.shape(), u64::from(head_dim), u64::from(head_dim / 2));
+    let heads = u64::from(q_heads + 2 * kv_heads);
+    let (wq, wk) = (read_bf16s(ctx, q_norm, d as usize)?, read_bf16s(ctx, k_norm, d as usize)?);
+    for blk in ctx.take_blocks() {
+        let b = shape.block_id(blk)[0];
+        let Some((len, page)) = append_slot(ctx, b, [table, lens, status], [page_tokens, pages, max_pages])? else {
+            continue;
+        };
+        let slot = u64::from(page) * page_stride + u64::from(len as u32 % page_tokens) * d;
+        let bq = u64::from(b);
+        let c = ctx.read_f32s(cs.wrapping_add(bq * half * 4), half as usize)?;
+        let s = ctx.read_f32s(sn.wrapping_add(bq * half * 4), half as usize)?;
+        for h in 0..heads {
+            let src = qkv.wrapping_add((bq * heads + h) * d * 2);
+            let kv = h.checked_sub(u64::from(q_heads));
+            if let Some(vh) = kv.and_then(|k| k.checked_sub(u64::from(kv_heads))) {
+                let mut v = vec![0u8; d as usize * 2];
+                ctx.read(src, &mut v)?;
+                ctx.write(pool.wrapping_add((slot + vh * head_stride + v_offset) * 2), &v)?;
+                continue;
+            }
+            let mut x = read_bf16s(ctx, src, d as usize)?;
+            let w = if kv.is_none() { &wq } else { &wk };
+            let inv = super::elementwise::inv_rms(&x, eps);
+            x.iter_mut().zip(w).for_each(|(a, g)| *a = *a * inv * g);
+            let y: Vec<u8> = super::elementwise::rotate_half(&x, &c, &s)
+                .iter()
+                .flat_map(|&f| math::f32_to_bf16(f).to_le_bytes())
+                .collect();
+            let dst = match kv {
+                None => q_out.wrapping_add(((bq * u64::from(q_heads)) + h) * d * 2),
+                Some(kh) => pool.wrapping_add((slot + kh * head_stride) * 2),
+            };
+            ctx.write(dst, &y)?;
+        }
+        if flags & APPEND_ADVANCE != 0 {
+            ctx.write_u32s(lens.wrapping_add(bq * 4), &[(len + 1) as u32])?;
         }
     }
     Ok(())

@@ -25,6 +25,16 @@ pub enum Operand {
     KNew,
     /// A step's new V rows (append).
     VNew,
+    /// A step's fused QKV rows (the fused append).
+    Qkv,
+    /// Qwen3's q_norm weight (the fused append).
+    QNorm,
+    /// Qwen3's k_norm weight (the fused append).
+    KNorm,
+    /// The RoPE cosine table (the fused append).
+    Cos,
+    /// The RoPE sine table (the fused append).
+    Sin,
 }
 
 impl Operand {
@@ -40,6 +50,11 @@ impl Operand {
             Operand::Lens => "lengths",
             Operand::KNew => "k_new",
             Operand::VNew => "v_new",
+            Operand::Qkv => "qkv",
+            Operand::QNorm => "q_norm",
+            Operand::KNorm => "k_norm",
+            Operand::Cos => "cos",
+            Operand::Sin => "sin",
         }
     }
 }

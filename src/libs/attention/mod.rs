@@ -49,4 +49,4 @@ pub mod prefill;
 pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};
 pub use ops::{Attention, Done, Elem, Failed, Info, KeptAttention, Kind, Workspace};
-pub use plan::{ctas_per_sm, split, AppendShape, DecodeShape, GqaShape, KvLayout, Split};
+pub use plan::{ctas_per_sm, split, AppendShape, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split};

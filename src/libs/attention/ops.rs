@@ -7,13 +7,13 @@ use crate::cmdlist::CmdListBuilder;
 use crate::kernels::attention::{
     self as k, decode_smem_bytes, APPEND_ADVANCE, APPEND_F32, APPEND_THREADS, COMBINE, COMBINE_THREADS,
     DECODE_HEAD_DIMS, DECODE_MAX_GROUP, DECODE_THREADS, FLAG_OUT_BF16, FLAG_Q_BF16, GQA_F32, GQA_THREADS, KV_APPEND,
-    PAGED_DECODE,
+    PAGED_DECODE, QKV_APPEND, QKV_APPEND_THREADS,
 };
 use crate::libs::matmul::{Input, Output};
 use crate::{Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Module, Scope, Stage};
 
 use super::error::{AttentionError, Operand, ShapeError, TableDetail};
-use super::plan::{self, AppendShape, DecodeShape, GqaShape, KvLayout, Split};
+use super::plan::{self, AppendShape, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split};
 
 mod sealed {
     pub trait Sealed {}
@@ -48,6 +48,8 @@ pub enum Kind {
     Decode = 2,
     /// The K/V append (`omega_kv_append_bf16`).
     Append = 3,
+    /// The fused QK-norm + RoPE + append (`omega_qkv_rope_append_bf16`; Rust only, no C entry runs it).
+    QkvAppend = 4,
 }
 
 /// What a call ran: its kind, its shape, its split, its launches, its times and the bytes it moved.
@@ -201,7 +203,7 @@ struct Plan {
 }
 
 /// The kernels the handle loads, in this order.
-const KERNELS: [&str; 6] = [GQA_F32, PAGED_DECODE[0], PAGED_DECODE[1], PAGED_DECODE[2], COMBINE, KV_APPEND];
+const KERNELS: [&str; 7] = [GQA_F32, PAGED_DECODE[0], PAGED_DECODE[1], PAGED_DECODE[2], COMBINE, KV_APPEND, QKV_APPEND];
 
 /// Checks that `len` elements hold an operand of `needs` elements of `bytes` each.
 fn holds(operand: Operand, len: usize, needs: u64, bytes: u64) -> Result<(), ShapeError> {
@@ -456,6 +458,54 @@ impl<'s> Attention<'s> {
         self.record(list, plan?, info, start)
     }
 
+    /// A decode step's fused QKV projection made attention's inputs, in one launch: `qkv` (bf16
+    /// `[batch][q_heads + 2 kv_heads][head_dim]`, the product `x · [Wq; Wk; Wv]ᵀ`) has its q and k heads
+    /// RMS-normalised with `q_norm` / `k_norm` (bf16 `[head_dim]`, Qwen3's QK-norm) and rotated with the
+    /// sequence's row of `cos` / `sin` (f32 `[batch][head_dim / 2]`, rotate_half pairing) — the arithmetic
+    /// of [`crate::libs::elementwise::Elementwise::norm_rope`] — then q goes to `q_out` (bf16 `[batch]
+    /// [q_heads][head_dim]`, what [`Attention::paged_decode`] reads) and k and v into the pool as
+    /// [`Attention::kv_append`] appends them (position `lens[b]`, `advance`, and its rules for a table it
+    /// cannot use: the status, and nothing written for that sequence, q included).
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv_append(
+        &self,
+        gpu: Gpu<'s>,
+        qkv: &impl Input<u16>,
+        norms: [&dyn Input<u16>; 2],
+        tables_rope: [&dyn Input<f32>; 2],
+        q_out: &mut impl Output<u16>,
+        pool: &mut impl Output<u16>,
+        layout: &KvLayout,
+        tables: &impl Input<i32>,
+        lens: &mut impl Output<i32>,
+        shape: QkvAppendShape,
+    ) -> Result<Done<'s>, Failed<'s>> {
+        let start = Instant::now();
+        let (plan, info) =
+            self.plan_qkv_append(qkv, norms, tables_rope, &*q_out, &*pool, layout, tables, &*lens, shape);
+        self.run(gpu, plan, info, start)
+    }
+
+    /// Adds [`Attention::qkv_append`]'s launch to `list`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_qkv_append<'k>(
+        &'k self,
+        list: &mut CmdListBuilder<'k, 's>,
+        qkv: &'k impl Input<u16>,
+        norms: [&'k dyn Input<u16>; 2],
+        tables_rope: [&'k dyn Input<f32>; 2],
+        q_out: &'k impl Output<u16>,
+        pool: &'k impl Output<u16>,
+        layout: &KvLayout,
+        tables: &'k impl Input<i32>,
+        lens: &'k impl Output<i32>,
+        shape: QkvAppendShape,
+    ) -> Result<Info, AttentionError> {
+        let start = Instant::now();
+        let (plan, info) = self.plan_qkv_append(qkv, norms, tables_rope, q_out, pool, layout, tables, lens, shape);
+        self.record(list, plan?, info, start)
+    }
+
     /// The status bits of every command-list add of this handle, ORed (0: every table was sound in every
     /// submission so far).
     pub fn list_status(&self) -> Result<u32, AttentionError> {
@@ -650,6 +700,73 @@ impl<'s> Attention<'s> {
                 .concat(),
             };
             Ok(Plan { steps: vec![step], partials: 0, head_dim: layout.head_dim, work: rows })
+        })();
+        (plan, info)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plan_qkv_append(
+        &self,
+        qkv: &impl Input<u16>,
+        [q_norm, k_norm]: [&dyn Input<u16>; 2],
+        [cos, sin]: [&dyn Input<f32>; 2],
+        q_out: &impl Input<u16>,
+        pool: &impl Input<u16>,
+        layout: &KvLayout,
+        tables: &impl Input<i32>,
+        lens: &impl Input<i32>,
+        s: QkvAppendShape,
+    ) -> (Result<Plan, AttentionError>, Info) {
+        let info = Info {
+            kind: Some(Kind::QkvAppend),
+            batch: s.batch,
+            q_heads: s.q_heads,
+            kv_heads: layout.kv_heads,
+            head_dim: layout.head_dim,
+            q_rows: 1,
+            page_tokens: layout.page_tokens,
+            splits: 1,
+            kv_bytes: u64::from(s.batch) * layout.token_bytes(),
+            ..Info::default()
+        };
+        let plan = (|| {
+            let pool_elems = layout.check()?;
+            for (what, v) in [("batch", s.batch), ("q_heads", s.q_heads), ("max_pages", s.max_pages)] {
+                if v == 0 {
+                    return Err(ShapeError::Zero { what }.into());
+                }
+            }
+            if !s.q_heads.is_multiple_of(layout.kv_heads) {
+                return Err(ShapeError::Heads { q_heads: s.q_heads, kv_heads: layout.kv_heads }.into());
+            }
+            let (b, d) = (u64::from(s.batch), u64::from(layout.head_dim));
+            let heads = u64::from(s.q_heads) + 2 * u64::from(layout.kv_heads);
+            holds(Operand::Pool, pool.elements(), pool_elems, 2)?;
+            holds(Operand::Qkv, qkv.elements(), b * heads * d, 2)?;
+            holds(Operand::QNorm, q_norm.elements(), d, 2)?;
+            holds(Operand::KNorm, k_norm.elements(), d, 2)?;
+            holds(Operand::Cos, cos.elements(), b * d / 2, 4)?;
+            holds(Operand::Sin, sin.elements(), b * d / 2, 4)?;
+            holds(Operand::Q, q_out.elements(), b * u64::from(s.q_heads) * d, 2)?;
+            holds(Operand::Table, tables.elements(), b * u64::from(s.max_pages), 4)?;
+            holds(Operand::Lens, lens.elements(), b, 4)?;
+            let flags = if s.advance { APPEND_ADVANCE } else { 0 };
+            let vas = [qkv.device_va(), q_norm.device_va(), k_norm.device_va(), cos.device_va(), sin.device_va()];
+            let step = Step {
+                kernel: 6,
+                grid: [s.batch, 1, 1],
+                block: QKV_APPEND_THREADS,
+                smem: 0,
+                args: [
+                    vas.map(Arg::Va).as_slice(),
+                    &[q_out.device_va(), pool.device_va(), tables.device_va(), lens.device_va()].map(Arg::Va),
+                    &pool_args(layout, s.max_pages),
+                    &[Arg::Word(s.q_heads), Arg::Word(layout.kv_heads), Arg::Word(layout.head_dim)],
+                    &[Arg::Word(flags), Arg::Word(s.eps.to_bits())],
+                ]
+                .concat(),
+            };
+            Ok(Plan { steps: vec![step], partials: 0, head_dim: layout.head_dim, work: b * heads * d })
         })();
         (plan, info)
     }

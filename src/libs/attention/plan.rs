@@ -163,6 +163,23 @@ pub struct AppendShape {
     pub advance: bool,
 }
 
+/// A fused append ([`crate::libs::attention::Attention::qkv_append`]): one fused QKV row for each of
+/// `batch` sequences (`q_heads` query heads, then the layout's `kv_heads` key heads and as many value
+/// heads), its token written at position `lens[b]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QkvAppendShape {
+    /// Sequences.
+    pub batch: u32,
+    /// Query heads (a multiple of the layout's KV heads).
+    pub q_heads: u32,
+    /// Page table slots per sequence.
+    pub max_pages: u32,
+    /// Store `lens[b] + 1` after the append (on the GPU).
+    pub advance: bool,
+    /// The QK-norm's epsilon.
+    pub eps: f32,
+}
+
 /// The decode kernels' split of the KV: `splits` CTAs per (sequence, KV head), each over
 /// `tiles_per_split` 16-token tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

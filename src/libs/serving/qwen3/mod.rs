@@ -7,7 +7,9 @@
 //! whose 8 best (softmax, renormalised over the 8) each run a SwiGLU MLP, their weighted sum added into
 //! the residual; a final RMSNorm, an untied lm_head and greedy argmax.
 
+pub mod checkpoint;
 pub mod config;
+pub mod dump;
 pub mod model;
 pub mod reference;
 mod step;
