@@ -3,7 +3,7 @@
 //! host reference compute), then one command list per step, recorded once and submitted every step.
 //!
 //! `qwen3_decode [--tiny] [--steps N] [--batch B] [--layers L] [--context C] [--check] [--dump FILE]
-//! [--sealed-steps N] [--bench]`
+//! [--checkpoint FILE] [--sealed-steps N] [--bench]`
 //!
 //! - `--tiny`: the TINY configuration (the default on sim; on nvidia the full model is the default).
 //! - `--steps N` (default 16): greedy steps, printed with their tokens and the step time.
@@ -14,9 +14,11 @@
 //!   logits within `4e-3 · (1 + |ref|)` (the argument is tests/qwen3.rs's) and the greedy tokens equal.
 //!   The reference runs on the host's cores, so this is for TINY or a full-width model of `--layers 1`
 //!   or 2 and a few steps (a 48-layer step takes it minutes).
-//! - `--dump FILE`: per step, a record of little-endian words: `step` u32, `batch` u32, `vocab` u32, the
-//!   `batch` tokens the step produced (u32), then its logits (f32 `[batch, vocab]`) — what
-//!   `benches/torch` reads to compare with PyTorch.
+//! - `--dump FILE`: the run as JSON lines (docs/serving.md, "Qwen3 dump format": a header, then per step
+//!   its input tokens, greedy tokens, logits digest, first logits and top 5), what
+//!   `benches/torch/qwen3_peer.py --check FILE` compares with PyTorch.
+//! - `--checkpoint FILE`: the weights from a safetensors checkpoint of the configuration
+//!   (`qwen3::checkpoint`, e.g. one `write_checkpoint` wrote) instead of the device's generator.
 //! - `--sealed-steps N`: seal, run N more steps, and fail unless the driver counters (every ioctl, mmap
 //!   and munmap) and the allocation counters are what they were before; prints both.
 //! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. step_us=.. wall_us=.. tok_s=..`: the
@@ -27,7 +29,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use omega::libs::serving::qwen3::{Qwen3Config, Qwen3Model, Reference, Weights};
+use omega::libs::serving::qwen3::{checkpoint, dump, Qwen3Config, Qwen3Model, Reference, Weights};
 use omega::{Gpu, Scoped};
 
 struct Opts {
@@ -38,6 +40,7 @@ struct Opts {
     context: usize,
     check: bool,
     dump: Option<String>,
+    checkpoint: Option<String>,
     sealed: usize,
     bench: bool,
 }
@@ -51,6 +54,7 @@ fn parse(platform: &str) -> Result<Opts, String> {
         context: 0,
         check: false,
         dump: None,
+        checkpoint: None,
         sealed: 0,
         bench: false,
     };
@@ -66,6 +70,7 @@ fn parse(platform: &str) -> Result<Opts, String> {
             "--context" => o.context = num(value("--context")?, "--context")?,
             "--check" => o.check = true,
             "--dump" => o.dump = Some(value("--dump")?),
+            "--checkpoint" => o.checkpoint = Some(value("--checkpoint")?),
             "--sealed-steps" => o.sealed = num(value("--sealed-steps")?, "--sealed-steps")?,
             "--bench" => o.bench = true,
             other => return Err(format!("unknown argument {other} (see the example's header)")),
@@ -126,8 +131,17 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
             );
         }
     };
-    let (model, gpu) = Qwen3Model::new(s, gpu, cfg, [o.batch, max_seq], Weights::Generated, &mut progress)
-        .map_err(|e| e.to_string())?;
+    let file = match &o.checkpoint {
+        Some(path) => Some(std::fs::read(path).map_err(|e| format!("{path}: {e}"))?),
+        None => None,
+    };
+    let ckpt = match &file {
+        Some(bytes) => Some(checkpoint::Checkpoint::parse(bytes, cfg).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let weights = ckpt.as_ref().map_or(Weights::Generated, |c| Weights::Source(c));
+    let (model, gpu) =
+        Qwen3Model::new(s, gpu, cfg, [o.batch, max_seq], weights, &mut progress).map_err(|e| e.to_string())?;
     let first: Vec<u32> = (0..o.batch).map(|b| (17 + 389 * b) % cfg.vocab).collect();
     model.set_tokens(&first).map_err(|e| e.to_string())?;
     let mut list = model.record_step().map_err(|e| e.to_string())?;
@@ -135,7 +149,11 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
     let mut reference = o.check.then(|| Reference::generated(cfg, o.batch));
     let mut tokens = first;
     let mut dump = match &o.dump {
-        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?)),
+        Some(path) => {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| format!("{path}: {e}"))?);
+            writeln!(w, "{}", dump::header_line(&cfg, &tokens, s.platform())).map_err(|e| format!("--dump: {e}"))?;
+            Some(w)
+        }
         None => None,
     };
     let mut gpu = gpu;
@@ -155,7 +173,8 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
             check_step(i, r, &model, &tokens, &next)?;
         }
         if let Some(w) = dump.as_mut() {
-            write_dump(w, i, cfg.vocab, &next, &model.read_logits().map_err(|e| e.to_string())?)?;
+            let logits = model.read_logits().map_err(|e| e.to_string())?;
+            writeln!(w, "{}", dump::step_line(i as u32, &tokens, &logits)).map_err(|e| format!("--dump: {e}"))?;
         }
         tokens = next;
     }
@@ -190,15 +209,6 @@ fn check_step(i: usize, r: &mut Reference, model: &Qwen3Model<'_>, tokens: &[u32
         return Err(format!("step {i}: the device differs from the host reference"));
     }
     Ok(())
-}
-
-fn write_dump(w: &mut impl Write, step: usize, vocab: u32, tokens: &[u32], logits: &[f32]) -> Result<(), String> {
-    let mut bytes = Vec::with_capacity(12 + 4 * (tokens.len() + logits.len()));
-    for v in [step as u32, tokens.len() as u32, vocab].iter().chain(tokens) {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    logits.iter().for_each(|x| bytes.extend_from_slice(&x.to_le_bytes()));
-    w.write_all(&bytes).map_err(|e| format!("--dump: {e}"))
 }
 
 fn sealed_steps<'s>(

@@ -1,8 +1,8 @@
 //! Qwen3 on the simulator: the TINY configuration's device model (`Qwen3Model`, weights generated on the
 //! device, one command list per step) against the host reference (`qwen3::Reference`) over 16 greedy
 //! steps at batch 1 and 3, with the step list submitted once per step, sealed, and no driver call or
-//! allocation while sealed; and the upload path (`Weights::Source`) giving the same logits as the
-//! generator.
+//! allocation while sealed; and the upload path (`Weights::Source` over a safetensors checkpoint) giving
+//! the same logits as the generator, a wrong-sized tensor refused by name.
 //!
 //! Tolerance. The two agree to rounding, not bit for bit: a product's f32 sum runs in the kernel's order
 //! on the device and in the reference's own (`omega_refmath::dot`), attention's softmax is f32 on the
@@ -17,7 +17,7 @@
 //! than twice the row's difference, so a near tie fails by name instead of deciding the token by
 //! rounding (the weights and tokens are fixed, so this is a fixed outcome, never a flaky one).
 
-use omega::libs::serving::qwen3::{Qwen3Config, Qwen3Model, Reference, Tensor, WeightSource, Weights};
+use omega::libs::serving::qwen3::{checkpoint, Qwen3Config, Qwen3Model, Reference, Tensor, WeightSource, Weights};
 use omega::{Gpu, Scope, Scoped};
 use std::borrow::Cow;
 
@@ -116,26 +116,39 @@ fn the_tiny_model_at_batch_3_matches_the_host_reference_over_16_sealed_greedy_st
     against_reference(3);
 }
 
-/// Host bytes: the generator's own, so the upload path must reproduce the generated model's logits
-/// bit for bit (both runs are the same kernels on the same bits).
-struct Host(Qwen3Config);
-
-impl WeightSource for Host {
-    fn tensor(&self, t: Tensor) -> Result<Cow<'_, [u16]>, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Cow::Owned(t.generate(&self.0)))
-    }
-}
-
+/// The upload path through a safetensors checkpoint (`qwen3::checkpoint`, the generated weights written
+/// and parsed back): the same bits, so the same kernels give the generated model's logits bit for bit;
+/// and a second generated run is the same.
 #[test]
-fn uploaded_weights_give_the_generated_models_logits_and_two_runs_agree() {
+fn a_checkpoint_upload_gives_the_generated_models_logits_and_two_runs_agree() {
     let cfg = Qwen3Config::TINY.with_layers(1);
     let first = [5u32, 999];
+    let file = checkpoint::write_checkpoint(cfg);
+    let ckpt = checkpoint::Checkpoint::parse(&file, cfg).unwrap();
     let generated = decode(cfg, &first, Weights::Generated, false);
-    let uploaded = decode(cfg, &first, Weights::Source(&Host(cfg)), false);
+    let uploaded = decode(cfg, &first, Weights::Source(&ckpt), false);
     let again = decode(cfg, &first, Weights::Generated, false);
     let bits = |v: &[(Vec<f32>, Vec<u32>)]| {
         v.iter().map(|(l, t)| (l.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), t.clone())).collect::<Vec<_>>()
     };
     assert_eq!(bits(&generated), bits(&uploaded), "upload == generate");
     assert_eq!(bits(&generated), bits(&again), "a second run is the same");
+}
+
+/// A source of the wrong configuration's tensors is refused by the tensor's name before anything runs.
+#[test]
+fn a_checkpoint_of_another_shape_is_refused_by_the_tensors_name() {
+    struct Short;
+    impl WeightSource for Short {
+        fn tensor(&self, t: Tensor) -> Result<Cow<'_, [u16]>, Box<dyn std::error::Error + Send + Sync>> {
+            Ok(Cow::Owned(t.generate(&Qwen3Config::TINY.with_layers(1))[1..].to_vec()))
+        }
+    }
+    let e = on_sim(|s, gpu| {
+        Qwen3Model::new(s, gpu, Qwen3Config::TINY.with_layers(1), [1, 16], Weights::Source(&Short), &mut |_, _| {})
+            .err()
+            .expect("a short tensor is refused")
+    });
+    assert_eq!(e.to_string(), "qwen3 weights: model.embed_tokens.weight has 255999 elements; its shape needs 256000");
+    assert_eq!(e.stage(), omega::Stage::Serving);
 }

@@ -52,6 +52,14 @@ pub trait WeightSource {
     fn tensor(&self, t: Tensor) -> Result<Cow<'_, [u16]>, Box<dyn std::error::Error + Send + Sync>>;
 }
 
+impl WeightSource for super::checkpoint::Checkpoint<'_> {
+    /// The checkpoint's bits of `t` ([`super::checkpoint::Checkpoint::parse`] checked every tensor of its
+    /// configuration; a model of another configuration is refused by the length check of its load).
+    fn tensor(&self, t: Tensor) -> Result<Cow<'_, [u16]>, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(super::checkpoint::Checkpoint::tensor(self, t))
+    }
+}
+
 /// A failure of the model, naming its stage.
 #[derive(Debug, thiserror::Error)]
 pub enum Qwen3Error {
