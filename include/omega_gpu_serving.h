@@ -67,6 +67,12 @@ typedef struct {
     uint64_t refused;
 } OmegaGpuDriverStats;
 
+
+
+
+
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
