@@ -16,6 +16,23 @@
 #define ATTN_APPEND_F32 1u
 #define ATTN_APPEND_ADVANCE 2u
 
+// The page sequence b's token at position `len` goes to, or -1 with the status flagged (by thread 0) for a
+// length or a page the tables cannot hold. Shared by every append kernel, so they refuse alike.
+__device__ __forceinline__ int append_page(const int* __restrict__ table, unsigned* status, uint32_t b, int len,
+                                           uint32_t page_tokens, uint32_t pages, uint32_t max_pages) {
+  const uint64_t cap = (uint64_t)max_pages * page_tokens;
+  if (len < 0 || (uint64_t)len >= cap) {
+    if (threadIdx.x == 0) atomicOr(status, len < 0 ? ATTN_STATUS_NEGATIVE : ATTN_STATUS_LONG);
+    return -1;
+  }
+  const int page = table[(uint64_t)b * max_pages + (uint32_t)len / page_tokens];
+  if (page < 0 || (uint32_t)page >= pages) {
+    if (threadIdx.x == 0) atomicOr(status, ATTN_STATUS_BAD_PAGE);
+    return -1;
+  }
+  return page;
+}
+
 extern "C" __global__ void __launch_bounds__(APPEND_THREADS)
     omega_kv_append_bf16(uint16_t* __restrict__ pool, const void* __restrict__ k_new, const void* __restrict__ v_new,
                          const int* __restrict__ table, int* lens, unsigned* status, uint64_t head_stride,
@@ -24,16 +41,8 @@ extern "C" __global__ void __launch_bounds__(APPEND_THREADS)
   const uint32_t b = blockIdx.x;
   const int len = lens[b];
   __syncthreads();  // every thread has its length before thread 0 may advance it
-  const uint64_t cap = (uint64_t)max_pages * page_tokens;
-  if (len < 0 || (uint64_t)len >= cap) {
-    if (threadIdx.x == 0) atomicOr(status, len < 0 ? ATTN_STATUS_NEGATIVE : ATTN_STATUS_LONG);
-    return;
-  }
-  const int page = table[(uint64_t)b * max_pages + (uint32_t)len / page_tokens];
-  if (page < 0 || (uint32_t)page >= pages) {
-    if (threadIdx.x == 0) atomicOr(status, ATTN_STATUS_BAD_PAGE);
-    return;
-  }
+  const int page = append_page(table, status, b, len, page_tokens, pages, max_pages);
+  if (page < 0) return;
   const uint32_t row = (uint32_t)len % page_tokens;
   const uint32_t chunks = head_dim / 8;
   for (uint32_t c = threadIdx.x; c < kv_heads * chunks; c += APPEND_THREADS) {

@@ -31,16 +31,8 @@ extern "C" __global__ void __launch_bounds__(QKV_APPEND_THREADS)
   const uint32_t b = blockIdx.x;
   const int len = lens[b];
   __syncthreads();  // every thread has its length before thread 0 may advance it
-  const uint64_t cap = (uint64_t)max_pages * page_tokens;
-  if (len < 0 || (uint64_t)len >= cap) {
-    if (threadIdx.x == 0) atomicOr(status, len < 0 ? ATTN_STATUS_NEGATIVE : ATTN_STATUS_LONG);
-    return;
-  }
-  const int page = table[(uint64_t)b * max_pages + (uint32_t)len / page_tokens];
-  if (page < 0 || (uint32_t)page >= pages) {
-    if (threadIdx.x == 0) atomicOr(status, ATTN_STATUS_BAD_PAGE);
-    return;
-  }
+  const int page = append_page(table, status, b, len, page_tokens, pages, max_pages);
+  if (page < 0) return;
   const uint64_t slot = (uint64_t)page * page_stride + (uint64_t)((uint32_t)len % page_tokens) * head_dim;
   const uint32_t heads = q_heads + 2 * kv_heads, half = head_dim / 2;
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;

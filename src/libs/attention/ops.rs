@@ -238,6 +238,21 @@ fn pool_args(layout: &KvLayout, max_pages: u32) -> [Arg; 7] {
     ]
 }
 
+/// What an append of one token for each of `batch` sequences into `layout`'s pool reports before it runs.
+fn append_info(kind: Kind, batch: u32, layout: &KvLayout) -> Info {
+    Info {
+        kind: Some(kind),
+        batch,
+        kv_heads: layout.kv_heads,
+        head_dim: layout.head_dim,
+        q_rows: 1,
+        page_tokens: layout.page_tokens,
+        splits: 1,
+        kv_bytes: u64::from(batch) * layout.token_bytes(),
+        ..Info::default()
+    }
+}
+
 /// The softmax scale a call asks for, or the default.
 fn scale_of(scale: Option<f32>, head_dim: u32) -> f32 {
     scale.unwrap_or(1.0 / (head_dim as f32).sqrt())
@@ -657,17 +672,7 @@ impl<'s> Attention<'s> {
         lens: &impl Input<i32>,
         s: AppendShape,
     ) -> (Result<Plan, AttentionError>, Info) {
-        let info = Info {
-            kind: Some(Kind::Append),
-            batch: s.batch,
-            kv_heads: layout.kv_heads,
-            head_dim: layout.head_dim,
-            q_rows: 1,
-            page_tokens: layout.page_tokens,
-            splits: 1,
-            kv_bytes: u64::from(s.batch) * layout.token_bytes(),
-            ..Info::default()
-        };
+        let info = append_info(Kind::Append, s.batch, layout);
         let plan = (|| {
             let pool_elems = layout.check()?;
             for (what, v) in [("batch", s.batch), ("max_pages", s.max_pages)] {
@@ -717,18 +722,7 @@ impl<'s> Attention<'s> {
         lens: &impl Input<i32>,
         s: QkvAppendShape,
     ) -> (Result<Plan, AttentionError>, Info) {
-        let info = Info {
-            kind: Some(Kind::QkvAppend),
-            batch: s.batch,
-            q_heads: s.q_heads,
-            kv_heads: layout.kv_heads,
-            head_dim: layout.head_dim,
-            q_rows: 1,
-            page_tokens: layout.page_tokens,
-            splits: 1,
-            kv_bytes: u64::from(s.batch) * layout.token_bytes(),
-            ..Info::default()
-        };
+        let info = Info { q_heads: s.q_heads, ..append_info(Kind::QkvAppend, s.batch, layout) };
         let plan = (|| {
             let pool_elems = layout.check()?;
             for (what, v) in [("batch", s.batch), ("q_heads", s.q_heads), ("max_pages", s.max_pages)] {
