@@ -76,6 +76,17 @@ impl<T: DeviceScalar> DeviceSpan<T> {
     pub unsafe fn new(va: u64, len: usize) -> Self {
         DeviceSpan { va, len, _elem: PhantomData }
     }
+
+    /// Elements `start .. start + len` of this span (`None` past its end): inside the same buffer, so the
+    /// constructor's promise covers it.
+    pub fn part(&self, start: usize, len: usize) -> Option<Self> {
+        let end = start.checked_add(len)?;
+        (end <= self.len).then(|| DeviceSpan {
+            va: self.va + (start * core::mem::size_of::<T>()) as u64,
+            len,
+            _elem: PhantomData,
+        })
+    }
 }
 
 impl<T: DeviceScalar> sealed::Sealed for DeviceSpan<T> {}

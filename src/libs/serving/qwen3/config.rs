@@ -90,6 +90,11 @@ impl Qwen3Config {
         self.kv_heads * self.head_dim
     }
 
+    /// Width of the fused q/k/v projection's output (q, then k, then v).
+    pub const fn qkv_width(&self) -> u32 {
+        self.q_width() + 2 * self.kv_width()
+    }
+
     /// Every tensor of the model, the globals first, then layer by layer in [`TensorKind::ALL`]'s order.
     pub fn tensors(&self) -> Vec<Tensor> {
         let globals = [TensorKind::Embed, TensorKind::FinalNorm, TensorKind::LmHead].map(Tensor::global);

@@ -15,5 +15,5 @@ pub mod reference;
 mod step;
 
 pub use config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
-pub use model::{Qwen3Error, Qwen3Model, WeightSource, Weights, PAGE_TOKENS};
+pub use model::{Qwen3Error, Qwen3Model, WeightSource, Weights, CONTEXT_FILL_ID, PAGE_TOKENS};
 pub use reference::Reference;

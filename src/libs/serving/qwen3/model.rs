@@ -8,8 +8,9 @@
 //! 0. `omega_rope_step`: from the device positions `pos` (i32 `[B]`), the RoPE tables (f32 `[B,
 //!    head_dim / 2]`) and `lens = pos + 1` (what attention reads).
 //! 1. `h = embed(tokens)` (bf16 `[B, hidden]`; the tokens are the last step's argmax, in device memory).
-//! 2. Per layer: `x = rmsnorm(h)`; q, k, v three bf16 products rounded to bf16; q and k QK-normed and
-//!    rotated (bf16); K/V appended at `pos[b]` of the layer's pool (the last layer advances `pos`);
+//! 2. Per layer: `x = rmsnorm(h)`; `qkv = x · [Wq; Wk; Wv]ᵀ` one product rounded to bf16; one launch
+//!    ([`Attention::qkv_append`]) QK-norms and rotates q and k (bf16), stores q and appends K/V at
+//!    `pos[b]` of the layer's pool (the last layer advances `pos`);
 //!    `o = paged_decode(q, pool, lens)` bf16; `a = o_proj(o)` bf16; `h = bf16(h + a)`, `x =
 //!    rmsnorm(h)`; router logits f32, top-k experts and weights; gate+up f32 per slot (the grouped
 //!    product routes), SwiGLU f32, rounded to bf16, the down product over that routing f32 per slot,
@@ -29,7 +30,7 @@ use crate::cmdlist::{CmdListBuilder, CmdListError};
 use crate::libs::attention::{Attention, AttentionError, KvLayout};
 use crate::libs::decoder::{DecError, Decoder, DeviceSpan};
 use crate::libs::elementwise::{Elementwise, EwError};
-use crate::libs::matmul::MatmulError;
+use crate::libs::matmul::{Input, MatmulError};
 use crate::libs::serving::{Sealed, Serving, ServingBounds, ServingError};
 use crate::{Device, DeviceScalar, Gpu, Mem, Scope, Stage};
 
@@ -37,6 +38,10 @@ use super::config::{Qwen3Config, Tensor, TensorKind, WEIGHT_SEED};
 
 /// Tokens per KV page.
 pub const PAGE_TOKENS: u32 = 64;
+
+/// The generator's tensor number of [`Qwen3Model::fill_context`]'s KV values (no weight's: those are
+/// below 100 · (layers + 1)).
+pub const CONTEXT_FILL_ID: u64 = u64::MAX;
 
 /// Where a model's weights come from.
 pub enum Weights<'a> {
@@ -179,11 +184,8 @@ pub(super) struct State<'s> {
     pub(super) tables: Buf<'s, i32>,
     pub(super) h: Buf<'s, u16>,
     pub(super) x: Buf<'s, u16>,
-    pub(super) q: Buf<'s, u16>,
-    pub(super) k: Buf<'s, u16>,
-    pub(super) v: Buf<'s, u16>,
+    pub(super) qkv: Buf<'s, u16>,
     pub(super) qr: Buf<'s, u16>,
-    pub(super) kr: Buf<'s, u16>,
     pub(super) o: Buf<'s, u16>,
     pub(super) a: Buf<'s, u16>,
     pub(super) router: Buf<'s, f32>,
@@ -212,11 +214,8 @@ impl<'s> State<'s> {
             tables: Buf::of(scope.alloc_device_from(&(0..batch * max_pages).map(|p| p as i32).collect::<Vec<_>>())?)?,
             h: Buf::new(scope, b * h)?,
             x: Buf::new(scope, b * h)?,
-            q: Buf::new(scope, b * q)?,
-            k: Buf::new(scope, b * kv)?,
-            v: Buf::new(scope, b * kv)?,
+            qkv: Buf::new(scope, b * (q + 2 * kv))?,
             qr: Buf::new(scope, b * q)?,
-            kr: Buf::new(scope, b * kv)?,
             o: Buf::new(scope, b * q)?,
             a: Buf::new(scope, b * h)?,
             router: Buf::new(scope, b * e)?,
@@ -242,8 +241,7 @@ pub struct Qwen3Model<'s> {
     pub(super) ew: Elementwise<'s>,
     pub(super) att: Attention<'s>,
     pub(super) dec: Decoder<'s>,
-    /// In [`Qwen3Config::tensors`]' order.
-    pub(super) weights: Vec<Buf<'s, u16>>,
+    pub(super) weights: WeightBufs<'s>,
     /// The KV cache's layout per layer, and each layer's pool.
     pub(super) layout: KvLayout,
     pub(super) pools: Vec<DeviceSpan<u16>>,
@@ -317,6 +315,33 @@ impl<'s> Qwen3Model<'s> {
         Ok(())
     }
 
+    /// A context of `context` tokens without decoding them, for benchmarks: every layer's KV pool filled
+    /// with generated bf16 values (uniform in `[-1, 1)`, the generator's tensor [`CONTEXT_FILL_ID`]) and
+    /// every sequence's position set to `context - 1`, so the next step appends there and attends
+    /// `context` tokens — what benches/torch/qwen3_peer.py times (its cache is random too; a step's time
+    /// does not depend on the values). The tokens are those [`Qwen3Model::set_tokens`] gave.
+    pub fn fill_context(&self, gpu: Gpu<'s>, context: u32) -> Result<Gpu<'s>, Qwen3Error> {
+        if context == 0 || context > self.max_seq {
+            let (batch, max_seq) = (self.batch, self.max_seq);
+            return Err(Qwen3Error::Batch { what: "context", got: context.into(), batch, max_seq });
+        }
+        let mut gpu = gpu;
+        for (l, pool) in self.pools.iter().enumerate() {
+            let mut span = *pool;
+            let call = self.dec.generate_bf16(
+                &mut span,
+                WEIGHT_SEED,
+                CONTEXT_FILL_ID,
+                (l * pool.elements()) as u64,
+                0.0,
+                1.0,
+            )?;
+            gpu = self.dec.launch(gpu, call).map_err(|(_, e)| e)?;
+        }
+        self.st.pos.write(&vec![context as i32 - 1; self.batch as usize])?;
+        Ok(gpu)
+    }
+
     /// The span of tensor `kind` (of `layer`, or a global one).
     pub(super) fn w(&self, kind: TensorKind, layer: Option<u32>) -> &DeviceSpan<u16> {
         let at = match layer {
@@ -326,7 +351,12 @@ impl<'s> Qwen3Model<'s> {
                 .expect("a global tensor"),
             Some(l) => 3 + l as usize * 11 + TensorKind::LAYER.iter().position(|&k| k == kind).expect("a layer's"),
         };
-        &self.weights[at].span
+        &self.weights.spans[at]
+    }
+
+    /// Layer `layer`'s fused `[Wq; Wk; Wv]`.
+    pub(super) fn w_qkv(&self, layer: u32) -> &DeviceSpan<u16> {
+        &self.weights.qkv[layer as usize]
     }
 
     /// Runs one step: `list` is [`Qwen3Model::record_step`]'s. Refused past `max_seq` tokens only by the
@@ -353,6 +383,12 @@ impl<'s> Qwen3Model<'s> {
         Ok(self.st.logits.read()?)
     }
 
+    /// The last step's residual stream after the last layer, bf16 bits `[batch, hidden]` (the
+    /// reference's [`super::Reference::residual`]).
+    pub fn read_residual(&self) -> Result<Vec<u16>, Qwen3Error> {
+        Ok(self.st.h.read()?)
+    }
+
     /// The tokens the next step embeds (the last step's argmax, or those [`Qwen3Model::set_tokens`] gave).
     pub fn read_tokens(&self) -> Result<Vec<u32>, Qwen3Error> {
         Ok(self.st.tokens.read()?)
@@ -373,7 +409,7 @@ impl<'s> Qwen3Model<'s> {
 fn bounds(c: &Qwen3Config, batch: u32, max_seq: u32, max_pages: u32) -> ServingBounds {
     ServingBounds {
         max_m: batch * c.top_k,
-        max_n: c.vocab.max(2 * c.expert_inter).max(c.q_width()).max(c.hidden),
+        max_n: c.vocab.max(2 * c.expert_inter).max(c.qkv_width()).max(c.hidden),
         max_k: c.hidden.max(c.q_width()).max(c.expert_inter),
         max_seq,
         max_batch: batch,
@@ -386,6 +422,17 @@ fn bounds(c: &Qwen3Config, batch: u32, max_seq: u32, max_pages: u32) -> ServingB
     }
 }
 
+/// The model's weights on the device: one buffer a tensor, but a layer's q, k and v projections share
+/// one (`[Wq; Wk; Wv]`, `[q_width + 2 kv_width, hidden]`), so the step makes all three with one product.
+pub(super) struct WeightBufs<'s> {
+    /// Keeps the buffers the spans name.
+    _mem: Vec<Buf<'s, u16>>,
+    /// Every tensor's span, in [`Qwen3Config::tensors`]' order.
+    pub(super) spans: Vec<DeviceSpan<u16>>,
+    /// Each layer's fused q/k/v span.
+    pub(super) qkv: Vec<DeviceSpan<u16>>,
+}
+
 /// Every tensor's device buffer, generated on the device or uploaded.
 fn make_weights<'s>(
     scope: &'s Scope<'s>,
@@ -394,31 +441,50 @@ fn make_weights<'s>(
     dec: &Decoder<'s>,
     weights: Weights<'_>,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<(Vec<Buf<'s, u16>>, Gpu<'s>), Qwen3Error> {
+) -> Result<(WeightBufs<'s>, Gpu<'s>), Qwen3Error> {
     let (total, mut done) = (c.weight_elements(), 0u64);
     let mut gpu = gpu;
-    let mut out = Vec::new();
-    for t in c.tensors() {
-        let n = t.elements(c);
+    let mut out = WeightBufs { _mem: Vec::new(), spans: Vec::new(), qkv: Vec::new() };
+    let tensors = c.tensors();
+    let mut i = 0;
+    while i < tensors.len() {
+        // A layer's Q, K and V (consecutive in `tensors()`) go into one buffer; any other tensor alone.
+        let group = if tensors[i].kind == TensorKind::Q { &tensors[i..i + 3] } else { &tensors[i..=i] };
+        debug_assert!(
+            group.len() == 1 || group.iter().map(|t| t.kind).eq([TensorKind::Q, TensorKind::K, TensorKind::V])
+        );
+        let sizes: Vec<u64> = group.iter().map(|t| t.elements(c)).collect();
         let buf = match weights {
-            Weights::Generated => {
-                let buf = Buf::new(scope, n as usize)?;
-                let mut span = buf.span;
-                let call = dec.generate_bf16(&mut span, WEIGHT_SEED, t.id(), 0, t.center(), t.scale(c))?;
-                gpu = dec.launch(gpu, call).map_err(|(_, e)| e)?;
-                buf
-            }
+            Weights::Generated => Buf::new(scope, sizes.iter().sum::<u64>() as usize)?,
             Weights::Source(src) => {
-                let bits = src.tensor(t).map_err(|source| Qwen3Error::Source { tensor: t.name(), source })?;
-                if bits.len() as u64 != n {
-                    return Err(Qwen3Error::Length { tensor: t.name(), len: bits.len(), needs: n });
+                let mut bits = Vec::with_capacity(sizes.iter().sum::<u64>() as usize);
+                for (t, &n) in group.iter().zip(&sizes) {
+                    let part = src.tensor(*t).map_err(|source| Qwen3Error::Source { tensor: t.name(), source })?;
+                    if part.len() as u64 != n {
+                        return Err(Qwen3Error::Length { tensor: t.name(), len: part.len(), needs: n });
+                    }
+                    bits.extend_from_slice(&part);
                 }
                 Buf::of(scope.alloc_device_from(&bits)?)?
             }
         };
-        out.push(buf);
-        done += n;
-        progress(done, total);
+        let mut at = 0usize;
+        for (t, &n) in group.iter().zip(&sizes) {
+            let mut span = buf.span.part(at, n as usize).expect("the buffer holds its group");
+            if let Weights::Generated = weights {
+                let call = dec.generate_bf16(&mut span, WEIGHT_SEED, t.id(), 0, t.center(), t.scale(c))?;
+                gpu = dec.launch(gpu, call).map_err(|(_, e)| e)?;
+            }
+            out.spans.push(span);
+            at += n as usize;
+            done += n;
+            progress(done, total);
+        }
+        if group.len() == 3 {
+            out.qkv.push(buf.span);
+        }
+        out._mem.push(buf);
+        i += group.len();
     }
     Ok((out, gpu))
 }

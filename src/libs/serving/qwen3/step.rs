@@ -1,8 +1,8 @@
 //! The decode step's command list (the order and rounding points of [`super::model`]'s text).
 
 use crate::cmdlist::CmdListBuilder;
-use crate::libs::attention::{AppendShape, DecodeShape};
-use crate::libs::elementwise::{Heads, Rows};
+use crate::libs::attention::{DecodeShape, QkvAppendShape};
+use crate::libs::elementwise::Rows;
 use crate::libs::matmul::{GroupedShape, Shape};
 
 use crate::libs::decoder::DeviceSpan;
@@ -25,11 +25,10 @@ pub(super) fn moe_shape(c: &Qwen3Config, batch: u32, n: u32, k: u32) -> GroupedS
     GroupedShape { tokens: batch, top_k: c.top_k, experts: c.experts, n, k }
 }
 
-/// The dense products of a step at `batch` tokens: q, k (and v), o, the router, lm_head.
-pub(super) fn dense_shapes(c: &Qwen3Config, batch: u32) -> [Shape; 5] {
+/// The dense products of a step at `batch` tokens: the fused q/k/v, o, the router, lm_head.
+pub(super) fn dense_shapes(c: &Qwen3Config, batch: u32) -> [Shape; 4] {
     [
-        Shape::new(batch, c.q_width(), c.hidden),
-        Shape::new(batch, c.kv_width(), c.hidden),
+        Shape::new(batch, c.qkv_width(), c.hidden),
         Shape::new(batch, c.hidden, c.q_width()),
         Shape::new(batch, c.experts, c.hidden),
         Shape::new(batch, c.vocab, c.hidden),
@@ -42,9 +41,8 @@ impl<'s> Qwen3Model<'s> {
     pub fn record_step(&self) -> Result<CmdListBuilder<'_, 's>, Qwen3Error> {
         let (c, b, st) = (&self.cfg, self.batch, &self.st);
         let mm = self.serving.matmul();
-        let [dq, dkv, dout, drouter, dhead] = dense_shapes(c, b);
+        let [dqkv, dout, drouter, dhead] = dense_shapes(c, b);
         let rows = Rows { rows: b, cols: c.hidden };
-        let heads = |n| Heads { tokens: b, heads: n, dim: c.head_dim };
         let max_pages = self.bounds().pages / b;
         let mut list = self.scope.cmdlist()?;
         let l = &mut list;
@@ -60,26 +58,18 @@ impl<'s> Qwen3Model<'s> {
         for layer in 0..c.layers {
             let w = |kind| self.w(kind, Some(layer));
             ew.record(l, ew.rmsnorm::<u16>(&st.h.span, w(TensorKind::InputNorm), out(&st.x), rows, c.eps)?)?;
-            mm.add_bf16_to_bf16(l, &st.x.span, w(TensorKind::Q), &st.q.span, dq)?;
-            mm.add_bf16_to_bf16(l, &st.x.span, w(TensorKind::K), &st.k.span, dkv)?;
-            mm.add_bf16_to_bf16(l, &st.x.span, w(TensorKind::V), &st.v.span, dkv)?;
-            let (qn, kn) = (w(TensorKind::QNorm), w(TensorKind::KNorm));
-            ew.record(
-                l,
-                ew.norm_rope::<u16>(&st.q.span, qn, &st.cos.span, &st.sin.span, out(&st.qr), heads(c.q_heads), c.eps)?,
-            )?;
-            ew.record(
-                l,
-                ew.norm_rope::<u16>(&st.k.span, kn, &st.cos.span, &st.sin.span, out(&st.kr), heads(c.kv_heads), c.eps)?,
-            )?;
+            mm.add_bf16_to_bf16(l, &st.x.span, self.w_qkv(layer), &st.qkv.span, dqkv)?;
             let pool = &self.pools[layer as usize];
-            let append = AppendShape { batch: b, max_pages, advance: layer + 1 == c.layers };
-            att.add_kv_append::<u16>(
+            let append =
+                QkvAppendShape { batch: b, q_heads: c.q_heads, max_pages, advance: layer + 1 == c.layers, eps: c.eps };
+            att.add_qkv_append(
                 l,
+                &st.qkv.span,
+                [w(TensorKind::QNorm), w(TensorKind::KNorm)],
+                [&st.cos.span, &st.sin.span],
+                &st.qr.span,
                 pool,
                 &self.layout,
-                &st.kr.span,
-                &st.v.span,
                 &st.tables.span,
                 &st.pos.span,
                 append,
