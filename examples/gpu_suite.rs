@@ -23,6 +23,8 @@ mod elementwise;
 mod prefill;
 #[path = "suite/qwen3.rs"]
 mod qwen3;
+#[path = "suite/decoder.rs"]
+mod decoder;
 #[path = "suite/serving.rs"]
 mod serving;
 
@@ -1947,6 +1949,7 @@ fn main() -> ExitCode {
             "chains" => chains_under_switch(),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "serving" => serving::sealed_matmul_steps(),
+            "decoder" => decoder::selections(),
             "qwen3_tiny" => qwen3::tiny(),
             "qwen3_2layer" => qwen3::two_layer(),
             "prefill" => prefill::prefill_case(),
@@ -2027,6 +2030,7 @@ fn main() -> ExitCode {
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),
+        ("decoder: router top-k and argmax, exact against references", decoder::selections),
         ("qwen3: TINY decode vs the host reference, generator bits, sealed steps", || in_child("qwen3_tiny")),
         ("qwen3: full width, 2 layers, 8 steps vs the host reference", || in_child("qwen3_2layer")),
         ("ordering and visibility, marker 1 from the last QMD", || {

@@ -28,6 +28,12 @@
 //!   median step over `--steps`, `step_us` from submit to completion on the platform's clock (the
 //!   submission's own time), `wall_us` the host's around it (with the wait's wake-up), `tok_s` from
 //!   `step_us` (on sim the platform clock is the simulator's virtual one, not a GPU's).
+//! - `--profile`: after the timed steps, the last step's launches by operation (`record_step_labelled`):
+//!   each launch's time from the previous launch's completion stamp to its own (its run and the gap
+//!   before it), summed over the layers, one line `qwen3 profile op=.. launches=.. us=.. share=..` an
+//!   operation, largest first (the first launch has no earlier stamp and is left out).
+//! - `--grouped-split S`: the expert products split K into S slices instead of the planner's choice
+//!   (`Matmul::set_grouped_split`; a split K cannot make is refused by name), for a sweep.
 
 use std::io::Write;
 use std::time::Instant;
@@ -47,6 +53,8 @@ struct Opts {
     checkpoint: Option<String>,
     sealed: usize,
     bench: bool,
+    profile: bool,
+    grouped_split: Option<u32>,
 }
 
 fn parse(platform: &str) -> Result<Opts, String> {
@@ -61,6 +69,8 @@ fn parse(platform: &str) -> Result<Opts, String> {
         checkpoint: None,
         sealed: 0,
         bench: false,
+        profile: false,
+        grouped_split: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -77,6 +87,8 @@ fn parse(platform: &str) -> Result<Opts, String> {
             "--checkpoint" => o.checkpoint = Some(value("--checkpoint")?),
             "--sealed-steps" => o.sealed = num(value("--sealed-steps")?, "--sealed-steps")?,
             "--bench" => o.bench = true,
+            "--profile" => o.profile = true,
+            "--grouped-split" => o.grouped_split = Some(num(value("--grouped-split")?, "--grouped-split")? as u32),
             other => return Err(format!("unknown argument {other} (see the example's header)")),
         }
     }
@@ -156,7 +168,8 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
         gpu = model.fill_context(gpu, o.context as u32).map_err(|e| e.to_string())?;
         println!("context: {} tokens' K/V generated in every layer's cache", o.context);
     }
-    let mut list = model.record_step().map_err(|e| e.to_string())?;
+    model.matmul().set_grouped_split(o.grouped_split);
+    let (mut list, labels) = model.record_step_labelled().map_err(|e| e.to_string())?;
     println!("ready in {:.1} s: one list of {} launches a step", t.elapsed().as_secs_f64(), list.len());
     let mut reference = o.check.then(|| Reference::generated(cfg, o.batch));
     let mut tokens = first;
@@ -194,11 +207,33 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
         let (b, l, c) = (o.batch, cfg.layers, o.context);
         println!("qwen3 decode B={b} layers={l} context={c} step_us={median:.1} wall_us={wall:.1} tok_s={tok_s:.1}");
     }
+    if o.profile {
+        profile(&list.stamps(), &labels);
+    }
     if o.sealed > 0 {
         gpu = sealed_steps(s, gpu, &model, &mut list, o.sealed)?;
     }
     drop((list, gpu));
     Ok(())
+}
+
+/// The last submission's completion stamps added up by operation (see `--profile`).
+fn profile(stamps: &[u64], labels: &[&'static str]) {
+    let mut ops: Vec<(&'static str, u32, f64)> = Vec::new();
+    for (i, pair) in stamps.windows(2).enumerate() {
+        let us = pair[1].saturating_sub(pair[0]) as f64 / 1e3;
+        let label = labels.get(i + 1).copied().unwrap_or("?");
+        match ops.iter_mut().find(|(l, ..)| *l == label) {
+            Some(op) => (op.1, op.2) = (op.1 + 1, op.2 + us),
+            None => ops.push((label, 1, us)),
+        }
+    }
+    let total: f64 = ops.iter().map(|op| op.2).sum();
+    ops.sort_by(|a, b| b.2.total_cmp(&a.2));
+    for (op, n, us) in ops {
+        println!("qwen3 profile op={op} launches={n} us={us:.1} share={:.3}", us / total.max(1e-9));
+    }
+    println!("qwen3 profile total_us={total:.1} (first launch to last completion)");
 }
 
 /// The median of `v` (not empty: `--steps` is at least 1).

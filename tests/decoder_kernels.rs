@@ -138,7 +138,7 @@ fn the_router_writes_each_tokens_top_k_experts_and_their_renormalised_weights() 
             let mut topk = s.alloc_device_from(&vec![POISON_U32; n]).unwrap();
             let mut weights = s.alloc_device_from(&vec![POISON_F32; n]).unwrap();
             let l = Launch::new(&kernel)
-                .grid([tokens.div_ceil(dk::ROUTER_THREADS), 1, 1])
+                .grid([tokens.div_ceil(dk::ROUTER_TOKENS_PER_CTA), 1, 1])
                 .block([dk::ROUTER_THREADS, 1, 1])
                 .arg(&dl)
                 .arg(&topk)

@@ -28,7 +28,11 @@ A step passes when its tokens equal this model's argmax and every dumped logit i
 row's RMS (over the whole vocabulary) of this model's: Omega and this model round to bf16 at the same points
 but sum in other orders, so a value now and then lands on the other side of a bf16 rounding (2^-8 relative)
 and the logits move by a fraction of a percent of their spread; a wrong step moves them by their whole
-spread. Prints `peer qwen3 check step=i tokens=ok|DIFFER max_err=.. tol=.. top5_overlap=..` and a final
+spread. Its attention is Omega's decode arithmetic (float64 scores, each softmax weight rounded to bf16 for
+the weighted sum of V, the normaliser unrounded). Prints `peer qwen3 check step=i tokens=ok|DIFFER
+max_err=.. tol=.. top5_overlap=.. router_gap=..` (the smallest gap over the layers between the last chosen
+expert's router logit and the first left out: near zero, another correct implementation may route
+otherwise) and a final
 `peer qwen3 check: ok (N steps)` or `peer qwen3 check: FAILED ...` (exit status 1).
 
 --bench times the decode step at each batch and context, the whole model on the GPU, the weights generated
@@ -69,6 +73,7 @@ class Model:
 
     def __init__(self, cfg, device="cuda", precise=False, progress=True):
         self.cfg, self.dev, self.precise = cfg, device, precise
+        self.gaps = None  # the check's per-layer router gaps of the step running (a list), or None
         t0 = time.time()
         gen = {}
         tensors = qw.qwen3_tensors(cfg)
@@ -92,6 +97,9 @@ class Model:
         d = cfg["head_dim"]
         i = torch.arange(d // 2, dtype=torch.float64, device=device)
         self.inv_freq = torch.pow(torch.full_like(i, float(cfg["rope_theta"])), -2.0 * i / d)
+        # 1 / sqrt(d) * log2(e), each step in float32 (the decode kernel's scale).
+        f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+        self.scale_log2 = float((f32(1.0) / torch.sqrt(f32(float(d)))) * f32(math.log2(math.e)))
         torch.cuda.synchronize()
         self.load_s = time.time() - t0
 
@@ -121,10 +129,14 @@ class Model:
         c = self.cfg
         bsz, group = q.shape[0], c["q_heads"] // c["kv_heads"]
         if self.precise:
-            k, v = kc[:, :, :n].float(), vc[:, :, :n].float()
-            qg = q.float().view(bsz, c["kv_heads"], group, c["head_dim"])
-            s = torch.matmul(qg, k.transpose(-1, -2)) / math.sqrt(c["head_dim"])
-            o = torch.matmul(torch.softmax(s, -1), v)
+            # Omega's decode arithmetic (omega_refmath::attend_row with round_p): scores in float64 times
+            # scale * log2(e) (both float32, as the kernel has them), p = 2^(s - max), the sum of p
+            # unrounded, each p rounded to bf16 for the weighted sum of V (the tensor cores' P . V).
+            k, v = kc[:, :, :n].double(), vc[:, :, :n].double()
+            qg = q.double().view(bsz, c["kv_heads"], group, c["head_dim"])
+            s = torch.matmul(qg, k.transpose(-1, -2)) * self.scale_log2
+            p = torch.exp2(s - s.amax(-1, keepdim=True))
+            o = torch.matmul(p.float().to(torch.bfloat16).double(), v) / p.sum(-1, keepdim=True)
         else:
             qh = q.view(bsz, c["q_heads"], 1, c["head_dim"])
             o = sdpa_gqa(qh, kc[:, :, :n], vc[:, :, :n])
@@ -135,6 +147,11 @@ class Model:
         c = self.cfg
         logits = x.float() @ w["router"].t()
         top, idx = torch.topk(logits, c["top_k"], dim=-1)
+        if self.gaps is not None:
+            # How far the last chosen expert lies above the first left out: a step whose gap is within
+            # rounding of zero may route differently in another correct implementation.
+            nxt = torch.topk(logits, c["top_k"] + 1, dim=-1).values[:, -1]
+            self.gaps.append((top[:, -1] - nxt).min().item())
         weights = torch.softmax(top, -1)
         bsz, k, inter = x.shape[0], c["top_k"], c["expert_inter"]
         flat = idx.reshape(-1)
@@ -255,7 +272,9 @@ def check(args):
             sys.exit("peer qwen3 check: step 0 has no input and there is no prompt (header or --prompt)")
         tokens = torch.tensor(inp, dtype=torch.int64, device="cuda")
         pos = torch.tensor([i], dtype=torch.int64, device="cuda")
+        model.gaps = []
         logits = model.step(tokens, pos, i + 1, caches)
+        gap = min(model.gaps)
         ours = logits.argmax(-1).tolist()
         rms = logits.pow(2).mean(-1).sqrt()
         if any(v is None for row in line["logits"] for v in row):
@@ -276,7 +295,7 @@ def check(args):
             gaps = " gaps=" + ",".join(
                 f"{(logits[b, o] - logits[b, t]).item():.4g}" for b, (o, t) in enumerate(zip(ours, line["tokens"])))
         print(f"peer qwen3 check step={i} tokens={'ok' if ok_tokens else 'DIFFER'} max_err={err.max().item():.4g} "
-              f"tol={tol.min().item():.4g} top5_overlap={overlap}/5{gaps}", flush=True)
+              f"tol={tol.min().item():.4g} top5_overlap={overlap}/5 router_gap={gap:.3g}{gaps}", flush=True)
         if args.verbose:
             print(f"#   omega {line['tokens']} peer {ours} sha omega {line.get('logits_sha', '-')[:16]} "
                   f"peer {logits_sha(logits)[:16]}")

@@ -4,46 +4,85 @@
 
 // The router's most experts a token chooses (Qwen3-30B-A3B takes 8).
 #define DEC_TOPK_MAX 8
-// The argmax block (a block per row).
-#define DEC_ARGMAX_THREADS 256
+// The argmax block (a block per row): 1024 threads with four 16-byte loads each in flight keep 64 KB of a
+// row moving through one SM (256 threads of dependent scalar loads took 131 us for a 151936-wide row).
+#define DEC_ARGMAX_THREADS 1024
 
-// One thread per token (decode has few tokens; a token's row of 128 logits is 512 bytes): the k largest
-// logits in descending order, the lower expert first on a tie, then their softmax weights renormalised
-// over the k (softmax over all, divided by the chosen ones' sum: the same numbers as a softmax over the
-// chosen logits, computed that way). topk[t * k + j] is the expert, weights[t * k + j] its weight.
-// k is at most DEC_TOPK_MAX and at most experts; the library refuses other calls.
-extern "C" __global__ void __launch_bounds__(128)
+// Whether (v, i) ranks above (w, j) in the router's order: the larger value first, NaN below every number,
+// the lower expert first among equals (NaN equal to NaN); an index of 0xffffffff (no candidate) never.
+__device__ __forceinline__ bool dec_ranks_above(float v, uint32_t i, float w, uint32_t j) {
+  if (i == 0xffffffffu) return false;
+  if (j == 0xffffffffu) return true;
+  const bool vn = v != v, wn = w != w;
+  if (vn != wn) return wn;
+  if (!vn && v != w) return v > w;
+  return i < j;
+}
+
+// One warp per token (DEC_ROUTER_WARPS tokens a block): k rounds, each a warp arg-max (every lane over
+// its strided experts, skipping those already chosen, then a shuffle reduction), so the k largest logits
+// come out in descending order, the lower expert first on a tie; then their softmax weights
+// renormalised over the k (softmax over all, divided by the chosen ones' sum: the same numbers as a
+// softmax over the chosen logits, computed that way, `expf(l - top)` summed in order). topk[t * k + j]
+// is the expert, weights[t * k + j] its weight. k is at most DEC_TOPK_MAX and at most experts; the library
+// refuses other calls. The round loop is unrolled to DEC_TOPK_MAX so the chosen list stays in registers
+// (a thread-per-token insertion sort kept it in local memory: 20 us a launch at batch 1, 66 at 32).
+#define DEC_ROUTER_WARPS 4
+extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
     omega_router_topk(const float* __restrict__ logits, uint32_t* __restrict__ topk, float* __restrict__ weights,
                       uint32_t tokens, uint32_t experts, uint32_t k) {
   if (k == 0 || k > DEC_TOPK_MAX || k > experts) return;
-  const uint32_t stride = gridDim.x * blockDim.x;
-  for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < tokens; t += stride) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t warps = gridDim.x * DEC_ROUTER_WARPS;
+  for (uint32_t t = blockIdx.x * DEC_ROUTER_WARPS + threadIdx.x / 32; t < tokens; t += warps) {
     const float* row = logits + static_cast<uint64_t>(t) * experts;
     float best[DEC_TOPK_MAX];
     uint32_t idx[DEC_TOPK_MAX];
-    uint32_t have = 0;
-    for (uint32_t e = 0; e < experts; ++e) {
-      const float v = row[e];
-      // Insertion into the sorted list: strictly greater moves past, so an earlier expert stays first.
-      if (have == k && !(v > best[k - 1])) continue;
-      uint32_t j = have < k ? have++ : k - 1;
-      while (j > 0 && v > best[j - 1]) {
-        best[j] = best[j - 1];
-        idx[j] = idx[j - 1];
-        --j;
+#pragma unroll
+    for (int r = 0; r < DEC_TOPK_MAX; ++r) {
+      best[r] = 0.f;
+      idx[r] = 0xffffffffu;
+      if (r < static_cast<int>(k)) {
+        float v = 0.f;
+        uint32_t i = 0xffffffffu;
+        for (uint32_t e = lane; e < experts; e += 32) {
+          bool taken = false;
+#pragma unroll
+          for (int j = 0; j < r; ++j) taken |= idx[j] == e;
+          const float x = row[e];
+          if (!taken && dec_ranks_above(x, e, v, i)) {
+            v = x;
+            i = e;
+          }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+          const uint32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+          if (dec_ranks_above(ov, oi, v, i)) {
+            v = ov;
+            i = oi;
+          }
+        }
+        best[r] = v;
+        idx[r] = i;
       }
-      best[j] = v;
-      idx[j] = e;
     }
     const float top = best[0];
     float sum = 0.f;
-    for (uint32_t j = 0; j < k; ++j) {
-      best[j] = expf(best[j] - top);
-      sum += best[j];
+#pragma unroll
+    for (int j = 0; j < DEC_TOPK_MAX; ++j) {
+      if (j < static_cast<int>(k)) {
+        best[j] = expf(best[j] - top);
+        sum += best[j];
+      }
     }
-    for (uint32_t j = 0; j < k; ++j) {
-      topk[static_cast<uint64_t>(t) * k + j] = idx[j];
-      weights[static_cast<uint64_t>(t) * k + j] = best[j] / sum;
+#pragma unroll
+    for (int j = 0; j < DEC_TOPK_MAX; ++j) {
+      if (j < static_cast<int>(k) && lane == static_cast<uint32_t>(j)) {
+        topk[static_cast<uint64_t>(t) * k + j] = idx[j];
+        weights[static_cast<uint64_t>(t) * k + j] = best[j] / sum;
+      }
     }
   }
 }
@@ -58,12 +97,39 @@ extern "C" __global__ void __launch_bounds__(DEC_ARGMAX_THREADS)
     const float* row = logits + static_cast<uint64_t>(r) * cols;
     float v = -INFINITY;
     uint32_t i = 0xffffffffu;
-    for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float x = row[c];
+    // A thread's elements in increasing index order, so `x > v` keeps its lowest index of a value.
+    auto see = [&](float x, uint32_t c) {
       if (x > v || (i == 0xffffffffu && !(x != x))) {
         v = x;
         i = c;
       }
+    };
+    if (cols % 4 == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+      const float4* row4 = reinterpret_cast<const float4*>(row);
+      const uint32_t n4 = cols / 4, step = blockDim.x;
+      uint32_t c = threadIdx.x;
+      for (; c + 3 * step < n4; c += 4 * step) {
+        float4 q[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) q[u] = __ldg(row4 + c + u * step);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const uint32_t at = 4 * (c + u * step);
+          see(q[u].x, at);
+          see(q[u].y, at + 1);
+          see(q[u].z, at + 2);
+          see(q[u].w, at + 3);
+        }
+      }
+      for (; c < n4; c += step) {
+        const float4 q = __ldg(row4 + c);
+        see(q.x, 4 * c);
+        see(q.y, 4 * c + 1);
+        see(q.z, 4 * c + 2);
+        see(q.w, 4 * c + 3);
+      }
+    } else {
+      for (uint32_t c = threadIdx.x; c < cols; c += blockDim.x) see(row[c], c);
     }
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, v, o);

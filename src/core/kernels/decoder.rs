@@ -39,13 +39,15 @@ pub const FILL_BF16_HASH: &str = "omega_fill_bf16_hash";
 /// The router's most experts a token chooses (`DEC_TOPK_MAX`).
 pub const TOPK_MAX: u32 = 8;
 /// The argmax block (`DEC_ARGMAX_THREADS`), also its largest.
-pub const ARGMAX_THREADS: u32 = 256;
+pub const ARGMAX_THREADS: u32 = 1024;
 /// The gather's and the cast's block (`__launch_bounds__(256)`).
 pub const GATHER_THREADS: u32 = 256;
 /// The combine's block (`DEC_COMBINE_THREADS`).
 pub const COMBINE_THREADS: u32 = 256;
-/// The router's block (`__launch_bounds__(128)`).
-pub const ROUTER_THREADS: u32 = 128;
+/// The router's block: `DEC_ROUTER_WARPS` warps, a token each.
+pub const ROUTER_THREADS: u32 = 32 * ROUTER_TOKENS_PER_CTA;
+/// Tokens a router block takes (`DEC_ROUTER_WARPS`).
+pub const ROUTER_TOKENS_PER_CTA: u32 = 4;
 
 /// The module's kernels with their host references, by symbol name.
 pub const DECODER_HOST_SPECS: &[HostSpec] = &[
@@ -155,21 +157,24 @@ fn cast(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 }
 
 /// The router's choice for one token's logits: the `k` largest in descending order (the lower expert
-/// first on a tie) and their softmax weights renormalised over the `k`, in the kernel's f32.
+/// first on a tie, NaN below every number) and their softmax weights renormalised over the `k`, in the
+/// kernel's f32: `k` rounds each taking the best of the experts not yet chosen, as the kernel's warp does.
 pub fn router_topk_ref(row: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
-    let mut order: Vec<u32> = (0..row.len() as u32).collect();
-    // A stable sort by descending value keeps the lower expert first among equals; NaN never rises.
-    order.sort_by(|&a, &b| {
-        let (x, y) = (row[a as usize], row[b as usize]);
-        if y > x {
-            core::cmp::Ordering::Greater
-        } else if x > y {
-            core::cmp::Ordering::Less
-        } else {
-            core::cmp::Ordering::Equal
-        }
-    });
-    order.truncate(k);
+    // Whether (v, i) ranks above (w, j): `dec_ranks_above` of kernels/cuda/decoder/select.cuh.
+    let above = |(v, i): (f32, usize), (w, j): (f32, usize)| match (v.is_nan(), w.is_nan()) {
+        (false, true) => true,
+        (true, false) => false,
+        (false, false) if v != w => v > w,
+        _ => i < j,
+    };
+    let mut order: Vec<u32> = Vec::with_capacity(k);
+    for _ in 0..k.min(row.len()) {
+        let best = (0..row.len())
+            .filter(|&e| !order.contains(&(e as u32)))
+            .reduce(|b, e| if above((row[e], e), (row[b], b)) { e } else { b })
+            .expect("fewer chosen than experts");
+        order.push(best as u32);
+    }
     let top = row[order[0] as usize];
     let e: Vec<f32> = order.iter().map(|&i| (row[i as usize] - top).exp()).collect();
     let sum = e.iter().fold(0f32, |s, &x| s + x);

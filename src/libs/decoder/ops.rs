@@ -182,7 +182,7 @@ impl<'s> Decoder<'s> {
             Arg::Word(experts),
             Arg::Word(kk),
         ];
-        Ok(Self::call(op, self.grid(tokens.into(), k::ROUTER_THREADS), k::ROUTER_THREADS, args))
+        Ok(Self::call(op, self.grid(tokens.into(), k::ROUTER_TOKENS_PER_CTA), k::ROUTER_THREADS, args))
     }
 
     /// `out[r]` = the lowest column of row `r` of `logits` (`[rows, cols]` f32) holding its largest value
@@ -242,7 +242,8 @@ impl<'s> Decoder<'s> {
             Arg::Word(shape.top_k),
             Arg::Word(shape.n),
         ];
-        Ok(Self::call(op, shape.tokens.min(self.sms * 8), k::COMBINE_THREADS, args))
+        let units = u64::from(shape.tokens) * u64::from(shape.n.div_ceil(k::COMBINE_THREADS));
+        Ok(Self::call(op, units.min(u64::from(self.sms) * 8) as u32, k::COMBINE_THREADS, args))
     }
 
     /// A decode step's start, from the positions `pos` (i32 `[batch]`, each sequence's new token's index,

@@ -169,6 +169,19 @@ pub enum PlanError {
         /// The budget.
         budget: u32,
     },
+    /// A grouped K split forced by [`super::Matmul::set_grouped_split`] that K's 32-element chunks or
+    /// the budget cannot make; nothing else was chosen in its place.
+    #[error("a forced grouped split of {split}: K = {k} holds at most K / 32 slices and {blocks} blocks of 64 rows times the split must fit the CTA budget of {budget}")]
+    GroupedSplit {
+        /// The split forced.
+        split: u32,
+        /// The product's K.
+        k: u32,
+        /// CTAs of one expert (`ceil(N / 64)`).
+        blocks: u64,
+        /// The budget.
+        budget: u32,
+    },
     /// A forced plan ([`super::Matmul::set_forced_plan`]) that cannot run the shape; nothing else was
     /// chosen in its place.
     #[error("{shape}: {forced} cannot run it: {why}")]

@@ -315,6 +315,8 @@ pub struct Matmul<'s> {
     workspace: RefCell<Workspace>,
     /// The plan dense bf16 products take instead of the planner's ([`Matmul::set_forced_plan`]).
     forced: Cell<Option<ForcedPlan>>,
+    /// The K split grouped products take instead of the planner's ([`Matmul::set_grouped_split`]).
+    grouped_split: Cell<Option<u32>>,
     /// The workspaces of the launches added to command lists: each add has its own, held until the handle
     /// is dropped (the lists borrow the handle, so they are gone by then).
     recorded: RefCell<Vec<Workspace>>,
@@ -393,6 +395,7 @@ impl<'s> Matmul<'s> {
             timeout_ms: Cell::new(crate::launch::DEFAULT_TIMEOUT_MS),
             workspace: RefCell::new(workspace),
             forced: Cell::new(None),
+            grouped_split: Cell::new(None),
             recorded: RefCell::new(Vec::new()),
         })
     }
@@ -434,6 +437,15 @@ impl<'s> Matmul<'s> {
     /// [`Info`] says what ran (`path`, `split`, `ctas`).
     pub fn set_forced_plan(&self, forced: Option<ForcedPlan>) {
         self.forced.set(forced);
+    }
+
+    /// Makes this handle's grouped products ([`Matmul::grouped_bf16`], [`Matmul::grouped_routed_bf16`]
+    /// and their adds) split K into `split` slices instead of the planner's choice, until set back to
+    /// `None`. For benchmarks (a decode step timed at each split); a split K's 32-element chunks or the
+    /// budget cannot make is refused with [`crate::libs::matmul::PlanError::GroupedSplit`], stage `matmul
+    /// plan`, and nothing runs.
+    pub fn set_grouped_split(&self, split: Option<u32>) {
+        self.grouped_split.set(split);
     }
 
     /// The forced plan in effect ([`Matmul::set_forced_plan`]).
@@ -702,11 +714,11 @@ impl<'s> Matmul<'s> {
                 Route::Fresh { topk: (_, topk_len) } => {
                     check_operand(any, Operand::X, x.elements(), 2)?;
                     check_operand(any, Operand::TopK, topk_len, 4)?;
-                    plan::grouped(g, self.sms, budget)?
+                    plan::grouped(g, self.sms, budget, self.grouped_split.get())?
                 }
                 Route::Existing => {
                     check_operand(any, Operand::SlotX, x.elements(), 2)?;
-                    plan::grouped_routed(g, self.sms, budget)?
+                    plan::grouped_routed(g, self.sms, budget, self.grouped_split.get())?
                 }
             };
             Ok((plan, None))

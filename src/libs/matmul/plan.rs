@@ -1266,19 +1266,32 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
 /// makes `blocks * split * entries` about 4 CTAs per SM, and stays at slices of at least 1024 of K when
 /// the experts' rows are few enough for the row-streaming form (`ROWS_MAX_M`), which streams W at the
 /// copy rate where the MMA form over short slices is latency-bound.
-pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, false)
+pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32, split: Option<u32>) -> Result<Plan, PlanError> {
+    grouped_plan(shape, sms, budget, false, split)
 }
 
 /// The plan of a grouped product over an existing routing (`shape` checked as for [`grouped`]): no route
 /// kernel, the one grouped GEMV alone, with a null `rows` — the kernels' flag that x holds one row per
 /// SLOT (`y[s, :] = x[s, :] . W[e]^T`), which is what a down projection reads after SwiGLU of the gate+up
 /// product that routed.
-pub(crate) fn grouped_routed(shape: GroupedShape, sms: u32, budget: u32) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, true)
+pub(crate) fn grouped_routed(
+    shape: GroupedShape,
+    sms: u32,
+    budget: u32,
+    split: Option<u32>,
+) -> Result<Plan, PlanError> {
+    grouped_plan(shape, sms, budget, true, split)
 }
 
-fn grouped_plan(shape: GroupedShape, sms: u32, budget: u32, routed: bool) -> Result<Plan, PlanError> {
+/// `forced`: the K split a benchmark asked for ([`crate::libs::matmul::Matmul::set_grouped_split`]) in
+/// place of the planner's, refused when K's 32-element chunks cannot make it.
+fn grouped_plan(
+    shape: GroupedShape,
+    sms: u32,
+    budget: u32,
+    routed: bool,
+    forced: Option<u32>,
+) -> Result<Plan, PlanError> {
     let (n, k, e) = (u64::from(shape.n), u64::from(shape.k), u64::from(shape.experts));
     let budget = clamp_budget(budget);
     let sms = u64::from(sms.max(1));
@@ -1297,6 +1310,12 @@ fn grouped_plan(shape: GroupedShape, sms: u32, budget: u32, routed: bool) -> Res
     let rows_form = mb == 0 && rows_hint <= u64::from(abi::ROWS_MAX_M) && k >= 2 * u64::from(ROWS_MIN_K);
     if rows_form {
         split = split.min(k / u64::from(ROWS_MIN_K));
+    }
+    if let Some(f) = forced {
+        if f == 0 || u64::from(f) > k / 32 || blocks * u64::from(f) > budget {
+            return Err(PlanError::GroupedSplit { split: f, k: shape.k, blocks, budget: word(budget) });
+        }
+        split = u64::from(f);
     }
     let kps = round_up(ceil(k, split), 32);
     let split = ceil(k, kps);
@@ -1848,7 +1867,7 @@ mod tests {
             for tokens in [1, 8, 64] {
                 for (n, k) in [(1536, 2048), (2048, 768)] {
                     let g = GroupedShape { tokens, top_k: 8, experts: 128, n, k };
-                    match grouped(g, SMS, budget) {
+                    match grouped(g, SMS, budget, None) {
                         Ok(plan) => assert!(within(&plan), "{g} budget {budget}: {:?}", plan.steps),
                         Err(PlanError::ExpertPastBudget { blocks, .. }) => assert!(u64::from(budget) < blocks),
                         Err(e) => panic!("{e}"),
@@ -1910,33 +1929,43 @@ mod tests {
         let g = |tokens, n, k| GroupedShape { tokens, top_k: 8, experts: 128, n, k };
         // T = 1, gate+up: 8 entries x 24 blocks, want ceil(528 / 192) = 3 slices, kept at 2 so each is
         // 1024 of K (the row-streaming form): 384 CTAs.
-        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS).unwrap();
+        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [24, 2, 8], Arg::Word(1024)));
         assert_eq!((p.split, p.tickets, p.scratch), (2, 8 * 24, 2 * 8 * 1536));
         // T = 1, down: K = 768 has no 1024 slice; 3 slices of 256, 8 x 32 x 3 = 768 CTAs.
-        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS).unwrap();
+        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [32, 3, 8], Arg::Word(256)));
         // T = 8: 64 entries; 24 blocks each already fill the SMs, so no split; the budget holds 42 entries
         // at once and those CTAs walk the rest.
-        let p = grouped(g(8, 1536, 2048), SMS, MAX_CTAS).unwrap();
+        let p = grouped(g(8, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [24, 1, 42], Arg::Word(2048)));
         assert_eq!((p.tickets, p.scratch), (64 * 24, 0));
-        let p = grouped(g(8, 2048, 768), SMS, MAX_CTAS).unwrap();
+        let p = grouped(g(8, 2048, 768), SMS, MAX_CTAS, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [32, 1, 32], Arg::Word(768)));
         // T = 64: every expert can be touched (128 entries), about 4 rows each: MB = 1 still (8 rows per
         // pass, the row-streaming form up to 4).
-        let p = grouped(g(64, 1536, 2048), SMS, MAX_CTAS).unwrap();
+        let p = grouped(g(64, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [24, 1, 42], Arg::Word(2048)));
         assert_eq!(p.tickets, 128 * 24);
         // Few experts and many tokens: 64 tokens top-2 of 6 give ~21 rows each, twice that past 32: MB = 8.
         let few = GroupedShape { tokens: 64, top_k: 2, experts: 6, n: 64, k: 96 };
-        assert_eq!(moe(&grouped(few, SMS, MAX_CTAS).unwrap()).0, Kern::Moe(3));
+        assert_eq!(moe(&grouped(few, SMS, MAX_CTAS, None).unwrap()).0, Kern::Moe(3));
         // The layout: offsets, rows, pairs, the drop count, the touched count, room for min(E, P) experts.
         let l = g(1, 1536, 2048).routing();
         assert_eq!((l.dropped, l.active, l.experts, l.words), (129 + 16, 146, 147, 147 + 8));
         assert_eq!(l.experts_capacity(), 8);
         assert_eq!(g(64, 1536, 2048).routing().experts_capacity(), 128);
-        let err = grouped(GroupedShape { n: 64 * 1025, ..g(1, 1536, 2048) }, SMS, MAX_CTAS).unwrap_err();
+        let err = grouped(GroupedShape { n: 64 * 1025, ..g(1, 1536, 2048) }, SMS, MAX_CTAS, None).unwrap_err();
         assert_eq!(err, PlanError::ExpertPastBudget { blocks: 1025, budget: MAX_CTAS });
+        // A forced split replaces the planner's (a benchmark's sweep), in whole 32-element chunks, or is
+        // refused by name.
+        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Some(4)).unwrap();
+        assert_eq!((moe(&p), p.split, p.scratch), ((Kern::Moe(0), [24, 4, 8], Arg::Word(512)), 4, 4 * 8 * 1536));
+        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, Some(1)).unwrap();
+        assert_eq!((moe(&p), p.scratch), ((Kern::Moe(0), [32, 1, 8], Arg::Word(768)), 0));
+        for bad in [0, 65] {
+            let err = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Some(bad)).unwrap_err();
+            assert_eq!(err, PlanError::GroupedSplit { split: bad, k: 2048, blocks: 24, budget: MAX_CTAS });
+        }
     }
 }

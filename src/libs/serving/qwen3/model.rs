@@ -299,6 +299,12 @@ impl<'s> Qwen3Model<'s> {
         self.batch
     }
 
+    /// The reservation's matmul handle (a benchmark forces its plans, e.g.
+    /// [`crate::libs::matmul::Matmul::set_grouped_split`], before [`Qwen3Model::record_step`]).
+    pub fn matmul(&self) -> &crate::libs::matmul::Matmul<'s> {
+        self.serving.matmul()
+    }
+
     /// The reservation's bounds.
     pub fn bounds(&self) -> ServingBounds {
         self.serving.bounds()

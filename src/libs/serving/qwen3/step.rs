@@ -39,6 +39,14 @@ impl<'s> Qwen3Model<'s> {
     /// The step's command list: recorded once, before the seal (its workspaces are allocated here), and
     /// submitted by [`Qwen3Model::step`] as often as there are tokens to decode.
     pub fn record_step(&self) -> Result<CmdListBuilder<'_, 's>, Qwen3Error> {
+        self.record_step_labelled().map(|(list, _)| list)
+    }
+
+    /// [`Qwen3Model::record_step`] and the name of the step's operation each launch belongs to (one per
+    /// launch, in the list's order: `"qkv_proj"`, `"attention"`, `"gate_up"`...), which a profile of the
+    /// list's completion stamps ([`CmdListBuilder::stamps`]) adds up by operation.
+    pub fn record_step_labelled(&self) -> Result<(CmdListBuilder<'_, 's>, Vec<&'static str>), Qwen3Error> {
+        let mut labels = Vec::new();
         let (c, b, st) = (&self.cfg, self.batch, &self.st);
         let mm = self.serving.matmul();
         let [dqkv, dout, drouter, dhead] = dense_shapes(c, b);
@@ -51,14 +59,18 @@ impl<'s> Qwen3Model<'s> {
             l,
             dec.rope_step(&st.pos.span, out(&st.cos), out(&st.sin), out(&st.lens), [b, c.head_dim], c.rope_theta)?,
         )?;
+            labels.resize(l.len(), "rope_step");
         dec.record(
             l,
             dec.embed(self.w(TensorKind::Embed, None), &st.tokens.span, out(&st.h), [b, c.hidden, c.vocab])?,
         )?;
+            labels.resize(l.len(), "embed");
         for layer in 0..c.layers {
             let w = |kind| self.w(kind, Some(layer));
             ew.record(l, ew.rmsnorm::<u16>(&st.h.span, w(TensorKind::InputNorm), out(&st.x), rows, c.eps)?)?;
+            labels.resize(l.len(), "input_norm");
             mm.add_bf16_to_bf16(l, &st.x.span, self.w_qkv(layer), &st.qkv.span, dqkv)?;
+            labels.resize(l.len(), "qkv_proj");
             let pool = &self.pools[layer as usize];
             let append =
                 QkvAppendShape { batch: b, q_heads: c.q_heads, max_pages, advance: layer + 1 == c.layers, eps: c.eps };
@@ -74,6 +86,7 @@ impl<'s> Qwen3Model<'s> {
                 &st.pos.span,
                 append,
             )?;
+            labels.resize(l.len(), "qkv_append");
             let decode = DecodeShape::new(b, c.q_heads, max_pages);
             att.add_paged_decode::<u16, u16>(
                 l,
@@ -85,13 +98,18 @@ impl<'s> Qwen3Model<'s> {
                 &st.o.span,
                 decode,
             )?;
+            labels.resize(l.len(), "attention");
             mm.add_bf16_to_bf16(l, &st.o.span, w(TensorKind::O), &st.a.span, dout)?;
+            labels.resize(l.len(), "o_proj");
             ew.record(
                 l,
                 ew.add_rmsnorm::<u16>(&st.a.span, out(&st.h), w(TensorKind::PostNorm), out(&st.x), rows, c.eps)?,
             )?;
+                labels.resize(l.len(), "add_post_norm");
             mm.add_bf16(l, &st.x.span, w(TensorKind::Router), &st.router.span, drouter)?;
+            labels.resize(l.len(), "router");
             dec.record(l, dec.router_topk(&st.router.span, out(&st.topk), out(&st.tw), [b, c.experts, c.top_k])?)?;
+            labels.resize(l.len(), "router_topk");
             let up = moe_shape(c, b, 2 * c.expert_inter, c.hidden);
             mm.add_grouped_bf16(
                 l,
@@ -102,22 +120,30 @@ impl<'s> Qwen3Model<'s> {
                 &st.gate_up.span,
                 up,
             )?;
+            labels.resize(l.len(), "gate_up");
             let slots = Rows { rows: b * c.top_k, cols: c.expert_inter };
             ew.record(l, ew.swiglu_fused::<f32>(&st.gate_up.span, out(&st.act), slots)?)?;
+            labels.resize(l.len(), "swiglu");
             let n = u64::from(b * c.top_k) * u64::from(c.expert_inter);
             dec.record(l, dec.cast_bf16(&st.act.span, out(&st.act16), n)?)?;
+            labels.resize(l.len(), "cast_bf16");
             let down = moe_shape(c, b, c.hidden, c.expert_inter);
             mm.add_grouped_routed_bf16(l, &st.act16.span, w(TensorKind::Down), &st.routing.span, &st.down.span, down)?;
+            labels.resize(l.len(), "down");
             let layout = down.routing();
             dec.record(
                 l,
                 dec.moe_combine(&st.down.span, &st.routing.span, layout, &st.tw.span, &st.h.span, out(&st.h), down)?,
             )?;
+                labels.resize(l.len(), "moe_combine");
         }
         let fin = self.w(TensorKind::FinalNorm, None);
         ew.record(l, ew.rmsnorm::<u16>(&st.h.span, fin, out(&st.x), rows, c.eps)?)?;
+        labels.resize(l.len(), "final_norm");
         mm.add_bf16(l, &st.x.span, self.w(TensorKind::LmHead, None), &st.logits.span, dhead)?;
+        labels.resize(l.len(), "lm_head");
         dec.record(l, dec.argmax(&st.logits.span, out(&st.tokens), [b, c.vocab])?)?;
-        Ok(list)
+        labels.resize(l.len(), "argmax");
+        Ok((list, labels))
     }
 }

@@ -1,0 +1,93 @@
+//! The decoder module's selections on the installed platform, through the library (`Decoder`), on fresh
+//! random inputs with the outputs poisoned first: the router's top-k (warp per token) and the argmax
+//! (one block per row, 16-byte loads), both exact against references written here (selections; the
+//! router's weights within 2^-20 of an f64 softmax, the argument of tests/decoder_kernels.rs).
+
+use omega::libs::decoder::{Decoder, DeviceSpan};
+use rand::Rng;
+
+use super::{err, rng, with_scope, CaseResult};
+
+/// The f64 router: the `k` largest logits (the lower expert first on a tie) and their renormalised
+/// softmax weights.
+fn router_f64(row: &[f32], k: usize) -> (Vec<u32>, Vec<f64>) {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    order.truncate(k);
+    let top = f64::from(row[order[0]]);
+    let e: Vec<f64> = order.iter().map(|&i| (f64::from(row[i]) - top).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    (order.iter().map(|&i| i as u32).collect(), e.iter().map(|x| x / sum).collect())
+}
+
+/// The `decoder` case.
+pub fn selections() -> CaseResult {
+    let mut g = rng();
+    with_scope(|s, gpu| {
+        let dec = Decoder::new(s).map_err(err)?;
+        let mut gpu = gpu;
+        let mut notes = Vec::new();
+        for (tokens, experts, k) in [(1u32, 128u32, 8u32), (8, 128, 8), (32, 128, 8), (7, 8, 2), (5, 200, 3)] {
+            let mut logits: Vec<f32> = (0..tokens * experts).map(|_| g.random_range(-4.0f32..4.0)).collect();
+            // A tie at the top of the last token: the lower expert comes first.
+            let last = (tokens - 1) as usize * experts as usize;
+            logits[last + experts as usize - 1] = 9.0;
+            logits[last + 1] = 9.0;
+            let n = (tokens * k) as usize;
+            let dl = s.alloc_device_from(&logits).map_err(err)?;
+            let mut topk = s.alloc_device_from(&vec![0xdead_beefu32; n]).map_err(err)?;
+            let mut weights = s.alloc_device_from(&vec![f32::from_bits(0x7fc0_dead); n]).map_err(err)?;
+            // SAFETY: each span is the whole of its buffer, which outlives the launch.
+            let (l, mut t, mut w) = unsafe {
+                (
+                    DeviceSpan::<f32>::new(dl.va(), dl.len()),
+                    DeviceSpan::<u32>::new(topk.va(), n),
+                    DeviceSpan::<f32>::new(weights.va(), n),
+                )
+            };
+            let call = dec.router_topk(&l, &mut t, &mut w, [tokens, experts, k]).map_err(err)?;
+            gpu = dec.launch(gpu, call).map_err(|(_, e)| e.to_string())?;
+            let (got_i, got_w) = (topk.to_vec().map_err(err)?, weights.to_vec().map_err(err)?);
+            for tk in 0..tokens as usize {
+                let (want_i, want_w) = router_f64(&logits[tk * experts as usize..][..experts as usize], k as usize);
+                let what = format!("router T={tokens} E={experts} k={k} token {tk}");
+                if got_i[tk * k as usize..][..k as usize] != want_i[..] {
+                    return Err(format!("{what}: experts {:?}, want {want_i:?}", &got_i[tk * k as usize..][..k as usize]));
+                }
+                for (j, (&gw, &ww)) in got_w[tk * k as usize..][..k as usize].iter().zip(&want_w).enumerate() {
+                    if (f64::from(gw) - ww).abs() > 2f64.powi(-20) || gw.is_nan() {
+                        return Err(format!("{what}: weight {j} = {gw:e}, want {ww:e}"));
+                    }
+                }
+            }
+        }
+        notes.push("router: 5 shapes exact".to_string());
+        for (rows, cols) in [(1u32, 151_936u32), (3, 151_936), (32, 151_936), (9, 1001), (2, 1)] {
+            let mut logits: Vec<f32> = (0..rows * cols).map(|_| g.random_range(-30.0f32..30.0)).collect();
+            let mut want = Vec::new();
+            for r in 0..rows as usize {
+                let row = &mut logits[r * cols as usize..][..cols as usize];
+                // The largest value twice: the first of them wins.
+                let first = g.random_range(0..cols as usize);
+                let second = g.random_range(first..cols as usize);
+                row[first] = 31.0;
+                row[second] = 31.0;
+                want.push(first as u32);
+            }
+            let dl = s.alloc_device_from(&logits).map_err(err)?;
+            let mut out = s.alloc_device_from(&vec![0xdead_beefu32; rows as usize]).map_err(err)?;
+            // SAFETY: each span is the whole of its buffer, which outlives the launch.
+            let (l, mut o) =
+                unsafe { (DeviceSpan::<f32>::new(dl.va(), dl.len()), DeviceSpan::<u32>::new(out.va(), rows as usize)) };
+            let call = dec.argmax(&l, &mut o, [rows, cols]).map_err(err)?;
+            gpu = dec.launch(gpu, call).map_err(|(_, e)| e.to_string())?;
+            let got = out.to_vec().map_err(err)?;
+            if got != want {
+                return Err(format!("argmax rows={rows} cols={cols}: {got:?}, want {want:?}"));
+            }
+        }
+        notes.push("argmax: 5 shapes exact (151936-wide rows included)".to_string());
+        let _gpu = gpu;
+        Ok(notes.join("; "))
+    })
+}
