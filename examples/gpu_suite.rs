@@ -17,14 +17,14 @@ mod attention;
 mod attention_ref;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "suite/decoder.rs"]
+mod decoder;
 #[path = "suite/elementwise.rs"]
 mod elementwise;
 #[path = "suite/prefill.rs"]
 mod prefill;
 #[path = "suite/qwen3.rs"]
 mod qwen3;
-#[path = "suite/decoder.rs"]
-mod decoder;
 #[path = "suite/serving.rs"]
 mod serving;
 

@@ -7,7 +7,8 @@ fn main() {
     for i in 0..16 {
         let l = r.step(&tokens);
         let v = cfg.vocab as usize;
-        let rows: Vec<String> = l.chunks(v).map(|row| row[..64].iter().map(|x| format!("{x:e}")).collect::<Vec<_>>().join(",")).collect();
+        let rows: Vec<String> =
+            l.chunks(v).map(|row| row[..64].iter().map(|x| format!("{x:e}")).collect::<Vec<_>>().join(",")).collect();
         println!("{i} {:?} {}", r.tokens(), rows.join(";"));
         tokens = r.tokens();
     }

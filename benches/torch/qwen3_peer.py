@@ -10,7 +10,7 @@ experts, their weighted sum, residual; final RMSNorm, lm_head, greedy argmax) wi
 the attention output, o_proj's output and SwiGLU's output are bf16; norms, RoPE, softmax, router logits,
 the expert products and their weighted sum are float32.
 
-  python3 benches/torch/qwen3_peer.py --check DUMP [--layers L] [--prompt 1,2] [--tol 0.03]
+  python3 benches/torch/qwen3_peer.py --check DUMP [--layers L] [--prompt 1,2] [--tol 0.075]
   python3 benches/torch/qwen3_peer.py --bench [--layers 48] [--quick] [--ctx 1024,16384] [--batch 1,8,32]
 
 --check DUMP compares an Omega dump with this model, step by step, feeding the dump's input tokens. The dump
@@ -24,16 +24,18 @@ the expert products and their weighted sum are float32.
     "logits": [[the first 64 logits of each row]], "top5": [[the 5 best token ids of each row, best
     first]]}; "input" may be left out: then step 0 takes the header's prompt (or --prompt) and step i the
     tokens of step i - 1 (greedy decoding).
-A step passes when its tokens equal this model's argmax and every dumped logit is within --tol times the
-row's RMS (over the whole vocabulary) of this model's: Omega and this model round to bf16 at the same points
-but sum in other orders, so a value now and then lands on the other side of a bf16 rounding (2^-8 relative)
-and the logits move by a fraction of a percent of their spread; a wrong step moves them by their whole
-spread. Its attention is Omega's decode arithmetic (float64 scores, each softmax weight rounded to bf16 for
-the weighted sum of V, the normaliser unrounded). Prints `peer qwen3 check step=i tokens=ok|DIFFER
-max_err=.. tol=.. top5_overlap=.. router_gap=..` (the smallest gap over the layers between the last chosen
+A step passes when each row's token is this model's argmax, or a near tie broken the other way (this
+model's logit of Omega's token within twice the row's tolerance of its best), and every dumped logit is
+within --tol times the row's RMS (over the whole vocabulary) of this model's. Omega and this model round to
+bf16 at the same points but sum in other orders, so a value now and then lands on the other side of a bf16
+rounding and the flips spread: the default, 0.075, is Omega's own `qwen3::reference::Apart::TOLERANCE`
+(three times what its host reference differs from itself summed in another order); a wrong step moves the
+logits by their whole spread. Its attention is Omega's decode arithmetic (float64 scores, each softmax weight rounded to bf16 for
+the weighted sum of V, the normaliser unrounded). Prints `peer qwen3 check step=i tokens=ok|(per row
+ok,near-tie,DIFFER) max_err=.. tol=.. top5_overlap=.. router_gap=..` (the smallest gap over the layers between the last chosen
 expert's router logit and the first left out: near zero, another correct implementation may route
 otherwise) and a final
-`peer qwen3 check: ok (N steps)` or `peer qwen3 check: FAILED ...` (exit status 1).
+`peer qwen3 check: ok (N steps, batch B, L layers, T near ties)` or `peer qwen3 check: FAILED ...` (exit status 1).
 
 --bench times the decode step at each batch and context, the whole model on the GPU, the weights generated
 on the GPU (the same bits as Omega's: qwen_weights.fill_torch, self-checked), the KV cache filled with random
@@ -264,7 +266,7 @@ def check(args):
           f"{header.get('platform', '?')}", flush=True)
     model = Model(cfg, precise=True)
     caches = model.caches(bsz, len(steps))
-    failed, feed = [], prompt
+    failed, feed, ties = [], prompt, 0
     for i, line in enumerate(steps):
         assert line["step"] == i, f"step line {i} says step {line['step']}"
         inp = line.get("input", feed)
@@ -288,13 +290,17 @@ def check(args):
         tol = args.tol * rms
         top5 = logits.topk(5, -1).indices.tolist()
         overlap = min(len(set(a) & set(b)) for a, b in zip(top5, line["top5"]))
-        ok_tokens = ours == line["tokens"]
         ok_logits = bool((err <= tol).all())
-        gaps = ""
-        if not ok_tokens:
-            gaps = " gaps=" + ",".join(
-                f"{(logits[b, o] - logits[b, t]).item():.4g}" for b, (o, t) in enumerate(zip(ours, line["tokens"])))
-        print(f"peer qwen3 check step={i} tokens={'ok' if ok_tokens else 'DIFFER'} max_err={err.max().item():.4g} "
+        # Each row's token: this model's argmax, or a near tie broken the other way (this model's logit of
+        # Omega's token within twice the row's tolerance of its best: rounding decides such a tie).
+        below = [(logits[b, o] - logits[b, t]).item() for b, (o, t) in enumerate(zip(ours, line["tokens"]))]
+        verdict = ["ok" if o == t else "near-tie" if g <= 2 * tol[b].item() else "DIFFER"
+                   for b, (o, t, g) in enumerate(zip(ours, line["tokens"], below))]
+        ok_tokens = "DIFFER" not in verdict
+        ties += verdict.count("near-tie")
+        word = "ok" if all(v == "ok" for v in verdict) else ",".join(verdict)
+        gaps = "" if word == "ok" else " gaps=" + ",".join(f"{g:.4g}" for g in below)
+        print(f"peer qwen3 check step={i} tokens={word} max_err={err.max().item():.4g} "
               f"tol={tol.min().item():.4g} top5_overlap={overlap}/5 router_gap={gap:.3g}{gaps}", flush=True)
         if args.verbose:
             print(f"#   omega {line['tokens']} peer {ours} sha omega {line.get('logits_sha', '-')[:16]} "
@@ -305,7 +311,7 @@ def check(args):
     if failed:
         print(f"peer qwen3 check: FAILED at steps {failed} of {len(steps)}")
         sys.exit(1)
-    print(f"peer qwen3 check: ok ({len(steps)} steps, batch {bsz}, {cfg['layers']} layers)")
+    print(f"peer qwen3 check: ok ({len(steps)} steps, batch {bsz}, {cfg['layers']} layers, {ties} near ties)")
 
 
 def write_dump(args):
@@ -424,7 +430,7 @@ def main():
     p.add_argument("--layers", type=int, help="layers (the check: overrides the dump's config)")
     p.add_argument("--prompt", help="the first tokens, comma-separated, one per sequence")
     p.add_argument("--steps", type=int, default=16)
-    p.add_argument("--tol", type=float, default=0.03, help="logit tolerance, times the row's RMS")
+    p.add_argument("--tol", type=float, default=0.075, help="logit tolerance, times the row's RMS")
     p.add_argument("--batch", default="1,8,32")
     p.add_argument("--ctx", default="1024,16384")
     p.add_argument("--quick", action="store_true")

@@ -27,7 +27,9 @@ pub fn selections() -> CaseResult {
         let dec = Decoder::new(s).map_err(err)?;
         let mut gpu = gpu;
         let mut notes = Vec::new();
-        for (tokens, experts, k) in [(1u32, 128u32, 8u32), (8, 128, 8), (32, 128, 8), (7, 8, 2), (5, 200, 3)] {
+        for (tokens, experts, k) in
+            [(1u32, 128u32, 8u32), (8, 128, 8), (32, 128, 8), (7, 8, 2), (5, 200, 3), (3, 300, 8)]
+        {
             let mut logits: Vec<f32> = (0..tokens * experts).map(|_| g.random_range(-4.0f32..4.0)).collect();
             // A tie at the top of the last token: the lower expert comes first.
             let last = (tokens - 1) as usize * experts as usize;
@@ -52,7 +54,10 @@ pub fn selections() -> CaseResult {
                 let (want_i, want_w) = router_f64(&logits[tk * experts as usize..][..experts as usize], k as usize);
                 let what = format!("router T={tokens} E={experts} k={k} token {tk}");
                 if got_i[tk * k as usize..][..k as usize] != want_i[..] {
-                    return Err(format!("{what}: experts {:?}, want {want_i:?}", &got_i[tk * k as usize..][..k as usize]));
+                    return Err(format!(
+                        "{what}: experts {:?}, want {want_i:?}",
+                        &got_i[tk * k as usize..][..k as usize]
+                    ));
                 }
                 for (j, (&gw, &ww)) in got_w[tk * k as usize..][..k as usize].iter().zip(&want_w).enumerate() {
                     if (f64::from(gw) - ww).abs() > 2f64.powi(-20) || gw.is_nan() {
@@ -61,7 +66,7 @@ pub fn selections() -> CaseResult {
                 }
             }
         }
-        notes.push("router: 5 shapes exact".to_string());
+        notes.push("router: 6 shapes exact (past 256 experts included)".to_string());
         for (rows, cols) in [(1u32, 151_936u32), (3, 151_936), (32, 151_936), (9, 1001), (2, 1)] {
             let mut logits: Vec<f32> = (0..rows * cols).map(|_| g.random_range(-30.0f32..30.0)).collect();
             let mut want = Vec::new();

@@ -25,17 +25,31 @@ __device__ __forceinline__ bool dec_ranks_above(float v, uint32_t i, float w, ui
 // renormalised over the k (softmax over all, divided by the chosen ones' sum: the same numbers as a
 // softmax over the chosen logits, computed that way, `expf(l - top)` summed in order). topk[t * k + j]
 // is the expert, weights[t * k + j] its weight. k is at most DEC_TOPK_MAX and at most experts; the library
-// refuses other calls. The round loop is unrolled to DEC_TOPK_MAX so the chosen list stays in registers
-// (a thread-per-token insertion sort kept it in local memory: 20 us a launch at batch 1, 66 at 32).
+// refuses other calls. The round loop is unrolled to DEC_TOPK_MAX so the chosen list stays in registers,
+// and up to 32 * DEC_ROUTER_PER_LANE experts a lane keeps its logits in registers too (loaded once; a
+// bit per value marks the chosen), so a round is register work and shuffles. (A thread per token with an
+// insertion sort in local memory took 20 us a launch at batch 1 and 66 at 32; the warp re-reading the
+// row every round, 8.3.)
 #define DEC_ROUTER_WARPS 4
+#define DEC_ROUTER_PER_LANE 8
 extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
     omega_router_topk(const float* __restrict__ logits, uint32_t* __restrict__ topk, float* __restrict__ weights,
                       uint32_t tokens, uint32_t experts, uint32_t k) {
   if (k == 0 || k > DEC_TOPK_MAX || k > experts) return;
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t warps = gridDim.x * DEC_ROUTER_WARPS;
+  const bool in_registers = experts <= 32 * DEC_ROUTER_PER_LANE;
   for (uint32_t t = blockIdx.x * DEC_ROUTER_WARPS + threadIdx.x / 32; t < tokens; t += warps) {
     const float* row = logits + static_cast<uint64_t>(t) * experts;
+    float vals[DEC_ROUTER_PER_LANE];
+    uint32_t chosen_here = 0;  // bit j: this lane's value j was chosen
+    if (in_registers) {
+#pragma unroll
+      for (int j = 0; j < DEC_ROUTER_PER_LANE; ++j) {
+        const uint32_t e = lane + 32 * j;
+        vals[j] = e < experts ? row[e] : 0.f;
+      }
+    }
     float best[DEC_TOPK_MAX];
     uint32_t idx[DEC_TOPK_MAX];
 #pragma unroll
@@ -45,14 +59,25 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
       if (r < static_cast<int>(k)) {
         float v = 0.f;
         uint32_t i = 0xffffffffu;
-        for (uint32_t e = lane; e < experts; e += 32) {
-          bool taken = false;
+        if (in_registers) {
 #pragma unroll
-          for (int j = 0; j < r; ++j) taken |= idx[j] == e;
-          const float x = row[e];
-          if (!taken && dec_ranks_above(x, e, v, i)) {
-            v = x;
-            i = e;
+          for (int j = 0; j < DEC_ROUTER_PER_LANE; ++j) {
+            const uint32_t e = lane + 32 * j;
+            if (e < experts && !((chosen_here >> j) & 1u) && dec_ranks_above(vals[j], e, v, i)) {
+              v = vals[j];
+              i = e;
+            }
+          }
+        } else {
+          for (uint32_t e = lane; e < experts; e += 32) {
+            bool taken = false;
+#pragma unroll
+            for (int j = 0; j < r; ++j) taken |= idx[j] == e;
+            const float x = row[e];
+            if (!taken && dec_ranks_above(x, e, v, i)) {
+              v = x;
+              i = e;
+            }
           }
         }
 #pragma unroll
@@ -66,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
         }
         best[r] = v;
         idx[r] = i;
+        if (i != 0xffffffffu && i % 32 == lane) chosen_here |= 1u << (i / 32);
       }
     }
     const float top = best[0];

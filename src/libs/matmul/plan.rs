@@ -1265,7 +1265,8 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
 /// costs nothing and a z past the count exits at once), lowered until the grid fits the budget. The split
 /// makes `blocks * split * entries` about 4 CTAs per SM, and stays at slices of at least 1024 of K when
 /// the experts' rows are few enough for the row-streaming form (`ROWS_MAX_M`), which streams W at the
-/// copy rate where the MMA form over short slices is latency-bound.
+/// copy rate where the MMA form over short slices is latency-bound; the MMA form is not split at all
+/// once `blocks * entries` CTAs cover the SMs (measured faster at decode's down product).
 pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32, split: Option<u32>) -> Result<Plan, PlanError> {
     grouped_plan(shape, sms, budget, false, split)
 }
@@ -1310,6 +1311,11 @@ fn grouped_plan(
     let rows_form = mb == 0 && rows_hint <= u64::from(abi::ROWS_MAX_M) && k >= 2 * u64::from(ROWS_MIN_K);
     if rows_form {
         split = split.min(k / u64::from(ROWS_MIN_K));
+    } else if blocks * entries >= sms {
+        // The MMA form over short slices is latency-bound: with a CTA for every SM already, no split
+        // (decode's down product, 8 x 2048 x 768 at batch 1: 9.6 us a layer unsplit, 10.8 in two slices,
+        // 12.7 in three; qwen3_decode --grouped-split, docs/perf/2026-12-03-s6-qwen3-step.md).
+        split = 1;
     }
     if let Some(f) = forced {
         if f == 0 || u64::from(f) > k / 32 || blocks * u64::from(f) > budget {
@@ -1932,9 +1938,9 @@ mod tests {
         let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [24, 2, 8], Arg::Word(1024)));
         assert_eq!((p.split, p.tickets, p.scratch), (2, 8 * 24, 2 * 8 * 1536));
-        // T = 1, down: K = 768 has no 1024 slice; 3 slices of 256, 8 x 32 x 3 = 768 CTAs.
+        // T = 1, down: K = 768 has no 1024 slice, and 8 x 32 = 256 CTAs already cover the SMs: unsplit.
         let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, None).unwrap();
-        assert_eq!(moe(&p), (Kern::Moe(0), [32, 3, 8], Arg::Word(256)));
+        assert_eq!(moe(&p), (Kern::Moe(0), [32, 1, 8], Arg::Word(768)));
         // T = 8: 64 entries; 24 blocks each already fill the SMs, so no split; the budget holds 42 entries
         // at once and those CTAs walk the rest.
         let p = grouped(g(8, 1536, 2048), SMS, MAX_CTAS, None).unwrap();

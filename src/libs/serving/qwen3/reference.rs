@@ -316,7 +316,8 @@ impl Apart {
     /// with its products summed as one fma chain, [`Reference::summed_in_fma_order`], 2 full-width
     /// layers, 8 steps): rms 3.9e-3 to 4.6e-3 and max 1.8e-2 to 2.3e-2 of the logits' rms. The
     /// tolerance is over three times that: rms 1.5e-2, max 7.5e-2. A wrong head, expert, position or layer
-    /// moves the logits by about their own rms (1.0); a check also wants the greedy tokens equal.
+    /// moves the logits by about their own rms (1.0); a check also wants each greedy token to be the
+    /// reference's or a near tie ([`TokenCheck`]).
     pub const TOLERANCE: Apart = Apart { rms: 1.5e-2, max: 7.5e-2 };
 
     /// Row `got` against the reference's `want` folded in; the row's largest difference.
@@ -336,12 +337,39 @@ impl Apart {
     }
 }
 
-/// A bf16 stream (`got`, bits) against the reference's (`want`, bf16 values as f32): the elements that
-/// differ and the largest difference in bf16 steps (units in the last place).
-pub fn bf16_apart(got: &[u16], want: &[f32]) -> (usize, u32) {
-    let ordered = |b: u16| if b & 0x8000 != 0 { -i32::from(b & 0x7fff) } else { i32::from(b) };
-    let steps = got.iter().zip(want).map(|(&g, &w)| ordered(g).abs_diff(ordered((w.to_bits() >> 16) as u16)));
-    steps.fold((0, 0), |(n, worst), d| (n + usize::from(d != 0), worst.max(d)))
+/// How a device's greedy token stands against the reference's logits row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TokenCheck {
+    /// The reference's own argmax.
+    Equal,
+    /// Another token, whose reference logit lies within twice the row's largest difference of the best:
+    /// a tie that rounding decides, which two correct implementations may break either way.
+    NearTie {
+        /// The reference's best logit minus its logit of the device's token.
+        gap: f32,
+    },
+    /// Another token, further below the best than rounding reaches: wrong.
+    Differ {
+        /// The reference's best logit minus its logit of the device's token.
+        gap: f32,
+    },
+}
+
+impl TokenCheck {
+    /// `got` (the device's token) against the reference's `row`, whose largest difference from the
+    /// device's logits is `diff` (what [`Apart::fold`] returned for the row).
+    pub fn of(got: u32, row: &[f32], diff: f32) -> Self {
+        let best = argmax(row);
+        if got == best {
+            return TokenCheck::Equal;
+        }
+        let gap = row[best as usize] - row.get(got as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        if gap <= 2.0 * diff {
+            TokenCheck::NearTie { gap }
+        } else {
+            TokenCheck::Differ { gap }
+        }
+    }
 }
 
 /// `f` rounded to bf16 (nearest even), as f32.

@@ -59,12 +59,12 @@ impl<'s> Qwen3Model<'s> {
             l,
             dec.rope_step(&st.pos.span, out(&st.cos), out(&st.sin), out(&st.lens), [b, c.head_dim], c.rope_theta)?,
         )?;
-            labels.resize(l.len(), "rope_step");
+        labels.resize(l.len(), "rope_step");
         dec.record(
             l,
             dec.embed(self.w(TensorKind::Embed, None), &st.tokens.span, out(&st.h), [b, c.hidden, c.vocab])?,
         )?;
-            labels.resize(l.len(), "embed");
+        labels.resize(l.len(), "embed");
         for layer in 0..c.layers {
             let w = |kind| self.w(kind, Some(layer));
             ew.record(l, ew.rmsnorm::<u16>(&st.h.span, w(TensorKind::InputNorm), out(&st.x), rows, c.eps)?)?;
@@ -105,7 +105,7 @@ impl<'s> Qwen3Model<'s> {
                 l,
                 ew.add_rmsnorm::<u16>(&st.a.span, out(&st.h), w(TensorKind::PostNorm), out(&st.x), rows, c.eps)?,
             )?;
-                labels.resize(l.len(), "add_post_norm");
+            labels.resize(l.len(), "add_post_norm");
             mm.add_bf16(l, &st.x.span, w(TensorKind::Router), &st.router.span, drouter)?;
             labels.resize(l.len(), "router");
             dec.record(l, dec.router_topk(&st.router.span, out(&st.topk), out(&st.tw), [b, c.experts, c.top_k])?)?;
@@ -135,7 +135,7 @@ impl<'s> Qwen3Model<'s> {
                 l,
                 dec.moe_combine(&st.down.span, &st.routing.span, layout, &st.tw.span, &st.h.span, out(&st.h), down)?,
             )?;
-                labels.resize(l.len(), "moe_combine");
+            labels.resize(l.len(), "moe_combine");
         }
         let fin = self.w(TensorKind::FinalNorm, None);
         ew.record(l, ew.rmsnorm::<u16>(&st.h.span, fin, out(&st.x), rows, c.eps)?)?;
