@@ -1820,7 +1820,36 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 /// both tiles, without and with the cluster) at each shape: an f32 output poisoned and checked at a sample against
 /// f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the entry.
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
-    use omega::libs::matmul::{ForcedPlan, GemmTile, Matmul, Shape};
+    use omega::libs::matmul::{ForcedPlan, GemmTile};
+    let plans = STAGED_ENTRIES.iter().map(|(_, e)| {
+        let tile = if e.tile_n == mm::GEMM_TILE_N { GemmTile::Wide } else { GemmTile::Narrow };
+        (ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name; 2])
+    });
+    forced_f32_then_bf16(shapes, &plans.collect::<Vec<_>>())
+}
+
+/// The GEMV at decode's shapes, f32 output and then bf16 (`omega_gemv_bf16_tn_m*_y16`, which stores the
+/// rounded sum itself: one launch), unsplit and split: the bf16 output must be the f32 product rounded,
+/// bit for bit (both sum the K slices in split order).
+fn matmul_gemv_y16() -> CaseResult {
+    use omega::libs::matmul::ForcedPlan;
+    let shapes = [[1, 5120, 2048], [3, 2048, 4096], [8, 1536, 2048], [1, 2048, 768], [12, 128, 2048]];
+    let mut seen = Vec::new();
+    for split in [None, Some(1), Some(4)] {
+        for &[m, n, k] in &shapes {
+            let v = mm::gemv_variant(m);
+            let names = [mm::GEMV_BF16_TN[v], mm::GEMV_BF16_TN_Y16[v]];
+            seen.push(forced_f32_then_bf16(&[[m, n, k]], &[(ForcedPlan::Gemv { split }, names)])?);
+        }
+    }
+    Ok(seen.join("; "))
+}
+
+/// Each shape under each forced plan: an f32 output poisoned, the entry named `kernels[0]`, checked at a
+/// sample against f64; then the bf16 output poisoned, the entry `kernels[1]`, against that f32 product
+/// rounded, bit for bit.
+fn forced_f32_then_bf16(shapes: &[[u32; 3]], plans: &[(omega::libs::matmul::ForcedPlan, [&str; 2])]) -> CaseResult {
+    use omega::libs::matmul::{Matmul, Shape};
     let mut g = rng();
     with_scope(|s, mut gpu| {
         let lib = Matmul::new(s).map_err(err)?;
@@ -1833,35 +1862,37 @@ fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
             let dx = s.alloc_device_from(&xb).map_err(err)?;
             let dw = s.alloc_device_from(&wb).map_err(err)?;
             let shape = Shape::new(m, n, k);
-            for (_, e) in STAGED_ENTRIES {
-                let (want_kernel, cluster) = (e.name, e.cluster);
-                let tile = if e.tile_n == mm::GEMM_TILE_N { GemmTile::Wide } else { GemmTile::Narrow };
-                lib.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
+            for &(forced, [want_f32, want_bf16]) in plans {
+                lib.set_forced_plan(Some(forced));
                 let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
-                let done = lib
-                    .bf16(gpu, &dx, &dw, &mut y, shape)
-                    .map_err(|f| format!("{shape} {tile:?} cluster {cluster}: {f}"))?;
-                if done.info.kernel != want_kernel {
-                    return Err(format!("{shape}: ran {}, forced {want_kernel}", done.info.kernel));
+                let done = lib.bf16(gpu, &dx, &dw, &mut y, shape).map_err(|f| format!("{shape} {forced}: {f}"))?;
+                if done.info.kernel != want_f32 {
+                    return Err(format!("{shape}: ran {}, forced {want_f32}", done.info.kernel));
                 }
                 let got = y.to_vec().map_err(err)?;
-                check_matmul(want_kernel, &got, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+                check_matmul(want_f32, &got, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
                 let mut y16 = s.alloc::<u16>((m * n) as usize).map_err(err)?;
                 y16.fill(0x7fc1).map_err(err)?;
                 let d16 =
                     lib.bf16_to_bf16(done.gpu, &dx, &dw, &mut y16, shape).map_err(|f| format!("{shape} bf16: {f}"))?;
                 gpu = d16.gpu;
+                if d16.info.kernel != want_bf16 {
+                    return Err(format!("{shape} bf16: ran {}, forced {want_bf16}", d16.info.kernel));
+                }
                 let got16 = y16.to_vec().map_err(err)?;
                 if let Some(i) = (0..got.len()).find(|&i| got16[i] != mm::f32_to_bf16(got[i])) {
                     return Err(format!(
-                        "{want_kernel} {shape} bf16 output [{}, {}] = {:#06x}, want {:#06x} (the f32 product rounded)",
+                        "{want_bf16} {shape} bf16 output [{}, {}] = {:#06x}, want {:#06x} (the f32 product rounded)",
                         i / n as usize,
                         i % n as usize,
                         got16[i],
                         mm::f32_to_bf16(got[i])
                     ));
                 }
-                seen.push(format!("{want_kernel} {m}x{n}x{k} on {} CTAs", done.info.ctas));
+                seen.push(format!(
+                    "{want_bf16} {m}x{n}x{k} on {} CTAs in {} launch(es)",
+                    d16.info.ctas, d16.info.launches
+                ));
             }
         }
         lib.set_forced_plan(None);
@@ -1948,6 +1979,7 @@ fn main() -> ExitCode {
             "registers_256" => vector_add(1 << 20, Some(255)),
             "chains" => chains_under_switch(),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
+            "matmul_gemv_y16" => matmul_gemv_y16(),
             "serving" => serving::sealed_matmul_steps(),
             "decoder" => decoder::selections(),
             "qwen3_tiny" => qwen3::tiny(),
@@ -2026,6 +2058,7 @@ fn main() -> ExitCode {
             in_child("matmul_mc_n128")
         }),
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
+        ("matmul library: the GEMV's bf16 output in one launch, bit for bit the f32 product rounded", matmul_gemv_y16),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),

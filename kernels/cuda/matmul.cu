@@ -8,7 +8,7 @@
 //   omega_gemm_bf16_tn_ts       the same with a TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_mc       the same in 2-CTA clusters, W multicast, TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_{ts,mc}_n128  those two on 128 x 128 tiles (gemm_bf16_ts.cuh)
-//   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh)
+//   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh); _y16: bf16 out
 //   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)
 //   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
 //   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)

@@ -11,13 +11,14 @@
 // a length or page the tables cannot hold sets a status bit and the sequence writes nothing, q included.
 //
 // Grid: batch (one CTA per sequence, so thread 0 may advance lens[b] once every thread has read it);
-// block: QKV_APPEND_THREADS, a warp per head at a time. head_dim even, at most 2 * 32 * 8 (the library
-// takes the decode kernels' 32, 64 and 128).
+// block: QKV_APPEND_THREADS, a warp per head at a time (1024: Qwen3's 40 heads a sequence take two rounds of
+// warps; 256 threads took five rounds of dependent loads, 7 us a launch at batch 1). head_dim even, at most
+// 2 * 32 * 8 (the library takes the decode kernels' 32, 64 and 128).
 #pragma once
 #include "common.cuh"
 #include "kv_append.cuh"
 
-#define QKV_APPEND_THREADS 256
+#define QKV_APPEND_THREADS 1024
 
 extern "C" __global__ void __launch_bounds__(QKV_APPEND_THREADS)
     omega_qkv_rope_append_bf16(const uint16_t* __restrict__ qkv, const uint16_t* __restrict__ q_norm,

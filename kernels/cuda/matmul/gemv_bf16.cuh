@@ -22,6 +22,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "convert.cuh"
+
 #define GEMV_ROWS 64      // W rows per CTA (4 warps x 16)
 #define GEMV_THREADS 128
 #define GEMV_UNROLL 4     // 32-element K chunks in flight per thread (8 x 16-byte W loads)
@@ -140,8 +142,10 @@ __device__ __forceinline__ void gemv_rows_partial(const uint16_t* __restrict__ x
 // rows of x that `x_rows` names (NULL: rows 0..M-1), into rows 0..M-1 of `y` (split == 1) or of slice s
 // of `work` (slice stride `work_slice` floats); more than 8 * MB rows are taken 8 * MB at a time, each
 // chunk streaming the CTA's W slice again (L2 keeps it for the next chunk). With split > 1 the CTA that
-// takes `*ticket` last adds the slices in split order into y and puts the ticket back to zero.
-template <int MB>
+// takes `*ticket` last adds the slices in split order into y and puts the ticket back to zero. With Y16,
+// y is bf16 (`uint16_t`, passed as float*): every slice goes to `work`, a split of 1 included, and the last
+// CTA stores the rounded sum, so a bf16 product is one launch (no conversion kernel after it).
+template <int MB, bool Y16 = false>
 __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, const uint32_t* __restrict__ x_rows,
                                                 const uint16_t* __restrict__ w, float* __restrict__ y,
                                                 float* __restrict__ work, uint32_t* __restrict__ ticket, uint32_t M,
@@ -156,7 +160,7 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
   // Rows past N read row N-1 (any valid row) and are dropped at the store.
   const uint16_t* w_lo = w + (size_t)min(n_base + g, N - 1) * K + 8 * t;
   const uint16_t* w_hi = w + (size_t)min(n_base + g + 8, N - 1) * K + 8 * t;
-  float* out = split == 1 ? y : work + (size_t)s * work_slice;
+  float* out = split == 1 && !Y16 ? y : work + (size_t)s * work_slice;
 
   // Streaming rows pays when each lane has whole 256-element strides to walk; a short K slice (a fine
   // split) leaves it latency-bound (4x1536x2048 with 128-element slices: 139 GB/s), so those take MMAs.
@@ -216,7 +220,7 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
       }
     }
   }
-  if (split == 1) return;
+  if (split == 1 && !Y16) return;
 
   // The last CTA of this 64-row block adds the partials in split order.
   __shared__ uint32_t last;
@@ -235,7 +239,10 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
     const uint32_t m = i / rows, n = nblock * GEMV_ROWS + i % rows;
     float sum = 0.f;
     for (uint32_t p = 0; p < split; ++p) sum += __ldcg(&work[p * work_slice + (size_t)m * N + n]);
-    y[(size_t)m * N + n] = sum;
+    if (Y16)
+      reinterpret_cast<uint16_t*>(y)[(size_t)m * N + n] = omega_f32_to_bf16(sum);
+    else
+      y[(size_t)m * N + n] = sum;
   }
 }
 
@@ -244,15 +251,15 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
 // blocks in 1024 CTAs). `work` holds split * M * N floats and `tickets` ceil(N / 64) zeroed words when
 // split > 1 (the last CTA of a block puts its ticket back to zero, so the words stay zero between
 // launches).
-template <int MB>
+template <int MB, bool Y16 = false>
 __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                              float* __restrict__ y, float* __restrict__ work,
                                              uint32_t* __restrict__ tickets, uint32_t M, uint32_t N, uint32_t K,
                                              uint32_t k_per_split) {
   const uint32_t nblocks = (N + GEMV_ROWS - 1) / GEMV_ROWS;
   for (uint32_t nb = blockIdx.x; nb < nblocks; nb += gridDim.x)
-    gemv_bf16_group<MB>(x, nullptr, w, y, work, tickets + nb, M, N, K, k_per_split, nb, blockIdx.y, gridDim.y,
-                        (size_t)M * N);
+    gemv_bf16_group<MB, Y16>(x, nullptr, w, y, work, tickets + nb, M, N, K, k_per_split, nb, blockIdx.y, gridDim.y,
+                             (size_t)M * N);
 }
 
 // Grouped (mixture of experts): grid (ceil(N / 64), split, Z), block 128, ONE launch over the experts the
@@ -301,6 +308,19 @@ OMEGA_GEMV_ENTRY(1)
 OMEGA_GEMV_ENTRY(2)
 OMEGA_GEMV_ENTRY(4)
 OMEGA_GEMV_ENTRY(8)
+
+// The bf16-output forms: y is bf16 [M, N]; `work` holds split * M * N floats and `tickets` ceil(N / 64)
+// zeroed words whatever the split (a split of 1 goes through them too).
+#define OMEGA_GEMV_Y16_ENTRY(MB)                                                                          \
+  extern "C" __global__ void __launch_bounds__(GEMV_THREADS) omega_gemv_bf16_tn_m##MB##_y16(              \
+      const uint16_t* x, const uint16_t* w, uint16_t* y, float* work, uint32_t* tickets, uint32_t M,          \
+      uint32_t N, uint32_t K, uint32_t k_per_split) {                                                        \
+    gemv_bf16_tn<MB, true>(x, w, reinterpret_cast<float*>(y), work, tickets, M, N, K, k_per_split);         \
+  }
+OMEGA_GEMV_Y16_ENTRY(1)
+OMEGA_GEMV_Y16_ENTRY(2)
+OMEGA_GEMV_Y16_ENTRY(4)
+OMEGA_GEMV_Y16_ENTRY(8)
 
 #define OMEGA_MOE_GEMV_ENTRY(MB)                                                                          \
   extern "C" __global__ void __launch_bounds__(GEMV_THREADS) omega_moe_gemv_bf16_m##MB(                   \

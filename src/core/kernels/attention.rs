@@ -41,7 +41,7 @@ pub const KV_APPEND: &str = "omega_kv_append_bf16";
 /// QKV row's q and k heads QK-normed and rotated, q stored, k and v appended as [`KV_APPEND`] appends.
 pub const QKV_APPEND: &str = "omega_qkv_rope_append_bf16";
 /// The fused append's block (`QKV_APPEND_THREADS`).
-pub const QKV_APPEND_THREADS: u32 = 256;
+pub const QKV_APPEND_THREADS: u32 = 1024;
 
 /// `omega_attn_copy16(src, dst, n16)`: a grid-stride copy of 16-byte chunks, the benchmark's bandwidth
 /// denominator.

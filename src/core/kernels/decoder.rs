@@ -69,8 +69,8 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         name: ROUTER_TOPK,
         param_sizes: &[8, 8, 8, 4, 4, 4],
         static_shared_bytes: 0,
-        // The sorted top-k values and experts, indexed at run time: 64 bytes of stack.
-        local_bytes_per_thread: 64,
+        // The chosen list and the lane's logits stay in registers (unrolled rounds): no stack.
+        local_bytes_per_thread: 0,
         run: router_topk,
     },
     HostSpec {

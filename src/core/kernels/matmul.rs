@@ -78,6 +78,15 @@ pub const GEMM_BF16_TN_MC_N128: &str = "omega_gemm_bf16_tn_mc_n128";
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
     ["omega_gemv_bf16_tn_m1", "omega_gemv_bf16_tn_m2", "omega_gemv_bf16_tn_m4", "omega_gemv_bf16_tn_m8"];
+/// The GEMV with a bf16 output, `omega_gemv_bf16_tn_m{1,2,4,8}_y16` (the same parameters, y bf16): every
+/// K slice goes through `work` and the tickets, a split of 1 included, and the last CTA of a 64-row block
+/// stores the rounded sum, so a bf16 product at small M is one launch.
+pub const GEMV_BF16_TN_Y16: [&str; 4] = [
+    "omega_gemv_bf16_tn_m1_y16",
+    "omega_gemv_bf16_tn_m2_y16",
+    "omega_gemv_bf16_tn_m4_y16",
+    "omega_gemv_bf16_tn_m8_y16",
+];
 /// Grouped experts: `omega_moe_gemv_bf16_m{1,2,4,8}(x, w, y, work, tickets, offsets, rows, active, N, K,
 /// k_per_split, max_slots)`, by [`GEMV_MB`]: one launch over the touched experts `active` lists.
 pub const MOE_GEMV_BF16: [&str; 4] =
@@ -429,6 +438,10 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
     gemv_spec(3, 0, gemv_bf16_tn::<3>),
+    gemv_y16_spec(0, gemv_bf16_tn_y16::<0>),
+    gemv_y16_spec(1, gemv_bf16_tn_y16::<1>),
+    gemv_y16_spec(2, gemv_bf16_tn_y16::<2>),
+    gemv_y16_spec(3, gemv_bf16_tn_y16::<3>),
     skinny::SKINNY_SPECS[0],
     skinny::SKINNY_SPECS[1],
     skinny::SKINNY_SPECS[2],
@@ -510,6 +523,10 @@ const fn gemv_spec(
         local_bytes_per_thread,
         run,
     }
+}
+
+const fn gemv_y16_spec(variant: usize, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+    HostSpec { name: GEMV_BF16_TN_Y16[variant], ..gemv_spec(variant, 0, run) }
 }
 
 const fn moe_spec(
@@ -1106,6 +1123,8 @@ struct GemvCta<'a> {
     work_slice: u64,
     /// The entry's MB: `8 * MB` x rows per pass over W.
     mb: u32,
+    /// y is bf16 (the `_y16` entries): every slice through `work`, the sum rounded at the store.
+    y16: bool,
 }
 
 impl GemvCta<'_> {
@@ -1155,8 +1174,11 @@ impl GemvCta<'_> {
                 w.extend(row);
             }
         }
-        let out =
-            if self.split == 1 { self.y } else { self.work.wrapping_add(u64::from(self.s) * self.work_slice * 4) };
+        let out = if self.split == 1 && !self.y16 {
+            self.y
+        } else {
+            self.work.wrapping_add(u64::from(self.s) * self.work_slice * 4)
+        };
         let ldy = u64::from(self.n);
         // The streaming form takes its (at most 4) rows in one pass.
         let pass = if rows_form { ROWS_MAX_M } else { 8 * self.mb };
@@ -1184,7 +1206,7 @@ impl GemvCta<'_> {
             }
             m0 = m1;
         }
-        if self.split == 1 {
+        if self.split == 1 && !self.y16 {
             return Ok(());
         }
         // The ticket, in device memory: the CTA that takes `split - 1` adds the slices and puts it back to 0.
@@ -1197,7 +1219,7 @@ impl GemvCta<'_> {
         ctx.write_u32s(self.ticket, &[0])?;
         let cols = GEMV_ROWS.min(self.n.wrapping_sub(nb0));
         if self.m > 0 && cols > 0 {
-            aligned(self.kernel, "y", self.y, 4)?;
+            aligned(self.kernel, "y", self.y, if self.y16 { 2 } else { 4 })?;
         }
         for mm in 0..self.m {
             let at = u64::from(mm) * ldy + u64::from(nb0);
@@ -1209,7 +1231,12 @@ impl GemvCta<'_> {
                     *s += v;
                 }
             }
-            ctx.write(self.y.wrapping_add(at * 4), &math::f32s_to_le(&sum))?;
+            if self.y16 {
+                let bits: Vec<u8> = sum.iter().flat_map(|&f| math::f32_to_bf16(f).to_le_bytes()).collect();
+                ctx.write(self.y.wrapping_add(at * 2), &bits)?;
+            } else {
+                ctx.write(self.y.wrapping_add(at * 4), &math::f32s_to_le(&sum))?;
+            }
         }
         Ok(())
     }
@@ -1224,7 +1251,16 @@ impl GemvCta<'_> {
 /// included) computes the 64-row blocks `bx, bx + gridDim.x, ..` below `ceil(N / 64)` over its K slice,
 /// `split = gridDim.y`.
 fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = GEMV_BF16_TN[V];
+    gemv_dense(ctx, V, false)
+}
+
+/// `omega_gemv_bf16_tn_m*_y16`: [`gemv_bf16_tn`] with a bf16 y.
+fn gemv_bf16_tn_y16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemv_dense(ctx, V, true)
+}
+
+fn gemv_dense(ctx: &mut KernelCtx<'_>, variant: usize, y16: bool) -> Result<(), KernelError> {
+    let name = if y16 { GEMV_BF16_TN_Y16[variant] } else { GEMV_BF16_TN[variant] };
     let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
     let (m, n, k, k_per_split) = (ctx.word(10), ctx.word(11), ctx.word(12), ctx.word(13));
     require_block(ctx, name, GEMV_THREADS)?;
@@ -1251,7 +1287,8 @@ fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelErr
                 s,
                 split: shape.grid[1],
                 work_slice: u64::from(m) * u64::from(n),
-                mb: GEMV_MB[V],
+                mb: GEMV_MB[variant],
+                y16,
             }
             .run(ctx)?;
         }
@@ -1318,6 +1355,7 @@ fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelEr
                 split: shape.grid[1],
                 work_slice: u64::from(max_slots) * u64::from(n),
                 mb: GEMV_MB[V],
+                y16: false,
             }
             .run(ctx)?;
         }

@@ -23,7 +23,9 @@
 //! - **SIMT bf16** (bf16 of any other K or alignment): one launch per band of M rows that fits the
 //!   budget, or, when one band of 128 rows is already past it (N > 128 * budget), one launch per row and
 //!   per 128 * budget columns (a one-row product has no row stride, so its columns can be cut);
-//! - **bf16 output**: the f32 product into the workspace, then the conversion kernel;
+//! - **bf16 output**: the GEMV and the skinny GEMM store it themselves (the GEMV's `_y16` entries sum
+//!   their K slices through the workspace and round at the store: one launch); the others put the f32
+//!   product into the workspace, then the conversion kernel runs;
 //! - **grouped GEMV** (mixture of experts): the device routes the top-k choices and lists the touched
 //!   experts, then ONE launch runs them ([`grouped`]).
 //!
@@ -114,6 +116,8 @@ pub(crate) enum Kern {
     GemmMcN128,
     /// `omega_gemv_bf16_tn_m{1,2,4,8}`, by index (0: m1 .. 3: m8).
     Gemv(usize),
+    /// `omega_gemv_bf16_tn_m{1,2,4,8}_y16` (bf16 output), by index.
+    GemvY16(usize),
     /// `omega_moe_gemv_bf16_m{1,2,4,8}`, by index.
     Moe(usize),
     /// `omega_skinny_bf16_tn_m{1,2,4,8}`, by index (`abi::skinny_variant`).
@@ -126,8 +130,9 @@ pub(crate) enum Kern {
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
-/// TMA-store entry and that entry's cluster form, those two on the narrow tile, and the four skinny GEMMs.
-pub(crate) const KERNEL_NAMES: [&str; 23] = [
+/// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs and
+/// the four GEMVs with a bf16 output.
+pub(crate) const KERNEL_NAMES: [&str; 27] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -155,6 +160,10 @@ pub(crate) const KERNEL_NAMES: [&str; 23] = [
     abi::SKINNY_BF16_TN[1],
     abi::SKINNY_BF16_TN[2],
     abi::SKINNY_BF16_TN[3],
+    abi::GEMV_BF16_TN_Y16[0],
+    abi::GEMV_BF16_TN_Y16[1],
+    abi::GEMV_BF16_TN_Y16[2],
+    abi::GEMV_BF16_TN_Y16[3],
 ];
 
 impl Kern {
@@ -175,6 +184,7 @@ impl Kern {
             Kern::GemmTsN128 => 17,
             Kern::GemmMcN128 => 18,
             Kern::Skinny(v) => 19 + v,
+            Kern::GemvY16(mb) => 23 + mb,
         }
     }
 }
@@ -906,13 +916,14 @@ fn gemv_auto_split(shape: Shape, sms: u64, budget: u64) -> u64 {
 }
 
 /// The GEMV's launch for `split` K slices (the caller checked that K's chunks keep it), and the plan's
-/// scratch and split. Past the budget the kernel's CTAs walk the 64-row blocks grid-stride.
-fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, scratch: &mut u64) -> Step {
+/// scratch and split. Past the budget the kernel's CTAs walk the 64-row blocks grid-stride. With `y16`
+/// the bf16-output entry, whose slices go through the scratch whatever the split.
+fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, y16: bool, scratch: &mut u64) -> Step {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
     let kps = round_up(ceil(k, split), 32);
     let gx = blocks.min((budget / split).max(1));
-    let work = if split > 1 {
+    let work = if split > 1 || y16 {
         let at = Arg::Scratch(*scratch * 4);
         *scratch += split * m * n;
         at
@@ -920,7 +931,7 @@ fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, scratch: &mut u64)
         out
     };
     Step {
-        kern: Kern::Gemv(mb_index(m)),
+        kern: if y16 { Kern::GemvY16(mb_index(m)) } else { Kern::Gemv(mb_index(m)) },
         grid: [word(gx), word(split), 1],
         block: [abi::GEMV_THREADS, 1, 1],
         dynamic_shared: 0,
@@ -1167,9 +1178,9 @@ fn gemm_refusal(k: u64, opts: DenseOpts) -> Option<ForcedRefusal> {
 fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
-    // The skinny GEMM stores a bf16 output itself; the others' f32 product of one lies at the
-    // workspace's start and a conversion follows.
-    let direct = matches!(choice, Choice::Skinny(_));
+    // The skinny GEMM and the GEMV store a bf16 output themselves; the others' f32 product of one lies at
+    // the workspace's start and a conversion follows.
+    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(_));
     let out_bf16 = opts.out_bf16 && !direct;
     let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
     let mut scratch = if out_bf16 { round_up(m * n, 64) } else { 0 };
@@ -1177,7 +1188,7 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     let (path, tickets, tma, split);
     match choice {
         Choice::Gemv(s) => {
-            steps.push(gemv_step(shape, s, budget, out(0), &mut scratch));
+            steps.push(gemv_step(shape, s, budget, out(0), opts.out_bf16, &mut scratch));
             let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
             (path, tickets, tma, split) = (Path::Gemv, blocks, None, word(s));
         }
@@ -1640,6 +1651,18 @@ mod tests {
         assert_eq!((p.path, p.steps[0].kern, p.steps[0].grid), (Path::Gemv, Kern::Gemv(3), [32, 16, 1]));
         let p = f(Shape::new(64, 1536, 2048), ForcedPlan::Gemv { split: Some(4) }, o).unwrap();
         assert_eq!((p.steps[0].grid, p.steps[0].args[8], p.scratch), ([24, 4, 1], Arg::Word(512), 4 * 64 * 1536));
+        // A bf16 output: the GEMV stores it itself (one launch), its slices through the scratch even
+        // unsplit.
+        for split in [1, 4] {
+            let p =
+                f(Shape::new(1, 5120, 2048), ForcedPlan::Gemv { split: Some(split) }, opts(MAX_CTAS, true)).unwrap();
+            assert_eq!(p.steps.len(), 1, "no conversion after the GEMV");
+            let s = &p.steps[0];
+            assert_eq!(
+                (s.kern, s.args[2], s.args[3], p.scratch),
+                (Kern::GemvY16(0), Arg::Y(0), Arg::Scratch(0), 5120 * u64::from(split))
+            );
+        }
         // 2048 of K in 32-element chunks: 9 slices of 256 make 8.
         let why = |r: Result<Plan, PlanError>| match r {
             Err(PlanError::Forced { why, .. }) => why,
