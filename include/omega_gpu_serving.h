@@ -73,6 +73,8 @@ typedef struct {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
