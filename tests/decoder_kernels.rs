@@ -1,6 +1,7 @@
 //! The `decoder` module's kernels on the simulator, launched through the typed API (`load_module`,
 //! `Launch`, device buffers) on fresh random inputs, every output poisoned first, and checked against
-//! references written here in f64 (or exactly, for what is a selection or a copy).
+//! f64 references (written here, or shared with the GPU suite's `decoder` case in
+//! `omega::kernels::decoder`: `router_f64`, `argmax_case`), or exactly, for what is a selection or a copy.
 //!
 //! Tolerances: the gather, the cast, the top-k choice and the argmax are exact (a copy, one rounding
 //! that `half` performs independently, and selections). The router's weights are `e^(l_j - l_max) /
@@ -109,18 +110,6 @@ fn the_cast_rounds_every_f32_to_the_nearest_even_bf16() {
     });
 }
 
-/// The f64 router: the `k` largest logits (the lower expert first on a tie) and their renormalised
-/// softmax weights.
-fn router_f64(row: &[f32], k: usize) -> (Vec<u32>, Vec<f64>) {
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap().then(a.cmp(&b)));
-    order.truncate(k);
-    let top = f64::from(row[order[0]]);
-    let e: Vec<f64> = order.iter().map(|&i| (f64::from(row[i]) - top).exp()).collect();
-    let sum: f64 = e.iter().sum();
-    (order.iter().map(|&i| i as u32).collect(), e.iter().map(|x| x / sum).collect())
-}
-
 #[test]
 fn the_router_writes_each_tokens_top_k_experts_and_their_renormalised_weights() {
     let mut g = rng("router");
@@ -149,7 +138,7 @@ fn the_router_writes_each_tokens_top_k_experts_and_their_renormalised_weights() 
             gpu = gpu.launch(&l).unwrap().gpu;
             let (got_i, got_w) = (topk.to_vec().unwrap(), weights.to_vec().unwrap());
             for t in 0..tokens as usize {
-                let (want_i, want_w) = router_f64(&logits[t * experts as usize..][..experts as usize], k as usize);
+                let (want_i, want_w) = dk::router_f64(&logits[t * experts as usize..][..experts as usize], k as usize);
                 let what = format!("T={tokens} E={experts} k={k} token {t}");
                 assert_eq!(&got_i[t * k as usize..][..k as usize], &want_i[..], "{what}: experts");
                 for (j, (&gw, &ww)) in got_w[t * k as usize..][..k as usize].iter().zip(&want_w).enumerate() {
@@ -167,17 +156,7 @@ fn the_argmax_finds_each_rows_first_largest_value_over_a_full_vocabulary() {
         let kernel = module.kernel(dk::ARGMAX_F32).unwrap();
         let mut gpu = gpu;
         for (rows, cols, block, grid) in [(3u32, 151_936u32, 256u32, 3u32), (9, 1000, 32, 2), (2, 1, 256, 4)] {
-            let mut logits: Vec<f32> = (0..rows * cols).map(|_| g.random_range(-30.0f32..30.0)).collect();
-            let mut want = Vec::new();
-            for r in 0..rows as usize {
-                let row = &mut logits[r * cols as usize..][..cols as usize];
-                // The largest value twice: the first of them wins.
-                let first = g.random_range(0..cols as usize);
-                let second = g.random_range(first..cols as usize);
-                row[first] = 31.0;
-                row[second] = 31.0;
-                want.push(first as u32);
-            }
+            let (logits, want) = dk::argmax_case(g.random(), rows as usize, cols as usize);
             let dl = s.alloc_device_from(&logits).unwrap();
             let mut out = s.alloc_device_from(&vec![POISON_U32; rows as usize]).unwrap();
             let l = Launch::new(&kernel).grid([grid, 1, 1]).block([block, 1, 1]).arg(&dl).arg(&out).arg(rows).arg(cols);
@@ -240,7 +219,7 @@ fn the_library_records_argmax_then_the_gather_of_its_tokens_in_one_submission() 
         assert_eq!(ids[r] as usize, best, "row {r}'s token");
         let h = hidden as usize;
         assert_eq!(&gathered[r * h..][..h], &table[best * h..][..h], "row {r}'s embedding is its token's");
-        let (want, _) = router_f64(&router[r * experts as usize..][..experts as usize], k as usize);
+        let (want, _) = dk::router_f64(&router[r * experts as usize..][..experts as usize], k as usize);
         assert_eq!(&topk[r * k as usize..][..k as usize], &want[..], "row {r}'s experts");
     }
     let want: Vec<u16> = logits.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
@@ -335,7 +314,7 @@ fn a_moe_block_routes_multiplies_and_combines_into_the_residual_in_one_submissio
     };
     let (x, w, r) = (mm::bf16s_to_f32(&xb), mm::bf16s_to_f32(&wb), mm::bf16s_to_f32(&res));
     for ti in 0..tu {
-        let (experts, wts) = router_f64(&logits[ti * e as usize..][..e as usize], top_k as usize);
+        let (experts, wts) = dk::router_f64(&logits[ti * e as usize..][..e as usize], top_k as usize);
         for c in 0..nu {
             let (mut want, mut bound) = (f64::from(r[ti * nu + c]), 0f64);
             for (&ex, &wj) in experts.iter().zip(&wts) {

@@ -3,22 +3,11 @@
 //! (one block per row, 16-byte loads), both exact against references written here (selections; the
 //! router's weights within 2^-20 of an f64 softmax, the argument of tests/decoder_kernels.rs).
 
+use omega::kernels::decoder as dk;
 use omega::libs::decoder::{Decoder, DeviceSpan};
 use rand::Rng;
 
 use super::{err, rng, with_scope, CaseResult};
-
-/// The f64 router: the `k` largest logits (the lower expert first on a tie) and their renormalised
-/// softmax weights.
-fn router_f64(row: &[f32], k: usize) -> (Vec<u32>, Vec<f64>) {
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-    order.truncate(k);
-    let top = f64::from(row[order[0]]);
-    let e: Vec<f64> = order.iter().map(|&i| (f64::from(row[i]) - top).exp()).collect();
-    let sum: f64 = e.iter().sum();
-    (order.iter().map(|&i| i as u32).collect(), e.iter().map(|x| x / sum).collect())
-}
 
 /// The `decoder` case.
 pub fn selections() -> CaseResult {
@@ -51,7 +40,7 @@ pub fn selections() -> CaseResult {
             gpu = dec.launch(gpu, call).map_err(|(_, e)| e.to_string())?;
             let (got_i, got_w) = (topk.to_vec().map_err(err)?, weights.to_vec().map_err(err)?);
             for tk in 0..tokens as usize {
-                let (want_i, want_w) = router_f64(&logits[tk * experts as usize..][..experts as usize], k as usize);
+                let (want_i, want_w) = dk::router_f64(&logits[tk * experts as usize..][..experts as usize], k as usize);
                 let what = format!("router T={tokens} E={experts} k={k} token {tk}");
                 if got_i[tk * k as usize..][..k as usize] != want_i[..] {
                     return Err(format!(
@@ -68,17 +57,7 @@ pub fn selections() -> CaseResult {
         }
         notes.push("router: 6 shapes exact (past 256 experts included)".to_string());
         for (rows, cols) in [(1u32, 151_936u32), (3, 151_936), (32, 151_936), (9, 1001), (2, 1)] {
-            let mut logits: Vec<f32> = (0..rows * cols).map(|_| g.random_range(-30.0f32..30.0)).collect();
-            let mut want = Vec::new();
-            for r in 0..rows as usize {
-                let row = &mut logits[r * cols as usize..][..cols as usize];
-                // The largest value twice: the first of them wins.
-                let first = g.random_range(0..cols as usize);
-                let second = g.random_range(first..cols as usize);
-                row[first] = 31.0;
-                row[second] = 31.0;
-                want.push(first as u32);
-            }
+            let (logits, want) = dk::argmax_case(g.random(), rows as usize, cols as usize);
             let dl = s.alloc_device_from(&logits).map_err(err)?;
             let mut out = s.alloc_device_from(&vec![0xdead_beefu32; rows as usize]).map_err(err)?;
             // SAFETY: each span is the whole of its buffer, which outlives the launch.

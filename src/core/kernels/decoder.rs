@@ -198,6 +198,38 @@ fn router_topk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// The f64 router for tests: the `k` largest logits (the lower expert first on a tie) and their
+/// renormalised softmax weights, what [`router_topk_ref`]'s f32 arithmetic approximates.
+pub fn router_f64(row: &[f32], k: usize) -> (Vec<u32>, Vec<f64>) {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    order.truncate(k);
+    let top = f64::from(row[order[0]]);
+    let e: Vec<f64> = order.iter().map(|&i| (f64::from(row[i]) - top).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    (order.iter().map(|&i| i as u32).collect(), e.iter().map(|x| x / sum).collect())
+}
+
+/// An argmax test's input from `seed`: `rows` rows of `cols` logits uniform in [-30, 30), each row's
+/// largest value (31) placed twice, and the index the argmax must return for each row (the first of the
+/// two). The same on every machine.
+pub fn argmax_case(seed: u64, rows: usize, cols: usize) -> (Vec<f32>, Vec<u32>) {
+    let mut logits: Vec<f32> = math::random_f32(seed, rows * cols).iter().map(|v| 30.0 * v).collect();
+    let picks = math::random_f32(seed ^ 0xa5a5, 2 * rows);
+    let mut want = Vec::with_capacity(rows);
+    for (r, pick) in picks.chunks(2).enumerate() {
+        // [-1, 1) to an index: the first anywhere in the row, the second at or after it.
+        let at = |u: f32, from: usize| from + (((u + 1.0) * 0.5 * (cols - from) as f32) as usize).min(cols - from - 1);
+        let first = at(pick[0], 0);
+        let second = at(pick[1], first);
+        let row = &mut logits[r * cols..][..cols];
+        row[first] = 31.0;
+        row[second] = 31.0;
+        want.push(first as u32);
+    }
+    (logits, want)
+}
+
 /// The lowest index of `row`'s largest value, NaN never the largest (0 for a row of NaN or an empty
 /// row).
 pub fn argmax_ref(row: &[f32]) -> u32 {
