@@ -8,28 +8,36 @@
 // row moving through one SM (256 threads of dependent scalar loads took 131 us for a 151936-wide row).
 #define DEC_ARGMAX_THREADS 1024
 
-// Whether (v, i) ranks above (w, j) in the router's order: the larger value first, NaN below every number,
-// the lower expert first among equals (NaN equal to NaN); an index of 0xffffffff (no candidate) never.
-__device__ __forceinline__ bool dec_ranks_above(float v, uint32_t i, float w, uint32_t j) {
-  if (i == 0xffffffffu) return false;
-  if (j == 0xffffffffu) return true;
-  const bool vn = v != v, wn = w != w;
-  if (vn != wn) return wn;
-  if (!vn && v != w) return v > w;
-  return i < j;
+// The router's order as one 64-bit key, larger ranking above: the value's bits made monotonic (-0 read as
+// +0, since the order calls them equal; every NaN 0, below every number) over the complement of the index
+// (the lower expert above among equals). Two keys are equal only for the same expert, and no key is 0
+// except a NaN at index 0xffffffff, which no row has: 0 stands for "no candidate".
+__device__ __forceinline__ uint64_t dec_router_key(float v, uint32_t i) {
+  const uint32_t u = __float_as_uint(v == 0.f ? 0.f : v);
+  const uint32_t mono = v != v ? 0u : (u & 0x80000000u ? ~u : u | 0x80000000u);
+  return (static_cast<uint64_t>(mono) << 32) | ~i;
 }
 
-// One warp per token (DEC_ROUTER_WARPS tokens a block): k rounds, each a warp arg-max (every lane over
-// its strided experts, skipping those already chosen, then a shuffle reduction), so the k largest logits
-// come out in descending order, the lower expert first on a tie; then their softmax weights
-// renormalised over the k (softmax over all, divided by the chosen ones' sum: the same numbers as a
-// softmax over the chosen logits, computed that way, `expf(l - top)` summed in order). topk[t * k + j]
-// is the expert, weights[t * k + j] its weight. k is at most DEC_TOPK_MAX and at most experts; the library
-// refuses other calls. The round loop is unrolled to DEC_TOPK_MAX so the chosen list stays in registers,
-// and up to 32 * DEC_ROUTER_PER_LANE experts a lane keeps its logits in registers too (loaded once; a
-// bit per value marks the chosen), so a round is register work and shuffles. (A thread per token with an
-// insertion sort in local memory took 20 us a launch at batch 1 and 66 at 32; the warp re-reading the
-// row every round, 8.3.)
+// The value a key was made from (a NaN for the NaN class, +0 for either zero).
+__device__ __forceinline__ float dec_router_key_value(uint64_t key) {
+  const uint32_t mono = static_cast<uint32_t>(key >> 32);
+  if (mono == 0) return __uint_as_float(0x7fc00000u);
+  return __uint_as_float(mono & 0x80000000u ? mono & 0x7fffffffu : ~mono);
+}
+
+// One warp per token (DEC_ROUTER_WARPS tokens a block): k rounds, each a warp maximum of the router keys
+// (dec_router_key) below the previous round's choice (every lane over its strided experts, then a shuffle
+// reduction), so the k largest logits come out in descending order, the lower expert first on a tie. The
+// keys are a strict total order, so "below the last chosen" is exactly "not chosen yet" and no chosen set
+// is kept. Then their softmax weights renormalised over the k (softmax over all, divided by the chosen
+// ones' sum: the same numbers as a softmax over the chosen logits, computed that way, `expf(l - top)`
+// summed in order). topk[t * k + j] is the expert, weights[t * k + j] its weight; lane j keeps choice j.
+// k is at most DEC_TOPK_MAX and at most experts; the library refuses other calls. Up to
+// 32 * DEC_ROUTER_PER_LANE experts a lane keeps its logits in registers (loaded once).
+//
+// The code is kept small on purpose: at decode a launch is one or two blocks that run it once, so every
+// instruction is fetched cold, and the fully unrolled form (85 KB of code) took 8 us a launch whatever the
+// batch (docs/perf/2026-12-03-s7-qwen3-step.md); the round loop is rolled.
 #define DEC_ROUTER_WARPS 4
 #define DEC_ROUTER_PER_LANE 8
 extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
@@ -42,7 +50,6 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
   for (uint32_t t = blockIdx.x * DEC_ROUTER_WARPS + threadIdx.x / 32; t < tokens; t += warps) {
     const float* row = logits + static_cast<uint64_t>(t) * experts;
     float vals[DEC_ROUTER_PER_LANE];
-    uint32_t chosen_here = 0;  // bit j: this lane's value j was chosen
     if (in_registers) {
 #pragma unroll
       for (int j = 0; j < DEC_ROUTER_PER_LANE; ++j) {
@@ -50,65 +57,42 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_ROUTER_WARPS)
         vals[j] = e < experts ? row[e] : 0.f;
       }
     }
-    float best[DEC_TOPK_MAX];
-    uint32_t idx[DEC_TOPK_MAX];
+    // Each round takes the largest key below the previous round's (every key is below the first bound).
+    uint64_t bound = ~0ull, mine = 0;
+#pragma unroll 1
+    for (uint32_t r = 0; r < k; ++r) {
+      uint64_t best = 0;
+      if (in_registers) {
 #pragma unroll
-    for (int r = 0; r < DEC_TOPK_MAX; ++r) {
-      best[r] = 0.f;
-      idx[r] = 0xffffffffu;
-      if (r < static_cast<int>(k)) {
-        float v = 0.f;
-        uint32_t i = 0xffffffffu;
-        if (in_registers) {
-#pragma unroll
-          for (int j = 0; j < DEC_ROUTER_PER_LANE; ++j) {
-            const uint32_t e = lane + 32 * j;
-            if (e < experts && !((chosen_here >> j) & 1u) && dec_ranks_above(vals[j], e, v, i)) {
-              v = vals[j];
-              i = e;
-            }
-          }
-        } else {
-          for (uint32_t e = lane; e < experts; e += 32) {
-            bool taken = false;
-#pragma unroll
-            for (int j = 0; j < r; ++j) taken |= idx[j] == e;
-            const float x = row[e];
-            if (!taken && dec_ranks_above(x, e, v, i)) {
-              v = x;
-              i = e;
-            }
-          }
+        for (int j = 0; j < DEC_ROUTER_PER_LANE; ++j) {
+          const uint64_t key = dec_router_key(vals[j], lane + 32 * j);
+          if (lane + 32 * j < experts && key < bound && key > best) best = key;
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-          const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-          const uint32_t oi = __shfl_xor_sync(0xffffffffu, i, o);
-          if (dec_ranks_above(ov, oi, v, i)) {
-            v = ov;
-            i = oi;
-          }
+      } else {
+#pragma unroll 1
+        for (uint32_t e = lane; e < experts; e += 32) {
+          const uint64_t key = dec_router_key(row[e], e);
+          if (key < bound && key > best) best = key;
         }
-        best[r] = v;
-        idx[r] = i;
-        if (i != 0xffffffffu && i % 32 == lane) chosen_here |= 1u << (i / 32);
       }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+        best = other > best ? other : best;
+      }
+      if (lane == r) mine = best;
+      bound = best;
     }
-    const float top = best[0];
+    const float mine_v = dec_router_key_value(mine);
+    const uint32_t mine_i = ~static_cast<uint32_t>(mine);
+    const float top = __shfl_sync(0xffffffffu, mine_v, 0);
+    const float mine_e = lane < k ? expf(mine_v - top) : 0.f;
     float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < DEC_TOPK_MAX; ++j) {
-      if (j < static_cast<int>(k)) {
-        best[j] = expf(best[j] - top);
-        sum += best[j];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < DEC_TOPK_MAX; ++j) {
-      if (j < static_cast<int>(k) && lane == static_cast<uint32_t>(j)) {
-        topk[static_cast<uint64_t>(t) * k + j] = idx[j];
-        weights[static_cast<uint64_t>(t) * k + j] = best[j] / sum;
-      }
+#pragma unroll 1
+    for (uint32_t j = 0; j < k; ++j) sum += __shfl_sync(0xffffffffu, mine_e, j);
+    if (lane < k) {
+      topk[static_cast<uint64_t>(t) * k + lane] = mine_i;
+      weights[static_cast<uint64_t>(t) * k + lane] = mine_e / sum;
     }
   }
 }

@@ -29,6 +29,16 @@ __device__ __forceinline__ void rmsnorm_rows(const T* __restrict__ x, T* h, cons
     // The row's part as T (bf16 packed two to a register), widened again for the scaling: rounding
     // to T loses nothing (x is T; with ADD the sum is rounded to T before it is normalised).
     typename EwRaw<T, V>::type keep[ITEMS];
+    // A row the registers hold has its weights fetched into L1 before the reduction, not after it: at
+    // decode the launch is one block, latency-bound, and the weights' load was a dependent trip to memory
+    // of its own. (Holding them in registers spills at the 32 registers that keep 2048 threads an SM.)
+    if (cached) {
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const uint32_t k = i * blockDim.x + threadIdx.x;
+        if (k < nv) asm volatile("prefetch.global.L1 [%0];" ::"l"(w + static_cast<size_t>(k) * V));
+      }
+    }
     float ss = 0.0f;
     for (uint32_t p0 = 0; p0 < nv; p0 += per_pass) {
 #pragma unroll

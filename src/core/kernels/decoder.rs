@@ -69,7 +69,7 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         name: ROUTER_TOPK,
         param_sizes: &[8, 8, 8, 4, 4, 4],
         static_shared_bytes: 0,
-        // The chosen list and the lane's logits stay in registers (unrolled rounds): no stack.
+        // The lane's logits and its choice stay in registers: no stack.
         local_bytes_per_thread: 0,
         run: router_topk,
     },
@@ -160,7 +160,7 @@ fn cast(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 /// first on a tie, NaN below every number) and their softmax weights renormalised over the `k`, in the
 /// kernel's f32: `k` rounds each taking the best of the experts not yet chosen, as the kernel's warp does.
 pub fn router_topk_ref(row: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
-    // Whether (v, i) ranks above (w, j): `dec_ranks_above` of kernels/cuda/decoder/select.cuh.
+    // Whether (v, i) ranks above (w, j): the order of `dec_router_key` in kernels/cuda/decoder/select.cuh.
     let above = |(v, i): (f32, usize), (w, j): (f32, usize)| match (v.is_nan(), w.is_nan()) {
         (false, true) => true,
         (true, false) => false,

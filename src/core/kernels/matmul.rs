@@ -454,7 +454,8 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         name: MOE_ROUTE,
         param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8, 8],
         // `counts[ROUTE_THREADS + 1]` (the last word accumulates the drop count).
-        static_shared_bytes: (ROUTE_THREADS + 1) * 4,
+        // The block scan's two 32-word arrays and the drop count.
+        static_shared_bytes: 2 * 32 * 4 + 4,
         local_bytes_per_thread: 0,
         run: moe_route,
     },
@@ -1381,11 +1382,11 @@ fn take_costed(ctx: &mut KernelCtx<'_>, costs: &[u64]) -> Range<u64> {
 
 // ----- the routing ---------------------------------------------------------------------------------------
 
-/// `omega_moe_route`: pass after pass of 1024 experts, thread 0 writes the pass's offsets (the running
-/// total carried in `offsets[base]`) and appends the pass's touched experts to `active[1..]`, then each
-/// expert's slots get its choices in increasing choice index; last, `*dropped` is stored with the count of
-/// choices naming an expert >= E and `active[0]` with the count of touched experts — every CTA of the
-/// grid stores the same values.
+/// `omega_moe_route`: pass after pass of 1024 experts, the block's scan writes the pass's offsets (the
+/// running total carried from the passes before) and appends the pass's touched experts to `active[1..]`,
+/// then each expert's slots get its choices in increasing choice index; last, `*dropped` is stored with
+/// the count of choices naming an expert >= E and `active[0]` with the count of touched experts — every
+/// CTA of the grid stores the same values.
 fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = MOE_ROUTE;
     let (topk, t, top_k, e) = (ctx.u64_at(0), ctx.word(2), ctx.word(3), ctx.word(4));
