@@ -17,20 +17,26 @@
 
 #define ROUTE_THREADS 1024
 
+// The inclusive prefix sums of a and b over the warp's lanes (every lane of the warp calls it).
+__device__ __forceinline__ void route_warp_scan(uint32_t& a, uint32_t& b) {
+  const uint32_t lane = threadIdx.x % 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t ya = __shfl_up_sync(0xffffffffu, a, o), yb = __shfl_up_sync(0xffffffffu, b, o);
+    if (lane >= static_cast<uint32_t>(o)) {
+      a += ya;
+      b += yb;
+    }
+  }
+}
+
 // The exclusive prefix sums over the block of a and b (every thread passes its own), and their totals.
 // Two barriers; `sa` and `sb` are 32-word shared arrays.
 __device__ __forceinline__ void route_block_scan(uint32_t& a, uint32_t& b, uint32_t& total_a, uint32_t& total_b,
                                                  uint32_t* sa, uint32_t* sb) {
   const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t ia = a, ib = b;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t ya = __shfl_up_sync(0xffffffffu, ia, o), yb = __shfl_up_sync(0xffffffffu, ib, o);
-    if (lane >= static_cast<uint32_t>(o)) {
-      ia += ya;
-      ib += yb;
-    }
-  }
+  route_warp_scan(ia, ib);
   if (lane == 31) {
     sa[warp] = ia;
     sb[warp] = ib;
@@ -38,14 +44,7 @@ __device__ __forceinline__ void route_block_scan(uint32_t& a, uint32_t& b, uint3
   __syncthreads();
   if (warp == 0) {
     uint32_t wa = lane < ROUTE_THREADS / 32 ? sa[lane] : 0, wb = lane < ROUTE_THREADS / 32 ? sb[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t ya = __shfl_up_sync(0xffffffffu, wa, o), yb = __shfl_up_sync(0xffffffffu, wb, o);
-      if (lane >= static_cast<uint32_t>(o)) {
-        wa += ya;
-        wb += yb;
-      }
-    }
+    route_warp_scan(wa, wb);
     sa[lane] = wa;
     sb[lane] = wb;
   }
