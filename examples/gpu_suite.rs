@@ -1448,6 +1448,128 @@ fn matmul_skinny(ms: &[u32], n: u32, k: u32) -> CaseResult {
     })
 }
 
+/// The CSR routing `omega_moe_route` must write for `topk`: each expert's choices in choice order, a
+/// choice naming an expert >= `e` dropped and counted, the touched experts' count then their list.
+struct RouteWant {
+    offsets: Vec<u32>,
+    rows: Vec<u32>,
+    pairs: Vec<u32>,
+    dropped: u32,
+    active: Vec<u32>,
+}
+
+fn route_want(topk: &[u32], top_k: u32, e: u32) -> RouteWant {
+    let mut offsets = vec![0u32];
+    let (mut rows, mut pairs) = (Vec::new(), Vec::new());
+    for expert in 0..e {
+        for (p, _) in topk.iter().enumerate().filter(|(_, &c)| c == expert) {
+            rows.push(p as u32 / top_k);
+            pairs.push(p as u32);
+        }
+        offsets.push(rows.len() as u32);
+    }
+    let mut active: Vec<u32> = (0..e).filter(|&x| offsets[x as usize] != offsets[x as usize + 1]).collect();
+    active.insert(0, active.len() as u32);
+    let dropped = topk.iter().filter(|&&c| c >= e).count() as u32;
+    RouteWant { offsets, rows, pairs, dropped, active }
+}
+
+/// The device buffers `omega_moe_route` wrote (checked), which the grouped GEMV reads.
+struct Routed<'s> {
+    offsets: omega::Mem<'s, omega::Device<u32>>,
+    rows: omega::Mem<'s, omega::Device<u32>>,
+    active: omega::Mem<'s, omega::Device<u32>>,
+    elapsed_ns: u64,
+}
+
+/// `omega_moe_route` over `topk` (`t` tokens of `top_k` choices among `e` experts) into poisoned
+/// buffers, every output word checked exactly against [`route_want`].
+fn route_checked<'s>(
+    s: &'s omega::Scope<'s>,
+    gpu: omega::Gpu<'s>,
+    module: &omega::Module<'s>,
+    topk: &[u32],
+    [t, top_k, e]: [u32; 3],
+) -> Result<(omega::Gpu<'s>, Routed<'s>), String> {
+    let want = route_want(topk, top_k, e);
+    let route = module.kernel(mm::MOE_ROUTE).map_err(err)?;
+    let dtopk = s.alloc_device_from(topk).map_err(err)?;
+    let doff = s.alloc_device_from(&vec![u32::MAX; e as usize + 1]).map_err(err)?;
+    let slots = want.rows.len().max(1);
+    let drows = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
+    let mut dpairs = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
+    let mut dropped = s.alloc_device_from(&[u32::MAX]).map_err(err)?;
+    let room = topk.len().min(e as usize);
+    let dactive = s.alloc_device_from(&vec![u32::MAX; 1 + room]).map_err(err)?;
+    let l = Launch::new(&route)
+        .block([mm::ROUTE_THREADS, 1, 1])
+        .timeout_ms(MATMUL_TIMEOUT_MS)
+        .arg(&dtopk)
+        .arg(t)
+        .arg(top_k)
+        .arg(e)
+        .arg(&doff)
+        .arg(&drows)
+        .arg(&dpairs)
+        .arg(&dropped)
+        .arg(&dactive);
+    let done = gpu.launch(&l).map_err(|e| format!("{}: {e}", mm::MOE_ROUTE))?;
+    let mut routed = Routed { offsets: doff, rows: drows, active: dactive, elapsed_ns: done.elapsed_ns };
+    for (what, got, want) in [
+        ("offsets", routed.offsets.to_vec().map_err(err)?, &want.offsets),
+        ("rows", routed.rows.to_vec().map_err(err)?, &want.rows),
+        ("pairs", dpairs.to_vec().map_err(err)?, &want.pairs),
+        ("dropped", dropped.to_vec().map_err(err)?, &vec![want.dropped]),
+        ("active", routed.active.to_vec().map_err(err)?, &want.active),
+    ] {
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            return Err(format!(
+                "{} T={t} top-{top_k} E={e}: {what}[{i}] = {}, want {}",
+                mm::MOE_ROUTE,
+                got[i],
+                want[i]
+            ));
+        }
+    }
+    Ok((done.gpu, routed))
+}
+
+/// `omega_moe_route` alone over routings the decode step does not make: repeated experts in a token,
+/// choices past E (dropped), more than 1024 choices (several rounds of the block), more than 1024
+/// experts (several passes) and one expert chosen by every token; each checked exactly.
+fn matmul_moe_route() -> CaseResult {
+    let mut g = rng();
+    let mut lines = Vec::new();
+    // (tokens, top_k, experts, choices drawn from 0..range: past E are dropped, small means repeats).
+    let cases: [(u32, u32, u32, u32); 7] = [
+        (1, 8, 128, 128),
+        (32, 8, 128, 128),
+        (300, 8, 128, 128),
+        (5, 8, 128, 140),
+        (64, 4, 3000, 3100),
+        (40, 8, 128, 1),
+        (7, 3, 16, 4),
+    ];
+    with_scope(|s, mut gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        for (t, top_k, e, range) in cases {
+            let topk: Vec<u32> = (0..t * top_k).map(|_| g.random_range(0..range)).collect();
+            let (next, routed) = route_checked(s, gpu, &module, &topk, [t, top_k, e])?;
+            gpu = next;
+            let want = route_want(&topk, top_k, e);
+            let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
+            lines.push(format!(
+                "T={t} top-{top_k} E={e}: {} slots, {} dropped, {} experts, {:.1} us{clock}",
+                want.rows.len(),
+                want.dropped,
+                want.active[0],
+                routed.elapsed_ns as f64 / 1e3
+            ));
+        }
+        Ok(lines.join("; "))
+    })
+}
+
 /// A mixture-of-experts decode step on the device: random top-k routing (`omega_moe_route`, checked
 /// exactly against the host's CSR), then the grouped GEMV (`omega_moe_gemv_bf16_m*`) over every slot,
 /// checked at a sample.
@@ -1467,60 +1589,14 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
     }
     let (xb, x) = random_bf16(&mut g, (t * k) as usize);
     let (wb, w) = random_bf16(&mut g, (e * n * k) as usize);
-    // The routing the kernel must write: each expert's choices in choice order.
-    let mut offsets = vec![0u32];
-    let (mut rows, mut pairs) = (Vec::new(), Vec::new());
-    for expert in 0..e {
-        for (p, _) in topk.iter().enumerate().filter(|(_, &c)| c == expert) {
-            rows.push(p as u32 / top_k);
-            pairs.push(p as u32);
-        }
-        offsets.push(rows.len() as u32);
-    }
+    let RouteWant { offsets, rows, .. } = route_want(&topk, top_k, e);
     let slots = rows.len();
-    // The touched experts' count, then their list in increasing order.
-    let mut active: Vec<u32> = (0..e).filter(|&x| offsets[x as usize] != offsets[x as usize + 1]).collect();
-    active.insert(0, active.len() as u32);
+    let room = slots.min(e as usize);
     let plan = mm::gemv_plan(n, k, sms);
     with_scope(|s, gpu| {
         let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
-        let route = module.kernel(mm::MOE_ROUTE).map_err(err)?;
-        let dtopk = s.alloc_device_from(&topk).map_err(err)?;
-        let mut doff = s.alloc_device_from(&vec![u32::MAX; e as usize + 1]).map_err(err)?;
-        let mut drows = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
-        let mut dpairs = s.alloc_device_from(&vec![u32::MAX; slots]).map_err(err)?;
-        let mut dropped = s.alloc_device_from(&[u32::MAX]).map_err(err)?;
-        let room = slots.min(e as usize);
-        let mut dactive = s.alloc_device_from(&vec![u32::MAX; 1 + room]).map_err(err)?;
-        let l = Launch::new(&route)
-            .block([mm::ROUTE_THREADS, 1, 1])
-            .timeout_ms(MATMUL_TIMEOUT_MS)
-            .arg(&dtopk)
-            .arg(t)
-            .arg(top_k)
-            .arg(e)
-            .arg(&doff)
-            .arg(&drows)
-            .arg(&dpairs)
-            .arg(&dropped)
-            .arg(&dactive);
-        let routed = gpu.launch(&l).map_err(|e| format!("{}: {e}", mm::MOE_ROUTE))?;
-        for (what, got, want) in [
-            ("offsets", doff.to_vec().map_err(err)?, &offsets),
-            ("rows", drows.to_vec().map_err(err)?, &rows),
-            ("pairs", dpairs.to_vec().map_err(err)?, &pairs),
-            ("dropped", dropped.to_vec().map_err(err)?, &vec![0]),
-            ("active", dactive.to_vec().map_err(err)?, &active),
-        ] {
-            if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
-                return Err(format!(
-                    "{} T={t} top-{top_k} E={e}: {what}[{i}] = {}, want {}",
-                    mm::MOE_ROUTE,
-                    got[i],
-                    want[i]
-                ));
-            }
-        }
+        let (gpu, routed) = route_checked(s, gpu, &module, &topk, [t, top_k, e])?;
+        let (doff, drows, dactive) = (&routed.offsets, &routed.rows, &routed.active);
         let name = mm::MOE_GEMV_BF16[mm::gemv_variant(t)];
         let kernel = module.kernel(name).map_err(err)?;
         let dx = s.alloc_device_from(&xb).map_err(err)?;
@@ -1539,14 +1615,14 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
             .arg(&y)
             .arg(&work)
             .arg(&tickets)
-            .arg(&doff)
-            .arg(&drows)
-            .arg(&dactive)
+            .arg(doff)
+            .arg(drows)
+            .arg(dactive)
             .arg(n)
             .arg(k)
             .arg(plan.k_per_split)
             .arg(max_slots);
-        let done = routed.gpu.launch(&l).map_err(|e| format!("{name}: {e}"))?;
+        let done = gpu.launch(&l).map_err(|e| format!("{name}: {e}"))?;
         let got = y.to_vec().map_err(err)?;
         // The product each slot must hold, checked at a sample of (slot, column) positions.
         let (nn, kk) = (n as usize, k as usize);
@@ -1980,8 +2056,10 @@ fn main() -> ExitCode {
             "chains" => chains_under_switch(),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "matmul_gemv_y16" => matmul_gemv_y16(),
+            "moe_route" => matmul_moe_route(),
             "serving" => serving::sealed_matmul_steps(),
             "decoder" => decoder::selections(),
+            "l2_prefetch" => decoder::l2_prefetch(),
             "qwen3_tiny" => qwen3::tiny(),
             "qwen3_2layer" => qwen3::two_layer(),
             "prefill" => prefill::prefill_case(),
@@ -2051,6 +2129,7 @@ fn main() -> ExitCode {
         ("matmul: skinny GEMM bf16 qkv M=1..64 N=5120 K=2048", || matmul_skinny(&SKINNY_MS, 5120, 2048)),
         ("matmul: skinny GEMM bf16 ragged M=5,13,64 N=77 K=1000", || matmul_skinny(&[5, 13, 64], 77, 1000)),
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
+        ("matmul: MoE routing alone: repeats, drops, rounds and passes", matmul_moe_route),
         ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),
         ("matmul: cluster GEMM bf16 (2-CTA clusters, W multicast, TMA stores)", || in_child("matmul_mc")),
         ("matmul: narrow TMA-store GEMM bf16 (128x128 tiles, TMA stores)", || in_child("matmul_ts_n128")),
@@ -2064,6 +2143,7 @@ fn main() -> ExitCode {
         ("matmul: convert f32 -> bf16, 1M elements", || matmul_convert(1 << 20)),
         ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),
         ("decoder: router top-k and argmax, exact against references", decoder::selections),
+        ("decoder: L2 prefetch, bulk and lines, stores nothing", decoder::l2_prefetch),
         ("qwen3: TINY decode vs the host reference, generator bits, sealed steps", || in_child("qwen3_tiny")),
         ("qwen3: full width, 2 layers, 8 steps vs the host reference", || in_child("qwen3_2layer")),
         ("ordering and visibility, marker 1 from the last QMD", || {
@@ -2097,6 +2177,7 @@ fn main() -> ExitCode {
         ("elementwise: QK-RMSNorm + RoPE near position 40960, theta 1e6", || elementwise::rope(true)),
         ("elementwise: SwiGLU 16384x6144 and odd widths", || elementwise::swiglu(false)),
         ("elementwise: SwiGLU over the fused gate+up output", || elementwise::swiglu(true)),
+        ("elementwise: SwiGLU from f32 gate+up into bf16", elementwise::swiglu_to_bf16),
         ("never-ending kernel, 100 ms timeout: latch", || in_child("hang")),
         ("store to an unmapped address: MMU fault", || in_child("fault")),
         ("never-ending kernel: latch, recover, reopen, vector add in the same process", || in_child("recover")),

@@ -3,7 +3,7 @@
 //! host reference compute), then one command list per step, recorded once and submitted every step.
 //!
 //! `qwen3_decode [--tiny] [--steps N] [--batch B] [--layers L] [--context C] [--check] [--dump FILE]
-//! [--checkpoint FILE] [--sealed-steps N] [--bench]`
+//! [--checkpoint FILE] [--sealed-steps N] [--bench] [--profile] [--grouped-split S] [--prefetch HOW]`
 //!
 //! - `--tiny`: the TINY configuration (the default on sim; on nvidia the full model is the default).
 //! - `--steps N` (default 16): greedy steps, printed with their tokens and the step time.
@@ -25,7 +25,7 @@
 //!   (`qwen3::checkpoint`, e.g. one `write_checkpoint` wrote) instead of the device's generator.
 //! - `--sealed-steps N`: seal, run N more steps, and fail unless the driver counters (every ioctl, mmap
 //!   and munmap) and the allocation counters are what they were before; prints both.
-//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. step_us=.. wall_us=.. tok_s=..`: the
+//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. prefetch=.. step_us=.. wall_us=.. tok_s=..`: the
 //!   median step over `--steps`, `step_us` from submit to completion on the platform's clock (the
 //!   submission's own time), `wall_us` the host's around it (with the wait's wake-up), `tok_s` from
 //!   `step_us` (on sim the platform clock is the simulator's virtual one, not a GPU's).
@@ -35,10 +35,13 @@
 //!   operation, largest first (the first launch has no earlier stamp and is left out).
 //! - `--grouped-split S`: the expert products split K into S slices instead of the planner's choice
 //!   (`Matmul::set_grouped_split`; a split K cannot make is refused by name), for a sweep.
+//! - `--prefetch bulk|lines|off` (default off): the step asks the L2 for the dense weights ahead of their
+//!   products (`Qwen3Model::set_l2_prefetch`; `bulk` by the TMA unit, `lines` one prefetch a line).
 
 use std::io::Write;
 use std::time::Instant;
 
+use omega::libs::decoder::L2Prefetch;
 use omega::libs::serving::qwen3::reference::{Apart, TokenCheck};
 use omega::libs::serving::qwen3::{checkpoint, dump, Qwen3Config, Qwen3Model, Reference, Weights};
 use omega::{Gpu, Scoped};
@@ -56,6 +59,7 @@ struct Opts {
     bench: bool,
     profile: bool,
     grouped_split: Option<u32>,
+    prefetch: Option<L2Prefetch>,
 }
 
 fn parse(platform: &str) -> Result<Opts, String> {
@@ -72,6 +76,7 @@ fn parse(platform: &str) -> Result<Opts, String> {
         bench: false,
         profile: false,
         grouped_split: None,
+        prefetch: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -90,6 +95,14 @@ fn parse(platform: &str) -> Result<Opts, String> {
             "--bench" => o.bench = true,
             "--profile" => o.profile = true,
             "--grouped-split" => o.grouped_split = Some(num(value("--grouped-split")?, "--grouped-split")? as u32),
+            "--prefetch" => {
+                o.prefetch = match value("--prefetch")?.as_str() {
+                    "bulk" => Some(L2Prefetch::Bulk),
+                    "lines" => Some(L2Prefetch::Lines),
+                    "off" => None,
+                    other => return Err(format!("--prefetch {other}: bulk, lines or off")),
+                }
+            }
             other => return Err(format!("unknown argument {other} (see the example's header)")),
         }
     }
@@ -170,6 +183,7 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
         println!("context: {} tokens' K/V generated in every layer's cache", o.context);
     }
     model.matmul().set_grouped_split(o.grouped_split);
+    model.set_l2_prefetch(o.prefetch);
     let (mut list, labels) = model.record_step_labelled().map_err(|e| e.to_string())?;
     println!("ready in {:.1} s: one list of {} launches a step", t.elapsed().as_secs_f64(), list.len());
     let mut reference = o.check.then(|| Reference::generated(cfg, o.batch));
@@ -206,7 +220,15 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
     println!("decode: median step {median:.0} us ({wall:.0} us wall), {tok_s:.1} tokens/s");
     if o.bench {
         let (b, l, c) = (o.batch, cfg.layers, o.context);
-        println!("qwen3 decode B={b} layers={l} context={c} step_us={median:.1} wall_us={wall:.1} tok_s={tok_s:.1}");
+        let pf = match o.prefetch {
+            Some(L2Prefetch::Bulk) => "bulk",
+            Some(L2Prefetch::Lines) => "lines",
+            None => "off",
+        };
+        println!(
+            "qwen3 decode B={b} layers={l} context={c} prefetch={pf} step_us={median:.1} wall_us={wall:.1} \
+             tok_s={tok_s:.1}"
+        );
     }
     if o.profile {
         profile(&list.stamps(), &labels);

@@ -252,6 +252,34 @@ fn the_library_refuses_short_buffers_and_a_top_k_past_eight_before_launching() {
     });
 }
 
+/// The L2 prefetch stores nothing: the buffers it names read the same after it, either instruction runs
+/// over any whole span, and a bulk prefetch of a span off a 16-byte boundary is refused by name (the
+/// instruction would fault), while line prefetches take it.
+#[test]
+fn the_l2_prefetch_changes_nothing_and_refuses_a_bulk_range_off_16_bytes() {
+    use omega::libs::decoder::{DecError, DecOp, DecShapeError, Decoder, L2Prefetch};
+    let mut g = rng("prefetch");
+    on_sim(|s, mut gpu, _module| {
+        let dec = Decoder::new(s).unwrap();
+        let bits = mm::random_bf16(g.random(), 70_000);
+        let mut a = s.alloc_device_from(&bits).unwrap();
+        let mut b = s.alloc_device_from(&bits[..4099]).unwrap();
+        let (whole, odd) = (span(&a, bits.len()), span(&b, 4099));
+        for how in [L2Prefetch::Bulk, L2Prefetch::Lines] {
+            let call = dec.l2_prefetch(&whole, None, how).unwrap();
+            assert_eq!(call.op(), DecOp::Prefetch);
+            gpu = dec.launch(gpu, call).unwrap_or_else(|(_, e)| panic!("{e}"));
+        }
+        let e = dec.l2_prefetch(&whole, Some(&odd), L2Prefetch::Bulk).unwrap_err();
+        assert!(matches!(e, DecError::Shape(DecShapeError::Unaligned { operand: "b", bytes: 8198, .. })), "{e}");
+        assert!(e.to_string().contains("a bulk prefetch needs both multiples of 16"), "{e}");
+        dec.launch(gpu, dec.l2_prefetch(&whole, Some(&odd), L2Prefetch::Lines).unwrap())
+            .unwrap_or_else(|(_, e)| panic!("{e}"));
+        assert_eq!(a.to_vec().unwrap(), bits);
+        assert_eq!(b.to_vec().unwrap(), &bits[..4099]);
+    });
+}
+
 /// `len` u32s (or f32s) at `m` as a span two calls of one list may name, one writing, one reading.
 fn span<T: omega::DeviceScalar>(
     m: &omega::Mem<'_, omega::Device<T>>,

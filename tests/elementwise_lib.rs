@@ -274,6 +274,42 @@ fn swiglu_plain_and_over_the_fused_gate_up_output_match_f64() {
 }
 
 #[test]
+fn swiglu_from_f32_into_bf16_rounds_once_as_a_cast_after_it_would() {
+    let mut g = rng("swiglu_to_bf16");
+    on_sim(|s, mut gpu| {
+        let ew = Elementwise::new(s).unwrap();
+        for skew in [false, true] {
+            for (rows, cols) in [(1, 1), (3, 7), (2, 33), (8, 768), (2, 6144)] {
+                let (n, c) = ((rows * cols) as usize, cols as usize);
+                let gate_up = random::<f32>(&mut g, 2 * n, 8.0);
+                let (_gm, gs) = placed(s, &gate_up, skew);
+                let (mut ym, mut ys) = placed(s, &vec![u16::poison(); n], skew);
+                let call = ew.swiglu_fused_to_bf16(&gs, &mut ys, Rows { rows, cols }).unwrap();
+                let info = call.info();
+                assert!(info.bf16 && info.vectorized == (!skew && cols % 4 == 0), "{info:?}");
+                assert_eq!(info.bytes, n as u64 * 10);
+                gpu = run(&ew, gpu, call);
+                let gate: Vec<f32> = gate_up.chunks(2 * c).flat_map(|r| r[..c].to_vec()).collect();
+                let up: Vec<f32> = gate_up.chunks(2 * c).flat_map(|r| r[c..].to_vec()).collect();
+                let (want, tol) = swiglu_f64(&gate, &up);
+                let got = read(&mut ym, skew, n);
+                check::<u16>(&format!("swiglu f32->bf16 {rows}x{cols} skew={skew}"), &got, &want, tol);
+                // Bit for bit what the f32 kernel's result rounds to.
+                let (mut fm, mut fs) = placed(s, &vec![f32::poison(); n], false);
+                let call = ew.swiglu_fused(&gs, &mut fs, Rows { rows, cols }).unwrap();
+                gpu = run(&ew, gpu, call);
+                let f32_then_cast: Vec<u16> = read(&mut fm, false, n).iter().map(|&v| u16::of(v)).collect();
+                assert_eq!(got, f32_then_cast, "{rows}x{cols} skew={skew}");
+            }
+        }
+        let x = s.alloc_device::<f32>(100).unwrap();
+        let mut y = s.alloc_device::<u16>(64).unwrap();
+        let e = ew.swiglu_fused_to_bf16(&x, &mut y, Rows { rows: 2, cols: 32 }).unwrap_err();
+        assert_eq!(e.stage(), Stage::ElementwiseShape, "{e}");
+    });
+}
+
+#[test]
 fn calls_recorded_in_a_command_list_run_in_one_submission_and_a_copy_moves_the_bytes() {
     let mut g = rng("cmdlist");
     on_sim(|s, gpu| {

@@ -17,6 +17,7 @@
 //! than twice the row's difference, so a near tie fails by name instead of deciding the token by
 //! rounding (the weights and tokens are fixed, so this is a fixed outcome, never a flaky one).
 
+use omega::libs::decoder::L2Prefetch;
 use omega::libs::serving::qwen3::{checkpoint, Qwen3Config, Qwen3Model, Reference, Tensor, WeightSource, Weights};
 use omega::{Gpu, Scope, Scoped};
 use std::borrow::Cow;
@@ -57,12 +58,23 @@ fn on_sim<R>(f: impl for<'s> FnOnce(&'s Scope<'s>, Gpu<'s>) -> R) -> R {
 }
 
 /// `STEPS` greedy steps of the device model from `first`, each step's logits and tokens.
-fn decode(cfg: Qwen3Config, first: &[u32], weights: Weights<'_>, sealed: bool) -> Vec<(Vec<f32>, Vec<u32>)> {
+fn decode(
+    cfg: Qwen3Config,
+    first: &[u32],
+    weights: Weights<'_>,
+    sealed: bool,
+    prefetch: Option<L2Prefetch>,
+) -> Vec<(Vec<f32>, Vec<u32>)> {
     on_sim(|s, gpu| {
         let b = first.len() as u32;
         let (model, gpu) = Qwen3Model::new(s, gpu, cfg, [b, 64], weights, &mut |_, _| {}).unwrap();
         model.set_tokens(first).unwrap();
+        let plain = model.record_step().unwrap().len();
+        model.set_l2_prefetch(prefetch);
         let mut list = model.record_step().unwrap();
+        // Two prefetches a layer but the last, which has no next layer to fetch for.
+        let prefetches = if prefetch.is_some() { 2 * cfg.layers as usize - 1 } else { 0 };
+        assert_eq!(list.len(), plain + prefetches, "the step's launches with prefetch {prefetch:?}");
         let sim = omega::testing::simulator().expect("the simulator is the platform");
         let before = (s.driver_stats(), s.alloc_stats(), sim.stats().submissions);
         let seal = if sealed { Some(model.seal().unwrap()) } else { None };
@@ -86,10 +98,10 @@ fn decode(cfg: Qwen3Config, first: &[u32], weights: Weights<'_>, sealed: bool) -
     })
 }
 
-fn against_reference(batch: usize) {
+fn against_reference(batch: usize, prefetch: Option<L2Prefetch>) {
     let cfg = Qwen3Config::TINY;
     let first: Vec<u32> = (0..batch as u32).map(|b| 17 + 389 * b).collect();
-    let got = decode(cfg, &first, Weights::Generated, true);
+    let got = decode(cfg, &first, Weights::Generated, true, prefetch);
     let mut r = Reference::generated(cfg, batch as u32);
     let mut tokens = first.clone();
     for (i, (logits, dev_tokens)) in got.iter().enumerate() {
@@ -108,12 +120,13 @@ fn against_reference(batch: usize) {
 
 #[test]
 fn the_tiny_model_at_batch_1_matches_the_host_reference_over_16_sealed_greedy_steps() {
-    against_reference(1);
+    against_reference(1, None);
 }
 
+/// With the L2 prefetches in the step (which store nothing): the same check.
 #[test]
 fn the_tiny_model_at_batch_3_matches_the_host_reference_over_16_sealed_greedy_steps() {
-    against_reference(3);
+    against_reference(3, Some(L2Prefetch::Bulk));
 }
 
 /// The upload path through a safetensors checkpoint (`qwen3::checkpoint`, the generated weights written
@@ -125,14 +138,14 @@ fn a_checkpoint_upload_gives_the_generated_models_logits_and_two_runs_agree() {
     let first = [5u32, 999];
     let file = checkpoint::write_checkpoint(cfg);
     let ckpt = checkpoint::Checkpoint::parse(&file, cfg).unwrap();
-    let generated = decode(cfg, &first, Weights::Generated, false);
-    let uploaded = decode(cfg, &first, Weights::Source(&ckpt), false);
-    let again = decode(cfg, &first, Weights::Generated, false);
+    let generated = decode(cfg, &first, Weights::Generated, false, None);
+    let uploaded = decode(cfg, &first, Weights::Source(&ckpt), false, None);
+    let again = decode(cfg, &first, Weights::Generated, false, Some(L2Prefetch::Lines));
     let bits = |v: &[(Vec<f32>, Vec<u32>)]| {
         v.iter().map(|(l, t)| (l.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), t.clone())).collect::<Vec<_>>()
     };
     assert_eq!(bits(&generated), bits(&uploaded), "upload == generate");
-    assert_eq!(bits(&generated), bits(&again), "a second run is the same");
+    assert_eq!(bits(&generated), bits(&again), "a second run (with line prefetches) is the same");
 }
 
 /// A source of the wrong configuration's tensors is refused by the tensor's name before anything runs.

@@ -75,3 +75,44 @@ pub fn selections() -> CaseResult {
         Ok(notes.join("; "))
     })
 }
+
+/// The `l2_prefetch` case: `omega_l2_prefetch` (one warp a CTA, a CTA an SM) over 1, 16 and 64 MiB, with
+/// bulk and with line prefetches, on a buffer of fresh random bits that must read the same after (a
+/// prefetch stores nothing). Each launch's round trip is reported: whether the grid waits for its
+/// prefetches before it completes shows as a time that grows with the size.
+pub fn l2_prefetch() -> CaseResult {
+    let mut g = rng();
+    let bits: Vec<u16> = (0..32usize << 20).map(|_| g.random()).collect();
+    with_scope(|s, gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(dk::DECODER).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(dk::L2_PREFETCH).map_err(err)?;
+        let mut buf = s.alloc_device_from(&bits).map_err(err)?;
+        let sms = s.device().sm_count.max(1);
+        let mut gpu = gpu;
+        let mut notes = Vec::new();
+        for lines in [0u32, 1] {
+            for mib in [1u64, 16, 64] {
+                let l = omega::Launch::new(&kernel)
+                    .grid([sms, 1, 1])
+                    .block([dk::PREFETCH_THREADS, 1, 1])
+                    .arg(buf.va())
+                    .arg(mib << 20)
+                    .arg(0u64)
+                    .arg(0u64)
+                    .arg(lines);
+                let done = gpu.launch(&l).map_err(|e| format!("{}: {e}", dk::L2_PREFETCH))?;
+                notes.push(format!(
+                    "{} {mib} MiB {:.1} us",
+                    if lines == 1 { "lines" } else { "bulk" },
+                    done.elapsed_ns as f64 / 1e3
+                ));
+                gpu = done.gpu;
+            }
+        }
+        if buf.to_vec().map_err(err)? != bits {
+            return Err(format!("{}: the prefetched buffer changed", dk::L2_PREFETCH));
+        }
+        let clock = if super::common::is_sim(s.platform()) { ", simulated clock" } else { "" };
+        Ok(format!("{} (buffer unchanged{clock})", notes.join(", ")))
+    })
+}

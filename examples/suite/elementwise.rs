@@ -222,15 +222,40 @@ pub fn swiglu(fused: bool) -> CaseResult {
     Ok(lines.join("; "))
 }
 
+/// SwiGLU over an f32 gate+up output into bf16 at `rows x cols` (the decode step's MoE activation).
+fn swiglu_to_bf16_once(rows: u32, cols: u32) -> CaseResult {
+    let mut g = rng();
+    let (n, c) = ((rows * cols) as usize, cols as usize);
+    let first = data(&mut g, 2 * n, 8.0, false);
+    let gate: Vec<f32> = first.vals.chunks(2 * c).flat_map(|r| r[..c].to_vec()).collect();
+    let up: Vec<f32> = first.vals.chunks(2 * c).flat_map(|r| r[c..].to_vec()).collect();
+    with_scope(|s, gpu| {
+        let ew = Elementwise::new(s).map_err(err)?;
+        let (Buf::F32(fm), Buf::Bf16(mut ym)) = (Buf::of(s, &first)?, Buf::poisoned(s, n, true)?) else {
+            unreachable!("an f32 input and a bf16 output")
+        };
+        let info = launched(&ew, gpu, ew.swiglu_fused_to_bf16(&fm, &mut ym, Rows { rows, cols }))?;
+        let got: Vec<f32> = ym.to_vec().map_err(err)?.into_iter().map(bf16_to_f32).collect();
+        let (want, tol) = swiglu_f64(&gate, &up);
+        verdict(&format!("{rows}x{cols} f32->bf16"), &got, &want, tol, true, &info)
+    })
+}
+
+pub fn swiglu_to_bf16() -> CaseResult {
+    let shapes = [(8, 768), (256, 768), (4096, 768), (7, 7), (1, 1000)];
+    shapes.into_iter().map(|(r, c)| swiglu_to_bf16_once(r, c)).collect::<Result<Vec<_>, _>>().map(|l| l.join("; "))
+}
+
 /// Every case above in turn (`gpu_suite --case elementwise`: the elementwise cases alone).
 pub fn all() -> CaseResult {
-    let cases: [super::Case; 6] = [
+    let cases: [super::Case; 7] = [
         ("rmsnorm", || rmsnorm(false)),
         ("add_rmsnorm", || rmsnorm(true)),
         ("rope", || rope(false)),
         ("norm_rope", || rope(true)),
         ("swiglu", || swiglu(false)),
         ("swiglu_fused", || swiglu(true)),
+        ("swiglu_to_bf16", swiglu_to_bf16),
     ];
     let mut lines = Vec::new();
     for (name, case) in cases {

@@ -9,9 +9,11 @@
 //   omega_moe_combine_bf16  out[t, :] = res[t, :] + the router-weighted sum of t's grouped GEMM rows
 //   omega_rope_step         a step's start: RoPE cos/sin tables and attention lengths from the positions
 //   omega_fill_bf16_hash    the seeded weight generator (src/libs/serving/weights.rs) on the device
+//   omega_l2_prefetch       the L2 fetches a later kernel's operands while latency-bound kernels run
 //
 // The host references the simulator runs are in src/core/kernels/decoder.rs.
 #include "decoder/gather.cuh"
 #include "decoder/select.cuh"
 #include "decoder/combine.cuh"
 #include "decoder/model.cuh"
+#include "decoder/prefetch.cuh"

@@ -3,9 +3,13 @@
 // passes in_stride = cols; the fused one reads the gate+up projection's output [rows, 2 * cols] (gate
 // columns first, then up) with up = gate + cols and in_stride = 2 * cols.
 //
+// omega_swiglu_f32_bf16 reads f32 and stores bf16 (nearest even): the MoE's f32 gate+up output becomes
+// the down product's bf16 input in one launch, rounded where a cast after the f32 kernel would round.
+//
 // Grid-stride in both directions: blockIdx.x walks a row's column chunks of blockDim.x * V, blockIdx.y
-// the rows. The vector path (16-byte loads: 4 f32 or 8 bf16) needs cols and in_stride multiples of V and
-// gate, up, y 16-byte aligned; the kernel checks and takes the scalar path otherwise.
+// the rows. The vector path (16-byte loads: 4 f32 or 8 bf16) needs cols and in_stride multiples of V,
+// gate and up 16-byte aligned and y aligned to its V elements (16 bytes, or 8 for f32 -> bf16); the kernel
+// checks and takes the scalar path otherwise.
 //
 // silu's quotient is `__fdividef` (2 ulp, 0 past a 2^126 denominator, where silu is below 2^-119): the
 // IEEE division took 37 registers, 6 CTAs an SM; with it the kernel fits `__launch_bounds__(256, 8)`
@@ -15,8 +19,8 @@
 #pragma once
 #include "common.cuh"
 
-template <typename T, int V>
-__device__ __forceinline__ void swiglu_rows(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ y,
+template <typename T, typename Y, int V>
+__device__ __forceinline__ void swiglu_rows(const T* __restrict__ g, const T* __restrict__ u, Y* __restrict__ y,
                                             uint32_t rows, uint32_t cols, uint32_t in_stride) {
   const uint32_t step = gridDim.x * blockDim.x * V;
   for (uint32_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -32,25 +36,27 @@ __device__ __forceinline__ void swiglu_rows(const T* __restrict__ g, const T* __
   }
 }
 
-template <typename T>
-__device__ __forceinline__ void swiglu(const T* g, const T* u, T* y, uint32_t rows, uint32_t cols,
+template <typename T, typename Y>
+__device__ __forceinline__ void swiglu(const T* g, const T* u, Y* y, uint32_t rows, uint32_t cols,
                                        uint32_t in_stride) {
   constexpr int V = 16 / sizeof(T);
-  const bool vec = cols % V == 0 && in_stride % V == 0 && ew_aligned16(g) && ew_aligned16(u) && ew_aligned16(y);
+  const bool y_aligned = V * sizeof(Y) == 16 ? ew_aligned16(y) : ew_aligned8(y);
+  const bool vec = cols % V == 0 && in_stride % V == 0 && ew_aligned16(g) && ew_aligned16(u) && y_aligned;
   if (vec)
-    swiglu_rows<T, V>(g, u, y, rows, cols, in_stride);
+    swiglu_rows<T, Y, V>(g, u, y, rows, cols, in_stride);
   else
-    swiglu_rows<T, 1>(g, u, y, rows, cols, in_stride);
+    swiglu_rows<T, Y, 1>(g, u, y, rows, cols, in_stride);
 }
 
 // (gate, up, y, rows, cols, in_stride).
-#define OMEGA_SWIGLU_ENTRY(NAME, T)                                                                         \
+#define OMEGA_SWIGLU_ENTRY(NAME, T, Y)                                                                      \
   extern "C" __global__ void __launch_bounds__(256, 8)                                                      \
-      NAME(const T* g, const T* u, T* y, uint32_t rows, uint32_t cols, uint32_t in_stride) {                 \
-    swiglu<T>(g, u, y, rows, cols, in_stride);                                                               \
+      NAME(const T* g, const T* u, Y* y, uint32_t rows, uint32_t cols, uint32_t in_stride) {                 \
+    swiglu<T, Y>(g, u, y, rows, cols, in_stride);                                                            \
   }
-OMEGA_SWIGLU_ENTRY(omega_swiglu_f32, float)
-OMEGA_SWIGLU_ENTRY(omega_swiglu_bf16, uint16_t)
+OMEGA_SWIGLU_ENTRY(omega_swiglu_f32, float, float)
+OMEGA_SWIGLU_ENTRY(omega_swiglu_bf16, uint16_t, uint16_t)
+OMEGA_SWIGLU_ENTRY(omega_swiglu_f32_bf16, float, uint16_t)
 
 // The benchmarks' bandwidth denominator: dst[i] = src[i] for n 16-byte words, grid-stride, the same
 // 16-byte loads and stores as the kernels above. block: any (the library uses 256).

@@ -8,10 +8,15 @@
 // active[1 ..] lists them in increasing order (room for min(E, T * top_k)): the grouped GEMM's grid walks
 // that list, so an untouched expert costs it nothing. A choice naming an expert >= E is dropped and
 // counted: *dropped is STORED (not added to), so a replayed launch counts afresh with no zeroing launch
-// before it, and a second CTA stores the same values again. One CTA of 1024 threads; thread e scans the
-// choices for expert e; the block's offsets and touched-expert list come from a block-wide scan (thread
-// 0 walking 128 experts in turn, its offsets stored and read back through global memory, took 4.7 us a
-// launch at batch 1 and 8.3 at batch 8: docs/perf/2026-12-03-s7-qwen3-step.md).
+// before it, and a second CTA stores the same values again.
+//
+// One CTA of 1024 threads, in passes of 1024 experts. Thread p takes choice p (and p + 1024...): the
+// expert counts are shared-memory atomics, the offsets and the touched-expert list a block-wide scan over
+// the experts, and the slots are handed out in choice order one warp of choices at a time (a warp ranks
+// its equal choices with __match_any_sync, then advances each expert's next slot; a barrier passes the
+// turn to the next warp), so no thread walks every choice. Thread e walking all P choices for expert e,
+// twice, took 8.4 us a launch at batch 8 (docs/perf/2026-12-03-s7-qwen3-step.md); before it, thread 0
+// walking the experts in turn took 4.7 us at batch 1 and 8.3 at batch 8.
 #pragma once
 #include <stdint.h>
 
@@ -62,39 +67,58 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) omega_moe_route(cons
                                                                            uint32_t* pairs, uint32_t* dropped,
                                                                            uint32_t* active) {
   __shared__ uint32_t scan_a[32], scan_b[32];
+  // Per expert of the pass: its count, then the next slot it hands out.
+  __shared__ uint32_t next[ROUTE_THREADS];
   __shared__ uint32_t bad_total;
-  const uint32_t P = T * top_k;
+  const uint32_t P = T * top_k, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // The slots and touched experts of the passes before this one (every thread keeps the same totals).
-  uint32_t run = 0, touched = 0;
+  uint32_t run = 0, touched = 0, bad = 0;
   if (threadIdx.x == 0) bad_total = 0;
-  __syncthreads();
-  // Experts past 1024 are folded into passes of 1024.
   for (uint32_t base = 0; base < E; base += ROUTE_THREADS) {
-    const uint32_t e = base + threadIdx.x;
-    uint32_t c = 0;
-    if (e < E)
-      for (uint32_t p = 0; p < P; ++p) c += __ldg(&topk[p]) == e;
+    const uint32_t here = min(E - base, ROUTE_THREADS);
+    next[threadIdx.x] = 0;
+    __syncthreads();
+    for (uint32_t p = threadIdx.x; p < P; p += ROUTE_THREADS) {
+      const uint32_t e = __ldg(&topk[p]);
+      // An expert below the pass wraps to a large index and is not counted.
+      if (e - base < here) atomicAdd(&next[e - base], 1u);
+      bad += base == 0 && e >= E;
+    }
+    __syncthreads();
+    const uint32_t c = threadIdx.x < here ? next[threadIdx.x] : 0;
     uint32_t at = c, slot = c != 0, slots, hit;
     route_block_scan(at, slot, slots, hit, scan_a, scan_b);
-    if (e < E) {
-      at += run;
-      offsets[e] = at;
-      if (c) active[1 + touched + slot] = e;
-      for (uint32_t p = 0; p < P && c; ++p)
-        if (__ldg(&topk[p]) == e) {
-          rows[at] = p / top_k;
-          pairs[at] = p;
-          ++at;
-          --c;
+    at += run;
+    if (threadIdx.x < here) {
+      offsets[base + threadIdx.x] = at;
+      if (c) active[1 + touched + slot] = base + threadIdx.x;
+    }
+    // Each thread read only its own word before the scan's barriers.
+    next[threadIdx.x] = at;
+    __syncthreads();
+    for (uint32_t p0 = 0; p0 < P; p0 += ROUTE_THREADS) {
+      const uint32_t p = p0 + threadIdx.x;
+      const uint32_t e = p < P ? __ldg(&topk[p]) - base : ~0u;
+      const bool mine = e < here;
+      // Lanes without a choice of this pass share one key whose group is never used.
+      const uint32_t same = __match_any_sync(0xffffffffu, mine ? e : ~0u);
+      const uint32_t rank = __popc(same & ((1u << lane) - 1u));
+      const bool last = (same >> lane) == 1u;
+      const uint32_t turns = min(ROUTE_THREADS, P - p0 + 31) / 32;
+      for (uint32_t w = 0; w < turns; ++w) {
+        if (warp == w && mine) {
+          const uint32_t s = next[e] + rank;
+          rows[s] = p / top_k;
+          pairs[s] = p;
+          __syncwarp(same);
+          if (last) next[e] = s + 1;
         }
+        __syncthreads();
+      }
     }
     run += slots;
     touched += hit;
-    // The scan's shared words are rewritten by the next pass: every thread has read them first.
-    __syncthreads();
   }
-  uint32_t bad = 0;
-  for (uint32_t p = threadIdx.x; p < P; p += ROUTE_THREADS) bad += __ldg(&topk[p]) >= E;
   if (bad) atomicAdd(&bad_total, bad);
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -36,6 +36,14 @@ pub const ROPE_STEP: &str = "omega_rope_step";
 /// ([`hash_bf16_ref`]).
 pub const FILL_BF16_HASH: &str = "omega_fill_bf16_hash";
 
+/// `omega_l2_prefetch(a, a_bytes, b, b_bytes, lines)`: the L2 fetches two ranges ahead of the kernels
+/// that read them (`lines`: 0 bulk prefetches, 1 one prefetch per 128-byte line); nothing is stored.
+pub const L2_PREFETCH: &str = "omega_l2_prefetch";
+/// The prefetch's block: one warp (`__launch_bounds__(32)`).
+pub const PREFETCH_THREADS: u32 = 32;
+/// Bytes a lane prefetches at a time (`DEC_PREFETCH_CHUNK`).
+pub const PREFETCH_CHUNK: u64 = 16384;
+
 /// The router's most experts a token chooses (`DEC_TOPK_MAX`).
 pub const TOPK_MAX: u32 = 8;
 /// The argmax block (`DEC_ARGMAX_THREADS`), also its largest.
@@ -97,6 +105,13 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         // stack: 40 bytes.
         local_bytes_per_thread: 40,
         run: rope_step,
+    },
+    HostSpec {
+        name: L2_PREFETCH,
+        param_sizes: &[8, 8, 8, 8, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: l2_prefetch,
     },
     HostSpec {
         name: FILL_BF16_HASH,
@@ -343,6 +358,21 @@ pub fn splitmix64_ref(z: u64) -> u64 {
 pub fn hash_bf16_ref(base: u64, index: u64, center: f32, a: f32) -> u16 {
     let u = (splitmix64_ref(base ^ index) >> 40) as f32;
     math::f32_to_bf16(center + (u * (1.0 / 8_388_608.0) - 1.0) * a)
+}
+
+/// `omega_l2_prefetch`: a prefetch stores nothing and its results are nobody's, so the reference only
+/// refuses what the GPU would: a bulk prefetch (`lines == 0`) of a range whose address or size is not a
+/// multiple of 16 faults as the instruction's misaligned operand does.
+fn l2_prefetch(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let lines = ctx.word(8);
+    ctx.take(1);
+    for (va, bytes) in [(ctx.u64_at(0), ctx.u64_at(2)), (ctx.u64_at(4), ctx.u64_at(6))] {
+        if lines == 0 && bytes != 0 && !(va | bytes).is_multiple_of(16) {
+            let detail = format!("{L2_PREFETCH}: a bulk prefetch of {bytes} bytes at {va:#x} is not 16-byte aligned");
+            return Err(KernelError::Fault { xid: 13, detail });
+        }
+    }
+    Ok(())
 }
 
 fn fill_hash(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

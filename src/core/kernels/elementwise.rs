@@ -37,6 +37,8 @@ pub const ROPE: [&str; 2] = ["omega_rope_f32", "omega_rope_bf16"];
 pub const NORM_ROPE: [&str; 2] = ["omega_norm_rope_f32", "omega_norm_rope_bf16"];
 /// `omega_swiglu_{f32,bf16}(gate, up, y, rows, cols, in_stride)`: `silu(gate) * up`.
 pub const SWIGLU: [&str; 2] = ["omega_swiglu_f32", "omega_swiglu_bf16"];
+/// `omega_swiglu_f32_bf16(gate, up, y, rows, cols, in_stride)`: `silu(gate) * up` from f32 into bf16.
+pub const SWIGLU_F32_BF16: &str = "omega_swiglu_f32_bf16";
 /// `omega_ew_copy16(src, dst, n)`: `n` 16-byte words copied, the benchmarks' bandwidth denominator.
 pub const COPY16: &str = "omega_ew_copy16";
 
@@ -66,14 +68,21 @@ pub const ELEMENTWISE_HOST_SPECS: &[HostSpec] = &[
         param_sizes: &[8, 8, 8, 4, 4, 4],
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
-        run: swiglu::<f32>,
+        run: swiglu::<f32, f32>,
     },
     HostSpec {
         name: SWIGLU[1],
         param_sizes: &[8, 8, 8, 4, 4, 4],
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
-        run: swiglu::<u16>,
+        run: swiglu::<u16, u16>,
+    },
+    HostSpec {
+        name: SWIGLU_F32_BF16,
+        param_sizes: &[8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: swiglu::<f32, u16>,
     },
     HostSpec { name: COPY16, param_sizes: &[8, 8, 8], static_shared_bytes: 0, local_bytes_per_thread: 0, run: copy16 },
 ];
@@ -237,7 +246,8 @@ pub fn silu_mul(g: f32, u: f32) -> f32 {
     g / (1.0 + (-g).exp()) * u
 }
 
-fn swiglu<T: Elem>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+/// SwiGLU reading `T` and storing `Y`.
+fn swiglu<T: Elem, Y: Elem>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (g, u, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
     let (rows, cols, stride) = (u64::from(ctx.word(6)), u64::from(ctx.word(7)), u64::from(ctx.word(8)));
     let part = take_rows(ctx, rows, cols);
@@ -248,7 +258,7 @@ fn swiglu<T: Elem>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         let gv = T::load(ctx, g.wrapping_add(r * stride * T::BYTES), cols)?;
         let uv = T::load(ctx, u.wrapping_add(r * stride * T::BYTES), cols)?;
         let out: Vec<f32> = gv.iter().zip(&uv).map(|(&a, &b)| silu_mul(a, b)).collect();
-        T::store(ctx, y.wrapping_add(r * cols * T::BYTES), &out)?;
+        Y::store(ctx, y.wrapping_add(r * cols * Y::BYTES), &out)?;
     }
     Ok(())
 }

@@ -453,9 +453,9 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     HostSpec {
         name: MOE_ROUTE,
         param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8, 8],
-        // `counts[ROUTE_THREADS + 1]` (the last word accumulates the drop count).
-        // The block scan's two 32-word arrays and the drop count.
-        static_shared_bytes: 2 * 32 * 4 + 4,
+        // The block scan's two 32-word arrays, `next[ROUTE_THREADS]` (a pass's counts, then its next
+        // slots) and the drop count.
+        static_shared_bytes: 2 * 32 * 4 + ROUTE_THREADS * 4 + 4,
         local_bytes_per_thread: 0,
         run: moe_route,
     },

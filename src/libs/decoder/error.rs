@@ -32,6 +32,18 @@ pub enum DecShapeError {
         /// The dimension given.
         dim: u32,
     },
+    /// A range a bulk prefetch cannot take: its address or its size not a multiple of 16 bytes.
+    #[error("{op:?}: {operand} is {bytes} bytes at {va:#x}; a bulk prefetch needs both multiples of 16")]
+    Unaligned {
+        /// The call.
+        op: DecOp,
+        /// The operand's name.
+        operand: &'static str,
+        /// Its device address.
+        va: u64,
+        /// Its size.
+        bytes: u64,
+    },
     /// A buffer shorter than its operand.
     #[error("{op:?}: {operand} is a buffer of {len} elements; the call needs {needs}")]
     Short {

@@ -13,6 +13,8 @@
 //!   reads (`[tokens, k]`), and their softmax weights renormalised over the `k` (f32 `[tokens, k]`).
 //! - [`Decoder::argmax`]: greedy decoding, f32 logits `[rows, cols]` -> u32 token per row, the lowest
 //!   index of the largest value.
+//! - [`Decoder::l2_prefetch`]: the L2 fetches a later kernel's operands (a weight) while the kernels in
+//!   between, latency-bound, leave HBM idle; nothing is stored, results never depend on it.
 //!
 //! A call is planned first ([`DecCall`]: the buffers' lengths checked against the shape, stage `decoder
 //! shape`, nothing launched on a refusal), then run ([`Decoder::launch`]) or recorded
@@ -23,4 +25,4 @@ mod ops;
 
 pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{DecError, DecShapeError};
-pub use ops::{DecCall, DecOp, Decoder};
+pub use ops::{DecCall, DecOp, Decoder, L2Prefetch};

@@ -4,7 +4,7 @@ use core::marker::PhantomData;
 
 use crate::cmdlist::CmdListBuilder;
 use crate::kernels::decoder as k;
-use crate::libs::matmul::{GroupedShape, Input, Output, RoutingLayout};
+use crate::libs::matmul::{DeviceSpan, GroupedShape, Input, Output, RoutingLayout};
 use crate::libs::serving::weights;
 use crate::{DeviceScalar, Gpu, Kernel, Launch, Scope};
 
@@ -27,10 +27,21 @@ pub enum DecOp {
     RopeStep,
     /// The seeded weight generator.
     Generate,
+    /// The L2 prefetch of a later kernel's operands.
+    Prefetch,
+}
+
+/// How [`Decoder::l2_prefetch`] asks the L2 for a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L2Prefetch {
+    /// One `cp.async.bulk.prefetch.L2` per 16 KiB chunk: the SM's TMA unit walks the chunk.
+    Bulk,
+    /// One `prefetch.global.L2` per 128-byte line, issued by the lanes.
+    Lines,
 }
 
 /// The module's kernels in [`DecOp`]'s order.
-const KERNELS: [&str; 7] = [
+const KERNELS: [&str; 8] = [
     k::EMBED_BF16,
     k::CAST_F32_BF16,
     k::ROUTER_TOPK,
@@ -38,6 +49,7 @@ const KERNELS: [&str; 7] = [
     k::MOE_COMBINE_BF16,
     k::ROPE_STEP,
     k::FILL_BF16_HASH,
+    k::L2_PREFETCH,
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -153,6 +165,34 @@ impl<'s> Decoder<'s> {
         hold(op, "dst", dst, n)?;
         let args = vec![Arg::Va(src.device_va()), Arg::Va(dst.device_va()), Arg::Va(n)];
         Ok(Self::call(op, self.grid(n, k::GATHER_THREADS), k::GATHER_THREADS, args))
+    }
+
+    /// Asks the L2 to fetch `a` and `b` (whole spans) for a later kernel of the list, so that the kernels
+    /// recorded between this call and that one, when they leave HBM idle, fill the L2 meanwhile. Nothing
+    /// is stored and nothing waits for the prefetches: the launch ends once they are issued, and results
+    /// never depend on it. One CTA of one warp per SM, each taking every SM-count-th 16 KiB chunk.
+    pub fn l2_prefetch<'b, T: DeviceScalar>(
+        &self,
+        a: &'b DeviceSpan<T>,
+        b: Option<&'b DeviceSpan<T>>,
+        how: L2Prefetch,
+    ) -> Result<DecCall<'b>, DecError> {
+        let bytes = |s: &DeviceSpan<T>| (s.elements() * size_of::<T>()) as u64;
+        let mut args = vec![Arg::Va(a.device_va()), Arg::Va(bytes(a))];
+        args.extend(match b {
+            Some(b) => [Arg::Va(b.device_va()), Arg::Va(bytes(b))],
+            None => [Arg::Va(0), Arg::Va(0)],
+        });
+        if how == L2Prefetch::Bulk {
+            for (operand, s) in [("a", Some(a)), ("b", b)] {
+                if let Some(s) = s.filter(|s| !(s.device_va() | bytes(s)).is_multiple_of(16)) {
+                    let (va, bytes) = (s.device_va(), bytes(s));
+                    return Err(DecShapeError::Unaligned { op: DecOp::Prefetch, operand, va, bytes }.into());
+                }
+            }
+        }
+        args.push(Arg::Word(u32::from(how == L2Prefetch::Lines)));
+        Ok(Self::call(DecOp::Prefetch, self.sms, k::PREFETCH_THREADS, args))
     }
 
     /// Each token's `k` best experts of `logits` (`[tokens, experts]` f32) into `topk` (u32 `[tokens, k]`,

@@ -175,6 +175,8 @@ pub enum Op {
     SwiGluFused = 6,
     /// A 16-byte-word copy.
     Copy = 7,
+    /// SwiGLU over an f32 fused gate+up output into bf16 (a Rust call, no C entry).
+    SwiGluFusedToBf16 = 8,
 }
 
 /// What a call ran: the op, its shape and launch, its times and the bytes it moved.
@@ -182,7 +184,7 @@ pub enum Op {
 pub struct Info {
     /// The op (`None` when the call failed before it was planned).
     pub op: Option<Op>,
-    /// bf16 operands (else f32).
+    /// bf16 operands (else f32); for [`Op::SwiGluFusedToBf16`], a bf16 output of f32 inputs.
     pub bf16: bool,
     /// Rows (RoPE: tokens).
     pub rows: u32,
@@ -254,7 +256,7 @@ impl EwCall<'_> {
 }
 
 /// The module's kernels in [`Elementwise`]'s order: each family's f32 entry, then its bf16 one.
-const KERNELS: [&str; 11] = [
+const KERNELS: [&str; 12] = [
     k::RMSNORM[0],
     k::RMSNORM[1],
     k::ADD_RMSNORM[0],
@@ -266,10 +268,13 @@ const KERNELS: [&str; 11] = [
     k::SWIGLU[0],
     k::SWIGLU[1],
     k::COPY16,
+    k::SWIGLU_F32_BF16,
 ];
 
 /// Where the copy kernel sits in [`KERNELS`].
 const COPY_KERNEL: usize = 10;
+/// Where the f32 -> bf16 SwiGLU sits in [`KERNELS`].
+const SWIGLU_TO_BF16_KERNEL: usize = 11;
 
 /// The index in [`KERNELS`] of `op`'s entry for element type `T`.
 fn kernel_index<T: EwElem>(op: Op) -> usize {
@@ -280,6 +285,7 @@ fn kernel_index<T: EwElem>(op: Op) -> usize {
         Op::NormRope => 3,
         Op::SwiGlu | Op::SwiGluFused => 4,
         Op::Copy => return COPY_KERNEL,
+        Op::SwiGluFusedToBf16 => return SWIGLU_TO_BF16_KERNEL,
     };
     2 * family + usize::from(T::BF16)
 }
@@ -578,7 +584,7 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::Gate, gate.elements(), n)?;
         hold(s, Operand::Up, up.elements(), n)?;
         let vas = [gate.device_va(), up.device_va(), y.device_va()];
-        self.plan_swiglu::<T>(Op::SwiGlu, vas, y, shape, shape.cols)
+        self.plan_swiglu::<T, T>(Op::SwiGlu, vas, y, shape, shape.cols)
     }
 
     /// SwiGLU over the fused gate+up projection's output: `gate_up` is `[rows, 2 * cols]`, each row's
@@ -598,14 +604,34 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::GateUp, gate_up.elements(), product(shape.rows, stride))?;
         let g = gate_up.device_va();
         let up = g + u64::from(shape.cols) * size_of::<T>() as u64;
-        self.plan_swiglu::<T>(Op::SwiGluFused, [g, up, y.device_va()], y, shape, stride)
+        self.plan_swiglu::<T, T>(Op::SwiGluFused, [g, up, y.device_va()], y, shape, stride)
     }
 
-    fn plan_swiglu<'b, T: EwElem>(
+    /// [`Elementwise::swiglu_fused`] from an f32 `gate_up` into a bf16 `y`, each value rounded once
+    /// (nearest even): what `swiglu_fused::<f32>` and a cast to bf16 give, in one launch.
+    pub fn swiglu_fused_to_bf16<'b>(
+        &self,
+        gate_up: &'b impl Input<f32>,
+        y: &'b mut impl Output<u16>,
+        shape: Rows,
+    ) -> Result<EwCall<'b>, EwError> {
+        let s = EwShape::from(shape);
+        let Some(stride) = shape.cols.checked_mul(2) else {
+            let elements = product(shape.rows, shape.cols).map_or(u64::MAX, |n| n.saturating_mul(2));
+            return Err(ShapeError::Overflow { shape: s, operand: Operand::GateUp, elements }.into());
+        };
+        hold(s, Operand::GateUp, gate_up.elements(), product(shape.rows, stride))?;
+        let g = gate_up.device_va();
+        let up = g + u64::from(shape.cols) * 4;
+        self.plan_swiglu::<f32, u16>(Op::SwiGluFusedToBf16, [g, up, y.device_va()], y, shape, stride)
+    }
+
+    /// SwiGLU reading `T` and writing `Y` (`Info::bf16` says what `y` holds).
+    fn plan_swiglu<'b, T: EwElem, Y: EwElem>(
         &self,
         op: Op,
         vas: [u64; 3],
-        y: &impl Output<T>,
+        y: &impl Output<Y>,
         shape: Rows,
         stride: u32,
     ) -> Result<EwCall<'b>, EwError> {
@@ -620,15 +646,18 @@ impl<'s> Elementwise<'s> {
         let target = self.wave(kernel_index::<T>(op), k::EW_THREADS);
         let gx = chunks.min(target);
         let gy = shape.rows.min(65_535).min((target / gx).max(1));
-        let vectorized = shape.cols.is_multiple_of(vec) && stride.is_multiple_of(vec) && aligned16(&vas);
+        // The kernel's vector path: 16-byte loads, y aligned to its `vec` elements.
+        let y_aligned = vas[2].is_multiple_of(u64::from(vec) * size_of::<Y>() as u64);
+        let vectorized =
+            shape.cols.is_multiple_of(vec) && stride.is_multiple_of(vec) && aligned16(&vas[..2]) && y_aligned;
         let info = Info {
             op: Some(op),
-            bf16: T::BF16,
+            bf16: Y::BF16,
             rows: shape.rows,
             cols: shape.cols,
             heads: 1,
             vectorized,
-            bytes: n.unwrap_or(0) * size_of::<T>() as u64 * 3,
+            bytes: n.unwrap_or(0) * (2 * size_of::<T>() + size_of::<Y>()) as u64,
             ..Info::default()
         };
         let args = vec![

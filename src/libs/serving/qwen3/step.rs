@@ -55,6 +55,7 @@ impl<'s> Qwen3Model<'s> {
         let mut list = self.scope.cmdlist()?;
         let l = &mut list;
         let (ew, dec, att) = (&self.ew, &self.dec, &self.att);
+        let prefetch = self.prefetch.get();
         dec.record(
             l,
             dec.rope_step(&st.pos.span, out(&st.cos), out(&st.sin), out(&st.lens), [b, c.head_dim], c.rope_theta)?,
@@ -71,6 +72,11 @@ impl<'s> Qwen3Model<'s> {
             labels.resize(l.len(), "input_norm");
             mm.add_bf16_to_bf16(l, &st.x.span, self.w_qkv(layer), &st.qkv.span, dqkv)?;
             labels.resize(l.len(), "qkv_proj");
+            if let Some(how) = prefetch {
+                // Read by o_proj and the router after qkv_append and attention, which leave HBM idle.
+                dec.record(l, dec.l2_prefetch(w(TensorKind::O), Some(w(TensorKind::Router)), how)?)?;
+                labels.resize(l.len(), "l2_prefetch");
+            }
             let pool = &self.pools[layer as usize];
             let append =
                 QkvAppendShape { batch: b, q_heads: c.q_heads, max_pages, advance: layer + 1 == c.layers, eps: c.eps };
@@ -124,14 +130,17 @@ impl<'s> Qwen3Model<'s> {
             labels.push("moe_route");
             labels.resize(l.len(), "gate_up");
             let slots = Rows { rows: b * c.top_k, cols: c.expert_inter };
-            ew.record(l, ew.swiglu_fused::<f32>(&st.gate_up.span, out(&st.act), slots)?)?;
+            // f32 in, bf16 out: the cast the down product's input needs, in the same launch.
+            ew.record(l, ew.swiglu_fused_to_bf16(&st.gate_up.span, out(&st.act), slots)?)?;
             labels.resize(l.len(), "swiglu");
-            let n = u64::from(b * c.top_k) * u64::from(c.expert_inter);
-            dec.record(l, dec.cast_bf16(&st.act.span, out(&st.act16), n)?)?;
-            labels.resize(l.len(), "cast_bf16");
             let down = moe_shape(c, b, c.hidden, c.expert_inter);
-            mm.add_grouped_routed_bf16(l, &st.act16.span, w(TensorKind::Down), &st.routing.span, &st.down.span, down)?;
+            mm.add_grouped_routed_bf16(l, &st.act.span, w(TensorKind::Down), &st.routing.span, &st.down.span, down)?;
             labels.resize(l.len(), "down");
+            if let (Some(how), true) = (prefetch, layer + 1 < c.layers) {
+                // Read by the next layer's q/k/v product after the combine and its input norm.
+                dec.record(l, dec.l2_prefetch(self.w_qkv(layer + 1), None, how)?)?;
+                labels.resize(l.len(), "l2_prefetch");
+            }
             let layout = down.routing();
             dec.record(
                 l,
