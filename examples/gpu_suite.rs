@@ -1570,6 +1570,104 @@ fn matmul_moe_route() -> CaseResult {
     })
 }
 
+/// The fused router (`omega_moe_router_route`) on fresh random x and router weights, outputs poisoned:
+/// the logits bit for bit the host's replica of the kernel's sums (`router_logits_ref`), each token's
+/// experts exactly the top k of those logits and their weights within 2^-20 of the f64 softmax
+/// (`router_f64`), the routing exactly `route_want`'s, the ticket back at zero.
+fn matmul_moe_router() -> CaseResult {
+    use omega::kernels::decoder as dk;
+    let mut g = rng();
+    let mut lines = Vec::new();
+    with_scope(|s, mut gpu| {
+        let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
+        let kernel = module.kernel(mm::MOE_ROUTER_ROUTE).map_err(err)?;
+        for (t, e, k, top_k) in
+            [(1u32, 128u32, 2048u32, 8u32), (8, 128, 2048, 8), (32, 128, 2048, 8), (5, 200, 1000, 3), (3, 16, 2048, 8)]
+        {
+            let what = format!("{} T={t} E={e} K={k} top-{top_k}", mm::MOE_ROUTER_ROUTE);
+            let (xb, x) = random_bf16(&mut g, (t * k) as usize);
+            let (wb, w) = random_bf16(&mut g, (e * k) as usize);
+            let (p, room) = ((t * top_k) as usize, ((t * top_k).min(e)) as usize);
+            let dx = s.alloc_device_from(&xb).map_err(err)?;
+            let dw = s.alloc_device_from(&wb).map_err(err)?;
+            let mut logits = s.alloc_device_from(&vec![f32::NAN; (t * e) as usize]).map_err(err)?;
+            let mut ticket = s.alloc_device_from(&[0u32]).map_err(err)?;
+            let mut topk = s.alloc_device_from(&vec![u32::MAX; p]).map_err(err)?;
+            let mut weights = s.alloc_device_from(&vec![f32::NAN; p]).map_err(err)?;
+            let mut offsets = s.alloc_device_from(&vec![u32::MAX; e as usize + 1]).map_err(err)?;
+            let mut rows = s.alloc_device_from(&vec![u32::MAX; p]).map_err(err)?;
+            let mut pairs = s.alloc_device_from(&vec![u32::MAX; p]).map_err(err)?;
+            let mut dropped = s.alloc_device_from(&[u32::MAX]).map_err(err)?;
+            let mut active = s.alloc_device_from(&vec![u32::MAX; 1 + room]).map_err(err)?;
+            let l = Launch::new(&kernel)
+                .grid([e.div_ceil(mm::ROUTER_ROWS), 1, 1])
+                .block([mm::ROUTE_THREADS, 1, 1])
+                .timeout_ms(MATMUL_TIMEOUT_MS)
+                .arg(&dx)
+                .arg(&dw)
+                .arg(&logits)
+                .arg(&ticket)
+                .arg(t)
+                .arg(k)
+                .arg(e)
+                .arg(top_k)
+                .arg(&topk)
+                .arg(&weights)
+                .arg(&offsets)
+                .arg(&rows)
+                .arg(&pairs)
+                .arg(&dropped)
+                .arg(&active);
+            let done = gpu.launch(&l).map_err(|e| format!("{what}: {e}"))?;
+            gpu = done.gpu;
+            let want_logits = mm::router_logits_ref(&x, &w, [t, k, e]);
+            let got_logits = logits.to_vec().map_err(err)?;
+            if let Some(i) = (0..want_logits.len()).find(|&i| got_logits[i].to_bits() != want_logits[i].to_bits()) {
+                return Err(format!("{what}: logit {i} = {:e}, the replica {:e}", got_logits[i], want_logits[i]));
+            }
+            let (got_topk, got_w) = (topk.to_vec().map_err(err)?, weights.to_vec().map_err(err)?);
+            let mut choices = Vec::with_capacity(p);
+            for tk in 0..t as usize {
+                let row = &want_logits[tk * e as usize..][..e as usize];
+                let (want_i, want_w) = dk::router_f64(row, top_k as usize);
+                let (gi, gw) = (
+                    &got_topk[tk * top_k as usize..][..top_k as usize],
+                    &got_w[tk * top_k as usize..][..top_k as usize],
+                );
+                if gi != &want_i[..] {
+                    return Err(format!("{what}: token {tk}'s experts {gi:?}, want {want_i:?}"));
+                }
+                if let Some(j) =
+                    (0..gw.len()).find(|&j| gw[j].is_nan() || (f64::from(gw[j]) - want_w[j]).abs() > 2f64.powi(-20))
+                {
+                    return Err(format!("{what}: token {tk}'s weight {j} = {:e}, want {:e}", gw[j], want_w[j]));
+                }
+                choices.extend_from_slice(gi);
+            }
+            let want = route_want(&choices, top_k, e);
+            for (name, got, want) in [
+                ("offsets", offsets.to_vec().map_err(err)?, &want.offsets),
+                ("rows", rows.to_vec().map_err(err)?, &want.rows),
+                ("pairs", pairs.to_vec().map_err(err)?, &want.pairs),
+                ("dropped", dropped.to_vec().map_err(err)?, &vec![want.dropped]),
+                ("active", active.to_vec().map_err(err)?, &want.active),
+                ("ticket", ticket.to_vec().map_err(err)?, &vec![0]),
+            ] {
+                if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+                    return Err(format!("{what}: {name}[{i}] = {}, want {}", got[i], want[i]));
+                }
+            }
+            let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
+            lines.push(format!(
+                "T={t} E={e} K={k} top-{top_k}: logits bit for bit, {} experts, {:.1} us{clock}",
+                want.active[0],
+                done.elapsed_ns as f64 / 1e3
+            ));
+        }
+        Ok(lines.join("; "))
+    })
+}
+
 /// A mixture-of-experts decode step on the device: random top-k routing (`omega_moe_route`, checked
 /// exactly against the host's CSR), then the grouped GEMV (`omega_moe_gemv_bf16_m*`) over every slot,
 /// checked at a sample.
@@ -2057,6 +2155,7 @@ fn main() -> ExitCode {
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "matmul_gemv_y16" => matmul_gemv_y16(),
             "moe_route" => matmul_moe_route(),
+            "moe_router" => matmul_moe_router(),
             "serving" => serving::sealed_matmul_steps(),
             "decoder" => decoder::selections(),
             "l2_prefetch" => decoder::l2_prefetch(),
@@ -2130,6 +2229,7 @@ fn main() -> ExitCode {
         ("matmul: skinny GEMM bf16 ragged M=5,13,64 N=77 K=1000", || matmul_skinny(&[5, 13, 64], 77, 1000)),
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
         ("matmul: MoE routing alone: repeats, drops, rounds and passes", matmul_moe_route),
+        ("matmul: the fused router: product, top k and routing in one launch", matmul_moe_router),
         ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),
         ("matmul: cluster GEMM bf16 (2-CTA clusters, W multicast, TMA stores)", || in_child("matmul_mc")),
         ("matmul: narrow TMA-store GEMM bf16 (128x128 tiles, TMA stores)", || in_child("matmul_ts_n128")),

@@ -3,7 +3,8 @@
 //! host reference compute), then one command list per step, recorded once and submitted every step.
 //!
 //! `qwen3_decode [--tiny] [--steps N] [--batch B] [--layers L] [--context C] [--check] [--dump FILE]
-//! [--checkpoint FILE] [--sealed-steps N] [--bench] [--profile] [--grouped-split S] [--prefetch HOW]`
+//! [--checkpoint FILE] [--sealed-steps N] [--bench] [--profile] [--grouped-split S] [--prefetch HOW]
+//! [--router fused|separate]`
 //!
 //! - `--tiny`: the TINY configuration (the default on sim; on nvidia the full model is the default).
 //! - `--steps N` (default 16): greedy steps, printed with their tokens and the step time.
@@ -25,7 +26,7 @@
 //!   (`qwen3::checkpoint`, e.g. one `write_checkpoint` wrote) instead of the device's generator.
 //! - `--sealed-steps N`: seal, run N more steps, and fail unless the driver counters (every ioctl, mmap
 //!   and munmap) and the allocation counters are what they were before; prints both.
-//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. prefetch=.. step_us=.. wall_us=.. tok_s=..`: the
+//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. prefetch=.. router=.. step_us=.. wall_us=.. tok_s=..`: the
 //!   median step over `--steps`, `step_us` from submit to completion on the platform's clock (the
 //!   submission's own time), `wall_us` the host's around it (with the wait's wake-up), `tok_s` from
 //!   `step_us` (on sim the platform clock is the simulator's virtual one, not a GPU's).
@@ -37,6 +38,9 @@
 //!   (`Matmul::set_grouped_split`; a split K cannot make is refused by name), for a sweep.
 //! - `--prefetch bulk|lines|off` (default off): the step asks the L2 for the dense weights ahead of their
 //!   products (`Qwen3Model::set_l2_prefetch`; `bulk` by the TMA unit, `lines` one prefetch a line).
+//!   Measured slower on the H200 (docs/perf/2026-12-03-s8-qwen3-step.md); kept to re-measure.
+//! - `--router fused|separate` (default fused): each layer routes in one launch (the router product, the
+//!   top k and the route) or in the three it replaces (`Qwen3Model::set_fused_router`).
 
 use std::io::Write;
 use std::time::Instant;
@@ -60,6 +64,7 @@ struct Opts {
     profile: bool,
     grouped_split: Option<u32>,
     prefetch: Option<L2Prefetch>,
+    fused_router: bool,
 }
 
 fn parse(platform: &str) -> Result<Opts, String> {
@@ -77,6 +82,7 @@ fn parse(platform: &str) -> Result<Opts, String> {
         profile: false,
         grouped_split: None,
         prefetch: None,
+        fused_router: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -101,6 +107,13 @@ fn parse(platform: &str) -> Result<Opts, String> {
                     "lines" => Some(L2Prefetch::Lines),
                     "off" => None,
                     other => return Err(format!("--prefetch {other}: bulk, lines or off")),
+                }
+            }
+            "--router" => {
+                o.fused_router = match value("--router")?.as_str() {
+                    "fused" => true,
+                    "separate" => false,
+                    other => return Err(format!("--router {other}: fused or separate")),
                 }
             }
             other => return Err(format!("unknown argument {other} (see the example's header)")),
@@ -184,6 +197,7 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
     }
     model.matmul().set_grouped_split(o.grouped_split);
     model.set_l2_prefetch(o.prefetch);
+    model.set_fused_router(o.fused_router);
     let (mut list, labels) = model.record_step_labelled().map_err(|e| e.to_string())?;
     println!("ready in {:.1} s: one list of {} launches a step", t.elapsed().as_secs_f64(), list.len());
     let mut reference = o.check.then(|| Reference::generated(cfg, o.batch));
@@ -225,9 +239,10 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
             Some(L2Prefetch::Lines) => "lines",
             None => "off",
         };
+        let router = if o.fused_router { "fused" } else { "separate" };
         println!(
-            "qwen3 decode B={b} layers={l} context={c} prefetch={pf} step_us={median:.1} wall_us={wall:.1} \
-             tok_s={tok_s:.1}"
+            "qwen3 decode B={b} layers={l} context={c} prefetch={pf} router={router} step_us={median:.1} \
+             wall_us={wall:.1} tok_s={tok_s:.1}"
         );
     }
     if o.profile {

@@ -63,13 +63,20 @@ fn decode(
     first: &[u32],
     weights: Weights<'_>,
     sealed: bool,
-    prefetch: Option<L2Prefetch>,
+    (prefetch, fused_router): (Option<L2Prefetch>, bool),
 ) -> Vec<(Vec<f32>, Vec<u32>)> {
     on_sim(|s, gpu| {
         let b = first.len() as u32;
         let (model, gpu) = Qwen3Model::new(s, gpu, cfg, [b, 64], weights, &mut |_, _| {}).unwrap();
         model.set_tokens(first).unwrap();
+        model.set_fused_router(false);
+        let separate = model.record_step().unwrap().len();
+        model.set_fused_router(true);
         let plain = model.record_step().unwrap().len();
+        // The fused router is one launch where the router product, the top k and the route were three.
+        assert_eq!(plain + 2 * cfg.layers as usize, separate, "the fused router's launches");
+        model.set_fused_router(fused_router);
+        let plain = if fused_router { plain } else { separate };
         model.set_l2_prefetch(prefetch);
         let mut list = model.record_step().unwrap();
         // Two prefetches a layer but the last, which has no next layer to fetch for.
@@ -98,10 +105,10 @@ fn decode(
     })
 }
 
-fn against_reference(batch: usize, prefetch: Option<L2Prefetch>) {
+fn against_reference(batch: usize, how: (Option<L2Prefetch>, bool)) {
     let cfg = Qwen3Config::TINY;
     let first: Vec<u32> = (0..batch as u32).map(|b| 17 + 389 * b).collect();
-    let got = decode(cfg, &first, Weights::Generated, true, prefetch);
+    let got = decode(cfg, &first, Weights::Generated, true, how);
     let mut r = Reference::generated(cfg, batch as u32);
     let mut tokens = first.clone();
     for (i, (logits, dev_tokens)) in got.iter().enumerate() {
@@ -120,13 +127,20 @@ fn against_reference(batch: usize, prefetch: Option<L2Prefetch>) {
 
 #[test]
 fn the_tiny_model_at_batch_1_matches_the_host_reference_over_16_sealed_greedy_steps() {
-    against_reference(1, None);
+    against_reference(1, (None, true));
 }
 
 /// With the L2 prefetches in the step (which store nothing): the same check.
 #[test]
 fn the_tiny_model_at_batch_3_matches_the_host_reference_over_16_sealed_greedy_steps() {
-    against_reference(3, Some(L2Prefetch::Bulk));
+    against_reference(3, (Some(L2Prefetch::Bulk), true));
+}
+
+/// Routed by the router product, the top-k kernel and the route kernel (the fused router's three
+/// launches): the same check.
+#[test]
+fn the_tiny_model_routed_in_three_launches_matches_the_host_reference_too() {
+    against_reference(2, (None, false));
 }
 
 /// The upload path through a safetensors checkpoint (`qwen3::checkpoint`, the generated weights written
@@ -138,9 +152,9 @@ fn a_checkpoint_upload_gives_the_generated_models_logits_and_two_runs_agree() {
     let first = [5u32, 999];
     let file = checkpoint::write_checkpoint(cfg);
     let ckpt = checkpoint::Checkpoint::parse(&file, cfg).unwrap();
-    let generated = decode(cfg, &first, Weights::Generated, false, None);
-    let uploaded = decode(cfg, &first, Weights::Source(&ckpt), false, None);
-    let again = decode(cfg, &first, Weights::Generated, false, Some(L2Prefetch::Lines));
+    let generated = decode(cfg, &first, Weights::Generated, false, (None, true));
+    let uploaded = decode(cfg, &first, Weights::Source(&ckpt), false, (None, true));
+    let again = decode(cfg, &first, Weights::Generated, false, (Some(L2Prefetch::Lines), true));
     let bits = |v: &[(Vec<f32>, Vec<u32>)]| {
         v.iter().map(|(l, t)| (l.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), t.clone())).collect::<Vec<_>>()
     };

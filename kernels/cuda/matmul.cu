@@ -12,6 +12,7 @@
 //   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)
 //   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
 //   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)
+//   omega_moe_router_route      router product + top k + that routing in one launch (moe_router.cuh)
 //   omega_gemm_f32_tn           f32 x f32, f32 FMA, any shape (gemm_simt.cuh)
 //   omega_gemm_bf16_simt_tn     bf16 of any shape or alignment (gemm_simt.cuh)
 //   omega_gemm_f32_tn_v2_*      f32 candidates of issue 12, same arithmetic as omega_gemm_f32_tn (gemm_sgemm.cuh);
@@ -27,3 +28,4 @@
 #include "matmul/gemm_skinny.cuh"
 #include "matmul/gemv_bf16.cuh"
 #include "matmul/moe_route.cuh"
+#include "matmul/moe_router.cuh"

@@ -61,11 +61,12 @@ __device__ __forceinline__ void route_block_scan(uint32_t& a, uint32_t& b, uint3
   total_b = sb[ROUTE_THREADS / 32 - 1];
 }
 
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) omega_moe_route(const uint32_t* topk, uint32_t T,
-                                                                           uint32_t top_k, uint32_t E,
-                                                                           uint32_t* offsets, uint32_t* rows,
-                                                                           uint32_t* pairs, uint32_t* dropped,
-                                                                           uint32_t* active) {
+// The routing of P = T * top_k choices by the whole block (ROUTE_THREADS threads, every one calls it);
+// `choice(p)` reads choice p (each call site picks the load its choices need).
+template <typename Choice>
+__device__ __forceinline__ void moe_route_block(Choice choice, uint32_t T, uint32_t top_k, uint32_t E,
+                                                uint32_t* offsets, uint32_t* rows, uint32_t* pairs,
+                                                uint32_t* dropped, uint32_t* active) {
   __shared__ uint32_t scan_a[32], scan_b[32];
   // Per expert of the pass: its count, then the next slot it hands out.
   __shared__ uint32_t next[ROUTE_THREADS];
@@ -79,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) omega_moe_route(cons
     next[threadIdx.x] = 0;
     __syncthreads();
     for (uint32_t p = threadIdx.x; p < P; p += ROUTE_THREADS) {
-      const uint32_t e = __ldg(&topk[p]);
+      const uint32_t e = choice(p);
       // An expert below the pass wraps to a large index and is not counted.
       if (e - base < here) atomicAdd(&next[e - base], 1u);
       bad += base == 0 && e >= E;
@@ -98,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) omega_moe_route(cons
     __syncthreads();
     for (uint32_t p0 = 0; p0 < P; p0 += ROUTE_THREADS) {
       const uint32_t p = p0 + threadIdx.x;
-      const uint32_t e = p < P ? __ldg(&topk[p]) - base : ~0u;
+      const uint32_t e = p < P ? choice(p) - base : ~0u;
       const bool mine = e < here;
       // Lanes without a choice of this pass share one key whose group is never used.
       const uint32_t same = __match_any_sync(0xffffffffu, mine ? e : ~0u);
@@ -126,4 +127,13 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) omega_moe_route(cons
     *dropped = bad_total;
     active[0] = touched;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) omega_moe_route(const uint32_t* __restrict__ topk,
+                                                                           uint32_t T, uint32_t top_k, uint32_t E,
+                                                                           uint32_t* offsets, uint32_t* rows,
+                                                                           uint32_t* pairs, uint32_t* dropped,
+                                                                           uint32_t* active) {
+  moe_route_block([topk](uint32_t p) { return __ldg(&topk[p]); }, T, top_k, E, offsets, rows, pairs, dropped,
+                  active);
 }

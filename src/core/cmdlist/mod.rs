@@ -347,7 +347,10 @@ impl<'r> CmdList<'r> {
         // Latched from here until the completion is certain: the list first, then (inside the wait) the
         // session, so no path leaves a list usable whose work may still be running.
         self.latched = true;
-        let r = rt.submit_and_wait(&i, &descs, slots, Some(stamps::slot(&self.stamps)), timeout_ms, spin_us);
+        // A list submitted before expects to take what its last submission took (wait.rs).
+        let expect_ns = (self.stats.submits > 0).then_some(self.stats.last_submit_ns);
+        let ask = crate::session::wait::Ask { spin_us, expect_ns };
+        let r = rt.submit_and_wait(&i, &descs, slots, Some(stamps::slot(&self.stamps)), timeout_ms, ask);
         drop(descs);
         match r {
             Ok(done) => {

@@ -94,6 +94,14 @@ pub const MOE_GEMV_BF16: [&str; 4] =
 /// `omega_moe_route(topk, T, top_k, E, offsets, rows, pairs, dropped, active)`: top-k choices to CSR
 /// routing, the drop count (stored) and the list of touched experts (`active[0]` of them at `active[1..]`).
 pub const MOE_ROUTE: &str = "omega_moe_route";
+/// `omega_moe_router_route(x, w, logits, ticket, T, K, E, top_k, topk, weights, offsets, rows, pairs,
+/// dropped, active)`: the router product `logits = x . w^T` (f32), each token's top k and weights (as
+/// the decoder's `omega_router_topk`) and the routing of [`MOE_ROUTE`], one launch of `ceil(E /
+/// ROUTER_ROWS)` CTAs of [`ROUTE_THREADS`]; the last CTA to take `*ticket` selects and routes, and puts it
+/// back to zero.
+pub const MOE_ROUTER_ROUTE: &str = "omega_moe_router_route";
+/// Experts each CTA of [`MOE_ROUTER_ROUTE`] takes (`ROUTER_ROWS`: four warps an expert).
+pub const ROUTER_ROWS: u32 = 8;
 /// `omega_gemm_f32_tn(x, w, y, M, N, K)`: f32 FMA, any shape.
 pub const GEMM_F32_TN: &str = "omega_gemm_f32_tn";
 /// `omega_gemm_bf16_simt_tn(x, w, y, M, N, K)`: bf16 widened exactly, f32 FMA, any shape or alignment.
@@ -458,6 +466,14 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 2 * 32 * 4 + ROUTE_THREADS * 4 + 4,
         local_bytes_per_thread: 0,
         run: moe_route,
+    },
+    HostSpec {
+        name: MOE_ROUTER_ROUTE,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8],
+        // The route's shared words and the last-CTA flag.
+        static_shared_bytes: 2 * 32 * 4 + ROUTE_THREADS * 4 + 4 + 4,
+        local_bytes_per_thread: 0,
+        run: moe_router_route,
     },
     HostSpec {
         name: GEMM_F32_TN,
@@ -1390,8 +1406,7 @@ fn take_costed(ctx: &mut KernelCtx<'_>, costs: &[u64]) -> Range<u64> {
 fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = MOE_ROUTE;
     let (topk, t, top_k, e) = (ctx.u64_at(0), ctx.word(2), ctx.word(3), ctx.word(4));
-    let (offsets, rows, pairs, dropped, active) =
-        (ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), ctx.u64_at(12), ctx.u64_at(14));
+    let outs = [ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), ctx.u64_at(12), ctx.u64_at(14)];
     require_block(ctx, name, ROUTE_THREADS)?;
     let p = t.wrapping_mul(top_k);
     let passes = u64::from(e).div_ceil(u64::from(ROUTE_THREADS));
@@ -1401,58 +1416,149 @@ fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     if ctas.is_empty() {
         return Ok(());
     }
-    for (what, va) in [
-        ("topk", topk),
-        ("offsets", offsets),
-        ("rows", rows),
-        ("pairs", pairs),
-        ("dropped", dropped),
-        ("active", active),
-    ] {
+    aligned(name, "topk", topk, 4)?;
+    let choices = ctx.read_u32s(topk, p as usize)?;
+    for _ in ctas {
+        route_choices(ctx, name, &choices, [top_k, e], outs)?;
+    }
+    Ok(())
+}
+
+/// What one CTA of the route kernels stores for `choices` (`[top_k, E]`) into `[offsets, rows, pairs,
+/// dropped, active]`: pass after pass of 1024 experts, the pass's offsets (the running total carried
+/// from the passes before) and its touched experts appended to `active[1..]`, each expert's slots its
+/// choices in increasing choice index; last `*dropped`, the count of choices naming an expert >= E, and
+/// `active[0]`, the count of touched experts.
+fn route_choices(
+    ctx: &mut KernelCtx<'_>,
+    name: &str,
+    choices: &[u32],
+    [top_k, e]: [u32; 2],
+    [offsets, rows, pairs, dropped, active]: [u64; 5],
+) -> Result<(), KernelError> {
+    for (what, va) in [("offsets", offsets), ("rows", rows), ("pairs", pairs), ("dropped", dropped), ("active", active)]
+    {
         aligned(name, what, va, 4)?;
     }
     if u64::from(e) > u64::from(u32::MAX - (ROUTE_THREADS - 1)) {
         // `base += 1024` wraps below E: the pass loop never ends.
         return Err(KernelError::Hang);
     }
-    let choices = ctx.read_u32s(topk, p as usize)?;
-    for _ in ctas {
-        let mut touched = 0u32;
-        for pass in 0..passes {
-            let base = (pass * u64::from(ROUTE_THREADS)) as u32;
-            let here = ROUTE_THREADS.min(e - base);
-            let mut slots: Vec<Vec<u32>> = vec![Vec::new(); here as usize];
-            for (i, &c) in choices.iter().enumerate() {
-                if c >= base && c - base < here {
-                    slots[(c - base) as usize].push(i as u32);
-                }
-            }
-            let mut run = if base == 0 { 0 } else { ctx.read_u32s(offsets.wrapping_add(4 * u64::from(base)), 1)?[0] };
-            let mut offs = Vec::with_capacity(here as usize + 1);
-            for (i, s) in slots.iter().enumerate() {
-                offs.push(run);
-                run = run.wrapping_add(s.len() as u32);
-                if !s.is_empty() {
-                    touched = touched.wrapping_add(1);
-                    ctx.write_u32s(active.wrapping_add(4 * u64::from(touched)), &[base + i as u32])?;
-                }
-            }
-            offs.push(run);
-            ctx.write_u32s(offsets.wrapping_add(4 * u64::from(base)), &offs)?;
-            for (s, &at) in slots.iter().zip(&offs) {
-                if s.is_empty() {
-                    continue;
-                }
-                let tokens: Vec<u32> = s.iter().map(|&c| c / top_k).collect();
-                ctx.write_u32s(rows.wrapping_add(4 * u64::from(at)), &tokens)?;
-                ctx.write_u32s(pairs.wrapping_add(4 * u64::from(at)), s)?;
+    let passes = u64::from(e).div_ceil(u64::from(ROUTE_THREADS));
+    let mut touched = 0u32;
+    for pass in 0..passes {
+        let base = (pass * u64::from(ROUTE_THREADS)) as u32;
+        let here = ROUTE_THREADS.min(e - base);
+        let mut slots: Vec<Vec<u32>> = vec![Vec::new(); here as usize];
+        for (i, &c) in choices.iter().enumerate() {
+            if c >= base && c - base < here {
+                slots[(c - base) as usize].push(i as u32);
             }
         }
-        let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
-        ctx.write_u32s(dropped, &[bad])?;
-        ctx.write_u32s(active, &[touched])?;
+        let mut run = if base == 0 { 0 } else { ctx.read_u32s(offsets.wrapping_add(4 * u64::from(base)), 1)?[0] };
+        let mut offs = Vec::with_capacity(here as usize + 1);
+        for (i, s) in slots.iter().enumerate() {
+            offs.push(run);
+            run = run.wrapping_add(s.len() as u32);
+            if !s.is_empty() {
+                touched = touched.wrapping_add(1);
+                ctx.write_u32s(active.wrapping_add(4 * u64::from(touched)), &[base + i as u32])?;
+            }
+        }
+        offs.push(run);
+        ctx.write_u32s(offsets.wrapping_add(4 * u64::from(base)), &offs)?;
+        for (s, &at) in slots.iter().zip(&offs) {
+            if s.is_empty() {
+                continue;
+            }
+            let tokens: Vec<u32> = s.iter().map(|&c| c / top_k).collect();
+            ctx.write_u32s(rows.wrapping_add(4 * u64::from(at)), &tokens)?;
+            ctx.write_u32s(pairs.wrapping_add(4 * u64::from(at)), s)?;
+        }
     }
+    let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
+    ctx.write_u32s(dropped, &[bad])?;
+    ctx.write_u32s(active, &[touched])?;
     Ok(())
+}
+
+/// The logits `[T, E]` of `omega_moe_router_route` bit for bit, from x `[T, K]` and w `[E, K]` (bf16
+/// widened): each is the kernel's sum — lane `l`'s f32 FMA chain over the 8-element groups `8 l + 256 i`
+/// of the row (each group's elements in order), then the warp's butterfly `acc += acc(lane ^ o)` for o =
+/// 16, 8, 4, 2, 1, lane 0's value.
+pub fn router_logits_ref(x: &[f32], w: &[f32], [t, k, e]: [u32; 3]) -> Vec<f32> {
+    let (tu, ku, eu) = (t as usize, k as usize, e as usize);
+    let mut lg = vec![0f32; tu * eu];
+    for ti in 0..tu {
+        let xr = &x[ti * ku..][..ku];
+        for ei in 0..eu {
+            let wr = &w[ei * ku..][..ku];
+            let mut lanes = [0f32; 32];
+            for (l, acc) in lanes.iter_mut().enumerate() {
+                for g in (8 * l..ku).step_by(256) {
+                    for j in g..g + 8 {
+                        *acc = wr[j].mul_add(xr[j], *acc);
+                    }
+                }
+            }
+            for o in [16, 8, 4, 2, 1] {
+                let before = lanes;
+                for (l, acc) in lanes.iter_mut().enumerate() {
+                    *acc += before[l ^ o];
+                }
+            }
+            lg[ti * eu + ei] = lanes[0];
+        }
+    }
+    lg
+}
+
+/// `omega_moe_router_route`: the logits of [`router_logits_ref`], then each token's top k
+/// ([`crate::kernels::decoder::router_topk_ref`]) and the routing ([`MOE_ROUTE`]'s), written by the last
+/// CTA; the ticket is left zero. The whole grid runs in one call.
+fn moe_router_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = MOE_ROUTER_ROUTE;
+    let (x, w, logits, ticket) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let (t, k, e, top_k) = (ctx.word(8), ctx.word(9), ctx.word(10), ctx.word(11));
+    let (topk, weights) = (ctx.u64_at(12), ctx.u64_at(14));
+    let outs = [ctx.u64_at(16), ctx.u64_at(18), ctx.u64_at(20), ctx.u64_at(22), ctx.u64_at(24)];
+    require_block(ctx, name, ROUTE_THREADS)?;
+    let macs = u64::from(t) * u64::from(k) * u64::from(e);
+    if take_items(ctx, 1, macs.max(1)).is_empty() {
+        return Ok(());
+    }
+    for (what, va, align) in [
+        ("x", x, 16),
+        ("w", w, 16),
+        ("logits", logits, 4),
+        ("ticket", ticket, 4),
+        ("topk", topk, 4),
+        ("weights", weights, 4),
+    ] {
+        aligned(name, what, va, align)?;
+    }
+    if k % 8 != 0 || top_k == 0 || top_k > crate::kernels::decoder::TOPK_MAX || top_k > e {
+        // The kernel reads 16-byte groups of K and the top k keeps a choice a lane.
+        return Err(KernelError::Fault { xid: 13, detail: format!("{name}: K = {k}, top_k = {top_k} of {e}") });
+    }
+    let (tu, ku, eu) = (t as usize, k as usize, e as usize);
+    let bf16s = |va: u64, n: usize| -> Result<Vec<f32>, KernelError> {
+        let bytes = load(ctx, va, 2 * n as u64)?;
+        Ok(bf16s_to_f32(&bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>()))
+    };
+    let (xs, ws) = (bf16s(x, tu * ku)?, bf16s(w, eu * ku)?);
+    let lg = router_logits_ref(&xs, &ws, [t, k, e]);
+    ctx.write_f32s(logits, &lg)?;
+    let (mut choices, mut tw) = (Vec::with_capacity(tu * top_k as usize), Vec::with_capacity(tu * top_k as usize));
+    for row in lg.chunks(eu.max(1)).take(tu) {
+        let (i, wts) = crate::kernels::decoder::router_topk_ref(row, top_k as usize);
+        choices.extend(i);
+        tw.extend(wts);
+    }
+    ctx.write_u32s(topk, &choices)?;
+    ctx.write_f32s(weights, &tw)?;
+    route_choices(ctx, name, &choices, [top_k, e], outs)?;
+    ctx.write_u32s(ticket, &[0])
 }
 
 // ----- the conversion ------------------------------------------------------------------------------------

@@ -258,7 +258,8 @@ impl Runtime {
         if self.cancel.swap(false, Ordering::SeqCst) {
             return Err(Error::CancelledBeforeSubmit);
         }
-        self.submit_and_wait_each(&i, &[desc], slots, None, limits, spec.shape.spin_us, seen)
+        let ask = wait::Ask { spin_us: spec.shape.spin_us, expect_ns: None };
+        self.submit_and_wait_each(&i, &[desc], slots, None, limits, ask, seen)
     }
 
     /// Every check [`Runtime::launch`] makes, and the descriptor it would submit (in `AfterPrevious` order,
@@ -386,7 +387,8 @@ impl Runtime {
         Ok((i, desc, marker_slots(&markers)))
     }
 
-    /// Submits `launches` as one unit and waits for its two markers. Used by single launches and lists.
+    /// Submits `launches` as one unit and waits for its two markers as `ask` says. Used by single
+    /// launches and lists.
     pub(crate) fn submit_and_wait(
         &self,
         i: &crate::platform::Installed,
@@ -394,9 +396,9 @@ impl Runtime {
         slots: [MarkerSlot; 2],
         stamps: Option<MarkerSlot>,
         timeout_ms: u32,
-        spin_us: u32,
+        ask: wait::Ask,
     ) -> Result<Completion> {
-        self.submit_and_wait_each(i, launches, slots, stamps, [timeout_ms; 2], spin_us, &mut 0)
+        self.submit_and_wait_each(i, launches, slots, stamps, [timeout_ms; 2], ask, &mut 0)
     }
 
     /// [`Runtime::submit_and_wait`] with a limit per marker; `seen` counts the markers observed.
@@ -408,7 +410,7 @@ impl Runtime {
         slots: [MarkerSlot; 2],
         stamps: Option<MarkerSlot>,
         limits: [u32; 2],
-        spin_us: u32,
+        ask: wait::Ask,
         seen: &mut u8,
     ) -> Result<Completion> {
         *seen = 0;
@@ -428,7 +430,7 @@ impl Runtime {
         // the failure is returned, so no unwinding releases buffers the device may still be using.
         let policy = i.platform.wait_policy();
         let waited = catch_unwind(AssertUnwindSafe(|| {
-            self.submit_then_wait(poll, clock, queue, &sub, limits, (spin_us, policy), seen)
+            self.submit_then_wait(poll, clock, queue, &sub, limits, (ask, policy), seen)
         }));
         let done = waited.unwrap_or_else(|panic| self.latch(Error::PanicAfterSubmit(panic_text(panic.as_ref()))))?;
         // Both markers were seen: the device is done, and what its printf kernels wrote can be read. Outside
@@ -447,7 +449,7 @@ impl Runtime {
         queue: &dyn omega_hal::SubmitQueue,
         sub: &Submission<'_>,
         limits: [u32; 2],
-        (spin_us, policy): (u32, WaitPolicy),
+        (ask, policy): (wait::Ask, WaitPolicy),
         seen: &mut u8,
     ) -> Result<Completion> {
         let sequence = sub.sequence;
@@ -461,14 +463,15 @@ impl Runtime {
         if let Err(e) = unsafe { queue.submit(sub) } {
             return Err(Error::Submit(e));
         }
-        let spin = if spin_us != 0 { spin_us } else { self.spin_us() };
+        let spin_us = if ask.spin_us != 0 { ask.spin_us } else { self.spin_us() };
         let mut first = 0;
         for (which, slot) in sub.markers.iter().enumerate() {
-            // Marker 0's wait starts with the submission (the clock was just read); marker 1's reads the
-            // clock only if its first look fails.
+            // Marker 0's wait starts with the submission (the clock was just read) and carries the
+            // expectation; marker 1's reads the clock only if its first look fails.
             let since = (which == 0).then_some(start);
+            let ask = wait::Ask { spin_us, expect_ns: if which == 0 { ask.expect_ns } else { None } };
             let word =
-                self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], (spin, policy), since)?;
+                self.wait_marker(poll, clock, slot, sequence, which as u8, limits[which], (ask, policy), since)?;
             *seen = which as u8 + 1;
             if which == 0 {
                 first = word;
@@ -477,8 +480,8 @@ impl Runtime {
         Ok(Completion { elapsed_ns: clock.now_ns().saturating_sub(start), marker: first })
     }
 
-    /// Polls `slot` until it reads `sequence`, as [`wait::Backoff`] paces it: the spin window `spin_us`
-    /// (0: the platform policy's own), then yields, then sleeps that grow with the time waited (with the
+    /// Polls `slot` until it reads `sequence`, as [`wait::Backoff`] paces it: the spin window `ask.spin_us`
+    /// (0: the platform policy's own) and the expected completion's window, then yields, then sleeps that grow with the time waited (with the
     /// thread's timer slack lowered while it sleeps). Ends with the marker word, or latches at the limit,
     /// on a cancel or a refused poll; a channel fault ends it with a certain failure.
     #[allow(clippy::too_many_arguments)]
@@ -490,7 +493,7 @@ impl Runtime {
         sequence: u32,
         which: u8,
         timeout_ms: u32,
-        (spin_us, policy): (u32, WaitPolicy),
+        (ask, policy): (wait::Ask, WaitPolicy),
         since: Option<u64>,
     ) -> Result<u32> {
         if timeout_ms == 0 {
@@ -509,7 +512,7 @@ impl Runtime {
         }
         let start = since.unwrap_or_else(|| clock.now_ns());
         let deadline = start.saturating_add(timeout_ms as u64 * 1_000_000);
-        let backoff = wait::Backoff::new(start, spin_us, policy);
+        let backoff = wait::Backoff::new(start, ask.spin_us, policy).expecting(ask.expect_ns);
         let mut spins = 0u32;
         let mut step = backoff.step(start);
         // Lowered at the first sleep, restored when the wait ends.

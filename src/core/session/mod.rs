@@ -29,7 +29,7 @@ pub use omega_hal::{DriverCall, DriverStats};
 pub use recover::{Recovery, WATCH_BYTES, WATCH_INTERVAL_US};
 pub mod suballoc;
 pub mod types;
-mod wait;
+pub(crate) mod wait;
 
 pub use launch::{
     launch_gpr, resident_ctas, round_gpr, Completion as LaunchCompletion, KernelMeta, LaunchShape, LaunchSpec,

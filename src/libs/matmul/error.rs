@@ -40,6 +40,12 @@ pub enum Operand {
     Routing,
     /// The activations of a grouped product over an existing routing: one row per slot.
     SlotX,
+    /// The router's weight `[experts, K]` of a grouped product routed by its router.
+    RouterW,
+    /// The router's f32 logits `[tokens, experts]`.
+    Logits,
+    /// The f32 weights of the top-k choices `[tokens, top_k]`.
+    TopKWeights,
 }
 
 impl Operand {
@@ -52,6 +58,9 @@ impl Operand {
             Operand::TopK => "topk",
             Operand::Routing => "routing",
             Operand::SlotX => "x (a row per slot)",
+            Operand::RouterW => "router weight",
+            Operand::Logits => "router logits",
+            Operand::TopKWeights => "top-k weights",
         }
     }
 
@@ -68,7 +77,18 @@ impl Operand {
             (Operand::TopK, AnyShape::Grouped(g)) => d(&[g.tokens.into(), g.top_k.into()]),
             (Operand::Routing, AnyShape::Grouped(g)) => d(&[g.routing().words as u64]),
             (Operand::SlotX, AnyShape::Grouped(g)) => d(&[g.choices(), g.k.into()]),
-            (Operand::TopK | Operand::Routing | Operand::SlotX, AnyShape::Dense(_)) => d(&[]),
+            (Operand::RouterW, AnyShape::Grouped(g)) => d(&[g.experts.into(), g.k.into()]),
+            (Operand::Logits, AnyShape::Grouped(g)) => d(&[g.tokens.into(), g.experts.into()]),
+            (Operand::TopKWeights, AnyShape::Grouped(g)) => d(&[g.tokens.into(), g.top_k.into()]),
+            (
+                Operand::TopK
+                | Operand::Routing
+                | Operand::SlotX
+                | Operand::RouterW
+                | Operand::Logits
+                | Operand::TopKWeights,
+                AnyShape::Dense(_),
+            ) => d(&[]),
         }
     }
 }
@@ -153,6 +173,18 @@ pub enum ShapeError {
     /// The grouped kernels stream K in 32-element chunks.
     #[error("{shape}: the grouped GEMM needs K % 32 == 0")]
     GroupedK {
+        /// The shape.
+        shape: GroupedShape,
+    },
+    /// The fused router reads x and its weight 16 bytes at a time.
+    #[error("{shape}: the router product needs x and the router weight 16-byte aligned")]
+    RouterAlignment {
+        /// The shape.
+        shape: GroupedShape,
+    },
+    /// The fused router keeps a token's choices one a lane of a warp, at most 8 of them.
+    #[error("{shape}: the router's top k must be at most 8 and at most the experts")]
+    RouterTopK {
         /// The shape.
         shape: GroupedShape,
     },
@@ -266,6 +298,8 @@ mod tests {
                 shape: s,
             }),
             MatmulError::Shape(ShapeError::GroupedK { shape: g }),
+            MatmulError::Shape(ShapeError::RouterTopK { shape: g }),
+            MatmulError::Shape(ShapeError::RouterAlignment { shape: g }),
             MatmulError::Plan(PlanError::ExpertPastBudget { blocks: 2, budget: 1 }),
             MatmulError::Plan(PlanError::Forced {
                 forced: ForcedPlan::Gemv { split: Some(3) },

@@ -55,7 +55,8 @@ pub mod plan;
 
 pub use error::{AnyShape, Dims, MatmulError, Operand, PlanError, ShapeError};
 pub use ops::{
-    cta_budget, set_cta_budget, Bf16, DeviceSpan, Done, Failed, Info, Input, KeptMatmul, Matmul, Output, Workspace,
+    cta_budget, set_cta_budget, Bf16, DeviceSpan, Done, Failed, Info, Input, KeptMatmul, Matmul, Output,
+    RouterOperands, Workspace,
 };
 pub use plan::{
     ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, WideEntry,

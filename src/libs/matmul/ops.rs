@@ -281,6 +281,8 @@ struct Operands {
     y: u64,
     topk: u64,
     routing: u64,
+    /// The fused router's weight, logits and top-k weights (0 for every other product).
+    router: [u64; 3],
 }
 
 /// The process-wide CTA budget (see [`set_cta_budget`]). A std atomic rather than the crate's `sync`
@@ -591,6 +593,37 @@ impl<'s> Matmul<'s> {
         self.record(list, prepared, start)
     }
 
+    /// Adds a grouped product routed by its router to `list`: one launch computes the router's logits
+    /// `logits = x . router_w^T` (f32 `[tokens, experts]`, `router_w` bf16 `[experts, K]`), each token's
+    /// top k experts and their softmax weights renormalised over the k (`topk`, `weights`
+    /// `[tokens, top_k]`, as [`crate::libs::decoder::Decoder::router_topk`] writes them, the lower expert
+    /// first on a tie) and the routing of [`Matmul::add_grouped_bf16`]; then the same grouped launch.
+    /// Where a router product, a top-k launch and this product's route launch took three launches, this
+    /// takes one. Needs `top_k <= 8` and x and `router_w` 16-byte aligned.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_grouped_bf16_from_router<'k, B: Bf16>(
+        &'k self,
+        list: &mut CmdListBuilder<'k, 's>,
+        x: &'k impl Input<B>,
+        router: RouterOperands<'k, B>,
+        w: &'k impl Input<B>,
+        routing: &'k impl Output<u32>,
+        y: &'k impl Output<f32>,
+        shape: GroupedShape,
+    ) -> Result<Info, MatmulError> {
+        let start = Instant::now();
+        let RouterOperands { w: rw, logits, topk, weights } = router;
+        let route = Route::Router {
+            w: (rw.device_va(), rw.elements()),
+            logits: (logits.device_va(), logits.elements()),
+            topk: (topk.device_va(), topk.elements()),
+            weights: (weights.device_va(), weights.elements()),
+        };
+        let routing = (routing.device_va(), routing.elements());
+        let prepared = self.prepare_grouped(x, w, route, routing, (y.device_va(), y.elements()), shape);
+        self.record(list, prepared, start)
+    }
+
     /// The grouped product over an EXISTING routing (no route kernel): `routing` is what an earlier
     /// [`Matmul::grouped_bf16`] of the same `shape` (tokens, top_k, experts) wrote, and x holds one row
     /// per SLOT (`[tokens * top_k, K]`, in that routing's slot order: e.g. the SwiGLU of the gate+up
@@ -716,6 +749,20 @@ impl<'s> Matmul<'s> {
                     check_operand(any, Operand::TopK, topk_len, 4)?;
                     plan::grouped(g, self.sms, budget, self.grouped_split.get())?
                 }
+                Route::Router { w: (w_va, w_len), logits, topk, weights } => {
+                    if g.top_k > crate::kernels::decoder::TOPK_MAX || g.top_k > g.experts {
+                        return Err(ShapeError::RouterTopK { shape: g }.into());
+                    }
+                    check_operand(any, Operand::X, x.elements(), 2)?;
+                    check_operand(any, Operand::RouterW, w_len, 2)?;
+                    check_operand(any, Operand::Logits, logits.1, 4)?;
+                    check_operand(any, Operand::TopK, topk.1, 4)?;
+                    check_operand(any, Operand::TopKWeights, weights.1, 4)?;
+                    if !x.device_va().is_multiple_of(16) || !w_va.is_multiple_of(16) {
+                        return Err(ShapeError::RouterAlignment { shape: g }.into());
+                    }
+                    plan::grouped_from_router(g, self.sms, budget, self.grouped_split.get())?
+                }
                 Route::Existing => {
                     check_operand(any, Operand::SlotX, x.elements(), 2)?;
                     plan::grouped_routed(g, self.sms, budget, self.grouped_split.get())?
@@ -723,11 +770,12 @@ impl<'s> Matmul<'s> {
             };
             Ok((plan, None))
         })();
-        let topk = match route {
-            Route::Fresh { topk: (va, _) } => va,
-            Route::Existing => 0,
+        let (topk, router) = match route {
+            Route::Fresh { topk: (va, _) } => (va, [0; 3]),
+            Route::Router { w, logits, topk, weights } => (topk.0, [w.0, logits.0, weights.0]),
+            Route::Existing => (0, [0; 3]),
         };
-        let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, topk, routing: routing_va };
+        let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, topk, routing: routing_va, router };
         let touched = u64::from(shape.experts).min(shape.choices());
         info.weight_bytes = touched * u64::from(shape.n) * u64::from(shape.k) * 2;
         Prepared::new(checked, ops, info)
@@ -749,6 +797,7 @@ impl<'s> Matmul<'s> {
                 Arg::Tickets(off) => l.arg(ws.tickets + off),
                 Arg::Tma(off) => l.arg(ws.tma + off),
                 Arg::TopK => l.arg(ops.topk),
+                Arg::Router(which) => l.arg(ops.router[which as usize]),
                 Arg::Routing(off) => l.arg(ops.routing + off),
                 Arg::Word(v) => l.arg(v),
                 Arg::Wide(v) => l.arg(v),
@@ -817,8 +866,24 @@ impl<'s> Matmul<'s> {
 enum Route {
     /// Routed by the product itself from the top-k choices (address, elements).
     Fresh { topk: (u64, usize) },
+    /// Routed by the fused router from x: its weight, the logits, choices and top-k weights it stores
+    /// (address, elements each).
+    Router { w: (u64, usize), logits: (u64, usize), topk: (u64, usize), weights: (u64, usize) },
     /// An earlier product's routing, x one row per slot.
     Existing,
+}
+
+/// The router's operands of [`Matmul::add_grouped_bf16_from_router`]: its weight (read) and what it
+/// stores (the logits, the top-k choices and their weights), borrowed for the list's life.
+pub struct RouterOperands<'k, B: Bf16> {
+    /// The router weight, bf16 `[experts, K]`.
+    pub w: &'k dyn Input<B>,
+    /// The f32 logits `[tokens, experts]`.
+    pub logits: &'k dyn Output<f32>,
+    /// The u32 top-k choices `[tokens, top_k]`.
+    pub topk: &'k dyn Output<u32>,
+    /// The f32 top-k weights `[tokens, top_k]`.
+    pub weights: &'k dyn Output<f32>,
 }
 
 /// A checked and planned call (or why it cannot run), its operands' addresses and its info so far.

@@ -126,13 +126,15 @@ pub(crate) enum Kern {
     F32,
     Simt,
     Convert,
+    /// `omega_moe_router_route`: the router product, top k and route in one launch.
+    RouterRoute,
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
-/// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs and
-/// the four GEMVs with a bf16 output.
-pub(crate) const KERNEL_NAMES: [&str; 27] = [
+/// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
+/// four GEMVs with a bf16 output and the fused router.
+pub(crate) const KERNEL_NAMES: [&str; 28] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -164,6 +166,7 @@ pub(crate) const KERNEL_NAMES: [&str; 27] = [
     abi::GEMV_BF16_TN_Y16[1],
     abi::GEMV_BF16_TN_Y16[2],
     abi::GEMV_BF16_TN_Y16[3],
+    abi::MOE_ROUTER_ROUTE,
 ];
 
 impl Kern {
@@ -185,6 +188,7 @@ impl Kern {
             Kern::GemmMcN128 => 18,
             Kern::Skinny(v) => 19 + v,
             Kern::GemvY16(mb) => 23 + mb,
+            Kern::RouterRoute => 27,
         }
     }
 }
@@ -206,12 +210,38 @@ pub(crate) enum Arg {
     Tma(u64),
     /// The top-k choices of a grouped product.
     TopK,
+    /// The router's operands of a grouped product routed from the router (its weight, the logits, the
+    /// top-k weights).
+    Router(RouterArg),
     /// The routing buffer of a grouped product (offsets, rows, pairs, drop count, touched experts).
     Routing(u64),
     /// A 32-bit value.
     Word(u32),
     /// A 64-bit value.
     Wide(u64),
+}
+
+/// Which of the router's operands an [`Arg::Router`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RouterArg {
+    /// The router weight `[E, K]`.
+    W,
+    /// The f32 logits `[T, E]` it writes.
+    Logits,
+    /// The f32 top-k weights `[T, top_k]` it writes.
+    Weights,
+}
+
+/// How a grouped product gets its routing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Routing {
+    /// The route kernel over top-k choices in memory.
+    Route,
+    /// The fused router kernel: the router product, the top k (stored where the choices go) and the
+    /// route, one launch.
+    Router,
+    /// An earlier product's routing (x one row per slot): no routing launch.
+    Existing,
 }
 
 /// One launch of the plan.
@@ -1279,7 +1309,19 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
 /// copy rate where the MMA form over short slices is latency-bound; the MMA form is not split at all
 /// once `blocks * entries` CTAs cover the SMs (measured faster at decode's down product).
 pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32, split: Option<u32>) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, false, split)
+    grouped_plan(shape, sms, budget, Routing::Route, split)
+}
+
+/// [`grouped`] routed by the fused router kernel in place of the route kernel (`omega_moe_router_route`:
+/// grid `ceil(E / 8)`, one ticket word after the GEMV's), which first computes the router product of the
+/// same x and takes each token's top k.
+pub(crate) fn grouped_from_router(
+    shape: GroupedShape,
+    sms: u32,
+    budget: u32,
+    split: Option<u32>,
+) -> Result<Plan, PlanError> {
+    grouped_plan(shape, sms, budget, Routing::Router, split)
 }
 
 /// The plan of a grouped product over an existing routing (`shape` checked as for [`grouped`]): no route
@@ -1292,7 +1334,7 @@ pub(crate) fn grouped_routed(
     budget: u32,
     split: Option<u32>,
 ) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, true, split)
+    grouped_plan(shape, sms, budget, Routing::Existing, split)
 }
 
 /// `forced`: the K split a benchmark asked for ([`crate::libs::matmul::Matmul::set_grouped_split`]) in
@@ -1301,9 +1343,10 @@ fn grouped_plan(
     shape: GroupedShape,
     sms: u32,
     budget: u32,
-    routed: bool,
+    routing: Routing,
     forced: Option<u32>,
 ) -> Result<Plan, PlanError> {
+    let routed = routing == Routing::Existing;
     let (n, k, e) = (u64::from(shape.n), u64::from(shape.k), u64::from(shape.experts));
     let budget = clamp_budget(budget);
     let sms = u64::from(sms.max(1));
@@ -1377,11 +1420,41 @@ fn grouped_plan(
             ],
         },
     ];
-    if routed {
-        steps.remove(0);
+    let mut tickets = entries * blocks;
+    match routing {
+        Routing::Route => {}
+        Routing::Existing => {
+            steps.remove(0);
+        }
+        Routing::Router => {
+            // The same routing arguments after the router's own; its ticket follows the GEMV's.
+            let route_args = steps[0].args[4..].to_vec();
+            let mut args = vec![
+                Arg::X(0),
+                Arg::Router(RouterArg::W),
+                Arg::Router(RouterArg::Logits),
+                Arg::Tickets(tickets * 4),
+                Arg::Word(shape.tokens),
+                Arg::Word(shape.k),
+                Arg::Word(shape.experts),
+                Arg::Word(shape.top_k),
+                Arg::TopK,
+                Arg::Router(RouterArg::Weights),
+            ];
+            args.extend(route_args);
+            let ctas = shape.experts.div_ceil(abi::ROUTER_ROWS);
+            steps[0] = Step {
+                kern: Kern::RouterRoute,
+                grid: [ctas, 1, 1],
+                block: [abi::ROUTE_THREADS, 1, 1],
+                dynamic_shared: 0,
+                args,
+            };
+            tickets += 1;
+        }
     }
     let scratch = if split > 1 { split * choices * n } else { 0 };
-    Ok(Plan { path: Path::Grouped, steps, scratch, tickets: entries * blocks, tma: None, split: word(split) })
+    Ok(Plan { path: Path::Grouped, steps, scratch, tickets, tma: None, split: word(split) })
 }
 
 /// The shortest K slice the row-streaming form takes (`gemv_bf16_group`'s `k1 - k0 >= 1024`).

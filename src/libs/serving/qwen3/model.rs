@@ -246,6 +246,9 @@ pub struct Qwen3Model<'s> {
     pub(super) st: State<'s>,
     /// Whether (and how) the recorded step asks the L2 for the dense weights ahead of their products.
     pub(super) prefetch: Cell<Option<L2Prefetch>>,
+    /// Whether the recorded step routes with the fused router (one launch) or with the router product,
+    /// the top-k kernel and the route kernel (three).
+    pub(super) fused_router: Cell<bool>,
 }
 
 impl<'s> Qwen3Model<'s> {
@@ -284,9 +287,23 @@ impl<'s> Qwen3Model<'s> {
         for shape in super::step::dense_shapes(&cfg, batch) {
             gpu = serving.prepare_matmul(gpu, shape)?;
         }
-        let prefetch = Cell::new(None);
-        let model =
-            Qwen3Model { scope, cfg, batch, max_seq, serving, ew, att, dec, weights, layout, pools, st, prefetch };
+        let (prefetch, fused_router) = (Cell::new(None), Cell::new(true));
+        let model = Qwen3Model {
+            scope,
+            cfg,
+            batch,
+            max_seq,
+            serving,
+            ew,
+            att,
+            dec,
+            weights,
+            layout,
+            pools,
+            st,
+            prefetch,
+            fused_router,
+        };
         model.set_tokens(&vec![0; batch as usize])?;
         Ok((model, gpu))
     }
@@ -297,6 +314,14 @@ impl<'s> Qwen3Model<'s> {
     /// either way; only the time moves.
     pub fn set_l2_prefetch(&self, how: Option<L2Prefetch>) {
         self.prefetch.set(how);
+    }
+
+    /// Whether the step [`Qwen3Model::record_step`] records next routes each layer with the fused router
+    /// (`Matmul::add_grouped_bf16_from_router`: the router product, the top k and the route in one
+    /// launch; the default) or with the three launches it replaces. The same routing either way; the
+    /// logits may differ in their last bits (the products sum in different orders).
+    pub fn set_fused_router(&self, fused: bool) {
+        self.fused_router.set(fused);
     }
 
     /// The configuration.

@@ -3,7 +3,7 @@
 use crate::cmdlist::CmdListBuilder;
 use crate::libs::attention::{DecodeShape, QkvAppendShape};
 use crate::libs::elementwise::Rows;
-use crate::libs::matmul::{GroupedShape, Shape};
+use crate::libs::matmul::{GroupedShape, RouterOperands, Shape};
 
 use crate::libs::decoder::DeviceSpan;
 use crate::DeviceScalar;
@@ -55,7 +55,7 @@ impl<'s> Qwen3Model<'s> {
         let mut list = self.scope.cmdlist()?;
         let l = &mut list;
         let (ew, dec, att) = (&self.ew, &self.dec, &self.att);
-        let prefetch = self.prefetch.get();
+        let (prefetch, fused_router) = (self.prefetch.get(), self.fused_router.get());
         dec.record(
             l,
             dec.rope_step(&st.pos.span, out(&st.cos), out(&st.sin), out(&st.lens), [b, c.head_dim], c.rope_theta)?,
@@ -112,22 +112,29 @@ impl<'s> Qwen3Model<'s> {
                 ew.add_rmsnorm::<u16>(&st.a.span, out(&st.h), w(TensorKind::PostNorm), out(&st.x), rows, c.eps)?,
             )?;
             labels.resize(l.len(), "add_post_norm");
-            mm.add_bf16(l, &st.x.span, w(TensorKind::Router), &st.router.span, drouter)?;
-            labels.resize(l.len(), "router");
-            dec.record(l, dec.router_topk(&st.router.span, out(&st.topk), out(&st.tw), [b, c.experts, c.top_k])?)?;
-            labels.resize(l.len(), "router_topk");
             let up = moe_shape(c, b, 2 * c.expert_inter, c.hidden);
-            mm.add_grouped_bf16(
-                l,
-                &st.x.span,
-                w(TensorKind::GateUp),
-                &st.topk.span,
-                &st.routing.span,
-                &st.gate_up.span,
-                up,
-            )?;
-            // The grouped call's first launch is the routing kernel, which a profile reports on its own.
-            labels.push("moe_route");
+            if fused_router {
+                let router = RouterOperands {
+                    w: w(TensorKind::Router),
+                    logits: &st.router.span,
+                    topk: &st.topk.span,
+                    weights: &st.tw.span,
+                };
+                let (x, gu) = (&st.x.span, w(TensorKind::GateUp));
+                mm.add_grouped_bf16_from_router(l, x, router, gu, &st.routing.span, &st.gate_up.span, up)?;
+                // The grouped call's first launch is the router (product, top k, route).
+                labels.push("router");
+            } else {
+                mm.add_bf16(l, &st.x.span, w(TensorKind::Router), &st.router.span, drouter)?;
+                labels.resize(l.len(), "router");
+                let topk = dec.router_topk(&st.router.span, out(&st.topk), out(&st.tw), [b, c.experts, c.top_k])?;
+                dec.record(l, topk)?;
+                labels.resize(l.len(), "router_topk");
+                let (x, gu) = (&st.x.span, w(TensorKind::GateUp));
+                mm.add_grouped_bf16(l, x, gu, &st.topk.span, &st.routing.span, &st.gate_up.span, up)?;
+                // The grouped call's first launch is the routing kernel, which a profile reports on its own.
+                labels.push("moe_route");
+            }
             labels.resize(l.len(), "gate_up");
             let slots = Rows { rows: b * c.top_k, cols: c.expert_inter };
             // f32 in, bf16 out: the cast the down product's input needs, in the same launch.
