@@ -7,8 +7,11 @@
 // active as omega_moe_route writes them (moe_route.cuh).
 //
 // Grid ceil(E / ROUTER_ROWS) CTAs of ROUTE_THREADS: CTA c takes experts c * ROUTER_ROWS .. +ROUTER_ROWS,
-// four warps per expert, warp w the tokens t = w % 4, w % 4 + 4, ..; a lane reads 16 bytes of the row and
-// of x at a time, 512 bytes per warp instruction, f32 FMA, and the warp's shuffle sum is the logit. The CTA
+// ROUTER_WARPS_PER_ROW warps per expert, warp w the tokens t = w % 16, w % 16 + 16, ..; a lane reads 16
+// bytes of the row and of x at a time (512 bytes per warp instruction, four in flight), f32 FMA in
+// increasing K, and the warp's shuffle sum is the logit. Eight experts a CTA with four warps each left a
+// warp eight tokens in turn at batch 32, each a memory latency: 28.8 us a layer against the three
+// launches' 19.6 (docs/perf/2026-12-03-s8-qwen3-step.md); two a CTA spread the tokens over 16 warps. The CTA
 // that takes `*ticket` last (every CTA's logits stored and fenced before its ticket) goes on alone: its
 // warps take a token each for the top k, reading the logits through L2 (`ld.global.cg`: other SMs wrote
 // them in this grid), then the whole CTA routes, reading the choices it just stored the same way. It puts
@@ -21,7 +24,9 @@
 #include "gemv_bf16.cuh"
 #include "moe_route.cuh"
 
-#define ROUTER_ROWS 8
+#define ROUTER_ROWS 2
+#define ROUTER_WARPS_PER_ROW (ROUTE_THREADS / 32 / ROUTER_ROWS)
+#define ROUTER_UNROLL 4
 
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
     omega_moe_router_route(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, float* logits,
@@ -30,13 +35,24 @@ extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
                            uint32_t* active) {
   using namespace omega_gemv;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint32_t e = blockIdx.x * ROUTER_ROWS + warp / 4;
+  const uint32_t e = blockIdx.x * ROUTER_ROWS + warp / ROUTER_WARPS_PER_ROW;
   if (e < E) {
     const uint16_t* wr = w + static_cast<size_t>(e) * K;
-    for (uint32_t t = warp % 4; t < T; t += 4) {
+    for (uint32_t t = warp % ROUTER_WARPS_PER_ROW; t < T; t += ROUTER_WARPS_PER_ROW) {
       const uint16_t* xr = x + static_cast<size_t>(t) * K;
       float acc = 0.f;
-      for (uint32_t k = 8 * lane; k < K; k += 256) dot8(acc, ldg_cached(wr + k), ldg_cached(xr + k));
+      for (uint32_t k0 = 8 * lane; k0 < K; k0 += 256 * ROUTER_UNROLL) {
+        uint4 a[ROUTER_UNROLL], b[ROUTER_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ROUTER_UNROLL; ++u) {
+          const uint32_t k = k0 + 256 * u;
+          a[u] = k < K ? ldg_cached(wr + k) : make_uint4(0, 0, 0, 0);
+          b[u] = k < K ? ldg_cached(xr + k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < ROUTER_UNROLL; ++u)
+          if (k0 + 256 * u < K) dot8(acc, a[u], b[u]);
+      }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
       if (lane == 0) logits[static_cast<size_t>(t) * E + e] = acc;

@@ -100,8 +100,8 @@ pub const MOE_ROUTE: &str = "omega_moe_route";
 /// ROUTER_ROWS)` CTAs of [`ROUTE_THREADS`]; the last CTA to take `*ticket` selects and routes, and puts it
 /// back to zero.
 pub const MOE_ROUTER_ROUTE: &str = "omega_moe_router_route";
-/// Experts each CTA of [`MOE_ROUTER_ROUTE`] takes (`ROUTER_ROWS`: four warps an expert).
-pub const ROUTER_ROWS: u32 = 8;
+/// Experts each CTA of [`MOE_ROUTER_ROUTE`] takes (`ROUTER_ROWS`: 16 warps an expert).
+pub const ROUTER_ROWS: u32 = 2;
 /// `omega_gemm_f32_tn(x, w, y, M, N, K)`: f32 FMA, any shape.
 pub const GEMM_F32_TN: &str = "omega_gemm_f32_tn";
 /// `omega_gemm_bf16_simt_tn(x, w, y, M, N, K)`: bf16 widened exactly, f32 FMA, any shape or alignment.
