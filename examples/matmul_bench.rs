@@ -24,7 +24,7 @@
 //!
 //! A `#` line before each figure names the path the planner chose, its launches, CTAs and K split.
 //!
-//! `matmul_bench [--quick] [--check] [--iters N] [--alternatives]`: `--quick` runs small shapes for a
+//! `matmul_bench [--quick] [--check] [--iters N] [--alternatives] [--gemv-splits]`: `--quick` runs small shapes for a
 //! smoke run on sim (the cubes at 256 and 128, the Qwen matrices but lm_head at M in {1, 64}, 16
 //! experts); `--check` verifies one random output element of every shape against an f64 dot product and
 //! fails (exit 1, stage `check`) on a miss. On sim every time is the simulator's virtual clock, not a
@@ -39,6 +39,9 @@
 //! as `omega.alt_<plan>_<M>x<N>x<K>_us` (with `_call_us` and `_list_us`), a `#` line naming the kernel,
 //! a `# ... refused: <error>` line for a plan the shape cannot take. With `--quick`: 256^3, three small
 //! Qwen products and one of K = 520, which the GEMV refuses (a sim smoke run).
+//!
+//! `--gemv-splits` runs, instead, the bf16-output GEMV of the q/k/v and o products at M in {1, 4} at each
+//! K split (`gemv_splits`): `omega.gemv_split<S>_<M>x<N>x<K>_list_us`.
 
 use std::time::Instant;
 
@@ -510,11 +513,58 @@ fn alternatives<'s>(
     Ok(gpu)
 }
 
+/// `--gemv-splits`: the bf16-output GEMV of the decode step's q/k/v and o products at M in {1, 4} and each
+/// K split (the planner's, then 1, 2, 3, 4, 6, 8, 12, 16): a list of [`REPS`] products cycling over four
+/// weight copies (84 and 67 MB, past the L2, as a step's layers are), timed as `list_secs` does, printed as
+/// `omega.gemv_split<S>_<M>x<N>x<K>_list_us` with a `#` line naming the kernel and its grid.
+fn gemv_splits<'s>(s: &'s Scope<'s>, gpu: Gpu<'s>, mm: &Matmul<'s>, rng: &mut impl Rng) -> Result<Gpu<'s>, BenchError> {
+    use matmul::{ForcedPlan, PlanError};
+    let mut gpu = gpu;
+    for (name, n, k) in [("qkv", 5120u32, 2048u32), ("o", 2048, 4096)] {
+        let ws = (0..4)
+            .map(|_| s.alloc_device_from(&bf16s(rng, (n * k) as usize)))
+            .collect::<Result<Vec<Mem<'s, Device<u16>>>, _>>()?;
+        for m in [1u32, 4] {
+            let shape = Shape::new(m, n, k);
+            let x: Mem<'s, Device<u16>> = s.alloc_device_from(&bf16s(rng, (m * k) as usize))?;
+            let y = s.alloc_device::<u16>((m * n) as usize)?;
+            for split in [None, Some(1), Some(2), Some(3), Some(4), Some(6), Some(8), Some(12), Some(16)] {
+                let tag = split.map_or("auto".to_string(), |v| v.to_string());
+                mm.set_forced_plan(Some(ForcedPlan::Gemv { split }));
+                let mut list = s.cmdlist()?;
+                let mut info = Info::default();
+                let mut refused = None;
+                for r in 0..REPS {
+                    match mm.add_bf16_to_bf16(&mut list, &x, &ws[r % ws.len()], &y, shape) {
+                        Ok(i) => info = i,
+                        Err(e @ MatmulError::Plan(PlanError::Forced { .. })) => {
+                            refused = Some(e);
+                            break;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if let Some(e) = refused {
+                    println!("# {name} {shape} split {tag}: refused: {e}");
+                    continue;
+                }
+                let (g, t) = list_secs(gpu, &mut list, info.launches as usize)?;
+                gpu = g;
+                println!("# {name} {shape} split {tag}: {} kernel {}", describe(&info), info.kernel);
+                println!("omega.gemv_split{tag}_{m}x{n}x{k}_list_us {:.3}", t * 1e6);
+            }
+        }
+    }
+    mm.set_forced_plan(None);
+    Ok(gpu)
+}
+
 fn main() -> Result<(), BenchError> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let check = args.iter().any(|a| a == "--check");
     let alternatives_only = args.iter().any(|a| a == "--alternatives");
+    let gemv_splits_only = args.iter().any(|a| a == "--gemv-splits");
     let iters = args
         .iter()
         .position(|a| a == "--iters")
@@ -544,6 +594,10 @@ fn main() -> Result<(), BenchError> {
             alternatives(s, gpu, &mm, &mut rng, &o)?;
             return Ok(());
         }
+        if gemv_splits_only {
+            gemv_splits(s, gpu, &mm, &mut rng)?;
+            return Ok(());
+        }
         let gpu = cubes(s, gpu, &mm, &mut rng, &o)?;
         let gpu = qwen(s, gpu, &mm, &mut rng, &o)?;
         grouped(s, gpu, &mm, &mut rng, &o)?;
@@ -551,7 +605,7 @@ fn main() -> Result<(), BenchError> {
     });
     // The lock goes with the token, so the host-pointer entry can take it itself.
     r.value()?;
-    if !alternatives_only {
+    if !alternatives_only && !gemv_splits_only {
         host_entry(&mut rng, &o)?;
     }
     if check {

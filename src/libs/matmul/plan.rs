@@ -938,12 +938,25 @@ fn skinny_refusal(shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
     }
 }
 
-/// The GEMV's split for `shape` (bf16, K % 32 == 0): gemv_check.cu's planner, lowered to the budget.
+/// The GEMV's split for `shape` (bf16, K % 32 == 0): gemv_check.cu's planner, lowered to the budget, then
+/// raised until each K slice is a whole number of the MMA form's 128-element unrolled steps (no tail
+/// loop) while the grid fits the budget: q/k/v at batch 1 (5120 x 2048) took 10.4 us a product in 7
+/// slices of 320 and 9.3 in 8 of 256, 11.8 and 10.0 at M = 4 (`matmul_bench --gemv-splits`,
+/// docs/perf/2026-12-03-s8-qwen3-step.md).
 fn gemv_auto_split(shape: Shape, sms: u64, budget: u64) -> u64 {
     let (n, k) = (u64::from(shape.n), u64::from(shape.k));
     let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
-    k_split(k, ceil(4 * sms, blocks), blocks, budget).0
+    let (split, kps) = k_split(k, ceil(4 * sms, blocks), blocks, budget);
+    let step = u64::from(GEMV_STEP_K);
+    let whole = kps / step * step;
+    if split > 1 && kps % step != 0 && whole >= step && blocks * ceil(k, whole) <= budget {
+        return ceil(k, whole);
+    }
+    split
 }
+
+/// K elements of one unrolled step of the GEMV's MMA form (`GEMV_UNROLL` 32-element chunks).
+const GEMV_STEP_K: u32 = 128;
 
 /// The GEMV's launch for `split` K slices (the caller checked that K's chunks keep it), and the plan's
 /// scratch and split. Past the budget the kernel's CTAs walk the 64-row blocks grid-stride. With `y16`
@@ -1580,7 +1593,8 @@ mod tests {
             (
                 5120,
                 2048,
-                7,
+                // 7 slices of 320 raised to 8 of 256: whole unrolled steps.
+                8,
                 80,
                 [(Skinny(0), 2, [80, 1, 1]), (Skinny(1), 3, [120, 1, 1]), (Skinny(2), 3, [120, 1, 1]), narrow(40)],
             ),
