@@ -1448,32 +1448,6 @@ fn matmul_skinny(ms: &[u32], n: u32, k: u32) -> CaseResult {
     })
 }
 
-/// The CSR routing `omega_moe_route` must write for `topk`: each expert's choices in choice order, a
-/// choice naming an expert >= `e` dropped and counted, the touched experts' count then their list.
-struct RouteWant {
-    offsets: Vec<u32>,
-    rows: Vec<u32>,
-    pairs: Vec<u32>,
-    dropped: u32,
-    active: Vec<u32>,
-}
-
-fn route_want(topk: &[u32], top_k: u32, e: u32) -> RouteWant {
-    let mut offsets = vec![0u32];
-    let (mut rows, mut pairs) = (Vec::new(), Vec::new());
-    for expert in 0..e {
-        for (p, _) in topk.iter().enumerate().filter(|(_, &c)| c == expert) {
-            rows.push(p as u32 / top_k);
-            pairs.push(p as u32);
-        }
-        offsets.push(rows.len() as u32);
-    }
-    let mut active: Vec<u32> = (0..e).filter(|&x| offsets[x as usize] != offsets[x as usize + 1]).collect();
-    active.insert(0, active.len() as u32);
-    let dropped = topk.iter().filter(|&&c| c >= e).count() as u32;
-    RouteWant { offsets, rows, pairs, dropped, active }
-}
-
 /// The device buffers `omega_moe_route` wrote (checked), which the grouped GEMV reads.
 struct Routed<'s> {
     offsets: omega::Mem<'s, omega::Device<u32>>,
@@ -1483,7 +1457,7 @@ struct Routed<'s> {
 }
 
 /// `omega_moe_route` over `topk` (`t` tokens of `top_k` choices among `e` experts) into poisoned
-/// buffers, every output word checked exactly against [`route_want`].
+/// buffers, every output word checked exactly against `route_ref`.
 fn route_checked<'s>(
     s: &'s omega::Scope<'s>,
     gpu: omega::Gpu<'s>,
@@ -1491,7 +1465,7 @@ fn route_checked<'s>(
     topk: &[u32],
     [t, top_k, e]: [u32; 3],
 ) -> Result<(omega::Gpu<'s>, Routed<'s>), String> {
-    let want = route_want(topk, top_k, e);
+    let want = mm::route_ref(topk, top_k, e);
     let route = module.kernel(mm::MOE_ROUTE).map_err(err)?;
     let dtopk = s.alloc_device_from(topk).map_err(err)?;
     let doff = s.alloc_device_from(&vec![u32::MAX; e as usize + 1]).map_err(err)?;
@@ -1556,7 +1530,7 @@ fn matmul_moe_route() -> CaseResult {
             let topk: Vec<u32> = (0..t * top_k).map(|_| g.random_range(0..range)).collect();
             let (next, routed) = route_checked(s, gpu, &module, &topk, [t, top_k, e])?;
             gpu = next;
-            let want = route_want(&topk, top_k, e);
+            let want = mm::route_ref(&topk, top_k, e);
             let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
             lines.push(format!(
                 "T={t} top-{top_k} E={e}: {} slots, {} dropped, {} experts, {:.1} us{clock}",
@@ -1573,7 +1547,7 @@ fn matmul_moe_route() -> CaseResult {
 /// The fused router (`omega_moe_router_route`) on fresh random x and router weights, outputs poisoned:
 /// the logits bit for bit the host's replica of the kernel's sums (`router_logits_ref`), each token's
 /// experts exactly the top k of those logits and their weights within 2^-20 of the f64 softmax
-/// (`router_f64`), the routing exactly `route_want`'s, the ticket back at zero.
+/// (`router_f64`), the routing exactly `route_ref`'s, the ticket back at zero.
 fn matmul_moe_router() -> CaseResult {
     use omega::kernels::decoder as dk;
     let mut g = rng();
@@ -1644,7 +1618,7 @@ fn matmul_moe_router() -> CaseResult {
                 }
                 choices.extend_from_slice(gi);
             }
-            let want = route_want(&choices, top_k, e);
+            let want = mm::route_ref(&choices, top_k, e);
             for (name, got, want) in [
                 ("offsets", offsets.to_vec().map_err(err)?, &want.offsets),
                 ("rows", rows.to_vec().map_err(err)?, &want.rows),
@@ -1687,7 +1661,7 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
     }
     let (xb, x) = random_bf16(&mut g, (t * k) as usize);
     let (wb, w) = random_bf16(&mut g, (e * n * k) as usize);
-    let RouteWant { offsets, rows, .. } = route_want(&topk, top_k, e);
+    let mm::RouteRef { offsets, rows, .. } = mm::route_ref(&topk, top_k, e);
     let slots = rows.len();
     let room = slots.min(e as usize);
     let plan = mm::gemv_plan(n, k, sms);

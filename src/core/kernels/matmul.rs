@@ -1424,11 +1424,50 @@ fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// The routing of `choices` (`topk[t * top_k + j]`) among `e` experts, as the route kernels write it:
+/// `offsets[0..=e]` (each expert's first slot, then the slot count), per expert its choices in increasing
+/// choice index as `rows[slot]` (the token) and `pairs[slot]` (the choice), `active` the touched experts'
+/// count then the experts in increasing order, `dropped` the choices naming an expert >= e.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRef {
+    /// `e + 1` words.
+    pub offsets: Vec<u32>,
+    /// A word per filled slot.
+    pub rows: Vec<u32>,
+    /// A word per filled slot.
+    pub pairs: Vec<u32>,
+    /// The count, then the list.
+    pub active: Vec<u32>,
+    /// Choices dropped.
+    pub dropped: u32,
+}
+
+/// [`RouteRef`] of `choices`.
+pub fn route_ref(choices: &[u32], top_k: u32, e: u32) -> RouteRef {
+    let mut slots: Vec<Vec<u32>> = vec![Vec::new(); e as usize];
+    for (p, &c) in choices.iter().enumerate() {
+        if let Some(s) = slots.get_mut(c as usize) {
+            s.push(p as u32);
+        }
+    }
+    let mut offsets = Vec::with_capacity(e as usize + 1);
+    let (mut rows, mut pairs, mut active) = (Vec::new(), Vec::new(), vec![0]);
+    for (x, s) in slots.iter().enumerate() {
+        offsets.push(rows.len() as u32);
+        if !s.is_empty() {
+            active.push(x as u32);
+        }
+        rows.extend(s.iter().map(|&p| p / top_k.max(1)));
+        pairs.extend_from_slice(s);
+    }
+    offsets.push(rows.len() as u32);
+    active[0] = (active.len() - 1) as u32;
+    let dropped = choices.iter().filter(|&&c| c >= e).count() as u32;
+    RouteRef { offsets, rows, pairs, active, dropped }
+}
+
 /// What one CTA of the route kernels stores for `choices` (`[top_k, E]`) into `[offsets, rows, pairs,
-/// dropped, active]`: pass after pass of 1024 experts, the pass's offsets (the running total carried
-/// from the passes before) and its touched experts appended to `active[1..]`, each expert's slots its
-/// choices in increasing choice index; last `*dropped`, the count of choices naming an expert >= E, and
-/// `active[0]`, the count of touched experts.
+/// dropped, active]`: the words of [`route_ref`], each where the kernel stores it.
 fn route_choices(
     ctx: &mut KernelCtx<'_>,
     name: &str,
@@ -1444,42 +1483,14 @@ fn route_choices(
         // `base += 1024` wraps below E: the pass loop never ends.
         return Err(KernelError::Hang);
     }
-    let passes = u64::from(e).div_ceil(u64::from(ROUTE_THREADS));
-    let mut touched = 0u32;
-    for pass in 0..passes {
-        let base = (pass * u64::from(ROUTE_THREADS)) as u32;
-        let here = ROUTE_THREADS.min(e - base);
-        let mut slots: Vec<Vec<u32>> = vec![Vec::new(); here as usize];
-        for (i, &c) in choices.iter().enumerate() {
-            if c >= base && c - base < here {
-                slots[(c - base) as usize].push(i as u32);
-            }
-        }
-        let mut run = if base == 0 { 0 } else { ctx.read_u32s(offsets.wrapping_add(4 * u64::from(base)), 1)?[0] };
-        let mut offs = Vec::with_capacity(here as usize + 1);
-        for (i, s) in slots.iter().enumerate() {
-            offs.push(run);
-            run = run.wrapping_add(s.len() as u32);
-            if !s.is_empty() {
-                touched = touched.wrapping_add(1);
-                ctx.write_u32s(active.wrapping_add(4 * u64::from(touched)), &[base + i as u32])?;
-            }
-        }
-        offs.push(run);
-        ctx.write_u32s(offsets.wrapping_add(4 * u64::from(base)), &offs)?;
-        for (s, &at) in slots.iter().zip(&offs) {
-            if s.is_empty() {
-                continue;
-            }
-            let tokens: Vec<u32> = s.iter().map(|&c| c / top_k).collect();
-            ctx.write_u32s(rows.wrapping_add(4 * u64::from(at)), &tokens)?;
-            ctx.write_u32s(pairs.wrapping_add(4 * u64::from(at)), s)?;
-        }
+    let r = route_ref(choices, top_k, e);
+    ctx.write_u32s(offsets, &r.offsets)?;
+    if !r.rows.is_empty() {
+        ctx.write_u32s(rows, &r.rows)?;
+        ctx.write_u32s(pairs, &r.pairs)?;
     }
-    let bad = choices.iter().filter(|&&c| c >= e).count() as u32;
-    ctx.write_u32s(dropped, &[bad])?;
-    ctx.write_u32s(active, &[touched])?;
-    Ok(())
+    ctx.write_u32s(dropped, &[r.dropped])?;
+    ctx.write_u32s(active, &r.active)
 }
 
 /// The logits `[T, E]` of `omega_moe_router_route` bit for bit, from x `[T, K]` and w `[E, K]` (bf16

@@ -313,6 +313,19 @@ fn product(a: u32, b: u32) -> Option<u64> {
     u64::from(a).checked_mul(u64::from(b))
 }
 
+/// A fused gate+up operand `[rows, 2 * cols]` checked against `shape`: its gate and up halves' first
+/// addresses and its row stride.
+fn fused_halves<T: DeviceScalar>(gate_up: &impl Input<T>, shape: Rows) -> Result<([u64; 2], u32), EwError> {
+    let s = EwShape::from(shape);
+    let Some(stride) = shape.cols.checked_mul(2) else {
+        let elements = product(shape.rows, shape.cols).map_or(u64::MAX, |n| n.saturating_mul(2));
+        return Err(ShapeError::Overflow { shape: s, operand: Operand::GateUp, elements }.into());
+    };
+    hold(s, Operand::GateUp, gate_up.elements(), product(shape.rows, stride))?;
+    let g = gate_up.device_va();
+    Ok(([g, g + u64::from(shape.cols) * size_of::<T>() as u64], stride))
+}
+
 fn aligned16(vas: &[u64]) -> bool {
     vas.iter().all(|va| va.is_multiple_of(16))
 }
@@ -596,14 +609,7 @@ impl<'s> Elementwise<'s> {
         y: &'b mut impl Output<T>,
         shape: Rows,
     ) -> Result<EwCall<'b>, EwError> {
-        let s = EwShape::from(shape);
-        let Some(stride) = shape.cols.checked_mul(2) else {
-            let elements = product(shape.rows, shape.cols).map_or(u64::MAX, |n| n.saturating_mul(2));
-            return Err(ShapeError::Overflow { shape: s, operand: Operand::GateUp, elements }.into());
-        };
-        hold(s, Operand::GateUp, gate_up.elements(), product(shape.rows, stride))?;
-        let g = gate_up.device_va();
-        let up = g + u64::from(shape.cols) * size_of::<T>() as u64;
+        let ([g, up], stride) = fused_halves(gate_up, shape)?;
         self.plan_swiglu::<T, T>(Op::SwiGluFused, [g, up, y.device_va()], y, shape, stride)
     }
 
@@ -615,14 +621,7 @@ impl<'s> Elementwise<'s> {
         y: &'b mut impl Output<u16>,
         shape: Rows,
     ) -> Result<EwCall<'b>, EwError> {
-        let s = EwShape::from(shape);
-        let Some(stride) = shape.cols.checked_mul(2) else {
-            let elements = product(shape.rows, shape.cols).map_or(u64::MAX, |n| n.saturating_mul(2));
-            return Err(ShapeError::Overflow { shape: s, operand: Operand::GateUp, elements }.into());
-        };
-        hold(s, Operand::GateUp, gate_up.elements(), product(shape.rows, stride))?;
-        let g = gate_up.device_va();
-        let up = g + u64::from(shape.cols) * 4;
+        let ([g, up], stride) = fused_halves(gate_up, shape)?;
         self.plan_swiglu::<f32, u16>(Op::SwiGluFusedToBf16, [g, up, y.device_va()], y, shape, stride)
     }
 

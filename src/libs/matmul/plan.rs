@@ -1326,7 +1326,7 @@ pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32, split: Option<
 }
 
 /// [`grouped`] routed by the fused router kernel in place of the route kernel (`omega_moe_router_route`:
-/// grid `ceil(E / 8)`, one ticket word after the GEMV's), which first computes the router product of the
+/// grid `ceil(E / ROUTER_ROWS)`, one ticket word after the GEMV's), which first computes the router product of the
 /// same x and takes each token's top k.
 pub(crate) fn grouped_from_router(
     shape: GroupedShape,
