@@ -1418,8 +1418,9 @@ fn moe_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     }
     aligned(name, "topk", topk, 4)?;
     let choices = ctx.read_u32s(topk, p as usize)?;
+    let routed = route_ref(&choices, top_k, e);
     for _ in ctas {
-        route_choices(ctx, name, &choices, [top_k, e], outs)?;
+        route_choices(ctx, name, &routed, e, outs)?;
     }
     Ok(())
 }
@@ -1466,13 +1467,13 @@ pub fn route_ref(choices: &[u32], top_k: u32, e: u32) -> RouteRef {
     RouteRef { offsets, rows, pairs, active, dropped }
 }
 
-/// What one CTA of the route kernels stores for `choices` (`[top_k, E]`) into `[offsets, rows, pairs,
-/// dropped, active]`: the words of [`route_ref`], each where the kernel stores it.
+/// What one CTA of the route kernels stores into `[offsets, rows, pairs, dropped, active]`: the words of
+/// `r` (the [`route_ref`] of its choices among `e` experts), each where the kernel stores it.
 fn route_choices(
     ctx: &mut KernelCtx<'_>,
     name: &str,
-    choices: &[u32],
-    [top_k, e]: [u32; 2],
+    r: &RouteRef,
+    e: u32,
     [offsets, rows, pairs, dropped, active]: [u64; 5],
 ) -> Result<(), KernelError> {
     for (what, va) in [("offsets", offsets), ("rows", rows), ("pairs", pairs), ("dropped", dropped), ("active", active)]
@@ -1483,7 +1484,6 @@ fn route_choices(
         // `base += 1024` wraps below E: the pass loop never ends.
         return Err(KernelError::Hang);
     }
-    let r = route_ref(choices, top_k, e);
     ctx.write_u32s(offsets, &r.offsets)?;
     if !r.rows.is_empty() {
         ctx.write_u32s(rows, &r.rows)?;
@@ -1568,7 +1568,7 @@ fn moe_router_route(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     }
     ctx.write_u32s(topk, &choices)?;
     ctx.write_f32s(weights, &tw)?;
-    route_choices(ctx, name, &choices, [top_k, e], outs)?;
+    route_choices(ctx, name, &route_ref(&choices, top_k, e), e, outs)?;
     ctx.write_u32s(ticket, &[0])
 }
 

@@ -1394,24 +1394,13 @@ fn grouped_plan(
     let split = ceil(k, kps);
     let z = entries.min(budget / (blocks * split)).max(1);
     let word_at = |w: usize| (w * 4) as u64;
+    // What both routing kernels store: offsets, rows, pairs, the drop count, the touched experts.
+    let route_outs =
+        [layout.offsets, layout.rows, layout.pairs, layout.dropped, layout.active].map(|w| Arg::Routing(word_at(w)));
+    let mut args = vec![Arg::TopK, Arg::Word(shape.tokens), Arg::Word(shape.top_k), Arg::Word(shape.experts)];
+    args.extend(route_outs);
     let mut steps = vec![
-        Step {
-            kern: Kern::Route,
-            grid: [1, 1, 1],
-            block: [abi::ROUTE_THREADS, 1, 1],
-            dynamic_shared: 0,
-            args: vec![
-                Arg::TopK,
-                Arg::Word(shape.tokens),
-                Arg::Word(shape.top_k),
-                Arg::Word(shape.experts),
-                Arg::Routing(word_at(layout.offsets)),
-                Arg::Routing(word_at(layout.rows)),
-                Arg::Routing(word_at(layout.pairs)),
-                Arg::Routing(word_at(layout.dropped)),
-                Arg::Routing(word_at(layout.active)),
-            ],
-        },
+        Step { kern: Kern::Route, grid: [1, 1, 1], block: [abi::ROUTE_THREADS, 1, 1], dynamic_shared: 0, args },
         Step {
             kern: Kern::Moe(mb),
             grid: [word(blocks), word(split), word(z)],
@@ -1440,8 +1429,7 @@ fn grouped_plan(
             steps.remove(0);
         }
         Routing::Router => {
-            // The same routing arguments after the router's own; its ticket follows the GEMV's.
-            let route_args = steps[0].args[4..].to_vec();
+            // The routing's outputs after the router's own arguments; its ticket follows the GEMV's.
             let mut args = vec![
                 Arg::X(0),
                 Arg::Router(RouterArg::W),
@@ -1454,7 +1442,7 @@ fn grouped_plan(
                 Arg::TopK,
                 Arg::Router(RouterArg::Weights),
             ];
-            args.extend(route_args);
+            args.extend(route_outs);
             let ctas = shape.experts.div_ceil(abi::ROUTER_ROWS);
             steps[0] = Step {
                 kern: Kern::RouterRoute,
