@@ -1555,9 +1555,17 @@ fn matmul_moe_router() -> CaseResult {
     with_scope(|s, mut gpu| {
         let module = s.load_module(omega::kernels::cuda_module(mm::MATMUL).map_err(err)?).map_err(err)?;
         let kernel = module.kernel(mm::MOE_ROUTER_ROUTE).map_err(err)?;
-        for (t, e, k, top_k) in
-            [(1u32, 128u32, 2048u32, 8u32), (8, 128, 2048, 8), (32, 128, 2048, 8), (5, 200, 1000, 3), (3, 16, 2048, 8)]
-        {
+        // Batch 1, 2 and 32 of Qwen3's router, a K whose last loads a lane skips, and token counts that
+        // leave warps of an expert idle or take two tokens in turn.
+        for (t, e, k, top_k) in [
+            (1u32, 128u32, 2048u32, 8u32),
+            (2, 128, 2048, 8),
+            (4, 64, 1000, 4),
+            (8, 128, 2048, 8),
+            (32, 128, 2048, 8),
+            (5, 200, 1000, 3),
+            (3, 16, 2048, 8),
+        ] {
             let what = format!("{} T={t} E={e} K={k} top-{top_k}", mm::MOE_ROUTER_ROUTE);
             let (xb, x) = random_bf16(&mut g, (t * k) as usize);
             let (wb, w) = random_bf16(&mut g, (e * k) as usize);
@@ -1721,6 +1729,49 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
         if let Some(i) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
             return Err(format!("{name}: ticket {i} left non-zero"));
         }
+        // The rows entry (the planner's for rows streamed unsplit) must give the m1 entry's bits unsplit.
+        let mut rows_note = String::new();
+        if name == mm::MOE_GEMV_BF16[0] {
+            let mut gpu = done.gpu;
+            let mut outs = Vec::new();
+            for unsplit in [mm::MOE_GEMV_BF16[0], mm::MOE_GEMV_BF16_ROWS] {
+                let kernel = module.kernel(unsplit).map_err(err)?;
+                let mut y = common::poisoned_f32(s, slots * n as usize).map_err(err)?;
+                let l = Launch::new(&kernel)
+                    .grid([plan.blocks, 1, room as u32])
+                    .block([mm::GEMV_THREADS, 1, 1])
+                    .timeout_ms(MATMUL_TIMEOUT_MS)
+                    .arg(&dx)
+                    .arg(&dw)
+                    .arg(&y)
+                    .arg(&y)
+                    .arg(&tickets)
+                    .arg(doff)
+                    .arg(drows)
+                    .arg(dactive)
+                    .arg(n)
+                    .arg(k)
+                    .arg(k)
+                    .arg(max_slots);
+                let d = gpu.launch(&l).map_err(|e| format!("{unsplit} unsplit: {e}"))?;
+                gpu = d.gpu;
+                outs.push((y.to_vec().map_err(err)?, d.elapsed_ns));
+            }
+            let ((m1, _), (rows_y, ns)) = (&outs[0], &outs[1]);
+            if let Some(i) = (0..m1.len()).find(|&i| m1[i].to_bits() != rows_y[i].to_bits()) {
+                return Err(format!(
+                    "{}: y[{}, {}] = {:e}, the m1 entry's {:e} (unsplit, the same sums)",
+                    mm::MOE_GEMV_BF16_ROWS,
+                    i / nn,
+                    i % nn,
+                    rows_y[i],
+                    m1[i]
+                ));
+            }
+            let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
+            let rows = mm::MOE_GEMV_BF16_ROWS;
+            rows_note = format!("; {rows} unsplit: the m1 entry's bits, {:.1} us{clock}", *ns as f64 / 1e3);
+        }
         let touched = (0..e as usize).filter(|&x| offsets[x] != offsets[x + 1]).count();
         let bytes = touched as f64 * f64::from(n) * f64::from(k) * 2.0;
         let rate = if common::is_sim(s.platform()) {
@@ -1735,7 +1786,7 @@ fn matmul_moe(t: u32, top_k: u32, e: u32, n: u32, k: u32) -> CaseResult {
         let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
         Ok(format!(
             "T={t} top-{top_k} of E={e}, N={n} K={k}: {touched} experts touched, {slots} slots, {} positions \
-             checked; routing {:.1} us{clock}, grouped GEMV {rate}",
+             checked; routing {:.1} us{clock}, grouped GEMV {rate}{rows_note}",
             at.len(),
             routed.elapsed_ns as f64 / 1e3
         ))
@@ -2130,6 +2181,7 @@ fn main() -> ExitCode {
             "matmul_gemv_y16" => matmul_gemv_y16(),
             "moe_route" => matmul_moe_route(),
             "moe_router" => matmul_moe_router(),
+            "moe" => matmul_moe(1, 8, 128, 1536, 2048),
             "serving" => serving::sealed_matmul_steps(),
             "decoder" => decoder::selections(),
             "l2_prefetch" => decoder::l2_prefetch(),
@@ -2202,6 +2254,7 @@ fn main() -> ExitCode {
         ("matmul: skinny GEMM bf16 qkv M=1..64 N=5120 K=2048", || matmul_skinny(&SKINNY_MS, 5120, 2048)),
         ("matmul: skinny GEMM bf16 ragged M=5,13,64 N=77 K=1000", || matmul_skinny(&[5, 13, 64], 77, 1000)),
         ("matmul: MoE routing + grouped GEMV E=128 top-8 T=8 N=1536 K=2048", || matmul_moe(8, 8, 128, 1536, 2048)),
+        ("matmul: MoE routing + grouped GEMV E=128 top-8 T=1 N=1536 K=2048", || matmul_moe(1, 8, 128, 1536, 2048)),
         ("matmul: MoE routing alone: repeats, drops, rounds and passes", matmul_moe_route),
         ("matmul: the fused router: product, top k and routing in one launch", matmul_moe_router),
         ("matmul: TMA-store GEMM bf16 (TMA stores, ragged, N % 4 != 0 direct)", || in_child("matmul_ts")),

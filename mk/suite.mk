@@ -17,13 +17,19 @@ gpu-test: gpu-binaries
 gpu-bench: gpu-binaries
 	BIN=$(BIN) benches/gpu/run.sh
 
+# Named steps (benches/gpu/steps.sh lists them), each logged with the SM clock before and after, e.g.
+# `make gpu-steps STEPS="suite q2dump q2check q48"`; logs in $(OUT) (default /tmp/omega-gpu).
+.PHONY: gpu-steps
+gpu-steps: gpu-binaries
+	BIN=$(BIN) STEPS="$(or $(STEPS),suite)" OUT=$(or $(OUT),/tmp/omega-gpu) benches/gpu/steps.sh
+
 # Builds the GPU programs here and copies them into .gpu/ (git-ignored), the folder a GPU machine
 # without Rust runs them from.
 .PHONY: gpu-pack
 gpu-pack:
 	cargo build --release --examples
 	mkdir -p .gpu
-	for b in hello_gpu gpu_suite gpu_bench matmul_bench ew_bench matmul_smoke attn_bench doctor; do \
+	for b in hello_gpu gpu_suite gpu_bench matmul_bench ew_bench matmul_smoke attn_bench qwen3_decode doctor; do \
 		f=$(TARGET_DIR)/release/examples/$$b; [ -x $$f ] && cp $$f .gpu/ && strip .gpu/$$b || true; done
 	ls -la .gpu
 

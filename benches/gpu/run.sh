@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU job, run from the repository root on the GPU machine: the GPU suite, Omega's benchmarks and the
 # CUDA baseline (built here with nvcc), side by side. Binaries come from $BIN (built on a machine with
-# Rust and carried: see docs/gpu-workflow in README). Full logs go to $OUT; a short table is printed last.
+# Rust and carried: docs/gpu-workflow.md). Full logs go to $OUT; a short table is printed last.
 set -u
 BIN=${BIN:-.gpu}
 OUT=${OUT:-/tmp/omega-gpu}

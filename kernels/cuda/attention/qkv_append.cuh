@@ -56,13 +56,17 @@ extern "C" __global__ void __launch_bounds__(QKV_APPEND_THREADS)
     const bool live = h < heads, is_v = h >= q_heads + kv_heads, is_q = h < q_heads;
     const uint16_t* x = qkv + ((uint64_t)b * heads + (live ? h : 0)) * head_dim;
     const uint16_t* w = is_q ? q_norm : k_norm;
+    // The head's bits are read once: a v head is stored from them as it came.
+    uint16_t ra[QKV_APPEND_PAIRS], rb[QKV_APPEND_PAIRS];
     float a[QKV_APPEND_PAIRS], bb[QKV_APPEND_PAIRS], wa[QKV_APPEND_PAIRS], wb[QKV_APPEND_PAIRS];
 #pragma unroll
     for (int j = 0; j < QKV_APPEND_PAIRS; ++j) {
       const uint32_t i = sub + QKV_APPEND_LANES * j;
       const bool in = live && i < half;
-      a[j] = in ? bf16_bits_to_f32(x[i]) : 0.f;
-      bb[j] = in ? bf16_bits_to_f32(x[half + i]) : 0.f;
+      ra[j] = in ? x[i] : 0;
+      rb[j] = in ? x[half + i] : 0;
+      a[j] = bf16_bits_to_f32(ra[j]);
+      bb[j] = bf16_bits_to_f32(rb[j]);
       wa[j] = in && !is_v ? bf16_bits_to_f32(w[i]) : 0.f;
       wb[j] = in && !is_v ? bf16_bits_to_f32(w[half + i]) : 0.f;
     }
@@ -85,8 +89,8 @@ extern "C" __global__ void __launch_bounds__(QKV_APPEND_THREADS)
       for (int j = 0; j < QKV_APPEND_PAIRS; ++j) {
         const uint32_t i = sub + QKV_APPEND_LANES * j;
         if (i < half) {
-          v[i] = x[i];
-          v[half + i] = x[half + i];
+          v[i] = ra[j];
+          v[half + i] = rb[j];
         }
       }
       continue;

@@ -72,10 +72,12 @@ __device__ __forceinline__ void dot8(float& acc, uint4 a, uint4 b) {
   }
 }
 
+template <int RP, int RU>
 __device__ __forceinline__ void gemv_rows_partial(const uint16_t* __restrict__ x, const uint32_t* __restrict__ x_rows,
                                                   const uint16_t* __restrict__ w, float* __restrict__ out, uint32_t M,
                                                   uint32_t N, uint32_t K, uint32_t k0, uint32_t k1, uint32_t nblock) {
   using namespace omega_gemv;
+  static_assert(16 % RP == 0, "a warp's 16 rows go RP at a time");
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint16_t* xr[ROWS_MAX_M];
 #pragma unroll
@@ -83,60 +85,77 @@ __device__ __forceinline__ void gemv_rows_partial(const uint16_t* __restrict__ x
     const uint32_t r = min((uint32_t)m, M - 1);
     xr[m] = x + (size_t)(x_rows ? x_rows[r] : r) * K;
   }
-  for (uint32_t r = 0; r < 16; r += 2) {
+  for (uint32_t r = 0; r < 16; r += RP) {
     const uint32_t n0 = nblock * GEMV_ROWS + warp * 16 + r;
     if (n0 >= N) break;
-    const uint16_t* w0 = w + (size_t)n0 * K;
-    const uint16_t* w1 = w + (size_t)min(n0 + 1, N - 1) * K;
-    float a0[ROWS_MAX_M], a1[ROWS_MAX_M];
+    const uint16_t* wr[RP];
+    float a[RP][ROWS_MAX_M];
 #pragma unroll
-    for (int m = 0; m < ROWS_MAX_M; ++m) a0[m] = a1[m] = 0.f;
+    for (int j = 0; j < RP; ++j) wr[j] = w + (size_t)(j == 0 ? n0 : min(n0 + j, N - 1)) * K;
+#pragma unroll
+    for (int m = 0; m < ROWS_MAX_M; ++m)
+#pragma unroll
+      for (int j = 0; j < RP; ++j) a[j][m] = 0.f;
     uint32_t k = k0 + 8 * lane;
-    for (; k + 256 * (ROWS_UNROLL - 1) < k1; k += 256 * ROWS_UNROLL) {
-      uint4 p[ROWS_UNROLL], q[ROWS_UNROLL];
+    for (; k + 256 * (RU - 1) < k1; k += 256 * RU) {
+      uint4 p[RP][RU];
 #pragma unroll
-      for (int u = 0; u < ROWS_UNROLL; ++u) {
-        p[u] = ldg_stream(w0 + k + 256 * u);
-        q[u] = ldg_stream(w1 + k + 256 * u);
-      }
+      for (int u = 0; u < RU; ++u)
 #pragma unroll
-      for (int u = 0; u < ROWS_UNROLL; ++u)
+        for (int j = 0; j < RP; ++j) p[j][u] = ldg_stream(wr[j] + k + 256 * u);
+#pragma unroll
+      for (int u = 0; u < RU; ++u)
 #pragma unroll
         for (int m = 0; m < ROWS_MAX_M; ++m)
           if (m < M) {
             const uint4 b = ldg_cached(xr[m] + k + 256 * u);
-            dot8(a0[m], p[u], b);
-            dot8(a1[m], q[u], b);
+#pragma unroll
+            for (int j = 0; j < RP; ++j) dot8(a[j][m], p[j][u], b);
           }
     }
     for (; k < k1; k += 256) {
-      const uint4 p = ldg_stream(w0 + k), q = ldg_stream(w1 + k);
+      uint4 p[RP];
+#pragma unroll
+      for (int j = 0; j < RP; ++j) p[j] = ldg_stream(wr[j] + k);
 #pragma unroll
       for (int m = 0; m < ROWS_MAX_M; ++m)
         if (m < M) {
           const uint4 b = ldg_cached(xr[m] + k);
-          dot8(a0[m], p, b);
-          dot8(a1[m], q, b);
+#pragma unroll
+          for (int j = 0; j < RP; ++j) dot8(a[j][m], p[j], b);
         }
     }
 #pragma unroll
-    for (int m = 0; m < ROWS_MAX_M; ++m) {
+    for (int m = 0; m < ROWS_MAX_M; ++m)
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) {
-        a0[m] += __shfl_xor_sync(0xffffffffu, a0[m], o);
-        a1[m] += __shfl_xor_sync(0xffffffffu, a1[m], o);
-      }
-    }
+      for (int o = 16; o > 0; o /= 2)
+#pragma unroll
+        for (int j = 0; j < RP; ++j) a[j][m] += __shfl_xor_sync(0xffffffffu, a[j][m], o);
     if (lane == 0) {
 #pragma unroll
       for (int m = 0; m < ROWS_MAX_M; ++m)
         if (m < M) {
-          out[(size_t)m * N + n0] = a0[m];
-          if (n0 + 1 < N) out[(size_t)m * N + n0 + 1] = a1[m];
+#pragma unroll
+          for (int j = 0; j < RP; ++j)
+            if (j == 0 || n0 + j < N) out[(size_t)m * N + n0 + j] = a[j][m];
         }
     }
   }
 }
+
+// The GEMV's tuning, a class of constants (C++17 takes no struct as a template value): `U` 32-element
+// chunks of K a round of the MMA form (2 * U 16-byte W loads a thread), `PIPE` the next round's loads
+// issued before this round's MMAs (two rounds in flight), `RP` W rows a round of the row-streaming form
+// and `RU` 16-byte loads of each a lane issues a round (RP * RU in flight).
+// Each keeps the order of every sum, so every tuning gives the same bits; none of the others measured
+// faster beyond the spread of identical code (benches/cuda/gemv_variants.cu,
+// docs/perf/2026-12-04-s10-gemv-variants.md).
+struct GemvTuned {
+  static constexpr int U = GEMV_UNROLL;
+  static constexpr bool PIPE = false;
+  static constexpr int RP = 2;
+  static constexpr int RU = ROWS_UNROLL;
+};
 
 // One CTA's share of a group of rows: W rows [64 * nblock, +64) over K slice `s` of `split`, for the M
 // rows of x that `x_rows` names (NULL: rows 0..M-1), into rows 0..M-1 of `y` (split == 1) or of slice s
@@ -145,7 +164,7 @@ __device__ __forceinline__ void gemv_rows_partial(const uint16_t* __restrict__ x
 // takes `*ticket` last adds the slices in split order into y and puts the ticket back to zero. With Y16,
 // y is bf16 (`uint16_t`, passed as float*): every slice goes to `work`, a split of 1 included, and the last
 // CTA stores the rounded sum, so a bf16 product is one launch (no conversion kernel after it).
-template <int MB, bool Y16 = false>
+template <int MB, bool Y16 = false, class T = GemvTuned>
 __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, const uint32_t* __restrict__ x_rows,
                                                 const uint16_t* __restrict__ w, float* __restrict__ y,
                                                 float* __restrict__ work, uint32_t* __restrict__ ticket, uint32_t M,
@@ -165,7 +184,7 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
   // Streaming rows pays when each lane has whole 256-element strides to walk; a short K slice (a fine
   // split) leaves it latency-bound (4x1536x2048 with 128-element slices: 139 GB/s), so those take MMAs.
   if (MB == 1 && M <= ROWS_MAX_M && k1 - k0 >= 1024) {
-    gemv_rows_partial(x, x_rows, w, out, M, N, K, k0, k1, nblock);
+    gemv_rows_partial<T::RP, T::RU>(x, x_rows, w, out, M, N, K, k0, k1, nblock);
   } else
   for (uint32_t m0 = 0; m0 < M; m0 += 8 * MB) {
     const uint16_t* x_row[MB];
@@ -181,21 +200,65 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
 #pragma unroll
     for (int nb = 0; nb < MB; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
 
+    constexpr int U = T::U;
     uint32_t k = k0;
-    for (; k + 32 * GEMV_UNROLL <= k1; k += 32 * GEMV_UNROLL) {
-      uint4 lo[GEMV_UNROLL], hi[GEMV_UNROLL];
+    if constexpr (T::PIPE) {
+      // One round: the MMAs of U chunks from lo / hi at `at` (x read through L1 as they go).
+      auto round = [&](const uint4 (&lo)[U], const uint4 (&hi)[U], uint32_t at) {
 #pragma unroll
-      for (int u = 0; u < GEMV_UNROLL; ++u) {
-        lo[u] = ldg_stream(w_lo + k + 32 * u);
-        hi[u] = ldg_stream(w_hi + k + 32 * u);
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+          for (int nb = 0; nb < MB; ++nb) {
+            uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + at + 32 * u) : make_uint4(0, 0, 0, 0);
+            mma_bf16(acc[nb], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b.x, b.y);
+            mma_bf16(acc[nb], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b.z, b.w);
+          }
+        }
+      };
+      auto load = [&](uint4 (&lo)[U], uint4 (&hi)[U], uint32_t at) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          lo[u] = ldg_stream(w_lo + at + 32 * u);
+          hi[u] = ldg_stream(w_hi + at + 32 * u);
+        }
+      };
+      uint4 lo[U], hi[U];
+      bool have = k + 32 * U <= k1;
+      if (have) load(lo, hi, k);
+      while (have) {
+        const uint32_t kn = k + 32 * U;
+        const bool next = kn + 32 * U <= k1;
+        uint4 nlo[U], nhi[U];
+        if (next) load(nlo, nhi, kn);
+        round(lo, hi, k);
+        if (next) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            lo[u] = nlo[u];
+            hi[u] = nhi[u];
+          }
+        }
+        k = kn;
+        have = next;
       }
+    } else {
+      // Spelled out rather than through the lambdas: this is the library's form, and written so it
+      // compiles to the same SASS as before the tuning surface existed (the lambdas' form did not).
+      for (; k + 32 * U <= k1; k += 32 * U) {
+        uint4 lo[U], hi[U];
 #pragma unroll
-      for (int u = 0; u < GEMV_UNROLL; ++u) {
+        for (int u = 0; u < U; ++u) {
+          lo[u] = ldg_stream(w_lo + k + 32 * u);
+          hi[u] = ldg_stream(w_hi + k + 32 * u);
+        }
 #pragma unroll
-        for (int nb = 0; nb < MB; ++nb) {
-          uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k + 32 * u) : make_uint4(0, 0, 0, 0);
-          mma_bf16(acc[nb], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b.x, b.y);
-          mma_bf16(acc[nb], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b.z, b.w);
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+          for (int nb = 0; nb < MB; ++nb) {
+            uint4 b = x_live[nb] ? ldg_cached(x_row[nb] + k + 32 * u) : make_uint4(0, 0, 0, 0);
+            mma_bf16(acc[nb], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b.x, b.y);
+            mma_bf16(acc[nb], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b.z, b.w);
+          }
         }
       }
     }
@@ -251,14 +314,14 @@ __device__ __forceinline__ void gemv_bf16_group(const uint16_t* __restrict__ x, 
 // blocks in 1024 CTAs). `work` holds split * M * N floats and `tickets` ceil(N / 64) zeroed words when
 // split > 1 (the last CTA of a block puts its ticket back to zero, so the words stay zero between
 // launches).
-template <int MB, bool Y16 = false>
+template <int MB, bool Y16 = false, class T = GemvTuned>
 __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                              float* __restrict__ y, float* __restrict__ work,
                                              uint32_t* __restrict__ tickets, uint32_t M, uint32_t N, uint32_t K,
                                              uint32_t k_per_split) {
   const uint32_t nblocks = (N + GEMV_ROWS - 1) / GEMV_ROWS;
   for (uint32_t nb = blockIdx.x; nb < nblocks; nb += gridDim.x)
-    gemv_bf16_group<MB, Y16>(x, nullptr, w, y, work, tickets + nb, M, N, K, k_per_split, nb, blockIdx.y, gridDim.y,
+    gemv_bf16_group<MB, Y16, T>(x, nullptr, w, y, work, tickets + nb, M, N, K, k_per_split, nb, blockIdx.y, gridDim.y,
                              (size_t)M * N);
 }
 
@@ -272,7 +335,7 @@ __device__ __forceinline__ void gemv_bf16_tn(const uint16_t* __restrict__ x, con
 // instead (x [slots, K], a product over the routing an earlier product made). `work` holds
 // split * max_slots * N floats and `tickets` Z_max * ceil(N / 64) zeroed words (entry i's block b at
 // i * ceil(N / 64) + b) when split > 1.
-template <int MB>
+template <int MB, class T = GemvTuned>
 __device__ __forceinline__ void moe_gemv_bf16(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                               float* __restrict__ y, float* __restrict__ work,
                                               uint32_t* __restrict__ tickets, const uint32_t* __restrict__ offsets,
@@ -290,10 +353,10 @@ __device__ __forceinline__ void moe_gemv_bf16(const uint16_t* __restrict__ x, co
     // calls, each with its x rows known at compile time (a runtime choice inside the group costs the m8
     // form registers it does not have, and it spills).
     if (rows)
-      gemv_bf16_group<MB>(x, rows + first, we, y + (size_t)first * N, work + (size_t)first * N, ticket, count, N, K,
+      gemv_bf16_group<MB, false, T>(x, rows + first, we, y + (size_t)first * N, work + (size_t)first * N, ticket, count, N, K,
                           k_per_split, blockIdx.x, blockIdx.y, gridDim.y, (size_t)max_slots * N);
     else
-      gemv_bf16_group<MB>(x + (size_t)first * K, nullptr, we, y + (size_t)first * N, work + (size_t)first * N, ticket,
+      gemv_bf16_group<MB, false, T>(x + (size_t)first * K, nullptr, we, y + (size_t)first * N, work + (size_t)first * N, ticket,
                           count, N, K, k_per_split, blockIdx.x, blockIdx.y, gridDim.y, (size_t)max_slots * N);
   }
 }
@@ -333,3 +396,27 @@ OMEGA_MOE_GEMV_ENTRY(1)
 OMEGA_MOE_GEMV_ENTRY(2)
 OMEGA_MOE_GEMV_ENTRY(4)
 OMEGA_MOE_GEMV_ENTRY(8)
+
+// The grouped entry for products whose experts' rows (at most 2 expected) stream unsplit: decode's
+// gate_up, 1536 x 2048 an expert, at batch 1 to 16 (the planner's choice). Same arguments and sums as the
+// m1 entry. Under its tuning (4 W rows a round, the MMA form pipelined; 255 registers) ptxas issues all
+// 16 W loads of a lane's round before the round's first FMA; with 4 rows alone (`rp4`, 168 registers) it
+// issues 8 and the rest after FMAs that wait on them. Measured in four runs of
+// benches/cuda/gemv_variants.cu (`pipe_u4_rp4`, this entry's SASS): batch 1's gate_up 16.66-16.77 us
+// unsplit against the m1 entry's 18.0-18.1 at its best split (2), batch 4's 49.4-49.9 against 53.1-54.3.
+// In the decode step: gate_up 836 us at batch 1 and 3995 at batch 8 against the m1 entry's 896 and 4145,
+// but 8826 at batch 32 (4 rows an expert) against 8683, so the planner keeps m1 there
+// (docs/perf/2026-12-04-s10-gemv-variants.md). The m1 entry keeps GemvTuned: this tuning's MMA form is
+// 13 % slower on batch 4's down product.
+struct GemvRowsTuned {
+  static constexpr int U = 4;
+  static constexpr bool PIPE = true;
+  static constexpr int RP = 4;
+  static constexpr int RU = ROWS_UNROLL;
+};
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    omega_moe_gemv_bf16_m1_rows(const uint16_t* x, const uint16_t* w, float* y, float* work, uint32_t* tickets,
+                                const uint32_t* offsets, const uint32_t* rows, const uint32_t* active, uint32_t N,
+                                uint32_t K, uint32_t k_per_split, uint32_t max_slots) {
+  moe_gemv_bf16<1, GemvRowsTuned>(x, w, y, work, tickets, offsets, rows, active, N, K, k_per_split, max_slots);
+}

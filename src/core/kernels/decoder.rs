@@ -41,8 +41,6 @@ pub const FILL_BF16_HASH: &str = "omega_fill_bf16_hash";
 pub const L2_PREFETCH: &str = "omega_l2_prefetch";
 /// The prefetch's block: one warp (`__launch_bounds__(32)`).
 pub const PREFETCH_THREADS: u32 = 32;
-/// Bytes a lane prefetches at a time (`DEC_PREFETCH_CHUNK`).
-pub const PREFETCH_CHUNK: u64 = 16384;
 
 /// The router's most experts a token chooses (`DEC_TOPK_MAX`).
 pub const TOPK_MAX: u32 = 8;

@@ -91,6 +91,10 @@ pub const GEMV_BF16_TN_Y16: [&str; 4] = [
 /// k_per_split, max_slots)`, by [`GEMV_MB`]: one launch over the touched experts `active` lists.
 pub const MOE_GEMV_BF16: [&str; 4] =
     ["omega_moe_gemv_bf16_m1", "omega_moe_gemv_bf16_m2", "omega_moe_gemv_bf16_m4", "omega_moe_gemv_bf16_m8"];
+/// `omega_moe_gemv_bf16_m1_rows`: the m1 entry of [`MOE_GEMV_BF16`] (same arguments, same sums) under the
+/// tuning whose row-streaming form issues a round's W loads together, for the grouped products the planner
+/// streams unsplit (`gemv_bf16.cuh`, `GemvRowsTuned`).
+pub const MOE_GEMV_BF16_ROWS: &str = "omega_moe_gemv_bf16_m1_rows";
 /// `omega_moe_route(topk, T, top_k, E, offsets, rows, pairs, dropped, active)`: top-k choices to CSR
 /// routing, the drop count (stored) and the list of touched experts (`active[0]` of them at `active[1..]`).
 pub const MOE_ROUTE: &str = "omega_moe_route";
@@ -458,6 +462,7 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     moe_spec(1, 0, moe_gemv_bf16::<1>),
     moe_spec(2, 0, moe_gemv_bf16::<2>),
     moe_spec(3, 0, moe_gemv_bf16::<3>),
+    HostSpec { name: MOE_GEMV_BF16_ROWS, ..moe_spec(0, 0, moe_gemv_bf16_rows) },
     HostSpec {
         name: MOE_ROUTE,
         param_sizes: &[8, 4, 4, 4, 8, 8, 8, 8, 8],
@@ -1318,7 +1323,15 @@ fn gemv_dense(ctx: &mut KernelCtx<'_>, variant: usize, y16: bool) -> Result<(), 
 /// whose slots `offsets[e] .. offsets[e + 1]` it computes with W = `w + e * N * K`, x rows `rows[slot]`
 /// (row `slot` when `rows` is null: x per slot, over an existing routing), y rows `slot`, its split-K ticket at `tickets[i * gridDim.x + bx]`. An entry with no slot is skipped.
 fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = MOE_GEMV_BF16[V];
+    moe_gemv(ctx, MOE_GEMV_BF16[V], GEMV_MB[V])
+}
+
+/// [`MOE_GEMV_BF16_ROWS`]: the m1 entry's reference (its tuning changes no sum).
+fn moe_gemv_bf16_rows(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    moe_gemv(ctx, MOE_GEMV_BF16_ROWS, GEMV_MB[0])
+}
+
+fn moe_gemv(ctx: &mut KernelCtx<'_>, name: &'static str, mb: u32) -> Result<(), KernelError> {
     let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
     let (offsets, rows, active) = (ctx.u64_at(10), ctx.u64_at(12), ctx.u64_at(14));
     let (n, k, k_per_split, max_slots) = (ctx.word(16), ctx.word(17), ctx.word(18), ctx.word(19));
@@ -1371,7 +1384,7 @@ fn moe_gemv_bf16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelEr
                 s,
                 split: shape.grid[1],
                 work_slice: u64::from(max_slots) * u64::from(n),
-                mb: GEMV_MB[V],
+                mb,
                 y16: false,
             }
             .run(ctx)?;

@@ -743,11 +743,11 @@ impl<'s> Matmul<'s> {
             check_operand(any, Operand::W, w.elements(), 2)?;
             check_operand(any, Operand::Routing, routing_len, 4)?;
             check_operand(any, Operand::Y, y_len, 4)?;
-            let plan = match route {
+            let routing = match route {
                 Route::Fresh { topk: (_, topk_len) } => {
                     check_operand(any, Operand::X, x.elements(), 2)?;
                     check_operand(any, Operand::TopK, topk_len, 4)?;
-                    plan::grouped(g, self.sms, budget, self.grouped_split.get())?
+                    plan::Routing::Route
                 }
                 Route::Router { w: (w_va, w_len), logits, topk, weights } => {
                     if g.top_k > crate::kernels::decoder::TOPK_MAX || g.top_k > g.experts {
@@ -761,14 +761,14 @@ impl<'s> Matmul<'s> {
                     if !x.device_va().is_multiple_of(16) || !w_va.is_multiple_of(16) {
                         return Err(ShapeError::RouterAlignment { shape: g }.into());
                     }
-                    plan::grouped_from_router(g, self.sms, budget, self.grouped_split.get())?
+                    plan::Routing::Router
                 }
                 Route::Existing => {
                     check_operand(any, Operand::SlotX, x.elements(), 2)?;
-                    plan::grouped_routed(g, self.sms, budget, self.grouped_split.get())?
+                    plan::Routing::Existing
                 }
             };
-            Ok((plan, None))
+            Ok((plan::grouped(g, self.sms, budget, routing, self.grouped_split.get())?, None))
         })();
         let (topk, router) = match route {
             Route::Fresh { topk: (va, _) } => (va, [0; 3]),

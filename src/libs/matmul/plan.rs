@@ -128,13 +128,15 @@ pub(crate) enum Kern {
     Convert,
     /// `omega_moe_router_route`: the router product, top k and route in one launch.
     RouterRoute,
+    /// `omega_moe_gemv_bf16_m1_rows`: the m1 grouped entry for rows streamed unsplit.
+    MoeRows,
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
-/// four GEMVs with a bf16 output and the fused router.
-pub(crate) const KERNEL_NAMES: [&str; 28] = [
+/// four GEMVs with a bf16 output, the fused router and the grouped row-streaming entry.
+pub(crate) const KERNEL_NAMES: [&str; 29] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -167,6 +169,7 @@ pub(crate) const KERNEL_NAMES: [&str; 28] = [
     abi::GEMV_BF16_TN_Y16[2],
     abi::GEMV_BF16_TN_Y16[3],
     abi::MOE_ROUTER_ROUTE,
+    abi::MOE_GEMV_BF16_ROWS,
 ];
 
 impl Kern {
@@ -189,6 +192,7 @@ impl Kern {
             Kern::Skinny(v) => 19 + v,
             Kern::GemvY16(mb) => 23 + mb,
             Kern::RouterRoute => 27,
+            Kern::MoeRows => 28,
         }
     }
 }
@@ -1310,49 +1314,28 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     Plan { path, steps, scratch, tickets, tma, split }
 }
 
-/// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0): the route kernel, then ONE
-/// grouped GEMV over the list of touched experts the route kernel wrote. Refused when one expert's 64-row
+/// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0): its routing launch, then
+/// ONE grouped GEMV over the list of touched experts that launch wrote. Refused when one expert's 64-row
 /// blocks alone are past the budget.
+///
+/// `routing` names the routing launch: the route kernel over top-k choices in memory; the fused router
+/// kernel (`omega_moe_router_route`: grid `ceil(E / ROUTER_ROWS)`, one ticket word after the GEMV's),
+/// which first computes the router product of the same x and takes each token's top k; or none, over an
+/// existing routing, the GEMV then taking a null `rows` — the kernels' flag that x holds one row per SLOT
+/// (`y[s, :] = x[s, :] . W[e]^T`), which is what a down projection reads after SwiGLU of the gate+up
+/// product that routed.
 ///
 /// The GEMV's grid is `[ceil(N / 64), split, z]`: z covers the `min(E, tokens * top_k)` entries the list
 /// can have (CTA z takes entries z, z + gridDim.z, .. below the device's count, so an untouched expert
 /// costs nothing and a z past the count exits at once), lowered until the grid fits the budget. The split
 /// makes `blocks * split * entries` about 4 CTAs per SM, and stays at slices of at least 1024 of K when
 /// the experts' rows are few enough for the row-streaming form (`ROWS_MAX_M`), which streams W at the
-/// copy rate where the MMA form over short slices is latency-bound; the MMA form is not split at all
-/// once `blocks * entries` CTAs cover the SMs (measured faster at decode's down product).
-pub(crate) fn grouped(shape: GroupedShape, sms: u32, budget: u32, split: Option<u32>) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, Routing::Route, split)
-}
-
-/// [`grouped`] routed by the fused router kernel in place of the route kernel (`omega_moe_router_route`:
-/// grid `ceil(E / ROUTER_ROWS)`, one ticket word after the GEMV's), which first computes the router product of the
-/// same x and takes each token's top k.
-pub(crate) fn grouped_from_router(
-    shape: GroupedShape,
-    sms: u32,
-    budget: u32,
-    split: Option<u32>,
-) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, Routing::Router, split)
-}
-
-/// The plan of a grouped product over an existing routing (`shape` checked as for [`grouped`]): no route
-/// kernel, the one grouped GEMV alone, with a null `rows` — the kernels' flag that x holds one row per
-/// SLOT (`y[s, :] = x[s, :] . W[e]^T`), which is what a down projection reads after SwiGLU of the gate+up
-/// product that routed.
-pub(crate) fn grouped_routed(
-    shape: GroupedShape,
-    sms: u32,
-    budget: u32,
-    split: Option<u32>,
-) -> Result<Plan, PlanError> {
-    grouped_plan(shape, sms, budget, Routing::Existing, split)
-}
-
+/// copy rate where the MMA form over short slices is latency-bound. Once `blocks * entries` CTAs cover
+/// the SMs, the MMA form is not split at all (measured faster at decode's down product), nor are rows of
+/// at most `ROWS_ENTRY_MAX_M` an expert, which go to the rows entry (`omega_moe_gemv_bf16_m1_rows`).
 /// `forced`: the K split a benchmark asked for ([`crate::libs::matmul::Matmul::set_grouped_split`]) in
 /// place of the planner's, refused when K's 32-element chunks cannot make it.
-fn grouped_plan(
+pub(crate) fn grouped(
     shape: GroupedShape,
     sms: u32,
     budget: u32,
@@ -1376,7 +1359,14 @@ fn grouped_plan(
     let mb = mb_index(rows_hint);
     let (mut split, _) = k_split(k, ceil(4 * sms, blocks * entries), blocks, budget);
     let rows_form = mb == 0 && rows_hint <= u64::from(abi::ROWS_MAX_M) && k >= 2 * u64::from(ROWS_MIN_K);
-    if rows_form {
+    // With every SM given a CTA and at most ROWS_ENTRY_MAX_M rows an expert, the rows entry streams them
+    // unsplit: decode's gate_up, 1536 x 2048 an expert, 836 us a step at batch 1 and 3995 at batch 8
+    // against the m1 entry's 896 (in two slices) and 4145, but 8826 at batch 32 (4 rows) against 8683
+    // (docs/perf/2026-12-04-s10-gemv-variants.md).
+    let rows_entry = rows_form && rows_hint <= ROWS_ENTRY_MAX_M && blocks * entries >= sms;
+    if rows_entry {
+        split = 1;
+    } else if rows_form {
         split = split.min(k / u64::from(ROWS_MIN_K));
     } else if blocks * entries >= sms {
         // The MMA form over short slices is latency-bound: with a CTA for every SM already, no split
@@ -1402,7 +1392,7 @@ fn grouped_plan(
     let mut steps = vec![
         Step { kern: Kern::Route, grid: [1, 1, 1], block: [abi::ROUTE_THREADS, 1, 1], dynamic_shared: 0, args },
         Step {
-            kern: Kern::Moe(mb),
+            kern: if rows_entry && split == 1 { Kern::MoeRows } else { Kern::Moe(mb) },
             grid: [word(blocks), word(split), word(z)],
             block: [abi::GEMV_THREADS, 1, 1],
             dynamic_shared: 0,
@@ -1460,6 +1450,10 @@ fn grouped_plan(
 
 /// The shortest K slice the row-streaming form takes (`gemv_bf16_group`'s `k1 - k0 >= 1024`).
 const ROWS_MIN_K: u32 = 1024;
+
+/// The most rows an expert may expect for a grouped product to take the rows entry
+/// (`omega_moe_gemv_bf16_m1_rows`): measured faster at 1 and 2, slower at 4 (batch 32's gate_up).
+const ROWS_ENTRY_MAX_M: u64 = 2;
 
 #[cfg(test)]
 mod tests {
@@ -1971,7 +1965,7 @@ mod tests {
             for tokens in [1, 8, 64] {
                 for (n, k) in [(1536, 2048), (2048, 768)] {
                     let g = GroupedShape { tokens, top_k: 8, experts: 128, n, k };
-                    match grouped(g, SMS, budget, None) {
+                    match grouped(g, SMS, budget, Routing::Route, None) {
                         Ok(plan) => assert!(within(&plan), "{g} budget {budget}: {:?}", plan.steps),
                         Err(PlanError::ExpertPastBudget { blocks, .. }) => assert!(u64::from(budget) < blocks),
                         Err(e) => panic!("{e}"),
@@ -2031,44 +2025,52 @@ mod tests {
     #[test]
     fn the_grouped_gemm_is_one_launch_over_the_listed_experts() {
         let g = |tokens, n, k| GroupedShape { tokens, top_k: 8, experts: 128, n, k };
-        // T = 1, gate+up: 8 entries x 24 blocks, want ceil(528 / 192) = 3 slices, kept at 2 so each is
-        // 1024 of K (the row-streaming form): 384 CTAs.
-        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
-        assert_eq!(moe(&p), (Kern::Moe(0), [24, 2, 8], Arg::Word(1024)));
-        assert_eq!((p.split, p.tickets, p.scratch), (2, 8 * 24, 2 * 8 * 1536));
+        // T = 1, gate+up: 8 entries x 24 blocks = 192 CTAs cover the SMs, rows few enough to stream: the
+        // rows entry, unsplit.
+        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Routing::Route, None).unwrap();
+        assert_eq!(moe(&p), (Kern::MoeRows, [24, 1, 8], Arg::Word(2048)));
+        assert_eq!((p.split, p.tickets, p.scratch), (1, 8 * 24, 0));
+        // Fewer CTAs than SMs (one expert routed): split into slices of 1024 of K, the m1 entry.
+        let p = grouped(GroupedShape { top_k: 1, ..g(1, 1536, 2048) }, SMS, MAX_CTAS, Routing::Route, None).unwrap();
+        assert_eq!(moe(&p), (Kern::Moe(0), [24, 2, 1], Arg::Word(1024)));
         // T = 1, down: K = 768 has no 1024 slice, and 8 x 32 = 256 CTAs already cover the SMs: unsplit.
-        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, None).unwrap();
+        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, Routing::Route, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [32, 1, 8], Arg::Word(768)));
-        // T = 8: 64 entries; 24 blocks each already fill the SMs, so no split; the budget holds 42 entries
-        // at once and those CTAs walk the rest.
-        let p = grouped(g(8, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
-        assert_eq!(moe(&p), (Kern::Moe(0), [24, 1, 42], Arg::Word(2048)));
+        // T = 8: 64 entries; 24 blocks each already fill the SMs, so no split (the rows entry); the budget
+        // holds 42 entries at once and those CTAs walk the rest.
+        let p = grouped(g(8, 1536, 2048), SMS, MAX_CTAS, Routing::Route, None).unwrap();
+        assert_eq!(moe(&p), (Kern::MoeRows, [24, 1, 42], Arg::Word(2048)));
         assert_eq!((p.tickets, p.scratch), (64 * 24, 0));
-        let p = grouped(g(8, 2048, 768), SMS, MAX_CTAS, None).unwrap();
+        let p = grouped(g(8, 2048, 768), SMS, MAX_CTAS, Routing::Route, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [32, 1, 32], Arg::Word(768)));
+        // T = 32: up to 4 rows an expert: the row-streaming form in the m1 entry, unsplit.
+        let p = grouped(g(32, 1536, 2048), SMS, MAX_CTAS, Routing::Route, None).unwrap();
+        assert_eq!(moe(&p).0, Kern::Moe(0));
+        assert_eq!(p.split, 1);
         // T = 64: every expert can be touched (128 entries), about 4 rows each: MB = 1 still (8 rows per
         // pass, the row-streaming form up to 4).
-        let p = grouped(g(64, 1536, 2048), SMS, MAX_CTAS, None).unwrap();
+        let p = grouped(g(64, 1536, 2048), SMS, MAX_CTAS, Routing::Route, None).unwrap();
         assert_eq!(moe(&p), (Kern::Moe(0), [24, 1, 42], Arg::Word(2048)));
         assert_eq!(p.tickets, 128 * 24);
         // Few experts and many tokens: 64 tokens top-2 of 6 give ~21 rows each, twice that past 32: MB = 8.
         let few = GroupedShape { tokens: 64, top_k: 2, experts: 6, n: 64, k: 96 };
-        assert_eq!(moe(&grouped(few, SMS, MAX_CTAS, None).unwrap()).0, Kern::Moe(3));
+        assert_eq!(moe(&grouped(few, SMS, MAX_CTAS, Routing::Route, None).unwrap()).0, Kern::Moe(3));
         // The layout: offsets, rows, pairs, the drop count, the touched count, room for min(E, P) experts.
         let l = g(1, 1536, 2048).routing();
         assert_eq!((l.dropped, l.active, l.experts, l.words), (129 + 16, 146, 147, 147 + 8));
         assert_eq!(l.experts_capacity(), 8);
         assert_eq!(g(64, 1536, 2048).routing().experts_capacity(), 128);
-        let err = grouped(GroupedShape { n: 64 * 1025, ..g(1, 1536, 2048) }, SMS, MAX_CTAS, None).unwrap_err();
+        let err = grouped(GroupedShape { n: 64 * 1025, ..g(1, 1536, 2048) }, SMS, MAX_CTAS, Routing::Route, None)
+            .unwrap_err();
         assert_eq!(err, PlanError::ExpertPastBudget { blocks: 1025, budget: MAX_CTAS });
         // A forced split replaces the planner's (a benchmark's sweep), in whole 32-element chunks, or is
         // refused by name.
-        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Some(4)).unwrap();
+        let p = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Routing::Route, Some(4)).unwrap();
         assert_eq!((moe(&p), p.split, p.scratch), ((Kern::Moe(0), [24, 4, 8], Arg::Word(512)), 4, 4 * 8 * 1536));
-        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, Some(1)).unwrap();
+        let p = grouped(g(1, 2048, 768), SMS, MAX_CTAS, Routing::Route, Some(1)).unwrap();
         assert_eq!((moe(&p), p.scratch), ((Kern::Moe(0), [32, 1, 8], Arg::Word(768)), 0));
         for bad in [0, 65] {
-            let err = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Some(bad)).unwrap_err();
+            let err = grouped(g(1, 1536, 2048), SMS, MAX_CTAS, Routing::Route, Some(bad)).unwrap_err();
             assert_eq!(err, PlanError::GroupedSplit { split: bad, k: 2048, blocks: 24, budget: MAX_CTAS });
         }
     }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A GPU job made of named steps, run from the repository root on the GPU machine:
+#     STEPS="suite q2dump q2check q48 qpeer" OUT=$OUT bash benches/gpu/steps.sh
+# Binaries come from $BIN (built where Rust is and carried: docs/gpu-workflow.md). Each step
+# writes $OUT/<step>.log, headed by its command and the SM clock, power and temperature before it and
+# closed by its status, time and the clock after, so a figure can be read with the clock it ran at; the
+# logs are packed into $OUT/logs.tar.gz and the lines that carry results are printed last.
+#
+# Steps:
+#   suite                  the GPU suite (`N passed, M failed`)
+#   q2dump, q2check        2 layers, batch 1, 16 steps dumped, then checked against PyTorch
+#   q2b4dump, q2b4check    the same at batch 4
+#   qtdump, qtcheck        the TINY model at batch 3
+#   q48                    48 layers, batch 1, ctx 1K, 20 steps, profile, then 1000 sealed steps
+#   q48b<B>, q48c16, q48b<B>c16   batch B (8, 32) and/or ctx 16K
+#   qb_<B>_<C>_<prefetch>_<router>  any batch, context, prefetch (bulk|lines|off), router (fused|separate)
+#   gsplits                `matmul_bench --gemv-splits`
+#   gvar, gocc             benches/cuda/gemv_variants.cu (built here with the machine's nvcc): the
+#                          variants, or the occupancy study (--occupancy)
+#   qpeer                  the PyTorch peer's decode step at batch 1, 8, 32 and ctx 1K, 16K
+#   anything else          `gpu_suite --case <step>`
+set -u
+BIN=${BIN:-.gpu}
+OUT=${OUT:-/tmp/omega-gpu}
+STEPS=${STEPS:-suite}
+mkdir -p "$OUT"
+export OMEGA_PLATFORM=nvidia
+status=0
+
+smi() { nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits 2>/dev/null |
+    awk -F', ' '{printf "%s MHz, %s W, %s", $1, $2, $3}'; }
+
+decode() { # batch context [extra...]
+    local b=$1 c=$2; shift 2
+    echo "$BIN/qwen3_decode --bench --steps 20 --batch $b --context $c --profile $*"
+}
+
+command_of() {
+    case "$1" in
+        suite) echo "$BIN/gpu_suite" ;;
+        q2dump) echo "$BIN/qwen3_decode --layers 2 --steps 16 --dump $OUT/q2.jsonl" ;;
+        q2b4dump) echo "$BIN/qwen3_decode --layers 2 --steps 16 --batch 4 --dump $OUT/q2b4.jsonl" ;;
+        qtdump) echo "$BIN/qwen3_decode --tiny --steps 16 --batch 3 --dump $OUT/qt.jsonl" ;;
+        q2check | q2b4check | qtcheck) echo "python3 benches/torch/qwen3_peer.py --check $OUT/${1%check}.jsonl" ;;
+        q48) decode 1 1024 --sealed-steps 1000 ;;
+        q48b*c16) local b=${1#q48b}; decode "${b%c16}" 16384 ;;
+        q48c16) decode 1 16384 ;;
+        q48b*) decode "${1#q48b}" 1024 ;;
+        qb_*_*_*_*)
+            IFS=_ read -r _ b c p r <<<"$1"
+            decode "$b" "$c" --prefetch "$p" --router "$r" ;;
+        gsplits) echo "$BIN/matmul_bench --gemv-splits" ;;
+        gvar) echo "/tmp/gemv_variants" ;;
+        gocc) echo "/tmp/gemv_variants --occupancy" ;;
+        qpeer) echo "python3 benches/torch/qwen3_peer.py --bench --quick --batch 1,8,32 --ctx 1024,16384" ;;
+        *) echo "$BIN/gpu_suite --case $1" ;;
+    esac
+}
+
+for step in $STEPS; do
+    if [ "$step" = gvar ] || [ "$step" = gocc ]; then
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -Ikernels/cuda/matmul -Ikernels/cuda \
+            -o /tmp/gemv_variants benches/cuda/gemv_variants.cu >"$OUT/gvar-nvcc.log" 2>&1 || status=1
+    fi
+    cmd=$(command_of "$step")
+    log="$OUT/$step.log"
+    echo "### $step: $cmd (sm clock before: $(smi))" >"$log"
+    start=$(date +%s)
+    $cmd >>"$log" 2>&1
+    rc=$?
+    [ $rc = 0 ] || status=1
+    echo "### rc=$rc, $(($(date +%s) - start)) s, sm clock after: $(smi)" >>"$log"
+done
+
+(cd "$OUT" && tar czf logs.tar.gz ./*.log)
+for step in $STEPS; do
+    echo "== $step"
+    head -1 "$OUT/$step.log"
+    grep -E 'passed, .* failed|^FAIL|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto' \
+        "$OUT/$step.log" | tail -20
+    tail -1 "$OUT/$step.log"
+done
+exit $status
