@@ -1333,37 +1333,58 @@ fn matmul_gemv(ms: &[u32], n: u32, k: u32) -> CaseResult {
             let (xb, x) = random_bf16(&mut g, (m * k) as usize);
             let dx = s.alloc_device_from(&xb).map_err(err)?;
             let mut y = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
-            let l = Launch::new(&kernel)
-                .grid([plan.blocks, plan.split, 1])
-                .block([mm::GEMV_THREADS, 1, 1])
-                .timeout_ms(MATMUL_TIMEOUT_MS)
-                .arg(&dx)
-                .arg(&dw)
-                .arg(&y)
-                .arg(&work)
-                .arg(&tickets)
-                .arg(m)
-                .arg(n)
-                .arg(k)
-                .arg(plan.k_per_split);
-            let done = gpu.launch(&l).map_err(|e| format!("{name} M={m}: {e}"))?;
+            // One row streamed unsplit: the planner's rows entry runs too and must give the m1 entry's bits.
+            let rows = (m == 1 && plan.split == 1).then_some(mm::GEMV_BF16_TN_ROWS);
+            let rows_kernel = rows.map(|r| module.kernel(r)).transpose().map_err(err)?;
+            let mut y_rows = common::poisoned_f32(s, (m * n) as usize).map_err(err)?;
+            let gemv = |kernel, y| {
+                Launch::new(kernel)
+                    .grid([plan.blocks, plan.split, 1])
+                    .block([mm::GEMV_THREADS, 1, 1])
+                    .timeout_ms(MATMUL_TIMEOUT_MS)
+                    .arg(&dx)
+                    .arg(&dw)
+                    .arg(y)
+                    .arg(&work)
+                    .arg(&tickets)
+                    .arg(m)
+                    .arg(n)
+                    .arg(k)
+                    .arg(plan.k_per_split)
+            };
+            let done = gpu.launch(&gemv(&kernel, &y)).map_err(|e| format!("{name} M={m}: {e}"))?;
+            let elapsed_ns = done.elapsed_ns;
             gpu = done.gpu;
+            let mut rows_ns = 0;
+            if let Some(rows_kernel) = &rows_kernel {
+                let d = gpu
+                    .launch(&gemv(rows_kernel, &y_rows))
+                    .map_err(|e| format!("{} M={m}: {e}", mm::GEMV_BF16_TN_ROWS))?;
+                rows_ns = d.elapsed_ns;
+                gpu = d.gpu;
+            }
             let at = sample_positions(&mut g, m as usize, n as usize);
-            check_matmul(name, &y.to_vec().map_err(err)?, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
+            let got = y.to_vec().map_err(err)?;
+            check_matmul(name, &got, &x, &w, [m, n, k].map(|v| v as usize), &at)?;
             if let Some(t) = tickets.to_vec().map_err(err)?.iter().position(|&t| t != 0) {
                 return Err(format!("{name} M={m}: ticket {t} left non-zero"));
             }
+            let clock = if common::is_sim(s.platform()) { " simulated" } else { "" };
+            let mut rows_note = String::new();
+            if let Some(rows) = rows {
+                let got_rows = y_rows.to_vec().map_err(err)?;
+                if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != got_rows[i].to_bits()) {
+                    return Err(format!("{rows}: y[{i}] = {:e}, the m1 entry's {:e}", got_rows[i], got[i]));
+                }
+                rows_note = format!(" ({rows}: the same bits, {:.1} us{clock})", rows_ns as f64 / 1e3);
+            }
             let bytes = f64::from(n) * f64::from(k) * 2.0;
             let rate = if common::is_sim(s.platform()) {
-                format!("{:.2} ms simulated", done.elapsed_ns as f64 / 1e6)
+                format!("{:.2} ms simulated", elapsed_ns as f64 / 1e6)
             } else {
-                format!(
-                    "{:.1} us, {:.0} GB/s of W",
-                    done.elapsed_ns as f64 / 1e3,
-                    bytes / done.elapsed_ns.max(1) as f64
-                )
+                format!("{:.1} us, {:.0} GB/s of W", elapsed_ns as f64 / 1e3, bytes / elapsed_ns.max(1) as f64)
             };
-            lines.push(format!("M={m} {rate}"));
+            lines.push(format!("M={m} {rate}{rows_note}"));
         }
         Ok(format!(
             "N={n} K={k}, {} x {} CTAs of {} K: {}",
@@ -2182,6 +2203,7 @@ fn main() -> ExitCode {
             "moe_route" => matmul_moe_route(),
             "moe_router" => matmul_moe_router(),
             "moe" => matmul_moe(1, 8, 128, 1536, 2048),
+            "gemv_lm_head" => matmul_gemv(&[1, 4], 151_936, 2048),
             "serving" => serving::sealed_matmul_steps(),
             "decoder" => decoder::selections(),
             "l2_prefetch" => decoder::l2_prefetch(),

@@ -76,7 +76,9 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
     }
-    for name in mm::GEMV_BF16_TN.iter().chain(&mm::MOE_GEMV_BF16).chain(&[mm::MOE_GEMV_BF16_ROWS]) {
+    for name in
+        mm::GEMV_BF16_TN.iter().chain(&mm::MOE_GEMV_BF16).chain(&[mm::MOE_GEMV_BF16_ROWS, mm::GEMV_BF16_TN_ROWS])
+    {
         assert_eq!(threads(name), Some(mm::GEMV_THREADS), "{name}");
     }
     for name in mm::SKINNY_BF16_TN {

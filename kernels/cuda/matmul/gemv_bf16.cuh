@@ -372,6 +372,24 @@ OMEGA_GEMV_ENTRY(2)
 OMEGA_GEMV_ENTRY(4)
 OMEGA_GEMV_ENTRY(8)
 
+// The dense entry for one row of x streamed unsplit (lm_head, 151936 x 2048, at batch 1: the planner's
+// choice): the m1 entry with 4 W rows a round in the row-streaming form, the same sums. Three runs of
+// benches/cuda/gemv_variants.cu (`rp4`, this entry's SASS): 142.7-144.3 us against the m1 entry's
+// 152.0-155.0; in the decode step 143 against 154-155 (docs/perf/2026-12-04-s10-gemv-variants.md). The
+// m1 entry keeps RP = 2: with RP = 4 its registers (80 to 125) cost the split MMA form of q/k/v a second
+// wave (10.65 us against 9.29).
+struct GemvDenseRowsTuned {
+  static constexpr int U = GEMV_UNROLL;
+  static constexpr bool PIPE = false;
+  static constexpr int RP = 4;
+  static constexpr int RU = ROWS_UNROLL;
+};
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+    omega_gemv_bf16_tn_m1_rows(const uint16_t* x, const uint16_t* w, float* y, float* work, uint32_t* tickets,
+                               uint32_t M, uint32_t N, uint32_t K, uint32_t k_per_split) {
+  gemv_bf16_tn<1, false, GemvDenseRowsTuned>(x, w, y, work, tickets, M, N, K, k_per_split);
+}
+
 // The bf16-output forms: y is bf16 [M, N]; `work` holds split * M * N floats and `tickets` ceil(N / 64)
 // zeroed words whatever the split (a split of 1 goes through them too).
 #define OMEGA_GEMV_Y16_ENTRY(MB)                                                                          \

@@ -78,6 +78,10 @@ pub const GEMM_BF16_TN_MC_N128: &str = "omega_gemm_bf16_tn_mc_n128";
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
     ["omega_gemv_bf16_tn_m1", "omega_gemv_bf16_tn_m2", "omega_gemv_bf16_tn_m4", "omega_gemv_bf16_tn_m8"];
+/// `omega_gemv_bf16_tn_m1_rows`: the m1 entry of [`GEMV_BF16_TN`] (same arguments, same sums) with 4 W rows
+/// a round in its row-streaming form, for one row of x streamed unsplit (`gemv_bf16.cuh`,
+/// `GemvDenseRowsTuned`).
+pub const GEMV_BF16_TN_ROWS: &str = "omega_gemv_bf16_tn_m1_rows";
 /// The GEMV with a bf16 output, `omega_gemv_bf16_tn_m{1,2,4,8}_y16` (the same parameters, y bf16): every
 /// K slice goes through `work` and the tickets, a split of 1 included, and the last CTA of a 64-row block
 /// stores the rounded sum, so a bf16 product at small M is one launch.
@@ -450,6 +454,7 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
     gemv_spec(3, 0, gemv_bf16_tn::<3>),
+    HostSpec { name: GEMV_BF16_TN_ROWS, ..gemv_spec(0, 0, gemv_bf16_tn_rows) },
     gemv_y16_spec(0, gemv_bf16_tn_y16::<0>),
     gemv_y16_spec(1, gemv_bf16_tn_y16::<1>),
     gemv_y16_spec(2, gemv_bf16_tn_y16::<2>),
@@ -1273,16 +1278,20 @@ impl GemvCta<'_> {
 /// included) computes the 64-row blocks `bx, bx + gridDim.x, ..` below `ceil(N / 64)` over its K slice,
 /// `split = gridDim.y`.
 fn gemv_bf16_tn<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    gemv_dense(ctx, V, false)
+    gemv_dense(ctx, GEMV_BF16_TN[V], V, false)
 }
 
 /// `omega_gemv_bf16_tn_m*_y16`: [`gemv_bf16_tn`] with a bf16 y.
 fn gemv_bf16_tn_y16<const V: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    gemv_dense(ctx, V, true)
+    gemv_dense(ctx, GEMV_BF16_TN_Y16[V], V, true)
 }
 
-fn gemv_dense(ctx: &mut KernelCtx<'_>, variant: usize, y16: bool) -> Result<(), KernelError> {
-    let name = if y16 { GEMV_BF16_TN_Y16[variant] } else { GEMV_BF16_TN[variant] };
+/// [`GEMV_BF16_TN_ROWS`]: the m1 entry's reference (its tuning changes no sum).
+fn gemv_bf16_tn_rows(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    gemv_dense(ctx, GEMV_BF16_TN_ROWS, 0, false)
+}
+
+fn gemv_dense(ctx: &mut KernelCtx<'_>, name: &'static str, variant: usize, y16: bool) -> Result<(), KernelError> {
     let (x, w, y, work, tickets) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8));
     let (m, n, k, k_per_split) = (ctx.word(10), ctx.word(11), ctx.word(12), ctx.word(13));
     require_block(ctx, name, GEMV_THREADS)?;

@@ -130,13 +130,15 @@ pub(crate) enum Kern {
     RouterRoute,
     /// `omega_moe_gemv_bf16_m1_rows`: the m1 grouped entry for rows streamed unsplit.
     MoeRows,
+    /// `omega_gemv_bf16_tn_m1_rows`: the m1 GEMV entry for one row of x streamed unsplit.
+    GemvRows,
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
-/// four GEMVs with a bf16 output, the fused router and the grouped row-streaming entry.
-pub(crate) const KERNEL_NAMES: [&str; 29] = [
+/// four GEMVs with a bf16 output, the fused router and the grouped and dense row-streaming entries.
+pub(crate) const KERNEL_NAMES: [&str; 30] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -170,6 +172,7 @@ pub(crate) const KERNEL_NAMES: [&str; 29] = [
     abi::GEMV_BF16_TN_Y16[3],
     abi::MOE_ROUTER_ROUTE,
     abi::MOE_GEMV_BF16_ROWS,
+    abi::GEMV_BF16_TN_ROWS,
 ];
 
 impl Kern {
@@ -193,6 +196,7 @@ impl Kern {
             Kern::GemvY16(mb) => 23 + mb,
             Kern::RouterRoute => 27,
             Kern::MoeRows => 28,
+            Kern::GemvRows => 29,
         }
     }
 }
@@ -964,8 +968,9 @@ const GEMV_STEP_K: u32 = 128;
 
 /// The GEMV's launch for `split` K slices (the caller checked that K's chunks keep it), and the plan's
 /// scratch and split. Past the budget the kernel's CTAs walk the 64-row blocks grid-stride. With `y16`
-/// the bf16-output entry, whose slices go through the scratch whatever the split.
-fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, y16: bool, scratch: &mut u64) -> Step {
+/// the bf16-output entry, whose slices go through the scratch whatever the split; with `rows_entry` (the
+/// planner's own choice, not a forced plan) one row of x streamed unsplit takes the dense rows entry.
+fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, y16: bool, rows_entry: bool, scratch: &mut u64) -> Step {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
     let kps = round_up(ceil(k, split), 32);
@@ -977,8 +982,17 @@ fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, y16: bool, scratch
     } else {
         out
     };
+    // One row of x streamed unsplit (the kernel's row form, K >= ROWS_MIN_K) takes the dense rows entry:
+    // lm_head at batch 1, 143 us against the m1 entry's 152-155 (docs/perf/2026-12-04-s10-gemv-variants.md).
+    let kern = if y16 {
+        Kern::GemvY16(mb_index(m))
+    } else if rows_entry && m == 1 && split == 1 && k >= u64::from(ROWS_MIN_K) {
+        Kern::GemvRows
+    } else {
+        Kern::Gemv(mb_index(m))
+    };
     Step {
-        kern: if y16 { Kern::GemvY16(mb_index(m)) } else { Kern::Gemv(mb_index(m)) },
+        kern,
         grid: [word(gx), word(split), 1],
         block: [abi::GEMV_THREADS, 1, 1],
         dynamic_shared: 0,
@@ -1076,7 +1090,9 @@ fn gemm_step(
 
 /// The path the planner takes for a dense product (before the SIMT fallback).
 enum Choice {
-    Gemv(u64),
+    /// The GEMV at a K split; `true`: the planner's own choice, which may take the dense rows entry (a
+    /// forced plan names the m1 entry and gets it).
+    Gemv(u64, bool),
     Skinny(abi::SkinnyPlan),
     /// The TMA GEMM: its tile, K splits and entry (not [`WideEntry::Direct`] only unsplit).
     Gemm(GemmTile, u32, WideEntry),
@@ -1135,7 +1151,7 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
     let choice = if let Some(c) = skinny.filter(|c| gemm.is_none_or(|g| c.beats(shape, &g))) {
         Choice::Skinny(c.plan)
     } else if gemv_ok && (gemv_streams || (!gemm_ok && m <= GEMV_ANY_M)) {
-        Choice::Gemv(gemv_auto_split(shape, sms, budget))
+        Choice::Gemv(gemv_auto_split(shape, sms, budget), true)
     } else if gemm_ok {
         let c = gemm.expect("gemm_ok");
         let entry = match (c.tile, c.splits) {
@@ -1177,7 +1193,7 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             if split > budget {
                 return refuse(ForcedRefusal::SplitPastBudget { split: word(split), budget: word(budget) });
             }
-            Choice::Gemv(split)
+            Choice::Gemv(split, false)
         }
         ForcedPlan::Gemm { tile, splits } => {
             if let Some(why) = gemm_refusal(k, opts) {
@@ -1227,15 +1243,15 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
     // The skinny GEMM and the GEMV store a bf16 output themselves; the others' f32 product of one lies at
     // the workspace's start and a conversion follows.
-    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(_));
+    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(..));
     let out_bf16 = opts.out_bf16 && !direct;
     let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
     let mut scratch = if out_bf16 { round_up(m * n, 64) } else { 0 };
     let mut steps = Vec::new();
     let (path, tickets, tma, split);
     match choice {
-        Choice::Gemv(s) => {
-            steps.push(gemv_step(shape, s, budget, out(0), opts.out_bf16, &mut scratch));
+        Choice::Gemv(s, rows_entry) => {
+            steps.push(gemv_step(shape, s, budget, out(0), opts.out_bf16, rows_entry, &mut scratch));
             let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
             (path, tickets, tma, split) = (Path::Gemv, blocks, None, word(s));
         }
@@ -1488,6 +1504,8 @@ mod tests {
         assert_eq!(p(16, 151_936, 2048), Path::Skinny, "lm_head streams as fast as a GEMM can (the tie keeps it)");
         let lm_head = bf16(1, 151_936, 2048);
         assert_eq!((lm_head.steps[0].grid, lm_head.split), ([MAX_CTAS, 1, 1], 1));
+        assert_eq!(lm_head.steps[0].kern, Kern::GemvRows, "one row streamed unsplit: the rows entry");
+        assert_eq!(bf16(4, 151_936, 2048).steps[0].kern, Kern::Gemv(0));
         assert_eq!(p(4095, 33, 7), Path::SimtBf16);
         assert_eq!(dense(Elem::F32, Shape::new(1, 1, 1), SMS, MAX_CTAS, false).path, Path::SimtF32);
         let unaligned = DenseOpts { aligned: false, ..opts(MAX_CTAS, false) };
@@ -1622,7 +1640,9 @@ mod tests {
         ] {
             for m in small {
                 let gemv = if split == 1 { [gx, 1, 1] } else { [gx, split, 1] };
-                assert_eq!(qwen(n, k, m), (Gemv(0), split, gemv), "{n}x{k} M={m}");
+                // One row streamed unsplit (lm_head at M = 1) takes the dense rows entry.
+                let entry = if m == 1 && split == 1 && k >= ROWS_MIN_K { Kern::GemvRows } else { Gemv(0) };
+                assert_eq!(qwen(n, k, m), (entry, split, gemv), "{n}x{k} M={m}");
             }
             for (m, want) in [8, 16, 32, 64].into_iter().zip(sk) {
                 assert_eq!(qwen(n, k, m), want, "{n}x{k} M={m}");
