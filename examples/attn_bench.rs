@@ -18,14 +18,16 @@
 //! `omega.paged_decode_goal_b1_kv16kplus_min_ratio` (at least 0.70), the smallest ratio of each group.
 //! A `#` line before each configuration names the split the planner chose.
 //!
-//! `attn_bench [--quick] [--check] [--iters N]`: `--quick` runs page 16 and 64 at batch {1, 4}, L {1024,
+//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster]`: `--merge` sets every decode's
+//! merge of its splits (`DecodeShape::merge`; the planner's, `auto`, by default; `cluster` caps the split
+//! at the cluster's 8); `--quick` runs page 16 and 64 at batch {1, 4}, L {1024,
 //! 4096} over a small pool (a sim smoke run); `--check` verifies sequence 0 of every configuration against
 //! the f64 reference (examples/suite/attention_ref.rs's tolerance) and fails on a miss. On sim every time
 //! is the simulator's virtual clock, not a GPU's.
 
 use omega::cmdlist::CmdListBuilder;
 use omega::kernels::attention::{COPY16, COPY_THREADS};
-use omega::libs::attention::{Attention, AttentionError, DecodeShape, Info, KvLayout};
+use omega::libs::attention::{Attention, AttentionError, DecodeShape, Info, KvLayout, Merge};
 use omega::{Device, Error, Gpu, Launch, Mem, Scope};
 use omega_refmath::{self as math, KvRows};
 
@@ -72,6 +74,7 @@ struct Opts {
     quick: bool,
     check: bool,
     iters: usize,
+    merge: Merge,
 }
 
 /// A configuration's batch, KV length and copy ratio.
@@ -182,7 +185,7 @@ fn config<'s>(
     let qv = math::random_f32(mix.next(), (batch * Q_HEADS * HEAD_DIM) as usize);
     let q = s.alloc_device_from(&qv)?;
     let mut out = s.alloc_device_from(&vec![attention_ref::POISON; qv.len()])?;
-    let shape = DecodeShape::new(batch, Q_HEADS, max_pages);
+    let shape = DecodeShape { merge: o.merge, ..DecodeShape::new(batch, Q_HEADS, max_pages) };
     let mut gpu = gpu;
     let mut calls = Vec::new();
     let mut info = Info::default();
@@ -204,16 +207,17 @@ fn config<'s>(
     for _ in 0..REPS {
         att.add_paged_decode(&mut list, &q, pool, layout, &tables, &lens, &out, shape)?;
     }
-    let (gpu, listed) = list_secs(gpu, &mut list, 2)?;
+    let (gpu, listed) = list_secs(gpu, &mut list, info.launches as usize)?;
     let secs = median(calls).min(listed);
     let tag = format!("p{}_b{batch}_kv{len}", layout.page_tokens);
     let bytes = u64::from(batch) * u64::from(len) * layout.token_bytes();
     let gbps = bytes as f64 / secs / 1e9;
     println!(
-        "# {tag}: {} splits of {} tiles, {} CTAs; call {:.2} us, list {:.2} us",
+        "# {tag}: {} splits of {} tiles, {} CTAs, {} launch(es); call {:.2} us, list {:.2} us",
         info.splits,
         info.tiles_per_split,
         info.ctas,
+        info.launches,
         last_call_us(&info),
         listed * 1e6
     );
@@ -272,10 +276,17 @@ fn run(o: &Opts) -> Result<(), BenchError> {
 fn main() -> Result<(), BenchError> {
     let args: Vec<String> = std::env::args().collect();
     let iters = args.iter().position(|a| a == "--iters").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
+    let merge = match args.iter().position(|a| a == "--merge").map(|i| args.get(i + 1).map(String::as_str)) {
+        None | Some(Some("auto")) => Merge::Auto,
+        Some(Some("launch")) => Merge::Launch,
+        Some(Some("cluster")) => Merge::Cluster,
+        Some(other) => return Err(BenchError::Check(format!("--merge {other:?}: auto, launch or cluster"))),
+    };
     let o = Opts {
         quick: args.iter().any(|a| a == "--quick"),
         check: args.iter().any(|a| a == "--check"),
         iters: iters.unwrap_or(20),
+        merge,
     };
     run(&o)
 }

@@ -2206,6 +2206,7 @@ fn main() -> ExitCode {
             "gemv_lm_head" => matmul_gemv(&[1, 4], 151_936, 2048),
             "serving" => serving::sealed_matmul_steps(),
             "decoder" => decoder::selections(),
+            "combine_norm" => decoder::combine_norm(),
             "l2_prefetch" => decoder::l2_prefetch(),
             "qwen3_tiny" => qwen3::tiny(),
             "qwen3_2layer" => qwen3::two_layer(),
@@ -2293,6 +2294,7 @@ fn main() -> ExitCode {
         ("serving: 1000 sealed matmul steps, driver counters unchanged", serving::sealed_matmul_steps),
         ("decoder: router top-k and argmax, exact against references", decoder::selections),
         ("decoder: L2 prefetch, bulk and lines, stores nothing", decoder::l2_prefetch),
+        ("decoder: combine + RMSNorm in one launch, bit for bit the two launches", decoder::combine_norm),
         ("qwen3: TINY decode vs the host reference, generator bits, sealed steps", || in_child("qwen3_tiny")),
         ("qwen3: full width, 2 layers, 8 steps vs the host reference", || in_child("qwen3_2layer")),
         ("ordering and visibility, marker 1 from the last QMD", || {

@@ -4,7 +4,7 @@
 //!
 //! `qwen3_decode [--tiny] [--steps N] [--batch B] [--layers L] [--context C] [--check] [--dump FILE]
 //! [--checkpoint FILE] [--sealed-steps N] [--bench] [--profile] [--grouped-split S] [--prefetch HOW]
-//! [--router fused|separate]`
+//! [--router fused|separate] [--attn-merge auto|launch|cluster]`
 //!
 //! - `--tiny`: the TINY configuration (the default on sim; on nvidia the full model is the default).
 //! - `--steps N` (default 16): greedy steps, printed with their tokens and the step time.
@@ -26,7 +26,8 @@
 //!   (`qwen3::checkpoint`, e.g. one `write_checkpoint` wrote) instead of the device's generator.
 //! - `--sealed-steps N`: seal, run N more steps, and fail unless the driver counters (every ioctl, mmap
 //!   and munmap) and the allocation counters are what they were before; prints both.
-//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. prefetch=.. router=.. step_us=.. wall_us=.. tok_s=..`: the
+//! - `--bench`: one line `qwen3 decode B=.. layers=.. context=.. prefetch=.. router=.. attn_merge=.. step_us=..
+//!   wall_us=.. tok_s=..`: the
 //!   median step over `--steps`, `step_us` from submit to completion on the platform's clock (the
 //!   submission's own time), `wall_us` the host's around it (with the wait's wake-up), `tok_s` from
 //!   `step_us` (on sim the platform clock is the simulator's virtual one, not a GPU's).
@@ -41,10 +42,14 @@
 //!   Measured slower on the H200 (docs/perf/2026-12-03-s8-qwen3-step.md); kept to re-measure.
 //! - `--router fused|separate` (default fused): each layer routes in one launch (the router product, the
 //!   top k and the route) or in the three it replaces (`Qwen3Model::set_fused_router`).
+//! - `--attn-merge auto|launch|cluster` (default auto, the planner's choice): each layer's attention
+//!   merges its KV splits in the decode's own launch (its splits a cluster) or in a second launch
+//!   (`Qwen3Model::set_attn_merge`).
 
 use std::io::Write;
 use std::time::Instant;
 
+use omega::libs::attention::Merge;
 use omega::libs::decoder::L2Prefetch;
 use omega::libs::serving::qwen3::reference::{Apart, TokenCheck};
 use omega::libs::serving::qwen3::{checkpoint, dump, Qwen3Config, Qwen3Model, Reference, Weights};
@@ -65,6 +70,7 @@ struct Opts {
     grouped_split: Option<u32>,
     prefetch: Option<L2Prefetch>,
     fused_router: bool,
+    attn_merge: Merge,
 }
 
 fn parse(platform: &str) -> Result<Opts, String> {
@@ -83,6 +89,7 @@ fn parse(platform: &str) -> Result<Opts, String> {
         grouped_split: None,
         prefetch: None,
         fused_router: true,
+        attn_merge: Merge::Auto,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -114,6 +121,14 @@ fn parse(platform: &str) -> Result<Opts, String> {
                     "fused" => true,
                     "separate" => false,
                     other => return Err(format!("--router {other}: fused or separate")),
+                }
+            }
+            "--attn-merge" => {
+                o.attn_merge = match value("--attn-merge")?.as_str() {
+                    "auto" => Merge::Auto,
+                    "launch" => Merge::Launch,
+                    "cluster" => Merge::Cluster,
+                    other => return Err(format!("--attn-merge {other}: auto, launch or cluster")),
                 }
             }
             other => return Err(format!("unknown argument {other} (see the example's header)")),
@@ -198,6 +213,7 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
     model.matmul().set_grouped_split(o.grouped_split);
     model.set_l2_prefetch(o.prefetch);
     model.set_fused_router(o.fused_router);
+    model.set_attn_merge(o.attn_merge);
     let (mut list, labels) = model.record_step_labelled().map_err(|e| e.to_string())?;
     println!("ready in {:.1} s: one list of {} launches a step", t.elapsed().as_secs_f64(), list.len());
     let mut reference = o.check.then(|| Reference::generated(cfg, o.batch));
@@ -240,9 +256,10 @@ fn decode<'s>(s: &'s omega::Scope<'s>, gpu: Gpu<'s>, cfg: Qwen3Config, o: &Opts)
             None => "off",
         };
         let router = if o.fused_router { "fused" } else { "separate" };
+        let merge = format!("{:?}", o.attn_merge).to_lowercase();
         println!(
-            "qwen3 decode B={b} layers={l} context={c} prefetch={pf} router={router} step_us={median:.1} \
-             wall_us={wall:.1} tok_s={tok_s:.1}"
+            "qwen3 decode B={b} layers={l} context={c} prefetch={pf} router={router} attn_merge={merge} \
+             step_us={median:.1} wall_us={wall:.1} tok_s={tok_s:.1}"
         );
     }
     if o.profile {

@@ -426,3 +426,131 @@ fn the_weight_generator_makes_the_hosts_bits_on_the_device() {
         assert!(got[n..].iter().all(|&b| b == POISON_U16), "{t:?}: nothing past the span written");
     }
 }
+
+/// The combine and the RMSNorm after it in one launch: against the two calls it replaces (the combine,
+/// then the elementwise RMSNorm), in one submission each on the same routed MoE block, `h` and `x` bit
+/// for bit; and `x` against the f64 RMSNorm of the combined `h` within the f32 norm's error (the sum of
+/// squares and the scaling: 2^-20 of the value, rounded once to bf16, 2^-8). The block is the bf16
+/// RMSNorm's doubled at every width the call takes. A width that is not whole vectors, one past the
+/// widest, and a misaligned operand are refused with their names, before any launch.
+#[test]
+fn the_fused_combine_and_norm_store_the_bits_of_the_two_calls_it_replaces() {
+    use omega::libs::decoder::{DecError, DecOp, DecShapeError, Decoder};
+    use omega::libs::elementwise::{rmsnorm_threads, Elementwise, Rows};
+    use omega::libs::matmul::{GroupedShape, Matmul};
+    for n in (8..=dk::COMBINE_NORM_MAX_COLS).step_by(8) {
+        assert_eq!(dk::combine_norm_threads(n), 2 * rmsnorm_threads::<u16>(n), "{n} columns");
+    }
+    let mut g = rng("combine norm");
+    let (t, e, top_k, n, kk, eps) = (3u32, 16u32, 4u32, 520u32, 64u32, 1e-6f32);
+    let shape = GroupedShape { tokens: t, top_k, experts: e, n, k: kk };
+    let (tu, nu, ku, p) = (t as usize, n as usize, kk as usize, (t * top_k) as usize);
+    let xb = mm::random_bf16(g.random(), tu * ku);
+    let wb = mm::random_bf16(g.random(), (e * n * kk) as usize);
+    let res = mm::random_bf16(g.random(), tu * nu);
+    let norm = mm::random_bf16(g.random(), nu);
+    let logits: Vec<f32> = (0..t * e).map(|_| g.random_range(-3.0f32..3.0)).collect();
+    let dev = omega::lock().open().expect("open").close().open().expect("reopen");
+    let got = dev.scope(|s, gpu| {
+        let (dec, mmul, ew) = (Decoder::new(s).unwrap(), Matmul::new(s).unwrap(), Elementwise::new(s).unwrap());
+        let (x, w) = (s.alloc_device_from(&xb).unwrap(), s.alloc_device_from(&wb).unwrap());
+        let (dl, dn) = (s.alloc_device_from(&logits).unwrap(), s.alloc_device_from(&norm).unwrap());
+        let layout = shape.routing();
+        let mut gpu = gpu;
+        let mut results = Vec::new();
+        for fused in [true, false] {
+            let topk = s.alloc_device_from(&vec![POISON_U32; p]).unwrap();
+            let weights = s.alloc_device_from(&vec![POISON_F32; p]).unwrap();
+            let routing = s.alloc_device_from(&vec![POISON_U32; layout.words]).unwrap();
+            let y = s.alloc_device_from(&vec![POISON_F32; p * nu]).unwrap();
+            let mut h = s.alloc_device_from(&res).unwrap();
+            let mut xo = s.alloc_device_from(&vec![POISON_U16; tu * nu]).unwrap();
+            let (mut tk_out, tk_in) = (span(&topk, p), span(&topk, p));
+            let (mut w_out, w_in) = (span(&weights, p), span(&weights, p));
+            let (r_out, r_in) = (span(&routing, layout.words), span(&routing, layout.words));
+            let (y_out, y_in) = (span(&y, p * nu), span(&y, p * nu));
+            let (h_in, mut h_out, h_norm) = (span(&h, tu * nu), span(&h, tu * nu), span(&h, tu * nu));
+            let mut x_out = span(&xo, tu * nu);
+            {
+                let mut list = s.cmdlist().unwrap();
+                dec.record(&mut list, dec.router_topk(&dl, &mut tk_out, &mut w_out, [t, e, top_k]).unwrap()).unwrap();
+                mmul.add_grouped_bf16(&mut list, &x, &w, &tk_in, &r_out, &y_out, shape).unwrap();
+                if fused {
+                    let c = dec
+                        .moe_combine_rmsnorm(
+                            &y_in,
+                            &r_in,
+                            layout,
+                            &w_in,
+                            (&h_in, &mut h_out),
+                            (&dn, &mut x_out),
+                            shape,
+                            eps,
+                        )
+                        .unwrap();
+                    dec.record(&mut list, c).unwrap();
+                } else {
+                    dec.record(
+                        &mut list,
+                        dec.moe_combine(&y_in, &r_in, layout, &w_in, &h_in, &mut h_out, shape).unwrap(),
+                    )
+                    .unwrap();
+                    let rows = Rows { rows: t, cols: n };
+                    ew.record(&mut list, ew.rmsnorm::<u16>(&h_norm, &dn, &mut x_out, rows, eps).unwrap()).unwrap();
+                }
+                gpu = gpu.submit(&mut list).unwrap().gpu;
+            }
+            results.push((h.to_vec().unwrap(), xo.to_vec().unwrap()));
+        }
+        let apart = results.pop().unwrap();
+        let fused = results.pop().unwrap();
+        // Refusals name the call, the operand and the cause, and launch nothing.
+        let (y, r, wt) = (
+            s.alloc_device::<f32>(p * nu).unwrap(),
+            s.alloc_device::<u32>(layout.words).unwrap(),
+            s.alloc_device::<f32>(p).unwrap(),
+        );
+        let hb = s.alloc_device::<u16>(tu * nu + 8).unwrap();
+        let xb = s.alloc_device::<u16>(tu * nu + 8).unwrap();
+        let (h_in, mut h_out, mut x_out) = (span(&hb, tu * nu), span(&hb, tu * nu), span(&xb, tu * nu));
+        let odd = GroupedShape { n: n - 4, ..shape };
+        let e = dec.moe_combine_rmsnorm(&y, &r, layout, &wt, (&h_in, &mut h_out), (&dn, &mut x_out), odd, eps);
+        assert_eq!(
+            e.unwrap_err(),
+            DecError::Shape(DecShapeError::Width { op: DecOp::CombineNorm, cols: n - 4, most: 4096 })
+        );
+        let wide = GroupedShape { n: 4104, ..shape };
+        let e = dec.moe_combine_rmsnorm(&y, &r, layout, &wt, (&h_in, &mut h_out), (&dn, &mut x_out), wide, eps);
+        assert_eq!(
+            e.unwrap_err(),
+            DecError::Shape(DecShapeError::Width { op: DecOp::CombineNorm, cols: 4104, most: 4096 })
+        );
+        // SAFETY: the span is xb's elements 1 ..= tu * nu, inside its tu * nu + 8.
+        let mut shifted = unsafe { omega::libs::decoder::DeviceSpan::<u16>::new(xb.va() + 2, tu * nu) };
+        let e = dec.moe_combine_rmsnorm(&y, &r, layout, &wt, (&h_in, &mut h_out), (&dn, &mut shifted), shape, eps);
+        assert_eq!(
+            e.unwrap_err(),
+            DecError::Shape(DecShapeError::Misaligned { op: DecOp::CombineNorm, operand: "x", va: xb.va() + 2 })
+        );
+        (fused, apart)
+    });
+    let ((h, x), (h_apart, x_apart)) = match got {
+        Scoped::Open(_, r) => r,
+        Scoped::Latched(..) => panic!("the list latched the process"),
+    };
+    assert!(h == h_apart, "the fused call's h differs from the combine's");
+    assert!(x == x_apart, "the fused call's x differs from the RMSNorm's");
+    assert!(h.iter().all(|&b| b != POISON_U16) && x.iter().all(|&b| b != POISON_U16));
+    let (hf, nf) = (mm::bf16s_to_f32(&h), mm::bf16s_to_f32(&norm));
+    for ti in 0..tu {
+        let row = &hf[ti * nu..][..nu];
+        let ms = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / nu as f64;
+        let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+        for c in 0..nu {
+            let want = f64::from(row[c]) * inv * f64::from(nf[c]);
+            let gv = f64::from(half::bf16::from_bits(x[ti * nu + c]).to_f32());
+            let bound = (2f64.powi(-8) + 2f64.powi(-20)) * want.abs() + 1e-30;
+            assert!((gv - want).abs() <= bound, "token {ti} col {c}: {gv:e}, want {want:e} within {bound:e}");
+        }
+    }
+}

@@ -14,10 +14,14 @@
 #   q48                    48 layers, batch 1, ctx 1K, 20 steps, profile, then 1000 sealed steps
 #   q48b<B>, q48c16, q48b<B>c16   batch B (8, 32) and/or ctx 16K
 #   qb_<B>_<C>_<prefetch>_<router>  any batch, context, prefetch (bulk|lines|off), router (fused|separate)
+#   qm_<B>_<C>_<merge>     any batch and context, attention merge (auto|launch|cluster)
+#   qp_<B>_<C>             the previous build ($BIN/qwen3_decode_prev) at a batch and context, for an A/B
 #   gsplits                `matmul_bench --gemv-splits`
 #   gvar, gocc             benches/cuda/gemv_variants.cu (built here with the machine's nvcc): the
 #                          variants, or the occupancy study (--occupancy)
 #   qpeer                  the PyTorch peer's decode step at batch 1, 8, 32 and ctx 1K, 16K
+#   ew, ewpeer             `ew_bench --check`, and its PyTorch peer (benches/torch/ew_peer.py)
+#   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
 #   anything else          `gpu_suite --case <step>`
 set -u
 BIN=${BIN:-.gpu}
@@ -32,7 +36,7 @@ smi() { nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv
 
 decode() { # batch context [extra...]
     local b=$1 c=$2; shift 2
-    echo "$BIN/qwen3_decode --bench --steps 20 --batch $b --context $c --profile $*"
+    echo "$BIN/${DECODE:-qwen3_decode} --bench --steps 20 --batch $b --context $c --profile $*"
 }
 
 command_of() {
@@ -49,10 +53,20 @@ command_of() {
         qb_*_*_*_*)
             IFS=_ read -r _ b c p r <<<"$1"
             decode "$b" "$c" --prefetch "$p" --router "$r" ;;
+        qm_*_*_*)
+            IFS=_ read -r _ b c m <<<"$1"
+            decode "$b" "$c" --attn-merge "$m" ;;
+        qp_*_*)
+            IFS=_ read -r _ b c <<<"$1"
+            DECODE=qwen3_decode_prev decode "$b" "$c" ;;
         gsplits) echo "$BIN/matmul_bench --gemv-splits" ;;
         gvar) echo "/tmp/gemv_variants" ;;
         gocc) echo "/tmp/gemv_variants --occupancy" ;;
         qpeer) echo "python3 benches/torch/qwen3_peer.py --bench --quick --batch 1,8,32 --ctx 1024,16384" ;;
+        ew) echo "$BIN/ew_bench --check" ;;
+        ewpeer) echo "python3 benches/torch/ew_peer.py" ;;
+        attn) echo "$BIN/attn_bench --check" ;;
+        attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
         *) echo "$BIN/gpu_suite --case $1" ;;
     esac
 }
@@ -76,7 +90,7 @@ done
 for step in $STEPS; do
     echo "== $step"
     head -1 "$OUT/$step.log"
-    grep -E 'passed, .* failed|^FAIL|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto' \
+    grep -E 'passed, .* failed|^FAIL|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto|_of_copy |_goal_|copy_ratio ' \
         "$OUT/$step.log" | tail -20
     tail -1 "$OUT/$step.log"
 done

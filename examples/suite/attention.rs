@@ -6,8 +6,8 @@
 //! references of examples/suite/attention_ref.rs (which argues the tolerances), and reports the
 //! device time of the long ones.
 
-use omega::kernels::attention::{STATUS_BAD_PAGE, STATUS_LONG};
-use omega::libs::attention::{AppendShape, Attention, AttentionError, DecodeShape, GqaShape};
+use omega::kernels::attention::{CLUSTER_MAX_SPLITS, STATUS_BAD_PAGE, STATUS_LONG};
+use omega::libs::attention::{AppendShape, Attention, AttentionError, DecodeShape, GqaShape, Merge};
 
 use super::attention_ref::{
     compare, decode, dense_reference, dense_tolerance, paged_tolerance, Out, PagedCase, QkvCase, Query, POISON,
@@ -32,22 +32,31 @@ fn seed() -> u64 {
     super::common::fresh_seed()
 }
 
-/// One decode case checked; its device time and what it read.
+/// One decode case checked under both merges (the cluster's where a forced split fits one cluster), each
+/// on outputs poisoned afresh; their device times and what they read.
 fn checked<Q: Query, O: Out>(case: &PagedCase, splits: u32, what: &str) -> Result<String, String> {
     let d = case.layout.head_dim;
     let (want, vmax) = case.reference(1.0 / (d as f32).sqrt());
-    let shape = DecodeShape { splits, ..DecodeShape::new(case.batch(), case.q_heads, case.max_pages) };
-    let (got, info) = with_scope(|s, gpu| {
-        let att = Attention::new(s).map_err(err)?;
-        decode::<Q, O>(s, gpu, &att, case, shape).1.map_err(err)
-    })?;
-    let worst = compare(what, &got, &want, paged_tolerance(vmax))?;
-    let gbps = case.kv_bytes() as f64 / info.device_ns.max(1) as f64;
-    Ok(format!(
-        "{what}: {:.1} us, {gbps:.0} GB/s, {} splits, err {worst:.1e}",
-        info.device_ns as f64 / 1e3,
-        info.splits
-    ))
+    let mut out = Vec::new();
+    for merge in [Merge::Launch, Merge::Cluster] {
+        if merge == Merge::Cluster && splits > CLUSTER_MAX_SPLITS {
+            continue;
+        }
+        let shape = DecodeShape { splits, merge, ..DecodeShape::new(case.batch(), case.q_heads, case.max_pages) };
+        let (got, info) = with_scope(|s, gpu| {
+            let att = Attention::new(s).map_err(err)?;
+            decode::<Q, O>(s, gpu, &att, case, shape).1.map_err(err)
+        })?;
+        let worst = compare(&format!("{what}, {merge:?}"), &got, &want, paged_tolerance(vmax))?;
+        let gbps = case.kv_bytes() as f64 / info.device_ns.max(1) as f64;
+        out.push(format!(
+            "{merge:?} {:.1} us, {gbps:.0} GB/s, {} splits, {} launches, err {worst:.1e}",
+            info.device_ns as f64 / 1e3,
+            info.splits,
+            info.launches
+        ));
+    }
+    Ok(format!("{what}: {}", out.join(", ")))
 }
 
 fn lengths(page: u32) -> CaseResult {

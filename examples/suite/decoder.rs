@@ -116,3 +116,83 @@ pub fn l2_prefetch() -> CaseResult {
         Ok(format!("{} (buffer unchanged{clock})", notes.join(", ")))
     })
 }
+
+/// The `combine_norm` case: `omega_moe_combine_rmsnorm_bf16` against the two launches it replaces (the
+/// combine, then the elementwise RMSNorm) on the same fresh random rows and a routing written here
+/// (shuffled slots, one choice dropped), outputs poisoned first: `h` and `x` bit for bit, and `x` within
+/// 2^-8 + 2^-20 of the f64 RMSNorm of `h` (one bf16 rounding of the f32 norm; tests/decoder_kernels.rs).
+/// Decode's shapes (hidden 2048 at batch 1, 8 and 32, top 8) and odd ones up to the widest row (4096).
+pub fn combine_norm() -> CaseResult {
+    use omega::libs::elementwise::{Elementwise, Rows};
+    use omega::libs::matmul::GroupedShape;
+    let mut g = rng();
+    with_scope(|s, gpu| {
+        let (dec, ew) = (Decoder::new(s).map_err(err)?, Elementwise::new(s).map_err(err)?);
+        let mut gpu = gpu;
+        let shapes = [(1u32, 8u32, 2048u32), (8, 8, 2048), (32, 8, 2048), (3, 4, 256), (5, 2, 4096), (2, 3, 520)];
+        for (tokens, top_k, n) in shapes {
+            let shape = GroupedShape { tokens, top_k, experts: 16, n, k: 8 };
+            let layout = shape.routing();
+            let (p, nu, rows) = (shape.choices() as usize, n as usize, (tokens * n) as usize);
+            // Slots in a shuffled order of the choices, the last slot's choice dropped (no slot).
+            let mut order: Vec<u32> = (0..p as u32).collect();
+            for i in (1..p).rev() {
+                order.swap(i, g.random_range(0..=i));
+            }
+            let mut routing = vec![0u32; layout.words];
+            routing[layout.pairs..][..p].copy_from_slice(&order);
+            routing[layout.offsets + 16] = p as u32 - 1;
+            let y: Vec<f32> = (0..p * nu).map(|_| g.random_range(-2.0f32..2.0)).collect();
+            let wts: Vec<f32> = (0..p).map(|_| g.random_range(0.0f32..1.0)).collect();
+            let res = omega::kernels::matmul::random_bf16(g.random(), rows);
+            let norm = omega::kernels::matmul::random_bf16(g.random(), nu);
+            let (dy, dr) = (s.alloc_device_from(&y).map_err(err)?, s.alloc_device_from(&routing).map_err(err)?);
+            let (dw, dn) = (s.alloc_device_from(&wts).map_err(err)?, s.alloc_device_from(&norm).map_err(err)?);
+            let mut got = Vec::new();
+            for fused in [true, false] {
+                let mut h = s.alloc_device_from(&res).map_err(err)?;
+                let mut x = s.alloc_device_from(&vec![0xdeadu16; rows]).map_err(err)?;
+                // SAFETY: each span is the whole of its buffer, which outlives the list that names it.
+                let (h_in, mut h_out, h_norm, mut x_out) = unsafe {
+                    let span = |m: &omega::Mem<'_, omega::Device<u16>>| DeviceSpan::<u16>::new(m.va(), rows);
+                    (span(&h), span(&h), span(&h), span(&x))
+                };
+                let mut list = s.cmdlist().map_err(err)?;
+                if fused {
+                    let c = dec
+                        .moe_combine_rmsnorm(&dy, &dr, layout, &dw, (&h_in, &mut h_out), (&dn, &mut x_out), shape, 1e-6)
+                        .map_err(err)?;
+                    dec.record(&mut list, c).map_err(err)?;
+                } else {
+                    let c = dec.moe_combine(&dy, &dr, layout, &dw, &h_in, &mut h_out, shape).map_err(err)?;
+                    dec.record(&mut list, c).map_err(err)?;
+                    let norm_call = ew.rmsnorm::<u16>(&h_norm, &dn, &mut x_out, Rows { rows: tokens, cols: n }, 1e-6);
+                    ew.record(&mut list, norm_call.map_err(err)?).map_err(err)?;
+                }
+                gpu = gpu.submit(&mut list).map_err(|e| e.to_string())?.gpu;
+                drop(list);
+                got.push((h.to_vec().map_err(err)?, x.to_vec().map_err(err)?));
+            }
+            let what = format!("combine_norm T={tokens} k={top_k} n={n}");
+            let ((h, x), (h2, x2)) = (&got[0], &got[1]);
+            if h != h2 || x != x2 {
+                let at = h.iter().zip(h2).position(|(a, b)| a != b).or(x.iter().zip(x2).position(|(a, b)| a != b));
+                return Err(format!("{what}: the fused launch's bits differ from the two launches' at {at:?}"));
+            }
+            for t in 0..tokens as usize {
+                let row: Vec<f64> =
+                    h[t * nu..][..nu].iter().map(|&b| f64::from(half::bf16::from_bits(b).to_f32())).collect();
+                let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / nu as f64 + 1e-6).sqrt();
+                for c in 0..nu {
+                    let want = row[c] * inv * f64::from(half::bf16::from_bits(norm[c]).to_f32());
+                    let gv = f64::from(half::bf16::from_bits(x[t * nu + c]).to_f32());
+                    if (gv - want).abs() > (2f64.powi(-8) + 2f64.powi(-20)) * want.abs() + 1e-30 {
+                        return Err(format!("{what}: token {t} col {c}: {gv:e}, want {want:e}"));
+                    }
+                }
+            }
+        }
+        let _gpu = gpu;
+        Ok(format!("{} shapes: the fused launch's h and x bit for bit the combine's and the norm's", shapes.len()))
+    })
+}

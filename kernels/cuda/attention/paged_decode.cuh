@@ -123,8 +123,39 @@ __device__ __forceinline__ void load_tile(const DecodeArgs& a, TileSrc t, uint16
   }
 }
 
+// The cluster form's per-CTA partial after the merge: its normalized output rows and log2-sum-exps, placed
+// past the merge's accumulators (inside the pipeline's bytes, so the dynamic shared memory is the same).
 template <int D>
-__device__ void paged_decode(const DecodeArgs& a) {
+struct ClusterPart {
+  static constexpr int O_FLOATS = DecodeSmem<D>::MERGE_BYTES / 4;
+  static constexpr int LSE_FLOATS = O_FLOATS + 16 * D;
+  static_assert((LSE_FLOATS + 16) * 4 <= DecodeSmem<D>::BYTES, "the partial fits the kernel's shared memory");
+};
+
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The f32 at `local` in the shared memory of cluster rank `rank`.
+__device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t rank) {
+  uint32_t remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// CLUSTER: the grid runs in clusters of gridDim.x CTAs (the splits of one sequence's KV head, at most 8),
+// so split s is cluster rank s, and split s takes tiles [s * ceil(tiles / splits), +ceil(tiles / splits)) of
+// the sequence's own length (`tiles_per_split` is not read). Each CTA leaves its partial in its own shared memory, the cluster meets at
+// a barrier, and the splits' CTAs merge the partials through distributed shared memory into `out` (as
+// omega_attn_combine merges them: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), in split order),
+// CTA s taking every gridDim.x-th of the group's head_dim-wide rows' elements; a second barrier keeps each
+// CTA's shared memory until its neighbours have read it. One launch where the split form takes two: the
+// combine's launch and its dependent reads of the partials through L2 cost about 3 us of the 10 a batch-1
+// layer spent in attention (docs/perf/2026-12-04-s11-qwen3-step.md).
+template <int D, bool CLUSTER>
+__device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags) {
   constexpr int KS = D / 16;  // k16 steps of S = Q K^T
   constexpr int DN = D / 8;   // n8 tiles of the output
   constexpr int ROW = DecodeSmem<D>::ROW;
@@ -136,8 +167,11 @@ __device__ void paged_decode(const DecodeArgs& a) {
   const int cap = (int)min((uint64_t)a.max_pages * a.page_tokens, (uint64_t)0x7fffffff);
   const int len = clamped_len(a.lens, b, cap, a.status, split == 0 && kvh == 0 && threadIdx.x == 0);
   const uint32_t tiles = ((uint32_t)len + DECODE_TILE - 1) / DECODE_TILE;
-  const uint32_t first = split * a.tiles_per_split;
-  const uint32_t last = min(tiles, first + a.tiles_per_split);
+  // The cluster form divides the sequence's own tiles among its splits (a launch planned for the table's
+  // capacity decodes shorter sequences with every split busy); the split form keeps the planned slices.
+  const uint32_t per_split = CLUSTER ? (tiles + gridDim.x - 1) / gridDim.x : a.tiles_per_split;
+  const uint32_t first = split * per_split;
+  const uint32_t last = min(tiles, first + per_split);
 
   // Q's A fragments: rows g and g + 8 of the group, columns 16 ks + 2 t4 (+1, +8, +9).
   uint32_t qa[KS][4];
@@ -283,9 +317,47 @@ __device__ void paged_decode(const DecodeArgs& a) {
         acc += wr[d] * f;
       }
     }
-    const uint64_t part = ((uint64_t)b * a.q_heads + kvh * a.group + r) * a.splits + split;
-    a.part_o[part * D + d] = sum > 0.0f ? acc / sum : 0.0f;
-    if (d == 0) a.part_lse[part] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
+    if constexpr (CLUSTER) {
+      float* part = reinterpret_cast<float*>(smem_raw);
+      part[ClusterPart<D>::O_FLOATS + r * D + d] = sum > 0.0f ? acc / sum : 0.0f;
+      if (d == 0) part[ClusterPart<D>::LSE_FLOATS + r] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
+    } else {
+      const uint64_t part = ((uint64_t)b * a.q_heads + kvh * a.group + r) * a.splits + split;
+      a.part_o[part * D + d] = sum > 0.0f ? acc / sum : 0.0f;
+      if (d == 0) a.part_lse[part] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
+    }
+  }
+  if constexpr (CLUSTER) {
+    cluster_barrier();
+    const float* part = reinterpret_cast<const float*>(smem_raw);
+    const uint32_t ranks = gridDim.x;
+    for (uint32_t i = split * DECODE_THREADS + threadIdx.x; i < a.group * D; i += ranks * DECODE_THREADS) {
+      const uint32_t r = i / D;
+      float lse[8], mmax = -INFINITY;
+#pragma unroll
+      for (uint32_t s = 0; s < 8; ++s) {
+        lse[s] = s < ranks ? ld_cluster_f32(part + ClusterPart<D>::LSE_FLOATS + r, s) : -INFINITY;
+        mmax = fmaxf(mmax, lse[s]);
+      }
+      float total = 0.0f, acc = 0.0f;
+      if (mmax != -INFINITY) {
+#pragma unroll
+        for (uint32_t s = 0; s < 8; ++s) {
+          if (s < ranks) {
+            const float w = exp2f(lse[s] - mmax);
+            total += w;
+            acc += w * ld_cluster_f32(part + ClusterPart<D>::O_FLOATS + i, s);
+          }
+        }
+      }
+      const float v = total > 0.0f ? acc / total : 0.0f;
+      const uint64_t at = ((uint64_t)b * a.q_heads + kvh * a.group) * D + i;
+      if (out_flags & ATTN_OUT_BF16)
+        static_cast<__nv_bfloat16*>(out)[at] = __float2bfloat16_rn(v);
+      else
+        static_cast<float*>(out)[at] = v;
+    }
+    cluster_barrier();
   }
 }
 
@@ -300,11 +372,28 @@ __device__ void paged_decode(const DecodeArgs& a) {
     omega_attn::DecodeArgs a{q,           pool,     table,      lens,  part_o,    part_lse,        status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, \
                              splits,      tiles_per_split, scale_log2, flags};                                 \
-    omega_attn::paged_decode<D>(a);                                                                             \
+    omega_attn::paged_decode<D, false>(a, nullptr, 0);                                                         \
   }
 OMEGA_PAGED_DECODE(32)
 OMEGA_PAGED_DECODE(64)
 OMEGA_PAGED_DECODE(128)
+
+// The cluster form (omega_attn::paged_decode's CLUSTER): the decode's arguments but the partials' buffers,
+// then the combine's output and flags; clusters of gridDim.x <= 8 CTAs set by the launch.
+#define OMEGA_PAGED_DECODE_CLUSTER(D)                                                                          \
+  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) omega_paged_decode_cluster_bf16_d##D(           \
+      const void* q, const uint16_t* pool, const int* table, const int* lens, unsigned* status,                 \
+      uint64_t head_stride, uint64_t v_offset, uint64_t page_stride, uint32_t page_tokens, uint32_t pages,      \
+      uint32_t max_pages, uint32_t q_heads, uint32_t group, uint32_t splits, uint32_t tiles_per_split,          \
+      float scale_log2, uint32_t flags, void* out, uint32_t out_flags) {                                        \
+    omega_attn::DecodeArgs a{q,           pool,     table,       lens,        nullptr, nullptr,   status,     \
+                             head_stride, v_offset, page_stride, page_tokens, pages,   max_pages, q_heads,    \
+                             group,       splits,   tiles_per_split, scale_log2, flags};                      \
+    omega_attn::paged_decode<D, true>(a, out, out_flags);                                                       \
+  }
+OMEGA_PAGED_DECODE_CLUSTER(32)
+OMEGA_PAGED_DECODE_CLUSTER(64)
+OMEGA_PAGED_DECODE_CLUSTER(128)
 
 // The combine: grid [q_heads, batch], 256 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
 // head_dim must be a multiple of 4, at most 4 * COMBINE_THREADS (the decode kernels' 32, 64 and 128 are).

@@ -40,12 +40,34 @@ struct alignas(16) EwRaw32 {
 };
 template <> struct EwRaw<float, 8> { using type = EwRaw32; };
 
+// A raw vector's 32-bit words, by value. Unpacking through an element pointer into the loaded vector let
+// the front end replace the one vector load by a load per element (PTX of every kernel here: ld.global.u16
+// and .f32 only), eight instructions for one; taken from the words, the vector load stays.
+__device__ __forceinline__ void ew_words(const uint4& r, uint32_t (&w)[4]) {
+  w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
+}
+__device__ __forceinline__ void ew_words(const uint2& r, uint32_t (&w)[2]) { w[0] = r.x, w[1] = r.y; }
+__device__ __forceinline__ void ew_words(const EwRaw32& r, uint32_t (&w)[8]) {
+  w[0] = r.lo.x, w[1] = r.lo.y, w[2] = r.lo.z, w[3] = r.lo.w;
+  w[4] = r.hi.x, w[5] = r.hi.y, w[6] = r.hi.z, w[7] = r.hi.w;
+}
+
 // The V elements of T in a raw vector, widened to f32, and back (rounded once per element).
 template <typename T, int V>
 __device__ __forceinline__ void ew_unpack(const typename EwRaw<T, V>::type& raw, float (&v)[V]) {
-  const T* e = reinterpret_cast<const T*>(&raw);
+  if constexpr (V == 1) {
+    v[0] = ew_to_f32(raw);
+  } else {
+    uint32_t w[sizeof(raw) / 4];
+    ew_words(raw, w);
 #pragma unroll
-  for (int j = 0; j < V; ++j) v[j] = ew_to_f32(e[j]);
+    for (int j = 0; j < V; ++j) {
+      if constexpr (sizeof(T) == 4)
+        v[j] = __uint_as_float(w[j]);
+      else
+        v[j] = __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
+    }
+  }
 }
 
 template <typename T, int V>

@@ -29,6 +29,17 @@ pub const GQA_F32: &str = "omega_gqa_attention_f32";
 /// scale_log2, flags)`, by head_dim ([`DECODE_HEAD_DIMS`]).
 pub const PAGED_DECODE: [&str; 3] =
     ["omega_paged_decode_bf16_d32", "omega_paged_decode_bf16_d64", "omega_paged_decode_bf16_d128"];
+/// `omega_paged_decode_cluster_bf16_d{32,64,128}(q, pool, table, lens, status, head_stride, v_offset,
+/// page_stride, page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split, scale_log2, flags,
+/// out, out_flags)`: the decode and the combine in one launch, the splits of a (sequence, KV head) one
+/// cluster of `splits` CTAs (at most [`CLUSTER_MAX_SPLITS`]) merging through distributed shared memory.
+pub const PAGED_DECODE_CLUSTER: [&str; 3] = [
+    "omega_paged_decode_cluster_bf16_d32",
+    "omega_paged_decode_cluster_bf16_d64",
+    "omega_paged_decode_cluster_bf16_d128",
+];
+/// The most splits (CTAs of a cluster) the cluster form merges: Hopper's portable cluster size.
+pub const CLUSTER_MAX_SPLITS: u32 = 8;
 /// The head dims the decode entries are compiled for, in [`PAGED_DECODE`] order.
 pub const DECODE_HEAD_DIMS: [u32; 3] = [32, 64, 128];
 /// `omega_attn_combine(part_o, part_lse, out, head_dim, splits, q_heads, flags)`.
@@ -108,6 +119,9 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
     decode_spec(0),
     decode_spec(1),
     decode_spec(2),
+    decode_cluster_spec(0),
+    decode_cluster_spec(1),
+    decode_cluster_spec(2),
     HostSpec {
         name: COMBINE,
         param_sizes: &[8, 8, 8, 4, 4, 4, 4],
@@ -140,6 +154,16 @@ const fn decode_spec(i: usize) -> HostSpec {
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
         run: [paged_decode::<32>, paged_decode::<64>, paged_decode::<128>][i],
+    }
+}
+
+const fn decode_cluster_spec(i: usize) -> HostSpec {
+    HostSpec {
+        name: PAGED_DECODE_CLUSTER[i],
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: [paged_decode_cluster::<32>, paged_decode_cluster::<64>, paged_decode_cluster::<128>][i],
     }
 }
 
@@ -281,48 +305,67 @@ fn clamped_len(
     Ok(len)
 }
 
-fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = PAGED_DECODE[DECODE_HEAD_DIMS.iter().position(|&d| d == D).expect("compiled head dims")];
+/// The decode kernels' checks of their launch and arguments, for entry `name`.
+fn check_decode(ctx: &KernelCtx<'_>, name: &str, a: &Decode, head_dim: u32) -> Result<(), KernelError> {
     check_block(ctx, name, DECODE_THREADS)?;
-    if ctx.dynamic_shared_bytes < decode_smem_bytes(D) {
-        return Err(fault(format!("{name}: needs {} bytes of dynamic shared memory", decode_smem_bytes(D))));
+    if ctx.dynamic_shared_bytes < decode_smem_bytes(head_dim) {
+        return Err(fault(format!("{name}: needs {} bytes of dynamic shared memory", decode_smem_bytes(head_dim))));
     }
-    let a = Decode::of(ctx);
     if a.page_tokens == 0 || !a.page_tokens.is_multiple_of(DECODE_TILE) || a.group == 0 || a.group > DECODE_MAX_GROUP {
         return Err(fault(format!("{name}: page of {} tokens, group of {}", a.page_tokens, a.group)));
     }
-    let shape = ctx.shape();
+    Ok(())
+}
+
+/// How a decode CTA finds its tiles: the planned `tiles_per_split` (the split form), or its share of the
+/// sequence's own tiles among the splits (the cluster form).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slices {
+    Planned,
+    OfLength,
+}
+
+/// Split `split` of KV head `kvh` of sequence `b`: each of the group's query rows' normalized partial
+/// output (`D` values) and log2-sum-exp (-inf for no tokens), as the decode CTA computes them.
+fn split_partials<const D: u32>(
+    ctx: &mut KernelCtx<'_>,
+    a: &Decode,
+    slices: Slices,
+    [split, kvh, b]: [u32; 3],
+) -> Result<Vec<(Vec<f32>, f32)>, KernelError> {
     let d = D as usize;
-    for blk in ctx.take_blocks() {
-        let [split, kvh, b] = shape.block_id(blk);
-        let cap = u64::from(a.max_pages) * u64::from(a.page_tokens);
-        let len = clamped_len(ctx, a.lens, a.status, b, cap, split == 0 && kvh == 0)?;
-        let tiles = len.div_ceil(DECODE_TILE);
-        let first = split.saturating_mul(a.tiles_per_split);
-        let last = tiles.min(first.saturating_add(a.tiles_per_split));
-        // The split's valid rows, gathered as the warps' tiles read them.
-        let (mut kf, mut vf) = (Vec::new(), Vec::new());
-        for tile in first..last {
-            let token0 = tile * DECODE_TILE;
-            let entry =
-                a.table.wrapping_add((u64::from(b) * u64::from(a.max_pages) + u64::from(token0 / a.page_tokens)) * 4);
-            let page = read_i32(ctx, entry)?;
-            if page < 0 || page as u32 >= a.pages {
-                flag(ctx, a.status, STATUS_BAD_PAGE)?;
-                continue;
-            }
-            let rows = (len - token0).min(DECODE_TILE) as usize;
-            let at = u64::from(page as u32) * a.page_stride
-                + u64::from(kvh) * a.head_stride
-                + u64::from(token0 % a.page_tokens) * u64::from(D);
-            let kva = a.pool.wrapping_add(at * 2);
-            kf.extend(read_bf16s(ctx, kva, rows * d)?);
-            vf.extend(read_bf16s(ctx, kva.wrapping_add(a.v_offset * 2), rows * d)?);
+    let cap = u64::from(a.max_pages) * u64::from(a.page_tokens);
+    let len = clamped_len(ctx, a.lens, a.status, b, cap, split == 0 && kvh == 0)?;
+    let tiles = len.div_ceil(DECODE_TILE);
+    let per_split = match slices {
+        Slices::Planned => a.tiles_per_split,
+        Slices::OfLength => tiles.div_ceil(a.splits.max(1)),
+    };
+    let first = split.saturating_mul(per_split);
+    let last = tiles.min(first.saturating_add(per_split));
+    // The split's valid rows, gathered as the warps' tiles read them.
+    let (mut kf, mut vf) = (Vec::new(), Vec::new());
+    for tile in first..last {
+        let token0 = tile * DECODE_TILE;
+        let entry =
+            a.table.wrapping_add((u64::from(b) * u64::from(a.max_pages) + u64::from(token0 / a.page_tokens)) * 4);
+        let page = read_i32(ctx, entry)?;
+        if page < 0 || page as u32 >= a.pages {
+            flag(ctx, a.status, STATUS_BAD_PAGE)?;
+            continue;
         }
-        let n = kf.len() / d;
-        for r in 0..a.group {
-            let h = kvh * a.group + r;
-            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(h);
+        let rows = (len - token0).min(DECODE_TILE) as usize;
+        let at = u64::from(page as u32) * a.page_stride
+            + u64::from(kvh) * a.head_stride
+            + u64::from(token0 % a.page_tokens) * u64::from(D);
+        let kva = a.pool.wrapping_add(at * 2);
+        kf.extend(read_bf16s(ctx, kva, rows * d)?);
+        vf.extend(read_bf16s(ctx, kva.wrapping_add(a.v_offset * 2), rows * d)?);
+    }
+    let n = kf.len() / d;
+    (0..a.group)
+        .map(|r| {
+            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(kvh * a.group + r);
             let q = if a.flags & FLAG_Q_BF16 != 0 {
                 read_bf16s(ctx, a.q.wrapping_add(row * u64::from(D) * 2), d)?
             } else {
@@ -333,14 +376,111 @@ fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError
             let mut o = vec![0f64; d];
             let kv = KvRows { k: &kf, v: &vf, stride: d, offset: 0, n };
             let (m, l) = math::attend_row(&q, kv, f64::from(a.scale_log2), true, &mut o);
-            let part = row * u64::from(a.splits) + u64::from(split);
-            let o32: Vec<f32> = o.iter().map(|&x| x as f32).collect();
-            ctx.write_f32s(a.part_o.wrapping_add(part * u64::from(D) * 4), &o32)?;
             let lse = if l > 0.0 { (m + l.log2()) as f32 } else { f32::NEG_INFINITY };
+            Ok((o.iter().map(|&x| x as f32).collect(), lse))
+        })
+        .collect()
+}
+
+fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = PAGED_DECODE[DECODE_HEAD_DIMS.iter().position(|&d| d == D).expect("compiled head dims")];
+    let a = Decode::of(ctx);
+    check_decode(ctx, name, &a, D)?;
+    let shape = ctx.shape();
+    for blk in ctx.take_blocks() {
+        let [split, kvh, b] = shape.block_id(blk);
+        for (r, (o, lse)) in split_partials::<D>(ctx, &a, Slices::Planned, [split, kvh, b])?.into_iter().enumerate() {
+            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(kvh * a.group) + r as u64;
+            let part = row * u64::from(a.splits) + u64::from(split);
+            ctx.write_f32s(a.part_o.wrapping_add(part * u64::from(D) * 4), &o)?;
             ctx.write_f32s(a.part_lse.wrapping_add(part * 4), &[lse])?;
         }
     }
     Ok(())
+}
+
+/// The cluster form: the CTA of split 0 (cluster rank 0) computes every split's partials of its
+/// (sequence, KV head), each split its share of the sequence's own tiles, and merges them as the combine
+/// does ([`merge_splits`]); the other ranks' work is in it. The grid must be whole clusters of `splits` CTAs along x, as the kernel's merge reads ranks
+/// 0 .. gridDim.x.
+fn paged_decode_cluster<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = PAGED_DECODE_CLUSTER[DECODE_HEAD_DIMS.iter().position(|&d| d == D).expect("compiled head dims")];
+    let a = Decode {
+        q: ctx.u64_at(0),
+        pool: ctx.u64_at(2),
+        table: ctx.u64_at(4),
+        lens: ctx.u64_at(6),
+        part_o: 0,
+        part_lse: 0,
+        status: ctx.u64_at(8),
+        head_stride: ctx.u64_at(10),
+        v_offset: ctx.u64_at(12),
+        page_stride: ctx.u64_at(14),
+        page_tokens: ctx.word(16),
+        pages: ctx.word(17),
+        max_pages: ctx.word(18),
+        q_heads: ctx.word(19),
+        group: ctx.word(20),
+        splits: ctx.word(21),
+        tiles_per_split: ctx.word(22),
+        scale_log2: f32::from_bits(ctx.word(23)),
+        flags: ctx.word(24),
+    };
+    let (out, out_flags) = (ctx.u64_at(26), ctx.word(28));
+    check_decode(ctx, name, &a, D)?;
+    let shape = ctx.shape();
+    if shape.grid[0] != a.splits || ctx.cluster != [a.splits, 1, 1] || a.splits > CLUSTER_MAX_SPLITS {
+        return Err(fault(format!(
+            "{name}: {} splits in a grid of {:?} and clusters of {:?}; it needs clusters of [splits, 1, 1], the \
+             grid's x, at most {CLUSTER_MAX_SPLITS}",
+            a.splits, shape.grid, ctx.cluster
+        )));
+    }
+    let d = D as usize;
+    for blk in ctx.take_blocks() {
+        let [rank, kvh, b] = shape.block_id(blk);
+        if rank != 0 {
+            continue;
+        }
+        let parts = (0..a.splits)
+            .map(|split| split_partials::<D>(ctx, &a, Slices::OfLength, [split, kvh, b]))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in 0..a.group as usize {
+            let lse: Vec<f32> = parts.iter().map(|p| p[r].1).collect();
+            let o: Vec<f32> = parts.iter().flat_map(|p| p[r].0.iter().copied()).collect();
+            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(kvh * a.group) + r as u64;
+            store_row(ctx, out, row * u64::from(D), &merge_splits(&lse, &o, d), out_flags)?;
+        }
+    }
+    Ok(())
+}
+
+/// The log-sum-exp merge of one row's splits (`lse[s]`, partial `o[s * d ..][..d]`): `sum_s 2^(lse_s - M)
+/// o_s / sum_s 2^(lse_s - M)`, zeros when no split has a token.
+fn merge_splits(lse: &[f32], parts: &[f32], d: usize) -> Vec<f32> {
+    let m = lse.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let w: Vec<f32> = lse.iter().map(|&x| if m == f32::NEG_INFINITY { 0.0 } else { (x - m).exp2() }).collect();
+    let total: f32 = w.iter().sum();
+    (0..d)
+        .map(|j| {
+            let acc: f32 = w.iter().enumerate().map(|(s, ws)| ws * parts[s * d + j]).sum();
+            if total > 0.0 {
+                acc / total
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// One output row at element `at`, f32 or bf16 by `flags`.
+fn store_row(ctx: &mut KernelCtx<'_>, out: u64, at: u64, vals: &[f32], flags: u32) -> Result<(), KernelError> {
+    if flags & FLAG_OUT_BF16 != 0 {
+        let bytes: Vec<u8> = vals.iter().flat_map(|&x| math::f32_to_bf16(x).to_le_bytes()).collect();
+        ctx.write(out.wrapping_add(at * 2), &bytes)
+    } else {
+        ctx.write_f32s(out.wrapping_add(at * 4), vals)
+    }
 }
 
 fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
@@ -360,28 +500,9 @@ fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         let [h, b, _] = shape.block_id(blk);
         let row = u64::from(b) * u64::from(q_heads) + u64::from(h);
         let lse = ctx.read_f32s(part_lse.wrapping_add(row * u64::from(splits) * 4), splits as usize)?;
-        let m = lse.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let w: Vec<f32> = lse.iter().map(|&x| if m == f32::NEG_INFINITY { 0.0 } else { (x - m).exp2() }).collect();
-        let total: f32 = w.iter().sum();
         let parts =
             ctx.read_f32s(part_o.wrapping_add(row * u64::from(splits) * u64::from(head_dim) * 4), splits as usize * d)?;
-        let vals: Vec<f32> = (0..d)
-            .map(|j| {
-                let acc: f32 = w.iter().enumerate().map(|(s, ws)| ws * parts[s * d + j]).sum();
-                if total > 0.0 {
-                    acc / total
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let at = row * u64::from(head_dim);
-        if flags & FLAG_OUT_BF16 != 0 {
-            let bytes: Vec<u8> = vals.iter().flat_map(|&x| math::f32_to_bf16(x).to_le_bytes()).collect();
-            ctx.write(out.wrapping_add(at * 2), &bytes)?;
-        } else {
-            ctx.write_f32s(out.wrapping_add(at * 4), &vals)?;
-        }
+        store_row(ctx, out, row * u64::from(head_dim), &merge_splits(&lse, &parts, d), flags)?;
     }
     Ok(())
 }

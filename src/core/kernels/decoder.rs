@@ -12,6 +12,7 @@ use core::ops::Range;
 use omega_hal::sim::{KernelCtx, KernelError};
 use omega_refmath as math;
 
+use super::elementwise::{self, inv_rms};
 use super::HostSpec;
 
 /// The module's name (`kernels/cuda/decoder.cu`).
@@ -28,6 +29,12 @@ pub const ARGMAX_F32: &str = "omega_argmax_f32";
 /// `omega_moe_combine_bf16(y, pairs, slots, weights, res, out, tokens, top_k, n)`: `out[t, :] = res[t, :]
 /// + sum_j weights[t, j] * y[slot(t, j), :]`, the grouped GEMM's rows summed back into the residual.
 pub const MOE_COMBINE_BF16: &str = "omega_moe_combine_bf16";
+/// `omega_moe_combine_rmsnorm_bf16(y, pairs, slots, weights, res, h, nw, x, tokens, top_k, n, eps)`: the
+/// combine into `h` as [`MOE_COMBINE_BF16`] computes it, then `x[t, :] = rmsnorm(h[t, :]) * nw` as
+/// `omega_rmsnorm_bf16` computes it, in one launch: a CTA a token of [`combine_norm_threads`] threads.
+pub const MOE_COMBINE_RMSNORM_BF16: &str = "omega_moe_combine_rmsnorm_bf16";
+/// The widest row the fused combine and norm takes (`2 * DEC_COMBINE_NORM_MAX_HALF` threads of 8 columns).
+pub const COMBINE_NORM_MAX_COLS: u32 = 4096;
 
 /// `omega_rope_step(pos, cos, sin, lens, batch, half, theta)`: a decode step's start, the RoPE tables
 /// `[batch, half]` of the positions and `lens = pos + 1` ([`rope_angle_ref`]).
@@ -54,6 +61,14 @@ pub const COMBINE_THREADS: u32 = 256;
 pub const ROUTER_THREADS: u32 = 32 * ROUTER_TOKENS_PER_CTA;
 /// Tokens a router block takes (`DEC_ROUTER_WARPS`).
 pub const ROUTER_TOKENS_PER_CTA: u32 = 4;
+
+/// The fused combine and norm's block at `n` columns: twice the bf16 RMSNorm's (its vectors of
+/// [`elementwise::VEC`] columns, [`elementwise::RMSNORM_ITEMS`] a thread, rounded up to a warp), a thread
+/// per vector, so its sum of squares runs in the RMSNorm's order.
+pub fn combine_norm_threads(n: u32) -> u32 {
+    let per_thread = elementwise::VEC[1] * elementwise::RMSNORM_ITEMS[1];
+    2 * n.div_ceil(per_thread).next_multiple_of(32).clamp(32, elementwise::RMSNORM_MAX_THREADS)
+}
 
 /// The module's kernels with their host references, by symbol name.
 pub const DECODER_HOST_SPECS: &[HostSpec] = &[
@@ -94,6 +109,14 @@ pub const DECODER_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 32,
         local_bytes_per_thread: 0,
         run: combine,
+    },
+    HostSpec {
+        name: MOE_COMBINE_RMSNORM_BF16,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4],
+        // `slot_of` (32 bytes), `red` (a float a warp: 128) and `upper` (256 packed vectors: 4096).
+        static_shared_bytes: 4256,
+        local_bytes_per_thread: 0,
+        run: combine_norm,
     },
     HostSpec {
         name: ROPE_STEP,
@@ -300,21 +323,74 @@ fn combine(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let filled = ctx.read_u32s(slots, 1)?[0] as usize;
     let p = ctx.read_u32s(pairs, filled)?;
     for t in part {
-        // The last slot naming a choice wins, as the kernel's stores race to one value per choice (the
-        // route kernel gives each choice one slot, so there is no race in practice).
-        let mut slot_of = vec![None; top_k as usize];
-        for (s, &pair) in p.iter().enumerate() {
-            if u64::from(pair) / top_k == t {
-                slot_of[(u64::from(pair) % top_k) as usize] = Some(s as u64);
-            }
+        let bits = combine_token(ctx, [y, weights, res], &p, [t, top_k, n])?;
+        store_u16s(ctx, out.wrapping_add(t * n * 2), &bits)?;
+    }
+    Ok(())
+}
+
+/// The choices' slots of token `t` (`None`: dropped); the last slot naming a choice wins, as the kernels'
+/// stores race to one value per choice (the route kernel gives each choice one slot, so there is no race
+/// in practice).
+fn slots_of(pairs: &[u32], t: u64, top_k: u64) -> Vec<Option<u64>> {
+    let mut slot_of = vec![None; top_k as usize];
+    for (s, &pair) in pairs.iter().enumerate() {
+        if u64::from(pair) / top_k == t {
+            slot_of[(u64::from(pair) % top_k) as usize] = Some(s as u64);
         }
-        let w = ctx.read_f32s(weights.wrapping_add(t * top_k * 4), top_k as usize)?;
-        let rows = slot_of
-            .iter()
-            .map(|s| s.map(|s| ctx.read_f32s(y.wrapping_add(s * n * 4), n as usize)).transpose())
-            .collect::<Result<Vec<_>, _>>()?;
-        let r = math::bf16s_to_f32(&load_u16s(ctx, res.wrapping_add(t * n * 2), n)?);
-        store_u16s(ctx, out.wrapping_add(t * n * 2), &combine_row_ref(&r, &w, &rows))?;
+    }
+    slot_of
+}
+
+/// Token `t`'s combined row (bf16 bits): its choices' rows of `y` weighted and added to its `res` row.
+fn combine_token(
+    ctx: &KernelCtx<'_>,
+    [y, weights, res]: [u64; 3],
+    pairs: &[u32],
+    [t, top_k, n]: [u64; 3],
+) -> Result<Vec<u16>, KernelError> {
+    let w = ctx.read_f32s(weights.wrapping_add(t * top_k * 4), top_k as usize)?;
+    let rows = slots_of(pairs, t, top_k)
+        .iter()
+        .map(|s| s.map(|s| ctx.read_f32s(y.wrapping_add(s * n * 4), n as usize)).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
+    let r = math::bf16s_to_f32(&load_u16s(ctx, res.wrapping_add(t * n * 2), n)?);
+    Ok(combine_row_ref(&r, &w, &rows))
+}
+
+fn combine_norm(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (y, pairs, slots, weights) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
+    let (res, h, nw, x) = (ctx.u64_at(8), ctx.u64_at(10), ctx.u64_at(12), ctx.u64_at(14));
+    let (tokens, top_k, n) = (u64::from(ctx.word(16)), u64::from(ctx.word(17)), u64::from(ctx.word(18)));
+    let eps = f32::from_bits(ctx.word(19));
+    // A block other than the library's leaves vectors without a thread (fewer) or a sum of squares in
+    // another order (more): the kernel's result would not be the norm's.
+    let want = combine_norm_threads(n as u32);
+    if ctx.block != [want, 1, 1] || !n.is_multiple_of(8) || n > u64::from(COMBINE_NORM_MAX_COLS) {
+        return Err(KernelError::Fault {
+            xid: 13,
+            detail: format!(
+                "{MOE_COMBINE_RMSNORM_BF16}: launched with block {:?} at {n} columns; it needs [{want}, 1, 1] \
+                 and a multiple of 8 columns, at most {COMBINE_NORM_MAX_COLS}",
+                ctx.block
+            ),
+        });
+    }
+    let part = take_rows(ctx, tokens, n);
+    if top_k == 0 || top_k > u64::from(TOPK_MAX) || part.is_empty() {
+        return Ok(());
+    }
+    let filled = ctx.read_u32s(slots, 1)?[0] as usize;
+    let p = ctx.read_u32s(pairs, filled)?;
+    let wv = math::bf16s_to_f32(&load_u16s(ctx, nw, n)?);
+    for t in part {
+        let bits = combine_token(ctx, [y, weights, res], &p, [t, top_k, n])?;
+        store_u16s(ctx, h.wrapping_add(t * n * 2), &bits)?;
+        let v = math::bf16s_to_f32(&bits);
+        let inv = inv_rms(&v, eps);
+        let out: Vec<f32> = v.iter().zip(&wv).map(|(a, b)| a * inv * b).collect();
+        let out: Vec<u16> = out.iter().map(|&f| math::f32_to_bf16(f)).collect();
+        store_u16s(ctx, x.wrapping_add(t * n * 2), &out)?;
     }
     Ok(())
 }

@@ -49,4 +49,7 @@ pub mod prefill;
 pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};
 pub use ops::{Attention, Done, Elem, Failed, Info, KeptAttention, Kind, Workspace};
-pub use plan::{ctas_per_sm, split, AppendShape, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split};
+pub use plan::{
+    ctas_per_sm, decode_plan, split, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, Merge, QkvAppendShape,
+    Split,
+};

@@ -7,13 +7,13 @@ use crate::cmdlist::CmdListBuilder;
 use crate::kernels::attention::{
     self as k, decode_smem_bytes, APPEND_ADVANCE, APPEND_F32, APPEND_THREADS, COMBINE, COMBINE_THREADS,
     DECODE_HEAD_DIMS, DECODE_MAX_GROUP, DECODE_THREADS, FLAG_OUT_BF16, FLAG_Q_BF16, GQA_F32, GQA_THREADS, KV_APPEND,
-    PAGED_DECODE, QKV_APPEND, QKV_APPEND_THREADS,
+    PAGED_DECODE, PAGED_DECODE_CLUSTER, QKV_APPEND, QKV_APPEND_THREADS,
 };
 use crate::libs::matmul::{Input, Output};
 use crate::{Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Module, Scope, Stage};
 
 use super::error::{AttentionError, Operand, ShapeError, TableDetail};
-use super::plan::{self, AppendShape, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split};
+use super::plan::{self, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split};
 
 mod sealed {
     pub trait Sealed {}
@@ -187,6 +187,8 @@ enum Arg {
 struct Step {
     kernel: usize,
     grid: [u32; 3],
+    /// CTAs a cluster (`[1, 1, 1]`: none).
+    cluster: [u32; 3],
     block: u32,
     smem: u32,
     args: Vec<Arg>,
@@ -203,7 +205,18 @@ struct Plan {
 }
 
 /// The kernels the handle loads, in this order.
-const KERNELS: [&str; 7] = [GQA_F32, PAGED_DECODE[0], PAGED_DECODE[1], PAGED_DECODE[2], COMBINE, KV_APPEND, QKV_APPEND];
+const KERNELS: [&str; 10] = [
+    GQA_F32,
+    PAGED_DECODE[0],
+    PAGED_DECODE[1],
+    PAGED_DECODE[2],
+    COMBINE,
+    KV_APPEND,
+    QKV_APPEND,
+    PAGED_DECODE_CLUSTER[0],
+    PAGED_DECODE_CLUSTER[1],
+    PAGED_DECODE_CLUSTER[2],
+];
 
 /// Checks that `len` elements hold an operand of `needs` elements of `bytes` each.
 fn holds(operand: Operand, len: usize, needs: u64, bytes: u64) -> Result<(), ShapeError> {
@@ -576,7 +589,7 @@ impl<'s> Attention<'s> {
                 Arg::Word(u32::from(s.causal)),
                 Arg::Word(scale_of(s.scale, s.head_dim).to_bits()),
             ];
-            let step = Step { kernel: 0, grid: [grid, 1, 1], block: GQA_THREADS, smem: 0, args };
+            let step = Step { kernel: 0, grid: [grid, 1, 1], cluster: [1, 1, 1], block: GQA_THREADS, smem: 0, args };
             Ok(Plan { steps: vec![step], partials: 0, head_dim: s.head_dim, work: warps * u64::from(s.kv_len) * d * 2 })
         })();
         (plan, Info { kind: Some(Kind::Gqa), ..info })
@@ -616,31 +629,59 @@ impl<'s> Attention<'s> {
             holds(Operand::Table, tables.elements(), u64::from(s.batch) * u64::from(s.max_pages), 4)?;
             holds(Operand::Lens, lens.elements(), u64::from(s.batch), 4)?;
             aligned(Operand::Pool, pool.device_va(), 16)?;
-            let Split { splits, tiles_per_split } = plan::split(
-                u64::from(s.batch) * u64::from(layout.kv_heads),
-                cap,
-                self.sms * plan::ctas_per_sm(d),
-                s.splits,
-            );
+            let pairs = u64::from(s.batch) * u64::from(layout.kv_heads);
+            let slots = self.sms * plan::ctas_per_sm(d);
+            let DecodePlan { split: Split { splits, tiles_per_split }, cluster } =
+                plan::decode_plan(pairs, cap, slots, s.splits, s.merge)?;
             let di = DECODE_HEAD_DIMS.iter().position(|&x| x == d).expect("the layout's check");
             let scale_log2 = scale_of(s.scale, d) * core::f32::consts::LOG2_E;
+            let out_flags = Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 });
+            let inputs = [Arg::Va(q.device_va()), Arg::Va(pool.device_va()), Arg::Va(tables.device_va())];
+            let split_args = [Arg::Word(s.q_heads), Arg::Word(group), Arg::Word(splits), Arg::Word(tiles_per_split)];
+            let flags = [Arg::Word(scale_log2.to_bits()), Arg::Word(if Q::BF16 { FLAG_Q_BF16 } else { 0 })];
+            let pool_args = pool_args(layout, s.max_pages);
+            let grid = [splits, layout.kv_heads, s.batch];
+            let (smem, work) = (decode_smem_bytes(d), rows * cap * u64::from(d) * 2);
+            info.splits = splits;
+            info.tiles_per_split = tiles_per_split;
+            if cluster {
+                let decode = Step {
+                    kernel: 7 + di,
+                    grid,
+                    cluster: [splits, 1, 1],
+                    block: DECODE_THREADS,
+                    smem,
+                    args: [
+                        inputs.as_slice(),
+                        &[Arg::Va(lens.device_va())],
+                        &pool_args,
+                        &split_args,
+                        &flags,
+                        &[Arg::Va(out_va), out_flags],
+                    ]
+                    .concat(),
+                };
+                return Ok(Plan { steps: vec![decode], partials: 0, head_dim: d, work });
+            }
             let decode = Step {
                 kernel: 1 + di,
-                grid: [splits, layout.kv_heads, s.batch],
+                grid,
+                cluster: [1, 1, 1],
                 block: DECODE_THREADS,
-                smem: decode_smem_bytes(d),
+                smem,
                 args: [
-                    [Arg::Va(q.device_va()), Arg::Va(pool.device_va()), Arg::Va(tables.device_va())].as_slice(),
+                    inputs.as_slice(),
                     &[Arg::Va(lens.device_va()), Arg::PartO, Arg::PartLse],
-                    &pool_args(layout, s.max_pages),
-                    &[Arg::Word(s.q_heads), Arg::Word(group), Arg::Word(splits), Arg::Word(tiles_per_split)],
-                    &[Arg::Word(scale_log2.to_bits()), Arg::Word(if Q::BF16 { FLAG_Q_BF16 } else { 0 })],
+                    &pool_args,
+                    &split_args,
+                    &flags,
                 ]
                 .concat(),
             };
             let combine = Step {
                 kernel: 4,
                 grid: [s.q_heads, s.batch, 1],
+                cluster: [1, 1, 1],
                 block: COMBINE_THREADS,
                 smem: 0,
                 args: vec![
@@ -650,12 +691,9 @@ impl<'s> Attention<'s> {
                     Arg::Word(d),
                     Arg::Word(splits),
                     Arg::Word(s.q_heads),
-                    Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 }),
+                    out_flags,
                 ],
             };
-            info.splits = splits;
-            info.tiles_per_split = tiles_per_split;
-            let work = rows * cap * u64::from(d) * 2;
             Ok(Plan { steps: vec![decode, combine], partials: rows * u64::from(splits), head_dim: d, work })
         })();
         (plan, info)
@@ -694,6 +732,7 @@ impl<'s> Attention<'s> {
             let step = Step {
                 kernel: 5,
                 grid: [s.batch, 1, 1],
+                cluster: [1, 1, 1],
                 block: APPEND_THREADS,
                 smem: 0,
                 args: [
@@ -749,6 +788,7 @@ impl<'s> Attention<'s> {
             let step = Step {
                 kernel: 6,
                 grid: [s.batch, 1, 1],
+                cluster: [1, 1, 1],
                 block: QKV_APPEND_THREADS,
                 smem: 0,
                 args: [
@@ -768,6 +808,7 @@ impl<'s> Attention<'s> {
     fn launch_of(&self, step: &Step, vas: &Vas, work: u64) -> Launch<'_, 's> {
         let mut l = Launch::new(&self.kernels[step.kernel])
             .grid(step.grid)
+            .cluster(step.cluster)
             .block([step.block, 1, 1])
             .dynamic_shared(step.smem)
             .timeout_ms(self.timeout_for(work));

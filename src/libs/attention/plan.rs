@@ -1,6 +1,6 @@
 //! Shapes, the KV layout, and the split planner of the decode kernels.
 
-use crate::kernels::attention::{COMBINE_MAX_SPLITS, DECODE_HEAD_DIMS, DECODE_TILE, DECODE_WARPS};
+use crate::kernels::attention::{CLUSTER_MAX_SPLITS, COMBINE_MAX_SPLITS, DECODE_HEAD_DIMS, DECODE_TILE, DECODE_WARPS};
 
 use super::error::{LayoutError, ShapeError};
 
@@ -89,14 +89,29 @@ pub struct DecodeShape {
     pub splits: u32,
     /// The softmax scale; `None` is `1 / sqrt(head_dim)`.
     pub scale: Option<f32>,
+    /// How the splits' partials become the output.
+    pub merge: Merge,
 }
 
 impl DecodeShape {
-    /// `batch` sequences of `q_heads` query heads, `max_pages` table slots each, planner's split, the default
-    /// scale.
+    /// `batch` sequences of `q_heads` query heads, `max_pages` table slots each, planner's split and merge,
+    /// the default scale.
     pub const fn new(batch: u32, q_heads: u32, max_pages: u32) -> DecodeShape {
-        DecodeShape { batch, q_heads, max_pages, splits: 0, scale: None }
+        DecodeShape { batch, q_heads, max_pages, splits: 0, scale: None, merge: Merge::Auto }
     }
+}
+
+/// How a decode merges its splits' partials into the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// The planner's choice ([`decode_plan`]).
+    Auto,
+    /// A second launch (`omega_attn_combine`) reads the partials the decode left in the workspace.
+    Launch,
+    /// The decode's own launch: the splits of a (sequence, KV head) are one cluster of at most
+    /// [`CLUSTER_MAX_SPLITS`] CTAs and merge through distributed shared memory
+    /// (`omega_paged_decode_cluster_bf16_d*`).
+    Cluster,
 }
 
 /// A dense GQA call: `q_rows` query rows against `kv_len` keys; query row `i` sits at position
@@ -217,17 +232,71 @@ pub const CTA_OVERHEAD_TILES: u64 = 4;
 /// 16 and 32K tokens, and that ran at 0.59 of the copy against 0.83 at 16K with 28 tiles a split. `forced`
 /// (not 0) takes that many instead (fewer when there are fewer tiles).
 pub fn split(pairs: u64, max_tokens: u64, slots: u32, forced: u32) -> Split {
+    split_at_most(pairs, max_tokens, slots, forced, COMBINE_MAX_SPLITS)
+}
+
+/// [`split`] with at most `most` splits (forced or chosen).
+fn split_at_most(pairs: u64, max_tokens: u64, slots: u32, forced: u32, most: u32) -> Split {
     let tiles = max_tokens.div_ceil(u64::from(DECODE_TILE)).max(1);
-    let (pairs, slots) = (pairs.max(1), u64::from(slots.max(1)));
     let splits = if forced > 0 {
-        u64::from(forced).min(u64::from(COMBINE_MAX_SPLITS)).min(tiles)
+        u64::from(forced).min(u64::from(most)).min(tiles)
     } else {
-        let most = (tiles / u64::from(DECODE_WARPS)).clamp(1, u64::from(COMBINE_MAX_SPLITS));
-        let cost = |s: u64| (pairs * s).div_ceil(slots) * (tiles.div_ceil(s) + CTA_OVERHEAD_TILES);
-        (1..=most).min_by_key(|&s| (cost(s), s)).expect("at least one split")
+        let most = (tiles / u64::from(DECODE_WARPS)).clamp(1, u64::from(most));
+        (1..=most).min_by_key(|&s| (split_cost(pairs, tiles, slots, s), s)).expect("at least one split")
     };
     let tps = tiles.div_ceil(splits);
     Split { splits: tiles.div_ceil(tps) as u32, tiles_per_split: tps.min(u64::from(u32::MAX)) as u32 }
+}
+
+/// The split model's cost of `splits` splits of `tiles` tiles over `pairs` pairs on `slots` slots, in
+/// tiles: the waves times a CTA's tiles and start ([`split`]).
+fn split_cost(pairs: u64, tiles: u64, slots: u32, splits: u64) -> u64 {
+    let (pairs, slots) = (pairs.max(1), u64::from(slots.max(1)));
+    (pairs * splits).div_ceil(slots) * (tiles.div_ceil(splits) + CTA_OVERHEAD_TILES)
+}
+
+/// The most tiles a cluster CTA takes at the table's capacity for [`Merge::Auto`] to take the cluster form
+/// over a wider split: measured in the Qwen3 decode step on the H200 (docs/perf/2026-12-04-s12-qwen3-step.md),
+/// at a capacity of 2K tokens (16 tiles a split) the cluster form beat the planner's wider split and its
+/// combine at batch 1 (503 against 516 us a step), 8 (968 / 1002) and 32, and at 4K (33 tiles) lost at batch
+/// 1 (713 / 664) and 8 (1499 / 1439).
+pub const CLUSTER_MAX_TILES: u32 = 16;
+
+/// A decode's plan: its split and whether the splits merge in clusters ([`Merge::Cluster`]) or by the
+/// combine's launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodePlan {
+    /// The split.
+    pub split: Split,
+    /// The splits merge in their cluster.
+    pub cluster: bool,
+}
+
+/// The plan of a decode ([`split`]'s arguments, and the merge asked for). [`Merge::Auto`] takes the cluster
+/// form when [`split`]'s choice has at most [`CLUSTER_MAX_SPLITS`] splits (the same work without the
+/// combine's launch), or when the best split of at most that many gives a CTA at most
+/// [`CLUSTER_MAX_TILES`] tiles of the capacity (short contexts, where the combine's launch and its
+/// dependent reads weigh more than the CTAs' longer slices); otherwise the wider split and the combine. A
+/// forced split past the cluster's size takes the combine, and is refused with [`Merge::Cluster`].
+pub fn decode_plan(
+    pairs: u64,
+    max_tokens: u64,
+    slots: u32,
+    forced: u32,
+    merge: Merge,
+) -> Result<DecodePlan, ShapeError> {
+    let apart = split(pairs, max_tokens, slots, forced);
+    let together = split_at_most(pairs, max_tokens, slots, forced, CLUSTER_MAX_SPLITS);
+    let cluster = match merge {
+        Merge::Launch => false,
+        Merge::Cluster if forced > CLUSTER_MAX_SPLITS => {
+            return Err(ShapeError::Splits { splits: forced, max: CLUSTER_MAX_SPLITS })
+        }
+        Merge::Cluster => true,
+        Merge::Auto if forced > CLUSTER_MAX_SPLITS => false,
+        Merge::Auto => apart.splits <= CLUSTER_MAX_SPLITS || together.tiles_per_split <= CLUSTER_MAX_TILES,
+    };
+    Ok(DecodePlan { split: if cluster { together } else { apart }, cluster })
 }
 
 #[cfg(test)]
@@ -270,5 +339,35 @@ mod tests {
         }
         assert_eq!(split(4, 4096, 396, 7).splits, 7);
         assert_eq!(split(4, 4096, 396, 1000).splits, 256);
+    }
+
+    #[test]
+    fn short_contexts_merge_in_clusters_and_long_ones_by_the_combine() {
+        let plan = |pairs, tokens, forced, merge| decode_plan(pairs, tokens, 396, forced, merge).unwrap();
+        // Qwen3's decode (4 KV heads a sequence) at capacities of 1K and 2K tokens, batch 1, 8 and 32:
+        // clusters of at most 8, every tile covered.
+        for (batch, tokens) in [(1u64, 1025u64), (8, 1025), (32, 1025), (1, 2045), (8, 2045), (32, 2045)] {
+            let p = plan(4 * batch, tokens, 0, Merge::Auto);
+            assert!(p.cluster && p.split.splits <= CLUSTER_MAX_SPLITS, "batch {batch}, {tokens}: {p:?}");
+            let tiles = tokens.div_ceil(16);
+            assert!(u64::from(p.split.splits * p.split.tiles_per_split) >= tiles, "batch {batch}: {p:?}");
+        }
+        // At 4K and 16K tokens, batch 1 and 8: the wide split and its combine.
+        for (batch, tokens) in [(1u64, 4117u64), (8, 4117), (1, 16385), (8, 16385)] {
+            let p = plan(4 * batch, tokens, 0, Merge::Auto);
+            assert!(!p.cluster && p.split == split(4 * batch, tokens, 396, 0), "batch {batch}, {tokens}: {p:?}");
+        }
+        // A split the planner keeps at 8 or fewer anyway merges in its cluster whatever the length.
+        let wide = plan(64 * 4, 32768, 0, Merge::Auto);
+        assert!(wide.cluster && wide.split == split(64 * 4, 32768, 396, 0), "{wide:?}");
+        // Forced merges and splits.
+        assert_eq!(plan(4, 16385, 0, Merge::Cluster).split.splits, 8);
+        assert!(!plan(4, 1025, 0, Merge::Launch).cluster);
+        assert!(!plan(4, 1025, 9, Merge::Auto).cluster);
+        assert!(plan(4, 1025, 5, Merge::Auto).cluster);
+        assert_eq!(
+            decode_plan(4, 1025, 396, 9, Merge::Cluster),
+            Err(ShapeError::Splits { splits: 9, max: CLUSTER_MAX_SPLITS })
+        );
     }
 }

@@ -44,6 +44,26 @@ pub enum DecShapeError {
         /// Its size.
         bytes: u64,
     },
+    /// Rows the fused combine and norm cannot take: not whole 8-column vectors, or wider than its block.
+    #[error("{op:?}: rows of {cols} columns; the call takes a multiple of 8, at most {most}")]
+    Width {
+        /// The call.
+        op: DecOp,
+        /// The columns asked for.
+        cols: u32,
+        /// The widest row the call takes.
+        most: u32,
+    },
+    /// An operand a 16-byte vector kernel reads or writes at an address that is not a multiple of 16.
+    #[error("{op:?}: {operand} is at {va:#x}; the call moves 16-byte vectors and needs it 16-byte aligned")]
+    Misaligned {
+        /// The call.
+        op: DecOp,
+        /// The operand's name.
+        operand: &'static str,
+        /// Its device address.
+        va: u64,
+    },
     /// A buffer shorter than its operand.
     #[error("{op:?}: {operand} is a buffer of {len} elements; the call needs {needs}")]
     Short {

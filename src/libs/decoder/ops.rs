@@ -29,6 +29,8 @@ pub enum DecOp {
     Generate,
     /// The L2 prefetch of a later kernel's operands.
     Prefetch,
+    /// The MoE combine into the residual and the RMSNorm of the result, one launch.
+    CombineNorm,
 }
 
 /// How [`Decoder::l2_prefetch`] asks the L2 for a range.
@@ -41,7 +43,7 @@ pub enum L2Prefetch {
 }
 
 /// The module's kernels in [`DecOp`]'s order.
-const KERNELS: [&str; 8] = [
+const KERNELS: [&str; 9] = [
     k::EMBED_BF16,
     k::CAST_F32_BF16,
     k::ROUTER_TOPK,
@@ -50,6 +52,7 @@ const KERNELS: [&str; 8] = [
     k::ROPE_STEP,
     k::FILL_BF16_HASH,
     k::L2_PREFETCH,
+    k::MOE_COMBINE_RMSNORM_BF16,
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +96,51 @@ fn nonzero(op: DecOp, sides: &[u32]) -> Result<(), DecShapeError> {
         return Err(DecShapeError::ZeroSide { op });
     }
     Ok(())
+}
+
+/// A combine's operands (the combine's `out`, the fused call's `h`).
+struct Combined<'a, Y, R, W, S, O> {
+    y: &'a Y,
+    routing: &'a R,
+    weights: &'a W,
+    res: &'a S,
+    out: &'a O,
+}
+
+/// The combine's checks and its first arguments (y, the routing's pairs and filled-slot count, weights,
+/// res, out), for `op`.
+fn combine_args<Y, R, W, S, O>(
+    op: DecOp,
+    c: Combined<'_, Y, R, W, S, O>,
+    layout: RoutingLayout,
+    shape: GroupedShape,
+) -> Result<Vec<Arg>, DecError>
+where
+    Y: Input<f32>,
+    R: Input<u32>,
+    W: Input<f32>,
+    S: Input<u16>,
+    O: Input<u16>,
+{
+    nonzero(op, &[shape.tokens, shape.top_k, shape.n])?;
+    if shape.top_k > k::TOPK_MAX {
+        return Err(DecShapeError::TopK { op, k: shape.top_k, experts: shape.experts }.into());
+    }
+    let rows = u64::from(shape.tokens) * u64::from(shape.n);
+    hold(op, "y", c.y, shape.choices() * u64::from(shape.n))?;
+    hold(op, "routing", c.routing, layout.words as u64)?;
+    hold(op, "weights", c.weights, shape.choices())?;
+    hold(op, "res", c.res, rows)?;
+    hold(op, "out", c.out, rows)?;
+    let word = |at: usize| c.routing.device_va() + at as u64 * 4;
+    Ok(vec![
+        Arg::Va(c.y.device_va()),
+        Arg::Va(word(layout.pairs)),
+        Arg::Va(word(layout.offsets + shape.experts as usize)),
+        Arg::Va(c.weights.device_va()),
+        Arg::Va(c.res.device_va()),
+        Arg::Va(c.out.device_va()),
+    ])
 }
 
 /// The `decoder` module handle of scope `'s`: its kernels, loaded once.
@@ -260,30 +308,48 @@ impl<'s> Decoder<'s> {
         shape: GroupedShape,
     ) -> Result<DecCall<'b>, DecError> {
         let op = DecOp::Combine;
-        nonzero(op, &[shape.tokens, shape.top_k, shape.n])?;
-        if shape.top_k > k::TOPK_MAX {
-            return Err(DecShapeError::TopK { op, k: shape.top_k, experts: shape.experts }.into());
-        }
-        let rows = u64::from(shape.tokens) * u64::from(shape.n);
-        hold(op, "y", y, shape.choices() * u64::from(shape.n))?;
-        hold(op, "routing", routing, layout.words as u64)?;
-        hold(op, "weights", weights, shape.choices())?;
-        hold(op, "res", res, rows)?;
-        hold(op, "out", out, rows)?;
-        let word = |at: usize| routing.device_va() + at as u64 * 4;
-        let args = vec![
-            Arg::Va(y.device_va()),
-            Arg::Va(word(layout.pairs)),
-            Arg::Va(word(layout.offsets + shape.experts as usize)),
-            Arg::Va(weights.device_va()),
-            Arg::Va(res.device_va()),
-            Arg::Va(out.device_va()),
-            Arg::Word(shape.tokens),
-            Arg::Word(shape.top_k),
-            Arg::Word(shape.n),
-        ];
+        let mut args = combine_args(op, Combined { y, routing, weights, res, out: &*out }, layout, shape)?;
+        args.extend([Arg::Word(shape.tokens), Arg::Word(shape.top_k), Arg::Word(shape.n)]);
         let units = u64::from(shape.tokens) * u64::from(shape.n.div_ceil(k::COMBINE_THREADS));
         Ok(Self::call(op, units.min(u64::from(self.sms) * 8) as u32, k::COMBINE_THREADS, args))
+    }
+
+    /// [`Decoder::moe_combine`] into `h` followed by the RMSNorm of each combined row, `x[t, :] =
+    /// rmsnorm(h[t, :]) * norm` (bf16 `norm` `[n]`, `x` `[tokens, n]`), in one launch: a decode step's
+    /// combine and the next layer's input norm (or the final norm). Both results are the bits the two
+    /// calls ([`Decoder::moe_combine`], then the elementwise library's `rmsnorm` at `n` columns) store.
+    /// `n` must be a multiple of 8, at most [`k::COMBINE_NORM_MAX_COLS`], and `y` and every bf16 operand
+    /// 16-byte aligned (the kernel reads 16-byte vectors); `res` and `h` may be one buffer (spans).
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_combine_rmsnorm<'b>(
+        &self,
+        y: &'b impl Input<f32>,
+        routing: &'b impl Input<u32>,
+        layout: RoutingLayout,
+        weights: &'b impl Input<f32>,
+        (res, h): (&'b impl Input<u16>, &'b mut impl Output<u16>),
+        (norm, x): (&'b impl Input<u16>, &'b mut impl Output<u16>),
+        shape: GroupedShape,
+        eps: f32,
+    ) -> Result<DecCall<'b>, DecError> {
+        let op = DecOp::CombineNorm;
+        let n = shape.n;
+        if !n.is_multiple_of(8) || n > k::COMBINE_NORM_MAX_COLS {
+            return Err(DecShapeError::Width { op, cols: n, most: k::COMBINE_NORM_MAX_COLS }.into());
+        }
+        let mut args = combine_args(op, Combined { y, routing, weights, res, out: &*h }, layout, shape)?;
+        hold(op, "norm", norm, n.into())?;
+        hold(op, "x", x, u64::from(shape.tokens) * u64::from(n))?;
+        let vectors = [("y", y.device_va()), ("res", res.device_va()), ("h", h.device_va())];
+        for (operand, va) in vectors.into_iter().chain([("norm", norm.device_va()), ("x", x.device_va())]) {
+            if !va.is_multiple_of(16) {
+                return Err(DecShapeError::Misaligned { op, operand, va }.into());
+            }
+        }
+        args.extend([Arg::Va(norm.device_va()), Arg::Va(x.device_va())]);
+        args.extend([Arg::Word(shape.tokens), Arg::Word(shape.top_k), Arg::Word(n), Arg::Word(eps.to_bits())]);
+        // A CTA a token: the norm needs the whole row.
+        Ok(Self::call(op, shape.tokens.min(self.sms * 8), k::combine_norm_threads(n), args))
     }
 
     /// A decode step's start, from the positions `pos` (i32 `[batch]`, each sequence's new token's index,

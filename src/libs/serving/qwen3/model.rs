@@ -27,7 +27,7 @@ use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 
 use crate::cmdlist::{CmdListBuilder, CmdListError};
-use crate::libs::attention::{Attention, AttentionError, KvLayout};
+use crate::libs::attention::{Attention, AttentionError, KvLayout, Merge};
 use crate::libs::decoder::{DecError, Decoder, DeviceSpan, L2Prefetch};
 use crate::libs::elementwise::{Elementwise, EwError};
 use crate::libs::matmul::{Input, MatmulError};
@@ -249,6 +249,8 @@ pub struct Qwen3Model<'s> {
     /// Whether the recorded step routes with the fused router (one launch) or with the router product,
     /// the top-k kernel and the route kernel (three).
     pub(super) fused_router: Cell<bool>,
+    /// How the recorded step's attention merges its KV splits (the planner's choice unless set).
+    pub(super) attn_merge: Cell<Merge>,
 }
 
 impl<'s> Qwen3Model<'s> {
@@ -303,6 +305,7 @@ impl<'s> Qwen3Model<'s> {
             st,
             prefetch,
             fused_router,
+            attn_merge: Cell::new(Merge::Auto),
         };
         model.set_tokens(&vec![0; batch as usize])?;
         Ok((model, gpu))
@@ -322,6 +325,14 @@ impl<'s> Qwen3Model<'s> {
     /// logits may differ in their last bits (the products sum in different orders).
     pub fn set_fused_router(&self, fused: bool) {
         self.fused_router.set(fused);
+    }
+
+    /// How the step [`Qwen3Model::record_step`] records next merges each layer's attention splits
+    /// ([`Merge`]; the planner's choice, [`Merge::Auto`], until set): in the decode's own launch, its splits
+    /// a cluster, or by a second launch. The same attention either way but for the last bits of the merge's
+    /// sums.
+    pub fn set_attn_merge(&self, merge: Merge) {
+        self.attn_merge.set(merge);
     }
 
     /// The configuration.

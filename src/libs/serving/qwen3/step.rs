@@ -66,10 +66,13 @@ impl<'s> Qwen3Model<'s> {
             dec.embed(self.w(TensorKind::Embed, None), &st.tokens.span, out(&st.h), [b, c.hidden, c.vocab])?,
         )?;
         labels.resize(l.len(), "embed");
+        // Layer 0's input norm; every later norm of h (the next layer's input norm, the final norm) runs in
+        // the combine's launch that wrote h.
+        let norm0 = self.w(TensorKind::InputNorm, Some(0));
+        ew.record(l, ew.rmsnorm::<u16>(&st.h.span, norm0, out(&st.x), rows, c.eps)?)?;
+        labels.resize(l.len(), "input_norm");
         for layer in 0..c.layers {
             let w = |kind| self.w(kind, Some(layer));
-            ew.record(l, ew.rmsnorm::<u16>(&st.h.span, w(TensorKind::InputNorm), out(&st.x), rows, c.eps)?)?;
-            labels.resize(l.len(), "input_norm");
             mm.add_bf16_to_bf16(l, &st.x.span, self.w_qkv(layer), &st.qkv.span, dqkv)?;
             labels.resize(l.len(), "qkv_proj");
             if let Some(how) = prefetch {
@@ -93,7 +96,7 @@ impl<'s> Qwen3Model<'s> {
                 append,
             )?;
             labels.resize(l.len(), "qkv_append");
-            let decode = DecodeShape::new(b, c.q_heads, max_pages);
+            let decode = DecodeShape { merge: self.attn_merge.get(), ..DecodeShape::new(b, c.q_heads, max_pages) };
             att.add_paged_decode::<u16, u16>(
                 l,
                 &st.qr.span,
@@ -149,15 +152,23 @@ impl<'s> Qwen3Model<'s> {
                 labels.resize(l.len(), "l2_prefetch");
             }
             let layout = down.routing();
-            dec.record(
-                l,
-                dec.moe_combine(&st.down.span, &st.routing.span, layout, &st.tw.span, &st.h.span, out(&st.h), down)?,
+            let norm = match layer + 1 < c.layers {
+                true => self.w(TensorKind::InputNorm, Some(layer + 1)),
+                false => self.w(TensorKind::FinalNorm, None),
+            };
+            let combine = dec.moe_combine_rmsnorm(
+                &st.down.span,
+                &st.routing.span,
+                layout,
+                &st.tw.span,
+                (&st.h.span, out(&st.h)),
+                (norm, out(&st.x)),
+                down,
+                c.eps,
             )?;
-            labels.resize(l.len(), "moe_combine");
+            dec.record(l, combine)?;
+            labels.resize(l.len(), "combine_norm");
         }
-        let fin = self.w(TensorKind::FinalNorm, None);
-        ew.record(l, ew.rmsnorm::<u16>(&st.h.span, fin, out(&st.x), rows, c.eps)?)?;
-        labels.resize(l.len(), "final_norm");
         mm.add_bf16(l, &st.x.span, self.w(TensorKind::LmHead, None), &st.logits.span, dhead)?;
         labels.resize(l.len(), "lm_head");
         dec.record(l, dec.argmax(&st.logits.span, out(&st.tokens), [b, c.vocab])?)?;
