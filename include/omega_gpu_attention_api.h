@@ -85,7 +85,7 @@
 // Dense GQA in f32.
 #define OMEGA_GPU_ATTN_KIND_GQA 1
 
-// Paged decode (split-KV partials and the combine).
+// Paged decode (split-KV partials merged by the combine's launch or in their cluster: `launches` 2 or 1).
 #define OMEGA_GPU_ATTN_KIND_DECODE 2
 
 // The K/V append.

@@ -88,7 +88,7 @@ pub const OMEGA_GPU_ATTN_APPEND_ADVANCE: u32 = 2;
 pub const OMEGA_GPU_ATTN_KIND_NONE: u32 = 0;
 /// Dense GQA in f32.
 pub const OMEGA_GPU_ATTN_KIND_GQA: u32 = 1;
-/// Paged decode (split-KV partials and the combine).
+/// Paged decode (split-KV partials merged by the combine's launch or in their cluster: `launches` 2 or 1).
 pub const OMEGA_GPU_ATTN_KIND_DECODE: u32 = 2;
 /// The K/V append.
 pub const OMEGA_GPU_ATTN_KIND_APPEND: u32 = 3;

@@ -167,7 +167,8 @@ static void paged(void) {
     EXPECT(omega_gpu_paged_attention_bf16(q, pool, &l, one, QH, 37, 4, 0, 0, 0, out, &info), OMEGA_GPU_ATTN_OK);
     paged_reference(host, &l, table, 37, q, want);
     expect_close(__LINE__, out, want, QH * HD, tol);
-    CHECK(info.kind == OMEGA_GPU_ATTN_KIND_DECODE && info.launches == 2 && info.kv_bytes == 37ull * 2 * 2 * KV * HD);
+    /* 37 tokens: few enough tiles that the splits merge in their cluster, one launch. */
+    CHECK(info.kind == OMEGA_GPU_ATTN_KIND_DECODE && info.launches == 1 && info.kv_bytes == 37ull * 2 * 2 * KV * HD);
 
     /* A ragged batch, unused slots -1. */
     memset(out, 0xff, sizeof out);
@@ -269,7 +270,7 @@ static void device_buffers(void) {
     int32_t spoiled[2] = {40, 5};
     OmegaGpuMem sm = buffer(spoiled, sizeof spoiled);
     EXPECT(omega_gpu_paged_attention_bf16_mem(&qm, &pool, &l, &tm, &sm, 2, QH, 2, 0, 0, 0, &qm, &info), OMEGA_GPU_ATTN_ERR_TABLE);
-    CHECK(info.status == 2 && info.launches == 2);
+    CHECK(info.status == 2 && info.launches == 1);
     EXPECT_TEXT("attention table: the kernels flagged status 0x2");
     EXPECT(omega_gpu_kv_append_bf16_mem(&pool, &l, &km, &vm, &tm, &lm, 2, 2, 4, &info), OMEGA_GPU_ATTN_ERR_ARGS);
     EXPECT(omega_gpu_paged_attention_bf16_mem(&qm, NULL, &l, &tm, &lm, 2, QH, 2, 0, 0, 0, &om, &info), OMEGA_GPU_ATTN_ERR_ARGS);

@@ -70,6 +70,17 @@ __device__ __forceinline__ void ew_unpack(const typename EwRaw<T, V>::type& raw,
   }
 }
 
+// ew_unpack through an element pointer, which NVVM turns into a load per element of the vector it came
+// from. Only the QK-norm + RoPE forms take it: with 16-byte loads their rows kept in registers spill 16
+// bytes at the 64 registers that hold 4 CTAs an SM, and the f32 form ran at 0.70 of copy against 0.77
+// (docs/perf/2026-12-04-s12-qwen3-step.md).
+template <typename T, int V>
+__device__ __forceinline__ void ew_unpack_elems(const typename EwRaw<T, V>::type& raw, float (&v)[V]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = ew_to_f32(e[j]);
+}
+
 template <typename T, int V>
 __device__ __forceinline__ typename EwRaw<T, V>::type ew_pack(const float (&v)[V]) {
   typename EwRaw<T, V>::type raw;
@@ -80,10 +91,13 @@ __device__ __forceinline__ typename EwRaw<T, V>::type ew_pack(const float (&v)[V
 }
 
 // Loads V elements at p (aligned to the whole vector, which the kernels check before they take a
-// vector path) as f32.
-template <int V, typename T>
+// vector path) as f32; ELEMS through ew_unpack_elems.
+template <int V, typename T, bool ELEMS = false>
 __device__ __forceinline__ void ew_load(const T* p, float (&v)[V]) {
-  ew_unpack<T, V>(*reinterpret_cast<const typename EwRaw<T, V>::type*>(p), v);
+  if constexpr (ELEMS)
+    ew_unpack_elems<T, V>(*reinterpret_cast<const typename EwRaw<T, V>::type*>(p), v);
+  else
+    ew_unpack<T, V>(*reinterpret_cast<const typename EwRaw<T, V>::type*>(p), v);
 }
 
 template <int V, typename T>

@@ -29,7 +29,7 @@ __device__ __forceinline__ float rope_group_sum(float v, uint32_t lanes) {
   return v;
 }
 
-template <typename T, bool NORM, int V>
+template <typename T, bool NORM, int V, bool ELEMS = NORM>
 __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, const float* __restrict__ cs,
                                           const float* __restrict__ sn, T* y, uint32_t tokens, uint32_t heads,
                                           uint32_t dim, float eps) {
@@ -60,8 +60,8 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
         if (live && i < half) {
           const R ra = *reinterpret_cast<const R*>(xr + i), rb = *reinterpret_cast<const R*>(xr + half + i);
           float pa[V], pb[V];
-          ew_unpack<T, V>(ra, pa);
-          ew_unpack<T, V>(rb, pb);
+          ELEMS ? ew_unpack_elems<T, V>(ra, pa) : ew_unpack<T, V>(ra, pa);
+          ELEMS ? ew_unpack_elems<T, V>(rb, pb) : ew_unpack<T, V>(rb, pb);
 #pragma unroll
           for (int j = 0; j < V; ++j) ss = fmaf(pa[j], pa[j], fmaf(pb[j], pb[j], ss));
 #pragma unroll
@@ -79,20 +79,23 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
       if (NORM && s < ROPE_ITEMS) {
 #pragma unroll
         for (int k = 0; k < ROPE_ITEMS; ++k)
-          if (k == static_cast<int>(s)) ew_unpack<T, V>(a[k], pa), ew_unpack<T, V>(b[k], pb);
+          if (k == static_cast<int>(s)) {
+            ELEMS ? ew_unpack_elems<T, V>(a[k], pa) : ew_unpack<T, V>(a[k], pa);
+            ELEMS ? ew_unpack_elems<T, V>(b[k], pb) : ew_unpack<T, V>(b[k], pb);
+          }
       } else {
-        ew_load<V>(xr + i, pa);
-        ew_load<V>(xr + half + i, pb);
+        ew_load<V, T, ELEMS>(xr + i, pa);
+        ew_load<V, T, ELEMS>(xr + half + i, pb);
       }
       if constexpr (NORM) {
         float wa[V], wb[V];
-        ew_load<V>(w + i, wa);
-        ew_load<V>(w + half + i, wb);
+        ew_load<V, T, ELEMS>(w + i, wa);
+        ew_load<V, T, ELEMS>(w + half + i, wb);
 #pragma unroll
         for (int j = 0; j < V; ++j) pa[j] = pa[j] * inv * wa[j], pb[j] = pb[j] * inv * wb[j];
       }
-      ew_load<V>(cs + t + i, c);
-      ew_load<V>(sn + t + i, sv);
+      ew_load<V, float, ELEMS>(cs + t + i, c);
+      ew_load<V, float, ELEMS>(sn + t + i, sv);
       float ya[V], yb[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
