@@ -151,9 +151,9 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t ran
 // a barrier, and the splits' CTAs merge the partials through distributed shared memory into `out` (as
 // omega_attn_combine merges them: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), in split order),
 // CTA s taking every gridDim.x-th of the group's head_dim-wide rows' elements; a second barrier keeps each
-// CTA's shared memory until its neighbours have read it. One launch where the split form takes two: the
-// combine's launch and its dependent reads of the partials through L2 cost about 3 us of the 10 a batch-1
-// layer spent in attention (docs/perf/2026-12-04-s11-qwen3-step.md).
+// CTA's shared memory until its neighbours have read it. One launch where the split form takes two (the
+// decode and omega_attn_combine): in the Qwen3 step at 1K tokens 9.3 us a layer against 10.1 at batch 1,
+// 30.3 against 31.5 at batch 32 (docs/perf/2026-12-04-s12-qwen3-step.md).
 template <int D, bool CLUSTER>
 __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags) {
   constexpr int KS = D / 16;  // k16 steps of S = Q K^T
