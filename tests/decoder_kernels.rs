@@ -525,6 +525,15 @@ fn the_fused_combine_and_norm_store_the_bits_of_the_two_calls_it_replaces() {
             e.unwrap_err(),
             DecError::Shape(DecShapeError::Width { op: DecOp::CombineNorm, cols: 4104, most: 4096 })
         );
+        let mut short_h = span(&hb, tu * nu - 1);
+        let e = dec.moe_combine_rmsnorm(&y, &r, layout, &wt, (&h_in, &mut short_h), (&dn, &mut x_out), shape, eps);
+        assert!(
+            matches!(
+                e.unwrap_err(),
+                DecError::Shape(DecShapeError::Short { op: DecOp::CombineNorm, operand: "h", .. })
+            ),
+            "a short h is named"
+        );
         // SAFETY: the span is xb's elements 1 ..= tu * nu, inside its tu * nu + 8.
         let mut shifted = unsafe { omega::libs::decoder::DeviceSpan::<u16>::new(xb.va() + 2, tu * nu) };
         let e = dec.moe_combine_rmsnorm(&y, &r, layout, &wt, (&h_in, &mut h_out), (&dn, &mut shifted), shape, eps);

@@ -98,13 +98,14 @@ fn nonzero(op: DecOp, sides: &[u32]) -> Result<(), DecShapeError> {
     Ok(())
 }
 
-/// A combine's operands (the combine's `out`, the fused call's `h`).
+/// A combine's operands: its output is the combine's `out`, the fused call's `h` (`out_name` names it).
 struct Combined<'a, Y, R, W, S, O> {
     y: &'a Y,
     routing: &'a R,
     weights: &'a W,
     res: &'a S,
     out: &'a O,
+    out_name: &'static str,
 }
 
 /// The combine's checks and its first arguments (y, the routing's pairs and filled-slot count, weights,
@@ -131,7 +132,7 @@ where
     hold(op, "routing", c.routing, layout.words as u64)?;
     hold(op, "weights", c.weights, shape.choices())?;
     hold(op, "res", c.res, rows)?;
-    hold(op, "out", c.out, rows)?;
+    hold(op, c.out_name, c.out, rows)?;
     let word = |at: usize| c.routing.device_va() + at as u64 * 4;
     Ok(vec![
         Arg::Va(c.y.device_va()),
@@ -308,7 +309,8 @@ impl<'s> Decoder<'s> {
         shape: GroupedShape,
     ) -> Result<DecCall<'b>, DecError> {
         let op = DecOp::Combine;
-        let mut args = combine_args(op, Combined { y, routing, weights, res, out: &*out }, layout, shape)?;
+        let mut args =
+            combine_args(op, Combined { y, routing, weights, res, out: &*out, out_name: "out" }, layout, shape)?;
         args.extend([Arg::Word(shape.tokens), Arg::Word(shape.top_k), Arg::Word(shape.n)]);
         let units = u64::from(shape.tokens) * u64::from(shape.n.div_ceil(k::COMBINE_THREADS));
         Ok(Self::call(op, units.min(u64::from(self.sms) * 8) as u32, k::COMBINE_THREADS, args))
@@ -337,7 +339,7 @@ impl<'s> Decoder<'s> {
         if !n.is_multiple_of(8) || n > k::COMBINE_NORM_MAX_COLS {
             return Err(DecShapeError::Width { op, cols: n, most: k::COMBINE_NORM_MAX_COLS }.into());
         }
-        let mut args = combine_args(op, Combined { y, routing, weights, res, out: &*h }, layout, shape)?;
+        let mut args = combine_args(op, Combined { y, routing, weights, res, out: &*h, out_name: "h" }, layout, shape)?;
         hold(op, "norm", norm, n.into())?;
         hold(op, "x", x, u64::from(shape.tokens) * u64::from(n))?;
         let vectors = [("y", y.device_va()), ("res", res.device_va()), ("h", h.device_va())];
