@@ -80,17 +80,6 @@ extern "C" __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
 // leave a thread 128 registers for its top_k rows' 64 values in flight (at 1024 threads' 64 it spilled).
 #define DEC_COMBINE_NORM_MAX_HALF 256
 
-// 8 bf16 at p (16-byte aligned) widened, from one 16-byte load.
-__device__ __forceinline__ void dec_load_bf16x8(const uint16_t* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(words[i] << 16);
-    v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-
 extern "C" __global__ void __launch_bounds__(2 * DEC_COMBINE_NORM_MAX_HALF)
     omega_moe_combine_rmsnorm_bf16(const float* __restrict__ y, const uint32_t* __restrict__ pairs,
                                    const uint32_t* __restrict__ slots, const float* __restrict__ weights,
@@ -126,15 +115,10 @@ extern "C" __global__ void __launch_bounds__(2 * DEC_COMBINE_NORM_MAX_HALF)
         for (int e = 0; e < 8; ++e) v[j][e] = 0.f;
         if (sl[j] != 0xffffffffu) {
           w[j] = weights[static_cast<uint64_t>(t) * top_k + j];
-          // Two 16-byte loads spelled out: through ew_load's 32-byte struct the front end split them into
-          // eight 4-byte loads (72 load instructions a thread: 5.1 us a layer at batch 1).
-          const float4* row = reinterpret_cast<const float4*>(y + static_cast<uint64_t>(sl[j]) * n) + 2 * u;
-          const float4 lo = __ldg(row), hi = __ldg(row + 1);
-          v[j][0] = lo.x, v[j][1] = lo.y, v[j][2] = lo.z, v[j][3] = lo.w;
-          v[j][4] = hi.x, v[j][5] = hi.y, v[j][6] = hi.z, v[j][7] = hi.w;
+          ew_load<8>(y + static_cast<uint64_t>(sl[j]) * n + static_cast<size_t>(u) * 8, v[j]);
         }
       }
-      dec_load_bf16x8(res + at, r);
+      ew_load<8>(res + at, r);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         float acc = 0.f;
@@ -166,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(2 * DEC_COMBINE_NORM_MAX_HALF)
     const float inv = rsqrtf(ew_warp_sum(lane < half / 32 ? red[lane] : 0.f) / static_cast<float>(n) + eps);
     if (mine) {
       float wv[8];
-      dec_load_bf16x8(nw + static_cast<size_t>(u) * 8, wv);
+      ew_load<8>(nw + static_cast<size_t>(u) * 8, wv);
 #pragma unroll
       for (int e = 0; e < 8; ++e) hv[e] = hv[e] * inv * wv[e];
       ew_store<8>(x + at, hv);
