@@ -62,12 +62,10 @@ pub const ROUTER_THREADS: u32 = 32 * ROUTER_TOKENS_PER_CTA;
 /// Tokens a router block takes (`DEC_ROUTER_WARPS`).
 pub const ROUTER_TOKENS_PER_CTA: u32 = 4;
 
-/// The fused combine and norm's block at `n` columns: twice the bf16 RMSNorm's (its vectors of
-/// [`elementwise::VEC`] columns, [`elementwise::RMSNORM_ITEMS`] a thread, rounded up to a warp), a thread
-/// per vector, so its sum of squares runs in the RMSNorm's order.
+/// The fused combine and norm's block at `n` columns: twice the bf16 RMSNorm's
+/// ([`elementwise::rmsnorm_block`]), a thread per vector, so its sum of squares runs in the RMSNorm's order.
 pub fn combine_norm_threads(n: u32) -> u32 {
-    let per_thread = elementwise::VEC[1] * elementwise::RMSNORM_ITEMS[1];
-    2 * n.div_ceil(per_thread).next_multiple_of(32).clamp(32, elementwise::RMSNORM_MAX_THREADS)
+    2 * elementwise::rmsnorm_block(true, n)
 }
 
 /// The module's kernels with their host references, by symbol name.

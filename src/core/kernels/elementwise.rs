@@ -50,6 +50,13 @@ pub const EW_THREADS: u32 = 256;
 pub const VEC: [u32; 2] = [4, 8];
 /// Vectors of a row each RMSNorm thread keeps in registers (`RmsCfg::ITEMS`): f32, bf16.
 pub const RMSNORM_ITEMS: [u32; 2] = [2, 2];
+/// The RMSNorm block for rows of `cols` elements (`bf16`, else f32): as many vectors a thread as its
+/// registers keep ([`RMSNORM_ITEMS`]), so the row is read once, in whole warps, 32 to 1024 threads (past
+/// 8192 f32 or 16384 bf16 columns the kernel reads the row again for the scaling).
+pub fn rmsnorm_block(bf16: bool, cols: u32) -> u32 {
+    let i = usize::from(bf16);
+    cols.div_ceil(VEC[i] * RMSNORM_ITEMS[i]).next_multiple_of(32).clamp(32, RMSNORM_MAX_THREADS)
+}
 /// Elements of each half-row a RoPE lane takes per step (the vector path's `V`: 16 bytes), f32 and bf16.
 pub const ROPE_VEC: [u32; 2] = [4, 8];
 

@@ -290,12 +290,9 @@ fn kernel_index<T: EwElem>(op: Op) -> usize {
     2 * family + usize::from(T::BF16)
 }
 
-/// The RMSNorm block for rows of `cols` elements of `T`: as many vectors a thread as its registers keep
-/// ([`k::RMSNORM_ITEMS`]), so the row is read once, in whole warps, 32 to 1024 threads (past 8192 f32 or
-/// 16384 bf16 columns the kernel reads the row again for the scaling).
+/// The RMSNorm block for rows of `cols` elements of `T` ([`k::rmsnorm_block`]).
 pub fn rmsnorm_threads<T: EwElem>(cols: u32) -> u32 {
-    let i = usize::from(T::BF16);
-    cols.div_ceil(k::VEC[i] * k::RMSNORM_ITEMS[i]).next_multiple_of(32).clamp(32, k::RMSNORM_MAX_THREADS)
+    k::rmsnorm_block(T::BF16, cols)
 }
 
 /// Checks that `len` elements hold `needs` of `operand`.
