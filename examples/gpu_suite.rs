@@ -2048,6 +2048,29 @@ fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
     forced_f32_then_bf16(shapes, &plans.collect::<Vec<_>>())
 }
 
+/// The stream-K case's shapes: the library case's, one tile cut among every CTA (128 K blocks), a tile row
+/// of 64 live rows (the second consumer of every tile neither writes nor waits), and two Qwen3 products at
+/// M = 512 (the few-tile shapes stream-K is for).
+const STREAM_K_SHAPES: [[u32; 3]; 7] = [
+    [300, 1024, 520],
+    [129, 258, 200],
+    [128, 128, 8192],
+    [64, 5120, 2048],
+    [200, 384, 4096],
+    [512, 5120, 2048],
+    [512, 1536, 2048],
+];
+
+/// The matmul library in stream-K order ([`omega::libs::matmul::ForcedPlan::GemmStreamK`], both tiles):
+/// as the TMA-store case, f32 then bf16 output at each shape, through the same workspace, so each launch
+/// relies on its flags left zero by the one before.
+fn matmul_lib_stream_k() -> CaseResult {
+    use omega::libs::matmul::{ForcedPlan, GemmTile};
+    let plans = [(GemmTile::Wide, mm::GEMM_BF16_TN_SK), (GemmTile::Narrow, mm::GEMM_BF16_TN_SK_N128)]
+        .map(|(tile, name)| (ForcedPlan::GemmStreamK { tile }, [name; 2]));
+    forced_f32_then_bf16(&STREAM_K_SHAPES, &plans)
+}
+
 /// The GEMV at decode's shapes, f32 output and then bf16 (`omega_gemv_bf16_tn_m*_y16`, which stores the
 /// rounded sum itself: one launch), unsplit and split: the bf16 output must be the f32 product rounded,
 /// bit for bit (both sum the K slices in split order).
@@ -2199,6 +2222,7 @@ fn main() -> ExitCode {
             "registers_256" => vector_add(1 << 20, Some(255)),
             "chains" => chains_under_switch(),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
+            "matmul_lib_sk" => matmul_lib_stream_k(),
             "matmul_gemv_y16" => matmul_gemv_y16(),
             "moe_route" => matmul_moe_route(),
             "moe_router" => matmul_moe_router(),
@@ -2287,6 +2311,7 @@ fn main() -> ExitCode {
             in_child("matmul_mc_n128")
         }),
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
+        ("matmul library: stream-K plans forced, both tiles, f32 and bf16 outputs", || in_child("matmul_lib_sk")),
         ("matmul library: the GEMV's bf16 output in one launch, bit for bit the f32 product rounded", matmul_gemv_y16),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),

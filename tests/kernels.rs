@@ -72,6 +72,8 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
         mm::GEMM_BF16_TN_MC,
         mm::GEMM_BF16_TN_TS_N128,
         mm::GEMM_BF16_TN_MC_N128,
+        mm::GEMM_BF16_TN_SK,
+        mm::GEMM_BF16_TN_SK_N128,
     ] {
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
@@ -106,7 +108,9 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     for mc in [mm::GEMM_BF16_TN_MC, mm::GEMM_BF16_TN_MC_N128] {
         assert_eq!(m.kernel(mc).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]), "{mc}");
     }
-    for ts in [mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_TS_N128] {
+    // The stream-K entries take the TMA-store layouts: their fix-up goes through global memory.
+    assert_eq!((mm::GEMM_SK_SMEM_BYTES, mm::GEMM_SK_N128_SMEM_BYTES), (230_464, 230_496));
+    for ts in [mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_TS_N128, mm::GEMM_BF16_TN_SK, mm::GEMM_BF16_TN_SK_N128] {
         assert_eq!(m.kernel(ts).unwrap().cluster_dims, None, "{ts}");
     }
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();

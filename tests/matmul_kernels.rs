@@ -436,6 +436,155 @@ fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_sto
     });
 }
 
+/// One launch of a stream-K entry on `grid` CTAs: `tmap_y` 0 when N % 4 != 0.
+#[allow(clippy::too_many_arguments)]
+fn stream_k_launch<'k, 's>(
+    k: &'k omega::Kernel<'s>,
+    grid: u32,
+    maps: u64,
+    tmap_y: u64,
+    y: &'k Mem<'s, Device<f32>>,
+    partials: &'k Mem<'s, Device<f32>>,
+    flags: &'k Mem<'s, Device<u32>>,
+    [m, n, kk]: [u32; 3],
+) -> Launch<'k, 's> {
+    Launch::new(k)
+        .grid([grid, 1, 1])
+        .block([mm::GEMM_THREADS, 1, 1])
+        .dynamic_shared(mm::GEMM_SK_SMEM_BYTES.max(mm::GEMM_SK_N128_SMEM_BYTES))
+        .arg(maps)
+        .arg(maps + 128)
+        .arg(tmap_y)
+        .arg(y)
+        .arg(partials)
+        .arg(flags)
+        .arg(m)
+        .arg(n)
+        .arg(kk)
+}
+
+#[test]
+fn the_stream_k_schedule_gives_every_iteration_to_one_cta_and_each_cut_tile_to_its_first_ctas_finisher() {
+    for (total, grid, kblocks) in
+        [(1u64, 1u64, 1u64), (7, 3, 7), (160 * 32, 132, 32), (128, 132, 128), (5, 9, 5), (63 * 16, 7, 16)]
+    {
+        let s = mm::SkSchedule { total, grid, kblocks };
+        let mut seen = vec![0u32; total as usize];
+        for c in 0..grid {
+            let segs = s.segments(c);
+            let len: u64 = segs.iter().map(|g| g.kb1 - g.kb0).sum();
+            // Even shares: no CTA takes two iterations more than another.
+            assert!(len == total / grid || len == total / grid + 1, "{s:?} CTA {c}: {len} iterations");
+            for (i, g) in segs.iter().enumerate() {
+                for kb in g.kb0..g.kb1 {
+                    seen[(g.tile * kblocks + kb) as usize] += 1;
+                }
+                // Only a first segment starts inside a tile; only a last one ends inside one.
+                assert!(g.kb0 == 0 || i == 0, "{s:?} CTA {c} segment {i}: {g:?}");
+                assert!(g.kb1 == kblocks || i + 1 == segs.len(), "{s:?} CTA {c} segment {i}: {g:?}");
+                if g.kb0 == 0 && g.kb1 < kblocks {
+                    // The finisher's contributors hold exactly the rest of its tile, in order.
+                    let rest: u64 = s
+                        .contributors(c, g.tile)
+                        .map(|d| s.segments(d).first().filter(|f| f.tile == g.tile).map_or(0, |f| f.kb1 - f.kb0))
+                        .sum();
+                    assert_eq!(rest, kblocks - g.kb1, "{s:?} CTA {c} tile {}", g.tile);
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "{s:?}: an iteration run {seen:?} times");
+    }
+}
+
+#[test]
+fn the_stream_k_gemms_match_f64_on_any_grid_and_leave_their_flags_zero_for_the_next_launch() {
+    let mut g = rng("stream-k gemm");
+    // N % 4 == 0 through y's descriptor, other N direct; one tile cut among every CTA (16 K blocks on
+    // 16+ CTAs); 64 live rows of a tile row (the second consumer skips); a last tile row of 3.
+    let shapes: [[u32; 3]; 7] =
+        [[1, 1, 8], [7, 33, 1000], [129, 260, 136], [64, 256, 1024], [300, 520, 64], [130, 257, 72], [3, 128, 640]];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for (name, tile_n) in [(mm::GEMM_BF16_TN_SK, mm::GEMM_TILE_N), (mm::GEMM_BF16_TN_SK_N128, mm::GEMM_N128_TILE_N)]
+        {
+            let k = module.kernel(name).unwrap();
+            for [m, n, kk] in shapes {
+                let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+                let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+                let (dx, dw) = (device(s, &xb), device(s, &wb));
+                let mut y = poisoned(s, (m * n) as usize);
+                let by_tma = n % 4 == 0;
+                let ymap = by_tma.then(|| mm::gemm_tmap_y(y.va(), m, n));
+                let maps =
+                    tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b_rows(dw.va(), n, kk, tile_n), ymap);
+                let tmap_y = if by_tma { maps.va() + 256 } else { 0 };
+                let want = mm::products_f64(&x, &w, kk as usize);
+                let iters = m.div_ceil(mm::GEMM_TILE_M) * n.div_ceil(tile_n) * kk.div_ceil(mm::GEMM_TILE_K);
+                // The library's grid, one CTA, three, and more CTAs than iterations.
+                for grid in [iters.min(132), 1, 3, iters + 5] {
+                    let partials = poisoned(s, (u64::from(grid) * mm::gemm_sk_slot_floats(tile_n)) as usize);
+                    let mut flags = device(s, &vec![0u32; 2 * grid as usize]);
+                    // Twice on the same flags: the second launch relies on the first leaving them zero.
+                    for round in 0..2 {
+                        y.write(&vec![POISON; (m * n) as usize]).unwrap();
+                        let l = stream_k_launch(&k, grid, maps.va(), tmap_y, &y, &partials, &flags, [m, n, kk]);
+                        gpu = gpu.launch(&l).unwrap().gpu;
+                        let what = format!("{name} {m}x{n}x{kk} grid {grid} round {round} (y by TMA: {by_tma})");
+                        check_against(&what, &y.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+                        assert!(flags.to_vec().unwrap().iter().all(|&f| f == 0), "{what}: flags left non-zero");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn a_stream_k_flag_not_zero_at_the_launch_or_a_short_partials_buffer_faults_naming_it() {
+    // One 128 x 256 tile over 40 K blocks on `grid` CTAs: every CTA but the first contributes.
+    let (m, n, kk) = (128u32, 256u32, 2560u32);
+    let slot = mm::gemm_sk_slot_floats(mm::GEMM_TILE_N) as usize;
+    let run = |grid: u32, stale: Option<usize>, partials_len: usize| -> (u32, String) {
+        on_sim(|s, gpu| {
+            let module = s.load_module(module()).unwrap();
+            let k = module.kernel(mm::GEMM_BF16_TN_SK).unwrap();
+            let (dx, dw) =
+                (device(s, &vec![0x3f80u16; (m * kk) as usize]), device(s, &vec![0x3f80u16; (n * kk) as usize]));
+            let y = poisoned(s, (m * n) as usize);
+            let maps = tmaps3(
+                s,
+                mm::gemm_tmap_a(dx.va(), m, kk),
+                mm::gemm_tmap_b(dw.va(), n, kk),
+                Some(mm::gemm_tmap_y(y.va(), m, n)),
+            );
+            let partials = poisoned(s, partials_len);
+            let mut init = vec![0u32; 2 * grid as usize];
+            if let Some(at) = stale {
+                init[at] = 7;
+            }
+            let flags = device(s, &init);
+            fault_of(gpu.launch(&stream_k_launch(
+                &k,
+                grid,
+                maps.va(),
+                maps.va() + 256,
+                &y,
+                &partials,
+                &flags,
+                [m, n, kk],
+            )))
+        })
+    };
+    // CTA 1's first consumer finds its flag already set.
+    let (_, e) = run(4, Some(2), 4 * slot);
+    assert!(e.contains("flag of CTA 1's consumer 0 is 7 at the launch"), "{e}");
+    // 20 slots do not fit a partials buffer that is an allocation of its own of about 16: the last
+    // contributors' stores fault where the kernel's would.
+    let (xid, e) = run(20, None, Y_SHORT);
+    assert_eq!(xid, 31, "{e}");
+}
+
 #[test]
 fn the_tma_store_gemm_stores_at_ys_descriptor_stride_and_refuses_a_descriptor_that_is_not_ys() {
     let mut g = rng("tma-store gemm descriptor");

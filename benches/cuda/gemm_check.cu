@@ -4,12 +4,14 @@
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
 //        -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda
-//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|all|<name>]
+//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|sk|all|<name>]
 //
 // Variants: `base` (omega_gemm_bf16_tn), `ts` (omega_gemm_bf16_tn_ts and other stage/staging splits of its
 // template: ts_s<stages>c<chunk columns>x<buffers>), `mc` (omega_gemm_bf16_tn_mc, 2-CTA clusters with W
 // multicast, and its template's other splits), `n128` (the narrow 128 x 128 tile in both forms:
 // omega_gemm_bf16_tn_ts_n128, omega_gemm_bf16_tn_mc_n128, and a five-stage, four-buffer split of each);
+// `sk` (the stream-K entries omega_gemm_bf16_tn_sk and omega_gemm_bf16_tn_sk_n128 on min(SMs, tiles x K
+// blocks) CTAs; their flags are checked to be left zero after every launch);
 // `all` (the default) runs every one; a variant's full name
 // runs that one alone. For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
 // (cublasGemmEx, bf16 in, f32 out, f32 compute) runs once; then for every variant y is poisoned (all-ones
@@ -32,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "gemm_bf16_ts.cuh"
+#include "gemm_bf16_sk.cuh"
 
 #include "check_common.cuh"
 
@@ -51,6 +53,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
 }
 
 typedef void (*TsEntry)(const void*, const void*, const void*, float*, uint32_t, uint32_t, uint32_t);
+typedef void (*SkEntry)(const void*, const void*, const void*, float*, float*, uint32_t*, uint32_t, uint32_t,
+                        uint32_t);
 
 struct Variant {
   const char* name;
@@ -60,6 +64,7 @@ struct Variant {
   int cluster;
   int max_clusters;  // co-resident 2-CTA clusters (cudaOccupancyMaxActiveClusters), mc only
   int bn;            // tile columns: 256 (wide) or 128 (narrow)
+  SkEntry sk;        // a stream-K entry (entry is then null)
 };
 
 static Variant variants[] = {
@@ -76,6 +81,9 @@ static Variant variants[] = {
     {"ts_n128_s5c32x4", "n128", ts_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 1, 0, 128},
     {"mc_n128", "n128", omega_gemm_bf16_tn_mc_n128, GEMM_MC_N128_SMEM_BYTES, 2, 0, 128},
     {"mc_n128_s5c32x4", "n128", mc_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 2, 0, 128},
+    // Stream-K on either tile (gemm_bf16_sk.cuh).
+    {"sk", "sk", nullptr, GEMM_SK_SMEM_BYTES, 1, 0, 256, omega_gemm_bf16_tn_sk},
+    {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128},
 };
 
 static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
@@ -112,6 +120,8 @@ __global__ void gather(const float* y, const size_t* idx, size_t n, float* out) 
 
 struct Run {
   int sms;
+  float* partials;    // the stream-K entries' slots: SMs * GEMM_SK_SLOT_FLOATS(256)
+  uint32_t* flags;    // their 2 * SMs flags, zeroed once and left zero by every launch
   cublasHandle_t h;
   std::string want;  // --variant
 };
@@ -180,7 +190,11 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
     // W's box is the tile's columns divided among the CTAs of a cluster.
     const int b_rows = v.bn / v.cluster;
     const CUtensorMap* tb = b_rows == 256 ? &dmaps[1] : b_rows == 128 ? &dmaps[2] : &dmaps[4];
-    if (!v.entry) {
+    if (v.sk) {
+      const uint64_t iters = (uint64_t)tiles * ((K + GEMM_BK - 1) / GEMM_BK);
+      const int grid = iters < (uint64_t)run.sms ? (int)iters : run.sms;
+      v.sk<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], tb, tmap_y, dy, run.partials, run.flags, M, N, K);
+    } else if (!v.entry) {
       const int grid = tiles < run.sms ? tiles : run.sms;
       omega_gemm_bf16_tn<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], tb, dy, M, N, K);
     } else if (v.cluster == 1) {
@@ -221,6 +235,12 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
     CK(cudaMemcpy(got.data(), dsamp, samples * 4, cudaMemcpyDeviceToHost));
     float max_abs_cublas;
     memcpy(&max_abs_cublas, &diff_bits, 4);
+    bool flags_zero = true;
+    if (v.sk) {
+      std::vector<uint32_t> flags(2 * run.sms);
+      CK(cudaMemcpy(flags.data(), run.flags, flags.size() * 4, cudaMemcpyDeviceToHost));
+      for (uint32_t f : flags) flags_zero = flags_zero && f == 0;
+    }
     // Tolerance scales with K (f32 accumulation of K products of magnitude <= 1).
     double max_rel = 0;
     for (size_t i = 0; i < samples; ++i) {
@@ -230,9 +250,9 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
       if (rel > max_rel) max_rel = rel;
     }
     const double tol = 1e-6 * sqrt((double)K) + 1e-6;
-    const bool ok = max_rel <= tol && max_abs_cublas <= 1e-2 * sqrt((double)K);
-    printf("check %u %u %u %s max_rel_vs_ref %.3g max_abs_vs_cublas %.3g %s\n", M, N, K, v.name, max_rel,
-           (double)max_abs_cublas, ok ? "PASS" : "FAIL");
+    const bool ok = max_rel <= tol && max_abs_cublas <= 1e-2 * sqrt((double)K) && flags_zero;
+    printf("check %u %u %u %s max_rel_vs_ref %.3g max_abs_vs_cublas %.3g%s %s\n", M, N, K, v.name, max_rel,
+           (double)max_abs_cublas, flags_zero ? "" : " flags_not_left_zero", ok ? "PASS" : "FAIL");
     fflush(stdout);
     all_ok = all_ok && ok;
   }
@@ -292,14 +312,17 @@ int main(int argc, char** argv) {
     } else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
       run.want = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|all|<name>]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|sk|all|<name>]\n", argv[0]);
       return 2;
     }
   }
   CK(cudaDeviceGetAttribute(&run.sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaMalloc(&run.partials, (size_t)run.sms * GEMM_SK_SLOT_FLOATS(GEMM_BN) * 4));
+  CK(cudaMalloc(&run.flags, (size_t)run.sms * 2 * 4));
+  CK(cudaMemset(run.flags, 0, (size_t)run.sms * 2 * 4));
   CK(cudaFuncSetAttribute(omega_gemm_bf16_tn, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_SMEM_BYTES));
   for (auto& v : variants) {
-    const void* f = v.entry ? (const void*)v.entry : (const void*)omega_gemm_bf16_tn;
+    const void* f = v.sk ? (const void*)v.sk : v.entry ? (const void*)v.entry : (const void*)omega_gemm_bf16_tn;
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
     cudaFuncAttributes a;
     CK(cudaFuncGetAttributes(&a, f));
@@ -329,7 +352,9 @@ int main(int argc, char** argv) {
   // N % 4 != 0 takes the direct-store epilogue; odd tile rows leave the last pair's second CTA past M.
   const uint32_t checks[][3] = {{1, 1, 8},         {7, 33, 1000},     {129, 257, 72},   {128, 256, 64},
                                 {300, 520, 4096},  {1000, 4095, 1000}, {513, 2048, 768}, {4095, 260, 136},
-                                {257, 4, 64},      {384, 1028, 200},  {2000, 3000, 520}};
+                                {257, 4, 64},      {384, 1028, 200},  {2000, 3000, 520},
+                                // One tile over 128 (and 64) K blocks: a stream-K tile cut among every CTA.
+                                {128, 128, 8192},  {200, 384, 4096}};
   for (auto& c : checks) (one(run, c[0], c[1], c[2], false, 1 + c[0] * 31 + c[1]) ? passed : failed)++;
   if (check_only) {
     printf("%d passed, %d failed\n", passed, failed);
@@ -337,7 +362,10 @@ int main(int argc, char** argv) {
   }
   const uint32_t benches[][3] = {{8192, 8192, 8192}, {4096, 4096, 4096}, {4096, 5120, 2048}, {4096, 2048, 4096},
                                  {4096, 1536, 2048}, {4096, 2048, 768},  {4096, 151936, 2048}, {512, 5120, 2048},
-                                 {512, 2048, 4096},  {512, 1536, 2048},  {512, 2048, 768},   {512, 151936, 2048}};
+                                 {512, 2048, 4096},  {512, 1536, 2048},  {512, 2048, 768},   {512, 151936, 2048},
+                                 // Mid M, where few tiles leave SMs idle (stream-K's case).
+                                 {64, 5120, 2048},   {128, 5120, 2048},  {256, 5120, 2048},  {128, 2048, 4096},
+                                 {128, 1536, 2048},  {128, 2048, 768}};
   for (auto& b : benches) (one(run, b[0], b[1], b[2], true, 7 + b[0] + b[1]) ? passed : failed)++;
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

@@ -22,6 +22,10 @@
 #   qpeer                  the PyTorch peer's decode step at batch 1, 8, 32 and ctx 1K, 16K
 #   ew, ewpeer             `ew_bench --check`, and its PyTorch peer (benches/torch/ew_peer.py)
 #   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
+#   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
+#                          (benches/torch/matmul_peer.py)
+#   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
+#                          variant or the named family / variant, beside cuBLAS
 #   anything else          `gpu_suite --case <step>`
 set -u
 BIN=${BIN:-.gpu}
@@ -67,6 +71,11 @@ command_of() {
         ewpeer) echo "python3 benches/torch/ew_peer.py" ;;
         attn) echo "$BIN/attn_bench --check" ;;
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
+        mm) echo "$BIN/matmul_bench --check" ;;
+        mmalt) echo "$BIN/matmul_bench --alternatives" ;;
+        mmpeer) echo "python3 benches/torch/matmul_peer.py" ;;
+        gemmchk) echo "/tmp/gemm_check" ;;
+        gemmchk_*) echo "/tmp/gemm_check --variant ${1#gemmchk_}" ;;
         *) echo "$BIN/gpu_suite --case $1" ;;
     esac
 }
@@ -75,6 +84,10 @@ for step in $STEPS; do
     if [ "$step" = gvar ] || [ "$step" = gocc ]; then
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -Ikernels/cuda/matmul -Ikernels/cuda \
             -o /tmp/gemv_variants benches/cuda/gemv_variants.cu >"$OUT/gvar-nvcc.log" 2>&1 || status=1
+    fi
+    if [ "${step%%_*}" = gemmchk ] && [ ! -x /tmp/gemm_check ]; then
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
+            -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda >"$OUT/gemmchk-nvcc.log" 2>&1 || status=1
     fi
     cmd=$(command_of "$step")
     log="$OUT/$step.log"
@@ -90,7 +103,7 @@ done
 for step in $STEPS; do
     echo "== $step"
     head -1 "$OUT/$step.log"
-    grep -E 'passed, .* failed|^FAIL|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto|_of_copy |_goal_|copy_ratio ' \
+    grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto|_of_copy |_goal_|copy_ratio ' \
         "$OUT/$step.log" | tail -20
     tail -1 "$OUT/$step.log"
 done

@@ -74,6 +74,15 @@ pub const GEMM_BF16_TN_TS_N128: &str = "omega_gemm_bf16_tn_ts_n128";
 /// [`GEMM_BF16_TN_MC`] on the narrow tile: each CTA of a pair loads [`GEMM_MC_N128_B_BOX_ROWS`] of the
 /// tile's 128 W rows. The same parameters.
 pub const GEMM_BF16_TN_MC_N128: &str = "omega_gemm_bf16_tn_mc_n128";
+/// [`GEMM_BF16_TN_TS`] in stream-K order (`gemm_bf16_sk.cuh`): `omega_gemm_bf16_tn_sk(tmap_a, tmap_b,
+/// tmap_y, y, partials, flags, M, N, K)`. Its grid of G CTAs shares the tiles x K blocks iterations evenly
+/// ([`SkSchedule`]); a tile cut by a range boundary is finished by the CTA holding its first K block, from
+/// the partial sums the CTAs after it left in `partials` (G slots of [`gemm_sk_slot_floats`]) and
+/// released through `flags` (2 G words, zero before and after the launch).
+pub const GEMM_BF16_TN_SK: &str = "omega_gemm_bf16_tn_sk";
+/// [`GEMM_BF16_TN_SK`] on the narrow tile (128 x 128, six stages; B boxes of [`GEMM_N128_TILE_N`] rows).
+/// The same parameters.
+pub const GEMM_BF16_TN_SK_N128: &str = "omega_gemm_bf16_tn_sk_n128";
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -174,6 +183,72 @@ pub const GEMM_TS_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 *
 pub const GEMM_MC_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
 /// Rows of the narrow cluster entry's B box: half of the tile's 128 W rows.
 pub const GEMM_MC_N128_B_BOX_ROWS: u32 = GEMM_N128_TILE_N / GEMM_MC_CLUSTER;
+/// The stream-K entries' dynamic shared memory: the TMA-store entries' layouts (the fix-up goes through
+/// global memory).
+pub const GEMM_SK_SMEM_BYTES: u32 = GEMM_TS_SMEM_BYTES;
+/// The narrow stream-K entry's (`GEMM_SK_N128_SMEM_BYTES`).
+pub const GEMM_SK_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
+/// The stream-K kernels count iterations (tiles x K blocks) in 32 bits; a product of this many or more
+/// takes another entry.
+pub const GEMM_SK_MAX_ITERS: u64 = 1 << 31;
+
+/// f32 of one stream-K CTA's partials slot (`GEMM_SK_SLOT_FLOATS`): both consumers' 64 x `tile_n`
+/// accumulators.
+pub const fn gemm_sk_slot_floats(tile_n: u32) -> u64 {
+    2 * 64 * tile_n as u64
+}
+
+/// How a stream-K launch of `grid` CTAs shares `total` iterations (`tiles * kblocks`, tile-major): CTA c
+/// takes `[begin(c), begin(c + 1))`, each CTA `total / grid` iterations and the first `total % grid` one
+/// more (`sk_begin` in gemm_bf16_sk.cuh).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkSchedule {
+    /// Iterations of the product.
+    pub total: u64,
+    /// CTAs.
+    pub grid: u64,
+    /// K blocks per tile.
+    pub kblocks: u64,
+}
+
+/// One stretch of a stream-K CTA's range: tile `tile`'s K blocks `kb0 .. kb1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkSegment {
+    /// Tile index (the kernels' grouped order).
+    pub tile: u64,
+    /// First K block.
+    pub kb0: u64,
+    /// One past the last K block.
+    pub kb1: u64,
+}
+
+impl SkSchedule {
+    /// The first iteration of CTA `c` (`total` for a CTA past it).
+    pub fn begin(&self, c: u64) -> u64 {
+        let (q, r) = (self.total / self.grid.max(1), self.total % self.grid.max(1));
+        c * q + c.min(r)
+    }
+
+    /// CTA `c`'s segments, in the order it runs them.
+    pub fn segments(&self, c: u64) -> Vec<SkSegment> {
+        let (mut pos, end) = (self.begin(c), self.begin(c + 1));
+        let mut out = Vec::new();
+        while pos < end {
+            let (tile, kb0) = (pos / self.kblocks, pos % self.kblocks);
+            let kb1 = self.kblocks.min(kb0 + (end - pos));
+            out.push(SkSegment { tile, kb0, kb1 });
+            pos += kb1 - kb0;
+        }
+        out
+    }
+
+    /// The CTAs after `c` whose partial sums the finisher `c` of `tile` adds, in its order.
+    pub fn contributors(&self, c: u64, tile: u64) -> Range<u64> {
+        let tile_end = (tile + 1) * self.kblocks;
+        c + 1..(c + 1..self.grid).find(|&d| self.begin(d) >= tile_end).unwrap_or(self.grid)
+    }
+}
+
 /// y's TMA box for the TMA-store entries: 32 floats (one 128-byte swizzle span) by 64 rows (a consumer
 /// warpgroup's half of a tile).
 pub const GEMM_Y_BOX: [u32; 2] = [64, 32];
@@ -449,6 +524,20 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_mc_n128,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_SK,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_sk,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_SK_N128,
+        param_sizes: &[8, 8, 8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_sk_n128,
     },
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
@@ -805,6 +894,8 @@ enum GemmArgs {
     Split,
     /// `tmap_y, y, M, N, K` (the TMA-store entries).
     Staged,
+    /// `tmap_y, y, partials, flags, M, N, K` (the stream-K entries).
+    StreamK,
 }
 
 /// One of the TMA GEMM's entries (`gemm_bf16_body` or `gemm_bf16_ts_body`): its name, tile width, the
@@ -889,6 +980,9 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             (0, ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8), [ctx.word(10), ctx.word(11), ctx.word(12)], ctx.word(13))
         }
         GemmArgs::Staged => (ctx.u64_at(4), ctx.u64_at(6), 0, 0, [ctx.word(8), ctx.word(9), ctx.word(10)], 1),
+        GemmArgs::StreamK => {
+            (ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), [ctx.word(12), ctx.word(13), ctx.word(14)], 1)
+        }
     };
     require_block(ctx, name, GEMM_THREADS)?;
     if ctx.dynamic_shared_bytes < f.smem {
@@ -914,7 +1008,8 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
     let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", f.b_box_rows)?;
     // The TMA-store entries store through y's descriptor when N % 4 == 0; the direct epilogue stores
     // float2 pairs in a tile whose columns all lie below an even N, floats elsewhere.
-    let (y, ldy) = if f.args == GemmArgs::Staged && n.is_multiple_of(4) {
+    let staged = matches!(f.args, GemmArgs::Staged | GemmArgs::StreamK);
+    let (y, ldy) = if staged && n.is_multiple_of(4) {
         gemm_y_map(ctx, name, tmap_y, m, n)?
     } else {
         aligned(name, "y", y, if n.is_multiple_of(2) && n >= f.tile_n { 8 } else { 4 })?;
@@ -925,6 +1020,15 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             name,
             format_args!("{splits_asked} splits: past the kernel's int, its split count is undefined"),
         ));
+    }
+    if f.args == GemmArgs::StreamK {
+        let tiles = [tiles_m, tiles_n].map(u64::from);
+        return StreamK { name, tile_n: u64::from(f.tile_n), a, b, y, ldy, partials: work, flags: tickets }.run(
+            ctx,
+            [m, n].map(u64::from),
+            tiles,
+            u64::from(kblocks),
+        );
     }
     let split = GemmSplit::new(m, n, k, f.tile_n, splits_asked);
     if split.splits == 1 {
@@ -1058,6 +1162,145 @@ fn gemm_bf16_tn_ts_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 
 fn gemm_bf16_tn_mc_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     gemm_staged(ctx, GEMM_BF16_TN_MC_N128, GEMM_N128_TILE_N, GEMM_MC_N128_B_BOX_ROWS, GEMM_MC_N128_SMEM_BYTES)
+}
+
+fn gemm_bf16_tn_sk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (name, tile_n, smem) = (GEMM_BF16_TN_SK, GEMM_TILE_N, GEMM_SK_SMEM_BYTES);
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::StreamK })
+}
+
+fn gemm_bf16_tn_sk_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let (name, tile_n, smem) = (GEMM_BF16_TN_SK_N128, GEMM_N128_TILE_N, GEMM_SK_N128_SMEM_BYTES);
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::StreamK })
+}
+
+/// A stream-K launch after [`gemm_tma`]'s checks: its operands' descriptors, where y's rows lie.
+struct StreamK<'a> {
+    name: &'a str,
+    tile_n: u64,
+    a: TiledSpec,
+    b: TiledSpec,
+    y: u64,
+    ldy: u64,
+    partials: u64,
+    flags: u64,
+}
+
+impl StreamK<'_> {
+    /// The launch as gemm_bf16_sk.cuh runs it: its CTAs in [`SkSchedule`]'s ranges, taken last CTA first
+    /// so that every finisher's contributors have written their slots and released their flags when it
+    /// runs. Each segment's product over its K blocks is computed from the descriptors; a contributor
+    /// writes its live consumers' halves to its slot in the kernel's register order and sets their flags
+    /// (a flag that was not zero faults: on the GPU its finisher could read the slot before it is
+    /// written); a finisher takes the flags back to zero and adds the slots in CTA order; whole and
+    /// finished tiles are stored within M and N at y's row stride.
+    fn run(
+        &self,
+        ctx: &mut KernelCtx<'_>,
+        [m, n]: [u64; 2],
+        [tiles_m, tiles_n]: [u64; 2],
+        kblocks: u64,
+    ) -> Result<(), KernelError> {
+        let name = self.name;
+        let [g, gy, gz] = ctx.grid.map(u64::from);
+        if gy * gz != 1 {
+            return Err(fault(
+                name,
+                format_args!(
+                    "grid {:?}: the CTAs of blockIdx.y or .z > 0 would run the same ranges and race on the flags",
+                    ctx.grid
+                ),
+            ));
+        }
+        let total = tiles_m * tiles_n * kblocks;
+        if total >= GEMM_SK_MAX_ITERS {
+            return Err(fault(name, format_args!("{total} iterations: past the kernel's 32-bit iteration count")));
+        }
+        aligned(name, "partials", self.partials, 16)?;
+        aligned(name, "flags", self.flags, 4)?;
+        let sched = SkSchedule { total, grid: g, kblocks };
+        let cost = u64::from(GEMM_TILE_M) * self.tile_n * total.div_ceil(g).max(1);
+        let tile_n = self.tile_n as usize;
+        let slot_bytes = gemm_sk_slot_floats(self.tile_n as u32) * 4;
+        let half_bytes = slot_bytes / 2;
+        for i in take_items(ctx, g, cost) {
+            let c = g - 1 - i;
+            for seg in sched.segments(c) {
+                let (tm, tn) = tile_of(seg.tile, tiles_m, tiles_n);
+                let rows = tm * u64::from(GEMM_TILE_M)..(tm + 1) * u64::from(GEMM_TILE_M);
+                let cols = tn * self.tile_n..(tn + 1) * self.tile_n;
+                let ks = seg.kb0 * u64::from(GEMM_TILE_K)..seg.kb1 * u64::from(GEMM_TILE_K);
+                let x = tma_rows(ctx, &self.a, rows.clone(), ks.clone())?;
+                let w = tma_rows(ctx, &self.b, cols.clone(), ks.clone())?;
+                let mut acc = vec![0f32; GEMM_TILE_M as usize * tile_n];
+                math::products(&x, &w, (ks.end - ks.start) as usize, false, &mut acc);
+                // A consumer's 64 rows wholly past M neither write nor wait.
+                let live = |q: u64| rows.start + 64 * q < m;
+                if seg.kb0 > 0 {
+                    for q in (0..2).filter(|&q| live(q)) {
+                        let flag = self.flags.wrapping_add(4 * (2 * c + q));
+                        let was = ctx.read_u32s(flag, 1)?[0];
+                        if was != 0 {
+                            return Err(fault(name, format_args!("the flag of CTA {c}'s consumer {q} is {was} at the launch, not 0: its finisher could add the slot before it is written")));
+                        }
+                        let half = &acc[q as usize * 64 * tile_n..(q as usize + 1) * 64 * tile_n];
+                        let at = self.partials.wrapping_add(c * slot_bytes + q * half_bytes);
+                        ctx.write(at, &math::f32s_to_le(&sk_slot_order(half, tile_n)))?;
+                        ctx.write_u32s(flag, &[1])?;
+                    }
+                    continue;
+                }
+                if seg.kb1 < kblocks {
+                    for d in sched.contributors(c, seg.tile) {
+                        for q in (0..2).filter(|&q| live(q)) {
+                            let flag = self.flags.wrapping_add(4 * (2 * d + q));
+                            if ctx.read_u32s(flag, 1)?[0] == 0 {
+                                return Err(fault(name, format_args!("CTA {c} waits for the flag of CTA {d}'s consumer {q}, which nothing sets: the kernel would spin")));
+                            }
+                            ctx.write_u32s(flag, &[0])?;
+                            let at = self.partials.wrapping_add(d * slot_bytes + q * half_bytes);
+                            let part = ctx.read_f32s(at, 64 * tile_n)?;
+                            let half = &mut acc[q as usize * 64 * tile_n..(q as usize + 1) * 64 * tile_n];
+                            for (v, p) in half.iter_mut().zip(sk_row_order(&part, tile_n)) {
+                                *v += p;
+                            }
+                        }
+                    }
+                }
+                let width = (cols.end.min(n) - cols.start) as usize;
+                for (r, row) in rows.take_while(|&r| r < m).zip(acc.chunks_exact(tile_n)) {
+                    let va = self.y.wrapping_add(r.wrapping_mul(self.ldy).wrapping_add(cols.start).wrapping_mul(4));
+                    ctx.write(va, &math::f32s_to_le(&row[..width]))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the kernel's thread `t` keeps output (row, column) of a consumer's 64 x `tile_n` half (the wgmma
+/// m64nN accumulator layout: register 4j + {0, 1} at row 16 warp + lane / 4, columns 8j + 2 (lane % 4) +
+/// {0, 1}; 4j + {2, 3} eight rows down), as the float index of the slot it stores float4 j of thread t
+/// at: `(j * 128 + t) * 4 + register % 4`.
+fn sk_slot_index(row: usize, col: usize) -> usize {
+    let (warp, r) = (row / 16, row % 16);
+    let (j, cc) = (col / 8, col % 8);
+    let t = warp * 32 + (r % 8) * 4 + cc / 2;
+    (j * 128 + t) * 4 + 2 * (r / 8) + cc % 2
+}
+
+/// A row-major 64 x `tile_n` half in the order a consumer writes its slot.
+fn sk_slot_order(half: &[f32], tile_n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; half.len()];
+    for (i, &v) in half.iter().enumerate() {
+        out[sk_slot_index(i / tile_n, i % tile_n)] = v;
+    }
+    out
+}
+
+/// A slot read back into row-major order.
+fn sk_row_order(slot: &[f32], tile_n: usize) -> Vec<f32> {
+    (0..slot.len()).map(|i| slot[sk_slot_index(i / tile_n, i % tile_n)]).collect()
 }
 
 // ----- the SIMT GEMMs -----------------------------------------------------------------------------------

@@ -132,13 +132,18 @@ pub(crate) enum Kern {
     MoeRows,
     /// `omega_gemv_bf16_tn_m1_rows`: the m1 GEMV entry for one row of x streamed unsplit.
     GemvRows,
+    /// The TMA-store form in stream-K order (`omega_gemm_bf16_tn_sk`).
+    GemmSk,
+    /// The stream-K form on the narrow tile (`omega_gemm_bf16_tn_sk_n128`).
+    GemmSkN128,
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
-/// four GEMVs with a bf16 output, the fused router and the grouped and dense row-streaming entries.
-pub(crate) const KERNEL_NAMES: [&str; 30] = [
+/// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries and the
+/// two stream-K entries.
+pub(crate) const KERNEL_NAMES: [&str; 32] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -173,6 +178,8 @@ pub(crate) const KERNEL_NAMES: [&str; 30] = [
     abi::MOE_ROUTER_ROUTE,
     abi::MOE_GEMV_BF16_ROWS,
     abi::GEMV_BF16_TN_ROWS,
+    abi::GEMM_BF16_TN_SK,
+    abi::GEMM_BF16_TN_SK_N128,
 ];
 
 impl Kern {
@@ -197,6 +204,8 @@ impl Kern {
             Kern::RouterRoute => 27,
             Kern::MoeRows => 28,
             Kern::GemvRows => 29,
+            Kern::GemmSk => 30,
+            Kern::GemmSkN128 => 31,
         }
     }
 }
@@ -492,6 +501,10 @@ pub enum WideEntry {
     /// slice the pair shares and multicasting it into both (half W's L2 traffic). Its grid is whole
     /// pairs: `2 * min(pairs, SMs / 2, budget / 2)`.
     Cluster,
+    /// `omega_gemm_bf16_tn_sk` (`_sk_n128`): the TMA-store entry in stream-K order, its grid
+    /// `min(SMs, budget, tiles * kblocks)` sharing the tiles' K blocks evenly, the tiles cut between two
+    /// CTAs finished through the workspace (a slot of partial sums per CTA and two zeroed flags).
+    StreamK,
 }
 
 impl WideEntry {
@@ -501,6 +514,7 @@ impl WideEntry {
             WideEntry::Direct => "direct",
             WideEntry::TmaStore => "tma_store",
             WideEntry::Cluster => "cluster",
+            WideEntry::StreamK => "stream_k",
         }
     }
 }
@@ -552,6 +566,12 @@ pub enum ForcedPlan {
         /// The cluster entry.
         cluster: bool,
     },
+    /// The TMA GEMM in `tile` with the TMA-store epilogue in stream-K order (`omega_gemm_bf16_tn_sk`,
+    /// `_sk_n128`).
+    GemmStreamK {
+        /// The tile form.
+        tile: GemmTile,
+    },
     /// The skinny GEMM (M <= [`abi::SKINNY_MAX_M`]) with `split` K slices of whole 64-element stages;
     /// `None`: the planner's split ([`abi::skinny_plan`]).
     Skinny {
@@ -563,7 +583,7 @@ pub enum ForcedPlan {
 impl ForcedPlan {
     /// A short name for reports and metric names: `gemv` (the planner's split), `gemv_split<s>`; `wide`
     /// and `narrow` unsplit, `<tile>_split<s>`, `<tile>_auto` (the planner's split); `<tile>_ts`,
-    /// `<tile>_mc`; `skinny` (the planner's split), `skinny_split<s>`.
+    /// `<tile>_mc`, `<tile>_sk`; `skinny` (the planner's split), `skinny_split<s>`.
     pub fn tag(&self) -> String {
         let gemm = |tile: &str, splits: Option<u32>| match splits {
             None => format!("{tile}_auto"),
@@ -576,6 +596,7 @@ impl ForcedPlan {
             ForcedPlan::Gemm { tile, splits } => gemm(tile.name(), splits),
             ForcedPlan::GemmTmaStore { tile, cluster: false } => format!("{}_ts", tile.name()),
             ForcedPlan::GemmTmaStore { tile, cluster: true } => format!("{}_mc", tile.name()),
+            ForcedPlan::GemmStreamK { tile } => format!("{}_sk", tile.name()),
             ForcedPlan::Skinny { split: None } => "skinny".to_string(),
             ForcedPlan::Skinny { split: Some(s) } => format!("skinny_split{s}"),
         }
@@ -624,6 +645,13 @@ pub enum ForcedRefusal {
         /// The most rows it takes.
         max: u32,
     },
+    /// More tiles x K blocks than the stream-K kernel counts in its 32-bit positions.
+    IterationsPastKernel {
+        /// The product's iterations.
+        iters: u64,
+        /// The first count the kernel cannot take.
+        max: u64,
+    },
 }
 
 impl core::fmt::Display for ForcedRefusal {
@@ -643,6 +671,9 @@ impl core::fmt::Display for ForcedRefusal {
                 write!(f, "a cluster of {cluster} CTAs is past the CTA budget of {budget}")
             }
             ForcedRefusal::MPastPath { max } => write!(f, "M is past the {max} rows the path takes"),
+            ForcedRefusal::IterationsPastKernel { iters, max } => {
+                write!(f, "{iters} tile K blocks are past the {max} the stream-K kernel counts")
+            }
         }
     }
 }
@@ -657,6 +688,7 @@ impl core::fmt::Display for ForcedPlan {
                 let clusters = if cluster { " in 2-CTA clusters" } else { "" };
                 write!(f, "the {} TMA GEMM with a TMA-store epilogue{clusters}", tile.name())
             }
+            ForcedPlan::GemmStreamK { tile } => write!(f, "the {} TMA GEMM in stream-K order", tile.name()),
             ForcedPlan::Skinny { split: s } => write!(f, "the skinny GEMM with {} split", split(s)),
         }
     }
@@ -1034,6 +1066,25 @@ fn gemm_step(
         let args = [vec![Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out], dims.to_vec()].concat();
         let tiles = u64::from(s.tiles);
         let narrow = tile == GemmTile::Narrow;
+        if entry == WideEntry::StreamK {
+            // `(tmap_a, tmap_b, tmap_y, y, partials, flags, M, N, K)`: a slot of partial sums per CTA after
+            // the f32 product of a bf16 output, two flags per CTA.
+            let grid = stream_k_iters(shape, tile).min(sms).min(budget);
+            let partials = Arg::Scratch(*scratch * 4);
+            *scratch += grid * abi::gemm_sk_slot_floats(tile.n());
+            let args = [
+                vec![Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out, partials, Arg::Tickets(0)],
+                dims.to_vec(),
+            ]
+            .concat();
+            let (kern, smem) = match tile {
+                GemmTile::Wide => (Kern::GemmSk, abi::GEMM_SK_SMEM_BYTES),
+                GemmTile::Narrow => (Kern::GemmSkN128, abi::GEMM_SK_N128_SMEM_BYTES),
+            };
+            let step =
+                Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
+            return (step, 2 * grid, TmaPlan { b_rows: tile.n(), y: y_map.then_some(out) });
+        }
         let (kern, grid, smem, b_rows) = if entry == WideEntry::Cluster {
             let c = u64::from(abi::GEMM_MC_CLUSTER);
             // Whole clusters: a pair per cluster, as many as there are pairs of tile rows, as fit on the
@@ -1099,11 +1150,16 @@ enum Choice {
     Simt,
 }
 
-/// Why `entry` cannot run an unsplit product of `shape` (the TMA GEMM's own requirements checked).
-fn entry_refusal(entry: WideEntry, shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
+/// Why `entry` cannot run an unsplit product of `shape` in `tile` (the TMA GEMM's own requirements
+/// checked).
+fn entry_refusal(entry: WideEntry, tile: GemmTile, shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
     let budget = clamp_budget(opts.budget);
     if entry == WideEntry::Cluster && budget < u64::from(abi::GEMM_MC_CLUSTER) {
         return Some(ForcedRefusal::ClusterPastBudget { cluster: abi::GEMM_MC_CLUSTER, budget: word(budget) });
+    }
+    let iters = stream_k_iters(shape, tile);
+    if entry == WideEntry::StreamK && iters >= abi::GEMM_SK_MAX_ITERS {
+        return Some(ForcedRefusal::IterationsPastKernel { iters, max: abi::GEMM_SK_MAX_ITERS });
     }
     // y's descriptor holds a global address of whole 16-byte units; a bf16 output's f32 product is the
     // workspace's, which is.
@@ -1116,13 +1172,20 @@ fn entry_refusal(entry: WideEntry, shape: Shape, opts: DenseOpts) -> Option<Forc
 
 /// The entry the planner runs an unsplit tile with: `wanted` where it can run, else the TMA-store entry
 /// (for a cluster past the budget), else the direct one.
-fn wide_entry(wanted: WideEntry, shape: Shape, opts: DenseOpts) -> WideEntry {
+fn wide_entry(wanted: WideEntry, tile: GemmTile, shape: Shape, opts: DenseOpts) -> WideEntry {
     let tries: &[WideEntry] = match wanted {
         WideEntry::Cluster => &[WideEntry::Cluster, WideEntry::TmaStore],
+        WideEntry::StreamK => &[WideEntry::StreamK, WideEntry::TmaStore],
         WideEntry::TmaStore => &[WideEntry::TmaStore],
         WideEntry::Direct => &[],
     };
-    tries.iter().copied().find(|&e| entry_refusal(e, shape, opts).is_none()).unwrap_or(WideEntry::Direct)
+    tries.iter().copied().find(|&e| entry_refusal(e, tile, shape, opts).is_none()).unwrap_or(WideEntry::Direct)
+}
+
+/// A product's iterations in stream-K order: its tiles times K's blocks.
+fn stream_k_iters(shape: Shape, tile: GemmTile) -> u64 {
+    let tiles = ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M)) * ceil(u64::from(shape.n), u64::from(tile.n()));
+    tiles * ceil(u64::from(shape.k), u64::from(abi::GEMM_TILE_K))
 }
 
 /// The plan of a dense product (`shape` checked: no side is 0).
@@ -1155,8 +1218,8 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
     } else if gemm_ok {
         let c = gemm.expect("gemm_ok");
         let entry = match (c.tile, c.splits) {
-            (GemmTile::Wide, 1) => wide_entry(wide, shape, opts),
-            (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, shape, opts),
+            (GemmTile::Wide, 1) => wide_entry(wide, c.tile, shape, opts),
+            (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, c.tile, shape, opts),
             _ => WideEntry::Direct,
         };
         Choice::Gemm(c.tile, c.splits, entry)
@@ -1212,7 +1275,14 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
         }
         ForcedPlan::GemmTmaStore { tile, cluster } => {
             let entry = if cluster { WideEntry::Cluster } else { WideEntry::TmaStore };
-            if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, shape, opts)) {
+            if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, tile, shape, opts)) {
+                return refuse(why);
+            }
+            Choice::Gemm(tile, 1, entry)
+        }
+        ForcedPlan::GemmStreamK { tile } => {
+            let entry = WideEntry::StreamK;
+            if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, tile, shape, opts)) {
                 return refuse(why);
             }
             Choice::Gemm(tile, 1, entry)
@@ -1876,6 +1946,8 @@ mod tests {
             ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: true },
             ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: false },
             ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: true },
+            ForcedPlan::GemmStreamK { tile: GemmTile::Wide },
+            ForcedPlan::GemmStreamK { tile: GemmTile::Narrow },
         ]
         .map(|p| p.tag());
         let want = [
@@ -1888,8 +1960,64 @@ mod tests {
             "wide_mc",
             "narrow_ts",
             "narrow_mc",
+            "wide_sk",
+            "narrow_sk",
         ];
         assert_eq!(tags, want.map(String::from));
+    }
+
+    #[test]
+    fn the_stream_k_entries_take_every_sm_a_slot_and_two_flags_per_cta_and_say_why_not() {
+        let f = |shape: Shape, tile, o: DenseOpts| dense_forced(Elem::Bf16, shape, o, ForcedPlan::GemmStreamK { tile });
+        let why = |r: Result<Plan, PlanError>| match r {
+            Err(PlanError::Forced { why, .. }) => why,
+            other => panic!("{other:?}"),
+        };
+        let o = opts(MAX_CTAS, false);
+        // QKV at M = 512: 160 narrow tiles of 32 K blocks share the 132 SMs; a slot and two flags each.
+        let qkv = Shape::new(512, 5120, 2048);
+        let p = f(qkv, GemmTile::Narrow, o).unwrap();
+        let s = &p.steps[0];
+        assert_eq!(
+            (p.path, s.kern, s.grid, s.dynamic_shared),
+            (Path::Gemm, Kern::GemmSkN128, [132, 1, 1], abi::GEMM_SK_N128_SMEM_BYTES)
+        );
+        assert_eq!(
+            s.args,
+            [
+                Arg::Tma(0),
+                Arg::Tma(128),
+                Arg::Tma(256),
+                Arg::Y(0),
+                Arg::Scratch(0),
+                Arg::Tickets(0),
+                Arg::Word(512),
+                Arg::Word(5120),
+                Arg::Word(2048)
+            ]
+        );
+        assert_eq!((p.scratch, p.tickets, p.split), (132 * 2 * 64 * 128, 2 * 132, 1));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)) }));
+        // Fewer iterations than SMs: one CTA each (1 x 1 x 8 is one); the budget caps the grid.
+        assert_eq!(f(Shape::new(1, 1, 8), GemmTile::Wide, o).unwrap().steps[0].grid, [1, 1, 1]);
+        assert_eq!(f(Shape::new(128, 256, 640), GemmTile::Wide, o).unwrap().steps[0].grid, [10, 1, 1]);
+        let p = f(qkv, GemmTile::Wide, opts(7, false)).unwrap();
+        assert_eq!((p.steps[0].kern, p.steps[0].grid, p.tickets), (Kern::GemmSk, [7, 1, 1], 14));
+        // A bf16 output: the slots after the f32 product, y's descriptor at that product.
+        let p = f(qkv, GemmTile::Wide, opts(MAX_CTAS, true)).unwrap();
+        assert_eq!(p.steps.iter().map(|s| s.kern).collect::<Vec<_>>(), [Kern::GemmSk, Kern::Convert]);
+        assert_eq!((p.steps[0].args[3], p.steps[0].args[4]), (Arg::Scratch(0), Arg::Scratch(512 * 5120 * 4)));
+        assert_eq!(p.scratch, 512 * 5120 + 132 * 2 * 64 * 256);
+        // 2^31 iterations: 4096 x 4096 narrow tiles (1024) of 2^21 K blocks would pass them.
+        let long = Shape::new(4096, 4096, 1 << 27);
+        let iters = 32 * 32 * (1u64 << 21);
+        assert_eq!(
+            why(f(long, GemmTile::Narrow, o)),
+            ForcedRefusal::IterationsPastKernel { iters, max: abi::GEMM_SK_MAX_ITERS }
+        );
+        assert_eq!(why(f(Shape::new(4, 64, 44), GemmTile::Wide, o)), ForcedRefusal::KNotMultiple { of: 8 });
+        assert_eq!(why(f(qkv, GemmTile::Wide, DenseOpts { y_aligned16: false, ..o })), ForcedRefusal::Unaligned);
+        assert!(f(Shape::new(300, 1002, 64), GemmTile::Wide, DenseOpts { y_aligned16: false, ..o }).is_ok());
     }
 
     #[test]
@@ -1976,6 +2104,8 @@ mod tests {
                     ForcedPlan::GemmTmaStore { tile: GemmTile::Wide, cluster: true },
                     ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: false },
                     ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: true },
+                    ForcedPlan::GemmStreamK { tile: GemmTile::Wide },
+                    ForcedPlan::GemmStreamK { tile: GemmTile::Narrow },
                 ] {
                     if let Ok(plan) = dense_forced(Elem::Bf16, Shape::new(m, n, k), opts(budget, false), forced) {
                         assert!(within(&plan), "{forced} {m}x{n}x{k} budget {budget}: {:?}", plan.steps);
