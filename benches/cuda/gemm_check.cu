@@ -4,13 +4,14 @@
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
 //        -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda
-//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|sk|all|<name>]
+//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|hilbert|sk|all|<name>]
 //
 // Variants: `base` (omega_gemm_bf16_tn), `ts` (omega_gemm_bf16_tn_ts and other stage/staging splits of its
 // template: ts_s<stages>c<chunk columns>x<buffers>), `mc` (omega_gemm_bf16_tn_mc, 2-CTA clusters with W
 // multicast, and its template's other splits), `n128` (the narrow 128 x 128 tile in both forms:
 // omega_gemm_bf16_tn_ts_n128, omega_gemm_bf16_tn_mc_n128, and a five-stage, four-buffer split of each);
-// `sk` (the stream-K entries omega_gemm_bf16_tn_sk and omega_gemm_bf16_tn_sk_n128 on min(SMs, tiles x K
+// `hilbert` (the TMA-store entry and the wide and narrow cluster entries with the units in Hilbert-curve
+// order, from a table the harness writes per shape: hopper-kernels.md section 5's last step); `sk` (the stream-K entries omega_gemm_bf16_tn_sk and omega_gemm_bf16_tn_sk_n128 on min(SMs, tiles x K
 // blocks) CTAs; their flags are checked to be left zero after every launch);
 // `all` (the default) runs every one; a variant's full name
 // runs that one alone. For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
@@ -52,6 +53,68 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
   gemm_bf16_ts_body<S, C, B, 2, BN>(ta, tb, ty, y, M, N, K);
 }
 
+// The Hilbert-order variants read their unit order from this table, which one() fills for each shape
+// (hopper-kernels.md section 5: fast.cu's last step, Hilbert order + TMA store, 799 -> 808 TFLOP/s).
+#define HILBERT_MAX_UNITS 65536
+__device__ int2 g_hilbert[HILBERT_MAX_UNITS];
+
+struct HilbertOrder {
+  template <int CLUSTER>
+  __device__ __forceinline__ static void of(int t, int, int, int* um, int* tn) {
+    const int2 v = g_hilbert[t];
+    *um = v.x;
+    *tn = v.y;
+  }
+};
+
+template <int S, int C, int B, int CLUSTER, int BN = GEMM_BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    hilbert_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_ts_body<S, C, B, CLUSTER, BN, HilbertOrder>(ta, tb, ty, y, M, N, K);
+}
+
+template <int S, int C, int B, int BN = GEMM_BN>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
+    hilbert_mc_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_ts_body<S, C, B, 2, BN, HilbertOrder>(ta, tb, ty, y, M, N, K);
+}
+
+// (x, y) of position d along the Hilbert curve of a side x side square (side a power of 2).
+static void hilbert_d2xy(int side, int d, int* x, int* y) {
+  int rx, ry, t = d;
+  *x = *y = 0;
+  for (int s = 1; s < side; s *= 2) {
+    rx = 1 & (t / 2);
+    ry = 1 & (t ^ rx);
+    if (ry == 0) {
+      if (rx == 1) {
+        *x = s - 1 - *x;
+        *y = s - 1 - *y;
+      }
+      int tmp = *x;
+      *x = *y;
+      *y = tmp;
+    }
+    *x += s * rx;
+    *y += s * ry;
+    t /= 4;
+  }
+}
+
+// The units (um, tn) of a units_m x tiles_n grid in the order a Hilbert curve over the smallest covering
+// power-of-2 square visits them (positions outside the grid skipped).
+static std::vector<int2> hilbert_order(int units_m, int tiles_n) {
+  int side = 1;
+  while (side < units_m || side < tiles_n) side *= 2;
+  std::vector<int2> out;
+  for (long d = 0; d < (long)side * side; ++d) {
+    int x, y;
+    hilbert_d2xy(side, (int)d, &x, &y);
+    if (x < units_m && y < tiles_n) out.push_back(make_int2(x, y));
+  }
+  return out;
+}
+
 typedef void (*TsEntry)(const void*, const void*, const void*, float*, uint32_t, uint32_t, uint32_t);
 typedef void (*SkEntry)(const void*, const void*, const void*, float*, float*, uint32_t*, uint32_t, uint32_t,
                         uint32_t);
@@ -81,6 +144,10 @@ static Variant variants[] = {
     {"ts_n128_s5c32x4", "n128", ts_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 1, 0, 128},
     {"mc_n128", "n128", omega_gemm_bf16_tn_mc_n128, GEMM_MC_N128_SMEM_BYTES, 2, 0, 128},
     {"mc_n128_s5c32x4", "n128", mc_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 2, 0, 128},
+    // The module's TMA-store and cluster entries' configurations in Hilbert unit order.
+    {"ts_hilbert", "hilbert", hilbert_kernel<4, 32, 2, 1>, GEMM_TS_SMEM_BYTES, 1, 0, 256},
+    {"mc_hilbert", "hilbert", hilbert_mc_kernel<4, 32, 2>, GEMM_MC_SMEM_BYTES, 2, 0, 256},
+    {"mc_n128_hilbert", "hilbert", hilbert_mc_kernel<6, 32, 2, 128>, GEMM_MC_N128_SMEM_BYTES, 2, 0, 128},
     // Stream-K on either tile (gemm_bf16_sk.cuh).
     {"sk", "sk", nullptr, GEMM_SK_SMEM_BYTES, 1, 0, 256, omega_gemm_bf16_tn_sk},
     {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128},
@@ -184,6 +251,17 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
   CK(cudaMemcpy(didx, idx.data(), samples * sizeof(size_t), cudaMemcpyHostToDevice));
 
   const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+  // The Hilbert table is per unit grid; the variants of one (tile width, cluster) share it, so it is
+  // written before each such variant runs (its launches are stream-ordered after the copy).
+  auto hilbert_table = [&](const Variant& v) {
+    const int units_m = (tiles_m + v.cluster - 1) / v.cluster, tiles_n = (N + v.bn - 1) / v.bn;
+    std::vector<int2> order = hilbert_order(units_m, tiles_n);
+    if (order.size() > HILBERT_MAX_UNITS) {
+      fprintf(stderr, "%u x %u: %zu units past the Hilbert table's %d\n", M, N, order.size(), HILBERT_MAX_UNITS);
+      exit(2);
+    }
+    CK(cudaMemcpyToSymbol(g_hilbert, order.data(), order.size() * sizeof(int2)));
+  };
   auto launch = [&](const Variant& v) {
     const int tiles_n = (N + v.bn - 1) / v.bn;
     const int tiles = tiles_m * tiles_n, pairs = ((tiles_m + 1) / 2) * tiles_n;
@@ -223,6 +301,7 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
   for (auto& v : variants) {
     if (!selected(run, v)) continue;
     CK(cudaMemset(dy, 0xFF, MN * 4));
+    if (strcmp(v.family, "hilbert") == 0) hilbert_table(v);
     launch(v);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
@@ -279,7 +358,10 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
     for (int round = 0; round < 2; ++round) {
       tc = fmax(tc, time(cublas));
       for (int i = 0; i < nv; ++i)
-        if (selected(run, variants[i])) best[i] = fmax(best[i], time([&] { launch(variants[i]); }));
+        if (selected(run, variants[i])) {
+          if (strcmp(variants[i].family, "hilbert") == 0) hilbert_table(variants[i]);
+          best[i] = fmax(best[i], time([&] { launch(variants[i]); }));
+        }
     }
     printf("gemm.%ux%ux%u.cublas_tflops %.1f\n", M, N, K, tc);
     for (int i = 0; i < nv; ++i) {
@@ -312,7 +394,7 @@ int main(int argc, char** argv) {
     } else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
       run.want = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|sk|all|<name>]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|hilbert|sk|all|<name>]\n", argv[0]);
       return 2;
     }
   }

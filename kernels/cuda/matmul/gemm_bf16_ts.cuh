@@ -203,13 +203,22 @@ __device__ __forceinline__ void unit_of(int t, int tiles_m, int tiles_n, int* tm
   }
 }
 
+// The module's unit order: unit_of's grouped order. The body takes the order as a type so the CUDA-side
+// harness can time others (a Hilbert curve over the units) without touching the entries' code.
+struct GroupedOrder {
+  template <int CLUSTER>
+  __device__ __forceinline__ static void of(int t, int tiles_m, int tiles_n, int* um, int* tn) {
+    unit_of<CLUSTER>(t, tiles_m, tiles_n, um, tn);
+  }
+};
+
 }  // namespace omega_gemm
 
 // The body of the TMA-store entries: 128 x BN tiles (BN 256 or 128; B's box BN / CLUSTER rows), no K
 // split. CLUSTER 1: one CTA per tile. CLUSTER 2: launched as 2-CTA clusters along x (grid even); the
 // cluster walks pairs of tiles (2 pm + rank, tn) and W's stage slice is loaded half by each CTA,
 // multicast to both.
-template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN>
+template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder>
 __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
                                                   uint32_t M, uint32_t N, uint32_t K) {
   using namespace omega_gemm;
@@ -257,7 +266,7 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
       uint32_t it = 0;
       for (int u = first_unit; u < units; u += unit_step) {
         int um, tn;
-        unit_of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
+        Order::template of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
         const int tm = um * CLUSTER + (int)rank;
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           uint32_t s = it % STAGES;
@@ -289,7 +298,7 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
     uint32_t it = 0;
     for (int u = first_unit; u < units; u += unit_step) {
       int um, tn;
-      unit_of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
+      Order::template of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
       const int tm = um * CLUSTER + (int)rank;
       for (int kb = 0; kb < kblocks; ++kb, ++it) {
         uint32_t s = it % STAGES;
