@@ -128,6 +128,7 @@ struct Variant {
   int max_clusters;  // co-resident 2-CTA clusters (cudaOccupancyMaxActiveClusters), mc only
   int bn;            // tile columns: 256 (wide) or 128 (narrow)
   SkEntry sk;        // a stream-K entry (entry is then null)
+  int sk_min_iters;  // its grid: min(SMs, max(1, iterations / sk_min_iters))
 };
 
 static Variant variants[] = {
@@ -148,9 +149,12 @@ static Variant variants[] = {
     {"ts_hilbert", "hilbert", hilbert_kernel<4, 32, 2, 1>, GEMM_TS_SMEM_BYTES, 1, 0, 256},
     {"mc_hilbert", "hilbert", hilbert_mc_kernel<4, 32, 2>, GEMM_MC_SMEM_BYTES, 2, 0, 256},
     {"mc_n128_hilbert", "hilbert", hilbert_mc_kernel<6, 32, 2, 128>, GEMM_MC_N128_SMEM_BYTES, 2, 0, 128},
-    // Stream-K on either tile (gemm_bf16_sk.cuh).
-    {"sk", "sk", nullptr, GEMM_SK_SMEM_BYTES, 1, 0, 256, omega_gemm_bf16_tn_sk},
-    {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128},
+    // Stream-K on either tile, on grids of at least 1, 4 (the library's) and 16 iterations a CTA.
+    {"sk", "sk", nullptr, GEMM_SK_SMEM_BYTES, 1, 0, 256, omega_gemm_bf16_tn_sk, 1},
+    {"sk_i4", "sk", nullptr, GEMM_SK_SMEM_BYTES, 1, 0, 256, omega_gemm_bf16_tn_sk, 4},
+    {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 1},
+    {"sk_n128_i4", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 4},
+    {"sk_n128_i16", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 16},
 };
 
 static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
@@ -270,7 +274,8 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
     const CUtensorMap* tb = b_rows == 256 ? &dmaps[1] : b_rows == 128 ? &dmaps[2] : &dmaps[4];
     if (v.sk) {
       const uint64_t iters = (uint64_t)tiles * ((K + GEMM_BK - 1) / GEMM_BK);
-      const int grid = iters < (uint64_t)run.sms ? (int)iters : run.sms;
+      const uint64_t want = iters / v.sk_min_iters > 0 ? iters / v.sk_min_iters : 1;
+      const int grid = want < (uint64_t)run.sms ? (int)want : run.sms;
       v.sk<<<grid, GEMM_THREADS, v.smem>>>(&dmaps[0], tb, tmap_y, dy, run.partials, run.flags, M, N, K);
     } else if (!v.entry) {
       const int grid = tiles < run.sms ? tiles : run.sms;
@@ -447,7 +452,9 @@ int main(int argc, char** argv) {
                                  {512, 2048, 4096},  {512, 1536, 2048},  {512, 2048, 768},   {512, 151936, 2048},
                                  // Mid M, where few tiles leave SMs idle (stream-K's case).
                                  {64, 5120, 2048},   {128, 5120, 2048},  {256, 5120, 2048},  {128, 2048, 4096},
-                                 {128, 1536, 2048},  {128, 2048, 768}};
+                                 {128, 1536, 2048},  {128, 2048, 768},
+                                 // The router: one column of tiles.
+                                 {512, 128, 2048},   {4096, 128, 2048}};
   for (auto& b : benches) (one(run, b[0], b[1], b[2], true, 7 + b[0] + b[1]) ? passed : failed)++;
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

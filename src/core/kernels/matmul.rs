@@ -188,6 +188,11 @@ pub const GEMM_MC_N128_B_BOX_ROWS: u32 = GEMM_N128_TILE_N / GEMM_MC_CLUSTER;
 pub const GEMM_SK_SMEM_BYTES: u32 = GEMM_TS_SMEM_BYTES;
 /// The narrow stream-K entry's (`GEMM_SK_N128_SMEM_BYTES`).
 pub const GEMM_SK_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
+/// The fewest iterations the library gives a stream-K CTA: a finisher reads the slot of every CTA that
+/// shares its tile, so a grid of one K block per CTA would make one CTA read a slot per K block (the
+/// router's 128 x 128 x 2048 would be 31 slots of 64 KiB). A placeholder until the H200 times the grids
+/// (benches/cuda/gemm_check.cu's `sk*_i<n>` variants).
+pub const GEMM_SK_MIN_ITERS: u64 = 4;
 /// The stream-K kernels count iterations (tiles x K blocks) in 32 bits; a product of this many or more
 /// takes another entry.
 pub const GEMM_SK_MAX_ITERS: u64 = 1 << 31;

@@ -502,7 +502,7 @@ pub enum WideEntry {
     /// pairs: `2 * min(pairs, SMs / 2, budget / 2)`.
     Cluster,
     /// `omega_gemm_bf16_tn_sk` (`_sk_n128`): the TMA-store entry in stream-K order, its grid
-    /// `min(SMs, budget, tiles * kblocks)` sharing the tiles' K blocks evenly, the tiles cut between two
+    /// `clamp(tiles * kblocks / GEMM_SK_MIN_ITERS, 1, min(SMs, budget))` sharing the tiles' K blocks evenly, the tiles cut between two
     /// CTAs finished through the workspace (a slot of partial sums per CTA and two zeroed flags).
     StreamK,
 }
@@ -1069,7 +1069,8 @@ fn gemm_step(
         if entry == WideEntry::StreamK {
             // `(tmap_a, tmap_b, tmap_y, y, partials, flags, M, N, K)`: a slot of partial sums per CTA after
             // the f32 product of a bf16 output, two flags per CTA.
-            let grid = stream_k_iters(shape, tile).min(sms).min(budget);
+            // At least GEMM_SK_MIN_ITERS iterations a CTA (or one CTA), so a finisher adds few slots.
+            let grid = (stream_k_iters(shape, tile) / abi::GEMM_SK_MIN_ITERS).clamp(1, sms.min(budget));
             let partials = Arg::Scratch(*scratch * 4);
             *scratch += grid * abi::gemm_sk_slot_floats(tile.n());
             let args = [
@@ -1998,9 +1999,11 @@ mod tests {
         );
         assert_eq!((p.scratch, p.tickets, p.split), (132 * 2 * 64 * 128, 2 * 132, 1));
         assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)) }));
-        // Fewer iterations than SMs: one CTA each (1 x 1 x 8 is one); the budget caps the grid.
+        // Few iterations: GEMM_SK_MIN_ITERS a CTA (1 x 1 x 8 is one iteration, one CTA; 10 make 2 CTAs;
+        // the router's 128 x 128 x 2048, 32 K blocks, 8); the budget caps the grid.
         assert_eq!(f(Shape::new(1, 1, 8), GemmTile::Wide, o).unwrap().steps[0].grid, [1, 1, 1]);
-        assert_eq!(f(Shape::new(128, 256, 640), GemmTile::Wide, o).unwrap().steps[0].grid, [10, 1, 1]);
+        assert_eq!(f(Shape::new(128, 256, 640), GemmTile::Wide, o).unwrap().steps[0].grid, [2, 1, 1]);
+        assert_eq!(f(Shape::new(128, 128, 2048), GemmTile::Narrow, o).unwrap().steps[0].grid, [8, 1, 1]);
         let p = f(qkv, GemmTile::Wide, opts(7, false)).unwrap();
         assert_eq!((p.steps[0].kern, p.steps[0].grid, p.tickets), (Kern::GemmSk, [7, 1, 1], 14));
         // A bf16 output: the slots after the f32 product, y's descriptor at that product.
