@@ -18,6 +18,10 @@
 //! `omega.paged_decode_goal_b1_kv16kplus_min_ratio` (at least 0.70), the smallest ratio of each group.
 //! A `#` line before each configuration names the split the planner chose.
 //!
+//! Then the host-pointer f32 entry `omega_gpu_gqa_attention_f32` (32/4/128, causal, 2048 tokens): its
+//! wall and device time and `_floor_us` / `_of_floor`, its bytes at the sync speeds measured in the same
+//! run plus its device time (the goal: at most 1.1), `omega.host_gqa_f32_s2048_*`.
+//!
 //! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster]`: `--merge` sets every decode's
 //! merge of its splits (`DecodeShape::merge`; the planner's, `auto`, by default; `cluster` caps the split
 //! at the cluster's 8); `--quick` runs page 16 and 64 at batch {1, 4}, L {1024,
@@ -270,6 +274,61 @@ fn run(o: &Opts) -> Result<(), BenchError> {
     if c.is_finite() {
         println!("omega.paged_decode_goal_b1_kv16kplus_min_ratio {c:.3}");
     }
+    host_entry(o)
+}
+
+/// The host-pointer f32 entry `omega_gpu_gqa_attention_f32` (it takes the lock itself: called with none
+/// held): 32 query and 4 KV heads of 128, causal, `seq` tokens, the median wall and device time of
+/// `--iters` calls after three, against its bytes at the session's sync speeds (`host_gqa_f32_s<seq>_*`).
+fn host_entry(o: &Opts) -> Result<(), BenchError> {
+    use omega::ffi::attention::OMEGA_GPU_ATTN_CAUSAL;
+    use omega::ffi::attention::{omega_gpu_attention_last_error, omega_gpu_gqa_attention_f32, OmegaGpuAttnInfo};
+    let seq: u32 = if o.quick { 64 } else { 2048 };
+    let (qh, kvh, d) = (32u32, KV_HEADS, HEAD_DIM);
+    let mut mix = Mix(common::fresh_seed());
+    let mut gen = |n: u32| (0..n).map(|_| (mix.next() % 2001) as f32 / 1000.0 - 1.0).collect::<Vec<f32>>();
+    let (q, k, v) = (gen(seq * qh * d), gen(seq * kvh * d), gen(seq * kvh * d));
+    let mut out = vec![0f32; q.len()];
+    let (mut wall, mut dev) = (Vec::new(), Vec::new());
+    let mut info = OmegaGpuAttnInfo::default();
+    for i in 0..3 + o.iters {
+        let t = std::time::Instant::now();
+        // SAFETY: q and out hold seq * 32 * 128 floats, k and v seq * 4 * 128, all aligned; info is writable.
+        let rc = unsafe {
+            omega_gpu_gqa_attention_f32(
+                q.as_ptr(),
+                k.as_ptr(),
+                v.as_ptr(),
+                qh,
+                kvh,
+                d,
+                seq | OMEGA_GPU_ATTN_CAUSAL,
+                out.as_mut_ptr(),
+                &mut info,
+            )
+        };
+        if rc != 0 {
+            // SAFETY: the library's last error is a NUL-terminated process-wide buffer.
+            let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_attention_last_error()) };
+            return Err(BenchError::Check(format!(
+                "omega_gpu_gqa_attention_f32 returned {rc}: {}",
+                text.to_string_lossy()
+            )));
+        }
+        if i >= 3 {
+            wall.push(common::us_since(t));
+            dev.push(info.device_ns as f64 / 1e3);
+        }
+    }
+    omega::ffi::matmul::omega_gpu_device_close();
+    let speeds = common::sync_speeds(if o.quick { 1 << 24 } else { common::SYNC_MEASURE_BYTES })?;
+    let call = common::HostCall {
+        wall_us: common::median_of(&mut wall),
+        device_us: common::median_of(&mut dev),
+        h2d_bytes: info.h2d_bytes,
+        d2h_bytes: info.d2h_bytes,
+    };
+    call.print(&format!("host_gqa_f32_s{seq}"), speeds);
     Ok(())
 }
 

@@ -14,11 +14,21 @@
 //! - `omega.ew_<op>_<dtype>_<shape>_copy_gbps` (the copy of as many bytes) and `_of_copy` (the ratio; the
 //!   goal is >= 0.90);
 //!
-//! with a `#` line naming the kernel, its grid and block, and whether it took the vector path.
+//! with a `#` line naming the kernel, its grid and block, and whether it took the vector path. Then the
+//! host-pointer f32 entries (`omega_gpu_rmsnorm_f32` at 16384x2048, `omega_gpu_rope_f32` at 16384 x 16
+//! heads of 128, `omega_gpu_swiglu_f32` over 16384 x 2048): `omega.host_<op>_f32_*`, the median wall and
+//! device time of five calls after three, `_floor_us` (their bytes at the sync speeds measured in the
+//! same run, `sync_256m_to_{gpu,cpu}_gbps`, plus the device time) and `_of_floor` (the goal: <= 1.1).
 //! `ew_bench [--quick]`: `--quick` runs 64 tokens (a sim smoke run; on sim every time is the simulator's
 //! virtual clock, not a GPU's).
 
+#[path = "common/mod.rs"]
+mod common;
+
 use omega::cmdlist::CmdListBuilder;
+use omega::ffi::elementwise::{
+    omega_gpu_elementwise_last_error, omega_gpu_rmsnorm_f32, omega_gpu_rope_f32, omega_gpu_swiglu_f32, OmegaGpuEwInfo,
+};
 use omega::libs::elementwise::{DeviceSpan, Elementwise, EwCall, EwElem, EwError, Heads, Info, Rows};
 use omega::{Device, Gpu, Mem, Scope};
 
@@ -33,6 +43,9 @@ enum BenchError {
     Ew(#[from] EwError),
     #[error(transparent)]
     List(#[from] omega::cmdlist::CmdListError),
+    /// A host-pointer entry failed.
+    #[error("bench: {name} returned {rc}: {text}")]
+    Host { name: String, rc: i32, text: String },
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -200,7 +213,75 @@ fn run(quick: bool) -> Result<(), BenchError> {
         }
         Ok(())
     });
-    r.value()
+    r.value()?;
+    host_entries(rows)
+}
+
+/// One host-pointer entry's figures over `3 + 5` calls of `call` (which returns the entry's code and
+/// fills `info`), the first three not timed.
+fn host_figures(name: &str, mut call: impl FnMut(&mut OmegaGpuEwInfo) -> i32) -> Result<common::HostCall, BenchError> {
+    let (mut wall, mut dev) = (Vec::new(), Vec::new());
+    let mut info = OmegaGpuEwInfo::default();
+    for i in 0..8 {
+        let t = std::time::Instant::now();
+        let rc = call(&mut info);
+        if rc != 0 {
+            // SAFETY: the library's last error is a NUL-terminated process-wide buffer.
+            let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_elementwise_last_error()) };
+            return Err(BenchError::Host { name: name.to_string(), rc, text: text.to_string_lossy().into_owned() });
+        }
+        if i >= 3 {
+            wall.push(common::us_since(t));
+            dev.push(info.device_ns as f64 / 1e3);
+        }
+    }
+    Ok(common::HostCall {
+        wall_us: common::median_of(&mut wall),
+        device_us: common::median_of(&mut dev),
+        h2d_bytes: info.h2d_bytes,
+        d2h_bytes: info.d2h_bytes,
+    })
+}
+
+/// The host-pointer f32 entries at `rows` tokens (they take the lock themselves: called with none held).
+fn host_entries(rows: u32) -> Result<(), BenchError> {
+    let (cols, heads, dim) = (2048u32, 16u32, 128u32);
+    let n = (rows * cols) as usize;
+    let mut mix = common::rng(common::fresh_seed());
+    let x = common::random_f32(&mut mix, n).into_iter().map(|v| v * 1e-6).collect::<Vec<f32>>();
+    let w = vec![1.0f32; cols as usize];
+    let table = vec![0.5f32; n / 2];
+    let mut y = vec![0f32; n];
+    let mut figures = Vec::new();
+    figures.push((
+        format!("host_rmsnorm_f32_{rows}x{cols}"),
+        // SAFETY: x and y hold rows * 2048 aligned floats, w 2048, and info is writable.
+        host_figures("omega_gpu_rmsnorm_f32", |info| unsafe {
+            omega_gpu_rmsnorm_f32(rows, cols, x.as_ptr(), w.as_ptr(), 1e-6, y.as_mut_ptr(), info)
+        })?,
+    ));
+    figures.push((
+        format!("host_rope_f32_{rows}x{heads}x{dim}"),
+        // SAFETY: x and y hold (rows * 16) * 128 aligned floats, the tables (rows * 16) * 64 = n / 2 each,
+        // and info is writable.
+        host_figures("omega_gpu_rope_f32", |info| unsafe {
+            omega_gpu_rope_f32(rows * heads, dim, x.as_ptr(), table.as_ptr(), table.as_ptr(), y.as_mut_ptr(), info)
+        })?,
+    ));
+    figures.push((
+        format!("host_swiglu_f32_{rows}x{cols}"),
+        // SAFETY: gate, up (both x) and y hold rows * 2048 aligned floats, and info is writable.
+        host_figures("omega_gpu_swiglu_f32", |info| unsafe {
+            omega_gpu_swiglu_f32(rows * cols, x.as_ptr(), x.as_ptr(), y.as_mut_ptr(), info)
+        })?,
+    ));
+    omega::ffi::matmul::omega_gpu_device_close();
+    let bytes = if rows < 1024 { 1 << 24 } else { common::SYNC_MEASURE_BYTES };
+    let speeds = common::sync_speeds(bytes)?;
+    for (tag, call) in &figures {
+        call.print(tag, speeds);
+    }
+    Ok(())
 }
 
 fn main() -> std::process::ExitCode {

@@ -20,7 +20,12 @@
 //! - the grouped expert GEMM at decode (128 experts, top-8, random routing, T in {1, 8, 64}, the gate+up and
 //!   down shapes): `moe_<name>_T<T>_us` and `_gbps` over the touched experts' weight bytes;
 //! - the host-pointer entry `omega_gpu_matmul_bf16` at a few shapes: `host_bf16_<M>x<N>x<K>_us` (end to
-//!   end, wall) and `_device_us`, with the bytes it moved in a comment line.
+//!   end, wall), `_device_us`, `_floor_us` (its bytes at the sync speeds measured in the same run,
+//!   `sync_256m_to_{gpu,cpu}_gbps`, plus its device time) and `_of_floor` (the goal: <= 1.1), with the
+//!   bytes it moved in a comment line; then, through the typed API in
+//!   a session of its own, the staged copies that entry makes, timed alone: `host_bf16_<M>x<N>x<K>_copy_in_us`
+//!   (x and W written to device buffers) and `_copy_out_us` (y read back), so the run says which part of
+//!   the entry's time the copies are.
 //!
 //! A `#` line before each figure names the path the planner chose, its launches, CTAs and K split.
 //!
@@ -404,6 +409,7 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
     } else {
         &[(1, 5120, 2048), (64, 2048, 4096), (512, 1536, 2048)]
     };
+    let mut calls = Vec::new();
     for &(m, n, k) in shapes {
         let (mu, nu, ku) = (m as usize, n as usize, k as usize);
         let x = bf16s(rng, mu * ku);
@@ -432,12 +438,49 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
             verify(Sample { kind: "host", shape: [m, n, k], at: [r, c] }, y[r * nu + c], want)?;
         }
         let tag = format!("host_bf16_{m}x{n}x{k}");
-        println!("# {tag}: h2d {} bytes, d2h {} bytes, path {}", info.h2d_bytes, info.d2h_bytes, info.path);
-        println!("omega.{tag}_us {:.3}", median(wall));
-        println!("omega.{tag}_device_us {:.3}", median(dev));
+        println!("# {tag}: path {}", info.path);
+        let (h2d_bytes, d2h_bytes) = (info.h2d_bytes, info.d2h_bytes);
+        calls.push((tag, common::HostCall { wall_us: median(wall), device_us: median(dev), h2d_bytes, d2h_bytes }));
     }
     omega::ffi::matmul::omega_gpu_device_close();
-    Ok(())
+    let speeds = common::sync_speeds(if o.quick { 1 << 24 } else { common::SYNC_MEASURE_BYTES })?;
+    for (tag, call) in &calls {
+        call.print(tag, speeds);
+    }
+    host_copies(shapes, o)
+}
+
+/// The host-pointer entry's staged copies alone, for the shapes `host_entry` ran: x and W written to
+/// device-only buffers from pageable host memory, y read back, each the median of `3 + iters` rounds
+/// after the first (which grows the staging ring).
+fn host_copies(shapes: &[(u32, u32, u32)], o: &Opts) -> Result<(), BenchError> {
+    let dev = omega::lock().open().map_err(|e| e.error)?;
+    let r = dev.scope(|s, _gpu| -> Result<(), BenchError> {
+        for &(m, n, k) in shapes {
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let (x, w, mut y) = (vec![0x3f80u16; mu * ku], vec![0x3f80u16; nu * ku], vec![0f32; mu * nu]);
+            let mut dx = s.alloc_device::<u16>(x.len())?;
+            let mut dw = s.alloc_device::<u16>(w.len())?;
+            let mut dy = s.alloc_device::<f32>(y.len())?;
+            let (mut copy_in, mut copy_out) = (Vec::new(), Vec::new());
+            for i in 0..4 + o.iters {
+                let t = Instant::now();
+                dx.write(&x)?;
+                dw.write(&w)?;
+                let mid = Instant::now();
+                dy.read(&mut y)?;
+                if i > 0 {
+                    copy_in.push((mid - t).as_secs_f64() * 1e6);
+                    copy_out.push(common::us_since(mid));
+                }
+            }
+            let tag = format!("host_bf16_{m}x{n}x{k}");
+            println!("omega.{tag}_copy_in_us {:.3}", median(copy_in));
+            println!("omega.{tag}_copy_out_us {:.3}", median(copy_out));
+        }
+        Ok(())
+    });
+    r.value()
 }
 
 /// `--alternatives`: every forced plan at each shape (module docs).

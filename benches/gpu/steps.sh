@@ -103,7 +103,7 @@ done
 for step in $STEPS; do
     echo "== $step"
     head -1 "$OUT/$step.log"
-    grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto|_of_copy |_goal_|copy_ratio ' \
+    grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio ' \
         "$OUT/$step.log" | tail -20
     tail -1 "$OUT/$step.log"
 done

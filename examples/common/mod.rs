@@ -69,3 +69,67 @@ pub fn percentile(v: &mut [f64], p: f64) -> f64 {
 pub fn us_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
+
+/// Bytes each way of the sync-speed measure of the host-pointer entries' goal ([`sync_speeds`]).
+pub const SYNC_MEASURE_BYTES: usize = 256 << 20;
+
+/// The session's sync speeds in GB/s, `(to the GPU, to the CPU)`: the best of five syncs each way of a
+/// host-visible buffer of `bytes` (as `gpu_bench` measures them), in a session of its own, so call it
+/// with no lock held. The host-pointer entries' goal is their wall time against their bytes at these
+/// speeds plus their device time ([`HostCall::floor_us`]).
+pub fn sync_speeds(bytes: usize) -> omega::Result<(f64, f64)> {
+    let dev = omega::lock().open().map_err(|e| e.error)?;
+    let r = dev.scope(|s, _gpu| -> omega::Result<(f64, f64)> {
+        let mut m = s.alloc::<u8>(bytes)?;
+        m.fill(0x5a)?;
+        let mut best = [f64::MAX; 2];
+        for _ in 0..5 {
+            for (i, to_gpu) in [true, false].into_iter().enumerate() {
+                let t = Instant::now();
+                if to_gpu {
+                    omega::session::runtime().sync_to_gpu(m.raw())?;
+                } else {
+                    omega::session::runtime().sync_to_cpu(m.raw())?;
+                }
+                best[i] = best[i].min(t.elapsed().as_secs_f64());
+            }
+        }
+        Ok((bytes as f64 / best[0] / 1e9, bytes as f64 / best[1] / 1e9))
+    });
+    let speeds = r.value()?;
+    println!("omega.sync_{}m_to_gpu_gbps {:.2}", bytes >> 20, speeds.0);
+    println!("omega.sync_{}m_to_cpu_gbps {:.2}", bytes >> 20, speeds.1);
+    Ok(speeds)
+}
+
+/// One host-pointer library entry's figures: the median wall time and device time of its calls, and
+/// the bytes each call copies each way.
+pub struct HostCall {
+    pub wall_us: f64,
+    pub device_us: f64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+}
+
+impl HostCall {
+    /// The goal's floor: the bytes each way at `(to_gpu, to_cpu)` GB/s, plus the device time.
+    pub fn floor_us(&self, (to_gpu, to_cpu): (f64, f64)) -> f64 {
+        self.h2d_bytes as f64 / (to_gpu * 1e3) + self.d2h_bytes as f64 / (to_cpu * 1e3) + self.device_us
+    }
+
+    /// `omega.<tag>_us`, `_device_us`, `_floor_us` and `_of_floor` (wall over floor; the goal is <= 1.1),
+    /// after a `#` line with the bytes.
+    pub fn print(&self, tag: &str, speeds: (f64, f64)) {
+        let floor = self.floor_us(speeds);
+        println!("# {tag}: h2d {} bytes, d2h {} bytes", self.h2d_bytes, self.d2h_bytes);
+        println!("omega.{tag}_us {:.3}", self.wall_us);
+        println!("omega.{tag}_device_us {:.3}", self.device_us);
+        println!("omega.{tag}_floor_us {floor:.3}");
+        println!("omega.{tag}_of_floor {:.3}", self.wall_us / floor);
+    }
+}
+
+/// The median of `v` (sorts it).
+pub fn median_of(v: &mut [f64]) -> f64 {
+    percentile(v, 0.5)
+}
