@@ -14,7 +14,9 @@
 //! - `omega.ew_<op>_<dtype>_<shape>_copy_gbps` (the copy of as many bytes) and `_of_copy` (the ratio; the
 //!   goal is >= 0.90);
 //!
-//! with a `#` line naming the kernel, its grid and block, and whether it took the vector path. Then the
+//! with a `#` line naming the kernel, its grid and block, and whether it took the vector path. The
+//! RMSNorm forms are also timed forced (`ew_rmsnorm_{block,warp}_{f32,bf16}_*`, `ew_add_rmsnorm_{block,warp}_bf16_*`:
+//! `Elementwise::force_rmsnorm_form`), so the library's choice between them is measured. Then the
 //! host-pointer f32 entries (`omega_gpu_rmsnorm_f32` at 16384x2048, `omega_gpu_rope_f32` at 16384 x 16
 //! heads of 128, `omega_gpu_swiglu_f32` over 16384 x 2048): `omega.host_<op>_f32_*`, the median wall and
 //! device time of five calls after three, `_floor_us` (their bytes at the sync speeds measured in the
@@ -29,7 +31,7 @@ use omega::cmdlist::CmdListBuilder;
 use omega::ffi::elementwise::{
     omega_gpu_elementwise_last_error, omega_gpu_rmsnorm_f32, omega_gpu_rope_f32, omega_gpu_swiglu_f32, OmegaGpuEwInfo,
 };
-use omega::libs::elementwise::{DeviceSpan, Elementwise, EwCall, EwElem, EwError, Heads, Info, Rows};
+use omega::libs::elementwise::{DeviceSpan, Elementwise, EwCall, EwElem, EwError, Heads, Info, RmsForm, Rows};
 use omega::{Device, Gpu, Mem, Scope};
 
 /// Calls of one op in a timed list.
@@ -133,7 +135,9 @@ fn plan<'b, T: EwElem>(
     }
 }
 
-/// Times `which` at `rows x cols` in `T` and the copy of as many bytes; prints the figures.
+/// Times `which` at `rows x cols` in `T` and the copy of as many bytes; prints the figures. `form` forces
+/// an RMSNorm form, named in the tag (`ew_rmsnorm_warp_...`); `None` is the library's choice.
+#[allow(clippy::too_many_arguments)]
 fn op<'s, T: EwElem>(
     s: &'s Scope<'s>,
     gpu: Gpu<'s>,
@@ -141,7 +145,9 @@ fn op<'s, T: EwElem>(
     which: Which,
     rows: u32,
     cols: u32,
+    form: Option<RmsForm>,
 ) -> Result<Gpu<'s>, BenchError> {
+    ew.force_rmsnorm_form(form);
     let n = rows as usize * cols as usize;
     let input = if matches!(which, Which::SwiGluFused) { 2 * n } else { n };
     let bufs: Bufs<'s, T> = Bufs {
@@ -177,7 +183,12 @@ fn op<'s, T: EwElem>(
         list_secs(gpu, &mut list)?
     };
     let copy_bytes = 2.0 * (copy_elems * size_of::<T>()) as f64;
-    let tag = format!("ew_{}_{}_{rows}x{cols}", which.name(), if T::BF16 { "bf16" } else { "f32" });
+    let form_name = match form {
+        None => String::new(),
+        Some(f) => format!("_{}", if f == RmsForm::Warp { "warp" } else { "block" }),
+    };
+    let tag = format!("ew_{}{form_name}_{}_{rows}x{cols}", which.name(), if T::BF16 { "bf16" } else { "f32" });
+    ew.force_rmsnorm_form(None);
     println!(
         "# {tag}: {} grid {} x {} threads, vectorized {}, {} bytes a call",
         info.kernel, info.ctas, info.block, info.vectorized, info.bytes
@@ -208,8 +219,14 @@ fn run(quick: bool) -> Result<(), BenchError> {
         let ew = Elementwise::new(s)?;
         let mut gpu = gpu;
         for (which, cols) in cases {
-            gpu = op::<f32>(s, gpu, &ew, which, rows, cols)?;
-            gpu = op::<u16>(s, gpu, &ew, which, rows, cols)?;
+            gpu = op::<f32>(s, gpu, &ew, which, rows, cols, None)?;
+            gpu = op::<u16>(s, gpu, &ew, which, rows, cols, None)?;
+        }
+        // Both RMSNorm forms forced, side by side (the residual form has no f32 warp kernel).
+        for form in [RmsForm::Block, RmsForm::Warp] {
+            gpu = op::<f32>(s, gpu, &ew, Which::RmsNorm, rows, 2048, Some(form))?;
+            gpu = op::<u16>(s, gpu, &ew, Which::RmsNorm, rows, 2048, Some(form))?;
+            gpu = op::<u16>(s, gpu, &ew, Which::AddRmsNorm, rows, 2048, Some(form))?;
         }
         Ok(())
     });

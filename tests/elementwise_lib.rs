@@ -162,6 +162,107 @@ fn rmsnorm_and_the_residual_form_match_f64_in_both_types_and_both_paths() {
     });
 }
 
+#[test]
+fn rmsnorm_takes_the_warp_form_for_many_rows_and_a_forced_form_that_cannot_run_refuses() {
+    use omega::kernels::elementwise as k;
+    use omega::libs::elementwise::{EwError, RmsForm, ShapeError, RMSNORM_WARP_MIN_ROWS_PER_SM};
+    let mut g = rng("rmsnorm forms");
+    on_sim(|s, mut gpu| {
+        let ew = Elementwise::new(s).unwrap();
+        let many = RMSNORM_WARP_MIN_ROWS_PER_SM * s.device().sm_count;
+        let cols = 256u32;
+        for (rows, form, bf16, add, kernel) in [
+            // The library's own choice: the block form below the threshold, the warp form from it.
+            (many - 1, None, false, false, k::RMSNORM[0]),
+            (many, None, false, false, k::RMSNORM_WARP[0]),
+            (many, None, true, true, k::ADD_RMSNORM_WARP_BF16),
+            // The f32 residual form has no warp kernel: the block form, unless the warp form is forced.
+            (many, None, false, true, k::ADD_RMSNORM[0]),
+            (5, Some(RmsForm::Warp), true, false, k::RMSNORM_WARP[1]),
+            (many, Some(RmsForm::Block), true, false, k::RMSNORM[1]),
+        ] {
+            ew.force_rmsnorm_form(form);
+            let n = (rows * cols) as usize;
+            let what = format!("{rows}x{cols} form {form:?} bf16 {bf16} add {add}");
+            let check_form = |info: &omega::libs::elementwise::Info| assert_eq!(info.kernel, kernel, "{what}");
+            gpu = if bf16 {
+                let (x, w, h0) = (
+                    random::<u16>(&mut g, n, 1.0),
+                    random::<u16>(&mut g, cols as usize, 2.0),
+                    random::<u16>(&mut g, n, 1.0),
+                );
+                let (_xm, xs) = placed(s, &x, false);
+                let (_wm, ws) = placed(s, &w, false);
+                let (_hm, mut hs) = placed(s, &h0, false);
+                let (mut ym, mut ys) = placed(s, &vec![u16::poison(); n], false);
+                let shape = Rows { rows, cols };
+                let call = if add {
+                    ew.add_rmsnorm(&xs, &mut hs, &ws, &mut ys, shape, EPS)
+                } else {
+                    ew.rmsnorm(&xs, &ws, &mut ys, shape, EPS)
+                }
+                .unwrap();
+                check_form(call.info());
+                let gpu = run(&ew, gpu, call);
+                let h: Vec<f32> = if add {
+                    x.iter().zip(&h0).map(|(a, b)| u16::of(a.val() + b.val()).val()).collect()
+                } else {
+                    vals(&x)
+                };
+                let (want, tol) = rmsnorm_f64(&h, &vals(&w), cols as usize, EPS);
+                check::<u16>(&what, &read(&mut ym, false, n), &want, tol);
+                gpu
+            } else {
+                let (x, w, h0) = (
+                    random::<f32>(&mut g, n, 1.0),
+                    random::<f32>(&mut g, cols as usize, 2.0),
+                    random::<f32>(&mut g, n, 1.0),
+                );
+                let (_xm, xs) = placed(s, &x, false);
+                let (_wm, ws) = placed(s, &w, false);
+                let (_hm, mut hs) = placed(s, &h0, false);
+                let (mut ym, mut ys) = placed(s, &vec![f32::poison(); n], false);
+                let shape = Rows { rows, cols };
+                let call = if add {
+                    ew.add_rmsnorm(&xs, &mut hs, &ws, &mut ys, shape, EPS)
+                } else {
+                    ew.rmsnorm(&xs, &ws, &mut ys, shape, EPS)
+                }
+                .unwrap();
+                check_form(call.info());
+                let gpu = run(&ew, gpu, call);
+                let h: Vec<f32> = if add { x.iter().zip(&h0).map(|(a, b)| a + b).collect() } else { x.clone() };
+                let (want, tol) = rmsnorm_f64(&h, &w, cols as usize, EPS);
+                check::<f32>(&what, &read(&mut ym, false, n), &want, tol);
+                gpu
+            };
+        }
+        // A forced warp form refuses what it cannot run, naming why; nothing is launched.
+        ew.force_rmsnorm_form(Some(RmsForm::Warp));
+        let refusal = |rows: u32, cols: u32, skew: bool, add: bool| {
+            let n = (rows * cols) as usize;
+            let (_xm, xs) = placed(s, &vec![0f32; n], skew);
+            let (_wm, ws) = placed(s, &vec![0f32; cols as usize], skew);
+            let (_hm, mut hs) = placed(s, &vec![0f32; n], skew);
+            let (_ym, mut ys) = placed(s, &vec![0f32; n], skew);
+            let shape = Rows { rows, cols };
+            let r = if add {
+                ew.add_rmsnorm(&xs, &mut hs, &ws, &mut ys, shape, EPS)
+            } else {
+                ew.rmsnorm(&xs, &ws, &mut ys, shape, EPS)
+            };
+            match r {
+                Err(EwError::Shape(e @ ShapeError::FormUnavailable { form: RmsForm::Warp, .. })) => e.to_string(),
+                other => panic!("{rows}x{cols} skew {skew} add {add}: {:?}", other.map(|c| *c.info())),
+            }
+        };
+        assert!(refusal(4, 4096, false, false).contains("wider than the 2048 columns"));
+        assert!(refusal(4, 2048, true, false).contains("16-byte vectors"));
+        assert!(refusal(4, 2048, false, true).contains("no f32 warp-per-row kernel"));
+        ew.force_rmsnorm_form(None);
+    });
+}
+
 /// Positions near 40960 (Qwen3's context), one a token, in a random order.
 fn positions(g: &mut SmallRng, tokens: u32) -> Vec<u32> {
     (0..tokens).map(|_| g.random_range(40_900..40_960)).collect()

@@ -4,6 +4,7 @@
 //! tests use), with the kernel's GB/s. Pulled into examples/gpu_suite.rs with `#[path]`.
 
 use omega::kernels::elementwise::{bf16_bound, first_miss, rmsnorm_f64, rope_f64, rope_tables, swiglu_f64};
+use omega::libs::elementwise::RmsForm;
 use omega::libs::elementwise::{Elementwise, EwCall, Heads, Info, Rows};
 use omega::{Device, Mem, Scope};
 use omega_refmath::{bf16_to_f32, f32_to_bf16};
@@ -92,13 +93,14 @@ fn verdict(what: &str, got: &[f32], want: &[f64], mut tol: Vec<f64>, bf16: bool,
     ))
 }
 
-/// RMSNorm (`add`: the residual form) at `rows x cols`.
-fn rmsnorm_once(rows: u32, cols: u32, bf16: bool, add: bool) -> CaseResult {
+/// RMSNorm (`add`: the residual form) at `rows x cols`, in the form `form` forces (`None`: the library's).
+fn rmsnorm_once(rows: u32, cols: u32, bf16: bool, add: bool, form: Option<RmsForm>) -> CaseResult {
     let mut g = rng();
     let n = (rows * cols) as usize;
     let (x, w, h0) = (data(&mut g, n, 1.0, bf16), data(&mut g, cols as usize, 2.0, bf16), data(&mut g, n, 1.0, bf16));
     with_scope(|s, gpu| {
         let ew = Elementwise::new(s).map_err(err)?;
+        ew.force_rmsnorm_form(form);
         let (mut xb, mut wb, mut hb) = (Buf::of(s, &x)?, Buf::of(s, &w)?, Buf::of(s, &h0)?);
         let mut yb = Buf::poisoned(s, n, bf16)?;
         let shape = Rows { rows, cols };
@@ -119,7 +121,7 @@ fn rmsnorm_once(rows: u32, cols: u32, bf16: bool, add: bool) -> CaseResult {
             }
         }
         let (want, tol) = rmsnorm_f64(&h, &w.vals, cols as usize, 1e-6);
-        verdict(&format!("{rows}x{cols} bf16={bf16} add={add}"), &yb.values()?, &want, tol, bf16, &info)
+        verdict(&format!("{rows}x{cols} bf16={bf16} add={add} form={form:?}"), &yb.values()?, &want, tol, bf16, &info)
     })
 }
 
@@ -127,7 +129,15 @@ pub fn rmsnorm(add: bool) -> CaseResult {
     let mut lines = Vec::new();
     for bf16 in [false, true] {
         for (rows, cols) in [(16384, 2048), (7, 7), (33, 33), (1000, 1000), (1, 1), (5, 12288), (3, 12289)] {
-            lines.push(rmsnorm_once(rows, cols, bf16, add)?);
+            lines.push(rmsnorm_once(rows, cols, bf16, add, None)?);
+        }
+        // Both forms forced at Qwen3's width, and the warp form where a row leaves lanes idle (64 and
+        // 1000 columns) or the rows do not fill a wave; the residual form's warp kernel is bf16 only.
+        lines.push(rmsnorm_once(16384, 2048, bf16, add, Some(RmsForm::Block))?);
+        if bf16 || !add {
+            for (rows, cols) in [(16384, 2048), (4096, 64), (777, 1000), (3, 2048)] {
+                lines.push(rmsnorm_once(rows, cols, bf16, add, Some(RmsForm::Warp))?);
+            }
         }
     }
     Ok(lines.join("; "))

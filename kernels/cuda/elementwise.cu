@@ -4,6 +4,7 @@
 //
 //   omega_rmsnorm_{f32,bf16}         y = rmsnorm(x) * w over rows x cols (rmsnorm.cuh)
 //   omega_add_rmsnorm_{f32,bf16}     h = x + h (in place), y = rmsnorm(h) * w (rmsnorm.cuh)
+//   omega_rmsnorm_warp_{f32,bf16}, omega_add_rmsnorm_warp_bf16   the same, one warp a row (rmsnorm.cuh)
 //   omega_rope_{f32,bf16}            rotate_half RoPE with explicit cos/sin tables (rope.cuh)
 //   omega_norm_rope_{f32,bf16}       per-head RMSNorm (Qwen3 QK-norm), then RoPE (rope.cuh)
 //   omega_swiglu_{f32,bf16}          silu(gate) * up, plain or over a fused gate+up output (swiglu.cuh)

@@ -31,6 +31,17 @@ pub const RMSNORM: [&str; 2] = ["omega_rmsnorm_f32", "omega_rmsnorm_bf16"];
 /// `omega_add_rmsnorm_{f32,bf16}(x, h, w, y, rows, cols, eps)`: `h = x + h` in place, `y = rmsnorm(h) *
 /// w`.
 pub const ADD_RMSNORM: [&str; 2] = ["omega_add_rmsnorm_f32", "omega_add_rmsnorm_bf16"];
+/// The warp-per-row RMSNorm forms (`rmsnorm_warp` in rmsnorm.cuh), the parameters and results of
+/// [`RMSNORM`]: `omega_rmsnorm_warp_{f32,bf16}`. A warp owns each row; rows of at most
+/// [`RMSNORM_WARP_COLS`] columns on the vector path (others take the block form inside the same entry).
+pub const RMSNORM_WARP: [&str; 2] = ["omega_rmsnorm_warp_f32", "omega_rmsnorm_warp_bf16"];
+/// The warp-per-row residual RMSNorm, bf16 only (the f32 form's two rows spill, and the block form
+/// already reaches 0.97 of copy): `omega_add_rmsnorm_warp_bf16`, the parameters of [`ADD_RMSNORM`].
+pub const ADD_RMSNORM_WARP_BF16: &str = "omega_add_rmsnorm_warp_bf16";
+/// The widest row the warp-per-row forms keep in a warp's registers (`RMS_WARP_COLS`).
+pub const RMSNORM_WARP_COLS: u32 = 2048;
+/// The warp-per-row forms' block (`__launch_bounds__(256, 2)`): 8 rows a CTA at a time.
+pub const RMSNORM_WARP_THREADS: u32 = 256;
 /// `omega_rope_{f32,bf16}(x, w, cos, sin, y, tokens, heads, dim, eps)`: rotate_half RoPE (w, eps unread).
 pub const ROPE: [&str; 2] = ["omega_rope_f32", "omega_rope_bf16"];
 /// `omega_norm_rope_{f32,bf16}(x, w, cos, sin, y, tokens, heads, dim, eps)`: per-head RMSNorm, then RoPE.
@@ -66,6 +77,9 @@ pub const ELEMENTWISE_HOST_SPECS: &[HostSpec] = &[
     rms_spec(RMSNORM[1], rmsnorm::<u16, false>),
     rms_spec(ADD_RMSNORM[0], rmsnorm::<f32, true>),
     rms_spec(ADD_RMSNORM[1], rmsnorm::<u16, true>),
+    rms_spec(RMSNORM_WARP[0], rmsnorm_warp::<f32, false>),
+    rms_spec(RMSNORM_WARP[1], rmsnorm_warp::<u16, false>),
+    rms_spec(ADD_RMSNORM_WARP_BF16, rmsnorm_warp::<u16, true>),
     rope_spec(ROPE[0], rope::<f32, false>),
     rope_spec(ROPE[1], rope::<u16, false>),
     rope_spec(NORM_ROPE[0], rope::<f32, true>),
@@ -185,10 +199,25 @@ pub fn inv_rms(v: &[f32], eps: f32) -> f32 {
 }
 
 fn rmsnorm<T: Elem, const ADD: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let kernel = if ADD { "omega_add_rmsnorm" } else { "omega_rmsnorm" };
+    rmsnorm_rows::<T, ADD>(ctx, kernel, RMSNORM_MAX_THREADS)
+}
+
+/// The warp-per-row forms compute what the block forms do (each row's sum in an order of its own, so
+/// results agree to rounding); only their block limit differs.
+fn rmsnorm_warp<T: Elem, const ADD: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let kernel = if ADD { "omega_add_rmsnorm_warp" } else { "omega_rmsnorm_warp" };
+    rmsnorm_rows::<T, ADD>(ctx, kernel, RMSNORM_WARP_THREADS)
+}
+
+fn rmsnorm_rows<T: Elem, const ADD: bool>(
+    ctx: &mut KernelCtx<'_>,
+    kernel: &str,
+    max_threads: u32,
+) -> Result<(), KernelError> {
     let (x, h, w, y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4), ctx.u64_at(6));
     let (rows, cols, eps) = (u64::from(ctx.word(8)), u64::from(ctx.word(9)), f32::from_bits(ctx.word(10)));
-    let kernel = if ADD { "omega_add_rmsnorm" } else { "omega_rmsnorm" };
-    require_warps(ctx, kernel, RMSNORM_MAX_THREADS)?;
+    require_warps(ctx, kernel, max_threads)?;
     let part = take_rows(ctx, rows, cols);
     if part.is_empty() || cols == 0 {
         return Ok(());

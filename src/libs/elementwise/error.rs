@@ -50,6 +50,16 @@ pub enum ShapeError {
         /// The bytes asked for.
         bytes: u64,
     },
+    /// An RMSNorm form forced ([`super::Elementwise::force_rmsnorm_form`]) that cannot run the call.
+    #[error("{shape}: the {form:?} RMSNorm form was forced, and {why}")]
+    FormUnavailable {
+        /// The form forced.
+        form: super::RmsForm,
+        /// The shape.
+        shape: EwShape,
+        /// What it lacks.
+        why: &'static str,
+    },
 }
 
 /// A failure of the elementwise library.

@@ -49,5 +49,5 @@ pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{EwError, ShapeError};
 pub use ops::{
     rmsnorm_threads, Done, Elementwise, EwCall, EwElem, EwShape, Failed, Heads, Info, KeptElementwise, Op, Operand,
-    Rows,
+    RmsForm, Rows, RMSNORM_WARP_MIN_ROWS_PER_SM,
 };

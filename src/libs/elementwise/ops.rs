@@ -255,8 +255,9 @@ impl EwCall<'_> {
     }
 }
 
-/// The module's kernels in [`Elementwise`]'s order: each family's f32 entry, then its bf16 one.
-const KERNELS: [&str; 12] = [
+/// The module's kernels in [`Elementwise`]'s order: each family's f32 entry, then its bf16 one; then the
+/// warp-per-row RMSNorm forms.
+const KERNELS: [&str; 15] = [
     k::RMSNORM[0],
     k::RMSNORM[1],
     k::ADD_RMSNORM[0],
@@ -269,7 +270,30 @@ const KERNELS: [&str; 12] = [
     k::SWIGLU[1],
     k::COPY16,
     k::SWIGLU_F32_BF16,
+    k::RMSNORM_WARP[0],
+    k::RMSNORM_WARP[1],
+    k::ADD_RMSNORM_WARP_BF16,
 ];
+
+/// Where the warp-per-row forms sit in [`KERNELS`]: the plain f32 and bf16 forms, the bf16 residual one.
+const RMSNORM_WARP_KERNELS: [usize; 3] = [12, 13, 14];
+
+/// The fewest rows a call has for the library to take the warp-per-row form on its own: enough that
+/// every warp of a wave owns a row (two CTAs of 8 warps an SM at its 96-108 registers); below it (decode's
+/// 1 to 64 rows) a row's 8 KiB is better read by one CTA's 256 threads. Not yet measured against the block
+/// form on the H200 (`ew_bench` times both at 16384 rows).
+pub const RMSNORM_WARP_MIN_ROWS_PER_SM: u32 = 16;
+
+/// An RMSNorm call's kernel form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RmsForm {
+    /// One CTA a row (`omega_rmsnorm_*`, `omega_add_rmsnorm_*`), any width: the row's threads share its
+    /// loads and meet at a block reduction.
+    Block,
+    /// One warp a row (`omega_rmsnorm_warp_*`, `omega_add_rmsnorm_warp_bf16`): rows of at most
+    /// [`k::RMSNORM_WARP_COLS`] columns on the vector path; no block barrier between rows.
+    Warp,
+}
 
 /// Where the copy kernel sits in [`KERNELS`].
 const COPY_KERNEL: usize = 10;
@@ -335,6 +359,7 @@ pub struct Elementwise<'s> {
     kernels: Vec<Kernel<'s>>,
     sms: u32,
     timeout_ms: Cell<u32>,
+    rms_form: Cell<Option<RmsForm>>,
 }
 
 impl core::fmt::Debug for Elementwise<'_> {
@@ -373,7 +398,8 @@ impl<'s> Elementwise<'s> {
     fn with_module(scope: &'s Scope<'s>, module: Module<'s>) -> Result<Self, EwError> {
         let kernels = KERNELS.iter().map(|name| module.kernel(name)).collect::<Result<Vec<_>, _>>()?;
         let timeout_ms = Cell::new(crate::launch::DEFAULT_TIMEOUT_MS);
-        Ok(Elementwise { scope, module, kernels, sms: scope.device().sm_count.max(1), timeout_ms })
+        let rms_form = Cell::new(None);
+        Ok(Elementwise { scope, module, kernels, sms: scope.device().sm_count.max(1), timeout_ms, rms_form })
     }
 
     /// The handle `kept` was, in this scope; or, when there is none or its device open is gone, a fresh
@@ -400,13 +426,38 @@ impl<'s> Elementwise<'s> {
         self.timeout_ms.set(ms);
     }
 
+    /// Forces the RMSNorm calls' kernel form (`None`: the library's choice, the warp form for at least
+    /// [`RMSNORM_WARP_MIN_ROWS_PER_SM`] rows an SM where it can run, else the block form). A forced form
+    /// that cannot run a call refuses it ([`ShapeError::FormUnavailable`]), never runs the other.
+    /// Benchmarks time both forms with it.
+    pub fn force_rmsnorm_form(&self, form: Option<RmsForm>) {
+        self.rms_form.set(form);
+    }
+
+    /// The warp form's kernel for `op` in `T`, or why it has none for this call.
+    fn warp_form<T: EwElem>(&self, op: Op, shape: Rows, vectorized: bool) -> Result<usize, &'static str> {
+        let index = match (op, T::BF16) {
+            (Op::RmsNorm, bf16) => RMSNORM_WARP_KERNELS[usize::from(bf16)],
+            (_, true) => RMSNORM_WARP_KERNELS[2],
+            (_, false) => return Err("the residual form has no f32 warp-per-row kernel"),
+        };
+        if shape.cols > k::RMSNORM_WARP_COLS {
+            return Err("its rows are wider than the 2048 columns a warp holds");
+        }
+        if !vectorized {
+            return Err("its operands do not take 16-byte vectors (cols % vector != 0, or a pointer off 16 bytes)");
+        }
+        Ok(index)
+    }
+
     fn timeout_for(&self, elements: u64) -> u32 {
         let scaled = u64::from(crate::launch::DEFAULT_TIMEOUT_MS).saturating_add(elements / 10_000);
         self.timeout_ms.get().max(u32::try_from(scaled).unwrap_or(u32::MAX))
     }
 
     /// `y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w` over `shape` (`x`, `y`: `[rows, cols]`; `w`:
-    /// `[cols]`). One CTA per row, the row held in registers: each byte read once.
+    /// `[cols]`). The row held in registers, each byte read once: one CTA a row, or one warp a row for many
+    /// rows of at most 2048 columns ([`RmsForm`], [`Elementwise::force_rmsnorm_form`]).
     pub fn rmsnorm<'b, T: EwElem>(
         &self,
         x: &'b impl Input<T>,
@@ -456,12 +507,31 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::W, w.elements(), Some(shape.cols.into()))?;
         hold(s, Operand::Y, y.elements(), n)?;
         let e = size_of::<T>() as u64;
-        let block = rmsnorm_threads::<T>(shape.cols);
-        let grid = shape.rows.min(self.wave(kernel_index::<T>(op), block));
         let h_va = h.map_or(0, |h| h.device_va());
         let mut vas = vec![x.device_va(), w.device_va(), y.device_va()];
         vas.extend(h.map(|h| h.device_va()));
         let vectorized = shape.cols.is_multiple_of(k::VEC[usize::from(T::BF16)]) && aligned16(&vas);
+        let warp = match self.rms_form.get() {
+            None => self
+                .warp_form::<T>(op, shape, vectorized)
+                .ok()
+                .filter(|_| shape.rows >= RMSNORM_WARP_MIN_ROWS_PER_SM.saturating_mul(self.sms)),
+            Some(RmsForm::Block) => None,
+            Some(form @ RmsForm::Warp) => match self.warp_form::<T>(op, shape, vectorized) {
+                Ok(index) => Some(index),
+                Err(why) => return Err(ShapeError::FormUnavailable { form, shape: s, why }.into()),
+            },
+        };
+        let (kernel, block, grid) = match warp {
+            Some(index) => {
+                let block = k::RMSNORM_WARP_THREADS;
+                (index, block, shape.rows.div_ceil(block / 32).min(self.wave(index, block)))
+            }
+            None => {
+                let (index, block) = (kernel_index::<T>(op), rmsnorm_threads::<T>(shape.cols));
+                (index, block, shape.rows.min(self.wave(index, block)))
+            }
+        };
         let passes = if h.is_some() { 4 } else { 2 };
         let info = Info {
             op: Some(op),
@@ -482,7 +552,7 @@ impl<'s> Elementwise<'s> {
             Arg::Word(shape.cols),
             Arg::Word(eps.to_bits()),
         ];
-        Ok(self.call::<T>(op, [grid, 1, 1], block, args, info))
+        Ok(self.call_kernel(kernel, [grid, 1, 1], block, args, info))
     }
 
     /// RoPE over `x` `[tokens, heads, dim]` into `y` (the same shape; `y` may be a copy's destination or
@@ -703,8 +773,11 @@ impl<'s> Elementwise<'s> {
         Ok(self.call::<f32>(Op::Copy, [grid as u32, 1, 1], k::EW_THREADS, args, info))
     }
 
-    fn call<'b, T: EwElem>(&self, op: Op, grid: [u32; 3], block: u32, args: Vec<Arg>, mut info: Info) -> EwCall<'b> {
-        let kernel = kernel_index::<T>(op);
+    fn call<'b, T: EwElem>(&self, op: Op, grid: [u32; 3], block: u32, args: Vec<Arg>, info: Info) -> EwCall<'b> {
+        self.call_kernel(kernel_index::<T>(op), grid, block, args, info)
+    }
+
+    fn call_kernel<'b>(&self, kernel: usize, grid: [u32; 3], block: u32, args: Vec<Arg>, mut info: Info) -> EwCall<'b> {
         info.kernel = KERNELS[kernel];
         info.launches = 1;
         info.ctas = grid[0] * grid[1] * grid[2];
