@@ -24,6 +24,8 @@
 #   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
+#   ewvar                  benches/cuda/ew_variants.cu (built here): the RMSNorm forms and QK-norm + RoPE
+#                          variants beside cudaMemcpy's copy
 #   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
 #                          variant or the named family / variant, beside cuBLAS
 #   anything else          `gpu_suite --case <step>`
@@ -74,8 +76,11 @@ command_of() {
         mm) echo "$BIN/matmul_bench --check" ;;
         mmalt) echo "$BIN/matmul_bench --alternatives" ;;
         mmpeer) echo "python3 benches/torch/matmul_peer.py" ;;
-        gemmchk) echo "/tmp/gemm_check" ;;
-        gemmchk_*) echo "/tmp/gemm_check --variant ${1#gemmchk_}" ;;
+        # CUDA has no completion limit of its own: a variant that hangs (the stream-K entries' flags) is
+        # stopped after 5 minutes instead of holding the machine.
+        ewvar) echo "timeout 300 /tmp/ew_variants" ;;
+        gemmchk) echo "timeout 300 /tmp/gemm_check" ;;
+        gemmchk_*) echo "timeout 300 /tmp/gemm_check --variant ${1#gemmchk_}" ;;
         *) echo "$BIN/gpu_suite --case $1" ;;
     esac
 }
@@ -84,6 +89,10 @@ for step in $STEPS; do
     if [ "$step" = gvar ] || [ "$step" = gocc ]; then
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -Ikernels/cuda/matmul -Ikernels/cuda \
             -o /tmp/gemv_variants benches/cuda/gemv_variants.cu >"$OUT/gvar-nvcc.log" 2>&1 || status=1
+    fi
+    if [ "$step" = ewvar ] && [ ! -x /tmp/ew_variants ]; then
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -Ikernels/cuda \
+            -o /tmp/ew_variants benches/cuda/ew_variants.cu >"$OUT/ewvar-nvcc.log" 2>&1 || status=1
     fi
     if [ "${step%%_*}" = gemmchk ] && [ ! -x /tmp/gemm_check ]; then
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
@@ -103,7 +112,7 @@ done
 for step in $STEPS; do
     echo "== $step"
     head -1 "$OUT/$step.log"
-    grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio ' \
+    grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio ' \
         "$OUT/$step.log" | tail -20
     tail -1 "$OUT/$step.log"
 done
