@@ -162,6 +162,41 @@ fn rmsnorm_and_the_residual_form_match_f64_in_both_types_and_both_paths() {
     });
 }
 
+/// One RMSNorm call (`add`: the residual form) of `rows x cols` in `E`: the kernel the library plans must
+/// be `kernel`, and the output must match f64.
+#[allow(clippy::too_many_arguments)]
+fn rmsnorm_form_case<'s, E: T>(
+    g: &mut SmallRng,
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    ew: &Elementwise<'s>,
+    [rows, cols]: [u32; 2],
+    add: bool,
+    kernel: &str,
+    what: &str,
+) -> Gpu<'s> {
+    let n = (rows * cols) as usize;
+    let (x, w, h0) = (random::<E>(g, n, 1.0), random::<E>(g, cols as usize, 2.0), random::<E>(g, n, 1.0));
+    let (_xm, xs) = placed(s, &x, false);
+    let (_wm, ws) = placed(s, &w, false);
+    let (_hm, mut hs) = placed(s, &h0, false);
+    let (mut ym, mut ys) = placed(s, &vec![E::poison(); n], false);
+    let shape = Rows { rows, cols };
+    let call = if add {
+        ew.add_rmsnorm(&xs, &mut hs, &ws, &mut ys, shape, EPS)
+    } else {
+        ew.rmsnorm(&xs, &ws, &mut ys, shape, EPS)
+    }
+    .unwrap();
+    assert_eq!(call.info().kernel, kernel, "{what}");
+    let gpu = run(ew, gpu, call);
+    let h: Vec<f32> =
+        if add { x.iter().zip(&h0).map(|(a, b)| E::of(a.val() + b.val()).val()).collect() } else { vals(&x) };
+    let (want, tol) = rmsnorm_f64(&h, &vals(&w), cols as usize, EPS);
+    check::<E>(what, &read(&mut ym, false, n), &want, tol);
+    gpu
+}
+
 #[test]
 fn rmsnorm_takes_the_warp_form_for_many_rows_and_a_forced_form_that_cannot_run_refuses() {
     use omega::kernels::elementwise as k;
@@ -182,59 +217,10 @@ fn rmsnorm_takes_the_warp_form_for_many_rows_and_a_forced_form_that_cannot_run_r
             (many, Some(RmsForm::Block), true, false, k::RMSNORM[1]),
         ] {
             ew.force_rmsnorm_form(form);
-            let n = (rows * cols) as usize;
             let what = format!("{rows}x{cols} form {form:?} bf16 {bf16} add {add}");
-            let check_form = |info: &omega::libs::elementwise::Info| assert_eq!(info.kernel, kernel, "{what}");
-            gpu = if bf16 {
-                let (x, w, h0) = (
-                    random::<u16>(&mut g, n, 1.0),
-                    random::<u16>(&mut g, cols as usize, 2.0),
-                    random::<u16>(&mut g, n, 1.0),
-                );
-                let (_xm, xs) = placed(s, &x, false);
-                let (_wm, ws) = placed(s, &w, false);
-                let (_hm, mut hs) = placed(s, &h0, false);
-                let (mut ym, mut ys) = placed(s, &vec![u16::poison(); n], false);
-                let shape = Rows { rows, cols };
-                let call = if add {
-                    ew.add_rmsnorm(&xs, &mut hs, &ws, &mut ys, shape, EPS)
-                } else {
-                    ew.rmsnorm(&xs, &ws, &mut ys, shape, EPS)
-                }
-                .unwrap();
-                check_form(call.info());
-                let gpu = run(&ew, gpu, call);
-                let h: Vec<f32> = if add {
-                    x.iter().zip(&h0).map(|(a, b)| u16::of(a.val() + b.val()).val()).collect()
-                } else {
-                    vals(&x)
-                };
-                let (want, tol) = rmsnorm_f64(&h, &vals(&w), cols as usize, EPS);
-                check::<u16>(&what, &read(&mut ym, false, n), &want, tol);
-                gpu
-            } else {
-                let (x, w, h0) = (
-                    random::<f32>(&mut g, n, 1.0),
-                    random::<f32>(&mut g, cols as usize, 2.0),
-                    random::<f32>(&mut g, n, 1.0),
-                );
-                let (_xm, xs) = placed(s, &x, false);
-                let (_wm, ws) = placed(s, &w, false);
-                let (_hm, mut hs) = placed(s, &h0, false);
-                let (mut ym, mut ys) = placed(s, &vec![f32::poison(); n], false);
-                let shape = Rows { rows, cols };
-                let call = if add {
-                    ew.add_rmsnorm(&xs, &mut hs, &ws, &mut ys, shape, EPS)
-                } else {
-                    ew.rmsnorm(&xs, &ws, &mut ys, shape, EPS)
-                }
-                .unwrap();
-                check_form(call.info());
-                let gpu = run(&ew, gpu, call);
-                let h: Vec<f32> = if add { x.iter().zip(&h0).map(|(a, b)| a + b).collect() } else { x.clone() };
-                let (want, tol) = rmsnorm_f64(&h, &w, cols as usize, EPS);
-                check::<f32>(&what, &read(&mut ym, false, n), &want, tol);
-                gpu
+            gpu = match bf16 {
+                true => rmsnorm_form_case::<u16>(&mut g, s, gpu, &ew, [rows, cols], add, kernel, &what),
+                false => rmsnorm_form_case::<f32>(&mut g, s, gpu, &ew, [rows, cols], add, kernel, &what),
             };
         }
         // A forced warp form refuses what it cannot run, naming why; nothing is launched.

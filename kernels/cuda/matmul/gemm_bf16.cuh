@@ -133,6 +133,61 @@ __device__ __forceinline__ void store_acc(const float (&acc)[BN / 2], float* out
   }
 }
 
+// The mbarrier at `bar` in the shared memory of the cluster's CTA `rank` (a shared::cluster address).
+__device__ __forceinline__ uint32_t mbar_in_cta(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+  return remote;
+}
+
+// One arrival on a barrier of any CTA of the cluster. No .release.cluster: ptxas makes that a
+// MEMBAR.ALL.GPU per arrival, inside the mainloop; what the peer's producer must not overtake is this
+// warpgroup's reading of the stage, and wgmma.wait_group has already retired those reads (CUTLASS's
+// ClusterBarrier::arrive is the same plain form).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+
+// A consumer's release of a stage (its empty barrier) to the producers of every CTA of the cluster.
+template <int CLUSTER>
+__device__ __forceinline__ void release_stage(uint64_t* empty_s) {
+  if constexpr (CLUSTER == 1)
+    mbar_arrive(empty_s);
+  else
+    for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(mbar_in_cta(empty_s, r));
+}
+
+// A consumer warpgroup's mainloop over K blocks kb0 .. kb1 of a tile into `acc` (overwritten by the first
+// block): each stage's wgmmas once its full barrier completes, one wgmma group kept in flight, and the
+// stage before released as soon as its group retires; the last stage is released after the final wait.
+// `it` counts the stages this warpgroup has consumed in the launch (the ring's position and parity).
+template <int BN, int STAGES, int CLUSTER>
+__device__ __forceinline__ void consume_kblocks(float (&acc)[BN / 2], const uint8_t* stages, uint64_t* full,
+                                                uint64_t* empty, int consumer, int t128, uint32_t& it, int kb0,
+                                                int kb1) {
+  constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
+  for (int kb = kb0; kb < kb1; ++kb, ++it) {
+    uint32_t s = it % STAGES;
+    mbar_wait(&full[s], (it / STAGES) & 1);
+    const uint8_t* a = stages + s * STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
+    const uint8_t* b = stages + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < GEMM_BK / 16; ++k) {
+      const int accumulate = (kb > kb0 || k > 0) ? 1 : 0;
+      if constexpr (BN == 256)
+        wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
+      else
+        wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    if (kb > kb0 && t128 == 0) release_stage<CLUSTER>(&empty[(it + STAGES - 1) % STAGES]);
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  if (t128 == 0) release_stage<CLUSTER>(&empty[(it + STAGES - 1) % STAGES]);
+}
+
 }  // namespace omega_gemm
 
 // The body of every entry. A work unit is (tile, K split): tile u / splits of the grouped order over
@@ -211,27 +266,7 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
     const int tile = u / splits, split = u % splits;
     tile_of(tile, tiles_m, tiles_n, &tm, &tn);
     const int kb0 = split * per, kb1 = min(kblocks, kb0 + per);
-    for (int kb = kb0; kb < kb1; ++kb, ++it) {
-      uint32_t s = it % STAGES;
-      mbar_wait(&full[s], (it / STAGES) & 1);
-      const uint8_t* a = smem + s * STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
-      const uint8_t* b = smem + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-      for (int k = 0; k < GEMM_BK / 16; ++k) {
-        // Each k16 step is 32 bytes further along the (swizzled) 128-byte row.
-        if constexpr (BN == 256)
-          wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > kb0 || k > 0) ? 1 : 0);
-        else
-          wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > kb0 || k > 0) ? 1 : 0);
-      }
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      // One group in flight: the previous stage's wgmma has retired, so that stage is free.
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      if (kb > kb0 && t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if (t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
+    consume_kblocks<BN, STAGES, 1>(acc, smem, full, empty, consumer, t128, it, kb0, kb1);
 
     // Accumulator layout of wgmma m64nN (f32): register 4j+{0,1} holds row warp*16 + lane/4, columns
     // 8j + 2*(lane%4) + {0,1}; register 4j+{2,3} the same columns 8 rows further down.

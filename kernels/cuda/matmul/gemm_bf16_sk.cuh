@@ -80,13 +80,13 @@ __device__ __forceinline__ void gemm_bf16_sk_body(const void* tmap_a, const void
                                                   uint32_t N, uint32_t K) {
   using namespace omega_gemm;
   using Ring = StagingRing<CHUNK, NBUF>;
+  using Smem = TsSmem<STAGES, CHUNK, NBUF, BN>;
   static_assert(BN == 256 || BN == 128, "the two wgmma widths the module instantiates");
-  constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
+  constexpr int STAGE_BYTES = Smem::STAGE_BYTES;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* staging = smem + STAGES * STAGE_BYTES;
-  uint64_t* full = reinterpret_cast<uint64_t*>(staging + 2 * Ring::BYTES);
-  uint64_t* empty = full + STAGES;
+  const Smem sm(smem_raw);
+  uint8_t* smem = sm.stages;
+  uint64_t *full = sm.full, *empty = sm.empty;
 
   const int wg = threadIdx.x / 128;
   const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
@@ -98,16 +98,7 @@ __device__ __forceinline__ void gemm_bf16_sk_body(const void* tmap_a, const void
   const uint32_t begin = sk_begin(cta, q, r), end = sk_begin(cta + 1, q, r);
   const bool tma_y = N % 4 == 0;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 2);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_a) : "memory");
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_b) : "memory");
-    if (tma_y) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_y) : "memory");
-  }
+  if (threadIdx.x == 0) ts_init<STAGES>(full, empty, 2, tmap_a, tmap_b, tmap_y, tma_y);
   __syncthreads();
 
   if (wg == 0) {
@@ -136,7 +127,7 @@ __device__ __forceinline__ void gemm_bf16_sk_body(const void* tmap_a, const void
     const int t128 = threadIdx.x % 128;
     const int warp = t128 / 32, lane = t128 % 32;
     const int bar = GEMM_TS_BAR0 + consumer;
-    Ring ring{staging + consumer * Ring::BYTES, 0};
+    Ring ring{sm.staging + consumer * Ring::BYTES, 0};
     float acc[BN / 2];
     uint32_t it = 0;
     for (uint32_t pos = begin; pos < end;) {
@@ -144,26 +135,7 @@ __device__ __forceinline__ void gemm_bf16_sk_body(const void* tmap_a, const void
       pos += (uint32_t)(seg.kb1 - seg.kb0);
       int tm, tn;
       tile_of(seg.tile, tiles_m, tiles_n, &tm, &tn);
-      for (int kb = seg.kb0; kb < seg.kb1; ++kb, ++it) {
-        uint32_t s = it % STAGES;
-        mbar_wait(&full[s], (it / STAGES) & 1);
-        const uint8_t* a = smem + s * STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
-        const uint8_t* b = smem + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < GEMM_BK / 16; ++k) {
-          const int accumulate = (kb > seg.kb0 || k > 0) ? 1 : 0;
-          if constexpr (BN == 256)
-            wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
-          else
-            wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kb > seg.kb0 && t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
-      }
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
+      consume_kblocks<BN, STAGES, 1>(acc, smem, full, empty, consumer, t128, it, seg.kb0, seg.kb1);
 
       const uint32_t row_base = tm * GEMM_BM + consumer * 64;
       const bool rows_live = row_base < M;

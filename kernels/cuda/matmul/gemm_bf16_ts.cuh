@@ -62,21 +62,6 @@
 
 namespace omega_gemm {
 
-// The mbarrier at `bar` in the shared memory of the cluster's CTA `rank` (a shared::cluster address).
-__device__ __forceinline__ uint32_t mbar_in_cta(uint64_t* bar, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-  return remote;
-}
-
-// One arrival on a barrier of any CTA of the cluster. No .release.cluster: ptxas makes that a
-// MEMBAR.ALL.GPU per arrival, inside the mainloop; what the peer's producer must not overtake is this
-// warpgroup's reading of the stage, and wgmma.wait_group has already retired those reads (CUTLASS's
-// ClusterBarrier::arrive is the same plain form).
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-
 // tma_load_2d, written into the same offset of every CTA in `mask` and completing `bytes` on the barrier
 // at the same offset in each.
 __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tmap, uint64_t* bar, int c0, int c1,
@@ -203,6 +188,40 @@ __device__ __forceinline__ void unit_of(int t, int tiles_m, int tiles_n, int* tm
   }
 }
 
+// The shared memory of the TMA-store bodies (and the stream-K one): STAGES stages of x's and W's boxes,
+// 1024-byte aligned for the 128B swizzle, then the two consumers' staging rings, then the full and empty
+// barriers of every stage.
+template <int STAGES, int CHUNK, int NBUF, int BN>
+struct TsSmem {
+  static constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
+  uint8_t* stages;
+  uint8_t* staging;
+  uint64_t* full;
+  uint64_t* empty;
+  __device__ __forceinline__ explicit TsSmem(uint8_t* raw) {
+    stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    staging = stages + STAGES * STAGE_BYTES;
+    full = reinterpret_cast<uint64_t*>(staging + 2 * StagingRing<CHUNK, NBUF>::BYTES);
+    empty = full + STAGES;
+  }
+};
+
+// Thread 0's setup: each stage's full barrier (the producer's expect_tx) and empty barrier (`releases`
+// arrivals: every consumer warpgroup that reads the stage), made visible to the cluster, and the
+// descriptors' tensormap-proxy acquire (y's only where it is stored through).
+template <int STAGES>
+__device__ __forceinline__ void ts_init(uint64_t* full, uint64_t* empty, uint32_t releases, const void* tmap_a,
+                                        const void* tmap_b, const void* tmap_y, bool tma_y) {
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(&full[s], 1);
+    mbar_init(&empty[s], releases);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_a) : "memory");
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_b) : "memory");
+  if (tma_y) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_y) : "memory");
+}
+
 // The module's unit order: unit_of's grouped order. The body takes the order as a type so the CUDA-side
 // harness can time others (a Hilbert curve over the units) without touching the entries' code.
 struct GroupedOrder {
@@ -225,14 +244,14 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
   using Ring = StagingRing<CHUNK, NBUF>;
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs at most: fast.cu saw larger clusters lose");
   static_assert(BN == 256 || BN == 128, "the two wgmma widths the module instantiates");
-  constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
+  using Smem = TsSmem<STAGES, CHUNK, NBUF, BN>;
+  constexpr int STAGE_BYTES = Smem::STAGE_BYTES;
   // The part of W's box each CTA of the cluster loads (and multicasts): BN / CLUSTER rows.
   constexpr int B_PART_BYTES = BN * GEMM_BK * 2 / CLUSTER;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* staging = smem + STAGES * STAGE_BYTES;
-  uint64_t* full = reinterpret_cast<uint64_t*>(staging + 2 * Ring::BYTES);
-  uint64_t* empty = full + STAGES;
+  const Smem sm(smem_raw);
+  uint8_t* smem = sm.stages;
+  uint64_t *full = sm.full, *empty = sm.empty;
 
   const int wg = threadIdx.x / 128;
   const uint32_t rank = CLUSTER == 1 ? 0 : cluster_rank();
@@ -243,17 +262,8 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
   const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
   const bool tma_y = N % 4 == 0;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
-      // Every consumer warpgroup of the cluster reads every stage (W's part from each CTA).
-      mbar_init(&empty[s], 2 * CLUSTER);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_a) : "memory");
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_b) : "memory");
-    if (tma_y) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(tmap_y) : "memory");
-  }
+  // Every consumer warpgroup of the cluster reads every stage (W's part from each CTA).
+  if (threadIdx.x == 0) ts_init<STAGES>(full, empty, 2 * CLUSTER, tmap_a, tmap_b, tmap_y, tma_y);
   // The peer's barriers must be initialised before this CTA's multicast or remote arrival reaches them.
   if constexpr (CLUSTER == 1)
     __syncthreads();
@@ -293,44 +303,14 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
     const int consumer = wg - 1;
     const int t128 = threadIdx.x % 128;
     const int warp = t128 / 32, lane = t128 % 32;
-    Ring ring{staging + consumer * Ring::BYTES, 0};
+    Ring ring{sm.staging + consumer * Ring::BYTES, 0};
     float acc[BN / 2];
     uint32_t it = 0;
     for (int u = first_unit; u < units; u += unit_step) {
       int um, tn;
       Order::template of<CLUSTER>(u, tiles_m, tiles_n, &um, &tn);
       const int tm = um * CLUSTER + (int)rank;
-      for (int kb = 0; kb < kblocks; ++kb, ++it) {
-        uint32_t s = it % STAGES;
-        mbar_wait(&full[s], (it / STAGES) & 1);
-        const uint8_t* a = smem + s * STAGE_BYTES + consumer * (64 * GEMM_BK * 2);
-        const uint8_t* b = smem + s * STAGE_BYTES + GEMM_A_STAGE_BYTES;
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < GEMM_BK / 16; ++k) {
-          if constexpr (BN == 256)
-            wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
-          else
-            wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), (kb > 0 || k > 0) ? 1 : 0);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kb > 0 && t128 == 0) {
-          const uint32_t prev = (it + STAGES - 1) % STAGES;
-          if constexpr (CLUSTER == 1)
-            mbar_arrive(&empty[prev]);
-          else
-            for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(mbar_in_cta(&empty[prev], r));
-        }
-      }
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (t128 == 0) {
-        const uint32_t last = (it + STAGES - 1) % STAGES;
-        if constexpr (CLUSTER == 1)
-          mbar_arrive(&empty[last]);
-        else
-          for (uint32_t r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(mbar_in_cta(&empty[last], r));
-      }
+      consume_kblocks<BN, STAGES, CLUSTER>(acc, smem, full, empty, consumer, t128, it, 0, kblocks);
 
       const uint32_t row_base = tm * GEMM_BM + consumer * 64;
       if (tma_y) {
