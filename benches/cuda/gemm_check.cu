@@ -11,10 +11,11 @@
 // multicast, and its template's other splits), `n128` (the narrow 128 x 128 tile in both forms:
 // omega_gemm_bf16_tn_ts_n128, omega_gemm_bf16_tn_mc_n128, and a five-stage, four-buffer split of each);
 // `hilbert` (the TMA-store entry and the wide and narrow cluster entries with the units in Hilbert-curve
-// order, from a table the harness writes per shape: hopper-kernels.md section 5's last step); `sk` (the stream-K entries omega_gemm_bf16_tn_sk and omega_gemm_bf16_tn_sk_n128 on min(SMs, tiles x K
-// blocks) CTAs; their flags are checked to be left zero after every launch);
-// `all` (the default) runs every one; a variant's full name
-// runs that one alone. For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
+// order, from a table the harness writes per shape: hopper-kernels.md section 5's last step); `sk` (the
+// stream-K entries omega_gemm_bf16_tn_sk and omega_gemm_bf16_tn_sk_n128 on min(SMs, tiles x K blocks / n)
+// CTAs for n = 1, 4 (the library's grid) and 16; their flags are checked to be left zero after every
+// launch); `all` (the default) runs every one; a variant's full name runs that one alone.
+// For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
 // (cublasGemmEx, bf16 in, f32 out, f32 compute) runs once; then for every variant y is poisoned (all-ones
 // bits, a NaN), the kernel runs, every element is compared with cuBLAS's on the device and 4096 sampled
 // elements (all of them on small shapes) with an f64 CPU reference. Benchmark shapes are then timed

@@ -130,14 +130,16 @@ __device__ __forceinline__ void rmsnorm_warp_rows(const T* __restrict__ x, T* h,
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const uint32_t k = lane + 32 * i;
-      if (k < nv) keep[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(x + base + static_cast<size_t>(k) * V);
+      if (k < nv)
+        keep[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(x + base + static_cast<size_t>(k) * V);
     }
     if constexpr (ADD) {
       typename EwRaw<T, V>::type res[ITEMS];
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const uint32_t k = lane + 32 * i;
-        if (k < nv) res[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(h + base + static_cast<size_t>(k) * V);
+        if (k < nv)
+          res[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(h + base + static_cast<size_t>(k) * V);
       }
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {

@@ -6,10 +6,9 @@
 // expert gate+up at M = 4096 is 1.45 waves of wide tiles. The split-K entries fix the count, but every
 // split writes a whole [M, N] slice and the last unit reads them all back. Here CTA c takes iterations
 // [begin(c), begin(c + 1)) of the T = tiles * kblocks, begin(c) = c q + min(c, r) with T = q G + r (the
-// first r CTAs take one more), walking tiles in
-// the grouped order and each tile's K blocks in order, so every CTA does the same work within one K
-// block and only the tiles cut by a range boundary need a fix-up (Osama et al., "Stream-K", PPoPP 2023;
-// CUTLASS's stream-K scheduler).
+// first r CTAs take one more), walking tiles in the grouped order and each tile's K blocks in order, so
+// every CTA does the same work within one K block and only the tiles cut by a range boundary need a
+// fix-up (Osama et al., "Stream-K", PPoPP 2023; CUTLASS's stream-K scheduler).
 //
 // A CTA's range starts inside a tile (its first segment: the tile's K blocks from kb0 > 0), then covers
 // whole tiles, then ends inside a tile (its last segment: K blocks 0 .. kb1 < kblocks). Roles, per
@@ -71,9 +70,9 @@ __device__ __forceinline__ SkSegment sk_segment(uint32_t pos, uint32_t end, uint
 }  // namespace omega_gemm
 
 // The body of the stream-K entries: 128 x BN tiles, one CTA per SM at most (the grid is G <= SMs; any
-// G >= 1 computes the same y up to the fix-up's addition order; CTAs past T have nothing to do), `partials` G slots of
-// GEMM_SK_SLOT_FLOATS(BN) f32, `flags` 2 G zeroed words. T = tiles * kblocks must be below 2^31 (the
-// library plans another entry past it).
+// G >= 1 computes the same y up to the fix-up's addition order; CTAs past T have nothing to do),
+// `partials` G slots of GEMM_SK_SLOT_FLOATS(BN) f32, `flags` 2 G zeroed words. T = tiles * kblocks must
+// be below 2^31 (the library plans another entry past it).
 template <int STAGES, int CHUNK, int NBUF, int BN>
 __device__ __forceinline__ void gemm_bf16_sk_body(const void* tmap_a, const void* tmap_b, const void* tmap_y,
                                                   float* y, float* partials, uint32_t* flags, uint32_t M,
