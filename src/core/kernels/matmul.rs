@@ -1213,7 +1213,7 @@ impl StreamK<'_> {
                 name,
                 format_args!(
                     "grid {:?}: the CTAs of blockIdx.y or .z > 0 would run the same ranges and race on the flags",
-                    ctx.grid
+                    ctx.grid,
                 ),
             ));
         }
@@ -1226,8 +1226,6 @@ impl StreamK<'_> {
         let sched = SkSchedule { total, grid: g, kblocks };
         let cost = u64::from(GEMM_TILE_M) * self.tile_n * total.div_ceil(g).max(1);
         let tile_n = self.tile_n as usize;
-        let slot_bytes = gemm_sk_slot_floats(self.tile_n as u32) * 4;
-        let half_bytes = slot_bytes / 2;
         for i in take_items(ctx, g, cost) {
             let c = g - 1 - i;
             for seg in sched.segments(c) {
@@ -1241,34 +1239,17 @@ impl StreamK<'_> {
                 math::products(&x, &w, (ks.end - ks.start) as usize, false, &mut acc);
                 // A consumer's 64 rows wholly past M neither write nor wait.
                 let live = |q: u64| rows.start + 64 * q < m;
+                let half = |q: u64| q as usize * 64 * tile_n..(q as usize + 1) * 64 * tile_n;
                 if seg.kb0 > 0 {
                     for q in (0..2).filter(|&q| live(q)) {
-                        let flag = self.flags.wrapping_add(4 * (2 * c + q));
-                        let was = ctx.read_u32s(flag, 1)?[0];
-                        if was != 0 {
-                            return Err(fault(name, format_args!("the flag of CTA {c}'s consumer {q} is {was} at the launch, not 0: its finisher could add the slot before it is written")));
-                        }
-                        let half = &acc[q as usize * 64 * tile_n..(q as usize + 1) * 64 * tile_n];
-                        let at = self.partials.wrapping_add(c * slot_bytes + q * half_bytes);
-                        ctx.write(at, &math::f32s_to_le(&sk_slot_order(half, tile_n)))?;
-                        ctx.write_u32s(flag, &[1])?;
+                        self.contribute(ctx, c, q, &acc[half(q)])?;
                     }
                     continue;
                 }
                 if seg.kb1 < kblocks {
                     for d in sched.contributors(c, seg.tile) {
                         for q in (0..2).filter(|&q| live(q)) {
-                            let flag = self.flags.wrapping_add(4 * (2 * d + q));
-                            if ctx.read_u32s(flag, 1)?[0] == 0 {
-                                return Err(fault(name, format_args!("CTA {c} waits for the flag of CTA {d}'s consumer {q}, which nothing sets: the kernel would spin")));
-                            }
-                            ctx.write_u32s(flag, &[0])?;
-                            let at = self.partials.wrapping_add(d * slot_bytes + q * half_bytes);
-                            let part = ctx.read_f32s(at, 64 * tile_n)?;
-                            let half = &mut acc[q as usize * 64 * tile_n..(q as usize + 1) * 64 * tile_n];
-                            for (v, p) in half.iter_mut().zip(sk_row_order(&part, tile_n)) {
-                                *v += p;
-                            }
+                            self.add_contribution(ctx, [c, d], q, &mut acc[half(q)])?;
                         }
                     }
                 }
@@ -1278,6 +1259,56 @@ impl StreamK<'_> {
                     ctx.write(va, &math::f32s_to_le(&row[..width]))?;
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl StreamK<'_> {
+    /// Bytes of one CTA's slot (both consumers' halves).
+    fn slot_bytes(&self) -> u64 {
+        gemm_sk_slot_floats(self.tile_n as u32) * 4
+    }
+
+    /// Where consumer `q` of CTA `c` keeps its half of the slots, and its flag.
+    fn place(&self, c: u64, q: u64) -> (u64, u64) {
+        let at = self.partials.wrapping_add(c * self.slot_bytes() + q * self.slot_bytes() / 2);
+        (at, self.flags.wrapping_add(4 * (2 * c + q)))
+    }
+
+    /// Contributor `c`'s consumer `q`: its 64 x tile_n `half` (row-major) to its slot in the kernel's
+    /// register order, then its flag set.
+    fn contribute(&self, ctx: &mut KernelCtx<'_>, c: u64, q: u64, half: &[f32]) -> Result<(), KernelError> {
+        let (at, flag) = self.place(c, q);
+        let was = ctx.read_u32s(flag, 1)?[0];
+        if was != 0 {
+            let why = "its finisher could add the slot before it is written";
+            return Err(fault(
+                self.name,
+                format_args!("the flag of CTA {c}'s consumer {q} is {was} at the launch, not 0: {why}"),
+            ));
+        }
+        ctx.write(at, &math::f32s_to_le(&sk_slot_order(half, self.tile_n as usize)))?;
+        ctx.write_u32s(flag, &[1])
+    }
+
+    /// Finisher `c` adds contributor `d`'s consumer `q` half into its own `half`, and puts the flag back.
+    fn add_contribution(
+        &self,
+        ctx: &mut KernelCtx<'_>,
+        [c, d]: [u64; 2],
+        q: u64,
+        half: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let (at, flag) = self.place(d, q);
+        if ctx.read_u32s(flag, 1)?[0] == 0 {
+            let why = "which nothing sets: the kernel would spin";
+            return Err(fault(self.name, format_args!("CTA {c} waits for the flag of CTA {d}'s consumer {q}, {why}")));
+        }
+        ctx.write_u32s(flag, &[0])?;
+        let part = ctx.read_f32s(at, half.len())?;
+        for (v, p) in half.iter_mut().zip(sk_row_order(&part, self.tile_n as usize)) {
+            *v += p;
         }
         Ok(())
     }

@@ -501,9 +501,10 @@ pub enum WideEntry {
     /// slice the pair shares and multicasting it into both (half W's L2 traffic). Its grid is whole
     /// pairs: `2 * min(pairs, SMs / 2, budget / 2)`.
     Cluster,
-    /// `omega_gemm_bf16_tn_sk` (`_sk_n128`): the TMA-store entry in stream-K order, its grid
-    /// `clamp(tiles * kblocks / GEMM_SK_MIN_ITERS, 1, min(SMs, budget))` sharing the tiles' K blocks evenly, the tiles cut between two
-    /// CTAs finished through the workspace (a slot of partial sums per CTA and two zeroed flags).
+    /// `omega_gemm_bf16_tn_sk` (`_sk_n128`): the TMA-store entry in stream-K order. Its grid,
+    /// `clamp(tiles * kblocks / GEMM_SK_MIN_ITERS, 1, min(SMs, budget))`, shares the tiles' K blocks
+    /// evenly; a tile cut between CTAs is finished through the workspace (a slot of partial sums per CTA
+    /// and two zeroed flags). Forced only (`ForcedPlan::GemmStreamK`) until the H200 has timed it.
     StreamK,
 }
 
@@ -1068,8 +1069,8 @@ fn gemm_step(
         let narrow = tile == GemmTile::Narrow;
         if entry == WideEntry::StreamK {
             // `(tmap_a, tmap_b, tmap_y, y, partials, flags, M, N, K)`: a slot of partial sums per CTA after
-            // the f32 product of a bf16 output, two flags per CTA.
-            // At least GEMM_SK_MIN_ITERS iterations a CTA (or one CTA), so a finisher adds few slots.
+            // the f32 product of a bf16 output, two flags per CTA; at least GEMM_SK_MIN_ITERS iterations a
+            // CTA (or one CTA), so a finisher adds few slots.
             let grid = (stream_k_iters(shape, tile) / abi::GEMM_SK_MIN_ITERS).clamp(1, sms.min(budget));
             let partials = Arg::Scratch(*scratch * 4);
             *scratch += grid * abi::gemm_sk_slot_floats(tile.n());
