@@ -22,7 +22,9 @@
 //! wall and device time and `_floor_us` / `_of_floor`, its bytes at the sync speeds measured in the same
 //! run plus its device time (the goal: at most 1.1), `omega.host_gqa_f32_s2048_*`.
 //!
-//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster]`: `--merge` sets every decode's
+//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster] [--splits N]`: `--splits` forces
+//! every decode's KV split count (`DecodeShape::splits`; the planner caps it by each sequence's tiles), so
+//! a run per count shows the fixed cost a split adds; `--merge` sets every decode's
 //! merge of its splits (`DecodeShape::merge`; the planner's, `auto`, by default; `cluster` caps the split
 //! at the cluster's 8); `--quick` runs page 16 and 64 at batch {1, 4}, L {1024,
 //! 4096} over a small pool (a sim smoke run); `--check` verifies sequence 0 of every configuration against
@@ -79,6 +81,8 @@ struct Opts {
     check: bool,
     iters: usize,
     merge: Merge,
+    /// `DecodeShape::splits` of every decode (0: the planner's).
+    splits: u32,
 }
 
 /// A configuration's batch, KV length and copy ratio.
@@ -189,7 +193,7 @@ fn config<'s>(
     let qv = math::random_f32(mix.next(), (batch * Q_HEADS * HEAD_DIM) as usize);
     let q = s.alloc_device_from(&qv)?;
     let mut out = s.alloc_device_from(&vec![attention_ref::POISON; qv.len()])?;
-    let shape = DecodeShape { merge: o.merge, ..DecodeShape::new(batch, Q_HEADS, max_pages) };
+    let shape = DecodeShape { merge: o.merge, splits: o.splits, ..DecodeShape::new(batch, Q_HEADS, max_pages) };
     let mut gpu = gpu;
     let mut calls = Vec::new();
     let mut info = Info::default();
@@ -341,11 +345,17 @@ fn main() -> Result<(), BenchError> {
         Some(Some("cluster")) => Merge::Cluster,
         Some(other) => return Err(BenchError::Check(format!("--merge {other:?}: auto, launch or cluster"))),
     };
+    let splits = match args.iter().position(|a| a == "--splits").map(|i| args.get(i + 1).map(|v| v.parse::<u32>())) {
+        None => 0,
+        Some(Some(Ok(n))) => n,
+        Some(other) => return Err(BenchError::Check(format!("--splits {other:?}: a count of KV splits"))),
+    };
     let o = Opts {
         quick: args.iter().any(|a| a == "--quick"),
         check: args.iter().any(|a| a == "--check"),
         iters: iters.unwrap_or(20),
         merge,
+        splits,
     };
     run(&o)
 }

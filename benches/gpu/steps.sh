@@ -22,6 +22,7 @@
 #   qpeer                  the PyTorch peer's decode step at batch 1, 8, 32 and ctx 1K, 16K
 #   ew, ewpeer             `ew_bench --check`, and its PyTorch peer (benches/torch/ew_peer.py)
 #   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
+#   attn_s<N>              `attn_bench --check --splits N`: every decode at N KV splits
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
 #   ewvar                  benches/cuda/ew_variants.cu (built here): the RMSNorm forms and QK-norm + RoPE
@@ -73,6 +74,7 @@ command_of() {
         ewpeer) echo "python3 benches/torch/ew_peer.py" ;;
         attn) echo "$BIN/attn_bench --check" ;;
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
+        attn_s*) echo "$BIN/attn_bench --check --splits ${1#attn_s}" ;;
         mm) echo "$BIN/matmul_bench --check" ;;
         mmalt) echo "$BIN/matmul_bench --alternatives" ;;
         mmpeer) echo "python3 benches/torch/matmul_peer.py" ;;
