@@ -116,6 +116,17 @@ template <> struct RmsWarpCfg<float> { static constexpr int V = 4, ITEMS = 16; }
 template <> struct RmsWarpCfg<uint16_t> { static constexpr int V = 8, ITEMS = 8; };
 #define RMS_WARP_COLS 2048
 
+// A lane's vectors lane, lane + 32, ... (those below nv) of the row at `row`, as loaded.
+template <typename T, int V, int ITEMS>
+__device__ __forceinline__ void rms_warp_load(const T* row, uint32_t lane, uint32_t nv,
+                                              typename EwRaw<T, V>::type (&raw)[ITEMS]) {
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const uint32_t k = lane + 32 * i;
+    if (k < nv) raw[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(row + static_cast<size_t>(k) * V);
+  }
+}
+
 template <typename T, bool ADD>
 __device__ __forceinline__ void rmsnorm_warp_rows(const T* __restrict__ x, T* h, const T* __restrict__ w, T* y,
                                                   uint32_t rows, uint32_t cols, float eps) {
@@ -127,20 +138,10 @@ __device__ __forceinline__ void rmsnorm_warp_rows(const T* __restrict__ x, T* h,
     typename EwRaw<T, V>::type keep[ITEMS];
     // Every load of the row first (x and, with ADD, h: the stores into h below may alias neither), so a
     // lane has all its vectors in flight at once.
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const uint32_t k = lane + 32 * i;
-      if (k < nv)
-        keep[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(x + base + static_cast<size_t>(k) * V);
-    }
+    rms_warp_load<T, V, ITEMS>(x + base, lane, nv, keep);
     if constexpr (ADD) {
       typename EwRaw<T, V>::type res[ITEMS];
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        const uint32_t k = lane + 32 * i;
-        if (k < nv)
-          res[i] = *reinterpret_cast<const typename EwRaw<T, V>::type*>(h + base + static_cast<size_t>(k) * V);
-      }
+      rms_warp_load<T, V, ITEMS>(h + base, lane, nv, res);
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const uint32_t k = lane + 32 * i;
