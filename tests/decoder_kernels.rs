@@ -453,6 +453,8 @@ fn the_fused_combine_and_norm_store_the_bits_of_the_two_calls_it_replaces() {
     let dev = omega::lock().open().expect("open").close().open().expect("reopen");
     let got = dev.scope(|s, gpu| {
         let (dec, mmul, ew) = (Decoder::new(s).unwrap(), Matmul::new(s).unwrap(), Elementwise::new(s).unwrap());
+        // The fused norm sums in the block form's order; the warp-per-row form (many rows) sums in its own.
+        ew.force_rmsnorm_form(Some(omega::libs::elementwise::RmsForm::Block));
         let (x, w) = (s.alloc_device_from(&xb).unwrap(), s.alloc_device_from(&wb).unwrap());
         let (dl, dn) = (s.alloc_device_from(&logits).unwrap(), s.alloc_device_from(&norm).unwrap());
         let layout = shape.routing();

@@ -128,6 +128,8 @@ pub fn combine_norm() -> CaseResult {
     let mut g = rng();
     with_scope(|s, gpu| {
         let (dec, ew) = (Decoder::new(s).map_err(err)?, Elementwise::new(s).map_err(err)?);
+        // The fused norm sums in the block form's order; the warp-per-row form (many rows) sums in its own.
+        ew.force_rmsnorm_form(Some(omega::libs::elementwise::RmsForm::Block));
         let mut gpu = gpu;
         let shapes = [(1u32, 8u32, 2048u32), (8, 8, 2048), (32, 8, 2048), (3, 4, 256), (5, 2, 4096), (2, 3, 520)];
         for (tokens, top_k, n) in shapes {

@@ -319,7 +319,8 @@ impl<'s> Decoder<'s> {
     /// [`Decoder::moe_combine`] into `h` followed by the RMSNorm of each combined row, `x[t, :] =
     /// rmsnorm(h[t, :]) * norm` (bf16 `norm` `[n]`, `x` `[tokens, n]`), in one launch: a decode step's
     /// combine and the next layer's input norm (or the final norm). Both results are the bits the two
-    /// calls ([`Decoder::moe_combine`], then the elementwise library's `rmsnorm` at `n` columns) store.
+    /// calls ([`Decoder::moe_combine`], then the elementwise library's `rmsnorm` at `n` columns in its
+    /// block form, `RmsForm::Block`, the form it takes at a decode step's row counts) store.
     /// `n` must be a multiple of 8, at most [`k::COMBINE_NORM_MAX_COLS`], and `y` and every bf16 operand
     /// 16-byte aligned (the kernel reads 16-byte vectors); `res` and `h` may be one buffer (spans).
     #[allow(clippy::too_many_arguments)]
