@@ -1064,9 +1064,7 @@ fn gemm_step(
         // directly into y and never read tmap_y, so no descriptor is written and 0 is passed.
         let y_map = shape.n.is_multiple_of(4);
         let tmap_y = if y_map { Arg::Tma(2 * TMA_DESC_BYTES as u64) } else { Arg::Wide(0) };
-        let args = [vec![Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out], dims.to_vec()].concat();
-        let tiles = u64::from(s.tiles);
-        let narrow = tile == GemmTile::Narrow;
+        let maps = [Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out];
         if entry == WideEntry::StreamK {
             // `(tmap_a, tmap_b, tmap_y, y, partials, flags, M, N, K)`: a slot of partial sums per CTA after
             // the f32 product of a bf16 output, two flags per CTA; at least GEMM_SK_MIN_ITERS iterations a
@@ -1074,11 +1072,7 @@ fn gemm_step(
             let grid = (stream_k_iters(shape, tile) / abi::GEMM_SK_MIN_ITERS).clamp(1, sms.min(budget));
             let partials = Arg::Scratch(*scratch * 4);
             *scratch += grid * abi::gemm_sk_slot_floats(tile.n());
-            let args = [
-                vec![Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), tmap_y, out, partials, Arg::Tickets(0)],
-                dims.to_vec(),
-            ]
-            .concat();
+            let args = [&maps[..], &[partials, Arg::Tickets(0)], &dims[..]].concat();
             let (kern, smem) = match tile {
                 GemmTile::Wide => (Kern::GemmSk, abi::GEMM_SK_SMEM_BYTES),
                 GemmTile::Narrow => (Kern::GemmSkN128, abi::GEMM_SK_N128_SMEM_BYTES),
@@ -1087,6 +1081,9 @@ fn gemm_step(
                 Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
             return (step, 2 * grid, TmaPlan { b_rows: tile.n(), y: y_map.then_some(out) });
         }
+        let args = [&maps[..], &dims[..]].concat();
+        let tiles = u64::from(s.tiles);
+        let narrow = tile == GemmTile::Narrow;
         let (kern, grid, smem, b_rows) = if entry == WideEntry::Cluster {
             let c = u64::from(abi::GEMM_MC_CLUSTER);
             // Whole clusters: a pair per cluster, as many as there are pairs of tile rows, as fit on the
