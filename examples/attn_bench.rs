@@ -293,10 +293,8 @@ fn host_entry(o: &Opts) -> Result<(), BenchError> {
     let mut gen = |n: u32| (0..n).map(|_| (mix.next() % 2001) as f32 / 1000.0 - 1.0).collect::<Vec<f32>>();
     let (q, k, v) = (gen(seq * qh * d), gen(seq * kvh * d), gen(seq * kvh * d));
     let mut out = vec![0f32; q.len()];
-    let (mut wall, mut dev) = (Vec::new(), Vec::new());
     let mut info = OmegaGpuAttnInfo::default();
-    for i in 0..3 + o.iters {
-        let t = std::time::Instant::now();
+    let call = common::HostCall::measure(o.iters, || {
         // SAFETY: q and out hold seq * 32 * 128 floats, k and v seq * 4 * 128, all aligned; info is writable.
         let rc = unsafe {
             omega_gpu_gqa_attention_f32(
@@ -314,24 +312,13 @@ fn host_entry(o: &Opts) -> Result<(), BenchError> {
         if rc != 0 {
             // SAFETY: the library's last error is a NUL-terminated process-wide buffer.
             let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_attention_last_error()) };
-            return Err(BenchError::Check(format!(
-                "omega_gpu_gqa_attention_f32 returned {rc}: {}",
-                text.to_string_lossy()
-            )));
+            let text = text.to_string_lossy();
+            return Err(BenchError::Check(format!("omega_gpu_gqa_attention_f32 returned {rc}: {text}")));
         }
-        if i >= 3 {
-            wall.push(common::us_since(t));
-            dev.push(info.device_ns as f64 / 1e3);
-        }
-    }
+        Ok((info.device_ns, info.h2d_bytes, info.d2h_bytes))
+    })?;
     omega::ffi::matmul::omega_gpu_device_close();
     let speeds = common::sync_speeds(if o.quick { 1 << 24 } else { common::SYNC_MEASURE_BYTES })?;
-    let call = common::HostCall {
-        wall_us: common::median_of(&mut wall),
-        device_us: common::median_of(&mut dev),
-        h2d_bytes: info.h2d_bytes,
-        d2h_bytes: info.d2h_bytes,
-    };
     call.print(&format!("host_gqa_f32_s{seq}"), speeds);
     Ok(())
 }

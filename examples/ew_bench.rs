@@ -234,29 +234,17 @@ fn run(quick: bool) -> Result<(), BenchError> {
     host_entries(rows)
 }
 
-/// One host-pointer entry's figures over `3 + 5` calls of `call` (which returns the entry's code and
-/// fills `info`), the first three not timed.
+/// One host-pointer entry's figures over 5 calls after 3 of `call` (which returns the entry's code and
+/// fills `info`).
 fn host_figures(name: &str, mut call: impl FnMut(&mut OmegaGpuEwInfo) -> i32) -> Result<common::HostCall, BenchError> {
-    let (mut wall, mut dev) = (Vec::new(), Vec::new());
     let mut info = OmegaGpuEwInfo::default();
-    for i in 0..8 {
-        let t = std::time::Instant::now();
-        let rc = call(&mut info);
-        if rc != 0 {
+    common::HostCall::measure(5, || match call(&mut info) {
+        0 => Ok((info.device_ns, info.h2d_bytes, info.d2h_bytes)),
+        rc => {
             // SAFETY: the library's last error is a NUL-terminated process-wide buffer.
             let text = unsafe { std::ffi::CStr::from_ptr(omega_gpu_elementwise_last_error()) };
-            return Err(BenchError::Host { name: name.to_string(), rc, text: text.to_string_lossy().into_owned() });
+            Err(BenchError::Host { name: name.to_string(), rc, text: text.to_string_lossy().into_owned() })
         }
-        if i >= 3 {
-            wall.push(common::us_since(t));
-            dev.push(info.device_ns as f64 / 1e3);
-        }
-    }
-    Ok(common::HostCall {
-        wall_us: common::median_of(&mut wall),
-        device_us: common::median_of(&mut dev),
-        h2d_bytes: info.h2d_bytes,
-        d2h_bytes: info.d2h_bytes,
     })
 }
 

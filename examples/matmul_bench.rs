@@ -415,10 +415,8 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
         let x = bf16s(rng, mu * ku);
         let w = bf16s(rng, nu * ku);
         let mut y = vec![0f32; mu * nu];
-        let (mut wall, mut dev) = (Vec::new(), Vec::new());
         let mut info = OmegaGpuMatmulInfo::default();
-        for i in 0..3 + o.iters {
-            let t = Instant::now();
+        let call = common::HostCall::measure(o.iters, || {
             // SAFETY: `x`, `w` and `y` hold M*K, N*K and M*N elements, aligned, and `info` is writable.
             let rc = unsafe { omega_gpu_matmul_bf16(m, n, k, x.as_ptr(), w.as_ptr(), y.as_mut_ptr(), &mut info) };
             if rc != 0 {
@@ -427,11 +425,8 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
                 eprintln!("# omega_gpu_matmul_bf16: {}", text.to_string_lossy());
                 return Err(BenchError::HostEntry { m, n, k, rc });
             }
-            if i >= 3 {
-                wall.push(common::us_since(t));
-                dev.push(info.device_ns as f64 / 1e3);
-            }
-        }
+            Ok((info.device_ns, info.h2d_bytes, info.d2h_bytes))
+        })?;
         if o.check {
             let (r, c) = (rng.random_range(0..mu), rng.random_range(0..nu));
             let want = dot(x[r * ku..][..ku].iter().map(|&b| bf16(b)), w[c * ku..][..ku].iter().map(|&b| bf16(b)));
@@ -439,8 +434,7 @@ fn host_entry(rng: &mut impl Rng, o: &Opts) -> Result<(), BenchError> {
         }
         let tag = format!("host_bf16_{m}x{n}x{k}");
         println!("# {tag}: path {}", info.path);
-        let (h2d_bytes, d2h_bytes) = (info.h2d_bytes, info.d2h_bytes);
-        calls.push((tag, common::HostCall { wall_us: median(wall), device_us: median(dev), h2d_bytes, d2h_bytes }));
+        calls.push((tag, call));
     }
     omega::ffi::matmul::omega_gpu_device_close();
     let speeds = common::sync_speeds(if o.quick { 1 << 24 } else { common::SYNC_MEASURE_BYTES })?;

@@ -112,6 +112,28 @@ pub struct HostCall {
 }
 
 impl HostCall {
+    /// `timed` calls of an entry after three untimed ones (the first grows its staging), each `call`
+    /// running it once and returning its info's `(device ns, h2d bytes, d2h bytes)`, or why it failed:
+    /// the median wall and device times, and the last call's bytes.
+    pub fn measure<E>(timed: usize, mut call: impl FnMut() -> Result<(u64, u64, u64), E>) -> Result<HostCall, E> {
+        let (mut wall, mut dev, mut bytes) = (Vec::new(), Vec::new(), (0, 0));
+        for i in 0..3 + timed.max(1) {
+            let t = Instant::now();
+            let (device_ns, h2d, d2h) = call()?;
+            if i >= 3 {
+                wall.push(us_since(t));
+                dev.push(device_ns as f64 / 1e3);
+            }
+            bytes = (h2d, d2h);
+        }
+        Ok(HostCall {
+            wall_us: median_of(&mut wall),
+            device_us: median_of(&mut dev),
+            h2d_bytes: bytes.0,
+            d2h_bytes: bytes.1,
+        })
+    }
+
     /// The goal's floor: the bytes each way at `(to_gpu, to_cpu)` GB/s, plus the device time.
     pub fn floor_us(&self, (to_gpu, to_cpu): (f64, f64)) -> f64 {
         self.h2d_bytes as f64 / (to_gpu * 1e3) + self.d2h_bytes as f64 / (to_cpu * 1e3) + self.device_us
