@@ -133,6 +133,9 @@ enum { KIND_DATA, KIND_CODE, KIND_CACHED };
 #define LARGEST_CARVED (2ull << 20)
 enum { POOL_DATA, POOL_CACHED, NPOOL };
 #define MAX_SHARED (228u * 1024u)
+/* What sm_90's QMD declares at most: a thread's 255 registers, rounded up to the launch's multiple of 8
+ * (include/omega_gpu_session.h); 257 and up are refused at launch arguments. */
+#define MAX_GPR 256u
 
 /* A session buffer the caller owns: an allocation, a kernel's code, a scratch buffer. */
 typedef struct {
@@ -1207,7 +1210,7 @@ static const char *predict_resolve(const Launch *x, const char *stage, bool c_en
                                            : (L->shared_bytes > stat ? L->shared_bytes : stat);
     if (shared > MAX_SHARED) return want("launch arguments: ");
     uint32_t regs = templ ? M.kern[k].gpr_count : 0;
-    if (round_gpr(L->gpr_count > regs ? L->gpr_count : regs) > 255) return want("launch arguments: gpr_count");
+    if (round_gpr(L->gpr_count > regs ? L->gpr_count : regs) > MAX_GPR) return want("launch arguments: gpr_count");
     if (L->threads_x > 1024 || ty > 1024 || L->grid_x > 0x7fffffffu || L->grid_y > 65535) return want("launch arguments: ");
     return "";
 }
