@@ -29,7 +29,7 @@
 //!
 //! A `#` line before each figure names the path the planner chose, its launches, CTAs and K split.
 //!
-//! `matmul_bench [--quick] [--check] [--iters N] [--alternatives] [--gemv-splits]`: `--quick` runs small shapes for a
+//! `matmul_bench [--quick] [--check] [--iters N] [--alternatives] [--gemv-splits] [--host]`: `--quick` runs small shapes for a
 //! smoke run on sim (the cubes at 256 and 128, the Qwen matrices but lm_head at M in {1, 64}, 16
 //! experts); `--check` verifies one random output element of every shape against an f64 dot product and
 //! fails (exit 1, stage `check`) on a miss. On sim every time is the simulator's virtual clock, not a
@@ -48,6 +48,10 @@
 //!
 //! `--gemv-splits` runs, instead, the bf16-output GEMV of the q/k/v and o products at M in {1, 4} at each
 //! K split (`gemv_splits`): `omega.gemv_split<S>_<M>x<N>x<K>_list_us`.
+//!
+//! `--host` runs only the host-pointer entry and its copies alone (`host_*` lines), for sweeps of the
+//! staged copy's settings (`OMEGA_NVIDIA_COPY_THREADS`, `OMEGA_NVIDIA_STAGING_PIECE_BYTES`: step
+//! `mmhost` of `benches/gpu/steps.sh`).
 
 use std::time::Instant;
 
@@ -605,6 +609,7 @@ fn main() -> Result<(), BenchError> {
     let check = args.iter().any(|a| a == "--check");
     let alternatives_only = args.iter().any(|a| a == "--alternatives");
     let gemv_splits_only = args.iter().any(|a| a == "--gemv-splits");
+    let host_only = args.iter().any(|a| a == "--host");
     let iters = args
         .iter()
         .position(|a| a == "--iters")
@@ -636,6 +641,9 @@ fn main() -> Result<(), BenchError> {
         }
         if gemv_splits_only {
             gemv_splits(s, gpu, &mm, &mut rng)?;
+            return Ok(());
+        }
+        if host_only {
             return Ok(());
         }
         let gpu = cubes(s, gpu, &mm, &mut rng, &o)?;

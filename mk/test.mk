@@ -19,11 +19,11 @@ test-sim-only:
 	cargo build -p omega --no-default-features
 	cargo test -p omega --no-default-features --lib
 
-# loom models of the lock and the latch, release mode, bounded preemptions, their own target dir so the
-# `--cfg loom` build does not evict the normal one.
+# loom models of the lock and the latch (omega) and of the staged copies' crew (omega-hal), release mode,
+# bounded preemptions, their own target dir so the `--cfg loom` build does not evict the normal one.
 test-loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=$(LOOM_TARGET) \
-		cargo test -p omega --release --lib loom_models
+		cargo test -p omega -p omega-hal --release --lib loom_models
 
 # hello_gpu on the environment's platform (sim where there is no GPU).
 hello:

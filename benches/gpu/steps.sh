@@ -25,6 +25,8 @@
 #   attn_s<N>              `attn_bench --check --splits N`: every decode at N KV splits
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
+#   mmhost, mmhost_<T>_<P> `matmul_bench --host`: the host-pointer entry and its copies alone, with the
+#                          settings' copy threads and pieces, or with T copy threads and pieces of P MiB
 #   ewvar                  benches/cuda/ew_variants.cu (built here): the RMSNorm forms and QK-norm + RoPE
 #                          variants beside cudaMemcpy's copy
 #   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
@@ -78,6 +80,10 @@ command_of() {
         mm) echo "$BIN/matmul_bench --check" ;;
         mmalt) echo "$BIN/matmul_bench --alternatives" ;;
         mmpeer) echo "python3 benches/torch/matmul_peer.py" ;;
+        mmhost) echo "$BIN/matmul_bench --host" ;;
+        mmhost_*_*)
+            IFS=_ read -r _ t p <<<"$1"
+            echo "env OMEGA_NVIDIA_COPY_THREADS=$t OMEGA_NVIDIA_STAGING_PIECE_BYTES=$((p << 20)) $BIN/matmul_bench --host" ;;
         # CUDA has no completion limit of its own: a variant that hangs (the stream-K entries' flags) is
         # stopped after 5 minutes instead of holding the machine.
         ewvar) echo "timeout 300 /tmp/ew_variants" ;;

@@ -22,11 +22,6 @@ pub use std::sync::{
 };
 #[cfg(not(loom))]
 pub use std::thread;
-// loom has no scoped threads; the one user (the nvidia backend's staged copies) never runs inside a model.
-#[cfg(loom)]
-pub use std::thread::scope;
-#[cfg(not(loom))]
-pub use std::thread::scope;
 
 /// Takes a std-shaped mutex, treating poisoning as still-usable state: every structure this crate guards
 /// stays consistent across a panic (updates are single assignments), and a poisoned platform lock must not
@@ -39,5 +34,17 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     #[cfg(not(loom))]
     {
         m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Waits on a condition variable with a guard of [`lock`], treating poisoning as [`lock`] does.
+pub fn wait<'a, T>(c: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    #[cfg(loom)]
+    {
+        c.wait(guard).unwrap()
+    }
+    #[cfg(not(loom))]
+    {
+        c.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -184,6 +184,7 @@ mod tests {
     fn both_sources_agree_with_clock_monotonic_and_never_go_back() {
         let mono = NvidiaClock::monotonic();
         assert_eq!(mono.source(), ClockSource::Monotonic);
+        #[cfg_attr(loom, allow(unused_mut))]
         let mut clocks = vec![NvidiaClock::new()];
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         if let Some(t) = Tsc::calibrate() {

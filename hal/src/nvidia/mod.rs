@@ -58,6 +58,7 @@
 pub mod abi;
 mod channel;
 mod clock;
+mod crew;
 mod device;
 mod fault;
 mod ioctl;

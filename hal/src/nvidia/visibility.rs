@@ -26,6 +26,7 @@
 use std::ptr;
 
 use super::channel::{store_fence, Target, Wait, INTERNAL_SPIN_NS};
+use super::crew::{Crew, CrewJob};
 use super::memory::{DriverMem, DriverMemKind, DriverMemSpec, Placement, HUGE_PAGE, PAGE};
 use super::push::Push;
 use super::{sys, Base, Nvidia, NvidiaConfig, OpenDevice};
@@ -65,12 +66,14 @@ pub(crate) struct Syncs {
     /// Rings given up after a copy that did not complete: the device may still write them, so they are
     /// only freed at close, after the channels.
     lost: Vec<DriverMem>,
+    /// The CPU threads of large staged copies, from the first such copy until close.
+    crew: Option<Crew<StagedShares>>,
 }
 
 impl Syncs {
     /// The service, with `note` saying which copy engine the open found for syncs.
     pub(crate) fn new(note: String) -> Self {
-        Syncs { note, async_failed: false, ring: None, lost: Vec::new() }
+        Syncs { note, async_failed: false, ring: None, lost: Vec::new(), crew: None }
     }
 
     /// The asynchronous copy channel failed its setup with `e`: syncs use the graphics copy engine from
@@ -169,7 +172,7 @@ fn piece(i: u64, len: u64, size: u64, half: u64) -> (u64, u64, u64) {
     (i * size, size.min(len - i * size), (i % 2) * half)
 }
 
-/// Bytes of a piece each CPU thread of a [`Crew`] must have at least: below it a thread's start costs
+/// Bytes of a piece each CPU thread of a [`Crew`] must have at least: below it waking a thread costs
 /// more than its share of the copy.
 const CREW_SHARE_MIN: u64 = 1 << 20;
 
@@ -216,77 +219,35 @@ unsafe fn move_bytes(host: HostBytes, ring: RingBytes, dir: Direction, (from, to
     }
 }
 
-/// The CPU threads of one large staged copy: each piece is cut in `threads` shares, one per worker; the
-/// protocol allows pieces in order (`allow`) and waits for them (`wait_done`).
-struct Crew {
-    threads: u64,
-    /// Pieces the workers may move: `0 .. allowed`.
-    allowed: sync::AtomicU64,
-    /// Shares moved so far, over all pieces.
-    done: sync::AtomicU64,
-    /// The copy failed: workers stop at the next piece.
-    abort: sync::AtomicBool,
+/// Worker `w`'s bytes of a piece of `n` bytes cut for `threads` workers: `n / threads` rounded to 64
+/// bytes, the last worker taking the rest.
+fn share(n: u64, w: u64, threads: u64) -> (u64, u64) {
+    let each = (n / threads) & !63;
+    let a = each * w;
+    (a, if w + 1 == threads { n } else { a + each })
 }
 
-impl Crew {
-    fn new(threads: u64) -> Self {
-        Crew {
-            threads,
-            allowed: sync::AtomicU64::new(0),
-            done: sync::AtomicU64::new(0),
-            abort: sync::AtomicBool::new(false),
-        }
-    }
-
-    /// Worker `w`'s bytes of a piece of `n` bytes: `n / threads` rounded to 64 bytes, the last worker
-    /// taking the rest.
-    fn share(n: u64, w: u64, threads: u64) -> (u64, u64) {
-        let each = (n / threads) & !63;
-        let a = each * w;
-        (a, if w + 1 == threads { n } else { a + each })
-    }
-
-    /// A worker: moves its share of every piece once the protocol allowed it.
-    fn work(&self, pieces: u64, mut move_share: impl FnMut(u64)) {
-        for i in 0..pieces {
-            let mut spins = 0u32;
-            while self.allowed.load(sync::Ordering::Acquire) <= i {
-                if self.abort.load(sync::Ordering::Acquire) {
-                    return;
-                }
-                spin(&mut spins);
-            }
-            move_share(i);
-            self.done.fetch_add(1, sync::Ordering::Release);
-        }
-    }
-
-    /// Lets the workers move piece `i` (and every piece before it); the protocol allows pieces in order.
-    fn allow(&self, i: u64) {
-        self.allowed.store(i + 1, sync::Ordering::Release);
-    }
-
-    /// Waits until every share of pieces `0..=i` was moved. A worker only ever waits for `allow`, which
-    /// the protocol calls before it waits here, and a share's copy cannot fail, so this ends.
-    fn wait_done(&self, i: u64) {
-        let mut spins = 0u32;
-        while self.done.load(sync::Ordering::Acquire) < (i + 1) * self.threads {
-            spin(&mut spins);
-        }
-    }
-
-    fn abort(&self) {
-        self.abort.store(true, sync::Ordering::Release);
-    }
+/// One staged copy's CPU side as the crew moves it: piece `i` of `len` bytes in pieces of `size`
+/// through halves of `half`, each piece cut in shares ([`share`]).
+#[derive(Clone, Copy)]
+struct StagedShares {
+    host: HostBytes,
+    ring: RingBytes,
+    dir: Direction,
+    len: u64,
+    size: u64,
+    half: u64,
 }
 
-/// One step of a short busy wait: spin first, then give the core away (a piece takes tens of µs).
-fn spin(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 256 {
-        core::hint::spin_loop();
-    } else {
-        sync::thread::yield_now();
+impl CrewJob for StagedShares {
+    unsafe fn move_share(&self, i: u64, w: u64, threads: u64) {
+        let (off, n, slot) = piece(i, self.len, self.size, self.half);
+        let (a, b) = share(n, w, threads);
+        // SAFETY: `host` holds `len >= off + n` bytes and the ring half at `slot` holds `half >= n`; the
+        // crew's contract gives this worker bytes `a..b` of piece `i` (disjoint from every other
+        // worker's, `share`) while the protocol keeps the copy engine off that half, and `host` and the
+        // ring live until the run that published this job returned.
+        unsafe { move_bytes(self.host, self.ring, self.dir, (off + a, off + b), slot + a) }
     }
 }
 
@@ -452,37 +413,23 @@ impl OpenDevice {
             };
             return self.staged_protocol(pieces, &piece, (ring_va, vid_va), dir, c, clock, what, &cpu, &|_| ());
         }
-        let crew = Crew::new(threads);
-        sync::scope(|scope| {
-            for w in 0..threads {
-                let crew = &crew;
-                scope.spawn(move || {
-                    crew.work(pieces, |i| {
-                        let (off, n, slot) = piece(i);
-                        let (a, b) = Crew::share(n, w, threads);
-                        // SAFETY: as for the single thread above, for the bytes `a..b` of the piece, which
-                        // no other worker touches (`share` cuts disjoint ranges); `work` calls this only
-                        // after the protocol allowed piece `i`.
-                        unsafe { move_bytes(host, ring, dir, (off + a, off + b), slot + a) }
-                    })
-                });
-            }
-            let r = self.staged_protocol(
-                pieces,
-                &piece,
-                (ring_va, vid_va),
-                dir,
-                c,
-                clock,
-                what,
-                &|i| crew.allow(i),
-                &|i| crew.wait_done(i),
-            );
-            if r.is_err() {
-                crew.abort();
-            }
-            r
-        })
+        let mut crew = match self.syncs.crew.take() {
+            Some(crew) if crew.threads() == c.copy_threads => crew,
+            _ => Crew::start(c.copy_threads)?,
+        };
+        let job = StagedShares { host, ring, dir, len: host.len, size, half };
+        // SAFETY: `host` is the caller's slice and the ring the open device's, both live for this call,
+        // and `run` returns only after every worker left the job. `staged_protocol` allows piece i only
+        // once the copy engine is done with its half (ToGpu: the copy out of the piece before in that
+        // half completed; ToCpu: the copy into it completed), hands that half to the copy engine again
+        // only after `wait_done` of piece i, and waits for a piece only after allowing it.
+        let r = unsafe {
+            crew.run(job, pieces, threads, |allow, wait_done| {
+                self.staged_protocol(pieces, &piece, (ring_va, vid_va), dir, c, clock, what, allow, wait_done)
+            })
+        };
+        self.syncs.crew = Some(crew);
+        r
     }
 
     /// The order of a staged copy: the copy engine works on one half while the CPU's side (`start(i)`
@@ -652,7 +599,7 @@ mod tests {
     #[test]
     fn crew_shares_cut_a_piece_once_in_64_byte_steps() {
         for (n, t) in [(8u64 << 20, 8u64), (5 << 20, 3), ((1 << 20) + 7, 2)] {
-            let shares: Vec<_> = (0..t).map(|w| Crew::share(n, w, t)).collect();
+            let shares: Vec<_> = (0..t).map(|w| share(n, w, t)).collect();
             assert_eq!(shares[0].0, 0);
             assert_eq!(shares.last().unwrap().1, n);
             assert!(shares.windows(2).all(|p| p[0].1 == p[1].0 && p[0].1 % 64 == 0), "{shares:?}");
