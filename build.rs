@@ -267,6 +267,10 @@ fn find_tool(finder: &Path, tool: &str) -> Result<PathBuf, String> {
     if out.status.success() && !path.is_empty() {
         return Ok(PathBuf::from(path));
     }
+    // A tool installed later (the pip wheels after a first build) changes no file cargo watches and often
+    // not PATH: a path that never exists makes cargo run this script again at every build until the tool
+    // is found, so the kernels are built then instead of staying "not built" from the cached run.
+    println!("cargo:rerun-if-changed={}", finder.with_file_name(format!(".{tool}-not-found-yet")).display());
     let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     Err(if why.is_empty() {
         format!("{tool} not found: {} {tool} failed ({})", finder.display(), out.status)
