@@ -25,8 +25,9 @@
 #   attn_s<N>              `attn_bench --check --splits N`: every decode at N KV splits
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
-#   mmhost, mmhost_<T>_<P> `matmul_bench --host`: the host-pointer entry and its copies alone, with the
-#                          settings' copy threads and pieces, or with T copy threads and pieces of P MiB
+#   mmhost, mmhost_<T>_<P>[_<S>]  `matmul_bench --host`: the host-pointer entry and its copies alone,
+#                          with the settings' copy threads, pieces and ring slots, or with T copy threads,
+#                          pieces of P MiB (and S slots)
 #   ewvar                  benches/cuda/ew_variants.cu (built here): the RMSNorm forms and QK-norm + RoPE
 #                          variants beside cudaMemcpy's copy
 #   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
@@ -81,6 +82,9 @@ command_of() {
         mmalt) echo "$BIN/matmul_bench --alternatives" ;;
         mmpeer) echo "python3 benches/torch/matmul_peer.py" ;;
         mmhost) echo "$BIN/matmul_bench --host" ;;
+        mmhost_*_*_*)
+            IFS=_ read -r _ t p k <<<"$1"
+            echo "env OMEGA_NVIDIA_COPY_THREADS=$t OMEGA_NVIDIA_STAGING_PIECE_BYTES=$((p << 20)) OMEGA_NVIDIA_STAGING_SLOTS=$k $BIN/matmul_bench --host" ;;
         mmhost_*_*)
             IFS=_ read -r _ t p <<<"$1"
             echo "env OMEGA_NVIDIA_COPY_THREADS=$t OMEGA_NVIDIA_STAGING_PIECE_BYTES=$((p << 20)) $BIN/matmul_bench --host" ;;

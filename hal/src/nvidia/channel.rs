@@ -145,6 +145,12 @@ impl Arena {
     }
 }
 
+/// Whether a semaphore that counts up by one per release (skipping 0 at the wrap, `next_wait`) and now
+/// reads `now` has passed `value`: `now` at most 2^31 releases ahead of it, in wrapping order.
+pub(crate) fn reached(now: u32, value: u32) -> bool {
+    now.wrapping_sub(value) as i32 >= 0
+}
+
 /// Copies `words` to a write-combined view.
 ///
 /// # Safety
@@ -395,7 +401,8 @@ impl Channels {
         self.compute.error().or_else(|| self.copy.as_ref().and_then(|c| c.channel.error()))
     }
 
-    /// Waits until the word at `cpu` reads `wait.value`, ending early with a channel's error or at
+    /// Waits until the word at `cpu` has reached `wait.value` ([`reached`]: a staged copy waits for a
+    /// piece while the next one's release may already have landed), ending early with a channel's error or at
     /// `wait.timeout_ns` with a timeout naming `wait.what`. Spin-polls for the first `wait.spin_ns`, then
     /// sleep-polls.
     ///
@@ -409,7 +416,7 @@ impl Channels {
         let mut spins = 0u32;
         loop {
             // SAFETY: the caller vouches for the word.
-            if unsafe { cpu.read_volatile() } == value {
+            if reached(unsafe { cpu.read_volatile() }, value) {
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
@@ -472,6 +479,13 @@ mod tests {
         let (per_tpc, total) = slm_sizes(0x250, &h200);
         assert_eq!(per_tpc, 0x25_0000);
         assert_eq!(total % 0x2_0000, 0);
+    }
+
+    #[test]
+    fn a_semaphore_has_reached_every_value_up_to_its_own_across_the_wrap() {
+        assert!(reached(7, 7) && reached(8, 7) && !reached(6, 7));
+        assert!(reached(2, u32::MAX) && !reached(u32::MAX, 2), "past the wrap");
+        assert!(!reached(0, 1), "the reset word has reached no release");
     }
 
     #[test]

@@ -120,8 +120,12 @@ pub struct NvidiaConfig {
     /// Staged copies move at most this many bytes per piece (and at most a half), so the CPU's side of a
     /// copy smaller than a half still overlaps the copy engine's. `OMEGA_NVIDIA_STAGING_PIECE_BYTES`.
     pub staging_piece_bytes: u64,
+    /// Pieces of a staged copy the ring holds at once (2 to 16, and at most as many pieces as fit in the
+    /// ring): the CPU works on the next ones while the copy engine has one running and the next queued
+    /// behind it, so it never waits for the CPU between two pieces. `OMEGA_NVIDIA_STAGING_SLOTS`.
+    pub staging_slots: u64,
     /// CPU threads that copy a staged piece between the caller's memory and the ring (each taking at
-    /// least 1 MiB of it); 1 keeps every copy on the calling thread. `OMEGA_NVIDIA_COPY_THREADS`.
+    /// least 256 KiB of it); 1 keeps every copy on the calling thread. `OMEGA_NVIDIA_COPY_THREADS`.
     pub copy_threads: u64,
     /// A sync of at least this many bytes of a buffer whose view is not registered may register it (see
     /// `register_after`). 0: views are only registered at allocation (`pin_views_max`).
@@ -199,6 +203,7 @@ impl Default for NvidiaConfig {
             // ninth of the copy engine's 55 (docs/perf/2026-12-01-memory-wait-validation.md): eight
             // threads on pieces of 8 MiB let the copy engine set the pace.
             staging_piece_bytes: env_or("OMEGA_NVIDIA_STAGING_PIECE_BYTES", 8 << 20).max(memory::PAGE),
+            staging_slots: env_or("OMEGA_NVIDIA_STAGING_SLOTS", 4).clamp(2, 16),
             copy_threads: env_or("OMEGA_NVIDIA_COPY_THREADS", 8).max(1),
             register_sync_bytes: env_or("OMEGA_NVIDIA_REGISTER_SYNC_BYTES", 16 << 20),
             // Pinning costs about 0.5 ms per MiB on the H200's host (16 GiB of staging took 7.8 s), five

@@ -11,12 +11,15 @@
 //!    the CPU waits for. A large sync may register the view first (`register_sync_bytes`,
 //!    `register_after`, within `pinned_budget_bytes`).
 //! 3. **Staged**: through the staging ring, two halves of `staging_bytes` of pinned, GPU-mapped host
-//!    memory owned by the open device. To the GPU, the CPU copies piece `i` into one half while the copy
-//!    engine drains piece `i - 1` from the other; to the CPU, the copy engine fills one half while the CPU
-//!    drains the other. At most one copy is ever in flight (a piece is submitted only after the one before
-//!    it completed), so no two users ever share a half, the command arena's reuse rule holds, and the
-//!    service's state mutex (held for the whole sync) serialises syncs. Device-side writes and reads of
-//!    buffers without a CPU view go this way too.
+//!    memory owned by the open device, cut into `staging_slots` slots of one piece each. To the GPU, the
+//!    CPU fills the next slots while the copy engine drains one piece and has the next queued behind it;
+//!    to the CPU, the copy engine fills slots ahead while the CPU drains the ones it filled. A slot is
+//!    handed to the CPU only after the copy engine's copy out of (or into) it completed, and to the copy
+//!    engine only after the CPU finished with it, so no two users ever share a slot. At most
+//!    `staging_slots` copies of one sync are in flight, the most recent reservations of the command
+//!    arena (4 MiB against a few hundred bytes each: none is reused while it runs), and the service's
+//!    state mutex (held for the whole sync) serialises syncs. Device-side writes and reads of buffers
+//!    without a CPU view go this way too.
 //!
 //! A copy that does not complete (a timeout, a channel error) may still be running on the device: the
 //! ring it used is given up — kept, never reused, freed at close after the channels — and the next
@@ -49,7 +52,8 @@ struct HostBytes {
     len: u64,
 }
 
-/// The staging ring: two halves of `half` bytes, pinned host memory mapped for the GPU.
+/// The staging ring: two halves of `half` bytes (cut into slots by each copy), pinned host memory mapped
+/// for the GPU.
 pub(crate) struct StagingRing {
     mem: DriverMem,
     half: u64,
@@ -166,15 +170,23 @@ struct ViewedBuffer {
     bar1: Option<*mut u8>,
 }
 
-/// Piece `i` of a staged copy of `len` bytes in pieces of `size` through halves of `half >= size`: its
-/// offset in the copy, its length and the ring offset of its half (pieces alternate between the two).
-fn piece(i: u64, len: u64, size: u64, half: u64) -> (u64, u64, u64) {
-    (i * size, size.min(len - i * size), (i % 2) * half)
+/// Piece `i` of a staged copy of `len` bytes in pieces of `size` through a ring of `slots` slots of
+/// `size` bytes: its offset in the copy, its length and the ring offset of its slot (pieces take the
+/// slots in turn).
+fn piece(i: u64, len: u64, size: u64, slots: u64) -> (u64, u64, u64) {
+    (i * size, size.min(len - i * size), (i % slots) * size)
+}
+
+/// The slots a staged copy in pieces of `size` uses of a ring of `ring` bytes: the setting, at most as
+/// many as fit, at least 2 (a piece is at most a half).
+fn ring_slots(setting: u64, ring: u64, size: u64) -> u64 {
+    setting.min(ring / size.max(1)).max(2)
 }
 
 /// Bytes of a piece each CPU thread of a [`Crew`] must have at least: below it waking a thread costs
-/// more than its share of the copy.
-const CREW_SHARE_MIN: u64 = 1 << 20;
+/// more than its share of the copy (a futex wake is a few µs; 256 KiB at a thread's 6 GB/s is 43 µs).
+/// Within a copy the workers spin between pieces, so only its first piece pays a wake.
+const CREW_SHARE_MIN: u64 = 256 << 10;
 
 /// The threads that copy pieces of `piece` bytes: `threads` (the setting), fewer when the piece would
 /// give each less than [`CREW_SHARE_MIN`].
@@ -228,7 +240,7 @@ fn share(n: u64, w: u64, threads: u64) -> (u64, u64) {
 }
 
 /// One staged copy's CPU side as the crew moves it: piece `i` of `len` bytes in pieces of `size`
-/// through halves of `half`, each piece cut in shares ([`share`]).
+/// through `slots` slots, each piece cut in shares ([`share`]).
 #[derive(Clone, Copy)]
 struct StagedShares {
     host: HostBytes,
@@ -236,19 +248,131 @@ struct StagedShares {
     dir: Direction,
     len: u64,
     size: u64,
-    half: u64,
+    slots: u64,
 }
 
 impl CrewJob for StagedShares {
     unsafe fn move_share(&self, i: u64, w: u64, threads: u64) {
-        let (off, n, slot) = piece(i, self.len, self.size, self.half);
+        let (off, n, slot) = piece(i, self.len, self.size, self.slots);
         let (a, b) = share(n, w, threads);
-        // SAFETY: `host` holds `len >= off + n` bytes and the ring half at `slot` holds `half >= n`; the
+        // SAFETY: `host` holds `len >= off + n` bytes and the ring slot at `slot` holds `size >= n`; the
         // crew's contract gives this worker bytes `a..b` of piece `i` (disjoint from every other
-        // worker's, `share`) while the protocol keeps the copy engine off that half, and `host` and the
+        // worker's, `share`) while the protocol keeps the copy engine off that slot, and `host` and the
         // ring live until the run that published this job returned.
         unsafe { move_bytes(self.host, self.ring, self.dir, (off + a, off + b), slot + a) }
     }
+}
+
+/// The two sides of a staged copy as [`staged_order`] drives them.
+trait StagedSides {
+    /// Sends the copy engine's copy of piece `i`, queued behind those sent before.
+    fn send(&mut self, i: u64) -> Result<(), HalError>;
+    /// Waits for the oldest copy sent and not yet waited for.
+    fn wait_oldest(&mut self) -> Result<(), HalError>;
+    /// Lets the CPU's side of piece `i` (and those before it) begin.
+    fn start(&mut self, i: u64);
+    /// Waits until the CPU's side of pieces `0..=i` is done.
+    fn finish(&mut self, i: u64);
+}
+
+/// The order of a staged copy of `pieces` pieces over `slots >= 2` ring slots (piece `i` in slot
+/// `i % slots`): the CPU's side works on some slots while the copy engine works on others. A slot goes to
+/// one side only after the other finished with it, and the copy engine gets its next piece before the
+/// CPU waits for the one before, so it never idles between two pieces the CPU has ready.
+///
+/// To the GPU, with `k` slots: pieces `0 .. k - 1` start at once; once piece `i` is done its copy goes
+/// out, then the copy of piece `i - 1` is waited for and piece `i + k - 1` starts in its slot. To the
+/// CPU: the copies of pieces `0 .. k - 1` go out at once; once the copy of piece `i` landed the CPU starts
+/// draining it, then the drain of piece `i - 1` is waited for and the copy of piece `i + k - 1` goes out
+/// into its slot. (For `i = 0`, piece `k - 1` takes the one slot not yet used.)
+fn staged_order(pieces: u64, slots: u64, dir: Direction, sides: &mut impl StagedSides) -> Result<(), HalError> {
+    let ahead = slots.max(2) - 1;
+    match dir {
+        Direction::ToGpu => {
+            (0..ahead.min(pieces)).for_each(|j| sides.start(j));
+            for i in 0..pieces {
+                sides.finish(i);
+                sides.send(i)?;
+                if i >= 1 {
+                    sides.wait_oldest()?;
+                }
+                if i + ahead < pieces {
+                    sides.start(i + ahead);
+                }
+            }
+            if pieces > 0 {
+                sides.wait_oldest()?;
+            }
+        }
+        Direction::ToCpu => {
+            for j in 0..ahead.min(pieces) {
+                sides.send(j)?;
+            }
+            for i in 0..pieces {
+                sides.wait_oldest()?;
+                sides.start(i);
+                if i + ahead < pieces {
+                    if i >= 1 {
+                        sides.finish(i - 1);
+                    }
+                    sides.send(i + ahead)?;
+                }
+            }
+            if pieces > 0 {
+                sides.finish(pieces - 1);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A staged copy's two sides on the open device: copies through its channels, the CPU's side through
+/// `start` and `finish`.
+struct Sides<'a> {
+    dev: &'a mut OpenDevice,
+    o: Order,
+    piece: &'a dyn Fn(u64) -> (u64, u64, u64),
+    c: &'a NvidiaConfig,
+    clock: &'a dyn Clock,
+    start: &'a dyn Fn(u64),
+    finish: &'a dyn Fn(u64),
+    sent: std::collections::VecDeque<Wait>,
+}
+
+impl StagedSides for Sides<'_> {
+    fn send(&mut self, i: u64) -> Result<(), HalError> {
+        let (off, n, slot) = (self.piece)(i);
+        let (ring, vid) = (self.o.ring_va + slot, self.o.vid_va + off);
+        let (src, dst) = if self.o.dir == Direction::ToGpu { (ring, vid) } else { (vid, ring) };
+        let wait = self.dev.submit_copy(src, dst, n, self.c, self.o.what)?;
+        self.sent.push_back(wait);
+        Ok(())
+    }
+
+    fn wait_oldest(&mut self) -> Result<(), HalError> {
+        let w = self.sent.pop_front().expect("staged_order waits only for copies it sent");
+        self.dev.channels.wait(w, self.clock)
+    }
+
+    fn start(&mut self, i: u64) {
+        (self.start)(i)
+    }
+
+    fn finish(&mut self, i: u64) {
+        (self.finish)(i)
+    }
+}
+
+/// What [`OpenDevice::staged_protocol`] orders: `pieces` pieces over `slots` ring slots between the
+/// ring at `ring_va` and video memory at `vid_va`, in direction `dir`, its waits named `what`.
+#[derive(Clone, Copy)]
+struct Order {
+    pieces: u64,
+    slots: u64,
+    ring_va: u64,
+    vid_va: u64,
+    dir: Direction,
+    what: &'static str,
 }
 
 impl OpenDevice {
@@ -359,8 +483,8 @@ impl OpenDevice {
     }
 
     /// Moves `host.len` bytes between `host` and video memory at `vid_va` through the staging ring, in
-    /// pieces of one half, one half filled or drained by the CPU while the copy engine works on the other.
-    /// If anything fails once a copy was sent, the ring is given up (the copy may still run).
+    /// pieces that take the ring's slots in turn (the module docs). If anything fails once a copy was
+    /// sent, the ring is given up (copies may still run).
     fn staged_copy(
         &mut self,
         host: HostBytes,
@@ -385,9 +509,9 @@ impl OpenDevice {
     }
 
     /// The pieces of [`OpenDevice::staged_copy`] on the ring at (`ring_va`, `ring_cpu`) with halves of
-    /// `half`: pieces of at most `staging_piece_bytes`, so that even a copy smaller than a half overlaps
-    /// the CPU's side with the copy engine's; the CPU's side is the calling thread's, or a [`Crew`]'s
-    /// when the pieces are large enough to split.
+    /// `half`: pieces of at most `staging_piece_bytes` (and a half), so that even a copy smaller than a
+    /// half overlaps the CPU's side with the copy engine's, in [`ring_slots`] slots; the CPU's side is the
+    /// calling thread's, or a [`Crew`]'s when the pieces are large enough to split.
     #[allow(clippy::too_many_arguments)]
     fn staged_pieces(
         &mut self,
@@ -400,94 +524,53 @@ impl OpenDevice {
         what: &'static str,
     ) -> Result<(), HalError> {
         let size = half.min(c.staging_piece_bytes.max(PAGE));
+        let slots = ring_slots(c.staging_slots, 2 * half, size);
         let pieces = host.len.div_ceil(size);
-        let piece = |i| piece(i, host.len, size, half);
+        let piece = |i| piece(i, host.len, size, slots);
         let ring = RingBytes { ptr: ring_cpu };
         let threads = crew_size(c.copy_threads, host.len.min(size));
+        let order = Order { pieces, slots, ring_va, vid_va, dir, what };
         if threads <= 1 {
             let cpu = |i: u64| {
                 let (off, n, slot) = piece(i);
-                // SAFETY: `host` holds `len` bytes and `off + n <= len`; the ring half at `slot` holds
-                // `half >= n` bytes, and `protocol` calls this only while the copy engine is not using it.
+                // SAFETY: `host` holds `len` bytes and `off + n <= len`; the ring slot at `slot` holds
+                // `size >= n` bytes, and `protocol` calls this only while the copy engine is not using it.
                 unsafe { move_bytes(host, ring, dir, (off, off + n), slot) }
             };
-            return self.staged_protocol(pieces, &piece, (ring_va, vid_va), dir, c, clock, what, &cpu, &|_| ());
+            return self.staged_protocol(order, &piece, c, clock, &cpu, &|_| ());
         }
         let mut crew = match self.syncs.crew.take() {
             Some(crew) if crew.threads() == c.copy_threads => crew,
             _ => Crew::start(c.copy_threads)?,
         };
-        let job = StagedShares { host, ring, dir, len: host.len, size, half };
+        let job = StagedShares { host, ring, dir, len: host.len, size, slots };
         // SAFETY: `host` is the caller's slice and the ring the open device's, both live for this call,
         // and `run` returns only after every worker left the job. `staged_protocol` allows piece i only
-        // once the copy engine is done with its half (ToGpu: the copy out of the piece before in that
-        // half completed; ToCpu: the copy into it completed), hands that half to the copy engine again
+        // once the copy engine is done with its slot (ToGpu: the copy out of the piece before in that
+        // slot completed; ToCpu: the copy into it completed), hands that slot to the copy engine again
         // only after `wait_done` of piece i, and waits for a piece only after allowing it.
         let r = unsafe {
             crew.run(job, pieces, threads, |allow, wait_done| {
-                self.staged_protocol(pieces, &piece, (ring_va, vid_va), dir, c, clock, what, allow, wait_done)
+                self.staged_protocol(order, &piece, c, clock, allow, wait_done)
             })
         };
         self.syncs.crew = Some(crew);
         r
     }
 
-    /// The order of a staged copy: the copy engine works on one half while the CPU's side (`start(i)`
-    /// makes piece `i`'s begin, `finish(i)` waits until pieces up to `i` are done) works on the other;
-    /// at most one copy-engine piece is in flight, and a half is handed to one side only after the other
-    /// finished with it.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs a staged copy in [`staged_order`]: the copy engine's side through this device's channels,
+    /// the CPU's through `start` and `finish`.
     fn staged_protocol(
         &mut self,
-        pieces: u64,
+        o: Order,
         piece: &dyn Fn(u64) -> (u64, u64, u64),
-        (ring_va, vid_va): (u64, u64),
-        dir: Direction,
         c: &NvidiaConfig,
         clock: &dyn Clock,
-        what: &'static str,
         start: &dyn Fn(u64),
         finish: &dyn Fn(u64),
     ) -> Result<(), HalError> {
-        match dir {
-            Direction::ToGpu => {
-                let mut pending: Option<Wait> = None;
-                start(0);
-                for i in 0..pieces {
-                    let (off, n, slot) = piece(i);
-                    finish(i);
-                    if let Some(w) = pending.take() {
-                        self.channels.wait(w, clock)?;
-                    }
-                    pending = Some(self.submit_copy(ring_va + slot, vid_va + off, n, c, what)?);
-                    // Piece i + 1 goes into the half of piece i - 1, whose copy completed above.
-                    if i + 1 < pieces {
-                        start(i + 1);
-                    }
-                }
-                if let Some(w) = pending {
-                    self.channels.wait(w, clock)?;
-                }
-            }
-            Direction::ToCpu => {
-                let (_, n0, slot0) = piece(0);
-                let mut pending = Some(self.submit_copy(vid_va, ring_va + slot0, n0, c, what)?);
-                for i in 0..pieces {
-                    self.channels.wait(pending.take().expect("piece i was sent"), clock)?;
-                    if i + 1 < pieces {
-                        // Piece i + 1 fills the half piece i - 1 was drained from.
-                        if i >= 1 {
-                            finish(i - 1);
-                        }
-                        let (next_off, next_n, next_slot) = piece(i + 1);
-                        pending = Some(self.submit_copy(vid_va + next_off, ring_va + next_slot, next_n, c, what)?);
-                    }
-                    start(i);
-                }
-                finish(pieces - 1);
-            }
-        }
-        Ok(())
+        let mut sides = Sides { dev: self, o, piece, c, clock, start, finish, sent: Default::default() };
+        staged_order(o.pieces, o.slots, o.dir, &mut sides)
     }
 
     /// Writes (`ToGpu`) or reads the device side of buffer `a` at `offset` from or into `host`.
@@ -586,14 +669,112 @@ mod tests {
     }
 
     #[test]
-    fn staged_pieces_cover_the_copy_once_and_alternate_halves() {
-        let (len, half): (u64, u64) = (5 * 4096 + 100, 2 * 4096);
-        let pieces: Vec<_> = (0..len.div_ceil(half)).map(|i| piece(i, len, half, half)).collect();
-        assert_eq!(pieces, [(0, half, 0), (half, half, half), (2 * half, 4096 + 100, 0)]);
+    fn staged_pieces_cover_the_copy_once_and_take_the_slots_in_turn() {
+        let (len, size): (u64, u64) = (5 * 4096 + 100, 2 * 4096);
+        let pieces: Vec<_> = (0..len.div_ceil(size)).map(|i| piece(i, len, size, 2)).collect();
+        assert_eq!(pieces, [(0, size, 0), (size, size, size), (2 * size, 4096 + 100, 0)]);
         assert_eq!(pieces.iter().map(|p| p.1).sum::<u64>(), len);
-        assert_eq!(piece(0, 4, half, half), (0, 4, 0), "a small sync is one piece in the first half");
-        // Pieces smaller than a half still alternate between the halves' starts.
-        assert_eq!(piece(3, len, 4096, half), (3 * 4096, 4096, half));
+        assert_eq!(piece(0, 4, size, 2), (0, 4, 0), "a small sync is one piece in the first slot");
+        assert_eq!(piece(5, len, 4096, 4), (5 * 4096, 100, 4096), "piece 5 of 4 slots is in slot 1");
+        // The slots of a ring: the setting where they fit, fewer where they do not, never fewer than two.
+        assert_eq!(ring_slots(4, 128 << 20, 8 << 20), 4);
+        assert_eq!(ring_slots(16, 128 << 20, 32 << 20), 4);
+        assert_eq!(ring_slots(4, 2 * 4096, 4096), 2);
+        assert_eq!(ring_slots(2, 1 << 30, 4096), 2);
+    }
+
+    /// Both sides of a staged copy as bookkeeping: every rule of [`staged_order`] asserted as it runs.
+    struct Model {
+        dir: Direction,
+        slots: u64,
+        started: Vec<bool>,
+        finished: Vec<bool>,
+        sent: Vec<u64>,
+        landed: Vec<bool>,
+        waited: usize,
+        /// Waits made with another copy still queued behind the one waited for.
+        waits_with_one_queued: usize,
+    }
+
+    impl StagedSides for Model {
+        fn send(&mut self, i: u64) -> Result<(), HalError> {
+            let i = i as usize;
+            assert!(!self.sent.contains(&(i as u64)), "piece {i} sent twice");
+            match self.dir {
+                Direction::ToGpu => assert!(self.finished[i], "piece {i} sent before the CPU filled it"),
+                Direction::ToCpu => {
+                    let k = self.slots as usize;
+                    assert!(i < k || self.finished[i - k], "piece {i} sent into a slot the CPU still drains");
+                }
+            }
+            self.sent.push(i as u64);
+            assert!((self.sent.len() - self.waited) as u64 <= self.slots, "more copies in flight than slots");
+            Ok(())
+        }
+
+        fn wait_oldest(&mut self) -> Result<(), HalError> {
+            let oldest = self.sent[self.waited] as usize;
+            self.waited += 1;
+            if self.sent.len() > self.waited {
+                self.waits_with_one_queued += 1;
+            }
+            self.landed[oldest] = true;
+            Ok(())
+        }
+
+        fn start(&mut self, i: u64) {
+            let i = i as usize;
+            assert!(!self.started[i] && self.started[..i].iter().all(|&s| s), "piece {i} started out of turn");
+            match self.dir {
+                Direction::ToGpu => {
+                    let k = self.slots as usize;
+                    assert!(i < k || self.landed[i - k], "piece {i} filled while its slot is still being copied");
+                }
+                Direction::ToCpu => assert!(self.landed[i], "piece {i} drained before its copy landed"),
+            }
+            self.started[i] = true;
+        }
+
+        fn finish(&mut self, i: u64) {
+            for j in 0..=i as usize {
+                assert!(self.started[j], "finish({i}) waits for piece {j}, never started");
+                self.finished[j] = true;
+            }
+        }
+    }
+
+    #[test]
+    fn the_staged_order_shares_no_slot_and_keeps_the_copy_engine_fed() {
+        for dir in [Direction::ToGpu, Direction::ToCpu] {
+            for slots in 2..=6u64 {
+                for pieces in 0..=11u64 {
+                    let n = pieces as usize;
+                    let mut m = Model {
+                        dir,
+                        slots,
+                        started: vec![false; n],
+                        finished: vec![false; n],
+                        sent: Vec::new(),
+                        landed: vec![false; n],
+                        waited: 0,
+                        waits_with_one_queued: 0,
+                    };
+                    staged_order(pieces, slots, dir, &mut m).unwrap();
+                    let every = |v: &[bool]| v.iter().all(|&b| b);
+                    assert!(every(&m.started) && every(&m.finished) && every(&m.landed), "{dir:?} {slots} {pieces}");
+                    assert_eq!(m.sent, (0..pieces).collect::<Vec<_>>(), "copies in piece order");
+                    assert_eq!(m.waited, n);
+                    // To the GPU every wait but the last has the next piece queued; to the CPU, with three
+                    // slots or more, every wait while pieces remain to be sent does.
+                    let fed = match dir {
+                        Direction::ToGpu => n.saturating_sub(1),
+                        Direction::ToCpu if slots >= 3 => n.saturating_sub(1).min(n.saturating_sub(slots as usize - 2)),
+                        Direction::ToCpu => 0,
+                    };
+                    assert!(m.waits_with_one_queued >= fed, "{dir:?} {slots} {pieces}: {}", m.waits_with_one_queued);
+                }
+            }
+        }
     }
 
     #[test]
@@ -605,7 +786,8 @@ mod tests {
             assert!(shares.windows(2).all(|p| p[0].1 == p[1].0 && p[0].1 % 64 == 0), "{shares:?}");
         }
         assert_eq!(crew_size(8, 8 << 20), 8);
-        assert_eq!(crew_size(8, 3 << 20), 3);
+        assert_eq!(crew_size(8, 3 << 18), 3);
+        assert_eq!(crew_size(16, 2 << 20), 8, "256 KiB a thread at least");
         assert_eq!(crew_size(8, 4096), 1, "a small piece stays on the calling thread");
     }
 }
