@@ -21,6 +21,8 @@ import os
 import re
 import sys
 
+from perf_logs import load
+
 MATRICES = {
     "qkv": (5120, 2048, "fused QKV"),
     "o": (2048, 4096, "attention output"),
@@ -34,18 +36,6 @@ MATMUL_LABELS = {"omega": "Omega", "torch": "torch call (cuBLAS)", "cublas": "cu
 ATTN_LABELS = {"omega": "Omega paged decode", "torch": "torch SDPA (dense KV)"}
 PAGES = (16, 64)
 BATCHES = (1, 4, 16, 64)
-
-
-def load(path, prefix):
-    out = {}
-    for line in open(path, errors="replace"):
-        parts = line.split()
-        if len(parts) == 2 and parts[0].startswith(prefix + "."):
-            try:
-                out[parts[0][len(prefix) + 1:]] = float(parts[1])
-            except ValueError:
-                pass
-    return out
 
 
 def matmul_series(data, n, k, unit):

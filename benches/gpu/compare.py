@@ -7,19 +7,11 @@ cuBLAS alone in a CUDA graph (the TFLOP/s goals' peer); attention's peer log has
 
   python3 benches/gpu/compare.py OMEGA_LOG PEER_LOG [PEER ...]
 """
+import os
 import sys
 
-
-def load(path, prefix):
-    d = {}
-    for line in open(path, errors="replace"):
-        parts = line.split()
-        if len(parts) == 2 and parts[0].startswith(prefix + "."):
-            try:
-                d[parts[0][len(prefix) + 1:]] = float(parts[1])
-            except ValueError:
-                pass
-    return d
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from perf_logs import load  # noqa: E402
 
 
 def ratio(key, ours, theirs):
