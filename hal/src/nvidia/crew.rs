@@ -10,8 +10,10 @@
 //!
 //! The protocol of one copy: the caller publishes a job under the mutex (a new generation), the
 //! workers take it, and each moves its share of piece `i` once the caller allowed it (`allowed > i`),
-//! counting it in `done`; the caller waits in `wait_done` before it hands a half of the ring to the
-//! copy engine. Whatever the outcome, the caller returns only after every worker checked out of the job
+//! then records that it has moved pieces `0..=i` in its own progress word; the caller's `wait_done(i)`
+//! waits until every worker's word says so before it hands a slot of the ring to the copy engine. The
+//! caller may allow several pieces ahead (the ring's slots), so one total of shares moved would not do:
+//! a worker ahead on later pieces would make up for one still on piece `i`. Whatever the outcome, the caller returns only after every worker checked out of the job
 //! (`left`), so no worker touches the caller's bytes or the ring after the copy returned.
 
 use crate::error::HalError;
@@ -53,8 +55,8 @@ struct Shared<J> {
     generation: sync::AtomicU64,
     /// Pieces the workers may move: `0 .. allowed`.
     allowed: sync::AtomicU64,
-    /// Shares moved so far in the current job, over all its pieces.
-    done: sync::AtomicU64,
+    /// Per worker, the pieces of the current job it has moved its share of: `0 .. progress[w]`.
+    progress: Box<[sync::AtomicU64]>,
     /// The copy failed: workers leave the job at their next wait.
     abort: sync::AtomicBool,
     /// Workers that checked out of the current job.
@@ -76,7 +78,7 @@ impl<J: CrewJob> Crew<J> {
             wake: sync::Condvar::new(),
             generation: sync::AtomicU64::new(0),
             allowed: sync::AtomicU64::new(0),
-            done: sync::AtomicU64::new(0),
+            progress: (0..threads.max(1)).map(|_| sync::AtomicU64::new(0)).collect(),
             abort: sync::AtomicBool::new(false),
             left: sync::AtomicU64::new(0),
         });
@@ -118,7 +120,7 @@ impl<J: CrewJob> Crew<J> {
         // Every worker left the last job (the guard of the last run waited for it), so none reads these
         // until it takes the new generation under the mutex, which orders these stores before its loads.
         s.allowed.store(0, sync::Ordering::Relaxed);
-        s.done.store(0, sync::Ordering::Relaxed);
+        s.progress.iter().for_each(|p| p.store(0, sync::Ordering::Relaxed));
         s.abort.store(false, sync::Ordering::Relaxed);
         s.left.store(0, sync::Ordering::Relaxed);
         {
@@ -131,9 +133,11 @@ impl<J: CrewJob> Crew<J> {
         let guard = LeaveGuard { shared: s, workers: self.threads(), ok: false };
         let allow = |i: u64| s.allowed.store(i + 1, sync::Ordering::Release);
         let wait_done = |i: u64| {
-            let mut spins = 0u32;
-            while s.done.load(sync::Ordering::Acquire) < (i + 1) * threads {
-                spin(&mut spins);
+            for p in &s.progress[..threads as usize] {
+                let mut spins = 0u32;
+                while p.load(sync::Ordering::Acquire) <= i {
+                    spin(&mut spins);
+                }
             }
         };
         let r = protocol(&allow, &wait_done);
@@ -218,7 +222,7 @@ fn worker<J: CrewJob>(s: &Shared<J>, w: u64) {
                 // check-out below before it returns; piece `i` was allowed (the Acquire load above pairs
                 // with `allow`'s Release), and this worker moves its share of it once.
                 unsafe { job.move_share(i, w, threads) };
-                s.done.fetch_add(1, sync::Ordering::Release);
+                s.progress[w as usize].store(i + 1, sync::Ordering::Release);
             }
         }
         s.left.fetch_add(1, sync::Ordering::Release);
@@ -304,6 +308,46 @@ mod tests {
         assert_eq!(r, Err("copy engine gave up"));
         assert!(dst[..1 << 18].iter().all(|&b| b == 1) && dst[1 << 18..].iter().all(|&b| b == 0), "only piece 0");
         assert_eq!(crew.threads(), 4);
+    }
+
+    /// Marks (piece, worker) moved; worker 1's share of piece 1 lags 30 ms behind.
+    #[derive(Clone, Copy)]
+    struct Lagging {
+        marks: *const [std::sync::atomic::AtomicBool; 8],
+    }
+    // SAFETY: the marks outlive the run.
+    unsafe impl Send for Lagging {}
+
+    impl CrewJob for Lagging {
+        unsafe fn move_share(&self, piece: u64, worker: u64, threads: u64) {
+            if (piece, worker) == (1, 1) {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+            // SAFETY: the marks are live (the caller's promise).
+            let marks = unsafe { &*self.marks };
+            marks[(piece * threads + worker) as usize].store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn wait_done_waits_for_every_worker_even_when_others_ran_pieces_ahead() {
+        let marks: Box<[std::sync::atomic::AtomicBool; 8]> = Box::default();
+        let mut crew = Crew::<Lagging>::start(2).unwrap();
+        let job = Lagging { marks: &*marks };
+        // SAFETY: the marks outlive the run; every piece allowed is waited for.
+        let r: Result<(), ()> = unsafe {
+            crew.run(job, 4, 2, |allow, wait_done| {
+                allow(3);
+                // Worker 0 moves pieces 0-3 while worker 1 sleeps in piece 1: five shares done, more
+                // than piece 1's four, yet piece 1 is not.
+                wait_done(1);
+                let moved = |i: usize| marks[i].load(std::sync::atomic::Ordering::Relaxed);
+                assert!((0..4).all(moved), "wait_done(1) returned before worker 1 moved piece 1");
+                wait_done(3);
+                Ok(())
+            })
+        };
+        r.unwrap();
     }
 }
 
