@@ -7,8 +7,8 @@
 
 use omega::kernels::attention::{CLUSTER_MAX_SPLITS, STATUS_BAD_PAGE, STATUS_LONG, STATUS_NEGATIVE};
 use omega::libs::attention::{
-    ctas_per_sm, decode_plan, AppendShape, Attention, AttentionError, DecodeShape, GqaShape, KvLayout, LayoutError,
-    Merge, ShapeError,
+    decode_plan, AppendShape, Attention, AttentionError, DecodeShape, GqaShape, KvLayout, LayoutError, Merge,
+    ShapeError,
 };
 use omega::{Gpu, Scope, Scoped, Stage};
 
@@ -60,7 +60,7 @@ fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u
             Merge::Auto => {
                 let tokens = u64::from(case.max_pages) * u64::from(page);
                 let pairs = u64::from(case.batch()) * u64::from(kv_heads);
-                decode_plan(pairs, tokens, sms * ctas_per_sm(head_dim), splits, merge).unwrap().cluster
+                decode_plan(pairs, tokens, sms, splits, merge).unwrap().cluster
             }
             m => m == Merge::Cluster,
         };

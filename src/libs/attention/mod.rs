@@ -50,6 +50,5 @@ pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};
 pub use ops::{Attention, Done, Elem, Failed, Info, KeptAttention, Kind, Workspace};
 pub use plan::{
-    ctas_per_sm, decode_plan, split, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, Merge, QkvAppendShape,
-    Split,
+    decode_plan, split, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, Merge, QkvAppendShape, Split,
 };

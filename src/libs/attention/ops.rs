@@ -630,9 +630,8 @@ impl<'s> Attention<'s> {
             holds(Operand::Lens, lens.elements(), u64::from(s.batch), 4)?;
             aligned(Operand::Pool, pool.device_va(), 16)?;
             let pairs = u64::from(s.batch) * u64::from(layout.kv_heads);
-            let slots = self.sms * plan::ctas_per_sm(d);
             let DecodePlan { split: Split { splits, tiles_per_split }, cluster } =
-                plan::decode_plan(pairs, cap, slots, s.splits, s.merge)?;
+                plan::decode_plan(pairs, cap, self.sms, s.splits, s.merge)?;
             let di = DECODE_HEAD_DIMS.iter().position(|&x| x == d).expect("the layout's check");
             let scale_log2 = scale_of(s.scale, d) * core::f32::consts::LOG2_E;
             let out_flags = Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 });

@@ -205,54 +205,50 @@ pub struct Split {
     pub tiles_per_split: u32,
 }
 
-/// Decode CTAs one SM holds at once for `head_dim`: its shared memory and 128 threads' registers (at 128,
-/// 69,632 bytes and 152 registers a thread: three; at 64, 36,864 bytes and 96: five; at 32, 20,480 bytes and
-/// 64: eight), as ptxas allocates them for the kernels of kernels/cuda/attention/paged_decode.cuh.
-pub const fn ctas_per_sm(head_dim: u32) -> u32 {
-    match head_dim {
-        0..=32 => 8,
-        33..=64 => 5,
-        _ => 3,
-    }
-}
-
 /// What a decode CTA costs beyond its tiles, in tiles: its lengths, table and Q reads, the first tile's
 /// latency before any sum, the warps' merge and the partial's write. At batch 1 and 1K tokens the call
 /// (64 CTAs of 4 tiles, both launches) took 9.9 us on the H200, where streaming its 2 MB takes 0.5 us;
 /// a tile at a CTA's share of the bandwidth (4 TB/s over 396 CTAs) takes 0.8 us, so the 3 or so
-/// microseconds of dependent reads a CTA starts and ends with are worth about 4 tiles.
+/// microseconds of dependent reads a CTA starts and ends with were taken as worth about 4 tiles; the
+/// H100 sweep of session 16 (see [`split`]) agrees with any value from 1 to 16.
 pub const CTA_OVERHEAD_TILES: u64 = 4;
 
 /// The split for `pairs` (sequence, KV head) pairs whose longest sequence has `max_tokens` tokens, on a
-/// device that runs `slots` decode CTAs at once: the count `s` (at most 256, and at most one per four
-/// tiles, so each of a CTA's warps has a tile) that minimises the waves times the cost of a CTA,
-/// `ceil(pairs * s / slots) * (ceil(tiles / s) + CTA_OVERHEAD_TILES)` — the time of the slowest SM when
-/// every CTA streams its tiles at the same rate after a fixed start — the fewer splits on a tie (less for
-/// the combine to merge). Without the fixed term the model took 228 splits of 9 tiles (37 waves) at batch
-/// 16 and 32K tokens, and that ran at 0.59 of the copy against 0.83 at 16K with 28 tiles a split. `forced`
-/// (not 0) takes that many instead (fewer when there are fewer tiles).
-pub fn split(pairs: u64, max_tokens: u64, slots: u32, forced: u32) -> Split {
-    split_at_most(pairs, max_tokens, slots, forced, COMBINE_MAX_SPLITS)
+/// device of `sms` SMs: the count `s` (at most 256, and at most one per four tiles, so each of a CTA's
+/// warps has a tile) that minimises `ceil(pairs * s / sms) * (ceil(tiles / s) + CTA_OVERHEAD_TILES)`, the
+/// tiles and starts of the SM that gets the most CTAs, the fewer splits on a tie (less for the combine to
+/// merge). `forced` (not 0) takes that many instead (fewer when there are fewer tiles).
+///
+/// Why the SMs and not the CTAs they can hold (three an SM at head_dim 128, which the model counted until
+/// session 16): an SM's CTAs share its bandwidth, so an SM given three CTAs of 11 tiles streams 33 tiles
+/// no faster than one given one CTA of 32, and pays three starts and three partials. Every split from 1 to
+/// 96 was timed on an H100 at 32/4/128, batch 1-64, KV 1K-32K (docs/perf/2026-12-07-s16-h100-libraries.md):
+/// the best count gave one CTA an SM wherever the pairs allowed it (batch 1: 32 splits, batch 4: 8,
+/// batch 16: 2) and no split at batch 64 (256 CTAs), which is what this model picks; counting three slots
+/// an SM it took 94, 24, 6 and 3, and at batch 1 and 16K ran at 0.573 of the copy against 0.688, at batch
+/// 4 and 4K at 0.649 against 0.739.
+pub fn split(pairs: u64, max_tokens: u64, sms: u32, forced: u32) -> Split {
+    split_at_most(pairs, max_tokens, sms, forced, COMBINE_MAX_SPLITS)
 }
 
 /// [`split`] with at most `most` splits (forced or chosen).
-fn split_at_most(pairs: u64, max_tokens: u64, slots: u32, forced: u32, most: u32) -> Split {
+fn split_at_most(pairs: u64, max_tokens: u64, sms: u32, forced: u32, most: u32) -> Split {
     let tiles = max_tokens.div_ceil(u64::from(DECODE_TILE)).max(1);
     let splits = if forced > 0 {
         u64::from(forced).min(u64::from(most)).min(tiles)
     } else {
         let most = (tiles / u64::from(DECODE_WARPS)).clamp(1, u64::from(most));
-        (1..=most).min_by_key(|&s| (split_cost(pairs, tiles, slots, s), s)).expect("at least one split")
+        (1..=most).min_by_key(|&s| (split_cost(pairs, tiles, sms, s), s)).expect("at least one split")
     };
     let tps = tiles.div_ceil(splits);
     Split { splits: tiles.div_ceil(tps) as u32, tiles_per_split: tps.min(u64::from(u32::MAX)) as u32 }
 }
 
-/// The split model's cost of `splits` splits of `tiles` tiles over `pairs` pairs on `slots` slots, in
-/// tiles: the waves times a CTA's tiles and start ([`split`]).
-fn split_cost(pairs: u64, tiles: u64, slots: u32, splits: u64) -> u64 {
-    let (pairs, slots) = (pairs.max(1), u64::from(slots.max(1)));
-    (pairs * splits).div_ceil(slots) * (tiles.div_ceil(splits) + CTA_OVERHEAD_TILES)
+/// The split model's cost of `splits` splits of `tiles` tiles over `pairs` pairs on `sms` SMs, in tiles:
+/// the busiest SM's CTAs times a CTA's tiles and start ([`split`]).
+fn split_cost(pairs: u64, tiles: u64, sms: u32, splits: u64) -> u64 {
+    let (pairs, sms) = (pairs.max(1), u64::from(sms.max(1)));
+    (pairs * splits).div_ceil(sms) * (tiles.div_ceil(splits) + CTA_OVERHEAD_TILES)
 }
 
 /// The most tiles a cluster CTA takes at the table's capacity for [`Merge::Auto`] to take the cluster form
@@ -272,21 +268,22 @@ pub struct DecodePlan {
     pub cluster: bool,
 }
 
+/// The most splits [`Merge::Auto`] merges in their cluster for that reason alone (the same work without
+/// the combine's launch). Measured on the H100 (docs/perf/2026-12-07-s16-h100-libraries.md): clusters of 2
+/// and 4 ran at the combine's speed or better (batch 16, 4K: 2 splits 0.824 of the copy; 4 splits 0.815
+/// clustered, 0.808 by the combine), clusters of 8 slower (batch 4 at 8 splits: 4K 0.615 against 0.739,
+/// 32K 0.858 against 0.901).
+pub const CLUSTER_AUTO_MAX_SPLITS: u32 = 4;
+
 /// The plan of a decode ([`split`]'s arguments, and the merge asked for). [`Merge::Auto`] takes the cluster
-/// form when [`split`]'s choice has at most [`CLUSTER_MAX_SPLITS`] splits (the same work without the
-/// combine's launch), or when the best split of at most that many gives a CTA at most
-/// [`CLUSTER_MAX_TILES`] tiles of the capacity (short contexts, where the combine's launch and its
-/// dependent reads weigh more than the CTAs' longer slices); otherwise the wider split and the combine. A
-/// forced split past the cluster's size takes the combine, and is refused with [`Merge::Cluster`].
-pub fn decode_plan(
-    pairs: u64,
-    max_tokens: u64,
-    slots: u32,
-    forced: u32,
-    merge: Merge,
-) -> Result<DecodePlan, ShapeError> {
-    let apart = split(pairs, max_tokens, slots, forced);
-    let together = split_at_most(pairs, max_tokens, slots, forced, CLUSTER_MAX_SPLITS);
+/// form when [`split`]'s choice has at most [`CLUSTER_AUTO_MAX_SPLITS`] splits, or when the best split of at
+/// most [`CLUSTER_MAX_SPLITS`] gives a CTA at most [`CLUSTER_MAX_TILES`] tiles of the capacity (short
+/// contexts, where the combine's launch and its dependent reads weigh more than the CTAs' longer slices);
+/// otherwise [`split`]'s choice and the combine. A forced split past the cluster's size takes the combine,
+/// and is refused with [`Merge::Cluster`].
+pub fn decode_plan(pairs: u64, max_tokens: u64, sms: u32, forced: u32, merge: Merge) -> Result<DecodePlan, ShapeError> {
+    let apart = split(pairs, max_tokens, sms, forced);
+    let together = split_at_most(pairs, max_tokens, sms, forced, CLUSTER_MAX_SPLITS);
     let cluster = match merge {
         Merge::Launch => false,
         Merge::Cluster if forced > CLUSTER_MAX_SPLITS => {
@@ -294,7 +291,7 @@ pub fn decode_plan(
         }
         Merge::Cluster => true,
         Merge::Auto if forced > CLUSTER_MAX_SPLITS => false,
-        Merge::Auto => apart.splits <= CLUSTER_MAX_SPLITS || together.tiles_per_split <= CLUSTER_MAX_TILES,
+        Merge::Auto => apart.splits <= CLUSTER_AUTO_MAX_SPLITS || together.tiles_per_split <= CLUSTER_MAX_TILES,
     };
     Ok(DecodePlan { split: if cluster { together } else { apart }, cluster })
 }
@@ -314,36 +311,31 @@ mod tests {
     }
 
     #[test]
-    fn splits_fill_the_sms_and_cover_every_tile() {
+    fn splits_give_each_sm_one_cta_where_the_pairs_allow_and_cover_every_tile() {
         for (pairs, tokens) in [(4u64, 32768u64), (256, 32768), (4, 1), (16, 1000), (64, 4096)] {
-            let s = split(pairs, tokens, 396, 0);
+            let s = split(pairs, tokens, 132, 0);
             let tiles = tokens.div_ceil(16);
             assert!(u64::from(s.splits) * u64::from(s.tiles_per_split) >= tiles);
             assert!(u64::from(s.splits - 1) * u64::from(s.tiles_per_split) < tiles, "no empty split: {s:?}");
             assert!(s.splits <= COMBINE_MAX_SPLITS);
         }
-        // Batch 1 at 32K: one wave of the 396 slots. Batch 64 at 32K: 3 splits (768 CTAs, two waves on 396
-        // slots) within 4% of a perfect spread plus one CTA's start (no count does better: 4 splits take
-        // three waves, 31 take 21), where 2 splits (512 CTAs, two waves) would lose a third.
-        assert_eq!(split(4, 32768, 396, 0), Split { splits: 98, tiles_per_split: 21 });
-        let s = split(256, 32768, 396, 0);
-        let waves = (256 * u64::from(s.splits)).div_ceil(396);
-        let cost = waves * (u64::from(s.tiles_per_split) + CTA_OVERHEAD_TILES);
-        let ideal = 256.0 * 2048.0 / 396.0 + CTA_OVERHEAD_TILES as f64;
-        assert!(cost as f64 <= 1.04 * ideal, "{s:?}: {cost} against {ideal}");
-        // Batch 16 at 32K and at 4K: one wave of long CTAs, not dozens of waves of short ones.
-        for tokens in [4096, 32768] {
-            let s = split(64, tokens, 396, 0);
-            assert!(64 * s.splits <= 396, "{tokens}: {s:?}");
-            assert!(s.tiles_per_split >= 8 * DECODE_WARPS, "{tokens}: {s:?}");
+        // The H100 sweep's best counts at 32/4/128 (4 KV heads a sequence, 132 SMs): batch 1 at 4K-32K about
+        // 32 splits, batch 4 at 4K-32K 8, batch 16 2, batch 64 none; one CTA an SM or, at batch 64, the
+        // 256 the pairs need.
+        for tokens in [4096, 16384, 32768] {
+            let s = split(4, tokens, 132, 0);
+            assert!((32..=33).contains(&s.splits), "batch 1, {tokens}: {s:?}");
+            assert_eq!(split(16, tokens, 132, 0).splits, 8, "batch 4, {tokens}");
+            assert_eq!(split(64, tokens, 132, 0).splits, 2, "batch 16, {tokens}");
+            assert_eq!(split(256, tokens, 132, 0).splits, 1, "batch 64, {tokens}");
         }
-        assert_eq!(split(4, 4096, 396, 7).splits, 7);
-        assert_eq!(split(4, 4096, 396, 1000).splits, 256);
+        assert_eq!(split(4, 4096, 132, 7).splits, 7);
+        assert_eq!(split(4, 4096, 132, 1000).splits, 256);
     }
 
     #[test]
     fn short_contexts_merge_in_clusters_and_long_ones_by_the_combine() {
-        let plan = |pairs, tokens, forced, merge| decode_plan(pairs, tokens, 396, forced, merge).unwrap();
+        let plan = |pairs, tokens, forced, merge| decode_plan(pairs, tokens, 132, forced, merge).unwrap();
         // Qwen3's decode (4 KV heads a sequence) at capacities of 1K and 2K tokens, batch 1, 8 and 32:
         // clusters of at most 8, every tile covered.
         for (batch, tokens) in [(1u64, 1025u64), (8, 1025), (32, 1025), (1, 2045), (8, 2045), (32, 2045)] {
@@ -352,21 +344,24 @@ mod tests {
             let tiles = tokens.div_ceil(16);
             assert!(u64::from(p.split.splits * p.split.tiles_per_split) >= tiles, "batch {batch}: {p:?}");
         }
-        // At 4K and 16K tokens, batch 1 and 8: the wide split and its combine.
-        for (batch, tokens) in [(1u64, 4117u64), (8, 4117), (1, 16385), (8, 16385)] {
+        // At 4K and 16K tokens, batch 1 and 4: the split's own choice (32, 8) and its combine, not a
+        // cluster of 8.
+        for (batch, tokens) in [(1u64, 4117u64), (4, 4117), (1, 16385), (4, 16385)] {
             let p = plan(4 * batch, tokens, 0, Merge::Auto);
-            assert!(!p.cluster && p.split == split(4 * batch, tokens, 396, 0), "batch {batch}, {tokens}: {p:?}");
+            assert!(!p.cluster && p.split == split(4 * batch, tokens, 132, 0), "batch {batch}, {tokens}: {p:?}");
         }
-        // A split the planner keeps at 8 or fewer anyway merges in its cluster whatever the length.
-        let wide = plan(64 * 4, 32768, 0, Merge::Auto);
-        assert!(wide.cluster && wide.split == split(64 * 4, 32768, 396, 0), "{wide:?}");
+        // A split the planner keeps at 4 or fewer anyway merges in its cluster whatever the length.
+        for batch in [8u64, 16, 64] {
+            let p = plan(4 * batch, 32768, 0, Merge::Auto);
+            assert!(p.cluster && p.split == split(4 * batch, 32768, 132, 0), "batch {batch}: {p:?}");
+        }
         // Forced merges and splits.
         assert_eq!(plan(4, 16385, 0, Merge::Cluster).split.splits, 8);
         assert!(!plan(4, 1025, 0, Merge::Launch).cluster);
         assert!(!plan(4, 1025, 9, Merge::Auto).cluster);
         assert!(plan(4, 1025, 5, Merge::Auto).cluster);
         assert_eq!(
-            decode_plan(4, 1025, 396, 9, Merge::Cluster),
+            decode_plan(4, 1025, 132, 9, Merge::Cluster),
             Err(ShapeError::Splits { splits: 9, max: CLUSTER_MAX_SPLITS })
         );
     }
