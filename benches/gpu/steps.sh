@@ -22,12 +22,15 @@
 #   qpeer                  the PyTorch peer's decode step at batch 1, 8, 32 and ctx 1K, 16K
 #   ew, ewpeer             `ew_bench --check`, and its PyTorch peer (benches/torch/ew_peer.py)
 #   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
-#   attn_s<N>              `attn_bench --check --splits N`: every decode at N KV splits
+#   attn_s<N>[_<merge>]    `attn_bench --check --splits N [--merge auto|launch|cluster]`: every decode
+#                          at N KV splits (merged as the planner's rule says, or as named)
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
 #   mmhost, mmhost_<T>_<P>[_<S>]  `matmul_bench --host`: the host-pointer entry and its copies alone,
 #                          with the settings' copy threads, pieces and ring slots, or with T copy threads,
 #                          pieces of P MiB (and S slots)
+#   copypeer               CUDA's pageable and pinned copies through torch (benches/torch/copy_peer.py),
+#                          the peer of the host-pointer entries' copies
 #   ewvar                  benches/cuda/ew_variants.cu (built here): the RMSNorm forms and QK-norm + RoPE
 #                          variants beside cudaMemcpy's copy
 #   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
@@ -77,11 +80,15 @@ command_of() {
         ewpeer) echo "python3 benches/torch/ew_peer.py" ;;
         attn) echo "$BIN/attn_bench --check" ;;
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
+        attn_s*_*)
+            IFS=_ read -r _ n m <<<"$1"
+            echo "$BIN/attn_bench --check --splits ${n#s} --merge $m" ;;
         attn_s*) echo "$BIN/attn_bench --check --splits ${1#attn_s}" ;;
         mm) echo "$BIN/matmul_bench --check" ;;
         mmalt) echo "$BIN/matmul_bench --alternatives" ;;
         mmpeer) echo "python3 benches/torch/matmul_peer.py" ;;
         mmhost) echo "$BIN/matmul_bench --host" ;;
+        copypeer) echo "python3 benches/torch/copy_peer.py" ;;
         mmhost_*_*_*)
             IFS=_ read -r _ t p k <<<"$1"
             echo "env OMEGA_NVIDIA_COPY_THREADS=$t OMEGA_NVIDIA_STAGING_PIECE_BYTES=$((p << 20)) OMEGA_NVIDIA_STAGING_SLOTS=$k $BIN/matmul_bench --host" ;;
