@@ -190,9 +190,11 @@ pub const GEMM_SK_SMEM_BYTES: u32 = GEMM_TS_SMEM_BYTES;
 pub const GEMM_SK_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
 /// The fewest iterations the library gives a stream-K CTA: a finisher reads the slot of every CTA that
 /// shares its tile, so a grid of one K block per CTA would make one CTA read a slot per K block (the
-/// router's 128 x 128 x 2048 would be 31 slots of 64 KiB). A placeholder until the H200 times the grids
-/// (benches/cuda/gemm_check.cu's `sk*_i<n>` variants).
-pub const GEMM_SK_MIN_ITERS: u64 = 4;
+/// router's 128 x 128 x 2048 would be 31 slots of 64 KiB). Timed on an H100 (gemm_check's `sk*_i<n>`
+/// variants, docs/perf/2026-12-07-s16-h100-libraries.md): 16 beat 4 and one-iteration grids at every shape
+/// where stream-K competes, by 8-26 % (narrow tile, TFLOP/s, 4 against 16: 512 x 1536 x 2048 193.6 / 243.5,
+/// 128 x 5120 x 2048 165.3 / 198.6, 4096 x 128 x 2048 136.2 / 163.1, 128 x 1536 x 2048 54.7 / 62.6).
+pub const GEMM_SK_MIN_ITERS: u64 = 16;
 /// The stream-K kernels count iterations (tiles x K blocks) in 32 bits; a product of this many or more
 /// takes another entry.
 pub const GEMM_SK_MAX_ITERS: u64 = 1 << 31;

@@ -504,7 +504,8 @@ pub enum WideEntry {
     /// `omega_gemm_bf16_tn_sk` (`_sk_n128`): the TMA-store entry in stream-K order. Its grid,
     /// `clamp(tiles * kblocks / GEMM_SK_MIN_ITERS, 1, min(SMs, budget))`, shares the tiles' K blocks
     /// evenly; a tile cut between CTAs is finished through the workspace (a slot of partial sums per CTA
-    /// and two zeroed flags). Forced only (`ForcedPlan::GemmStreamK`) until the H200 has timed it.
+    /// and two zeroed flags). Forced only (`ForcedPlan::GemmStreamK`): on the H100 it beat the planner by
+    /// 2-4 % at a few few-tile shapes and lost everywhere else (docs/perf/2026-12-07-s16-h100-libraries.md).
     StreamK,
 }
 
@@ -1997,11 +1998,12 @@ mod tests {
         );
         assert_eq!((p.scratch, p.tickets, p.split), (132 * 2 * 64 * 128, 2 * 132, 1));
         assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)) }));
-        // Few iterations: GEMM_SK_MIN_ITERS a CTA (1 x 1 x 8 is one iteration, one CTA; 10 make 2 CTAs;
-        // the router's 128 x 128 x 2048, 32 K blocks, 8); the budget caps the grid.
+        // Few iterations: GEMM_SK_MIN_ITERS (16) a CTA (1 x 1 x 8 is one iteration, one CTA; 10 still one;
+        // 40 make 2 CTAs; the router's 128 x 128 x 2048, 32 K blocks, 2); the budget caps the grid.
         assert_eq!(f(Shape::new(1, 1, 8), GemmTile::Wide, o).unwrap().steps[0].grid, [1, 1, 1]);
-        assert_eq!(f(Shape::new(128, 256, 640), GemmTile::Wide, o).unwrap().steps[0].grid, [2, 1, 1]);
-        assert_eq!(f(Shape::new(128, 128, 2048), GemmTile::Narrow, o).unwrap().steps[0].grid, [8, 1, 1]);
+        assert_eq!(f(Shape::new(128, 256, 640), GemmTile::Wide, o).unwrap().steps[0].grid, [1, 1, 1]);
+        assert_eq!(f(Shape::new(128, 256, 2560), GemmTile::Wide, o).unwrap().steps[0].grid, [2, 1, 1]);
+        assert_eq!(f(Shape::new(128, 128, 2048), GemmTile::Narrow, o).unwrap().steps[0].grid, [2, 1, 1]);
         let p = f(qkv, GemmTile::Wide, opts(7, false)).unwrap();
         assert_eq!((p.steps[0].kern, p.steps[0].grid, p.tickets), (Kern::GemmSk, [7, 1, 1], 14));
         // A bf16 output: the slots after the f32 product, y's descriptor at that product.
