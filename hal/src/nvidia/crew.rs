@@ -13,8 +13,9 @@
 //! then records that it has moved pieces `0..=i` in its own progress word; the caller's `wait_done(i)`
 //! waits until every worker's word says so before it hands a slot of the ring to the copy engine. The
 //! caller may allow several pieces ahead (the ring's slots), so one total of shares moved would not do:
-//! a worker ahead on later pieces would make up for one still on piece `i`. Whatever the outcome, the caller returns only after every worker checked out of the job
-//! (`left`), so no worker touches the caller's bytes or the ring after the copy returned.
+//! a worker ahead on later pieces would make up for one still on piece `i`. Whatever the outcome, the
+//! caller returns only after every worker checked out of the job (`left`), so no worker touches the
+//! caller's bytes or the ring after the copy returned.
 
 use crate::error::HalError;
 use crate::sync;
@@ -313,7 +314,7 @@ mod tests {
     /// Marks (piece, worker) moved; worker 1's share of piece 1 lags 30 ms behind.
     #[derive(Clone, Copy)]
     struct Lagging {
-        marks: *const [std::sync::atomic::AtomicBool; 8],
+        marks: *const [sync::AtomicBool; 8],
     }
     // SAFETY: the marks outlive the run.
     unsafe impl Send for Lagging {}
@@ -325,13 +326,13 @@ mod tests {
             }
             // SAFETY: the marks are live (the caller's promise).
             let marks = unsafe { &*self.marks };
-            marks[(piece * threads + worker) as usize].store(true, std::sync::atomic::Ordering::Relaxed);
+            marks[(piece * threads + worker) as usize].store(true, sync::Ordering::Relaxed);
         }
     }
 
     #[test]
     fn wait_done_waits_for_every_worker_even_when_others_ran_pieces_ahead() {
-        let marks: Box<[std::sync::atomic::AtomicBool; 8]> = Box::default();
+        let marks: Box<[sync::AtomicBool; 8]> = Box::default();
         let mut crew = Crew::<Lagging>::start(2).unwrap();
         let job = Lagging { marks: &*marks };
         // SAFETY: the marks outlive the run; every piece allowed is waited for.
@@ -341,7 +342,7 @@ mod tests {
                 // Worker 0 moves pieces 0-3 while worker 1 sleeps in piece 1: five shares done, more
                 // than piece 1's four, yet piece 1 is not.
                 wait_done(1);
-                let moved = |i: usize| marks[i].load(std::sync::atomic::Ordering::Relaxed);
+                let moved = |i: usize| marks[i].load(sync::Ordering::Relaxed);
                 assert!((0..4).all(moved), "wait_done(1) returned before worker 1 moved piece 1");
                 wait_done(3);
                 Ok(())
