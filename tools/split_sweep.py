@@ -14,17 +14,19 @@ configuration in the log gives what ran.
 import re
 import sys
 
-RATIO = re.compile(r"^omega\.paged_decode_(p\d+_b(\d+)_kv(\d+))_copy_ratio ([0-9.]+)")
+import perf_logs
+
+RATIO = re.compile(r"^paged_decode_(p\d+_b\d+_kv\d+)_copy_ratio$")
 PLAN = re.compile(r"^# (p\d+_b\d+_kv\d+): (\d+) splits of (\d+) tiles")
 
 
 def load(path):
-    ratios, splits = {}, {}
-    with open(path) as f:
+    """The log's copy ratios by configuration (its `omega.` metric lines, tools/perf_logs.py), and the
+    split each configuration ran (its `#` lines)."""
+    ratios = {m.group(1): v for k, v in perf_logs.load(path, "omega").items() if (m := RATIO.match(k))}
+    splits = {}
+    with open(path, errors="replace") as f:
         for line in f:
-            m = RATIO.match(line)
-            if m:
-                ratios[m.group(1)] = float(m.group(4))
             m = PLAN.match(line)
             if m:
                 splits[m.group(1)] = (int(m.group(2)), int(m.group(3)))
