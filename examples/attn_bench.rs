@@ -22,7 +22,8 @@
 //! wall and device time and `_floor_us` / `_of_floor`, its bytes at the sync speeds measured in the same
 //! run plus its device time (the goal: at most 1.1), `omega.host_gqa_f32_s2048_*`.
 //!
-//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster] [--splits N]`: `--splits` forces
+//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster] [--splits N] [--stages N]`:
+//! `--stages` forces every decode's pipeline depth (`DecodeShape::stages`: 2 or 4); `--splits` forces
 //! every decode's KV split count (`DecodeShape::splits`; the planner caps it by each sequence's tiles), so
 //! a run per count shows the fixed cost a split adds; `--merge` sets every decode's
 //! merge of its splits (`DecodeShape::merge`; the planner's, `auto`, by default; `cluster` caps the split
@@ -83,6 +84,8 @@ struct Opts {
     merge: Merge,
     /// `DecodeShape::splits` of every decode (0: the planner's).
     splits: u32,
+    /// `DecodeShape::stages` of every decode (0: the planner's).
+    stages: u32,
 }
 
 /// A configuration's batch, KV length and copy ratio.
@@ -193,7 +196,12 @@ fn config<'s>(
     let qv = math::random_f32(mix.next(), (batch * Q_HEADS * HEAD_DIM) as usize);
     let q = s.alloc_device_from(&qv)?;
     let mut out = s.alloc_device_from(&vec![attention_ref::POISON; qv.len()])?;
-    let shape = DecodeShape { merge: o.merge, splits: o.splits, ..DecodeShape::new(batch, Q_HEADS, max_pages) };
+    let shape = DecodeShape {
+        merge: o.merge,
+        splits: o.splits,
+        stages: o.stages,
+        ..DecodeShape::new(batch, Q_HEADS, max_pages)
+    };
     let mut gpu = gpu;
     let mut calls = Vec::new();
     let mut info = Info::default();
@@ -221,9 +229,10 @@ fn config<'s>(
     let bytes = u64::from(batch) * u64::from(len) * layout.token_bytes();
     let gbps = bytes as f64 / secs / 1e9;
     println!(
-        "# {tag}: {} splits of {} tiles, {} CTAs, {} launch(es); call {:.2} us, list {:.2} us",
+        "# {tag}: {} splits of {} tiles, {} stages, {} CTAs, {} launch(es); call {:.2} us, list {:.2} us",
         info.splits,
         info.tiles_per_split,
+        info.stages,
         info.ctas,
         info.launches,
         last_call_us(&info),
@@ -332,17 +341,20 @@ fn main() -> Result<(), BenchError> {
         Some(Some("cluster")) => Merge::Cluster,
         Some(other) => return Err(BenchError::Check(format!("--merge {other:?}: auto, launch or cluster"))),
     };
-    let splits = match args.iter().position(|a| a == "--splits").map(|i| args.get(i + 1).map(|v| v.parse::<u32>())) {
-        None => 0,
-        Some(Some(Ok(n))) => n,
-        Some(other) => return Err(BenchError::Check(format!("--splits {other:?}: a count of KV splits"))),
+    let count = |flag: &str, what: &str| match args.iter().position(|a| a == flag).map(|i| args.get(i + 1)) {
+        None => Ok(0),
+        Some(Some(v)) if v.parse::<u32>().is_ok() => Ok(v.parse::<u32>().expect("checked")),
+        Some(other) => Err(BenchError::Check(format!("{flag} {other:?}: {what}"))),
     };
+    let splits = count("--splits", "a count of KV splits")?;
+    let stages = count("--stages", "pipeline stages, 2 or 4")?;
     let o = Opts {
         quick: args.iter().any(|a| a == "--quick"),
         check: args.iter().any(|a| a == "--check"),
         iters: iters.unwrap_or(20),
         merge,
         splits,
+        stages,
     };
     run(&o)
 }

@@ -5,7 +5,9 @@
 //! the tolerances are argued in examples/suite/attention_ref.rs. Each test prints its seed
 //! (`OMEGA_ATTN_SEED` replays it). Tests take turns on the process's one lock.
 
-use omega::kernels::attention::{CLUSTER_MAX_SPLITS, STATUS_BAD_PAGE, STATUS_LONG, STATUS_NEGATIVE};
+use omega::kernels::attention::{
+    CLUSTER_MAX_SPLITS, DECODE_DEEP_STAGES, DECODE_STAGES, STATUS_BAD_PAGE, STATUS_LONG, STATUS_NEGATIVE,
+};
 use omega::libs::attention::{
     decode_plan, AppendShape, Attention, AttentionError, DecodeShape, GqaShape, KvLayout, LayoutError, Merge,
     ShapeError,
@@ -43,12 +45,15 @@ fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u
     let (q_heads, kv_heads, head_dim) = heads;
     let case = PagedCase::new(seed, page, kv_heads, head_dim, q_heads, lens, 3);
     let (want, vmax) = case.reference(1.0 / (head_dim as f32).sqrt());
-    // Both merges (the cluster's where the split fits one), and the planner's choice.
-    for merge in [Merge::Launch, Merge::Cluster, Merge::Auto] {
+    // Both merges (the cluster's where the split fits one) at both pipeline depths, and the planner's choice.
+    let (two, deep) = (DECODE_STAGES, DECODE_DEEP_STAGES);
+    let runs =
+        [(Merge::Launch, two), (Merge::Cluster, two), (Merge::Launch, deep), (Merge::Cluster, deep), (Merge::Auto, 0)];
+    for (merge, stages) in runs {
         if merge == Merge::Cluster && splits > CLUSTER_MAX_SPLITS {
             continue;
         }
-        let shape = DecodeShape { splits, merge, ..DecodeShape::new(case.batch(), q_heads, case.max_pages) };
+        let shape = DecodeShape { splits, merge, stages, ..DecodeShape::new(case.batch(), q_heads, case.max_pages) };
         let (got, info, sms) = on_sim(|s, gpu| {
             let att = Attention::new(s).unwrap();
             let (got, info) = decode::<Q, O>(s, gpu, &att, &case, shape).1.unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -60,16 +65,17 @@ fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u
             Merge::Auto => {
                 let tokens = u64::from(case.max_pages) * u64::from(page);
                 let pairs = u64::from(case.batch()) * u64::from(kv_heads);
-                decode_plan(pairs, tokens, sms, splits, merge).unwrap().cluster
+                decode_plan(pairs, tokens, sms, (splits, 0), merge).unwrap().cluster
             }
             m => m == Merge::Cluster,
         };
         assert_eq!(info.launches, if cluster { 1 } else { 2 }, "{what}, {merge:?}: {info:?}");
         assert!(info.splits >= 1 && (splits == 0 || info.splits <= splits), "{what}: {info:?}");
         assert!(!cluster || info.splits <= CLUSTER_MAX_SPLITS, "{what}: {info:?}");
+        assert!(stages == 0 || info.stages == stages, "{what}: {info:?}");
         println!(
-            "{what}, {merge:?}: max error {worst:.2e} (tolerance {tol:.2e}), {} splits of {} tiles",
-            info.splits, info.tiles_per_split
+            "{what}, {merge:?}: max error {worst:.2e} (tolerance {tol:.2e}), {} splits of {} tiles, {} stages",
+            info.splits, info.tiles_per_split, info.stages
         );
     }
 }

@@ -24,6 +24,7 @@
 #   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
 #   attn_s<N>[_<merge>]    `attn_bench --check --splits N [--merge auto|launch|cluster]`: every decode
 #                          at N KV splits (merged as the planner's rule says, or as named)
+#   attn_st<N>             `attn_bench --check --stages N`: every decode at N pipeline stages (2 or 4)
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
 #   mmhost, mmhost_<T>_<P>[_<S>]  `matmul_bench --host`: the host-pointer entry and its copies alone,
@@ -80,6 +81,7 @@ command_of() {
         ewpeer) echo "python3 benches/torch/ew_peer.py" ;;
         attn) echo "$BIN/attn_bench --check" ;;
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
+        attn_st*) echo "$BIN/attn_bench --check --stages ${1#attn_st}" ;;
         attn_s*_*)
             IFS=_ read -r _ n m <<<"$1"
             echo "$BIN/attn_bench --check --splits ${n#s} --merge $m" ;;

@@ -6,7 +6,7 @@
 //! references of examples/suite/attention_ref.rs (which argues the tolerances), and reports the
 //! device time of the long ones.
 
-use omega::kernels::attention::{CLUSTER_MAX_SPLITS, STATUS_BAD_PAGE, STATUS_LONG};
+use omega::kernels::attention::{CLUSTER_MAX_SPLITS, DECODE_DEEP_STAGES, DECODE_STAGES, STATUS_BAD_PAGE, STATUS_LONG};
 use omega::libs::attention::{AppendShape, Attention, AttentionError, DecodeShape, GqaShape, Merge};
 
 use super::attention_ref::{
@@ -32,25 +32,27 @@ fn seed() -> u64 {
     super::common::fresh_seed()
 }
 
-/// One decode case checked under both merges (the cluster's where a forced split fits one cluster), each
-/// on outputs poisoned afresh; their device times and what they read.
+/// One decode case checked under both merges (the cluster's where a forced split fits one cluster) at both
+/// pipeline depths, each on outputs poisoned afresh; their device times and what they read.
 fn checked<Q: Query, O: Out>(case: &PagedCase, splits: u32, what: &str) -> Result<String, String> {
     let d = case.layout.head_dim;
     let (want, vmax) = case.reference(1.0 / (d as f32).sqrt());
     let mut out = Vec::new();
-    for merge in [Merge::Launch, Merge::Cluster] {
+    let runs = [Merge::Launch, Merge::Cluster].into_iter().flat_map(|m| [(m, DECODE_STAGES), (m, DECODE_DEEP_STAGES)]);
+    for (merge, stages) in runs {
         if merge == Merge::Cluster && splits > CLUSTER_MAX_SPLITS {
             continue;
         }
-        let shape = DecodeShape { splits, merge, ..DecodeShape::new(case.batch(), case.q_heads, case.max_pages) };
+        let shape =
+            DecodeShape { splits, merge, stages, ..DecodeShape::new(case.batch(), case.q_heads, case.max_pages) };
         let (got, info) = with_scope(|s, gpu| {
             let att = Attention::new(s).map_err(err)?;
             decode::<Q, O>(s, gpu, &att, case, shape).1.map_err(err)
         })?;
-        let worst = compare(&format!("{what}, {merge:?}"), &got, &want, paged_tolerance(vmax))?;
+        let worst = compare(&format!("{what}, {merge:?}, {stages} stages"), &got, &want, paged_tolerance(vmax))?;
         let gbps = case.kv_bytes() as f64 / info.device_ns.max(1) as f64;
         out.push(format!(
-            "{merge:?} {:.1} us, {gbps:.0} GB/s, {} splits, {} launches, err {worst:.1e}",
+            "{merge:?}/{stages} {:.1} us, {gbps:.0} GB/s, {} splits, {} launches, err {worst:.1e}",
             info.device_ns as f64 / 1e3,
             info.splits,
             info.launches

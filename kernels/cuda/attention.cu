@@ -9,6 +9,8 @@
 //   omega_paged_decode_cluster_bf16_d{32,64,128}
 //                                    the decode and the merge in one launch: a (sequence, KV head)'s splits
 //                                    one cluster, merging through distributed shared memory (paged_decode.cuh)
+//   omega_paged_decode_deep_bf16_d{32,64,128}, omega_paged_decode_cluster_deep_bf16_d{32,64,128}
+//                                    the same with four pipeline stages a warp instead of two (paged_decode.cuh)
 //   omega_attn_copy16                the benchmark's copy, its bandwidth denominator (copy.cuh)
 //   omega_kv_append_bf16             one step's K/V rows written into the paged pool on the GPU (kv_append.cuh)
 //   omega_qkv_rope_append_bf16       a fused QKV row: QK-norm + RoPE on q and k, q stored, k and v appended

@@ -8,7 +8,9 @@
 // are zero): S = Q . K^T takes head_dim / 16 MMAs per 8 tokens, with Q's fragments held in registers (bf16,
 // nearest even) for the whole CTA; P (bf16) . V takes the S accumulators as its A fragments directly, as
 // FlashAttention-2 does. Each warp streams its tiles into shared memory with 16-byte cp.async (a tile's K
-// and V rows are contiguous in the page, so a page is read whole), two stages deep; rows past the sequence's
+// and V rows are contiguous in the page, so a page is read whole), STAGES deep (2, or DECODE_DEEP_STAGES in
+// the `_deep` entries, whose 139 KB at head_dim 128 leave one CTA an SM; taken only when asked for: on the
+// H100 three tiles in flight a warp ran no faster than one, src/libs/attention/plan.rs); rows past the sequence's
 // length are zero-filled, never read, so stale pool bytes cannot reach the sums. K fragments are read as
 // 32-bit words of a row padded by 16 bytes (no bank conflicts); V's, transposed, with ldmatrix.x4.trans.
 //
@@ -27,6 +29,7 @@
 #define DECODE_WARPS 4
 #define DECODE_TILE 16
 #define DECODE_STAGES 2
+#define DECODE_DEEP_STAGES 4
 #define ATTN_Q_BF16 1u    // flags: q is bf16 (else f32)
 #define ATTN_OUT_BF16 1u  // combine flags: out is bf16 (else f32)
 #define COMBINE_THREADS 256
@@ -34,13 +37,14 @@
 
 namespace omega_attn {
 
-// Dynamic shared memory of the decode kernel for head_dim D: the pipeline's stages (K and V tiles of 16
-// rows of D + 8 elements per warp and stage) or the merge's per-warp accumulators, whichever is larger.
-template <int D>
+// Dynamic shared memory of the decode kernel for head_dim D and STAGES pipeline stages: the stages (K and V
+// tiles of 16 rows of D + 8 elements per warp and stage) or the merge's per-warp accumulators, whichever is
+// larger.
+template <int D, int STAGES = DECODE_STAGES>
 struct DecodeSmem {
   static constexpr int ROW = D + 8;
   static constexpr int STAGE_ELEMS = 2 * DECODE_TILE * ROW;  // K then V
-  static constexpr int PIPE_BYTES = DECODE_WARPS * DECODE_STAGES * STAGE_ELEMS * 2;
+  static constexpr int PIPE_BYTES = DECODE_WARPS * STAGES * STAGE_ELEMS * 2;
   static constexpr int MERGE_BYTES = DECODE_WARPS * 16 * (D + 2) * 4;
   static constexpr int BYTES = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
 };
@@ -154,11 +158,13 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t ran
 // CTA's shared memory until its neighbours have read it. One launch where the split form takes two (the
 // decode and omega_attn_combine): in the Qwen3 step at 1K tokens 9.3 us a layer against 10.1 at batch 1,
 // 30.3 against 31.5 at batch 32 (docs/perf/2026-12-04-s12-qwen3-step.md).
-template <int D, bool CLUSTER>
+template <int D, bool CLUSTER, int STAGES>
 __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags) {
   constexpr int KS = D / 16;  // k16 steps of S = Q K^T
   constexpr int DN = D / 8;   // n8 tiles of the output
   constexpr int ROW = DecodeSmem<D>::ROW;
+  constexpr int STAGE_ELEMS = DecodeSmem<D>::STAGE_ELEMS;
+  static_assert(STAGES >= 2, "a stage computes while the next ones land");
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint16_t* smem = reinterpret_cast<uint16_t*>(smem_raw);
   const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -199,18 +205,26 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
   for (int i = 0; i < DN; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  uint16_t* stages = smem + warp * DECODE_STAGES * DecodeSmem<D>::STAGE_ELEMS;
-  uint32_t tile = first + warp;
-  TileSrc cur = tile < last ? tile_src<D>(a, b, kvh, tile, len) : TileSrc{a.pool, 0};
-  if (tile < last) load_tile<D>(a, cur, stages);
-  cp_async_commit();
-  for (uint32_t it = 0; tile < last; ++it, tile += DECODE_WARPS) {
-    uint16_t* st = stages + (it & 1) * DecodeSmem<D>::STAGE_ELEMS;
-    const uint32_t next = tile + DECODE_WARPS;
-    TileSrc nsrc = next < last ? tile_src<D>(a, b, kvh, next, len) : TileSrc{a.pool, 0};
-    if (next < last) load_tile<D>(a, nsrc, stages + ((it + 1) & 1) * DecodeSmem<D>::STAGE_ELEMS);
+  // The warp's tiles are first + warp, + DECODE_WARPS, ...; STAGES - 1 of them in flight ahead of the one
+  // computed. `rows[k]` is the valid rows of the k-th oldest tile in flight (rows[0]: the one computed next).
+  uint16_t* stages = smem + warp * STAGES * STAGE_ELEMS;
+  int rows[STAGES - 1];
+#pragma unroll
+  for (int k = 0; k < STAGES - 1; ++k) {
+    const uint32_t t = first + warp + k * DECODE_WARPS;
+    const TileSrc src = t < last ? tile_src<D>(a, b, kvh, t, len) : TileSrc{a.pool, 0};
+    if (t < last) load_tile<D>(a, src, stages + k * STAGE_ELEMS);
     cp_async_commit();
-    cp_async_wait<1>();
+    rows[k] = src.rows;
+  }
+  for (uint32_t it = 0, tile = first + warp; tile < last; ++it, tile += DECODE_WARPS) {
+    uint16_t* st = stages + (it % STAGES) * STAGE_ELEMS;
+    const uint32_t next = tile + (STAGES - 1) * DECODE_WARPS;
+    const TileSrc nsrc = next < last ? tile_src<D>(a, b, kvh, next, len) : TileSrc{a.pool, 0};
+    // Its stage was computed an iteration ago, and the __syncwarp closing that iteration ordered the reads.
+    if (next < last) load_tile<D>(a, nsrc, stages + ((it + STAGES - 1) % STAGES) * STAGE_ELEMS);
+    cp_async_commit();
+    cp_async_wait<STAGES - 1>();
     __syncwarp();
 
     // S = Q K^T for tokens 8 nt + 2 t4 (+1) of the tile, rows g and g + 8.
@@ -226,7 +240,7 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
         mma_bf16(s[nt], qa[ks], b0, b1);
       }
     }
-    const int valid = cur.rows;
+    const int valid = rows[0];
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -273,7 +287,9 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
       mma_bf16(o[dn + 1], pa, vb[2], vb[3]);
     }
     __syncwarp();
-    cur = nsrc;
+#pragma unroll
+    for (int k = 0; k + 1 < STAGES - 1; ++k) rows[k] = rows[k + 1];
+    rows[STAGES - 2] = nsrc.rows;
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -363,8 +379,8 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
 
 }  // namespace omega_attn
 
-#define OMEGA_PAGED_DECODE(D)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) omega_paged_decode_bf16_d##D(                    \
+#define OMEGA_PAGED_DECODE(NAME, D, STAGES)                                                                     \
+  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) NAME(                                            \
       const void* q, const uint16_t* pool, const int* table, const int* lens, float* part_o, float* part_lse,   \
       unsigned* status, uint64_t head_stride, uint64_t v_offset, uint64_t page_stride, uint32_t page_tokens,    \
       uint32_t pages, uint32_t max_pages, uint32_t q_heads, uint32_t group, uint32_t splits,                    \
@@ -372,16 +388,19 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
     omega_attn::DecodeArgs a{q,           pool,     table,      lens,  part_o,    part_lse,        status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, \
                              splits,      tiles_per_split, scale_log2, flags};                                 \
-    omega_attn::paged_decode<D, false>(a, nullptr, 0);                                                         \
+    omega_attn::paged_decode<D, false, STAGES>(a, nullptr, 0);                                                 \
   }
-OMEGA_PAGED_DECODE(32)
-OMEGA_PAGED_DECODE(64)
-OMEGA_PAGED_DECODE(128)
+OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d32, 32, DECODE_STAGES)
+OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d64, 64, DECODE_STAGES)
+OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d128, 128, DECODE_STAGES)
+OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
 
 // The cluster form (omega_attn::paged_decode's CLUSTER): the decode's arguments but the partials' buffers,
 // then the combine's output and flags; clusters of gridDim.x <= 8 CTAs set by the launch.
-#define OMEGA_PAGED_DECODE_CLUSTER(D)                                                                          \
-  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) omega_paged_decode_cluster_bf16_d##D(           \
+#define OMEGA_PAGED_DECODE_CLUSTER(NAME, D, STAGES)                                                            \
+  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) NAME(                                            \
       const void* q, const uint16_t* pool, const int* table, const int* lens, unsigned* status,                 \
       uint64_t head_stride, uint64_t v_offset, uint64_t page_stride, uint32_t page_tokens, uint32_t pages,      \
       uint32_t max_pages, uint32_t q_heads, uint32_t group, uint32_t splits, uint32_t tiles_per_split,          \
@@ -389,11 +408,14 @@ OMEGA_PAGED_DECODE(128)
     omega_attn::DecodeArgs a{q,           pool,     table,       lens,        nullptr, nullptr,   status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages,   max_pages, q_heads,    \
                              group,       splits,   tiles_per_split, scale_log2, flags};                      \
-    omega_attn::paged_decode<D, true>(a, out, out_flags);                                                       \
+    omega_attn::paged_decode<D, true, STAGES>(a, out, out_flags);                                               \
   }
-OMEGA_PAGED_DECODE_CLUSTER(32)
-OMEGA_PAGED_DECODE_CLUSTER(64)
-OMEGA_PAGED_DECODE_CLUSTER(128)
+OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d32, 32, DECODE_STAGES)
+OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d64, 64, DECODE_STAGES)
+OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d128, 128, DECODE_STAGES)
+OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
 
 // The combine: grid [q_heads, batch], 256 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
 // head_dim must be a multiple of 4, at most 4 * COMBINE_THREADS (the decode kernels' 32, 64 and 128 are).

@@ -38,6 +38,21 @@ pub const PAGED_DECODE_CLUSTER: [&str; 3] = [
     "omega_paged_decode_cluster_bf16_d64",
     "omega_paged_decode_cluster_bf16_d128",
 ];
+/// [`PAGED_DECODE`] with [`DECODE_DEEP_STAGES`] pipeline stages a warp instead of 2 (more shared memory: one
+/// CTA an SM at head_dim 128, [`decode_smem_bytes`]).
+pub const PAGED_DECODE_DEEP: [&str; 3] =
+    ["omega_paged_decode_deep_bf16_d32", "omega_paged_decode_deep_bf16_d64", "omega_paged_decode_deep_bf16_d128"];
+/// [`PAGED_DECODE_CLUSTER`] with [`DECODE_DEEP_STAGES`] pipeline stages.
+pub const PAGED_DECODE_CLUSTER_DEEP: [&str; 3] = [
+    "omega_paged_decode_cluster_deep_bf16_d32",
+    "omega_paged_decode_cluster_deep_bf16_d64",
+    "omega_paged_decode_cluster_deep_bf16_d128",
+];
+/// Pipeline stages a warp of the decode kernels (`DECODE_STAGES`), and of their `_deep` forms
+/// (`DECODE_DEEP_STAGES`).
+pub const DECODE_STAGES: u32 = 2;
+/// See [`DECODE_STAGES`].
+pub const DECODE_DEEP_STAGES: u32 = 4;
 /// The most splits (CTAs of a cluster) the cluster form merges: Hopper's portable cluster size.
 pub const CLUSTER_MAX_SPLITS: u32 = 8;
 /// The head dims the decode entries are compiled for, in [`PAGED_DECODE`] order.
@@ -95,10 +110,11 @@ pub const STATUS_LONG: u32 = 2;
 /// Status bit: a negative length (taken as 0; its append not written).
 pub const STATUS_NEGATIVE: u32 = 4;
 
-/// The decode kernel's dynamic shared memory for `head_dim` (`DecodeSmem<D>::BYTES`): two stages of a
-/// 16-row K and V tile (rows padded by 8 elements) per warp, or the merge's accumulators if larger.
-pub const fn decode_smem_bytes(head_dim: u32) -> u32 {
-    let pipe = DECODE_WARPS * 2 * 2 * DECODE_TILE * (head_dim + 8) * 2;
+/// The decode kernel's dynamic shared memory for `head_dim` and `stages` (`DecodeSmem<D, STAGES>::BYTES`):
+/// the stages of a 16-row K and V tile (rows padded by 8 elements) per warp, or the merge's accumulators if
+/// larger.
+pub const fn decode_smem_bytes(head_dim: u32, stages: u32) -> u32 {
+    let pipe = DECODE_WARPS * stages * 2 * DECODE_TILE * (head_dim + 8) * 2;
     let merge = DECODE_WARPS * 16 * (head_dim + 2) * 4;
     if pipe > merge {
         pipe
@@ -116,12 +132,18 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gqa_f32,
     },
-    decode_spec(0),
-    decode_spec(1),
-    decode_spec(2),
-    decode_cluster_spec(0),
-    decode_cluster_spec(1),
-    decode_cluster_spec(2),
+    decode_spec(0, false),
+    decode_spec(1, false),
+    decode_spec(2, false),
+    decode_cluster_spec(0, false),
+    decode_cluster_spec(1, false),
+    decode_cluster_spec(2, false),
+    decode_spec(0, true),
+    decode_spec(1, true),
+    decode_spec(2, true),
+    decode_cluster_spec(0, true),
+    decode_cluster_spec(1, true),
+    decode_cluster_spec(2, true),
     HostSpec {
         name: COMBINE,
         param_sizes: &[8, 8, 8, 4, 4, 4, 4],
@@ -147,23 +169,58 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
     },
 ];
 
-const fn decode_spec(i: usize) -> HostSpec {
-    HostSpec {
-        name: PAGED_DECODE[i],
-        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4],
-        static_shared_bytes: 0,
-        local_bytes_per_thread: 0,
-        run: [paged_decode::<32>, paged_decode::<64>, paged_decode::<128>][i],
+/// A host reference's entry.
+type Run = fn(&mut KernelCtx<'_>) -> Result<(), KernelError>;
+
+/// The decode entry for head dim `D` with `S` stages, the cluster form when `cluster`.
+const fn decode_name<const D: u32, const S: u32>(cluster: bool) -> &'static str {
+    let i = match D {
+        32 => 0,
+        64 => 1,
+        _ => 2,
+    };
+    match (cluster, S == DECODE_DEEP_STAGES) {
+        (false, false) => PAGED_DECODE[i],
+        (false, true) => PAGED_DECODE_DEEP[i],
+        (true, false) => PAGED_DECODE_CLUSTER[i],
+        (true, true) => PAGED_DECODE_CLUSTER_DEEP[i],
     }
 }
 
-const fn decode_cluster_spec(i: usize) -> HostSpec {
+const fn decode_spec(i: usize, deep: bool) -> HostSpec {
+    const TWO: [Run; 3] =
+        [paged_decode::<32, DECODE_STAGES>, paged_decode::<64, DECODE_STAGES>, paged_decode::<128, DECODE_STAGES>];
+    const DEEP: [Run; 3] = [
+        paged_decode::<32, DECODE_DEEP_STAGES>,
+        paged_decode::<64, DECODE_DEEP_STAGES>,
+        paged_decode::<128, DECODE_DEEP_STAGES>,
+    ];
     HostSpec {
-        name: PAGED_DECODE_CLUSTER[i],
+        name: if deep { PAGED_DECODE_DEEP[i] } else { PAGED_DECODE[i] },
+        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: if deep { DEEP[i] } else { TWO[i] },
+    }
+}
+
+const fn decode_cluster_spec(i: usize, deep: bool) -> HostSpec {
+    const TWO: [Run; 3] = [
+        paged_decode_cluster::<32, DECODE_STAGES>,
+        paged_decode_cluster::<64, DECODE_STAGES>,
+        paged_decode_cluster::<128, DECODE_STAGES>,
+    ];
+    const DEEP: [Run; 3] = [
+        paged_decode_cluster::<32, DECODE_DEEP_STAGES>,
+        paged_decode_cluster::<64, DECODE_DEEP_STAGES>,
+        paged_decode_cluster::<128, DECODE_DEEP_STAGES>,
+    ];
+    HostSpec {
+        name: if deep { PAGED_DECODE_CLUSTER_DEEP[i] } else { PAGED_DECODE_CLUSTER[i] },
         param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 4],
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
-        run: [paged_decode_cluster::<32>, paged_decode_cluster::<64>, paged_decode_cluster::<128>][i],
+        run: if deep { DEEP[i] } else { TWO[i] },
     }
 }
 
@@ -306,10 +363,11 @@ fn clamped_len(
 }
 
 /// The decode kernels' checks of their launch and arguments, for entry `name`.
-fn check_decode(ctx: &KernelCtx<'_>, name: &str, a: &Decode, head_dim: u32) -> Result<(), KernelError> {
+fn check_decode(ctx: &KernelCtx<'_>, name: &str, a: &Decode, head_dim: u32, stages: u32) -> Result<(), KernelError> {
     check_block(ctx, name, DECODE_THREADS)?;
-    if ctx.dynamic_shared_bytes < decode_smem_bytes(head_dim) {
-        return Err(fault(format!("{name}: needs {} bytes of dynamic shared memory", decode_smem_bytes(head_dim))));
+    let smem = decode_smem_bytes(head_dim, stages);
+    if ctx.dynamic_shared_bytes < smem {
+        return Err(fault(format!("{name}: needs {smem} bytes of dynamic shared memory")));
     }
     if a.page_tokens == 0 || !a.page_tokens.is_multiple_of(DECODE_TILE) || a.group == 0 || a.group > DECODE_MAX_GROUP {
         return Err(fault(format!("{name}: page of {} tokens, group of {}", a.page_tokens, a.group)));
@@ -382,10 +440,10 @@ fn split_partials<const D: u32>(
         .collect()
 }
 
-fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = PAGED_DECODE[DECODE_HEAD_DIMS.iter().position(|&d| d == D).expect("compiled head dims")];
+fn paged_decode<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = decode_name::<D, S>(false);
     let a = Decode::of(ctx);
-    check_decode(ctx, name, &a, D)?;
+    check_decode(ctx, name, &a, D, S)?;
     let shape = ctx.shape();
     for blk in ctx.take_blocks() {
         let [split, kvh, b] = shape.block_id(blk);
@@ -403,8 +461,8 @@ fn paged_decode<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError
 /// (sequence, KV head), each split its share of the sequence's own tiles, and merges them as the combine
 /// does ([`merge_splits`]); the other ranks' work is in it. The grid must be whole clusters of `splits` CTAs along x, as the kernel's merge reads ranks
 /// 0 .. gridDim.x.
-fn paged_decode_cluster<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = PAGED_DECODE_CLUSTER[DECODE_HEAD_DIMS.iter().position(|&d| d == D).expect("compiled head dims")];
+fn paged_decode_cluster<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = decode_name::<D, S>(true);
     let a = Decode {
         q: ctx.u64_at(0),
         pool: ctx.u64_at(2),
@@ -427,7 +485,7 @@ fn paged_decode_cluster<const D: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), Ker
         flags: ctx.word(24),
     };
     let (out, out_flags) = (ctx.u64_at(26), ctx.word(28));
-    check_decode(ctx, name, &a, D)?;
+    check_decode(ctx, name, &a, D, S)?;
     let shape = ctx.shape();
     if shape.grid[0] != a.splits || ctx.cluster != [a.splits, 1, 1] || a.splits > CLUSTER_MAX_SPLITS {
         return Err(fault(format!(

@@ -114,6 +114,16 @@ pub enum ShapeError {
         /// The most the combine merges.
         max: u32,
     },
+    /// A forced pipeline depth the decode kernels are not compiled for.
+    #[error("{stages} pipeline stages: the decode kernels have {two} or {deep}")]
+    Stages {
+        /// The stages asked for.
+        stages: u32,
+        /// The kernels' depths.
+        two: u32,
+        /// See `two`.
+        deep: u32,
+    },
     /// A buffer shorter than its operand.
     #[error("{operand} holds {len} elements, the call needs {needs}")]
     Short {

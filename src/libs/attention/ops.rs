@@ -7,7 +7,7 @@ use crate::cmdlist::CmdListBuilder;
 use crate::kernels::attention::{
     self as k, decode_smem_bytes, APPEND_ADVANCE, APPEND_F32, APPEND_THREADS, COMBINE, COMBINE_THREADS,
     DECODE_HEAD_DIMS, DECODE_MAX_GROUP, DECODE_THREADS, FLAG_OUT_BF16, FLAG_Q_BF16, GQA_F32, GQA_THREADS, KV_APPEND,
-    PAGED_DECODE, PAGED_DECODE_CLUSTER, QKV_APPEND, QKV_APPEND_THREADS,
+    PAGED_DECODE, PAGED_DECODE_CLUSTER, PAGED_DECODE_CLUSTER_DEEP, PAGED_DECODE_DEEP, QKV_APPEND, QKV_APPEND_THREADS,
 };
 use crate::libs::matmul::{Input, Output};
 use crate::{Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Module, Scope, Stage};
@@ -75,6 +75,8 @@ pub struct Info {
     pub splits: u32,
     /// 16-token tiles per split.
     pub tiles_per_split: u32,
+    /// The decode kernel's pipeline stages a warp (0 otherwise).
+    pub stages: u32,
     /// Launches.
     pub launches: u32,
     /// CTAs of the largest launch.
@@ -205,7 +207,9 @@ struct Plan {
 }
 
 /// The kernels the handle loads, in this order.
-const KERNELS: [&str; 10] = [
+/// The kernels by index: the decode forms at 1 (split), 7 (cluster), 10 (split, deep) and 13 (cluster,
+/// deep), each by head dim.
+const KERNELS: [&str; 16] = [
     GQA_F32,
     PAGED_DECODE[0],
     PAGED_DECODE[1],
@@ -216,6 +220,12 @@ const KERNELS: [&str; 10] = [
     PAGED_DECODE_CLUSTER[0],
     PAGED_DECODE_CLUSTER[1],
     PAGED_DECODE_CLUSTER[2],
+    PAGED_DECODE_DEEP[0],
+    PAGED_DECODE_DEEP[1],
+    PAGED_DECODE_DEEP[2],
+    PAGED_DECODE_CLUSTER_DEEP[0],
+    PAGED_DECODE_CLUSTER_DEEP[1],
+    PAGED_DECODE_CLUSTER_DEEP[2],
 ];
 
 /// Checks that `len` elements hold an operand of `needs` elements of `bytes` each.
@@ -630,8 +640,9 @@ impl<'s> Attention<'s> {
             holds(Operand::Lens, lens.elements(), u64::from(s.batch), 4)?;
             aligned(Operand::Pool, pool.device_va(), 16)?;
             let pairs = u64::from(s.batch) * u64::from(layout.kv_heads);
-            let DecodePlan { split: Split { splits, tiles_per_split }, cluster } =
-                plan::decode_plan(pairs, cap, self.sms, s.splits, s.merge)?;
+            let DecodePlan { split: Split { splits, tiles_per_split }, cluster, stages } =
+                plan::decode_plan(pairs, cap, self.sms, (s.splits, s.stages), s.merge)?;
+            let deep = stages == k::DECODE_DEEP_STAGES;
             let di = DECODE_HEAD_DIMS.iter().position(|&x| x == d).expect("the layout's check");
             let scale_log2 = scale_of(s.scale, d) * core::f32::consts::LOG2_E;
             let out_flags = Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 });
@@ -640,12 +651,13 @@ impl<'s> Attention<'s> {
             let flags = [Arg::Word(scale_log2.to_bits()), Arg::Word(if Q::BF16 { FLAG_Q_BF16 } else { 0 })];
             let pool_args = pool_args(layout, s.max_pages);
             let grid = [splits, layout.kv_heads, s.batch];
-            let (smem, work) = (decode_smem_bytes(d), rows * cap * u64::from(d) * 2);
+            let (smem, work) = (decode_smem_bytes(d, stages), rows * cap * u64::from(d) * 2);
             info.splits = splits;
             info.tiles_per_split = tiles_per_split;
+            info.stages = stages;
             if cluster {
                 let decode = Step {
-                    kernel: 7 + di,
+                    kernel: if deep { 13 } else { 7 } + di,
                     grid,
                     cluster: [splits, 1, 1],
                     block: DECODE_THREADS,
@@ -663,7 +675,7 @@ impl<'s> Attention<'s> {
                 return Ok(Plan { steps: vec![decode], partials: 0, head_dim: d, work });
             }
             let decode = Step {
-                kernel: 1 + di,
+                kernel: if deep { 10 } else { 1 } + di,
                 grid,
                 cluster: [1, 1, 1],
                 block: DECODE_THREADS,

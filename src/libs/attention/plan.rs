@@ -1,6 +1,9 @@
 //! Shapes, the KV layout, and the split planner of the decode kernels.
 
-use crate::kernels::attention::{CLUSTER_MAX_SPLITS, COMBINE_MAX_SPLITS, DECODE_HEAD_DIMS, DECODE_TILE, DECODE_WARPS};
+use crate::kernels::attention::{
+    CLUSTER_MAX_SPLITS, COMBINE_MAX_SPLITS, DECODE_DEEP_STAGES, DECODE_HEAD_DIMS, DECODE_STAGES, DECODE_TILE,
+    DECODE_WARPS,
+};
 
 use super::error::{LayoutError, ShapeError};
 
@@ -91,13 +94,16 @@ pub struct DecodeShape {
     pub scale: Option<f32>,
     /// How the splits' partials become the output.
     pub merge: Merge,
+    /// The decode kernel's pipeline stages a warp: 0 lets the planner choose ([`decode_plan`]: 2), otherwise
+    /// [`DECODE_STAGES`] or [`DECODE_DEEP_STAGES`].
+    pub stages: u32,
 }
 
 impl DecodeShape {
     /// `batch` sequences of `q_heads` query heads, `max_pages` table slots each, planner's split and merge,
     /// the default scale.
     pub const fn new(batch: u32, q_heads: u32, max_pages: u32) -> DecodeShape {
-        DecodeShape { batch, q_heads, max_pages, splits: 0, scale: None, merge: Merge::Auto }
+        DecodeShape { batch, q_heads, max_pages, splits: 0, scale: None, merge: Merge::Auto, stages: 0 }
     }
 }
 
@@ -266,6 +272,8 @@ pub struct DecodePlan {
     pub split: Split,
     /// The splits merge in their cluster.
     pub cluster: bool,
+    /// Pipeline stages a warp: [`DECODE_STAGES`] or [`DECODE_DEEP_STAGES`].
+    pub stages: u32,
 }
 
 /// The most splits [`Merge::Auto`] merges in their cluster for that reason alone (the same work without
@@ -281,7 +289,23 @@ pub const CLUSTER_AUTO_MAX_SPLITS: u32 = 4;
 /// contexts, where the combine's launch and its dependent reads weigh more than the CTAs' longer slices);
 /// otherwise [`split`]'s choice and the combine. A forced split past the cluster's size takes the combine,
 /// and is refused with [`Merge::Cluster`].
-pub fn decode_plan(pairs: u64, max_tokens: u64, sms: u32, forced: u32, merge: Merge) -> Result<DecodePlan, ShapeError> {
+///
+/// `stages` 0 takes [`DECODE_STAGES`]; [`DECODE_STAGES`] and [`DECODE_DEEP_STAGES`] are taken as they are,
+/// others refused. Why not the deep pipeline where every CTA has an SM of its own (its 139 KB at head_dim
+/// 128 allow one an SM): timed on the H100 beside the two-stage kernel in one job (session 17,
+/// docs/perf/2026-12-07-s17-h100-decode.md), it lost at batch 1 to 16 (batch 4, 4K: 0.721 of the copy
+/// against 0.732; 32K: 0.848 against 0.901; batch 1, 16K: 0.668 against 0.700) and won by 0.01 at most
+/// at batch 64, so three tiles in flight a warp do not make a CTA's stream faster than one.
+pub fn decode_plan(
+    pairs: u64,
+    max_tokens: u64,
+    sms: u32,
+    (forced, stages): (u32, u32),
+    merge: Merge,
+) -> Result<DecodePlan, ShapeError> {
+    if ![0, DECODE_STAGES, DECODE_DEEP_STAGES].contains(&stages) {
+        return Err(ShapeError::Stages { stages, two: DECODE_STAGES, deep: DECODE_DEEP_STAGES });
+    }
     let apart = split(pairs, max_tokens, sms, forced);
     let together = split_at_most(pairs, max_tokens, sms, forced, CLUSTER_MAX_SPLITS);
     let cluster = match merge {
@@ -293,7 +317,9 @@ pub fn decode_plan(pairs: u64, max_tokens: u64, sms: u32, forced: u32, merge: Me
         Merge::Auto if forced > CLUSTER_MAX_SPLITS => false,
         Merge::Auto => apart.splits <= CLUSTER_AUTO_MAX_SPLITS || together.tiles_per_split <= CLUSTER_MAX_TILES,
     };
-    Ok(DecodePlan { split: if cluster { together } else { apart }, cluster })
+    let split = if cluster { together } else { apart };
+    let stages = if stages == 0 { DECODE_STAGES } else { stages };
+    Ok(DecodePlan { split, cluster, stages })
 }
 
 #[cfg(test)]
@@ -335,7 +361,7 @@ mod tests {
 
     #[test]
     fn short_contexts_merge_in_clusters_and_long_ones_by_the_combine() {
-        let plan = |pairs, tokens, forced, merge| decode_plan(pairs, tokens, 132, forced, merge).unwrap();
+        let plan = |pairs, tokens, forced, merge| decode_plan(pairs, tokens, 132, (forced, 0), merge).unwrap();
         // Qwen3's decode (4 KV heads a sequence) at capacities of 1K and 2K tokens, batch 1, 8 and 32:
         // clusters of at most 8, every tile covered.
         for (batch, tokens) in [(1u64, 1025u64), (8, 1025), (32, 1025), (1, 2045), (8, 2045), (32, 2045)] {
@@ -361,8 +387,24 @@ mod tests {
         assert!(!plan(4, 1025, 9, Merge::Auto).cluster);
         assert!(plan(4, 1025, 5, Merge::Auto).cluster);
         assert_eq!(
-            decode_plan(4, 1025, 132, 9, Merge::Cluster),
+            decode_plan(4, 1025, 132, (9, 0), Merge::Cluster),
             Err(ShapeError::Splits { splits: 9, max: CLUSTER_MAX_SPLITS })
+        );
+    }
+
+    #[test]
+    fn the_deep_pipeline_is_taken_only_when_asked_for() {
+        let stages =
+            |pairs, tokens, forced| decode_plan(pairs, tokens, 132, (0, forced), Merge::Auto).map(|p| p.stages);
+        // Batch 1, 4, 16 and 64 at 32/4/128.
+        for pairs in [4, 16, 64, 256] {
+            assert_eq!(stages(pairs, 32768, 0), Ok(DECODE_STAGES), "{pairs} pairs");
+        }
+        assert_eq!(stages(256, 32768, DECODE_DEEP_STAGES), Ok(DECODE_DEEP_STAGES));
+        assert_eq!(stages(4, 32768, DECODE_STAGES), Ok(DECODE_STAGES));
+        assert_eq!(
+            stages(4, 32768, 3),
+            Err(ShapeError::Stages { stages: 3, two: DECODE_STAGES, deep: DECODE_DEEP_STAGES })
         );
     }
 }
