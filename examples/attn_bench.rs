@@ -343,8 +343,9 @@ fn main() -> Result<(), BenchError> {
     };
     let count = |flag: &str, what: &str| match args.iter().position(|a| a == flag).map(|i| args.get(i + 1)) {
         None => Ok(0),
-        Some(Some(v)) if v.parse::<u32>().is_ok() => Ok(v.parse::<u32>().expect("checked")),
-        Some(other) => Err(BenchError::Check(format!("{flag} {other:?}: {what}"))),
+        Some(v) => {
+            v.and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| BenchError::Check(format!("{flag} {v:?}: {what}")))
+        }
     };
     let splits = count("--splits", "a count of KV splits")?;
     let stages = count("--stages", "pipeline stages, 2 or 4")?;
