@@ -22,7 +22,7 @@
 //! wall and device time and `_floor_us` / `_of_floor`, its bytes at the sync speeds measured in the same
 //! run plus its device time (the goal: at most 1.1), `omega.host_gqa_f32_s2048_*`.
 //!
-//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster] [--splits N] [--stages N]`:
+//! `attn_bench [--quick] [--check] [--iters N] [--merge auto|launch|cluster|ticket] [--splits N] [--stages N]`:
 //! `--stages` forces every decode's pipeline depth (`DecodeShape::stages`: 2 or 4); `--splits` forces
 //! every decode's KV split count (`DecodeShape::splits`; the planner caps it by each sequence's tiles), so
 //! a run per count shows the fixed cost a split adds; `--merge` sets every decode's
@@ -339,7 +339,8 @@ fn main() -> Result<(), BenchError> {
         None | Some(Some("auto")) => Merge::Auto,
         Some(Some("launch")) => Merge::Launch,
         Some(Some("cluster")) => Merge::Cluster,
-        Some(other) => return Err(BenchError::Check(format!("--merge {other:?}: auto, launch or cluster"))),
+        Some(Some("ticket")) => Merge::Ticket,
+        Some(other) => return Err(BenchError::Check(format!("--merge {other:?}: auto, launch, cluster or ticket"))),
     };
     let count = |flag: &str, what: &str| match args.iter().position(|a| a == flag).map(|i| args.get(i + 1)) {
         None => Ok(0),

@@ -4,7 +4,7 @@
 //!
 //! `qwen3_decode [--tiny] [--steps N] [--batch B] [--layers L] [--context C] [--check] [--dump FILE]
 //! [--checkpoint FILE] [--sealed-steps N] [--bench] [--profile] [--grouped-split S] [--prefetch HOW]
-//! [--router fused|separate] [--attn-merge auto|launch|cluster]`
+//! [--router fused|separate] [--attn-merge auto|launch|cluster|ticket]`
 //!
 //! - `--tiny`: the TINY configuration (the default on sim; on nvidia the full model is the default).
 //! - `--steps N` (default 16): greedy steps, printed with their tokens and the step time.
@@ -42,9 +42,9 @@
 //!   Measured slower on the H200 (docs/perf/2026-12-03-s8-qwen3-step.md); kept to re-measure.
 //! - `--router fused|separate` (default fused): each layer routes in one launch (the router product, the
 //!   top k and the route) or in the three it replaces (`Qwen3Model::set_fused_router`).
-//! - `--attn-merge auto|launch|cluster` (default auto, the planner's choice): each layer's attention
-//!   merges its KV splits in the decode's own launch (its splits a cluster) or in a second launch
-//!   (`Qwen3Model::set_attn_merge`).
+//! - `--attn-merge auto|launch|cluster|ticket` (default auto, the planner's choice): each layer's
+//!   attention merges its KV splits in the decode's own launch (its splits a cluster, or the last CTA of
+//!   each KV head by a ticket) or in a second launch (`Qwen3Model::set_attn_merge`).
 
 use std::io::Write;
 use std::time::Instant;
@@ -128,7 +128,8 @@ fn parse(platform: &str) -> Result<Opts, String> {
                     "auto" => Merge::Auto,
                     "launch" => Merge::Launch,
                     "cluster" => Merge::Cluster,
-                    other => return Err(format!("--attn-merge {other}: auto, launch or cluster")),
+                    "ticket" => Merge::Ticket,
+                    other => return Err(format!("--attn-merge {other}: auto, launch, cluster or ticket")),
                 }
             }
             other => return Err(format!("unknown argument {other} (see the example's header)")),

@@ -9,8 +9,8 @@ use omega::kernels::attention::{
     CLUSTER_MAX_SPLITS, DECODE_DEEP_STAGES, DECODE_STAGES, STATUS_BAD_PAGE, STATUS_LONG, STATUS_NEGATIVE,
 };
 use omega::libs::attention::{
-    decode_plan, AppendShape, Attention, AttentionError, DecodeShape, GqaShape, KvLayout, LayoutError, Merge,
-    ShapeError,
+    decode_plan, AppendShape, Attention, AttentionError, DecodeForm, DecodeShape, GqaShape, KvLayout, LayoutError,
+    Merge, ShapeError,
 };
 use omega::{Gpu, Scope, Scoped, Stage};
 
@@ -45,11 +45,10 @@ fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u
     let (q_heads, kv_heads, head_dim) = heads;
     let case = PagedCase::new(seed, page, kv_heads, head_dim, q_heads, lens, 3);
     let (want, vmax) = case.reference(1.0 / (head_dim as f32).sqrt());
-    // Both merges (the cluster's where the split fits one) at both pipeline depths, and the planner's choice.
-    let (two, deep) = (DECODE_STAGES, DECODE_DEEP_STAGES);
-    let runs =
-        [(Merge::Launch, two), (Merge::Cluster, two), (Merge::Launch, deep), (Merge::Cluster, deep), (Merge::Auto, 0)];
-    for (merge, stages) in runs {
+    // Every merge (the cluster's where the split fits one) at both pipeline depths, and the planner's choice.
+    let merges = [Merge::Launch, Merge::Cluster, Merge::Ticket];
+    let forced = merges.into_iter().flat_map(|m| [(m, DECODE_STAGES), (m, DECODE_DEEP_STAGES)]);
+    for (merge, stages) in forced.chain([(Merge::Auto, 0)]) {
         if merge == Merge::Cluster && splits > CLUSTER_MAX_SPLITS {
             continue;
         }
@@ -61,17 +60,19 @@ fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u
         });
         let tol = paged_tolerance(vmax);
         let worst = compare(what, &got, &want, tol).unwrap();
-        let cluster = match merge {
-            Merge::Auto => {
-                let tokens = u64::from(case.max_pages) * u64::from(page);
-                let pairs = u64::from(case.batch()) * u64::from(kv_heads);
-                decode_plan(pairs, tokens, sms, (splits, 0), merge).unwrap().cluster
-            }
-            m => m == Merge::Cluster,
+        let tokens = u64::from(case.max_pages) * u64::from(page);
+        let pairs = u64::from(case.batch()) * u64::from(kv_heads);
+        let form = decode_plan(pairs, tokens, sms, (splits, 0), merge).unwrap().form;
+        let expected = match merge {
+            Merge::Auto => form,
+            Merge::Launch => DecodeForm::Split,
+            Merge::Cluster => DecodeForm::Cluster,
+            Merge::Ticket => DecodeForm::Ticket,
         };
-        assert_eq!(info.launches, if cluster { 1 } else { 2 }, "{what}, {merge:?}: {info:?}");
+        assert_eq!(form, expected, "{what}, {merge:?}");
+        assert_eq!(info.launches, if form == DecodeForm::Split { 2 } else { 1 }, "{what}, {merge:?}: {info:?}");
         assert!(info.splits >= 1 && (splits == 0 || info.splits <= splits), "{what}: {info:?}");
-        assert!(!cluster || info.splits <= CLUSTER_MAX_SPLITS, "{what}: {info:?}");
+        assert!(form != DecodeForm::Cluster || info.splits <= CLUSTER_MAX_SPLITS, "{what}: {info:?}");
         assert!(stages == 0 || info.stages == stages, "{what}: {info:?}");
         println!(
             "{what}, {merge:?}: max error {worst:.2e} (tolerance {tol:.2e}), {} splits of {} tiles, {} stages",
@@ -202,6 +203,13 @@ fn append_then_decode_sees_the_new_tokens() {
 #[test]
 fn a_command_list_appends_and_decodes_steps_on_the_gpu() {
     let seed = seed("a_command_list_appends_and_decodes_steps_on_the_gpu");
+    // The ticket form's counters must be back at zero for each submission of the list.
+    for merge in [Merge::Auto, Merge::Launch, Merge::Ticket] {
+        list_steps(seed, merge);
+    }
+}
+
+fn list_steps(seed: u64, merge: Merge) {
     let lens = [3u32, 40];
     let steps = 3;
     let mut case = PagedCase::new(seed, 16, 4, 128, 32, &lens.map(|l| l + steps), 1);
@@ -226,7 +234,7 @@ fn a_command_list_appends_and_decodes_steps_on_the_gpu() {
             &tables,
             &dlens,
             &out,
-            DecodeShape::new(2, 32, case.max_pages),
+            DecodeShape { merge, ..DecodeShape::new(2, 32, case.max_pages) },
         )
         .unwrap();
         let mut gpu = gpu;
@@ -243,7 +251,36 @@ fn a_command_list_appends_and_decodes_steps_on_the_gpu() {
         case.append(&lens.map(|l| l + step), &k_new, &v_new);
     }
     let (want, vmax) = case.reference(1.0 / 128f32.sqrt());
-    compare("the list's last decode", &got, &want, paged_tolerance(vmax)).unwrap();
+    compare(&format!("the list's last decode, {merge:?}"), &got, &want, paged_tolerance(vmax)).unwrap();
+}
+
+#[test]
+fn ticket_counters_are_back_at_zero_for_the_next_call() {
+    let seed = seed("ticket_counters_are_back_at_zero_for_the_next_call");
+    // One handle (one workspace): batches of 3, 1 and 5 sequences on fresh inputs, each split 5 ways, so a
+    // counter left past zero would make the wrong CTA merge (and leave poison in the output).
+    let cases: Vec<PagedCase> = [vec![70, 1, 300], vec![200], vec![5, 80, 0, 160, 33]]
+        .iter()
+        .enumerate()
+        .map(|(i, lens)| PagedCase::new(seed ^ i as u64, 16, 4, 64, 16, lens, 2))
+        .collect();
+    let results = on_sim(|s, mut gpu| {
+        let att = Attention::new(s).unwrap();
+        let mut got = Vec::new();
+        for case in cases.iter().chain(&cases) {
+            let shape =
+                DecodeShape { splits: 5, merge: Merge::Ticket, ..DecodeShape::new(case.batch(), 16, case.max_pages) };
+            let (g, out) = decode::<f32, f32>(s, gpu, &att, case, shape);
+            gpu = g.unwrap();
+            got.push(out.unwrap());
+        }
+        got
+    });
+    for (i, (got, info)) in results.iter().enumerate() {
+        let (want, vmax) = cases[i % cases.len()].reference(1.0 / 8.0);
+        assert_eq!((info.launches, info.splits), (1, 5), "call {i}: {info:?}");
+        compare(&format!("call {i}"), got, &want, paged_tolerance(vmax)).unwrap();
+    }
 }
 
 #[test]

@@ -14,7 +14,7 @@
 #   q48                    48 layers, batch 1, ctx 1K, 20 steps, profile, then 1000 sealed steps
 #   q48b<B>, q48c16, q48b<B>c16   batch B (8, 32) and/or ctx 16K
 #   qb_<B>_<C>_<prefetch>_<router>  any batch, context, prefetch (bulk|lines|off), router (fused|separate)
-#   qm_<B>_<C>_<merge>     any batch and context, attention merge (auto|launch|cluster)
+#   qm_<B>_<C>_<merge>     any batch and context, attention merge (auto|launch|cluster|ticket)
 #   qp_<B>_<C>             the previous build ($BIN/qwen3_decode_prev) at a batch and context, for an A/B
 #   gsplits                `matmul_bench --gemv-splits`
 #   gvar, gocc             benches/cuda/gemv_variants.cu (built here with the machine's nvcc): the
@@ -22,8 +22,10 @@
 #   qpeer                  the PyTorch peer's decode step at batch 1, 8, 32 and ctx 1K, 16K
 #   ew, ewpeer             `ew_bench --check`, and its PyTorch peer (benches/torch/ew_peer.py)
 #   attn, attnpeer         `attn_bench --check`, and its PyTorch peer (benches/torch/attn_peer.py)
-#   attn_s<N>[_<merge>]    `attn_bench --check --splits N [--merge auto|launch|cluster]`: every decode
-#                          at N KV splits (merged as the planner's rule says, or as named)
+#   attn_s<N>[_<merge>]    `attn_bench --check --splits N [--merge auto|launch|cluster|ticket]`: every
+#                          decode at N KV splits (merged as the planner's rule says, or as named)
+#   attn_m<merge>          `attn_bench --check --merge <merge>`: every decode merged as named, the
+#                          planner's split
 #   attn_st<N>             `attn_bench --check --stages N`: every decode at N pipeline stages (2 or 4)
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
@@ -82,6 +84,7 @@ command_of() {
         attn) echo "$BIN/attn_bench --check" ;;
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
         attn_st*) echo "$BIN/attn_bench --check --stages ${1#attn_st}" ;;
+        attn_m*) echo "$BIN/attn_bench --check --merge ${1#attn_m}" ;;
         attn_s*_*)
             IFS=_ read -r _ n m <<<"$1"
             echo "$BIN/attn_bench --check --splits ${n#s} --merge $m" ;;

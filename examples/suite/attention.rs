@@ -32,13 +32,14 @@ fn seed() -> u64 {
     super::common::fresh_seed()
 }
 
-/// One decode case checked under both merges (the cluster's where a forced split fits one cluster) at both
+/// One decode case checked under every merge (the cluster's where a forced split fits one cluster) at both
 /// pipeline depths, each on outputs poisoned afresh; their device times and what they read.
 fn checked<Q: Query, O: Out>(case: &PagedCase, splits: u32, what: &str) -> Result<String, String> {
     let d = case.layout.head_dim;
     let (want, vmax) = case.reference(1.0 / (d as f32).sqrt());
     let mut out = Vec::new();
-    let runs = [Merge::Launch, Merge::Cluster].into_iter().flat_map(|m| [(m, DECODE_STAGES), (m, DECODE_DEEP_STAGES)]);
+    let merges = [Merge::Launch, Merge::Cluster, Merge::Ticket];
+    let runs = merges.into_iter().flat_map(|m| [(m, DECODE_STAGES), (m, DECODE_DEEP_STAGES)]);
     for (merge, stages) in runs {
         if merge == Merge::Cluster && splits > CLUSTER_MAX_SPLITS {
             continue;

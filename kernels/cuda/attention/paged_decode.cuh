@@ -20,6 +20,11 @@
 // split with no tokens). omega_attn_combine merges the splits: out = sum_s 2^(lse_s - M) o_s / sum_s
 // 2^(lse_s - M), M = max lse_s, and writes f32 or bf16; a sequence of length 0 gets zeros.
 //
+// Three forms merge the splits (omega_attn::Merge): a second launch (omega_attn_combine), the cluster of a
+// (sequence, KV head)'s splits through distributed shared memory, or a ticket: each CTA publishes its
+// partial, takes a ticket on its (sequence, KV head)'s counter, and the CTA drawing the last one merges
+// the pair's partials from L2 into `out` and puts the counter back to zero for the next launch.
+//
 // The page table and lengths are device memory the library cannot check: a length is clamped to [0,
 // max_pages * page_tokens] and a page index outside [0, pages) skips its tile, each flagged in *status.
 #pragma once
@@ -48,6 +53,20 @@ struct DecodeSmem {
   static constexpr int MERGE_BYTES = DECODE_WARPS * 16 * (D + 2) * 4;
   static constexpr int BYTES = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
 };
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// How a decode's splits become its output (the file's header).
+enum class Merge { Launch, Cluster, Ticket };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -149,6 +168,61 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t ran
   return v;
 }
 
+// The ticket form's merge, by the (sequence, KV head)'s last CTA: the group's rows `row0 ..`, of
+// (a.splits) splits each, read from L2 (ld.global.cg: the partials were written by other SMs, whose stores this SM's
+// L1 has not seen). `wts` (shared, group * splits + 16 floats) takes the log2-sum-exps, then the weights;
+// each warp reduces rows warp, warp + 4, ..; then each thread sums float4s of the rows' outputs over the
+// splits, eight loads in flight.
+template <int D>
+__device__ void ticket_merge(const DecodeArgs& a, uint64_t row0, float* wts, void* out, uint32_t out_flags) {
+  static_assert((4 + 16 * COMBINE_MAX_SPLITS + 16) * 4 <= DecodeSmem<D>::BYTES, "the weights fit the smem");
+  const uint32_t splits = a.splits, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* inv = wts + a.group * splits;
+  const float* lse = a.part_lse + row0 * splits;  // the group's rows are consecutive
+  for (uint32_t i = threadIdx.x; i < a.group * splits; i += DECODE_THREADS) wts[i] = __ldcg(lse + i);
+  __syncthreads();
+  for (uint32_t r = warp; r < a.group; r += DECODE_WARPS) {
+    float* w = wts + r * splits;
+    float mx = -INFINITY;
+    for (uint32_t s = lane; s < splits; s += 32) mx = fmaxf(mx, w[s]);
+    mx = warp_max(mx);
+    float total = 0.0f;
+    for (uint32_t s = lane; s < splits; s += 32) {
+      const float e = mx == -INFINITY ? 0.0f : exp2f(w[s] - mx);
+      w[s] = e;
+      total += e;
+    }
+    total = warp_sum(total);
+    if (lane == 0) inv[r] = total > 0.0f ? 1.0f / total : 0.0f;
+  }
+  __syncthreads();
+  constexpr uint32_t QUADS = D / 4;
+  for (uint32_t i = threadIdx.x; i < a.group * QUADS; i += DECODE_THREADS) {
+    const uint32_t r = i / QUADS, qd = i % QUADS;
+    const float* w = wts + r * splits;
+    const float4* po = reinterpret_cast<const float4*>(a.part_o + (row0 + r) * splits * D) + qd;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (uint32_t s = 0; s < splits; ++s) {
+      const float4 v = __ldcg(po + (uint64_t)s * QUADS);
+      acc.x += w[s] * v.x;
+      acc.y += w[s] * v.y;
+      acc.z += w[s] * v.z;
+      acc.w += w[s] * v.w;
+    }
+    const float k = inv[r];
+    const float vals[4] = {acc.x * k, acc.y * k, acc.z * k, acc.w * k};
+    const uint64_t at = (row0 + r) * D + 4 * qd;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (out_flags & ATTN_OUT_BF16)
+        static_cast<__nv_bfloat16*>(out)[at + j] = __float2bfloat16_rn(vals[j]);
+      else
+        static_cast<float*>(out)[at + j] = vals[j];
+    }
+  }
+}
+
 // CLUSTER: the grid runs in clusters of gridDim.x CTAs (the splits of one sequence's KV head, at most 8),
 // so split s is cluster rank s, and split s takes tiles [s * ceil(tiles / splits), +ceil(tiles / splits)) of
 // the sequence's own length (`tiles_per_split` is not read). Each CTA leaves its partial in its own shared memory, the cluster meets at
@@ -158,8 +232,14 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t ran
 // CTA's shared memory until its neighbours have read it. One launch where the split form takes two (the
 // decode and omega_attn_combine): in the Qwen3 step at 1K tokens 9.3 us a layer against 10.1 at batch 1,
 // 30.3 against 31.5 at batch 32 (docs/perf/2026-12-04-s12-qwen3-step.md).
-template <int D, bool CLUSTER, int STAGES>
-__device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags) {
+//
+// TICKET (the split form's slices and partials): after its partial is written and fenced, each CTA adds
+// one to tickets[b * kv_heads + kvh]; the CTA that finds gridDim.x - 1 there is the pair's last, so every
+// other split's partial is visible to it (their fences came before their increments), and it merges them
+// (ticket_merge) and zeroes the counter, which no other CTA of this launch touches again.
+template <int D, Merge MERGE, int STAGES>
+__device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags, unsigned* tickets) {
+  constexpr bool CLUSTER = MERGE == Merge::Cluster;
   constexpr int KS = D / 16;  // k16 steps of S = Q K^T
   constexpr int DN = D / 8;   // n8 tiles of the output
   constexpr int ROW = DecodeSmem<D>::ROW;
@@ -343,6 +423,21 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
       if (d == 0) a.part_lse[part] = sum > 0.0f ? mmax + log2f(sum) : -INFINITY;
     }
   }
+  if constexpr (MERGE == Merge::Ticket) {
+    __threadfence();  // this thread's partial stores before the CTA's ticket
+    __syncthreads();  // every thread's, and the reads of the merge's accumulators, are done
+    uint32_t* last = reinterpret_cast<uint32_t*>(smem_raw);
+    if (threadIdx.x == 0) {
+      unsigned* counter = tickets + (uint64_t)b * gridDim.y + kvh;
+      const bool is_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+      if (is_last) *counter = 0;
+      *last = is_last;
+    }
+    __syncthreads();
+    if (*last == 0) return;
+    __threadfence();  // the other splits' partials, published before their tickets, are read after ours
+    ticket_merge<D>(a, b * a.q_heads + kvh * a.group, reinterpret_cast<float*>(smem_raw) + 4, out, out_flags);
+  }
   if constexpr (CLUSTER) {
     cluster_barrier();
     const float* part = reinterpret_cast<const float*>(smem_raw);
@@ -388,7 +483,7 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags)
     omega_attn::DecodeArgs a{q,           pool,     table,      lens,  part_o,    part_lse,        status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, \
                              splits,      tiles_per_split, scale_log2, flags};                                 \
-    omega_attn::paged_decode<D, false, STAGES>(a, nullptr, 0);                                                 \
+    omega_attn::paged_decode<D, omega_attn::Merge::Launch, STAGES>(a, nullptr, 0, nullptr);                                                 \
   }
 OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d32, 32, DECODE_STAGES)
 OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d64, 64, DECODE_STAGES)
@@ -408,7 +503,7 @@ OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
     omega_attn::DecodeArgs a{q,           pool,     table,       lens,        nullptr, nullptr,   status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages,   max_pages, q_heads,    \
                              group,       splits,   tiles_per_split, scale_log2, flags};                      \
-    omega_attn::paged_decode<D, true, STAGES>(a, out, out_flags);                                               \
+    omega_attn::paged_decode<D, omega_attn::Merge::Cluster, STAGES>(a, out, out_flags, nullptr);                                               \
   }
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d32, 32, DECODE_STAGES)
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d64, 64, DECODE_STAGES)
@@ -416,6 +511,27 @@ OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d128, 128, DECODE_STA
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
+
+// The ticket form (omega_attn::paged_decode's TICKET): the decode's arguments, then the pairs' counters
+// (batch * kv_heads words, zero before the launch and after it), the output and its flags.
+#define OMEGA_PAGED_DECODE_TICKET(NAME, D, STAGES)                                                             \
+  extern "C" __global__ void __launch_bounds__(DECODE_THREADS) NAME(                                            \
+      const void* q, const uint16_t* pool, const int* table, const int* lens, float* part_o, float* part_lse,   \
+      unsigned* status, uint64_t head_stride, uint64_t v_offset, uint64_t page_stride, uint32_t page_tokens,    \
+      uint32_t pages, uint32_t max_pages, uint32_t q_heads, uint32_t group, uint32_t splits,                    \
+      uint32_t tiles_per_split, float scale_log2, uint32_t flags, unsigned* tickets, void* out,                 \
+      uint32_t out_flags) {                                                                                     \
+    omega_attn::DecodeArgs a{q,           pool,     table,      lens,  part_o,    part_lse,        status,     \
+                             head_stride, v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, \
+                             splits,      tiles_per_split, scale_log2, flags};                                 \
+    omega_attn::paged_decode<D, omega_attn::Merge::Ticket, STAGES>(a, out, out_flags, tickets);                \
+  }
+OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_bf16_d32, 32, DECODE_STAGES)
+OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_bf16_d64, 64, DECODE_STAGES)
+OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_bf16_d128, 128, DECODE_STAGES)
+OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
 
 // The combine: grid [q_heads, batch], 256 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
 // head_dim must be a multiple of 4, at most 4 * COMBINE_THREADS (the decode kernels' 32, 64 and 128 are).
@@ -426,17 +542,6 @@ OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d128, 128, DECOD
 // threads, team j summing splits j, j + teams, ... with eight reads in flight a thread, then the teams'
 // sums add through shared memory.
 namespace omega_attn {
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // The block's max (or with `sum` its sum) of one value a thread; `red` holds a value a warp.
 __device__ __forceinline__ float block_reduce(float v, bool sum, float* red) {

@@ -24,30 +24,70 @@ use super::HostSpec;
 pub const ATTENTION: &str = "attention";
 /// `omega_gqa_attention_f32(q, k, v, out, q_heads, kv_heads, head_dim, kv_len, q_rows, causal, scale)`.
 pub const GQA_F32: &str = "omega_gqa_attention_f32";
-/// `omega_paged_decode_bf16_d{32,64,128}(q, pool, table, lens, part_o, part_lse, status, head_stride,
-/// v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split,
-/// scale_log2, flags)`, by head_dim ([`DECODE_HEAD_DIMS`]).
-pub const PAGED_DECODE: [&str; 3] =
-    ["omega_paged_decode_bf16_d32", "omega_paged_decode_bf16_d64", "omega_paged_decode_bf16_d128"];
-/// `omega_paged_decode_cluster_bf16_d{32,64,128}(q, pool, table, lens, status, head_stride, v_offset,
-/// page_stride, page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split, scale_log2, flags,
-/// out, out_flags)`: the decode and the combine in one launch, the splits of a (sequence, KV head) one
-/// cluster of `splits` CTAs (at most [`CLUSTER_MAX_SPLITS`]) merging through distributed shared memory.
-pub const PAGED_DECODE_CLUSTER: [&str; 3] = [
-    "omega_paged_decode_cluster_bf16_d32",
-    "omega_paged_decode_cluster_bf16_d64",
-    "omega_paged_decode_cluster_bf16_d128",
+/// How a decode entry turns its splits' partials into the output (the kernels' `omega_attn::Merge`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeForm {
+    /// `omega_paged_decode_bf16_d{32,64,128}(q, pool, table, lens, part_o, part_lse, status, head_stride,
+    /// v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split,
+    /// scale_log2, flags)`: the partials stay in `part_o` / `part_lse` for [`COMBINE`]'s launch.
+    Split,
+    /// `omega_paged_decode_cluster_bf16_d*(q, pool, table, lens, status, head_stride, v_offset,
+    /// page_stride, page_tokens, pages, max_pages, q_heads, group, splits, tiles_per_split, scale_log2,
+    /// flags, out, out_flags)`: the splits of a (sequence, KV head) are one cluster of `splits` CTAs (at
+    /// most [`CLUSTER_MAX_SPLITS`]) merging through distributed shared memory.
+    Cluster,
+    /// `omega_paged_decode_ticket_bf16_d*(`the split form's arguments`, tickets, out, out_flags)`: each CTA
+    /// leaves its partial as the split form does and takes a ticket on its (sequence, KV head)'s counter
+    /// (`tickets[b * kv_heads + kvh]`, zero before the launch); the CTA drawing the last merges the pair's
+    /// partials into `out` and zeroes the counter.
+    Ticket,
+}
+
+/// Every decode entry: by form ([`DecodeForm`] order), then pipeline depth ([`DECODE_STAGES`], then
+/// [`DECODE_DEEP_STAGES`]: more shared memory, one CTA an SM at head_dim 128, [`decode_smem_bytes`]), then
+/// head dim ([`DECODE_HEAD_DIMS`]).
+pub const PAGED_DECODE: [[[&str; 3]; 2]; 3] = [
+    [
+        ["omega_paged_decode_bf16_d32", "omega_paged_decode_bf16_d64", "omega_paged_decode_bf16_d128"],
+        ["omega_paged_decode_deep_bf16_d32", "omega_paged_decode_deep_bf16_d64", "omega_paged_decode_deep_bf16_d128"],
+    ],
+    [
+        [
+            "omega_paged_decode_cluster_bf16_d32",
+            "omega_paged_decode_cluster_bf16_d64",
+            "omega_paged_decode_cluster_bf16_d128",
+        ],
+        [
+            "omega_paged_decode_cluster_deep_bf16_d32",
+            "omega_paged_decode_cluster_deep_bf16_d64",
+            "omega_paged_decode_cluster_deep_bf16_d128",
+        ],
+    ],
+    [
+        [
+            "omega_paged_decode_ticket_bf16_d32",
+            "omega_paged_decode_ticket_bf16_d64",
+            "omega_paged_decode_ticket_bf16_d128",
+        ],
+        [
+            "omega_paged_decode_ticket_deep_bf16_d32",
+            "omega_paged_decode_ticket_deep_bf16_d64",
+            "omega_paged_decode_ticket_deep_bf16_d128",
+        ],
+    ],
 ];
-/// [`PAGED_DECODE`] with [`DECODE_DEEP_STAGES`] pipeline stages a warp instead of 2 (more shared memory: one
-/// CTA an SM at head_dim 128, [`decode_smem_bytes`]).
-pub const PAGED_DECODE_DEEP: [&str; 3] =
-    ["omega_paged_decode_deep_bf16_d32", "omega_paged_decode_deep_bf16_d64", "omega_paged_decode_deep_bf16_d128"];
-/// [`PAGED_DECODE_CLUSTER`] with [`DECODE_DEEP_STAGES`] pipeline stages.
-pub const PAGED_DECODE_CLUSTER_DEEP: [&str; 3] = [
-    "omega_paged_decode_cluster_deep_bf16_d32",
-    "omega_paged_decode_cluster_deep_bf16_d64",
-    "omega_paged_decode_cluster_deep_bf16_d128",
-];
+
+/// The entry of `form` with `stages` pipeline stages ([`DECODE_STAGES`] or [`DECODE_DEEP_STAGES`]) for
+/// head dim `head_dim` (one of [`DECODE_HEAD_DIMS`]), and its index in [`PAGED_DECODE`] flattened.
+pub const fn decode_entry(form: DecodeForm, stages: u32, head_dim: u32) -> (&'static str, usize) {
+    let dim = match head_dim {
+        32 => 0,
+        64 => 1,
+        _ => 2,
+    };
+    let depth = (stages == DECODE_DEEP_STAGES) as usize;
+    (PAGED_DECODE[form as usize][depth][dim], (form as usize * 2 + depth) * 3 + dim)
+}
 /// Pipeline stages a warp of the decode kernels (`DECODE_STAGES`), and of their `_deep` forms
 /// (`DECODE_DEEP_STAGES`).
 pub const DECODE_STAGES: u32 = 2;
@@ -132,18 +172,24 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gqa_f32,
     },
-    decode_spec(0, false),
-    decode_spec(1, false),
-    decode_spec(2, false),
-    decode_cluster_spec(0, false),
-    decode_cluster_spec(1, false),
-    decode_cluster_spec(2, false),
-    decode_spec(0, true),
-    decode_spec(1, true),
-    decode_spec(2, true),
-    decode_cluster_spec(0, true),
-    decode_cluster_spec(1, true),
-    decode_cluster_spec(2, true),
+    decode_spec::<32, DECODE_STAGES>(DecodeForm::Split),
+    decode_spec::<64, DECODE_STAGES>(DecodeForm::Split),
+    decode_spec::<128, DECODE_STAGES>(DecodeForm::Split),
+    decode_spec::<32, DECODE_DEEP_STAGES>(DecodeForm::Split),
+    decode_spec::<64, DECODE_DEEP_STAGES>(DecodeForm::Split),
+    decode_spec::<128, DECODE_DEEP_STAGES>(DecodeForm::Split),
+    decode_spec::<32, DECODE_STAGES>(DecodeForm::Cluster),
+    decode_spec::<64, DECODE_STAGES>(DecodeForm::Cluster),
+    decode_spec::<128, DECODE_STAGES>(DecodeForm::Cluster),
+    decode_spec::<32, DECODE_DEEP_STAGES>(DecodeForm::Cluster),
+    decode_spec::<64, DECODE_DEEP_STAGES>(DecodeForm::Cluster),
+    decode_spec::<128, DECODE_DEEP_STAGES>(DecodeForm::Cluster),
+    decode_spec::<32, DECODE_STAGES>(DecodeForm::Ticket),
+    decode_spec::<64, DECODE_STAGES>(DecodeForm::Ticket),
+    decode_spec::<128, DECODE_STAGES>(DecodeForm::Ticket),
+    decode_spec::<32, DECODE_DEEP_STAGES>(DecodeForm::Ticket),
+    decode_spec::<64, DECODE_DEEP_STAGES>(DecodeForm::Ticket),
+    decode_spec::<128, DECODE_DEEP_STAGES>(DecodeForm::Ticket),
     HostSpec {
         name: COMBINE,
         param_sizes: &[8, 8, 8, 4, 4, 4, 4],
@@ -169,58 +215,23 @@ pub const ATTENTION_HOST_SPECS: &[HostSpec] = &[
     },
 ];
 
-/// A host reference's entry.
-type Run = fn(&mut KernelCtx<'_>) -> Result<(), KernelError>;
-
-/// The decode entry for head dim `D` with `S` stages, the cluster form when `cluster`.
-const fn decode_name<const D: u32, const S: u32>(cluster: bool) -> &'static str {
-    let i = match D {
-        32 => 0,
-        64 => 1,
-        _ => 2,
-    };
-    match (cluster, S == DECODE_DEEP_STAGES) {
-        (false, false) => PAGED_DECODE[i],
-        (false, true) => PAGED_DECODE_DEEP[i],
-        (true, false) => PAGED_DECODE_CLUSTER[i],
-        (true, true) => PAGED_DECODE_CLUSTER_DEEP[i],
-    }
-}
-
-const fn decode_spec(i: usize, deep: bool) -> HostSpec {
-    const TWO: [Run; 3] =
-        [paged_decode::<32, DECODE_STAGES>, paged_decode::<64, DECODE_STAGES>, paged_decode::<128, DECODE_STAGES>];
-    const DEEP: [Run; 3] = [
-        paged_decode::<32, DECODE_DEEP_STAGES>,
-        paged_decode::<64, DECODE_DEEP_STAGES>,
-        paged_decode::<128, DECODE_DEEP_STAGES>,
-    ];
+/// The decode entry of `form` for head dim `D` with `S` stages, and its host reference.
+const fn decode_spec<const D: u32, const S: u32>(form: DecodeForm) -> HostSpec {
+    const SPLIT: &[u32] = &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4];
     HostSpec {
-        name: if deep { PAGED_DECODE_DEEP[i] } else { PAGED_DECODE[i] },
-        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4],
+        name: decode_entry(form, S, D).0,
+        param_sizes: match form {
+            DecodeForm::Split => SPLIT,
+            DecodeForm::Cluster => &[8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 4],
+            DecodeForm::Ticket => &[8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 8, 4],
+        },
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
-        run: if deep { DEEP[i] } else { TWO[i] },
-    }
-}
-
-const fn decode_cluster_spec(i: usize, deep: bool) -> HostSpec {
-    const TWO: [Run; 3] = [
-        paged_decode_cluster::<32, DECODE_STAGES>,
-        paged_decode_cluster::<64, DECODE_STAGES>,
-        paged_decode_cluster::<128, DECODE_STAGES>,
-    ];
-    const DEEP: [Run; 3] = [
-        paged_decode_cluster::<32, DECODE_DEEP_STAGES>,
-        paged_decode_cluster::<64, DECODE_DEEP_STAGES>,
-        paged_decode_cluster::<128, DECODE_DEEP_STAGES>,
-    ];
-    HostSpec {
-        name: if deep { PAGED_DECODE_CLUSTER_DEEP[i] } else { PAGED_DECODE_CLUSTER[i] },
-        param_sizes: &[8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 4, 8, 4],
-        static_shared_bytes: 0,
-        local_bytes_per_thread: 0,
-        run: if deep { DEEP[i] } else { TWO[i] },
+        run: match form {
+            DecodeForm::Split => paged_decode::<D, S>,
+            DecodeForm::Cluster => paged_decode_cluster::<D, S>,
+            DecodeForm::Ticket => paged_decode_ticket::<D, S>,
+        },
     }
 }
 
@@ -440,18 +451,64 @@ fn split_partials<const D: u32>(
         .collect()
 }
 
+/// The split form's CTA `[split, kvh, b]`: its partials, stored where the kernel stores them.
+fn store_partials<const D: u32>(
+    ctx: &mut KernelCtx<'_>,
+    a: &Decode,
+    [split, kvh, b]: [u32; 3],
+) -> Result<(), KernelError> {
+    for (r, (o, lse)) in split_partials::<D>(ctx, a, Slices::Planned, [split, kvh, b])?.into_iter().enumerate() {
+        let row = u64::from(b) * u64::from(a.q_heads) + u64::from(kvh * a.group) + r as u64;
+        let part = row * u64::from(a.splits) + u64::from(split);
+        ctx.write_f32s(a.part_o.wrapping_add(part * u64::from(D) * 4), &o)?;
+        ctx.write_f32s(a.part_lse.wrapping_add(part * 4), &[lse])?;
+    }
+    Ok(())
+}
+
 fn paged_decode<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = decode_name::<D, S>(false);
+    let name = decode_entry(DecodeForm::Split, S, D).0;
     let a = Decode::of(ctx);
     check_decode(ctx, name, &a, D, S)?;
     let shape = ctx.shape();
     for blk in ctx.take_blocks() {
+        store_partials::<D>(ctx, &a, shape.block_id(blk))?;
+    }
+    Ok(())
+}
+
+/// The ticket form: each CTA stores its split's partials as the split form does, then adds one to its
+/// (sequence, KV head)'s counter; the CTA that finds `splits - 1` there reads the pair's partials back,
+/// merges them as the combine does ([`merge_splits`]) and zeroes the counter. The counter moves as the
+/// kernel's atomicAdd moves it, so one left non-zero picks the wrong CTA here as on the GPU.
+fn paged_decode_ticket<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = decode_entry(DecodeForm::Ticket, S, D).0;
+    let a = Decode::of(ctx);
+    let (tickets, out, out_flags) = (ctx.u64_at(30), ctx.u64_at(32), ctx.word(34));
+    check_decode(ctx, name, &a, D, S)?;
+    let shape = ctx.shape();
+    if shape.grid[0] != a.splits || a.splits > COMBINE_MAX_SPLITS {
+        return Err(fault(format!(
+            "{name}: {} splits in a grid of {:?}; the grid's x must be the splits, at most {COMBINE_MAX_SPLITS}",
+            a.splits, shape.grid
+        )));
+    }
+    let (d, splits) = (D as usize, a.splits as usize);
+    for blk in ctx.take_blocks() {
         let [split, kvh, b] = shape.block_id(blk);
-        for (r, (o, lse)) in split_partials::<D>(ctx, &a, Slices::Planned, [split, kvh, b])?.into_iter().enumerate() {
-            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(kvh * a.group) + r as u64;
-            let part = row * u64::from(a.splits) + u64::from(split);
-            ctx.write_f32s(a.part_o.wrapping_add(part * u64::from(D) * 4), &o)?;
-            ctx.write_f32s(a.part_lse.wrapping_add(part * 4), &[lse])?;
+        store_partials::<D>(ctx, &a, [split, kvh, b])?;
+        let counter = tickets.wrapping_add((u64::from(b) * u64::from(shape.grid[1]) + u64::from(kvh)) * 4);
+        let drawn = ctx.read_u32s(counter, 1)?[0];
+        if drawn != a.splits - 1 {
+            ctx.write_u32s(counter, &[drawn.wrapping_add(1)])?;
+            continue;
+        }
+        ctx.write_u32s(counter, &[0])?;
+        for r in 0..a.group {
+            let row = u64::from(b) * u64::from(a.q_heads) + u64::from(kvh * a.group + r);
+            let lse = ctx.read_f32s(a.part_lse.wrapping_add(row * u64::from(a.splits) * 4), splits)?;
+            let o = ctx.read_f32s(a.part_o.wrapping_add(row * u64::from(a.splits) * u64::from(D) * 4), splits * d)?;
+            store_row(ctx, out, row * u64::from(D), &merge_splits(&lse, &o, d), out_flags)?;
         }
     }
     Ok(())
@@ -462,7 +519,7 @@ fn paged_decode<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(
 /// does ([`merge_splits`]); the other ranks' work is in it. The grid must be whole clusters of `splits` CTAs along x, as the kernel's merge reads ranks
 /// 0 .. gridDim.x.
 fn paged_decode_cluster<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let name = decode_name::<D, S>(true);
+    let name = decode_entry(DecodeForm::Cluster, S, D).0;
     let a = Decode {
         q: ctx.u64_at(0),
         pool: ctx.u64_at(2),

@@ -13,7 +13,8 @@
 //!   the kernels clamp and flag, the call reports the flags ([`AttentionError::Table`], stage `attention
 //!   table`).
 //! - Decode splits the KV of each (sequence, KV head) into ranges spread over whole waves of every SM
-//!   ([`split`]), and a combine kernel merges the splits by their log-sum-exps.
+//!   ([`split`]), and the splits merge by their log-sum-exps ([`Merge`]): in a combine kernel, in their
+//!   cluster, or in the last CTA of each (sequence, KV head) to finish.
 //! - [`prefill::Prefill`] is the bf16 causal (or full) prefill attention: TMA, wgmma, a producer warp and
 //!   two ping-ponging consumer warpgroups (kernels/cuda/prefill.cu, its own module).
 //! - [`KeptAttention`] carries the module and the workspace from one scope to the next (the C entries of
@@ -46,6 +47,7 @@ mod ops;
 mod plan;
 pub mod prefill;
 
+pub use crate::kernels::attention::DecodeForm;
 pub use crate::libs::matmul::{DeviceSpan, Input, Output};
 pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};
 pub use ops::{Attention, Done, Elem, Failed, Info, KeptAttention, Kind, Workspace};

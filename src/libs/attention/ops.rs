@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use crate::cmdlist::CmdListBuilder;
 use crate::kernels::attention::{
-    self as k, decode_smem_bytes, APPEND_ADVANCE, APPEND_F32, APPEND_THREADS, COMBINE, COMBINE_THREADS,
-    DECODE_HEAD_DIMS, DECODE_MAX_GROUP, DECODE_THREADS, FLAG_OUT_BF16, FLAG_Q_BF16, GQA_F32, GQA_THREADS, KV_APPEND,
-    PAGED_DECODE, PAGED_DECODE_CLUSTER, PAGED_DECODE_CLUSTER_DEEP, PAGED_DECODE_DEEP, QKV_APPEND, QKV_APPEND_THREADS,
+    self as k, decode_entry, decode_smem_bytes, DecodeForm, APPEND_ADVANCE, APPEND_F32, APPEND_THREADS, COMBINE,
+    COMBINE_THREADS, DECODE_MAX_GROUP, DECODE_THREADS, FLAG_OUT_BF16, FLAG_Q_BF16, GQA_F32, GQA_THREADS, KV_APPEND,
+    PAGED_DECODE, QKV_APPEND, QKV_APPEND_THREADS,
 };
 use crate::libs::matmul::{Input, Output};
 use crate::{Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Module, Scope, Stage};
@@ -112,13 +112,16 @@ impl From<Failed<'_>> for AttentionError {
     }
 }
 
-/// The library's device workspace: the decode splits' partial outputs and log-sum-exps, and the status
-/// word the kernels flag untrusted tables in. Kept buffers, so [`KeptAttention`] carries them from one
-/// scope to the next; each grows to the largest request.
+/// The library's device workspace: the decode splits' partial outputs and log-sum-exps, the ticket form's
+/// counters (one a (sequence, KV head), zero between launches: written zero when allocated, and each
+/// launch's last CTAs put them back), and the status word the kernels flag untrusted tables in. Kept
+/// buffers, so [`KeptAttention`] carries them from one scope to the next; each grows to the largest
+/// request.
 #[derive(Debug, Default)]
 pub struct Workspace {
     part_o: Option<Kept<Device<f32>>>,
     part_lse: Option<Kept<Device<f32>>>,
+    tickets: Option<Kept<Device<u32>>>,
     status: Option<Kept<Device<u32>>>,
 }
 
@@ -127,41 +130,45 @@ pub struct Workspace {
 struct Vas {
     part_o: u64,
     part_lse: u64,
+    tickets: u64,
     status: u64,
 }
 
-/// `slot`, holding at least `len` elements of the device open of now (allocated again otherwise), and
-/// its address.
+/// `slot`, holding at least `len` elements of the device open of now (allocated again otherwise; written
+/// zero when `zero`, its bytes counted in `moved`), and its address.
 fn slot<'s, T: DeviceScalar>(
     scope: &'s Scope<'s>,
     slot: &mut Option<Kept<Device<T>>>,
     len: u64,
+    zero: bool,
+    moved: &mut u64,
 ) -> Result<u64, AttentionError> {
     // Sizes come from u32 sides, well inside usize on the 64-bit targets Omega runs on.
     let len = len.max(1) as usize;
     if !slot.as_ref().is_some_and(|k| k.is_current() && k.len() >= len) {
         // The old buffer goes first, so a grown one does not need both in memory at once.
         *slot = None;
-        *slot = Some(scope.keep(scope.alloc_device::<T>(len)?));
+        let mut m = scope.alloc_device::<T>(len)?;
+        if zero {
+            m.write(&vec![T::default(); len])?;
+            *moved += (len * size_of::<T>()) as u64;
+        }
+        *slot = Some(scope.keep(m));
     }
     Ok(slot.as_ref().expect("filled above").get(scope)?.va())
 }
 
 impl Workspace {
-    /// The buffers a call of `partials` partial rows of `head_dim` needs, the status word cleared.
-    fn prepare<'s>(
-        &mut self,
-        scope: &'s Scope<'s>,
-        partials: u64,
-        head_dim: u32,
-        moved: &mut u64,
-    ) -> Result<Vas, AttentionError> {
-        let part_o = slot(scope, &mut self.part_o, partials * u64::from(head_dim))?;
-        let part_lse = slot(scope, &mut self.part_lse, partials)?;
-        let status = slot(scope, &mut self.status, 1)?;
+    /// The buffers a call of `plan.partials` partial rows of `plan.head_dim` and `plan.tickets` counters
+    /// needs, the status word cleared.
+    fn prepare<'s>(&mut self, scope: &'s Scope<'s>, plan: &Plan, moved: &mut u64) -> Result<Vas, AttentionError> {
+        let part_o = slot(scope, &mut self.part_o, plan.partials * u64::from(plan.head_dim), false, moved)?;
+        let part_lse = slot(scope, &mut self.part_lse, plan.partials, false, moved)?;
+        let tickets = slot(scope, &mut self.tickets, plan.tickets, true, moved)?;
+        let status = slot(scope, &mut self.status, 1, false, moved)?;
         self.status.as_mut().expect("filled above").get_mut(scope)?.write(&[0])?;
         *moved += 4;
-        Ok(Vas { part_o, part_lse, status })
+        Ok(Vas { part_o, part_lse, tickets, status })
     }
 
     /// The status word the kernels left (0 when none was allocated).
@@ -179,6 +186,7 @@ enum Arg {
     Va(u64),
     PartO,
     PartLse,
+    Tickets,
     Status,
     Word(u32),
     Wide(u64),
@@ -196,37 +204,30 @@ struct Step {
     args: Vec<Arg>,
 }
 
-/// A checked and planned call: its launches, the partial rows its workspace needs, its head dim.
+/// A checked and planned call: its launches, the partial rows and ticket counters its workspace needs,
+/// its head dim.
 #[derive(Debug)]
 struct Plan {
     steps: Vec<Step>,
     partials: u64,
+    tickets: u64,
     head_dim: u32,
     /// Multiply-adds, for the completion limit.
     work: u64,
 }
 
-/// The kernels the handle loads, in this order.
-/// The kernels by index: the decode forms at 1 (split), 7 (cluster), 10 (split, deep) and 13 (cluster,
-/// deep), each by head dim.
-const KERNELS: [&str; 16] = [
-    GQA_F32,
-    PAGED_DECODE[0],
-    PAGED_DECODE[1],
-    PAGED_DECODE[2],
-    COMBINE,
-    KV_APPEND,
-    QKV_APPEND,
-    PAGED_DECODE_CLUSTER[0],
-    PAGED_DECODE_CLUSTER[1],
-    PAGED_DECODE_CLUSTER[2],
-    PAGED_DECODE_DEEP[0],
-    PAGED_DECODE_DEEP[1],
-    PAGED_DECODE_DEEP[2],
-    PAGED_DECODE_CLUSTER_DEEP[0],
-    PAGED_DECODE_CLUSTER_DEEP[1],
-    PAGED_DECODE_CLUSTER_DEEP[2],
-];
+/// The kernels the handle loads, by index: these, then every decode entry in [`decode_entry`]'s order
+/// (at [`DECODE_BASE`]).
+const OTHERS: [&str; 4] = [GQA_F32, COMBINE, KV_APPEND, QKV_APPEND];
+const GQA: usize = 0;
+const MERGE: usize = 1;
+const APPEND: usize = 2;
+const QKV: usize = 3;
+const DECODE_BASE: usize = OTHERS.len();
+
+fn kernel_names() -> impl Iterator<Item = &'static str> {
+    OTHERS.into_iter().chain(PAGED_DECODE.into_iter().flatten().flatten())
+}
 
 /// Checks that `len` elements hold an operand of `needs` elements of `bytes` each.
 fn holds(operand: Operand, len: usize, needs: u64, bytes: u64) -> Result<(), ShapeError> {
@@ -345,7 +346,7 @@ impl<'s> Attention<'s> {
     }
 
     fn with_module(scope: &'s Scope<'s>, module: Module<'s>, workspace: Workspace) -> Result<Self, AttentionError> {
-        let kernels = KERNELS.iter().map(|name| module.kernel(name)).collect::<Result<Vec<_>, _>>()?;
+        let kernels = kernel_names().map(|name| module.kernel(name)).collect::<Result<Vec<_>, _>>()?;
         let (sms, timeout_ms) = (scope.device().sm_count, Cell::new(crate::launch::DEFAULT_TIMEOUT_MS));
         let (workspace, recorded) = (RefCell::new(workspace), RefCell::new(Vec::new()));
         Ok(Attention { scope, module, kernels, sms, timeout_ms, workspace, recorded })
@@ -599,8 +600,9 @@ impl<'s> Attention<'s> {
                 Arg::Word(u32::from(s.causal)),
                 Arg::Word(scale_of(s.scale, s.head_dim).to_bits()),
             ];
-            let step = Step { kernel: 0, grid: [grid, 1, 1], cluster: [1, 1, 1], block: GQA_THREADS, smem: 0, args };
-            Ok(Plan { steps: vec![step], partials: 0, head_dim: s.head_dim, work: warps * u64::from(s.kv_len) * d * 2 })
+            let step = Step { kernel: GQA, grid: [grid, 1, 1], cluster: [1, 1, 1], block: GQA_THREADS, smem: 0, args };
+            let work = warps * u64::from(s.kv_len) * d * 2;
+            Ok(Plan { steps: vec![step], partials: 0, tickets: 0, head_dim: s.head_dim, work })
         })();
         (plan, Info { kind: Some(Kind::Gqa), ..info })
     }
@@ -640,72 +642,63 @@ impl<'s> Attention<'s> {
             holds(Operand::Lens, lens.elements(), u64::from(s.batch), 4)?;
             aligned(Operand::Pool, pool.device_va(), 16)?;
             let pairs = u64::from(s.batch) * u64::from(layout.kv_heads);
-            let DecodePlan { split: Split { splits, tiles_per_split }, cluster, stages } =
+            let DecodePlan { split: Split { splits, tiles_per_split }, form, stages } =
                 plan::decode_plan(pairs, cap, self.sms, (s.splits, s.stages), s.merge)?;
-            let deep = stages == k::DECODE_DEEP_STAGES;
-            let di = DECODE_HEAD_DIMS.iter().position(|&x| x == d).expect("the layout's check");
             let scale_log2 = scale_of(s.scale, d) * core::f32::consts::LOG2_E;
-            let out_flags = Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 });
+            let out = [Arg::Va(out_va), Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 })];
             let inputs = [Arg::Va(q.device_va()), Arg::Va(pool.device_va()), Arg::Va(tables.device_va())];
+            // The cluster form keeps its partials in shared memory: no workspace arguments.
+            let partials: &[Arg] = match form {
+                DecodeForm::Cluster => &[],
+                DecodeForm::Split | DecodeForm::Ticket => &[Arg::PartO, Arg::PartLse],
+            };
             let split_args = [Arg::Word(s.q_heads), Arg::Word(group), Arg::Word(splits), Arg::Word(tiles_per_split)];
             let flags = [Arg::Word(scale_log2.to_bits()), Arg::Word(if Q::BF16 { FLAG_Q_BF16 } else { 0 })];
-            let pool_args = pool_args(layout, s.max_pages);
-            let grid = [splits, layout.kv_heads, s.batch];
-            let (smem, work) = (decode_smem_bytes(d, stages), rows * cap * u64::from(d) * 2);
+            let merged: &[Arg] = match form {
+                DecodeForm::Split => &[],
+                DecodeForm::Cluster => &out,
+                DecodeForm::Ticket => &[Arg::Tickets, out[0], out[1]],
+            };
             info.splits = splits;
             info.tiles_per_split = tiles_per_split;
             info.stages = stages;
-            if cluster {
-                let decode = Step {
-                    kernel: if deep { 13 } else { 7 } + di,
-                    grid,
-                    cluster: [splits, 1, 1],
-                    block: DECODE_THREADS,
-                    smem,
-                    args: [
-                        inputs.as_slice(),
-                        &[Arg::Va(lens.device_va())],
-                        &pool_args,
-                        &split_args,
-                        &flags,
-                        &[Arg::Va(out_va), out_flags],
-                    ]
-                    .concat(),
-                };
-                return Ok(Plan { steps: vec![decode], partials: 0, head_dim: d, work });
-            }
             let decode = Step {
-                kernel: if deep { 10 } else { 1 } + di,
-                grid,
-                cluster: [1, 1, 1],
+                kernel: DECODE_BASE + decode_entry(form, stages, d).1,
+                grid: [splits, layout.kv_heads, s.batch],
+                cluster: if form == DecodeForm::Cluster { [splits, 1, 1] } else { [1, 1, 1] },
                 block: DECODE_THREADS,
-                smem,
-                args: [
-                    inputs.as_slice(),
-                    &[Arg::Va(lens.device_va()), Arg::PartO, Arg::PartLse],
-                    &pool_args,
-                    &split_args,
-                    &flags,
-                ]
-                .concat(),
+                smem: decode_smem_bytes(d, stages),
+                args: [&inputs, [Arg::Va(lens.device_va())].as_slice(), partials, &pool_args(layout, s.max_pages)]
+                    .into_iter()
+                    .chain([split_args.as_slice(), &flags, merged])
+                    .flatten()
+                    .copied()
+                    .collect(),
             };
-            let combine = Step {
-                kernel: 4,
-                grid: [s.q_heads, s.batch, 1],
-                cluster: [1, 1, 1],
-                block: COMBINE_THREADS,
-                smem: 0,
-                args: vec![
-                    Arg::PartO,
-                    Arg::PartLse,
-                    Arg::Va(out_va),
-                    Arg::Word(d),
-                    Arg::Word(splits),
-                    Arg::Word(s.q_heads),
-                    out_flags,
-                ],
-            };
-            Ok(Plan { steps: vec![decode, combine], partials: rows * u64::from(splits), head_dim: d, work })
+            let partials = if form == DecodeForm::Cluster { 0 } else { rows * u64::from(splits) };
+            let tickets = if form == DecodeForm::Ticket { pairs } else { 0 };
+            let work = rows * cap * u64::from(d) * 2;
+            let mut steps = vec![decode];
+            if form == DecodeForm::Split {
+                steps.push(Step {
+                    kernel: MERGE,
+                    grid: [s.q_heads, s.batch, 1],
+                    cluster: [1, 1, 1],
+                    block: COMBINE_THREADS,
+                    smem: 0,
+                    args: [
+                        Arg::PartO,
+                        Arg::PartLse,
+                        out[0],
+                        Arg::Word(d),
+                        Arg::Word(splits),
+                        Arg::Word(s.q_heads),
+                        out[1],
+                    ]
+                    .to_vec(),
+                });
+            }
+            Ok(Plan { steps, partials, tickets, head_dim: d, work })
         })();
         (plan, info)
     }
@@ -741,7 +734,7 @@ impl<'s> Attention<'s> {
             aligned(Operand::VNew, v_new.device_va(), 16)?;
             let flags = if E::BF16 { 0 } else { APPEND_F32 } | if s.advance { APPEND_ADVANCE } else { 0 };
             let step = Step {
-                kernel: 5,
+                kernel: APPEND,
                 grid: [s.batch, 1, 1],
                 cluster: [1, 1, 1],
                 block: APPEND_THREADS,
@@ -754,7 +747,7 @@ impl<'s> Attention<'s> {
                 ]
                 .concat(),
             };
-            Ok(Plan { steps: vec![step], partials: 0, head_dim: layout.head_dim, work: rows })
+            Ok(Plan { steps: vec![step], partials: 0, tickets: 0, head_dim: layout.head_dim, work: rows })
         })();
         (plan, info)
     }
@@ -797,7 +790,7 @@ impl<'s> Attention<'s> {
             let flags = if s.advance { APPEND_ADVANCE } else { 0 };
             let vas = [qkv.device_va(), q_norm.device_va(), k_norm.device_va(), cos.device_va(), sin.device_va()];
             let step = Step {
-                kernel: 6,
+                kernel: QKV,
                 grid: [s.batch, 1, 1],
                 cluster: [1, 1, 1],
                 block: QKV_APPEND_THREADS,
@@ -811,7 +804,7 @@ impl<'s> Attention<'s> {
                 ]
                 .concat(),
             };
-            Ok(Plan { steps: vec![step], partials: 0, head_dim: layout.head_dim, work: b * heads * d })
+            Ok(Plan { steps: vec![step], partials: 0, tickets: 0, head_dim: layout.head_dim, work: b * heads * d })
         })();
         (plan, info)
     }
@@ -828,6 +821,7 @@ impl<'s> Attention<'s> {
                 Arg::Va(va) => l.arg(va),
                 Arg::PartO => l.arg(vas.part_o),
                 Arg::PartLse => l.arg(vas.part_lse),
+                Arg::Tickets => l.arg(vas.tickets),
                 Arg::Status => l.arg(vas.status),
                 Arg::Word(w) => l.arg(w),
                 Arg::Wide(w) => l.arg(w),
@@ -865,7 +859,7 @@ impl<'s> Attention<'s> {
         };
         Self::planned(&plan, &mut info);
         let mut ws = self.workspace.borrow_mut();
-        let vas = match ws.prepare(self.scope, plan.partials, plan.head_dim, &mut info.h2d_bytes) {
+        let vas = match ws.prepare(self.scope, &plan, &mut info.h2d_bytes) {
             Ok(v) => v,
             Err(e) => return fail(Some(gpu), e, info),
         };
@@ -903,7 +897,7 @@ impl<'s> Attention<'s> {
     ) -> Result<Info, AttentionError> {
         Self::planned(&plan, &mut info);
         let mut ws = Workspace::default();
-        let vas = ws.prepare(self.scope, plan.partials, plan.head_dim, &mut info.h2d_bytes)?;
+        let vas = ws.prepare(self.scope, &plan, &mut info.h2d_bytes)?;
         // Held before the launches are added, so a list never names a workspace that is gone.
         self.recorded.borrow_mut().push(ws);
         for step in &plan.steps {

@@ -1,8 +1,8 @@
 //! Shapes, the KV layout, and the split planner of the decode kernels.
 
 use crate::kernels::attention::{
-    CLUSTER_MAX_SPLITS, COMBINE_MAX_SPLITS, DECODE_DEEP_STAGES, DECODE_HEAD_DIMS, DECODE_STAGES, DECODE_TILE,
-    DECODE_WARPS,
+    DecodeForm, CLUSTER_MAX_SPLITS, COMBINE_MAX_SPLITS, DECODE_DEEP_STAGES, DECODE_HEAD_DIMS, DECODE_STAGES,
+    DECODE_TILE, DECODE_WARPS,
 };
 
 use super::error::{LayoutError, ShapeError};
@@ -118,6 +118,10 @@ pub enum Merge {
     /// [`CLUSTER_MAX_SPLITS`] CTAs and merge through distributed shared memory
     /// (`omega_paged_decode_cluster_bf16_d*`).
     Cluster,
+    /// The decode's own launch: each CTA leaves its partial in the workspace and takes a ticket on its
+    /// (sequence, KV head)'s counter, and the CTA drawing the last merges the pair's partials
+    /// (`omega_paged_decode_ticket_bf16_d*`): the combine's work without its launch, any split count.
+    Ticket,
 }
 
 /// A dense GQA call: `q_rows` query rows against `kv_len` keys; query row `i` sits at position
@@ -264,14 +268,14 @@ fn split_cost(pairs: u64, tiles: u64, sms: u32, splits: u64) -> u64 {
 /// 1 (713 / 664) and 8 (1499 / 1439).
 pub const CLUSTER_MAX_TILES: u32 = 16;
 
-/// A decode's plan: its split and whether the splits merge in clusters ([`Merge::Cluster`]) or by the
-/// combine's launch.
+/// A decode's plan: its split and the entry's form, which says how its splits merge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodePlan {
     /// The split.
     pub split: Split,
-    /// The splits merge in their cluster.
-    pub cluster: bool,
+    /// [`DecodeForm::Split`] and the combine's launch ([`Merge::Launch`]), [`DecodeForm::Cluster`] or
+    /// [`DecodeForm::Ticket`].
+    pub form: DecodeForm,
     /// Pipeline stages a warp: [`DECODE_STAGES`] or [`DECODE_DEEP_STAGES`].
     pub stages: u32,
 }
@@ -309,7 +313,7 @@ pub fn decode_plan(
     let apart = split(pairs, max_tokens, sms, forced);
     let together = split_at_most(pairs, max_tokens, sms, forced, CLUSTER_MAX_SPLITS);
     let cluster = match merge {
-        Merge::Launch => false,
+        Merge::Launch | Merge::Ticket => false,
         Merge::Cluster if forced > CLUSTER_MAX_SPLITS => {
             return Err(ShapeError::Splits { splits: forced, max: CLUSTER_MAX_SPLITS })
         }
@@ -317,9 +321,13 @@ pub fn decode_plan(
         Merge::Auto if forced > CLUSTER_MAX_SPLITS => false,
         Merge::Auto => apart.splits <= CLUSTER_AUTO_MAX_SPLITS || together.tiles_per_split <= CLUSTER_MAX_TILES,
     };
-    let split = if cluster { together } else { apart };
+    let (split, form) = match (cluster, merge) {
+        (true, _) => (together, DecodeForm::Cluster),
+        (false, Merge::Ticket) => (apart, DecodeForm::Ticket),
+        (false, _) => (apart, DecodeForm::Split),
+    };
     let stages = if stages == 0 { DECODE_STAGES } else { stages };
-    Ok(DecodePlan { split, cluster, stages })
+    Ok(DecodePlan { split, form, stages })
 }
 
 #[cfg(test)]
@@ -366,7 +374,10 @@ mod tests {
         // clusters of at most 8, every tile covered.
         for (batch, tokens) in [(1u64, 1025u64), (8, 1025), (32, 1025), (1, 2045), (8, 2045), (32, 2045)] {
             let p = plan(4 * batch, tokens, 0, Merge::Auto);
-            assert!(p.cluster && p.split.splits <= CLUSTER_MAX_SPLITS, "batch {batch}, {tokens}: {p:?}");
+            assert!(
+                p.form == DecodeForm::Cluster && p.split.splits <= CLUSTER_MAX_SPLITS,
+                "batch {batch}, {tokens}: {p:?}"
+            );
             let tiles = tokens.div_ceil(16);
             assert!(u64::from(p.split.splits * p.split.tiles_per_split) >= tiles, "batch {batch}: {p:?}");
         }
@@ -374,18 +385,28 @@ mod tests {
         // cluster of 8.
         for (batch, tokens) in [(1u64, 4117u64), (4, 4117), (1, 16385), (4, 16385)] {
             let p = plan(4 * batch, tokens, 0, Merge::Auto);
-            assert!(!p.cluster && p.split == split(4 * batch, tokens, 132, 0), "batch {batch}, {tokens}: {p:?}");
+            assert!(
+                p.form == DecodeForm::Split && p.split == split(4 * batch, tokens, 132, 0),
+                "batch {batch}, {tokens}: {p:?}"
+            );
         }
         // A split the planner keeps at 4 or fewer anyway merges in its cluster whatever the length.
         for batch in [8u64, 16, 64] {
             let p = plan(4 * batch, 32768, 0, Merge::Auto);
-            assert!(p.cluster && p.split == split(4 * batch, 32768, 132, 0), "batch {batch}: {p:?}");
+            assert!(
+                p.form == DecodeForm::Cluster && p.split == split(4 * batch, 32768, 132, 0),
+                "batch {batch}: {p:?}"
+            );
         }
         // Forced merges and splits.
         assert_eq!(plan(4, 16385, 0, Merge::Cluster).split.splits, 8);
-        assert!(!plan(4, 1025, 0, Merge::Launch).cluster);
-        assert!(!plan(4, 1025, 9, Merge::Auto).cluster);
-        assert!(plan(4, 1025, 5, Merge::Auto).cluster);
+        assert_eq!(plan(4, 1025, 0, Merge::Launch).form, DecodeForm::Split);
+        assert_eq!(plan(4, 1025, 9, Merge::Auto).form, DecodeForm::Split);
+        assert_eq!(plan(4, 1025, 5, Merge::Auto).form, DecodeForm::Cluster);
+        // The ticket takes the combine's split, any count.
+        let ticket = plan(4, 16385, 0, Merge::Ticket);
+        assert_eq!((ticket.form, ticket.split), (DecodeForm::Ticket, plan(4, 16385, 0, Merge::Launch).split));
+        assert_eq!(plan(4, 16385, 40, Merge::Ticket).split.splits, 40);
         assert_eq!(
             decode_plan(4, 1025, 132, (9, 0), Merge::Cluster),
             Err(ShapeError::Splits { splits: 9, max: CLUSTER_MAX_SPLITS })
