@@ -26,6 +26,7 @@
 #                          decode at N KV splits (merged as the planner's rule says, or as named)
 #   attn_m<merge>          `attn_bench --check --merge <merge>`: every decode merged as named, the
 #                          planner's split
+#   attnprev               the previous build ($BIN/attn_bench_prev) `--check`, for an A/B
 #   attn_st<N>             `attn_bench --check --stages N`: every decode at N pipeline stages (2 or 4)
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
@@ -85,6 +86,7 @@ command_of() {
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
         attn_st*) echo "$BIN/attn_bench --check --stages ${1#attn_st}" ;;
         attn_m*) echo "$BIN/attn_bench --check --merge ${1#attn_m}" ;;
+        attnprev) echo "$BIN/attn_bench_prev --check" ;;
         attn_s*_*)
             IFS=_ read -r _ n m <<<"$1"
             echo "$BIN/attn_bench --check --splits ${n#s} --merge $m" ;;

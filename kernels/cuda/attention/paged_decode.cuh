@@ -116,10 +116,15 @@ struct DecodeArgs {
   uint32_t flags;
 };
 
+// The page-table entry of sequence b's tile `tile`, or -1 past the table's row (tiles_in_row of them).
+__device__ __forceinline__ int page_of(const DecodeArgs& a, uint32_t b, uint32_t tile, uint32_t tiles_in_row) {
+  return tile < tiles_in_row ? a.table[(uint64_t)b * a.max_pages + tile * DECODE_TILE / a.page_tokens] : -1;
+}
+
+// Tile `tile` (below the length) of KV head kvh, whose page-table entry is `page`.
 template <int D>
-__device__ __forceinline__ TileSrc tile_src(const DecodeArgs& a, uint32_t b, uint32_t kvh, uint32_t tile, int len) {
+__device__ __forceinline__ TileSrc tile_src(const DecodeArgs& a, uint32_t kvh, uint32_t tile, int page, int len) {
   const uint32_t token0 = tile * DECODE_TILE;
-  const int page = a.table[(uint64_t)b * a.max_pages + token0 / a.page_tokens];
   if (page < 0 || (uint32_t)page >= a.pages) {
     if ((threadIdx.x & 31) == 0) atomicOr(a.status, ATTN_STATUS_BAD_PAGE);
     return TileSrc{a.pool, 0};
@@ -251,13 +256,16 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
   const uint32_t g = lane >> 2, t4 = lane & 3;
   const uint32_t split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int cap = (int)min((uint64_t)a.max_pages * a.page_tokens, (uint64_t)0x7fffffff);
-  const int len = clamped_len(a.lens, b, cap, a.status, split == 0 && kvh == 0 && threadIdx.x == 0);
-  const uint32_t tiles = ((uint32_t)len + DECODE_TILE - 1) / DECODE_TILE;
-  // The cluster form divides the sequence's own tiles among its splits (a launch planned for the table's
-  // capacity decodes shorter sequences with every split busy); the split form keeps the planned slices.
-  const uint32_t per_split = CLUSTER ? (tiles + gridDim.x - 1) / gridDim.x : a.tiles_per_split;
-  const uint32_t first = split * per_split;
-  const uint32_t last = min(tiles, first + per_split);
+  const uint32_t tiles_in_row = (uint32_t)(((uint64_t)a.max_pages * a.page_tokens) / DECODE_TILE);
+
+  // The page-table entries of the warp's first STAGES tiles. The split forms' slices do not depend on the
+  // length, so theirs (and Q, below) are read while the length is, not after it: the CTA's start is then
+  // two dependent loads (these, then the tiles) where it was four (length, Q, table, tiles).
+  int pages_ahead[STAGES];
+  if constexpr (!CLUSTER) {
+#pragma unroll
+    for (int k = 0; k < STAGES; ++k) pages_ahead[k] = page_of(a, b, split * a.tiles_per_split + warp + k * DECODE_WARPS, tiles_in_row);
+  }
 
   // Q's A fragments: rows g and g + 8 of the group, columns 16 ks + 2 t4 (+1, +8, +9).
   uint32_t qa[KS][4];
@@ -280,6 +288,18 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
     }
   }
 
+  const int len = clamped_len(a.lens, b, cap, a.status, split == 0 && kvh == 0 && threadIdx.x == 0);
+  const uint32_t tiles = ((uint32_t)len + DECODE_TILE - 1) / DECODE_TILE;
+  // The cluster form divides the sequence's own tiles among its splits (a launch planned for the table's
+  // capacity decodes shorter sequences with every split busy); the split form keeps the planned slices.
+  const uint32_t per_split = CLUSTER ? (tiles + gridDim.x - 1) / gridDim.x : a.tiles_per_split;
+  const uint32_t first = split * per_split;
+  const uint32_t last = min(tiles, first + per_split);
+  if constexpr (CLUSTER) {
+#pragma unroll
+    for (int k = 0; k < STAGES; ++k) pages_ahead[k] = page_of(a, b, first + warp + k * DECODE_WARPS, tiles_in_row);
+  }
+
   float o[DN][4];
 #pragma unroll
   for (int i = 0; i < DN; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -287,20 +307,24 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
 
   // The warp's tiles are first + warp, + DECODE_WARPS, ...; STAGES - 1 of them in flight ahead of the one
   // computed. `rows[k]` is the valid rows of the k-th oldest tile in flight (rows[0]: the one computed next).
+  // A tile's page-table entry is read an iteration before its copies are issued (`next_page`), so the
+  // copies never wait on the table.
   uint16_t* stages = smem + warp * STAGES * STAGE_ELEMS;
   int rows[STAGES - 1];
 #pragma unroll
   for (int k = 0; k < STAGES - 1; ++k) {
     const uint32_t t = first + warp + k * DECODE_WARPS;
-    const TileSrc src = t < last ? tile_src<D>(a, b, kvh, t, len) : TileSrc{a.pool, 0};
+    const TileSrc src = t < last ? tile_src<D>(a, kvh, t, pages_ahead[k], len) : TileSrc{a.pool, 0};
     if (t < last) load_tile<D>(a, src, stages + k * STAGE_ELEMS);
     cp_async_commit();
     rows[k] = src.rows;
   }
+  int next_page = pages_ahead[STAGES - 1];
   for (uint32_t it = 0, tile = first + warp; tile < last; ++it, tile += DECODE_WARPS) {
     uint16_t* st = stages + (it % STAGES) * STAGE_ELEMS;
     const uint32_t next = tile + (STAGES - 1) * DECODE_WARPS;
-    const TileSrc nsrc = next < last ? tile_src<D>(a, b, kvh, next, len) : TileSrc{a.pool, 0};
+    const TileSrc nsrc = next < last ? tile_src<D>(a, kvh, next, next_page, len) : TileSrc{a.pool, 0};
+    next_page = page_of(a, b, next + DECODE_WARPS, next + DECODE_WARPS < last ? tiles_in_row : 0);
     // Its stage was computed an iteration ago, and the __syncwarp closing that iteration ordered the reads.
     if (next < last) load_tile<D>(a, nsrc, stages + ((it + STAGES - 1) % STAGES) * STAGE_ELEMS);
     cp_async_commit();

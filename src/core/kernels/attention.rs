@@ -10,7 +10,9 @@
 //! Each reference reads what its kernel reads, where the kernel reads it (the page table entry of every
 //! 16-token tile, only the rows below the length, the lengths clamped and flagged as the kernel clamps
 //! them), and stores exactly where the kernel stores, so a buffer too small faults where the kernel's load
-//! or store would. Arithmetic: the references compute each row in f64 ([`omega_refmath::attend_row`]) with
+//! or store would. One difference, never a fault: a decode warp also reads the table entries of its first
+//! tiles before it knows the length (inside the sequence's row of `max_pages` entries, which the library
+//! checks the table holds), where the reference reads only those below it. Arithmetic: the references compute each row in f64 ([`omega_refmath::attend_row`]) with
 //! the kernels' roundings (the decode kernel's bf16 queries and bf16 `P`), so they agree with the GPU to
 //! rounding. Work is sliced by CTA ([`KernelCtx::take_blocks`]) for the decode and combine kernels and by
 //! warp (one query row and head) for the dense kernel.
