@@ -10,7 +10,7 @@ use omega::kernels::attention::{
 };
 use omega::libs::attention::{
     decode_plan, AppendShape, Attention, AttentionError, DecodeForm, DecodeShape, GqaShape, KvLayout, LayoutError,
-    Merge, ShapeError,
+    Merge, ShapeError, Submission,
 };
 use omega::{Gpu, Scope, Scoped, Stage};
 
@@ -62,7 +62,7 @@ fn check_case<Q: Query, O: Out>(what: &str, seed: u64, page: u32, heads: (u32, u
         let worst = compare(what, &got, &want, tol).unwrap();
         let tokens = u64::from(case.max_pages) * u64::from(page);
         let pairs = u64::from(case.batch()) * u64::from(kv_heads);
-        let form = decode_plan(pairs, tokens, sms, (splits, 0), merge).unwrap().form;
+        let form = decode_plan(pairs, tokens, sms, (splits, 0), (merge, Submission::Alone)).unwrap().form;
         let expected = match merge {
             Merge::Auto => form,
             Merge::Launch => DecodeForm::Split,

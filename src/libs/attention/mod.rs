@@ -53,4 +53,5 @@ pub use error::{AttentionError, LayoutError, Operand, ShapeError, TableDetail};
 pub use ops::{Attention, Done, Elem, Failed, Info, KeptAttention, Kind, Workspace};
 pub use plan::{
     decode_plan, split, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, Merge, QkvAppendShape, Split,
+    Submission,
 };

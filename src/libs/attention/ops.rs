@@ -13,7 +13,7 @@ use crate::libs::matmul::{Input, Output};
 use crate::{Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Module, Scope, Stage};
 
 use super::error::{AttentionError, Operand, ShapeError, TableDetail};
-use super::plan::{self, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split};
+use super::plan::{self, AppendShape, DecodePlan, DecodeShape, GqaShape, KvLayout, QkvAppendShape, Split, Submission};
 
 mod sealed {
     pub trait Sealed {}
@@ -432,8 +432,8 @@ impl<'s> Attention<'s> {
         shape: DecodeShape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let (plan, info) =
-            self.plan_decode::<Q, O>(q, pool, layout, tables, lens, out.device_va(), out.elements(), shape);
+        let out = (out.device_va(), out.elements());
+        let (plan, info) = self.plan_decode::<Q, O>(q, pool, layout, tables, lens, out, (shape, Submission::Alone));
         self.run(gpu, plan, info, start)
     }
 
@@ -452,8 +452,8 @@ impl<'s> Attention<'s> {
         shape: DecodeShape,
     ) -> Result<Info, AttentionError> {
         let start = Instant::now();
-        let (plan, info) =
-            self.plan_decode::<Q, O>(q, pool, layout, tables, lens, out.device_va(), out.elements(), shape);
+        let out = (out.device_va(), out.elements());
+        let (plan, info) = self.plan_decode::<Q, O>(q, pool, layout, tables, lens, out, (shape, Submission::Listed));
         self.record(list, plan?, info, start)
     }
 
@@ -615,9 +615,8 @@ impl<'s> Attention<'s> {
         layout: &KvLayout,
         tables: &impl Input<i32>,
         lens: &impl Input<i32>,
-        out_va: u64,
-        out_len: usize,
-        s: DecodeShape,
+        (out_va, out_len): (u64, usize),
+        (s, submission): (DecodeShape, Submission),
     ) -> (Result<Plan, AttentionError>, Info) {
         let cap = u64::from(s.max_pages) * u64::from(layout.page_tokens);
         let mut info = Info {
@@ -643,7 +642,7 @@ impl<'s> Attention<'s> {
             aligned(Operand::Pool, pool.device_va(), 16)?;
             let pairs = u64::from(s.batch) * u64::from(layout.kv_heads);
             let DecodePlan { split: Split { splits, tiles_per_split }, form, stages } =
-                plan::decode_plan(pairs, cap, self.sms, (s.splits, s.stages), s.merge)?;
+                plan::decode_plan(pairs, cap, self.sms, (s.splits, s.stages), (s.merge, submission))?;
             let scale_log2 = scale_of(s.scale, d) * core::f32::consts::LOG2_E;
             let out = [Arg::Va(out_va), Arg::Word(if O::BF16 { FLAG_OUT_BF16 } else { 0 })];
             let inputs = [Arg::Va(q.device_va()), Arg::Va(pool.device_va()), Arg::Va(tables.device_va())];

@@ -268,6 +268,17 @@ fn split_cost(pairs: u64, tiles: u64, sms: u32, splits: u64) -> u64 {
 /// 1 (713 / 664) and 8 (1499 / 1439).
 pub const CLUSTER_MAX_TILES: u32 = 16;
 
+/// How a call's launches reach the GPU, which decides what a merge costs: [`Merge::Auto`] takes the
+/// ticket where a call submits alone and the combine where it is listed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submission {
+    /// Submitted and waited for by the call ([`super::Attention::paged_decode`], the C entries): a second
+    /// launch costs a whole submission and wait.
+    Alone,
+    /// Added to a command list ([`super::Attention::add_paged_decode`]): launches run back to back.
+    Listed,
+}
+
 /// A decode's plan: its split and the entry's form, which says how its splits merge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodePlan {
@@ -292,7 +303,13 @@ pub const CLUSTER_AUTO_MAX_SPLITS: u32 = 4;
 /// most [`CLUSTER_MAX_SPLITS`] gives a CTA at most [`CLUSTER_MAX_TILES`] tiles of the capacity (short
 /// contexts, where the combine's launch and its dependent reads weigh more than the CTAs' longer slices);
 /// otherwise [`split`]'s choice and the combine. A forced split past the cluster's size takes the combine,
-/// and is refused with [`Merge::Cluster`].
+/// and is refused with [`Merge::Cluster`]. Where `Auto` takes the wider split, a call submitted
+/// [`Submission::Alone`] merges by ticket ([`Merge::Ticket`]) and a listed one by the combine: timed on the
+/// H100 (session 18, docs/perf/2026-12-07-s18-h100-decode.md), a call alone waited 2-13 us less with the
+/// ticket (batch 1, 32K: 44.0 against 57.0 us; 4K: 23.6 against 29.0), and in a list the ticket lost
+/// (batch 1, 16K: 0.640 of the copy against 0.695; batch 4, 4K: 0.702 against 0.757; the decode step at
+/// batch 1, 16K: 5024 against 4913 us), the last CTA's merge of every split being slower than the
+/// combine's grid of them once the second launch costs no wait.
 ///
 /// `stages` 0 takes [`DECODE_STAGES`]; [`DECODE_STAGES`] and [`DECODE_DEEP_STAGES`] are taken as they are,
 /// others refused. Why not the deep pipeline where every CTA has an SM of its own (its 139 KB at head_dim
@@ -305,7 +322,7 @@ pub fn decode_plan(
     max_tokens: u64,
     sms: u32,
     (forced, stages): (u32, u32),
-    merge: Merge,
+    (merge, submission): (Merge, Submission),
 ) -> Result<DecodePlan, ShapeError> {
     if ![0, DECODE_STAGES, DECODE_DEEP_STAGES].contains(&stages) {
         return Err(ShapeError::Stages { stages, two: DECODE_STAGES, deep: DECODE_DEEP_STAGES });
@@ -324,6 +341,7 @@ pub fn decode_plan(
     let (split, form) = match (cluster, merge) {
         (true, _) => (together, DecodeForm::Cluster),
         (false, Merge::Ticket) => (apart, DecodeForm::Ticket),
+        (false, Merge::Auto) if submission == Submission::Alone => (apart, DecodeForm::Ticket),
         (false, _) => (apart, DecodeForm::Split),
     };
     let stages = if stages == 0 { DECODE_STAGES } else { stages };
@@ -369,7 +387,9 @@ mod tests {
 
     #[test]
     fn short_contexts_merge_in_clusters_and_long_ones_by_the_combine() {
-        let plan = |pairs, tokens, forced, merge| decode_plan(pairs, tokens, 132, (forced, 0), merge).unwrap();
+        let plan = |pairs, tokens, forced, merge| {
+            decode_plan(pairs, tokens, 132, (forced, 0), (merge, Submission::Listed)).unwrap()
+        };
         // Qwen3's decode (4 KV heads a sequence) at capacities of 1K and 2K tokens, batch 1, 8 and 32:
         // clusters of at most 8, every tile covered.
         for (batch, tokens) in [(1u64, 1025u64), (8, 1025), (32, 1025), (1, 2045), (8, 2045), (32, 2045)] {
@@ -407,16 +427,21 @@ mod tests {
         let ticket = plan(4, 16385, 0, Merge::Ticket);
         assert_eq!((ticket.form, ticket.split), (DecodeForm::Ticket, plan(4, 16385, 0, Merge::Launch).split));
         assert_eq!(plan(4, 16385, 40, Merge::Ticket).split.splits, 40);
+        // A call alone merges the wider split by ticket, never a cluster it would not take listed.
+        let alone = |pairs, tokens| decode_plan(pairs, tokens, 132, (0, 0), (Merge::Auto, Submission::Alone)).unwrap();
+        assert_eq!((alone(4, 16385).form, alone(4, 16385).split), (DecodeForm::Ticket, ticket.split));
+        assert_eq!(alone(4, 1025), DecodePlan { form: DecodeForm::Cluster, ..plan(4, 1025, 0, Merge::Auto) });
         assert_eq!(
-            decode_plan(4, 1025, 132, (9, 0), Merge::Cluster),
+            decode_plan(4, 1025, 132, (9, 0), (Merge::Cluster, Submission::Listed)),
             Err(ShapeError::Splits { splits: 9, max: CLUSTER_MAX_SPLITS })
         );
     }
 
     #[test]
     fn the_deep_pipeline_is_taken_only_when_asked_for() {
-        let stages =
-            |pairs, tokens, forced| decode_plan(pairs, tokens, 132, (0, forced), Merge::Auto).map(|p| p.stages);
+        let stages = |pairs, tokens, forced| {
+            decode_plan(pairs, tokens, 132, (0, forced), (Merge::Auto, Submission::Listed)).map(|p| p.stages)
+        };
         // Batch 1, 4, 16 and 64 at 32/4/128.
         for pairs in [4, 16, 64, 256] {
             assert_eq!(stages(pairs, 32768, 0), Ok(DECODE_STAGES), "{pairs} pairs");
