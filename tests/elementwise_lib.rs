@@ -8,7 +8,10 @@
 //! run 16384 rows). Each test prints its seed (`OMEGA_EW_SEED` replays it). Tests take turns on the
 //! process's one lock.
 
-use omega::kernels::elementwise::{bf16_bound, first_miss, rmsnorm_f64, rope_f64, rope_tables, swiglu_f64};
+use omega::kernels::elementwise::{
+    bf16_bound, first_miss, rmsnorm_f64, rope_f64, rope_tables, swiglu_f64, NORM_ROPE_WHOLE,
+    NORM_ROPE_WHOLE_MAX_VECTORS, ROPE_VEC,
+};
 use omega::libs::elementwise::{DeviceSpan, Elementwise, EwElem, EwError, Heads, Op, Rows, ShapeError};
 use omega::{Device, Gpu, Mem, Scope, Scoped, Stage};
 use omega_refmath::{bf16_to_f32, f32_to_bf16};
@@ -262,8 +265,10 @@ fn rope_case<'s, E: T>(
     norm: bool,
     skew: bool,
 ) -> Gpu<'s> {
-    // Qwen3-30B-A3B's q (32 heads) and k (4 heads) of head dim 128, and small odd shapes.
-    for (tokens, heads, dim) in [(1, 1, 2), (3, 2, 6), (2, 3, 34), (3, 32, 128), (5, 4, 128), (1, 1, 2048)] {
+    // Qwen3-30B-A3B's q (32 heads) and k (4 heads) of head dim 128, and small odd shapes; 96, 192, 256 and
+    // 512 reach the whole-row norm entry with lanes past the half-row idle (96, 192) or none (256, 512 bf16).
+    let shapes = [(1, 1, 2), (3, 2, 6), (2, 3, 34), (3, 32, 128), (5, 4, 128), (1, 1, 2048)];
+    for (tokens, heads, dim) in shapes.into_iter().chain([(2, 3, 96), (2, 2, 192), (1, 2, 256), (1, 2, 512)]) {
         let n = (tokens * heads * dim) as usize;
         let (cos, sin) = rope_tables(&positions(g, tokens), dim, 1e6);
         let (x, w) = (random::<E>(g, n, 1.0), random::<E>(g, dim as usize, 2.0));
@@ -278,6 +283,11 @@ fn rope_case<'s, E: T>(
             ew.rope(&xs, &cm, &sm, &mut ys, shape).unwrap()
         };
         assert_eq!(call.info().vectorized, !skew && dim % 8 == 0, "{:?}", call.info());
+        let v = ROPE_VEC[usize::from(E::BF16)];
+        let whole = norm && !skew && dim % (2 * v) == 0 && dim <= NORM_ROPE_WHOLE_MAX_VECTORS * v;
+        let expected = if whole { NORM_ROPE_WHOLE[usize::from(E::BF16)] } else { call.info().kernel };
+        assert_eq!(call.info().kernel, expected, "{:?}", call.info());
+        assert!(whole || !call.info().kernel.contains("whole"), "{:?}", call.info());
         gpu = run(ew, gpu, call);
         let xv = vals(&x);
         let (normed, pre): (Vec<f64>, f64) = if norm {

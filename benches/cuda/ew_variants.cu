@@ -42,6 +42,88 @@ NORM_ROPE_VEC(nr_vec_b4_bf16, uint16_t, 4)
 NORM_ROPE_VEC(nr_vec_b3_bf16, uint16_t, 3)
 NORM_ROPE_VEC(nr_vec_b2_bf16, uint16_t, 2)
 
+// QK-norm + RoPE where each lane holds one 16-byte vector of each half-row (dim = 2 * 16 / sizeof(T) *
+// lanes: 128 in both types), w in registers for the whole kernel, and U rows a group at a time: every
+// row's x loads (and with HOIST its cos / sin loads) are issued before the first row's reduction, so a warp
+// has U rows in flight where the module's entry has one, and the tables no longer wait for the norm.
+template <typename T, int U, bool HOIST>
+__device__ __forceinline__ void nr_rows(const T* x, const T* __restrict__ w, const float* __restrict__ cs,
+                                        const float* __restrict__ sn, T* y, uint32_t tokens, uint32_t heads,
+                                        uint32_t dim, float eps) {
+  constexpr int V = 16 / sizeof(T);
+  using R = typename EwRaw<T, V>::type;
+  const uint32_t half = dim / 2, lanes = half / V, per_warp = 32 / lanes;
+  const unsigned lane = (threadIdx.x & 31u) % lanes, group = (threadIdx.x & 31u) / lanes;
+  const uint64_t rows = static_cast<uint64_t>(tokens) * heads;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5) * per_warp;
+  const uint32_t i = lane * V;
+  const R wra = *reinterpret_cast<const R*>(w + i), wrb = *reinterpret_cast<const R*>(w + half + i);
+  for (uint64_t first = (static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * per_warp;
+       first < rows; first += stride * U) {
+    R a[U], b[U];
+    float c[U][V], sv[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t r = first + u * stride + group;
+      if (r < rows) {
+        a[u] = *reinterpret_cast<const R*>(x + r * dim + i);
+        b[u] = *reinterpret_cast<const R*>(x + r * dim + half + i);
+        if (HOIST) {
+          const size_t t = static_cast<size_t>(r / heads) * half;
+          ew_load<V, float>(cs + t + i, c[u]);
+          ew_load<V, float>(sn + t + i, sv[u]);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t r = first + u * stride + group;
+      const bool live = r < rows;
+      float pa[V], pb[V];
+      ew_unpack<T, V>(a[u], pa);
+      ew_unpack<T, V>(b[u], pb);
+      float ss = 0.0f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss = fmaf(pa[j], pa[j], fmaf(pb[j], pb[j], ss));
+      const float inv = rsqrtf(rope_group_sum(live ? ss : 0.0f, lanes) / static_cast<float>(dim) + eps);
+      if (!live) continue;
+      if (!HOIST) {
+        const size_t t = static_cast<size_t>(r / heads) * half;
+        ew_load<V, float>(cs + t + i, c[u]);
+        ew_load<V, float>(sn + t + i, sv[u]);
+      }
+      float ya[V], yb[V], wa[V], wb[V];
+      ew_unpack<T, V>(wra, wa);
+      ew_unpack<T, V>(wrb, wb);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xa = pa[j] * inv * wa[j], xb = pb[j] * inv * wb[j];
+        ya[j] = xa * c[u][j] - xb * sv[u][j];
+        yb[j] = xb * c[u][j] + xa * sv[u][j];
+      }
+      ew_store<V>(y + r * dim + i, ya);
+      ew_store<V>(y + r * dim + half + i, yb);
+    }
+  }
+}
+#define NORM_ROPE_ROWS(NAME, T, U, HOIST, MIN_BLOCKS)                                                        \
+  __global__ void __launch_bounds__(256, MIN_BLOCKS) NAME(const T* x, const T* w, const float* cs,           \
+                                                         const float* sn, T* y, uint32_t tokens,             \
+                                                         uint32_t heads, uint32_t dim, float eps) {          \
+    nr_rows<T, U, HOIST>(x, w, cs, sn, y, tokens, heads, dim, eps);                                          \
+  }
+NORM_ROPE_ROWS(nr_u1_hoist_b4_f32, float, 1, true, 4)
+NORM_ROPE_ROWS(nr_u2_b4_f32, float, 2, false, 4)
+NORM_ROPE_ROWS(nr_u2_hoist_b4_f32, float, 2, true, 4)
+NORM_ROPE_ROWS(nr_u2_hoist_b3_f32, float, 2, true, 3)
+NORM_ROPE_ROWS(nr_u4_b3_f32, float, 4, false, 3)
+NORM_ROPE_ROWS(nr_u1_hoist_b4_bf16, uint16_t, 1, true, 4)
+NORM_ROPE_ROWS(nr_u2_b4_bf16, uint16_t, 2, false, 4)
+NORM_ROPE_ROWS(nr_u2_b3_bf16, uint16_t, 2, false, 3)
+NORM_ROPE_ROWS(nr_u2_hoist_b3_bf16, uint16_t, 2, true, 3)
+NORM_ROPE_ROWS(nr_u2_hoist_b2_bf16, uint16_t, 2, true, 2)
+NORM_ROPE_ROWS(nr_u4_b3_bf16, uint16_t, 4, false, 3)
+
 typedef void (*RmsFn)(const void*, void*, const void*, void*, uint32_t, uint32_t, float);
 typedef void (*RopeFn)(const void*, const void*, const float*, const float*, void*, uint32_t, uint32_t, uint32_t,
                        float);
@@ -66,10 +148,21 @@ static const Variant VARIANTS[] = {
     {"nr_vec_b4_f32", (const void*)nr_vec_b4_f32, 256, 16, false, 2},
     {"nr_vec_b3_f32", (const void*)nr_vec_b3_f32, 256, 16, false, 2},
     {"nr_vec_b2_f32", (const void*)nr_vec_b2_f32, 256, 16, false, 2},
+    {"nr_u1_hoist_b4_f32", (const void*)nr_u1_hoist_b4_f32, 256, 16, false, 2},
+    {"nr_u2_b4_f32", (const void*)nr_u2_b4_f32, 256, 16, false, 2},
+    {"nr_u2_hoist_b4_f32", (const void*)nr_u2_hoist_b4_f32, 256, 16, false, 2},
+    {"nr_u2_hoist_b3_f32", (const void*)nr_u2_hoist_b3_f32, 256, 16, false, 2},
+    {"nr_u4_b3_f32", (const void*)nr_u4_b3_f32, 256, 16, false, 2},
     {"norm_rope_bf16", (const void*)omega_norm_rope_bf16, 256, 32, true, 2},
     {"nr_vec_b4_bf16", (const void*)nr_vec_b4_bf16, 256, 32, true, 2},
     {"nr_vec_b3_bf16", (const void*)nr_vec_b3_bf16, 256, 32, true, 2},
     {"nr_vec_b2_bf16", (const void*)nr_vec_b2_bf16, 256, 32, true, 2},
+    {"nr_u1_hoist_b4_bf16", (const void*)nr_u1_hoist_b4_bf16, 256, 32, true, 2},
+    {"nr_u2_b4_bf16", (const void*)nr_u2_b4_bf16, 256, 32, true, 2},
+    {"nr_u2_b3_bf16", (const void*)nr_u2_b3_bf16, 256, 32, true, 2},
+    {"nr_u2_hoist_b3_bf16", (const void*)nr_u2_hoist_b3_bf16, 256, 32, true, 2},
+    {"nr_u2_hoist_b2_bf16", (const void*)nr_u2_hoist_b2_bf16, 256, 32, true, 2},
+    {"nr_u4_b3_bf16", (const void*)nr_u4_b3_bf16, 256, 32, true, 2},
 };
 
 static int failed = 0;

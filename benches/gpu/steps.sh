@@ -26,7 +26,8 @@
 #                          decode at N KV splits (merged as the planner's rule says, or as named)
 #   attn_m<merge>          `attn_bench --check --merge <merge>`: every decode merged as named, the
 #                          planner's split
-#   attnprev               the previous build ($BIN/attn_bench_prev) `--check`, for an A/B
+#   attnprev, ewprev       the previous build ($BIN/attn_bench_prev, $BIN/ew_bench_prev) `--check`, for
+#                          an A/B
 #   attn_st<N>             `attn_bench --check --stages N`: every decode at N pipeline stages (2 or 4)
 #   mm, mmalt, mmpeer      `matmul_bench --check`, `matmul_bench --alternatives`, and the PyTorch/cuBLAS peer
 #                          (benches/torch/matmul_peer.py)
@@ -81,6 +82,7 @@ command_of() {
         gocc) echo "/tmp/gemv_variants --occupancy" ;;
         qpeer) echo "python3 benches/torch/qwen3_peer.py --bench --quick --batch 1,8,32 --ctx 1024,16384" ;;
         ew) echo "$BIN/ew_bench --check" ;;
+        ewprev) echo "$BIN/ew_bench_prev --check" ;;
         ewpeer) echo "python3 benches/torch/ew_peer.py" ;;
         attn) echo "$BIN/attn_bench --check" ;;
         attnpeer) echo "python3 benches/torch/attn_peer.py" ;;
@@ -125,7 +127,9 @@ for step in $STEPS; do
             -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda >"$OUT/gemmchk-nvcc.log" 2>&1 || status=1
     fi
     cmd=$(command_of "$step")
-    log="$OUT/$step.log"
+    # A step named again (an A/B alternated) logs beside its earlier runs: <step>.log, <step>.2.log, ...
+    log="$OUT/$step.log" n=1
+    while [ -e "$log" ]; do n=$((n + 1)) log="$OUT/$step.$n.log"; done
     echo "### $step: $cmd (sm clock before: $(smi))" >"$log"
     start=$(date +%s)
     $cmd >>"$log" 2>&1
@@ -135,11 +139,18 @@ for step in $STEPS; do
 done
 
 (cd "$OUT" && tar czf logs.tar.gz ./*.log)
-for step in $STEPS; do
-    echo "== $step"
-    head -1 "$OUT/$step.log"
-    grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio ' \
-        "$OUT/$step.log" | tail -20
-    tail -1 "$OUT/$step.log"
+seen=" "
+for name in $STEPS; do
+    case "$seen" in *" $name "*) continue ;; esac
+    seen="$seen$name "
+    for log in "$OUT/$name.log" "$OUT/$name".[0-9]*.log; do
+        [ -e "$log" ] || continue
+        step=$(basename "$log" .log)
+        echo "== $step"
+        head -1 "$log"
+        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio ' \
+            "$log" | tail -20
+        tail -1 "$log"
+    done
 done
 exit $status

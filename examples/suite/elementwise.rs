@@ -176,7 +176,9 @@ fn rope_once(tokens: u32, heads: u32, dim: u32, bf16: bool, norm: bool) -> CaseR
 pub fn rope(norm: bool) -> CaseResult {
     let mut lines = Vec::new();
     for bf16 in [false, true] {
-        for (t, h, d) in [(16384, 16, 128), (4096, 32, 128), (4096, 4, 128), (7, 3, 34), (5, 1, 6)] {
+        // 96, 192 and 512 take the whole-row norm entry with idle lanes (96, 192) or at its widest (512 bf16).
+        let shapes = [(16384, 16, 128), (4096, 32, 128), (4096, 4, 128), (7, 3, 34), (5, 1, 6)];
+        for (t, h, d) in shapes.into_iter().chain([(33, 5, 96), (9, 3, 192), (4, 2, 512)]) {
             lines.push(rope_once(t, h, d, bf16, norm)?);
         }
     }

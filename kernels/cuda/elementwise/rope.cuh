@@ -108,6 +108,65 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
   }
 }
 
+// The norm form where one V-vector of each half a lane covers the row (dim <= 64 V: 256 f32, 512 bf16;
+// Qwen3's 128 in both), an entry of its own (omega_norm_rope_whole_*: inline beside rope_rows' loops in one
+// entry, the bf16 form spilled 80 bytes at 64 registers; alone neither spills). The library takes it where
+// the vector path's conditions hold (dim % (2 V) == 0, every pointer 16-byte aligned) and dim <= 64 V: each row's cos and sin are loaded with its x, before the norm's reduction, and w,
+// every row's, once into registers, so a row's loads all wait together instead of the tables waiting for
+// the shuffles (w too in f32). Measured beside rope_rows in one run on the H100 (benches/cuda/ew_variants.cu, session
+// 18: 1.128 / 1.133 of cudaMemcpy's copy against 1.008 / 0.983, f32 / bf16); two rows a group at a time
+// gained less (1.110 / 1.076) at the same registers.
+template <typename T, int V>
+__device__ __forceinline__ void norm_rope_rows_whole(const T* x, const T* __restrict__ w, const float* __restrict__ cs,
+                                                     const float* __restrict__ sn, T* y, uint32_t tokens,
+                                                     uint32_t heads, uint32_t dim, float eps) {
+  using R = typename EwRaw<T, V>::type;
+  const uint32_t half = dim / 2, need = half / V;
+  uint32_t lanes = 32;
+  while (lanes > 1 && lanes / 2 >= need) lanes /= 2;
+  const uint32_t per_warp = 32 / lanes;
+  const unsigned lane = (threadIdx.x & 31u) % lanes, group = (threadIdx.x & 31u) / lanes;
+  const uint64_t rows = static_cast<uint64_t>(tokens) * heads;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * (blockDim.x >> 5) * per_warp;
+  const uint32_t i = lane * V;
+  const bool mine = i < half;  // lanes past a half-row that is not a power of two of vectors idle
+  // w, every row's, stays in registers in f32; bf16 reads it again a row (an L1 hit): held, its entry
+  // spilled 40 bytes at 64 registers.
+  constexpr bool HOLD_W = sizeof(T) == 4;
+  R wra{}, wrb{};
+  if (HOLD_W && mine) wra = *reinterpret_cast<const R*>(w + i), wrb = *reinterpret_cast<const R*>(w + half + i);
+  for (uint64_t first = (static_cast<uint64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * per_warp;
+       first < rows; first += stride) {
+    const uint64_t r = first + group;
+    const bool live = r < rows && mine;
+    float pa[V], pb[V], c[V], sv[V];
+    float ss = 0.0f;
+    if (live) {
+      const size_t t = static_cast<size_t>(r / heads) * half;
+      ew_load<V, T>(x + r * dim + i, pa);
+      ew_load<V, T>(x + r * dim + half + i, pb);
+      ew_load<V, float>(cs + t + i, c);
+      ew_load<V, float>(sn + t + i, sv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss = fmaf(pa[j], pa[j], fmaf(pb[j], pb[j], ss));
+    }
+    // Uniform across the warp: every lane shuffles, live or not.
+    const float inv = rsqrtf(rope_group_sum(ss, lanes) / static_cast<float>(dim) + eps);
+    if (!live) continue;
+    float wa[V], wb[V], ya[V], yb[V];
+    ew_unpack<T, V>(HOLD_W ? wra : *reinterpret_cast<const R*>(w + i), wa);
+    ew_unpack<T, V>(HOLD_W ? wrb : *reinterpret_cast<const R*>(w + half + i), wb);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float xa = pa[j] * inv * wa[j], xb = pb[j] * inv * wb[j];
+      ya[j] = xa * c[j] - xb * sv[j];
+      yb[j] = xb * c[j] + xa * sv[j];
+    }
+    ew_store<V>(y + r * dim + i, ya);
+    ew_store<V>(y + r * dim + half + i, yb);
+  }
+}
+
 template <typename T, bool NORM>
 __device__ __forceinline__ void rope(const T* x, const T* w, const float* cs, const float* sn, T* y,
                                      uint32_t tokens, uint32_t heads, uint32_t dim, float eps) {
@@ -132,3 +191,12 @@ OMEGA_ROPE_ENTRY(omega_rope_f32, float, false)
 OMEGA_ROPE_ENTRY(omega_rope_bf16, uint16_t, false)
 OMEGA_ROPE_ENTRY(omega_norm_rope_f32, float, true)
 OMEGA_ROPE_ENTRY(omega_norm_rope_bf16, uint16_t, true)
+
+#define OMEGA_NORM_ROPE_WHOLE_ENTRY(NAME, T)                                                                 \
+  extern "C" __global__ void __launch_bounds__(256, 4) NAME(const T* x, const T* w, const float* cs,         \
+                                                         const float* sn, T* y, uint32_t tokens,             \
+                                                         uint32_t heads, uint32_t dim, float eps) {          \
+    norm_rope_rows_whole<T, 16 / sizeof(T)>(x, w, cs, sn, y, tokens, heads, dim, eps);                       \
+  }
+OMEGA_NORM_ROPE_WHOLE_ENTRY(omega_norm_rope_whole_f32, float)
+OMEGA_NORM_ROPE_WHOLE_ENTRY(omega_norm_rope_whole_bf16, uint16_t)

@@ -46,6 +46,12 @@ pub const RMSNORM_WARP_THREADS: u32 = 256;
 pub const ROPE: [&str; 2] = ["omega_rope_f32", "omega_rope_bf16"];
 /// `omega_norm_rope_{f32,bf16}(x, w, cos, sin, y, tokens, heads, dim, eps)`: per-head RMSNorm, then RoPE.
 pub const NORM_ROPE: [&str; 2] = ["omega_norm_rope_f32", "omega_norm_rope_bf16"];
+/// `omega_norm_rope_whole_{f32,bf16}`: [`NORM_ROPE`]'s arguments and result for rows one 16-byte vector of
+/// each half a lane covers: `dim` a multiple of `2 * ROPE_VEC`, at most [`NORM_ROPE_WHOLE_MAX_VECTORS`]
+/// vectors, every pointer 16-byte aligned; the row's tables load with its x, before the norm.
+pub const NORM_ROPE_WHOLE: [&str; 2] = ["omega_norm_rope_whole_f32", "omega_norm_rope_whole_bf16"];
+/// The widest row of [`NORM_ROPE_WHOLE`], in vectors of [`ROPE_VEC`] elements (32 lanes, both halves).
+pub const NORM_ROPE_WHOLE_MAX_VECTORS: u32 = 64;
 /// `omega_swiglu_{f32,bf16}(gate, up, y, rows, cols, in_stride)`: `silu(gate) * up`.
 pub const SWIGLU: [&str; 2] = ["omega_swiglu_f32", "omega_swiglu_bf16"];
 /// `omega_swiglu_f32_bf16(gate, up, y, rows, cols, in_stride)`: `silu(gate) * up` from f32 into bf16.
@@ -84,6 +90,8 @@ pub const ELEMENTWISE_HOST_SPECS: &[HostSpec] = &[
     rope_spec(ROPE[1], rope::<u16, false>),
     rope_spec(NORM_ROPE[0], rope::<f32, true>),
     rope_spec(NORM_ROPE[1], rope::<u16, true>),
+    rope_spec(NORM_ROPE_WHOLE[0], norm_rope_whole::<f32>),
+    rope_spec(NORM_ROPE_WHOLE[1], norm_rope_whole::<u16>),
     HostSpec {
         name: SWIGLU[0],
         param_sizes: &[8, 8, 8, 4, 4, 4],
@@ -250,6 +258,24 @@ pub fn rotate_half(v: &[f32], c: &[f32], s: &[f32]) -> Vec<f32> {
         out[half + i] = b[i] * c[i] + a[i] * s[i];
     }
     out
+}
+
+/// [`NORM_ROPE_WHOLE`]: the norm form's reference, after the checks of what the entry assumes (it has no
+/// path for other rows: a lane past them would read and write beside the row).
+fn norm_rope_whole<T: Elem>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = NORM_ROPE_WHOLE[usize::from(T::BYTES == 2)];
+    let v = ROPE_VEC[usize::from(T::BYTES == 2)];
+    let dim = ctx.word(12);
+    if dim == 0 || !dim.is_multiple_of(2 * v) || dim > NORM_ROPE_WHOLE_MAX_VECTORS * v {
+        return Err(fault(
+            name,
+            format_args!("dim {dim}: it needs a multiple of {} up to {}", 2 * v, NORM_ROPE_WHOLE_MAX_VECTORS * v),
+        ));
+    }
+    if let Some(va) = (0..5).map(|i| ctx.u64_at(2 * i)).find(|va| !va.is_multiple_of(16)) {
+        return Err(fault(name, format_args!("pointer {va:#x} not 16-byte aligned")));
+    }
+    rope::<T, true>(ctx)
 }
 
 fn rope<T: Elem, const NORM: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

@@ -257,7 +257,7 @@ impl EwCall<'_> {
 
 /// The module's kernels in [`Elementwise`]'s order: each family's f32 entry, then its bf16 one; then the
 /// warp-per-row RMSNorm forms.
-const KERNELS: [&str; 15] = [
+const KERNELS: [&str; 17] = [
     k::RMSNORM[0],
     k::RMSNORM[1],
     k::ADD_RMSNORM[0],
@@ -273,7 +273,12 @@ const KERNELS: [&str; 15] = [
     k::RMSNORM_WARP[0],
     k::RMSNORM_WARP[1],
     k::ADD_RMSNORM_WARP_BF16,
+    k::NORM_ROPE_WHOLE[0],
+    k::NORM_ROPE_WHOLE[1],
 ];
+
+/// Where the whole-row QK-norm + RoPE entries sit in [`KERNELS`]: f32, bf16.
+const NORM_ROPE_WHOLE_KERNELS: [usize; 2] = [15, 16];
 
 /// Where the warp-per-row forms sit in [`KERNELS`]: the plain f32 and bf16 forms, the bf16 residual one.
 const RMSNORM_WARP_KERNELS: [usize; 3] = [12, 13, 14];
@@ -616,14 +621,19 @@ impl<'s> Elementwise<'s> {
         hold(s, Operand::Cos, cos.elements(), table)?;
         hold(s, Operand::Sin, sin.elements(), table)?;
         hold(s, Operand::Y, y.elements(), n)?;
-        let rows = u64::from(shape.tokens) * u64::from(shape.heads);
-        let warps = u64::from(k::EW_THREADS / 32);
-        let grid = rows.div_ceil(warps).min(u64::from(self.wave(kernel_index::<T>(op), k::EW_THREADS))) as u32;
         let e = size_of::<T>() as u64;
         let w_va = w.map_or(0, |w| w.device_va());
         let mut vas = vec![x.device_va(), y.device_va(), cos.device_va(), sin.device_va()];
         vas.extend(w.map(|_| w_va));
-        let vectorized = shape.dim.is_multiple_of(2 * k::ROPE_VEC[usize::from(T::BF16)]) && aligned16(&vas);
+        let v = k::ROPE_VEC[usize::from(T::BF16)];
+        let vectorized = shape.dim.is_multiple_of(2 * v) && aligned16(&vas);
+        // The norm form's rows one vector of each half a lane covers take the entry that loads a row's
+        // tables with its x (`k::NORM_ROPE_WHOLE`; docs/elementwise.md says what it gained).
+        let whole = op == Op::NormRope && vectorized && shape.dim <= k::NORM_ROPE_WHOLE_MAX_VECTORS * v;
+        let kernel = if whole { NORM_ROPE_WHOLE_KERNELS[usize::from(T::BF16)] } else { kernel_index::<T>(op) };
+        let rows = u64::from(shape.tokens) * u64::from(shape.heads);
+        let warps = u64::from(k::EW_THREADS / 32);
+        let grid = rows.div_ceil(warps).min(u64::from(self.wave(kernel, k::EW_THREADS))) as u32;
         let info = Info {
             op: Some(op),
             bf16: T::BF16,
@@ -647,7 +657,7 @@ impl<'s> Elementwise<'s> {
             Arg::Word(shape.dim),
             Arg::Word(eps.to_bits()),
         ];
-        Ok(self.call::<T>(op, [grid, 1, 1], k::EW_THREADS, args, info))
+        Ok(self.call_kernel(kernel, [grid, 1, 1], k::EW_THREADS, args, info))
     }
 
     /// `y = silu(gate) * up` elementwise over `shape` (`gate`, `up`, `y`: `[rows, cols]`), `silu(g) = g /
