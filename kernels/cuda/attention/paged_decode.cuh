@@ -39,6 +39,7 @@
 #define ATTN_OUT_BF16 1u  // combine flags: out is bf16 (else f32)
 #define COMBINE_THREADS 256
 #define COMBINE_MAX_SPLITS 256
+#define COMBINE_EARLY 4  // partials a combine thread loads before the weights
 
 namespace omega_attn {
 
@@ -590,6 +591,17 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
   __shared__ float4 team_acc[COMBINE_THREADS];
   const uint64_t row = (uint64_t)blockIdx.y * q_heads + blockIdx.x;
   const float* lse = part_lse + row * splits;
+  const uint32_t quads = head_dim / 4, teams = COMBINE_THREADS / quads;
+  const uint32_t qd = threadIdx.x % quads, team = threadIdx.x / quads;
+  const float4* po = reinterpret_cast<const float4*>(part_o + row * splits * head_dim) + qd;
+  // A team's first COMBINE_EARLY splits' partials are loaded with the log-sum-exps, before the weights
+  // they wait for, so the call is one dependent L2 read, not two, for splits <= COMBINE_EARLY * teams.
+  float4 early[COMBINE_EARLY];
+#pragma unroll
+  for (int k = 0; k < COMBINE_EARLY; ++k) {
+    const uint32_t s = team + k * teams;
+    early[k] = team < teams && s < splits ? po[(uint64_t)s * quads] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   float mx = -INFINITY;
   for (uint32_t s = threadIdx.x; s < splits; s += COMBINE_THREADS) mx = fmaxf(mx, lse[s]);
   const float mmax = omega_attn::block_reduce(mx, false, red);
@@ -601,13 +613,19 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
   }
   const float total = omega_attn::block_reduce(t, true, red);  // its barriers publish wts too
 
-  const uint32_t quads = head_dim / 4, teams = COMBINE_THREADS / quads;
-  const uint32_t qd = threadIdx.x % quads, team = threadIdx.x / quads;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (team < teams) {
-    const float4* po = reinterpret_cast<const float4*>(part_o + row * splits * head_dim) + qd;
+#pragma unroll
+    for (int k = 0; k < COMBINE_EARLY; ++k) {
+      const uint32_t s = team + k * teams;
+      const float w = s < splits ? wts[s] : 0.0f;
+      acc.x += w * early[k].x;
+      acc.y += w * early[k].y;
+      acc.z += w * early[k].z;
+      acc.w += w * early[k].w;
+    }
 #pragma unroll 8
-    for (uint32_t s = team; s < splits; s += teams) {
+    for (uint32_t s = team + COMBINE_EARLY * teams; s < splits; s += teams) {
       const float w = wts[s];
       const float4 v = po[(uint64_t)s * quads];
       acc.x += w * v.x;
