@@ -26,6 +26,9 @@
 #                          decode at N KV splits (merged as the planner's rule says, or as named)
 #   attn_m<merge>          `attn_bench --check --merge <merge>`: every decode merged as named, the
 #                          planner's split
+#   prefillchk, prefillpeer  benches/cuda/prefill_check.cu over the prefill module's cubin (both built here
+#                          with the machine's nvcc): checked, then timed at 1K/4K/16K; and its PyTorch
+#                          peer (benches/torch/prefill_peer.py, SDPA's flash backend)
 #   attnprev, ewprev       the previous build ($BIN/attn_bench_prev, $BIN/ew_bench_prev) `--check`, for
 #                          an A/B
 #   attn_st<N>             `attn_bench --check --stages N`: every decode at N pipeline stages (2 or 4)
@@ -108,6 +111,8 @@ command_of() {
         # stopped after 5 minutes instead of holding the machine.
         ewvar) echo "timeout 300 /tmp/ew_variants" ;;
         gemmchk) echo "timeout 300 /tmp/gemm_check" ;;
+        prefillchk) echo "timeout 300 /tmp/prefill_check --cubin /tmp/prefill.cubin" ;;
+        prefillpeer) echo "python3 benches/torch/prefill_peer.py" ;;
         gemmchk_*) echo "timeout 300 /tmp/gemm_check --variant ${1#gemmchk_}" ;;
         *) echo "$BIN/gpu_suite --case $1" ;;
     esac
@@ -125,6 +130,11 @@ for step in $STEPS; do
     if [ "${step%%_*}" = gemmchk ] && [ ! -x /tmp/gemm_check ]; then
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
             -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda >"$OUT/gemmchk-nvcc.log" 2>&1 || status=1
+    fi
+    if [ "$step" = prefillchk ] && [ ! -x /tmp/prefill_check ]; then
+        { /usr/local/cuda/bin/nvcc -cubin -arch=sm_90a -O3 -std=c++17 -Ikernels/cuda -o /tmp/prefill.cubin \
+            kernels/cuda/prefill.cu && /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
+            -o /tmp/prefill_check benches/cuda/prefill_check.cu -lcuda; } >"$OUT/prefillchk-nvcc.log" 2>&1 || status=1
     fi
     cmd=$(command_of "$step")
     # A step named again (an A/B alternated) logs beside its earlier runs: <step>.log, <step>.2.log, ...
@@ -148,7 +158,7 @@ for name in $STEPS; do
         step=$(basename "$log" .log)
         echo "== $step"
         head -1 "$log"
-        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio ' \
+        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio |_tflops ' \
             "$log" | tail -20
         tail -1 "$log"
     done
