@@ -16,7 +16,9 @@
 //!
 //! and, last, the goals: `omega.paged_decode_goal_b4plus_kv4kplus_min_ratio` (at least 0.85 asked) and
 //! `omega.paged_decode_goal_b1_kv16kplus_min_ratio` (at least 0.70), the smallest ratio of each group.
-//! A `#` line before each configuration names the split the planner chose.
+//! A `#` line before each configuration names the split the planner chose, the call's and the list's
+//! times and launches, and each listed launch's share of a decode (the mean spacing from the completion
+//! before it to its own: the decode, then the combine where there is one).
 //!
 //! Then the host-pointer f32 entry `omega_gpu_gqa_attention_f32` (32/4/128, causal, 2048 tokens): its
 //! wall and device time and `_floor_us` / `_of_floor`, its bytes at the sync speeds measured in the same
@@ -97,18 +99,28 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The steady spacing of `REPS` units of `per` launches each in `list`, seconds (median of three rounds
-/// after one warm-up).
-fn list_secs<'s>(gpu: Gpu<'s>, list: &mut CmdListBuilder<'_, 's>, per: usize) -> Result<(Gpu<'s>, f64), BenchError> {
+/// after one warm-up), and, of the last round, each launch's share of a unit: the mean spacing from the
+/// completion before it to its own (launch 0's from the previous unit's last), seconds.
+fn list_secs<'s>(
+    gpu: Gpu<'s>,
+    list: &mut CmdListBuilder<'_, 's>,
+    per: usize,
+) -> Result<(Gpu<'s>, f64, Vec<f64>), BenchError> {
     let mut gpu = gpu;
     let mut ts = Vec::new();
+    let mut shares = vec![0.0; per];
     for round in 0..4 {
         gpu = gpu.submit(list).map_err(|e| e.error)?.gpu;
         let st = list.stamps();
         if round > 0 {
             ts.push(st[REPS * per - 1].saturating_sub(st[per - 1]) as f64 * 1e-9 / (REPS - 1) as f64);
+            for (j, share) in shares.iter_mut().enumerate() {
+                let gaps = (1..REPS).map(|u| st[u * per + j].saturating_sub(st[u * per + j - 1]));
+                *share = gaps.sum::<u64>() as f64 * 1e-9 / (REPS - 1) as f64;
+            }
         }
     }
-    Ok((gpu, median(ts)))
+    Ok((gpu, median(ts), shares))
 }
 
 /// The copy bandwidth, read plus written bytes per second, over `bytes`.
@@ -124,7 +136,7 @@ fn copy_gbps<'s>(s: &'s Scope<'s>, gpu: Gpu<'s>, bytes: usize) -> Result<(Gpu<'s
     for _ in 0..REPS {
         list.add(&launch)?;
     }
-    let (gpu, secs) = list_secs(gpu, &mut list, 1)?;
+    let (gpu, secs, _) = list_secs(gpu, &mut list, 1)?;
     Ok((gpu, 2.0 * bytes as f64 / secs / 1e9))
 }
 
@@ -225,13 +237,14 @@ fn config<'s>(
     for _ in 0..REPS {
         list_launches = att.add_paged_decode(&mut list, &q, pool, layout, &tables, &lens, &out, shape)?.launches;
     }
-    let (gpu, listed) = list_secs(gpu, &mut list, list_launches as usize)?;
+    let (gpu, listed, shares) = list_secs(gpu, &mut list, list_launches as usize)?;
+    let shares: Vec<String> = shares.iter().map(|s| format!("{:.2}", s * 1e6)).collect();
     let secs = median(calls).min(listed);
     let tag = format!("p{}_b{batch}_kv{len}", layout.page_tokens);
     let bytes = u64::from(batch) * u64::from(len) * layout.token_bytes();
     let gbps = bytes as f64 / secs / 1e9;
     println!(
-        "# {tag}: {} splits of {} tiles, {} stages, {} CTAs; call {:.2} us ({} launch(es)), list {:.2} us ({})",
+        "# {tag}: {} splits of {} tiles, {} stages, {} CTAs; call {:.2} us ({} launch(es)), list {:.2} us ({}: {} us)",
         info.splits,
         info.tiles_per_split,
         info.stages,
@@ -239,7 +252,8 @@ fn config<'s>(
         last_call_us(&info),
         info.launches,
         listed * 1e6,
-        list_launches
+        list_launches,
+        shares.join(" + ")
     );
     println!("omega.paged_decode_{tag}_us {:.3}", secs * 1e6);
     println!("omega.paged_decode_{tag}_gbps {gbps:.1}");
