@@ -174,11 +174,11 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t ran
   return v;
 }
 
-// The ticket form's merge, by the (sequence, KV head)'s last CTA: the group's rows `row0 ..`, of
-// (a.splits) splits each, read from L2 (ld.global.cg: the partials were written by other SMs, whose stores this SM's
-// L1 has not seen). `wts` (shared, group * splits + 16 floats) takes the log2-sum-exps, then the weights;
-// each warp reduces rows warp, warp + 4, ..; then each thread sums float4s of the rows' outputs over the
-// splits, eight loads in flight.
+// The ticket form's merge, by the (sequence, KV head)'s last CTA: the group's rows `row0 ..`, of a.splits
+// splits each, read from L2 (ld.global.cg: the partials were written by other SMs, whose stores this
+// SM's L1 has not seen). `wts` (shared, group * splits + 16 floats) takes the log2-sum-exps, then the
+// weights; each warp reduces rows warp, warp + 4, ..; then each thread sums float4s of the rows' outputs
+// over the splits, eight loads in flight.
 template <int D>
 __device__ void ticket_merge(const DecodeArgs& a, uint64_t row0, float* wts, void* out, uint32_t out_flags) {
   static_assert((4 + 16 * COMBINE_MAX_SPLITS + 16) * 4 <= DecodeSmem<D>::BYTES, "the weights fit the smem");
@@ -230,11 +230,12 @@ __device__ void ticket_merge(const DecodeArgs& a, uint64_t row0, float* wts, voi
 }
 
 // CLUSTER: the grid runs in clusters of gridDim.x CTAs (the splits of one sequence's KV head, at most 8),
-// so split s is cluster rank s, and split s takes tiles [s * ceil(tiles / splits), +ceil(tiles / splits)) of
-// the sequence's own length (`tiles_per_split` is not read). Each CTA leaves its partial in its own shared memory, the cluster meets at
-// a barrier, and the splits' CTAs merge the partials through distributed shared memory into `out` (as
-// omega_attn_combine merges them: out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), in split order),
-// CTA s taking every gridDim.x-th of the group's head_dim-wide rows' elements; a second barrier keeps each
+// so split s is cluster rank s, and split s takes tiles [s * ceil(tiles / splits), +ceil(tiles / splits))
+// of the sequence's own length (`tiles_per_split` is not read). Each CTA leaves its partial in its own
+// shared memory, the cluster meets at a barrier, and the splits' CTAs merge the partials through
+// distributed shared memory into `out` (as omega_attn_combine merges them: out = sum_s 2^(lse_s - M) o_s
+// / sum_s 2^(lse_s - M), in split order), CTA s taking every gridDim.x-th of the group's head_dim-wide
+// rows' elements; a second barrier keeps each
 // CTA's shared memory until its neighbours have read it. One launch where the split form takes two (the
 // decode and omega_attn_combine): in the Qwen3 step at 1K tokens 9.3 us a layer against 10.1 at batch 1,
 // 30.3 against 31.5 at batch 32 (docs/perf/2026-12-04-s12-qwen3-step.md).
@@ -265,7 +266,8 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
   int pages_ahead[STAGES];
   if constexpr (!CLUSTER) {
 #pragma unroll
-    for (int k = 0; k < STAGES; ++k) pages_ahead[k] = page_of(a, b, split * a.tiles_per_split + warp + k * DECODE_WARPS, tiles_in_row);
+    for (int k = 0; k < STAGES; ++k)
+      pages_ahead[k] = page_of(a, b, split * a.tiles_per_split + warp + k * DECODE_WARPS, tiles_in_row);
   }
 
   // Q's A fragments: rows g and g + 8 of the group, columns 16 ks + 2 t4 (+1, +8, +9).
@@ -508,7 +510,7 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
     omega_attn::DecodeArgs a{q,           pool,     table,      lens,  part_o,    part_lse,        status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages, max_pages, q_heads, group, \
                              splits,      tiles_per_split, scale_log2, flags};                                 \
-    omega_attn::paged_decode<D, omega_attn::Merge::Launch, STAGES>(a, nullptr, 0, nullptr);                                                 \
+    omega_attn::paged_decode<D, omega_attn::Merge::Launch, STAGES>(a, nullptr, 0, nullptr);                    \
   }
 OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d32, 32, DECODE_STAGES)
 OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d64, 64, DECODE_STAGES)
@@ -528,7 +530,7 @@ OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
     omega_attn::DecodeArgs a{q,           pool,     table,       lens,        nullptr, nullptr,   status,     \
                              head_stride, v_offset, page_stride, page_tokens, pages,   max_pages, q_heads,    \
                              group,       splits,   tiles_per_split, scale_log2, flags};                      \
-    omega_attn::paged_decode<D, omega_attn::Merge::Cluster, STAGES>(a, out, out_flags, nullptr);                                               \
+    omega_attn::paged_decode<D, omega_attn::Merge::Cluster, STAGES>(a, out, out_flags, nullptr);               \
   }
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d32, 32, DECODE_STAGES)
 OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d64, 64, DECODE_STAGES)

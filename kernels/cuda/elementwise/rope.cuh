@@ -109,17 +109,18 @@ __device__ __forceinline__ void rope_rows(const T* x, const T* __restrict__ w, c
 }
 
 // The norm form where one V-vector of each half a lane covers the row (dim <= 64 V: 256 f32, 512 bf16;
-// Qwen3's 128 in both), an entry of its own (omega_norm_rope_whole_*: inline beside rope_rows' loops in one
-// entry, the bf16 form spilled 80 bytes at 64 registers; alone neither spills). The library takes it where
-// the vector path's conditions hold (dim % (2 V) == 0, every pointer 16-byte aligned) and dim <= 64 V: each row's cos and sin are loaded with its x, before the norm's reduction, and w,
-// every row's, once into registers, so a row's loads all wait together instead of the tables waiting for
-// the shuffles (w too in f32). Measured beside rope_rows in one run on the H100 (benches/cuda/ew_variants.cu, session
-// 18: 1.128 / 1.133 of cudaMemcpy's copy against 1.008 / 0.983, f32 / bf16); two rows a group at a time
-// gained less (1.110 / 1.076) at the same registers.
+// Qwen3's 128 in both), for the library where the vector path's conditions hold (dim % (2 V) == 0, every
+// pointer 16-byte aligned). Each row's cos and sin load with its x, before the norm's reduction, so a
+// row's loads all wait together instead of the tables waiting for the shuffles. An entry of its own
+// (omega_norm_rope_whole_*): inline beside rope_rows' loops in one entry, the bf16 form spilled 80 bytes
+// at 64 registers; alone neither spills. Measured beside rope_rows in one run on the H100
+// (benches/cuda/ew_variants.cu, session 18): 1.128 / 1.133 of cudaMemcpy's copy against 1.008 / 0.983
+// (f32 / bf16); two rows a group at a time gained less (1.110 / 1.076) at the same registers.
 template <typename T, int V>
-__device__ __forceinline__ void norm_rope_rows_whole(const T* x, const T* __restrict__ w, const float* __restrict__ cs,
-                                                     const float* __restrict__ sn, T* y, uint32_t tokens,
-                                                     uint32_t heads, uint32_t dim, float eps) {
+__device__ __forceinline__ void norm_rope_rows_whole(const T* x, const T* __restrict__ w,
+                                                     const float* __restrict__ cs, const float* __restrict__ sn,
+                                                     T* y, uint32_t tokens, uint32_t heads, uint32_t dim,
+                                                     float eps) {
   using R = typename EwRaw<T, V>::type;
   const uint32_t half = dim / 2, need = half / V;
   uint32_t lanes = 32;

@@ -12,7 +12,8 @@
 //! them), and stores exactly where the kernel stores, so a buffer too small faults where the kernel's load
 //! or store would. One difference, never a fault: a decode warp also reads the table entries of its first
 //! tiles before it knows the length (inside the sequence's row of `max_pages` entries, which the library
-//! checks the table holds), where the reference reads only those below it. Arithmetic: the references compute each row in f64 ([`omega_refmath::attend_row`]) with
+//! checks the table holds), where the reference reads only those below it. Arithmetic: the references
+//! compute each row in f64 ([`omega_refmath::attend_row`]) with
 //! the kernels' roundings (the decode kernel's bf16 queries and bf16 `P`), so they agree with the GPU to
 //! rounding. Work is sliced by CTA ([`KernelCtx::take_blocks`]) for the decode and combine kernels and by
 //! warp (one query row and head) for the dense kernel.
@@ -518,8 +519,8 @@ fn paged_decode_ticket<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> R
 
 /// The cluster form: the CTA of split 0 (cluster rank 0) computes every split's partials of its
 /// (sequence, KV head), each split its share of the sequence's own tiles, and merges them as the combine
-/// does ([`merge_splits`]); the other ranks' work is in it. The grid must be whole clusters of `splits` CTAs along x, as the kernel's merge reads ranks
-/// 0 .. gridDim.x.
+/// does ([`merge_splits`]); the other ranks' work is in it. The grid must be whole clusters of `splits`
+/// CTAs along x, as the kernel's merge reads ranks 0 .. gridDim.x.
 fn paged_decode_cluster<const D: u32, const S: u32>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let name = decode_entry(DecodeForm::Cluster, S, D).0;
     let a = Decode {

@@ -164,7 +164,8 @@ impl Workspace {
     fn prepare<'s>(&mut self, scope: &'s Scope<'s>, plan: &Plan, moved: &mut u64) -> Result<Vas, AttentionError> {
         let part_o = slot(scope, &mut self.part_o, plan.partials * u64::from(plan.head_dim), false, moved)?;
         let part_lse = slot(scope, &mut self.part_lse, plan.partials, false, moved)?;
-        let tickets = slot(scope, &mut self.tickets, plan.tickets, true, moved)?;
+        // Only the ticket form reads counters; other calls allocate and zero none.
+        let tickets = if plan.tickets == 0 { 0 } else { slot(scope, &mut self.tickets, plan.tickets, true, moved)? };
         let status = slot(scope, &mut self.status, 1, false, moved)?;
         self.status.as_mut().expect("filled above").get_mut(scope)?.write(&[0])?;
         *moved += 4;
@@ -219,10 +220,10 @@ struct Plan {
 /// The kernels the handle loads, by index: these, then every decode entry in [`decode_entry`]'s order
 /// (at [`DECODE_BASE`]).
 const OTHERS: [&str; 4] = [GQA_F32, COMBINE, KV_APPEND, QKV_APPEND];
-const GQA: usize = 0;
-const MERGE: usize = 1;
-const APPEND: usize = 2;
-const QKV: usize = 3;
+const GQA_KERNEL: usize = 0;
+const COMBINE_KERNEL: usize = 1;
+const APPEND_KERNEL: usize = 2;
+const QKV_KERNEL: usize = 3;
 const DECODE_BASE: usize = OTHERS.len();
 
 fn kernel_names() -> impl Iterator<Item = &'static str> {
@@ -600,7 +601,8 @@ impl<'s> Attention<'s> {
                 Arg::Word(u32::from(s.causal)),
                 Arg::Word(scale_of(s.scale, s.head_dim).to_bits()),
             ];
-            let step = Step { kernel: GQA, grid: [grid, 1, 1], cluster: [1, 1, 1], block: GQA_THREADS, smem: 0, args };
+            let step =
+                Step { kernel: GQA_KERNEL, grid: [grid, 1, 1], cluster: [1, 1, 1], block: GQA_THREADS, smem: 0, args };
             let work = warps * u64::from(s.kv_len) * d * 2;
             Ok(Plan { steps: vec![step], partials: 0, tickets: 0, head_dim: s.head_dim, work })
         })();
@@ -667,12 +669,16 @@ impl<'s> Attention<'s> {
                 cluster: if form == DecodeForm::Cluster { [splits, 1, 1] } else { [1, 1, 1] },
                 block: DECODE_THREADS,
                 smem: decode_smem_bytes(d, stages),
-                args: [&inputs, [Arg::Va(lens.device_va())].as_slice(), partials, &pool_args(layout, s.max_pages)]
-                    .into_iter()
-                    .chain([split_args.as_slice(), &flags, merged])
-                    .flatten()
-                    .copied()
-                    .collect(),
+                args: [
+                    inputs.as_slice(),
+                    &[Arg::Va(lens.device_va())],
+                    partials,
+                    &pool_args(layout, s.max_pages),
+                    &split_args,
+                    &flags,
+                    merged,
+                ]
+                .concat(),
             };
             let partials = if form == DecodeForm::Cluster { 0 } else { rows * u64::from(splits) };
             let tickets = if form == DecodeForm::Ticket { pairs } else { 0 };
@@ -680,7 +686,7 @@ impl<'s> Attention<'s> {
             let mut steps = vec![decode];
             if form == DecodeForm::Split {
                 steps.push(Step {
-                    kernel: MERGE,
+                    kernel: COMBINE_KERNEL,
                     grid: [s.q_heads, s.batch, 1],
                     cluster: [1, 1, 1],
                     block: COMBINE_THREADS,
@@ -733,7 +739,7 @@ impl<'s> Attention<'s> {
             aligned(Operand::VNew, v_new.device_va(), 16)?;
             let flags = if E::BF16 { 0 } else { APPEND_F32 } | if s.advance { APPEND_ADVANCE } else { 0 };
             let step = Step {
-                kernel: APPEND,
+                kernel: APPEND_KERNEL,
                 grid: [s.batch, 1, 1],
                 cluster: [1, 1, 1],
                 block: APPEND_THREADS,
@@ -789,7 +795,7 @@ impl<'s> Attention<'s> {
             let flags = if s.advance { APPEND_ADVANCE } else { 0 };
             let vas = [qkv.device_va(), q_norm.device_va(), k_norm.device_va(), cos.device_va(), sin.device_va()];
             let step = Step {
-                kernel: QKV,
+                kernel: QKV_KERNEL,
                 grid: [s.batch, 1, 1],
                 cluster: [1, 1, 1],
                 block: QKV_APPEND_THREADS,
