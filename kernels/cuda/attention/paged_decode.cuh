@@ -501,6 +501,16 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
 
 }  // namespace omega_attn
 
+// Every entry of a form: both depths at each compiled head dim, named omega_paged_decode_<form>[deep_]bf16_d<D>
+// (src/core/kernels/attention.rs's PAGED_DECODE spells them out).
+#define OMEGA_PAGED_DECODE_EVERY(MACRO, FORM)                                     \
+  MACRO(omega_paged_decode_##FORM##bf16_d32, 32, DECODE_STAGES)                   \
+  MACRO(omega_paged_decode_##FORM##bf16_d64, 64, DECODE_STAGES)                   \
+  MACRO(omega_paged_decode_##FORM##bf16_d128, 128, DECODE_STAGES)                 \
+  MACRO(omega_paged_decode_##FORM##deep_bf16_d32, 32, DECODE_DEEP_STAGES)         \
+  MACRO(omega_paged_decode_##FORM##deep_bf16_d64, 64, DECODE_DEEP_STAGES)         \
+  MACRO(omega_paged_decode_##FORM##deep_bf16_d128, 128, DECODE_DEEP_STAGES)
+
 #define OMEGA_PAGED_DECODE(NAME, D, STAGES)                                                                     \
   extern "C" __global__ void __launch_bounds__(DECODE_THREADS) NAME(                                            \
       const void* q, const uint16_t* pool, const int* table, const int* lens, float* part_o, float* part_lse,   \
@@ -512,12 +522,7 @@ __device__ void paged_decode(const DecodeArgs& a, void* out, uint32_t out_flags,
                              splits,      tiles_per_split, scale_log2, flags};                                 \
     omega_attn::paged_decode<D, omega_attn::Merge::Launch, STAGES>(a, nullptr, 0, nullptr);                    \
   }
-OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d32, 32, DECODE_STAGES)
-OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d64, 64, DECODE_STAGES)
-OMEGA_PAGED_DECODE(omega_paged_decode_bf16_d128, 128, DECODE_STAGES)
-OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
-OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
-OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_EVERY(OMEGA_PAGED_DECODE, )
 
 // The cluster form (omega_attn::paged_decode's CLUSTER): the decode's arguments but the partials' buffers,
 // then the combine's output and flags; clusters of gridDim.x <= 8 CTAs set by the launch.
@@ -532,12 +537,7 @@ OMEGA_PAGED_DECODE(omega_paged_decode_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
                              group,       splits,   tiles_per_split, scale_log2, flags};                      \
     omega_attn::paged_decode<D, omega_attn::Merge::Cluster, STAGES>(a, out, out_flags, nullptr);               \
   }
-OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d32, 32, DECODE_STAGES)
-OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d64, 64, DECODE_STAGES)
-OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_bf16_d128, 128, DECODE_STAGES)
-OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
-OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
-OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_EVERY(OMEGA_PAGED_DECODE_CLUSTER, cluster_)
 
 // The ticket form (omega_attn::paged_decode's TICKET): the decode's arguments, then the pairs' counters
 // (batch * kv_heads words, zero before the launch and after it), the output and its flags.
@@ -553,12 +553,7 @@ OMEGA_PAGED_DECODE_CLUSTER(omega_paged_decode_cluster_deep_bf16_d128, 128, DECOD
                              splits,      tiles_per_split, scale_log2, flags};                                 \
     omega_attn::paged_decode<D, omega_attn::Merge::Ticket, STAGES>(a, out, out_flags, tickets);                \
   }
-OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_bf16_d32, 32, DECODE_STAGES)
-OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_bf16_d64, 64, DECODE_STAGES)
-OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_bf16_d128, 128, DECODE_STAGES)
-OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_deep_bf16_d32, 32, DECODE_DEEP_STAGES)
-OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_deep_bf16_d64, 64, DECODE_DEEP_STAGES)
-OMEGA_PAGED_DECODE_TICKET(omega_paged_decode_ticket_deep_bf16_d128, 128, DECODE_DEEP_STAGES)
+OMEGA_PAGED_DECODE_EVERY(OMEGA_PAGED_DECODE_TICKET, ticket_)
 
 // The combine: grid [q_heads, batch], 256 threads; out[(b * q_heads + h) * head_dim + d], f32 or bf16.
 // head_dim must be a multiple of 4, at most 4 * COMBINE_THREADS (the decode kernels' 32, 64 and 128 are).
