@@ -174,6 +174,19 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, uint32_t ran
   return v;
 }
 
+// Four output elements at `at`, `v` times `k`, as f32 or (ATTN_OUT_BF16 in `flags`) bf16; element-wise
+// stores, as `out` is aligned to its element only.
+__device__ __forceinline__ void store_quad(void* out, uint64_t at, float4 v, float k, uint32_t flags) {
+  const float vals[4] = {v.x * k, v.y * k, v.z * k, v.w * k};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (flags & ATTN_OUT_BF16)
+      static_cast<__nv_bfloat16*>(out)[at + j] = __float2bfloat16_rn(vals[j]);
+    else
+      static_cast<float*>(out)[at + j] = vals[j];
+  }
+}
+
 // The ticket form's merge, by the (sequence, KV head)'s last CTA: the group's rows `row0 ..`, of a.splits
 // splits each, read from L2 (ld.global.cg: the partials were written by other SMs, whose stores this
 // SM's L1 has not seen). `wts` (shared, group * splits + 16 floats) takes the log2-sum-exps, then the
@@ -216,16 +229,7 @@ __device__ void ticket_merge(const DecodeArgs& a, uint64_t row0, float* wts, voi
       acc.z += w[s] * v.z;
       acc.w += w[s] * v.w;
     }
-    const float k = inv[r];
-    const float vals[4] = {acc.x * k, acc.y * k, acc.z * k, acc.w * k};
-    const uint64_t at = (row0 + r) * D + 4 * qd;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (out_flags & ATTN_OUT_BF16)
-        static_cast<__nv_bfloat16*>(out)[at + j] = __float2bfloat16_rn(vals[j]);
-      else
-        static_cast<float*>(out)[at + j] = vals[j];
-    }
+    store_quad(out, (row0 + r) * D + 4 * qd, acc, inv[r], out_flags);
   }
 }
 
@@ -642,15 +646,6 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
       r.z += v.z;
       r.w += v.w;
     }
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-    const float vals[4] = {r.x * inv, r.y * inv, r.z * inv, r.w * inv};
-    const uint64_t at = row * head_dim + 4 * threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (flags & ATTN_OUT_BF16)
-        static_cast<__nv_bfloat16*>(out)[at + i] = __float2bfloat16_rn(vals[i]);
-      else
-        static_cast<float*>(out)[at + i] = vals[i];
-    }
+    omega_attn::store_quad(out, row * head_dim + 4 * threadIdx.x, r, total > 0.0f ? 1.0f / total : 0.0f, flags);
   }
 }
