@@ -4,7 +4,7 @@
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
 //        -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda
-//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|hilbert|sk|all|<name>]
+//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|hilbert|sk|fit|all|<name>]
 //
 // Variants: `base` (omega_gemm_bf16_tn), `ts` (omega_gemm_bf16_tn_ts and other stage/staging splits of its
 // template: ts_s<stages>c<chunk columns>x<buffers>), `mc` (omega_gemm_bf16_tn_mc, 2-CTA clusters with W
@@ -14,7 +14,10 @@
 // order, from a table the harness writes per shape: hopper-kernels.md section 5's last step); `sk` (the
 // stream-K entries omega_gemm_bf16_tn_sk and omega_gemm_bf16_tn_sk_n128 on min(SMs, tiles x K blocks / n)
 // CTAs for n = 1, 4 (the library's grid) and 16; their flags are checked to be left zero after every
-// launch); `all` (the default) runs every one; a variant's full name runs that one alone.
+// launch); `fit` (tile widths that make the Qwen3 shapes' tile counts whole waves of 132 SMs, each
+// `<form>_n<width>` in the TMA-store form, the cluster form or, for 48, the direct one: n160 is
+// 512 x 5120 in 128 tiles, n192 4096 x 1536 in 256, n64 512 x 2048 in 128, n48 512 x 1536 in 128, n32
+// 4096 x 128 in 128); `all` (the default) runs every one; a variant's full name runs that one alone.
 // For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
 // (cublasGemmEx, bf16 in, f32 out, f32 compute) runs once; then for every variant y is poisoned (all-ones
 // bits, a NaN), the kernel runs, every element is compared with cuBLAS's on the device and 4096 sampled
@@ -53,6 +56,15 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
     mc_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
   gemm_bf16_ts_body<S, C, B, 2, BN>(ta, tb, ty, y, M, N, K);
 }
+
+// The base kernel's direct-store body at another tile width (widths the staging ring's 32-column chunks do
+// not divide); y's descriptor unused.
+template <int BN, int S>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    direct_kernel(const void* ta, const void* tb, const void*, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_body<BN, S>(ta, tb, y, nullptr, nullptr, M, N, K, 1);
+}
+#define GEMM_DIRECT_SMEM_FOR_BN(bn, stages) ((stages) * (GEMM_A_STAGE_BYTES + (bn) * GEMM_BK * 2) + 2 * (stages) * 8 + 1024)
 
 // The Hilbert-order variants read their unit order from this table, which one() fills for each shape
 // (hopper-kernels.md section 5: fast.cu's last step, Hilbert order + TMA store, 799 -> 808 TFLOP/s).
@@ -127,7 +139,7 @@ struct Variant {
   int smem;
   int cluster;
   int max_clusters;  // co-resident 2-CTA clusters (cudaOccupancyMaxActiveClusters), mc only
-  int bn;            // tile columns: 256 (wide) or 128 (narrow)
+  int bn;            // tile columns: 256 (wide), 128 (narrow) or a fitted width
   SkEntry sk;        // a stream-K entry (entry is then null)
   int sk_min_iters;  // its grid: min(SMs, max(1, iterations / sk_min_iters))
 };
@@ -156,6 +168,17 @@ static Variant variants[] = {
     {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 1},
     {"sk_n128_i4", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 4},
     {"sk_n128_i16", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 16},
+    // Tile widths fitted to whole waves, each with the deepest ring that fits beside its staging.
+    {"ts_n192", "fit", ts_kernel<4, 32, 2, 192>, GEMM_TS_SMEM_FOR_BN(192, 4, 32, 2), 1, 0, 192},
+    {"ts_n192_s5c32x1", "fit", ts_kernel<5, 32, 1, 192>, GEMM_TS_SMEM_FOR_BN(192, 5, 32, 1), 1, 0, 192},
+    {"mc_n192", "fit", mc_kernel<4, 32, 2, 192>, GEMM_TS_SMEM_FOR_BN(192, 4, 32, 2), 2, 0, 192},
+    {"ts_n160", "fit", ts_kernel<5, 32, 2, 160>, GEMM_TS_SMEM_FOR_BN(160, 5, 32, 2), 1, 0, 160},
+    {"mc_n160", "fit", mc_kernel<5, 32, 2, 160>, GEMM_TS_SMEM_FOR_BN(160, 5, 32, 2), 2, 0, 160},
+    {"ts_n96", "fit", ts_kernel<6, 32, 2, 96>, GEMM_TS_SMEM_FOR_BN(96, 6, 32, 2), 1, 0, 96},
+    {"ts_n64", "fit", ts_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 1, 0, 64},
+    {"mc_n64", "fit", mc_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 2, 0, 64},
+    {"direct_n48", "fit", direct_kernel<48, 8>, GEMM_DIRECT_SMEM_FOR_BN(48, 8), 1, 0, 48},
+    {"ts_n32", "fit", ts_kernel<8, 32, 2, 32>, GEMM_TS_SMEM_FOR_BN(32, 8, 32, 2), 1, 0, 32},
 };
 
 static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
@@ -190,6 +213,10 @@ __global__ void gather(const float* y, const size_t* idx, size_t n, float* out) 
   if (i < n) out[i] = y[idx[i]];
 }
 
+// Every B box height a variant loads: its tile width over its cluster size.
+static const int b_box_rows[] = {256, 192, 160, 128, 96, 80, 64, 48, 32};
+#define B_BOXES ((int)(sizeof(b_box_rows) / sizeof(b_box_rows[0])))
+
 struct Run {
   int sms;
   float* partials;    // the stream-K entries' slots: SMs * GEMM_SK_SLOT_FLOATS(256)
@@ -217,18 +244,17 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
   CK(cudaMalloc(&dw, hw.size() * 2));
   CK(cudaMalloc(&dy, MN * 4));
   CK(cudaMalloc(&dref, MN * 4));
-  CK(cudaMalloc(&dmaps, 5 * sizeof(CUtensorMap)));
+  CK(cudaMalloc(&dmaps, (4 + B_BOXES) * sizeof(CUtensorMap)));
   CK(cudaMalloc(&ddiff, 4));
   CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dw, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-  // 0: A, 1: B (256-row box), 2: B (128-row box: the half each CTA of a wide pair loads, or a narrow
-  // tile's), 3: y (N % 4 == 0 only), 4: B (64-row box: the half of a narrow pair's).
-  CUtensorMap maps[5];
+  // 0: A, 3: y (N % 4 == 0 only), 4 + i: B with a box of b_box_rows[i] rows (a tile's columns divided
+  // among the CTAs of its cluster).
+  CUtensorMap maps[4 + B_BOXES];
   memset(maps, 0, sizeof(maps));
   encode(&maps[0], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dx, K, M, GEMM_BK, GEMM_BM);
-  encode(&maps[1], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, GEMM_BN);
-  encode(&maps[2], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, GEMM_BN / 2);
-  encode(&maps[4], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, GEMM_BN / 4);
+  for (int i = 0; i < B_BOXES; ++i)
+    encode(&maps[4 + i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw, K, N, GEMM_BK, b_box_rows[i]);
   const bool tma_y = N % 4 == 0;
   if (tma_y) encode(&maps[3], CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dy, N, M, GEMM_Y_BOX_COLS, GEMM_Y_BOX_ROWS);
   CK(cudaMemcpy(dmaps, maps, sizeof(maps), cudaMemcpyHostToDevice));
@@ -272,7 +298,13 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
     const int tiles = tiles_m * tiles_n, pairs = ((tiles_m + 1) / 2) * tiles_n;
     // W's box is the tile's columns divided among the CTAs of a cluster.
     const int b_rows = v.bn / v.cluster;
-    const CUtensorMap* tb = b_rows == 256 ? &dmaps[1] : b_rows == 128 ? &dmaps[2] : &dmaps[4];
+    const CUtensorMap* tb = nullptr;
+    for (int i = 0; i < B_BOXES; ++i)
+      if (b_box_rows[i] == b_rows) tb = &dmaps[4 + i];
+    if (!tb) {
+      fprintf(stderr, "variant %s: no B descriptor of %d rows\n", v.name, b_rows);
+      exit(2);
+    }
     if (v.sk) {
       const uint64_t iters = (uint64_t)tiles * ((K + GEMM_BK - 1) / GEMM_BK);
       const uint64_t want = iters / v.sk_min_iters > 0 ? iters / v.sk_min_iters : 1;
@@ -400,7 +432,7 @@ int main(int argc, char** argv) {
     } else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
       run.want = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|hilbert|sk|all|<name>]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|hilbert|sk|fit|all|<name>]\n", argv[0]);
       return 2;
     }
   }

@@ -28,8 +28,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "wgmma_m64n128k16.cuh"
-#include "wgmma_m64n256k16.cuh"
+#include "wgmma_ss.cuh"
 
 #define GEMM_BM 128
 #define GEMM_BN 256
@@ -175,10 +174,7 @@ __device__ __forceinline__ void consume_kblocks(float (&acc)[BN / 2], const uint
 #pragma unroll
     for (int k = 0; k < GEMM_BK / 16; ++k) {
       const int accumulate = (kb > kb0 || k > 0) ? 1 : 0;
-      if constexpr (BN == 256)
-        wgmma_m64n256k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
-      else
-        wgmma_m64n128k16_bf16(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
+      wgmma_bf16_ss<BN>(acc, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");

@@ -233,17 +233,17 @@ struct GroupedOrder {
 
 }  // namespace omega_gemm
 
-// The body of the TMA-store entries: 128 x BN tiles (BN 256 or 128; B's box BN / CLUSTER rows), no K
-// split. CLUSTER 1: one CTA per tile. CLUSTER 2: launched as 2-CTA clusters along x (grid even); the
-// cluster walks pairs of tiles (2 pm + rank, tn) and W's stage slice is loaded half by each CTA,
-// multicast to both.
+// The body of the TMA-store entries: 128 x BN tiles (BN a multiple of 32 up to 256; B's box BN / CLUSTER
+// rows), no K split. CLUSTER 1: one CTA per tile. CLUSTER 2: launched as 2-CTA clusters along x (grid
+// even); the cluster walks pairs of tiles (2 pm + rank, tn) and W's stage slice is loaded half by each
+// CTA, multicast to both.
 template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder>
 __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
                                                   uint32_t M, uint32_t N, uint32_t K) {
   using namespace omega_gemm;
   using Ring = StagingRing<CHUNK, NBUF>;
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs at most: fast.cu saw larger clusters lose");
-  static_assert(BN == 256 || BN == 128, "the two wgmma widths the module instantiates");
+  static_assert(BN % GEMM_Y_BOX_COLS == 0 && BN <= 256, "whole y boxes a tile, one wgmma wide");
   using Smem = TsSmem<STAGES, CHUNK, NBUF, BN>;
   constexpr int STAGE_BYTES = Smem::STAGE_BYTES;
   // The part of W's box each CTA of the cluster loads (and multicasts): BN / CLUSTER rows.
