@@ -1926,8 +1926,21 @@ struct StagedEntry {
     cluster: bool,
 }
 
-/// The staged cases' entries, by case name: the wide and narrow tiles, one CTA or 2-CTA clusters.
-const STAGED_ENTRIES: [(&str, StagedEntry); 4] = [
+/// A fitted width's entry ([`mm::GEMM_FITTED`]), one CTA or 2-CTA clusters.
+const fn fitted_entry(i: usize, cluster: bool) -> StagedEntry {
+    let f = mm::GEMM_FITTED[i];
+    StagedEntry {
+        name: if cluster { f.mc } else { f.ts },
+        tile_n: f.tile_n,
+        b_rows: if cluster { f.mc_b_box_rows() } else { f.tile_n },
+        smem: f.smem_bytes(),
+        cluster,
+    }
+}
+
+/// The staged cases' entries, by case name: the wide, narrow and fitted tiles, one CTA or 2-CTA
+/// clusters.
+const STAGED_ENTRIES: [(&str, StagedEntry); 8] = [
     (
         "matmul_ts",
         StagedEntry {
@@ -1968,6 +1981,10 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 4] = [
             cluster: true,
         },
     ),
+    ("matmul_ts_n160", fitted_entry(0, false)),
+    ("matmul_mc_n160", fitted_entry(0, true)),
+    ("matmul_ts_n192", fitted_entry(1, false)),
+    ("matmul_mc_n192", fitted_entry(1, true)),
 ];
 
 /// A TMA-store GEMM entry (`omega_gemm_bf16_tn_ts`, its 2-CTA cluster form `omega_gemm_bf16_tn_mc` with
@@ -2042,7 +2059,10 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
     use omega::libs::matmul::{ForcedPlan, GemmTile};
     let plans = STAGED_ENTRIES.iter().map(|(_, e)| {
-        let tile = if e.tile_n == mm::GEMM_TILE_N { GemmTile::Wide } else { GemmTile::Narrow };
+        let tile = [GemmTile::Wide, GemmTile::Narrow, GemmTile::N160, GemmTile::N192]
+            .into_iter()
+            .find(|t| t.n() == e.tile_n)
+            .expect("every staged entry's width is a tile form's");
         (ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name; 2])
     });
     forced_f32_then_bf16(shapes, &plans.collect::<Vec<_>>())
@@ -2309,6 +2329,13 @@ fn main() -> ExitCode {
         ("matmul: narrow TMA-store GEMM bf16 (128x128 tiles, TMA stores)", || in_child("matmul_ts_n128")),
         ("matmul: narrow cluster GEMM bf16 (128x128 tiles, 2-CTA clusters, W multicast)", || {
             in_child("matmul_mc_n128")
+        }),
+        ("matmul: fitted TMA-store GEMMs bf16 (128x160 and 128x192 tiles, one CTA and 2-CTA clusters)", || {
+            ["matmul_ts_n160", "matmul_mc_n160", "matmul_ts_n192", "matmul_mc_n192"]
+                .into_iter()
+                .map(|case| in_child(case).map_err(|e| format!("{case}: {e}")))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| v.join("; "))
         }),
         ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
         ("matmul library: stream-K plans forced, both tiles, f32 and bf16 outputs", || in_child("matmul_lib_sk")),

@@ -74,7 +74,10 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
         mm::GEMM_BF16_TN_MC_N128,
         mm::GEMM_BF16_TN_SK,
         mm::GEMM_BF16_TN_SK_N128,
-    ] {
+    ]
+    .into_iter()
+    .chain(mm::GEMM_FITTED.iter().flat_map(|f| [f.ts, f.mc]))
+    {
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
     }
@@ -105,12 +108,16 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     // The narrow forms: 6 stages of 32 KiB beside the same rings, 32 bytes short of the 227 KiB.
     assert_eq!((mm::GEMM_TS_N128_SMEM_BYTES, mm::GEMM_MC_N128_SMEM_BYTES), (230_496, 230_496));
     const { assert!(mm::GEMM_TS_N128_SMEM_BYTES <= 227 * 1024) };
-    for mc in [mm::GEMM_BF16_TN_MC, mm::GEMM_BF16_TN_MC_N128] {
+    // The fitted widths: 5 stages of 36 KiB (160) and 4 of 40 KiB (192) beside the same rings.
+    let fitted = mm::GEMM_FITTED.map(|f| (f.tile_n, f.smem_bytes()));
+    assert_eq!(fitted, [(160, 218_192), (192, 197_696)]);
+    for mc in [mm::GEMM_BF16_TN_MC, mm::GEMM_BF16_TN_MC_N128].into_iter().chain(mm::GEMM_FITTED.map(|f| f.mc)) {
         assert_eq!(m.kernel(mc).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]), "{mc}");
     }
     // The stream-K entries take the TMA-store layouts: their fix-up goes through global memory.
     assert_eq!((mm::GEMM_SK_SMEM_BYTES, mm::GEMM_SK_N128_SMEM_BYTES), (230_464, 230_496));
-    for ts in [mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_TS_N128, mm::GEMM_BF16_TN_SK, mm::GEMM_BF16_TN_SK_N128] {
+    let one_cta = [mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_TS_N128, mm::GEMM_BF16_TN_SK, mm::GEMM_BF16_TN_SK_N128];
+    for ts in one_cta.into_iter().chain(mm::GEMM_FITTED.map(|f| f.ts)) {
         assert_eq!(m.kernel(ts).unwrap().cluster_dims, None, "{ts}");
     }
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();

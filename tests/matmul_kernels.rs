@@ -400,14 +400,17 @@ fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_sto
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let mut gpu = gpu;
-        // (entry, tile columns, W rows per box, CTAs per cluster): both tiles in both forms.
+        // (entry, tile columns, W rows per box, CTAs per cluster): every tile in both forms.
         let entries = [
             (mm::GEMM_BF16_TN_TS, mm::GEMM_TILE_N, mm::GEMM_TILE_N, 1),
             (mm::GEMM_BF16_TN_MC, mm::GEMM_TILE_N, mm::GEMM_MC_B_BOX_ROWS, 2),
             (mm::GEMM_BF16_TN_TS_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_TILE_N, 1),
             (mm::GEMM_BF16_TN_MC_N128, mm::GEMM_N128_TILE_N, mm::GEMM_MC_N128_B_BOX_ROWS, 2),
         ];
-        for (name, tile_n, b_rows, cluster) in entries {
+        let fitted = mm::GEMM_FITTED
+            .iter()
+            .flat_map(|f| [(f.ts, f.tile_n, f.tile_n, 1), (f.mc, f.tile_n, f.mc_b_box_rows(), 2)]);
+        for (name, tile_n, b_rows, cluster) in entries.into_iter().chain(fitted) {
             let k = module.kernel(name).unwrap();
             for [m, n, kk] in shapes {
                 let (xb, x) = bf16s(&mut g, (m * kk) as usize);

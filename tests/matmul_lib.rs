@@ -634,7 +634,7 @@ fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() 
         let mut y = s.alloc_device::<f32>(64 * 1536).unwrap();
         let before = sim().stats().launches;
         mm.set_forced_plan(Some(ForcedPlan::Gemv { split: Some(9) }));
-        let f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(64, 1536, 2048)).unwrap_err();
+        let mut f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(64, 1536, 2048)).unwrap_err();
         assert!(
             matches!(
                 f.error,
@@ -647,6 +647,29 @@ fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() 
         assert_eq!(
             f.error.to_string(),
             "matmul plan: M=64 N=1536 K=2048: the GEMV with 9 split cannot run it: K divides into 8 slices, not the 9 asked"
+        );
+        // The fitted widths have TMA-store and cluster entries alone.
+        for forced in [
+            ForcedPlan::Gemm { tile: GemmTile::N160, splits: Some(1) },
+            ForcedPlan::GemmStreamK { tile: GemmTile::N192 },
+        ] {
+            mm.set_forced_plan(Some(forced));
+            let g = f.gpu.unwrap();
+            let e = mm.bf16(g, &x, &w, &mut y, Shape::new(64, 1536, 2048)).unwrap_err();
+            assert!(
+                matches!(
+                    e.error,
+                    MatmulError::Plan(PlanError::Forced { why: ForcedRefusal::NoEntryForTile { .. }, .. })
+                ),
+                "{}",
+                e.error
+            );
+            assert_eq!(e.error.stage(), Stage::MatmulPlan);
+            f = e;
+        }
+        assert_eq!(
+            f.error.to_string(),
+            "matmul plan: M=64 N=1536 K=2048: the n192 TMA GEMM in stream-K order cannot run it: the stream_k entry has no kernel on the n192 tile"
         );
         let (xf, wf) = (s.alloc_device::<f32>(8).unwrap(), s.alloc_device::<f32>(8).unwrap());
         let mut yf = s.alloc_device::<f32>(1).unwrap();
@@ -672,12 +695,16 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // second tile lies past M), N % 4 == 2 and 3 stored directly (pairs of floats, single floats),
         // one row, N below a box.
         let shapes = [[130u32, 300, 72], [257, 514, 200], [1, 7, 8], [300, 1024, 520], [129, 4, 64], [64, 1002, 136]];
-        use matmul::GemmTile::{Narrow, Wide};
+        use matmul::GemmTile::{Narrow, Wide, N160, N192};
         let entries = [
             (Wide, false, refs::GEMM_BF16_TN_TS),
             (Wide, true, refs::GEMM_BF16_TN_MC),
             (Narrow, false, refs::GEMM_BF16_TN_TS_N128),
             (Narrow, true, refs::GEMM_BF16_TN_MC_N128),
+            (N160, false, refs::GEMM_FITTED[0].ts),
+            (N160, true, refs::GEMM_FITTED[0].mc),
+            (N192, false, refs::GEMM_FITTED[1].ts),
+            (N192, true, refs::GEMM_FITTED[1].mc),
         ];
         for (tile, cluster, name) in entries {
             let forced = ForcedPlan::GemmTmaStore { tile, cluster };

@@ -168,12 +168,13 @@ static Variant variants[] = {
     {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 1},
     {"sk_n128_i4", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 4},
     {"sk_n128_i16", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 16},
-    // Tile widths fitted to whole waves, each with the deepest ring that fits beside its staging.
-    {"ts_n192", "fit", ts_kernel<4, 32, 2, 192>, GEMM_TS_SMEM_FOR_BN(192, 4, 32, 2), 1, 0, 192},
+    // Tile widths fitted to whole waves (the module's n160 and n192 entries, and others), each with the
+    // deepest ring that fits beside its staging.
+    {"ts_n192", "fit", omega_gemm_bf16_tn_ts_n192, GEMM_N192_SMEM_BYTES, 1, 0, 192},
     {"ts_n192_s5c32x1", "fit", ts_kernel<5, 32, 1, 192>, GEMM_TS_SMEM_FOR_BN(192, 5, 32, 1), 1, 0, 192},
-    {"mc_n192", "fit", mc_kernel<4, 32, 2, 192>, GEMM_TS_SMEM_FOR_BN(192, 4, 32, 2), 2, 0, 192},
-    {"ts_n160", "fit", ts_kernel<5, 32, 2, 160>, GEMM_TS_SMEM_FOR_BN(160, 5, 32, 2), 1, 0, 160},
-    {"mc_n160", "fit", mc_kernel<5, 32, 2, 160>, GEMM_TS_SMEM_FOR_BN(160, 5, 32, 2), 2, 0, 160},
+    {"mc_n192", "fit", omega_gemm_bf16_tn_mc_n192, GEMM_N192_SMEM_BYTES, 2, 0, 192},
+    {"ts_n160", "fit", omega_gemm_bf16_tn_ts_n160, GEMM_N160_SMEM_BYTES, 1, 0, 160},
+    {"mc_n160", "fit", omega_gemm_bf16_tn_mc_n160, GEMM_N160_SMEM_BYTES, 2, 0, 160},
     {"ts_n96", "fit", ts_kernel<6, 32, 2, 96>, GEMM_TS_SMEM_FOR_BN(96, 6, 32, 2), 1, 0, 96},
     {"ts_n64", "fit", ts_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 1, 0, 64},
     {"mc_n64", "fit", mc_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 2, 0, 64},

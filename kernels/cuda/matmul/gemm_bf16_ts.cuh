@@ -43,6 +43,10 @@
 // same staging ring, and 4096x1536 makes 384 tiles (2.9 waves of 132) instead of 192 (1.45 waves).
 #define GEMM_TS_N128_STAGES 6
 #define GEMM_MC_N128_STAGES 6
+// Tile widths fitted to whole waves of 132 SMs for the Qwen3 shapes (160: 512 x 5120 in 128 tiles; 192:
+// 4096 x 1536 in 256), each with the deepest ring that fits beside the staging ring (36 and 40 KiB stages).
+#define GEMM_N160_STAGES 5
+#define GEMM_N192_STAGES 4
 // y's TMA box: 32 floats (one 128-byte swizzle span) by a consumer's 64 rows.
 #define GEMM_Y_BOX_COLS 32
 #define GEMM_Y_BOX_ROWS 64
@@ -57,6 +61,8 @@
 #define GEMM_MC_SMEM_BYTES GEMM_TS_SMEM_FOR(GEMM_MC_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF)
 #define GEMM_TS_N128_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(128, GEMM_TS_N128_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
 #define GEMM_MC_N128_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(128, GEMM_MC_N128_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF)
+#define GEMM_N160_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(160, GEMM_N160_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
+#define GEMM_N192_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(192, GEMM_N192_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
 // Named barriers of the two consumer warpgroups' epilogues (0 is __syncthreads, 1 the split-K ticket's).
 #define GEMM_TS_BAR0 2
 
@@ -362,3 +368,18 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THRE
                                uint32_t N, uint32_t K) {
   gemm_bf16_ts_body<GEMM_MC_N128_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2, 128>(tmap_a, tmap_b, tmap_y, y, M, N, K);
 }
+
+// The fitted widths, each in both forms: tmap_b's box {64, W} one CTA a tile, {64, W / 2} in 2-CTA
+// clusters; grids as the wide entries' with W-column tiles, dynamic shared GEMM_N<W>_SMEM_BYTES.
+#define OMEGA_GEMM_TS_FITTED(W)                                                                                \
+  extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1) omega_gemm_bf16_tn_ts_n##W(                     \
+      const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M, uint32_t N, uint32_t K) { \
+    gemm_bf16_ts_body<GEMM_N##W##_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, W>(tmap_a, tmap_b, tmap_y, y, M, N, K); \
+  }                                                                                                           \
+  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)                     \
+      omega_gemm_bf16_tn_mc_n##W(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,         \
+                                 uint32_t M, uint32_t N, uint32_t K) {                                          \
+    gemm_bf16_ts_body<GEMM_N##W##_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2, W>(tmap_a, tmap_b, tmap_y, y, M, N, K); \
+  }
+OMEGA_GEMM_TS_FITTED(160)
+OMEGA_GEMM_TS_FITTED(192)

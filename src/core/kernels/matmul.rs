@@ -74,6 +74,43 @@ pub const GEMM_BF16_TN_TS_N128: &str = "omega_gemm_bf16_tn_ts_n128";
 /// [`GEMM_BF16_TN_MC`] on the narrow tile: each CTA of a pair loads [`GEMM_MC_N128_B_BOX_ROWS`] of the
 /// tile's 128 W rows. The same parameters.
 pub const GEMM_BF16_TN_MC_N128: &str = "omega_gemm_bf16_tn_mc_n128";
+/// [`GEMM_BF16_TN_TS`] and [`GEMM_BF16_TN_MC`] on tile widths fitted to whole waves of the Qwen3 shapes
+/// (`omega_gemm_bf16_tn_{ts,mc}_n{160,192}`), by [`FittedGemm`]. The same parameters.
+pub const GEMM_FITTED: [FittedGemm; 2] = [
+    // 512 x 5120 in 128 tiles (the wide tile makes 80, the narrow 160: 0.6 and 1.2 waves of 132).
+    FittedGemm { tile_n: 160, stages: 5, ts: "omega_gemm_bf16_tn_ts_n160", mc: "omega_gemm_bf16_tn_mc_n160" },
+    // 4096 x 1536 in 256 tiles (the wide tile makes 192: 1.45 waves).
+    FittedGemm { tile_n: 192, stages: 4, ts: "omega_gemm_bf16_tn_ts_n192", mc: "omega_gemm_bf16_tn_mc_n192" },
+];
+/// A TMA-store GEMM's tile width besides the wide and narrow ones, and its two entries (one CTA a tile,
+/// and 2-CTA clusters each loading half of the tile's W rows, multicast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FittedGemm {
+    /// Output columns of a tile (rows of W in the one-CTA entry's B box).
+    pub tile_n: u32,
+    /// The ring's stages (`GEMM_N<W>_STAGES`): as many as fit beside the staging rings.
+    pub stages: u32,
+    /// The one-CTA entry.
+    pub ts: &'static str,
+    /// The cluster entry.
+    pub mc: &'static str,
+}
+
+impl FittedGemm {
+    /// Both entries' dynamic shared memory (`GEMM_N<W>_SMEM_BYTES`): the stages, the staging rings of
+    /// [`GEMM_TS_SMEM_BYTES`], two mbarriers a stage, the slack.
+    pub const fn smem_bytes(&self) -> u32 {
+        self.stages * (GEMM_TILE_M * GEMM_TILE_K * 2 + self.tile_n * GEMM_TILE_K * 2)
+            + 2 * 2 * 32 * 64 * 4
+            + 2 * self.stages * 8
+            + 1024
+    }
+
+    /// Rows of the cluster entry's B box: half of the tile's W rows.
+    pub const fn mc_b_box_rows(&self) -> u32 {
+        self.tile_n / GEMM_MC_CLUSTER
+    }
+}
 /// [`GEMM_BF16_TN_TS`] in stream-K order (`gemm_bf16_sk.cuh`): `omega_gemm_bf16_tn_sk(tmap_a, tmap_b,
 /// tmap_y, y, partials, flags, M, N, K)`. Its grid of G CTAs shares the tiles x K blocks iterations evenly
 /// ([`SkSchedule`]); a tile cut by a range boundary is finished by the CTA holding its first K block, from
@@ -546,6 +583,10 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_sk_n128,
     },
+    fitted_spec(0, false, gemm_fitted::<0, false>),
+    fitted_spec(0, true, gemm_fitted::<0, true>),
+    fitted_spec(1, false, gemm_fitted::<1, false>),
+    fitted_spec(1, true, gemm_fitted::<1, true>),
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
@@ -1169,6 +1210,25 @@ fn gemm_bf16_tn_ts_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 
 fn gemm_bf16_tn_mc_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     gemm_staged(ctx, GEMM_BF16_TN_MC_N128, GEMM_N128_TILE_N, GEMM_MC_N128_B_BOX_ROWS, GEMM_MC_N128_SMEM_BYTES)
+}
+
+/// The host spec of fitted width `i`'s one-CTA (`cluster` false) or cluster entry: the TMA-store entries'
+/// parameters, no static shared memory, no stack.
+const fn fitted_spec(i: usize, cluster: bool, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+    let f = GEMM_FITTED[i];
+    HostSpec {
+        name: if cluster { f.mc } else { f.ts },
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run,
+    }
+}
+
+fn gemm_fitted<const I: usize, const CLUSTER: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GEMM_FITTED[I];
+    let (name, b_rows) = if CLUSTER { (f.mc, f.mc_b_box_rows()) } else { (f.ts, f.tile_n) };
+    gemm_staged(ctx, name, f.tile_n, b_rows, f.smem_bytes())
 }
 
 fn gemm_bf16_tn_sk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

@@ -136,14 +136,18 @@ pub(crate) enum Kern {
     GemmSk,
     /// The stream-K form on the narrow tile (`omega_gemm_bf16_tn_sk_n128`).
     GemmSkN128,
+    /// The TMA-store form on fitted width `i` of [`abi::GEMM_FITTED`] (`omega_gemm_bf16_tn_ts_n<W>`).
+    GemmTsFit(usize),
+    /// Its cluster form (`omega_gemm_bf16_tn_mc_n<W>`).
+    GemmMcFit(usize),
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
-/// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries and the
-/// two stream-K entries.
-pub(crate) const KERNEL_NAMES: [&str; 32] = [
+/// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries, the
+/// two stream-K entries and the fitted widths' two entries each.
+pub(crate) const KERNEL_NAMES: [&str; 36] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -180,6 +184,10 @@ pub(crate) const KERNEL_NAMES: [&str; 32] = [
     abi::GEMV_BF16_TN_ROWS,
     abi::GEMM_BF16_TN_SK,
     abi::GEMM_BF16_TN_SK_N128,
+    abi::GEMM_FITTED[0].ts,
+    abi::GEMM_FITTED[0].mc,
+    abi::GEMM_FITTED[1].ts,
+    abi::GEMM_FITTED[1].mc,
 ];
 
 impl Kern {
@@ -206,6 +214,8 @@ impl Kern {
             Kern::GemvRows => 29,
             Kern::GemmSk => 30,
             Kern::GemmSkN128 => 31,
+            Kern::GemmTsFit(i) => 32 + 2 * i,
+            Kern::GemmMcFit(i) => 33 + 2 * i,
         }
     }
 }
@@ -459,13 +469,18 @@ fn clamp_budget(budget: u32) -> u64 {
     u64::from(budget.clamp(1, MAX_CTAS))
 }
 
-/// The TMA GEMM's two tile forms.
+/// The TMA GEMM's tile forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GemmTile {
     /// 128 x 256 tiles, four stages (`omega_gemm_bf16_tn`, its split-K entry).
     Wide,
     /// 128 x 128 tiles, six stages (`omega_gemm_bf16_tn_n128`): twice the tiles of the wide form.
     Narrow,
+    /// 128 x 160 tiles, five stages, TMA-store and cluster entries only (unsplit): 512 x 5120 in 128
+    /// tiles, one wave of 132 SMs.
+    N160,
+    /// 128 x 192 tiles, four stages, TMA-store and cluster entries only: 4096 x 1536 in 256 tiles.
+    N192,
 }
 
 impl GemmTile {
@@ -474,6 +489,8 @@ impl GemmTile {
         match self {
             GemmTile::Wide => "wide",
             GemmTile::Narrow => "narrow",
+            GemmTile::N160 => "n160",
+            GemmTile::N192 => "n192",
         }
     }
 
@@ -482,6 +499,18 @@ impl GemmTile {
         match self {
             GemmTile::Wide => abi::GEMM_TILE_N,
             GemmTile::Narrow => abi::GEMM_N128_TILE_N,
+            GemmTile::N160 => abi::GEMM_FITTED[0].tile_n,
+            GemmTile::N192 => abi::GEMM_FITTED[1].tile_n,
+        }
+    }
+
+    /// Its entry in [`abi::GEMM_FITTED`]: the widths that have TMA-store and cluster entries alone (no
+    /// direct, split-K or stream-K kernel).
+    pub const fn fitted(self) -> Option<usize> {
+        match self {
+            GemmTile::Wide | GemmTile::Narrow => None,
+            GemmTile::N160 => Some(0),
+            GemmTile::N192 => Some(1),
         }
     }
 }
@@ -539,6 +568,10 @@ pub const WIDE_ENTRY: WideEntry = WideEntry::Cluster;
 /// (`_mc_n128`) won only gate+up at M = 4096 (40.7) and lost elsewhere, by up to 1.5x at M <= 64.
 /// Where the TMA store cannot run (y not 16-byte aligned) the plan keeps the direct entry.
 pub const NARROW_ENTRY: WideEntry = WideEntry::TmaStore;
+
+/// The entry the planner runs a fitted tile width with (they have no direct one): the TMA-store one
+/// until a run beside cuBLAS has timed the cluster form on them.
+pub const FITTED_ENTRY: WideEntry = WideEntry::TmaStore;
 
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
 /// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
@@ -647,6 +680,14 @@ pub enum ForcedRefusal {
         /// The most rows it takes.
         max: u32,
     },
+    /// A fitted tile width ([`GemmTile::fitted`]) in an entry built for the wide and narrow tiles alone
+    /// (the direct, split-K and stream-K kernels).
+    NoEntryForTile {
+        /// The tile.
+        tile: GemmTile,
+        /// The entry.
+        entry: WideEntry,
+    },
     /// More tiles x K blocks than the stream-K kernel counts in its 32-bit positions.
     IterationsPastKernel {
         /// The product's iterations.
@@ -673,6 +714,9 @@ impl core::fmt::Display for ForcedRefusal {
                 write!(f, "a cluster of {cluster} CTAs is past the CTA budget of {budget}")
             }
             ForcedRefusal::MPastPath { max } => write!(f, "M is past the {max} rows the path takes"),
+            ForcedRefusal::NoEntryForTile { tile, entry } => {
+                write!(f, "the {} entry has no kernel on the {} tile", entry.name(), tile.name())
+            }
             ForcedRefusal::IterationsPastKernel { iters, max } => {
                 write!(f, "{iters} tile K blocks are past the {max} the stream-K kernel counts")
             }
@@ -724,6 +768,10 @@ const GEMV_ANY_M: u64 = 64;
 /// 32 blocks 32 ways made one-block units: 226-240 us where cuBLAS takes 16.)
 pub const MIN_SPLIT_KBLOCKS: u32 = 8;
 
+/// The tile forms the planner weighs. The fitted widths ([`GemmTile::N160`], [`GemmTile::N192`]) run
+/// when forced only until an H200 or H100 run beside cuBLAS says where they win.
+pub const PLANNED_TILES: [GemmTile; 2] = [GemmTile::Wide, GemmTile::Narrow];
+
 /// The most K splits the planner chooses: the tile's last unit adds every split's slice alone, at
 /// [`GemmCost::REDUCE_SLICE_NS`] each, so past a few slices the reduction outweighs any wave it saves.
 pub const MAX_SPLITS: u32 = 8;
@@ -771,37 +819,45 @@ impl GemmCost {
 
     /// The cost of `shape` in `tile` with `splits` asked on a grid of `grid` CTAs (`None` when K's blocks
     /// keep fewer splits than asked: that plan is another candidate's).
+    /// The fitted widths have no split entry: `None` for them at more than one split.
     pub fn of(shape: Shape, tile: GemmTile, splits: u32, grid: u64) -> Option<GemmCost> {
         let s = abi::GemmSplit::new(shape.m, shape.n, shape.k, tile.n(), splits);
-        if s.splits != splits.max(1) {
+        if s.splits != splits.max(1) || (s.splits > 1 && tile.fitted().is_some()) {
             return None;
         }
         let units = u64::from(s.tiles) * u64::from(s.splits);
         let grid = grid.max(1);
-        // Twice the ns of a 128-wide tile: the wide tile's factor is 2 of these, the narrow's 1.
-        let width = u64::from(tile.n() / abi::GEMM_N128_TILE_N);
-        let unit = width * (Self::EPILOGUE_NS + u64::from(s.per) * Self::KBLOCK_NS);
+        // Twice the ns of a unit (the wide tile's factor is 2, the narrow's 1): the model is linear in
+        // the tile's width.
+        let width_x128 = u64::from(tile.n());
+        let unit = width_x128 * (Self::EPILOGUE_NS + u64::from(s.per) * Self::KBLOCK_NS) / 128;
         let mut half_ns = units.div_ceil(grid) * unit;
         if s.splits > 1 {
             let tile_waves = u64::from(s.tiles).div_ceil(grid);
-            half_ns += tile_waves * 2 * width * (Self::REDUCE_NS + u64::from(s.splits) * Self::REDUCE_SLICE_NS);
+            half_ns +=
+                tile_waves * 2 * width_x128 * (Self::REDUCE_NS + u64::from(s.splits) * Self::REDUCE_SLICE_NS) / 128;
         }
         let operands = (u64::from(shape.n) + u64::from(shape.m)) * u64::from(shape.k) * 2;
         let floor = operands * 1000 / Self::HBM_BYTES_PER_US;
         Some(GemmCost { tile, splits: s.splits, units, ns: (half_ns / 2).max(floor) })
     }
 
-    /// The planner's choice for `shape` on `sms` SMs within `budget` CTAs: the cheapest of the wide and
-    /// narrow forms at 1 to [`MAX_SPLITS`] splits of at least [`MIN_SPLIT_KBLOCKS`] blocks each
+    /// The planner's choice for `shape` on `sms` SMs within `budget` CTAs: the cheapest of the
+    /// [`PLANNED_TILES`] at 1 to [`MAX_SPLITS`] splits of at least [`MIN_SPLIT_KBLOCKS`] blocks each
     /// (`only`: that form alone).
     pub fn best(shape: Shape, sms: u32, budget: u32, only: Option<GemmTile>) -> GemmCost {
+        match only {
+            Some(tile) => Self::best_of(shape, sms, budget, &[tile]),
+            None => Self::best_of(shape, sms, budget, &PLANNED_TILES),
+        }
+    }
+
+    /// [`GemmCost::best`] among `tiles` (not empty).
+    pub fn best_of(shape: Shape, sms: u32, budget: u32, tiles: &[GemmTile]) -> GemmCost {
         let grid = u64::from(sms.max(1)).min(clamp_budget(budget));
         let kblocks = shape.k.div_ceil(abi::GEMM_TILE_K);
         let mut best: Option<GemmCost> = None;
-        for tile in [GemmTile::Wide, GemmTile::Narrow] {
-            if only.is_some_and(|o| o != tile) {
-                continue;
-            }
+        for &tile in tiles {
             for splits in 1..=MAX_SPLITS {
                 if splits > 1 && kblocks.div_ceil(splits) < MIN_SPLIT_KBLOCKS {
                     break;
@@ -1077,6 +1133,7 @@ fn gemm_step(
             let (kern, smem) = match tile {
                 GemmTile::Wide => (Kern::GemmSk, abi::GEMM_SK_SMEM_BYTES),
                 GemmTile::Narrow => (Kern::GemmSkN128, abi::GEMM_SK_N128_SMEM_BYTES),
+                GemmTile::N160 | GemmTile::N192 => unreachable!("entry_refusal refuses stream-K on {tile:?}"),
             };
             let step =
                 Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
@@ -1084,22 +1141,26 @@ fn gemm_step(
         }
         let args = [&maps[..], &dims[..]].concat();
         let tiles = u64::from(s.tiles);
-        let narrow = tile == GemmTile::Narrow;
         let (kern, grid, smem, b_rows) = if entry == WideEntry::Cluster {
             let c = u64::from(abi::GEMM_MC_CLUSTER);
             // Whole clusters: a pair per cluster, as many as there are pairs of tile rows, as fit on the
             // SMs and as the budget holds (the caller checked it holds one).
             let pairs = ceil(m, u64::from(abi::GEMM_TILE_M) * c) * ceil(n, u64::from(tile.n()));
             let grid = c * pairs.min((sms / c).max(1)).min(budget / c);
-            match narrow {
-                false => (Kern::GemmMc, grid, abi::GEMM_MC_SMEM_BYTES, abi::GEMM_MC_B_BOX_ROWS),
-                true => (Kern::GemmMcN128, grid, abi::GEMM_MC_N128_SMEM_BYTES, abi::GEMM_MC_N128_B_BOX_ROWS),
+            match (tile, tile.fitted()) {
+                (GemmTile::Wide, _) => (Kern::GemmMc, grid, abi::GEMM_MC_SMEM_BYTES, abi::GEMM_MC_B_BOX_ROWS),
+                (_, None) => (Kern::GemmMcN128, grid, abi::GEMM_MC_N128_SMEM_BYTES, abi::GEMM_MC_N128_B_BOX_ROWS),
+                (_, Some(i)) => {
+                    let f = abi::GEMM_FITTED[i];
+                    (Kern::GemmMcFit(i), grid, f.smem_bytes(), f.mc_b_box_rows())
+                }
             }
         } else {
             let grid = tiles.min(sms).min(budget);
-            match narrow {
-                false => (Kern::GemmTs, grid, abi::GEMM_TS_SMEM_BYTES, tile.n()),
-                true => (Kern::GemmTsN128, grid, abi::GEMM_TS_N128_SMEM_BYTES, tile.n()),
+            match (tile, tile.fitted()) {
+                (GemmTile::Wide, _) => (Kern::GemmTs, grid, abi::GEMM_TS_SMEM_BYTES, tile.n()),
+                (_, None) => (Kern::GemmTsN128, grid, abi::GEMM_TS_N128_SMEM_BYTES, tile.n()),
+                (_, Some(i)) => (Kern::GemmTsFit(i), grid, abi::GEMM_FITTED[i].smem_bytes(), tile.n()),
             }
         };
         let step =
@@ -1124,6 +1185,7 @@ fn gemm_step(
     };
     let (kern, args, smem) = match (tile, s.splits > 1) {
         (GemmTile::Narrow, _) => (Kern::GemmN128, split_args(), GEMM_N128_SMEM_BYTES),
+        (GemmTile::N160 | GemmTile::N192, _) => unreachable!("entry_refusal refuses the direct entry on {tile:?}"),
         (GemmTile::Wide, true) => (Kern::GemmSplitK, split_args(), GEMM_SMEM_BYTES),
         (GemmTile::Wide, false) => (Kern::Gemm, [tma_args, dims].concat(), GEMM_SMEM_BYTES),
     };
@@ -1153,6 +1215,9 @@ enum Choice {
 /// Why `entry` cannot run an unsplit product of `shape` in `tile` (the TMA GEMM's own requirements
 /// checked).
 fn entry_refusal(entry: WideEntry, tile: GemmTile, shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
+    if tile.fitted().is_some() && matches!(entry, WideEntry::Direct | WideEntry::StreamK) {
+        return Some(ForcedRefusal::NoEntryForTile { tile, entry });
+    }
     let budget = clamp_budget(opts.budget);
     if entry == WideEntry::Cluster && budget < u64::from(abi::GEMM_MC_CLUSTER) {
         return Some(ForcedRefusal::ClusterPastBudget { cluster: abi::GEMM_MC_CLUSTER, budget: word(budget) });
@@ -1210,7 +1275,18 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
     // Below SKINNY_MIN_M the GEMV's row form runs where it can (K % 32 == 0).
     let skinny = (bf16 && (shape.m >= SKINNY_MIN_M || !gemv_ok) && skinny_refusal(shape, opts).is_none())
         .then(|| SkinnyCost::of(shape, opts.sms, opts.budget));
-    let gemm = gemm_ok.then(|| GemmCost::best(shape, opts.sms, opts.budget, None));
+    let gemm = gemm_ok.then(|| {
+        // The fitted widths run on the TMA-store entries alone: where those cannot (y unaligned), the
+        // others only.
+        let staged = entry_refusal(WideEntry::TmaStore, GemmTile::Wide, shape, opts).is_none();
+        let mut tiles = [GemmTile::Wide; PLANNED_TILES.len()];
+        let mut count = 0;
+        for tile in PLANNED_TILES.into_iter().filter(|t| staged || t.fitted().is_none()) {
+            tiles[count] = tile;
+            count += 1;
+        }
+        GemmCost::best_of(shape, opts.sms, opts.budget, &tiles[..count])
+    });
     let choice = if let Some(c) = skinny.filter(|c| gemm.is_none_or(|g| c.beats(shape, &g))) {
         Choice::Skinny(c.plan)
     } else if gemv_ok && (gemv_streams || (!gemm_ok && m <= GEMV_ANY_M)) {
@@ -1220,6 +1296,7 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
         let entry = match (c.tile, c.splits) {
             (GemmTile::Wide, 1) => wide_entry(wide, c.tile, shape, opts),
             (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, c.tile, shape, opts),
+            (GemmTile::N160 | GemmTile::N192, _) => wide_entry(FITTED_ENTRY, c.tile, shape, opts),
             _ => WideEntry::Direct,
         };
         Choice::Gemm(c.tile, c.splits, entry)
@@ -1259,7 +1336,8 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             Choice::Gemv(split, false)
         }
         ForcedPlan::Gemm { tile, splits } => {
-            if let Some(why) = gemm_refusal(k, opts) {
+            let direct = entry_refusal(WideEntry::Direct, tile, shape, opts);
+            if let Some(why) = gemm_refusal(k, opts).or(direct) {
                 return refuse(why);
             }
             let splits = match splits {
@@ -1744,6 +1822,26 @@ mod tests {
         for m in [128, 512, 4096] {
             assert_eq!(qwen(151_936, 2048, m), (Gemm, 1, [SMS, 1, 1]), "lm_head M={m}");
         }
+    }
+
+    #[test]
+    fn the_fitted_widths_are_weighed_unsplit_and_fill_the_wave_the_others_leave_part_empty() {
+        let all = [GemmTile::Wide, GemmTile::Narrow, GemmTile::N160, GemmTile::N192];
+        // QKV at M = 512: 128 tiles of 160 columns in one wave (16.9 us), where 80 wide or 160 narrow
+        // tiles take 27 us.
+        let qkv = Shape::new(512, 5120, 2048);
+        let c = GemmCost::best_of(qkv, SMS, MAX_CTAS, &all);
+        assert_eq!((c.tile, c.splits, c.units, c.ns), (GemmTile::N160, 1, 128, 16_881));
+        for splits in 2..=MAX_SPLITS {
+            assert_eq!(GemmCost::of(qkv, GemmTile::N160, splits, u64::from(SMS)), None, "no split entry");
+        }
+        // gate+up at M = 4096: 256 tiles of 192 in two waves tie 384 narrow ones in three (the model is
+        // linear in the width), and ties keep the earlier form.
+        let c = GemmCost::best_of(Shape::new(4096, 1536, 2048), SMS, MAX_CTAS, &all);
+        assert_eq!((c.tile, c.units), (GemmTile::Narrow, 384));
+        assert_eq!(GemmCost::best(Shape::new(4096, 1536, 2048), SMS, MAX_CTAS, Some(GemmTile::N192)).ns, c.ns);
+        // Until a GPU run says where they win, the planner leaves them to forced plans.
+        assert!(PLANNED_TILES.iter().all(|t| t.fitted().is_none()));
     }
 
     #[test]
