@@ -1940,7 +1940,7 @@ const fn fitted_entry(i: usize, cluster: bool) -> StagedEntry {
 
 /// The staged cases' entries, by case name: the wide, narrow and fitted tiles, one CTA or 2-CTA
 /// clusters.
-const STAGED_ENTRIES: [(&str, StagedEntry); 8] = [
+const STAGED_ENTRIES: [(&str, StagedEntry); 12] = [
     (
         "matmul_ts",
         StagedEntry {
@@ -1985,6 +1985,10 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 8] = [
     ("matmul_mc_n160", fitted_entry(0, true)),
     ("matmul_ts_n192", fitted_entry(1, false)),
     ("matmul_mc_n192", fitted_entry(1, true)),
+    ("matmul_ts_n96", fitted_entry(2, false)),
+    ("matmul_mc_n96", fitted_entry(2, true)),
+    ("matmul_ts_n64", fitted_entry(3, false)),
+    ("matmul_mc_n64", fitted_entry(3, true)),
 ];
 
 /// A TMA-store GEMM entry (`omega_gemm_bf16_tn_ts`, its 2-CTA cluster form `omega_gemm_bf16_tn_mc` with
@@ -2059,7 +2063,7 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
     use omega::libs::matmul::{ForcedPlan, GemmTile};
     let plans = STAGED_ENTRIES.iter().map(|(_, e)| {
-        let tile = [GemmTile::Wide, GemmTile::Narrow, GemmTile::N160, GemmTile::N192]
+        let tile = [GemmTile::Wide, GemmTile::Narrow, GemmTile::N160, GemmTile::N192, GemmTile::N96, GemmTile::N64]
             .into_iter()
             .find(|t| t.n() == e.tile_n)
             .expect("every staged entry's width is a tile form's");
@@ -2330,9 +2334,10 @@ fn main() -> ExitCode {
         ("matmul: narrow cluster GEMM bf16 (128x128 tiles, 2-CTA clusters, W multicast)", || {
             in_child("matmul_mc_n128")
         }),
-        ("matmul: fitted TMA-store GEMMs bf16 (128x160 and 128x192 tiles, one CTA and 2-CTA clusters)", || {
-            ["matmul_ts_n160", "matmul_mc_n160", "matmul_ts_n192", "matmul_mc_n192"]
-                .into_iter()
+        ("matmul: fitted TMA-store GEMMs bf16 (128x{160,192,96,64} tiles, one CTA and 2-CTA clusters)", || {
+            STAGED_ENTRIES[4..]
+                .iter()
+                .map(|&(case, _)| case)
                 .map(|case| in_child(case).map_err(|e| format!("{case}: {e}")))
                 .collect::<Result<Vec<_>, _>>()
                 .map(|v| v.join("; "))

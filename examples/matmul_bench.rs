@@ -516,6 +516,8 @@ fn alternatives<'s>(
         ForcedPlan::GemmTmaStore { tile: GemmTile::N160, cluster: true },
         ForcedPlan::GemmTmaStore { tile: GemmTile::N192, cluster: false },
         ForcedPlan::GemmTmaStore { tile: GemmTile::N192, cluster: true },
+        ForcedPlan::GemmTmaStore { tile: GemmTile::N96, cluster: false },
+        ForcedPlan::GemmTmaStore { tile: GemmTile::N64, cluster: false },
         ForcedPlan::GemmStreamK { tile: GemmTile::Wide },
         ForcedPlan::GemmStreamK { tile: GemmTile::Narrow },
         ForcedPlan::Skinny { split: None },

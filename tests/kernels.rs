@@ -108,9 +108,11 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     // The narrow forms: 6 stages of 32 KiB beside the same rings, 32 bytes short of the 227 KiB.
     assert_eq!((mm::GEMM_TS_N128_SMEM_BYTES, mm::GEMM_MC_N128_SMEM_BYTES), (230_496, 230_496));
     const { assert!(mm::GEMM_TS_N128_SMEM_BYTES <= 227 * 1024) };
-    // The fitted widths: 5 stages of 36 KiB (160) and 4 of 40 KiB (192) beside the same rings.
+    // The fitted widths: 5 stages of 36 KiB (160), 4 of 40 (192), 6 of 28 (96), 8 of 24 (64) beside the
+    // same rings, each within the 227 KiB.
     let fitted = mm::GEMM_FITTED.map(|f| (f.tile_n, f.smem_bytes()));
-    assert_eq!(fitted, [(160, 218_192), (192, 197_696)]);
+    assert_eq!(fitted, [(160, 218_192), (192, 197_696), (96, 205_920), (64, 230_528)]);
+    assert!(mm::GEMM_FITTED.iter().all(|f| f.smem_bytes() <= 227 * 1024));
     for mc in [mm::GEMM_BF16_TN_MC, mm::GEMM_BF16_TN_MC_N128].into_iter().chain(mm::GEMM_FITTED.map(|f| f.mc)) {
         assert_eq!(m.kernel(mc).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]), "{mc}");
     }

@@ -369,17 +369,20 @@ fn staged_launch<'k, 's>(
         .arg(kk)
 }
 
-/// The TMA-store entries' largest dynamic shared memory.
+/// The TMA-store entries' largest dynamic shared memory (the fitted widths' included).
 const STAGED_SMEM_BYTES: u32 = {
     let (wide, narrow) = (mm::GEMM_TS_SMEM_BYTES, mm::GEMM_TS_N128_SMEM_BYTES);
     let (wide_mc, narrow_mc) = (mm::GEMM_MC_SMEM_BYTES, mm::GEMM_MC_N128_SMEM_BYTES);
     let one = if wide > narrow { wide } else { narrow };
     let two = if wide_mc > narrow_mc { wide_mc } else { narrow_mc };
-    if one > two {
-        one
-    } else {
-        two
+    let mut most = if one > two { one } else { two };
+    let mut i = 0;
+    while i < mm::GEMM_FITTED.len() {
+        let fitted = mm::GEMM_FITTED[i].smem_bytes();
+        most = if fitted > most { fitted } else { most };
+        i += 1;
     }
+    most
 };
 
 #[test]

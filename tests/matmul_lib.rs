@@ -373,14 +373,17 @@ fn the_gemv_plan_is_the_kernels_planner_and_every_launch_keeps_to_the_cta_budget
         let plan = refs::gemv_plan(2048, 4096, s.device().sm_count);
         assert_eq!(last_grids(1), [[plan.blocks, plan.split, 1]]);
         assert_eq!(info.split, plan.split);
-        // The TMA GEMM in the form and split the cost model picks: here 2 x 3 narrow tiles, unsplit.
-        let (next, info) = bf16_case(s, gpu, &mm, g, "narrow gemm", [200, 300, 512]);
+        // The TMA GEMM in the form and split the cost model picks: here 2 x 5 tiles of 64 columns,
+        // unsplit (2 x 3 narrow ones would take twice the time in the same wave).
+        let (next, info) = bf16_case(s, gpu, &mm, g, "fitted gemm", [200, 300, 512]);
         gpu = next;
         let sms = s.device().sm_count;
-        let c = matmul::GemmCost::best(Shape::new(200, 300, 512), sms, matmul::MAX_CTAS, None);
-        assert_eq!((c.tile, c.splits), (matmul::GemmTile::Narrow, 1));
-        assert_eq!((info.path, info.split), (Some(Path::Gemm), 1));
-        assert_eq!(last_grids(1), [[6, 1, 1]]);
+        let c = matmul::GemmCost::planned(Shape::new(200, 300, 512), sms, matmul::MAX_CTAS, true);
+        assert_eq!((c.tile, c.splits), (matmul::GemmTile::N64, 1));
+        let narrow = matmul::GemmCost::best(Shape::new(200, 300, 512), sms, matmul::MAX_CTAS, None);
+        assert_eq!((narrow.tile, narrow.splits), (matmul::GemmTile::Narrow, 1));
+        assert_eq!((info.path, info.split, info.kernel), (Some(Path::Gemm), 1, refs::GEMM_FITTED[3].ts));
+        assert_eq!(last_grids(1), [[10, 1, 1]]);
         // A long K: split in whole pipelines, the partial sums added by each tile's last unit.
         let (next, info) = bf16_case(s, gpu, &mm, g, "split-K gemm", [130, 200, 65_536]);
         gpu = next;
@@ -695,7 +698,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // second tile lies past M), N % 4 == 2 and 3 stored directly (pairs of floats, single floats),
         // one row, N below a box.
         let shapes = [[130u32, 300, 72], [257, 514, 200], [1, 7, 8], [300, 1024, 520], [129, 4, 64], [64, 1002, 136]];
-        use matmul::GemmTile::{Narrow, Wide, N160, N192};
+        use matmul::GemmTile::{Narrow, Wide, N160, N192, N64, N96};
         let entries = [
             (Wide, false, refs::GEMM_BF16_TN_TS),
             (Wide, true, refs::GEMM_BF16_TN_MC),
@@ -705,6 +708,10 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             (N160, true, refs::GEMM_FITTED[0].mc),
             (N192, false, refs::GEMM_FITTED[1].ts),
             (N192, true, refs::GEMM_FITTED[1].mc),
+            (N96, false, refs::GEMM_FITTED[2].ts),
+            (N96, true, refs::GEMM_FITTED[2].mc),
+            (N64, false, refs::GEMM_FITTED[3].ts),
+            (N64, true, refs::GEMM_FITTED[3].mc),
         ];
         for (tile, cluster, name) in entries {
             let forced = ForcedPlan::GemmTmaStore { tile, cluster };

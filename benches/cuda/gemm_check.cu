@@ -168,16 +168,16 @@ static Variant variants[] = {
     {"sk_n128", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 1},
     {"sk_n128_i4", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 4},
     {"sk_n128_i16", "sk", nullptr, GEMM_SK_N128_SMEM_BYTES, 1, 0, 128, omega_gemm_bf16_tn_sk_n128, 16},
-    // Tile widths fitted to whole waves (the module's n160 and n192 entries, and others), each with the
+    // Tile widths fitted to whole waves (the module's n160, n192, n96 and n64 entries, and others), each with the
     // deepest ring that fits beside its staging.
     {"ts_n192", "fit", omega_gemm_bf16_tn_ts_n192, GEMM_N192_SMEM_BYTES, 1, 0, 192},
     {"ts_n192_s5c32x1", "fit", ts_kernel<5, 32, 1, 192>, GEMM_TS_SMEM_FOR_BN(192, 5, 32, 1), 1, 0, 192},
     {"mc_n192", "fit", omega_gemm_bf16_tn_mc_n192, GEMM_N192_SMEM_BYTES, 2, 0, 192},
     {"ts_n160", "fit", omega_gemm_bf16_tn_ts_n160, GEMM_N160_SMEM_BYTES, 1, 0, 160},
     {"mc_n160", "fit", omega_gemm_bf16_tn_mc_n160, GEMM_N160_SMEM_BYTES, 2, 0, 160},
-    {"ts_n96", "fit", ts_kernel<6, 32, 2, 96>, GEMM_TS_SMEM_FOR_BN(96, 6, 32, 2), 1, 0, 96},
-    {"ts_n64", "fit", ts_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 1, 0, 64},
-    {"mc_n64", "fit", mc_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 2, 0, 64},
+    {"ts_n96", "fit", omega_gemm_bf16_tn_ts_n96, GEMM_N96_SMEM_BYTES, 1, 0, 96},
+    {"ts_n64", "fit", omega_gemm_bf16_tn_ts_n64, GEMM_N64_SMEM_BYTES, 1, 0, 64},
+    {"mc_n64", "fit", omega_gemm_bf16_tn_mc_n64, GEMM_N64_SMEM_BYTES, 2, 0, 64},
     {"direct_n48", "fit", direct_kernel<48, 8>, GEMM_DIRECT_SMEM_FOR_BN(48, 8), 1, 0, 48},
     {"ts_n32", "fit", ts_kernel<8, 32, 2, 32>, GEMM_TS_SMEM_FOR_BN(32, 8, 32, 2), 1, 0, 32},
 };

@@ -8,7 +8,7 @@
 //   omega_gemm_bf16_tn_ts       the same with a TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_mc       the same in 2-CTA clusters, W multicast, TMA-store epilogue (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_{ts,mc}_n128  those two on 128 x 128 tiles (gemm_bf16_ts.cuh)
-//   omega_gemm_bf16_tn_{ts,mc}_n{160,192}  those two on tiles fitted to whole waves (gemm_bf16_ts.cuh)
+//   omega_gemm_bf16_tn_{ts,mc}_n{160,192,96,64}  those two on tiles fitted to whole waves (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_sk[_n128] the TMA-store form in stream-K order, either tile (gemm_bf16_sk.cuh)
 //   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh); _y16: bf16 out
 //   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)

@@ -44,9 +44,12 @@
 #define GEMM_TS_N128_STAGES 6
 #define GEMM_MC_N128_STAGES 6
 // Tile widths fitted to whole waves of 132 SMs for the Qwen3 shapes (160: 512 x 5120 in 128 tiles; 192:
-// 4096 x 1536 in 256), each with the deepest ring that fits beside the staging ring (36 and 40 KiB stages).
+// 4096 x 1536 in 256; 96: 256 x 5120 in 108; 64: 512 x 2048 in 128), each with the deepest ring that fits
+// beside the staging ring (36, 40, 28 and 24 KiB stages).
 #define GEMM_N160_STAGES 5
 #define GEMM_N192_STAGES 4
+#define GEMM_N96_STAGES 6
+#define GEMM_N64_STAGES 8
 // y's TMA box: 32 floats (one 128-byte swizzle span) by a consumer's 64 rows.
 #define GEMM_Y_BOX_COLS 32
 #define GEMM_Y_BOX_ROWS 64
@@ -63,6 +66,8 @@
 #define GEMM_MC_N128_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(128, GEMM_MC_N128_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF)
 #define GEMM_N160_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(160, GEMM_N160_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
 #define GEMM_N192_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(192, GEMM_N192_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
+#define GEMM_N96_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(96, GEMM_N96_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
+#define GEMM_N64_SMEM_BYTES GEMM_TS_SMEM_FOR_BN(64, GEMM_N64_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF)
 // Named barriers of the two consumer warpgroups' epilogues (0 is __syncthreads, 1 the split-K ticket's).
 #define GEMM_TS_BAR0 2
 
@@ -383,3 +388,5 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THRE
   }
 OMEGA_GEMM_TS_FITTED(160)
 OMEGA_GEMM_TS_FITTED(192)
+OMEGA_GEMM_TS_FITTED(96)
+OMEGA_GEMM_TS_FITTED(64)

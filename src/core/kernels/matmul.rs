@@ -75,12 +75,16 @@ pub const GEMM_BF16_TN_TS_N128: &str = "omega_gemm_bf16_tn_ts_n128";
 /// tile's 128 W rows. The same parameters.
 pub const GEMM_BF16_TN_MC_N128: &str = "omega_gemm_bf16_tn_mc_n128";
 /// [`GEMM_BF16_TN_TS`] and [`GEMM_BF16_TN_MC`] on tile widths fitted to whole waves of the Qwen3 shapes
-/// (`omega_gemm_bf16_tn_{ts,mc}_n{160,192}`), by [`FittedGemm`]. The same parameters.
-pub const GEMM_FITTED: [FittedGemm; 2] = [
+/// (`omega_gemm_bf16_tn_{ts,mc}_n{160,192,96,64}`), by [`FittedGemm`]. The same parameters.
+pub const GEMM_FITTED: [FittedGemm; 4] = [
     // 512 x 5120 in 128 tiles (the wide tile makes 80, the narrow 160: 0.6 and 1.2 waves of 132).
     FittedGemm { tile_n: 160, stages: 5, ts: "omega_gemm_bf16_tn_ts_n160", mc: "omega_gemm_bf16_tn_mc_n160" },
     // 4096 x 1536 in 256 tiles (the wide tile makes 192: 1.45 waves).
     FittedGemm { tile_n: 192, stages: 4, ts: "omega_gemm_bf16_tn_ts_n192", mc: "omega_gemm_bf16_tn_mc_n192" },
+    // 256 x 5120 in 108 tiles (the narrow tile makes 80; 160 columns 64).
+    FittedGemm { tile_n: 96, stages: 6, ts: "omega_gemm_bf16_tn_ts_n96", mc: "omega_gemm_bf16_tn_mc_n96" },
+    // 512 x 2048 (O, down) in 128 tiles, the router's 4096 x 128 in 64 (the narrow tile makes 64 and 32).
+    FittedGemm { tile_n: 64, stages: 8, ts: "omega_gemm_bf16_tn_ts_n64", mc: "omega_gemm_bf16_tn_mc_n64" },
 ];
 /// A TMA-store GEMM's tile width besides the wide and narrow ones, and its two entries (one CTA a tile,
 /// and 2-CTA clusters each loading half of the tile's W rows, multicast).
@@ -587,6 +591,10 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     fitted_spec(0, true, gemm_fitted::<0, true>),
     fitted_spec(1, false, gemm_fitted::<1, false>),
     fitted_spec(1, true, gemm_fitted::<1, true>),
+    fitted_spec(2, false, gemm_fitted::<2, false>),
+    fitted_spec(2, true, gemm_fitted::<2, true>),
+    fitted_spec(3, false, gemm_fitted::<3, false>),
+    fitted_spec(3, true, gemm_fitted::<3, true>),
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),

@@ -147,7 +147,7 @@ pub(crate) enum Kern {
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
 /// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries, the
 /// two stream-K entries and the fitted widths' two entries each.
-pub(crate) const KERNEL_NAMES: [&str; 36] = [
+pub(crate) const KERNEL_NAMES: [&str; 40] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -188,6 +188,10 @@ pub(crate) const KERNEL_NAMES: [&str; 36] = [
     abi::GEMM_FITTED[0].mc,
     abi::GEMM_FITTED[1].ts,
     abi::GEMM_FITTED[1].mc,
+    abi::GEMM_FITTED[2].ts,
+    abi::GEMM_FITTED[2].mc,
+    abi::GEMM_FITTED[3].ts,
+    abi::GEMM_FITTED[3].mc,
 ];
 
 impl Kern {
@@ -481,6 +485,10 @@ pub enum GemmTile {
     N160,
     /// 128 x 192 tiles, four stages, TMA-store and cluster entries only: 4096 x 1536 in 256 tiles.
     N192,
+    /// 128 x 96 tiles, six stages, TMA-store and cluster entries only: 256 x 5120 in 108 tiles.
+    N96,
+    /// 128 x 64 tiles, eight stages, TMA-store and cluster entries only: 512 x 2048 in 128 tiles.
+    N64,
 }
 
 impl GemmTile {
@@ -491,6 +499,8 @@ impl GemmTile {
             GemmTile::Narrow => "narrow",
             GemmTile::N160 => "n160",
             GemmTile::N192 => "n192",
+            GemmTile::N96 => "n96",
+            GemmTile::N64 => "n64",
         }
     }
 
@@ -501,6 +511,8 @@ impl GemmTile {
             GemmTile::Narrow => abi::GEMM_N128_TILE_N,
             GemmTile::N160 => abi::GEMM_FITTED[0].tile_n,
             GemmTile::N192 => abi::GEMM_FITTED[1].tile_n,
+            GemmTile::N96 => abi::GEMM_FITTED[2].tile_n,
+            GemmTile::N64 => abi::GEMM_FITTED[3].tile_n,
         }
     }
 
@@ -511,6 +523,8 @@ impl GemmTile {
             GemmTile::Wide | GemmTile::Narrow => None,
             GemmTile::N160 => Some(0),
             GemmTile::N192 => Some(1),
+            GemmTile::N96 => Some(2),
+            GemmTile::N64 => Some(3),
         }
     }
 }
@@ -569,8 +583,16 @@ pub const WIDE_ENTRY: WideEntry = WideEntry::Cluster;
 /// Where the TMA store cannot run (y not 16-byte aligned) the plan keeps the direct entry.
 pub const NARROW_ENTRY: WideEntry = WideEntry::TmaStore;
 
-/// The entry the planner runs a fitted tile width with (they have no direct one): the TMA-store one
-/// until a run beside cuBLAS has timed the cluster form on them.
+/// A fitted width replaces the wide or narrow tile only where the cost model gives it under this many
+/// tenths of their time: the model is within -12 %..+10 % of the records, and the shapes where the fitted
+/// widths won on the GPU are those where they save a third or more (QKV at M = 512: 16.9 against 27.0 us),
+/// while at M = 4096 they tie the wide tile to within rounding.
+pub const FITTED_MIN_SAVING_TENTHS: u64 = 9;
+
+/// The entry the planner runs a fitted tile width with (they have no direct one): the TMA-store one,
+/// ahead of the cluster form at every fitted width on the H100 (gemm_check: 160 columns at 512 x 5120
+/// 1.024 against 0.945 of cuBLAS, 64 at 512 x 2048 x 4096 1.092 against 0.961, 192 at 4096 x 1536 0.910
+/// against 0.880).
 pub const FITTED_ENTRY: WideEntry = WideEntry::TmaStore;
 
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
@@ -768,9 +790,14 @@ const GEMV_ANY_M: u64 = 64;
 /// 32 blocks 32 ways made one-block units: 226-240 us where cuBLAS takes 16.)
 pub const MIN_SPLIT_KBLOCKS: u32 = 8;
 
-/// The tile forms the planner weighs. The fitted widths ([`GemmTile::N160`], [`GemmTile::N192`]) run
-/// when forced only until an H200 or H100 run beside cuBLAS says where they win.
-pub const PLANNED_TILES: [GemmTile; 2] = [GemmTile::Wide, GemmTile::Narrow];
+/// The tile forms the planner weighs, in the order ties keep (the widest first: the cost model is linear
+/// in the width, so a narrower tile wins only where it fills a wave the wider ones leave part empty). On
+/// the H100 beside cuBLAS (gemm_check, docs/perf/2026-12-07-s19-h100-fitted-tiles.md) the fitted widths
+/// took the M = 512 shapes from 0.69-0.90 of cuBLAS to 0.94-1.09: QKV 512 x 5120 x 2048 in 160 columns
+/// 1.024 (the wide tile 0.73), O 512 x 2048 x 4096 in 64 columns 1.092 (narrow 0.77), down 512 x 2048 x
+/// 768 1.052 (0.84), gate+up 512 x 1536 x 2048 0.941 (0.69), 256 x 5120 x 2048 in 96 columns 1.013 (0.88).
+pub const PLANNED_TILES: [GemmTile; 6] =
+    [GemmTile::Wide, GemmTile::Narrow, GemmTile::N192, GemmTile::N160, GemmTile::N96, GemmTile::N64];
 
 /// The most K splits the planner chooses: the tile's last unit adds every split's slice alone, at
 /// [`GemmCost::REDUCE_SLICE_NS`] each, so past a few slices the reduction outweighs any wave it saves.
@@ -842,14 +869,24 @@ impl GemmCost {
         Some(GemmCost { tile, splits: s.splits, units, ns: (half_ns / 2).max(floor) })
     }
 
-    /// The planner's choice for `shape` on `sms` SMs within `budget` CTAs: the cheapest of the
-    /// [`PLANNED_TILES`] at 1 to [`MAX_SPLITS`] splits of at least [`MIN_SPLIT_KBLOCKS`] blocks each
-    /// (`only`: that form alone).
+    /// The cheapest plan for `shape` on `sms` SMs within `budget` CTAs of the wide and narrow tiles at 1
+    /// to [`MAX_SPLITS`] splits of at least [`MIN_SPLIT_KBLOCKS`] blocks each (`only`: that form alone,
+    /// any form). The planner's own choice, fitted widths included, is [`GemmCost::planned`].
     pub fn best(shape: Shape, sms: u32, budget: u32, only: Option<GemmTile>) -> GemmCost {
         match only {
             Some(tile) => Self::best_of(shape, sms, budget, &[tile]),
-            None => Self::best_of(shape, sms, budget, &PLANNED_TILES),
+            None => Self::best_of(shape, sms, budget, &PLANNED_TILES[..2]),
         }
+    }
+
+    /// The planner's TMA GEMM for `shape`: [`GemmCost::best`], replaced by a fitted width of
+    /// [`PLANNED_TILES`] that the model gives under [`FITTED_MIN_SAVING_TENTHS`] of its time, where
+    /// `staged` (y can take the TMA-store entries, the fitted widths' only ones).
+    pub fn planned(shape: Shape, sms: u32, budget: u32, staged: bool) -> GemmCost {
+        let classic = Self::best(shape, sms, budget, None);
+        let fitted = PLANNED_TILES[2..].iter().filter(|_| staged);
+        let costs = fitted.map(|&t| Self::best_of(shape, sms, budget, &[t]));
+        costs.fold(classic, |b, c| if c.ns * 10 < b.ns * FITTED_MIN_SAVING_TENTHS { c } else { b })
     }
 
     /// [`GemmCost::best`] among `tiles` (not empty).
@@ -1133,7 +1170,9 @@ fn gemm_step(
             let (kern, smem) = match tile {
                 GemmTile::Wide => (Kern::GemmSk, abi::GEMM_SK_SMEM_BYTES),
                 GemmTile::Narrow => (Kern::GemmSkN128, abi::GEMM_SK_N128_SMEM_BYTES),
-                GemmTile::N160 | GemmTile::N192 => unreachable!("entry_refusal refuses stream-K on {tile:?}"),
+                GemmTile::N160 | GemmTile::N192 | GemmTile::N96 | GemmTile::N64 => {
+                    unreachable!("entry_refusal refuses stream-K on {tile:?}")
+                }
             };
             let step =
                 Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
@@ -1185,7 +1224,9 @@ fn gemm_step(
     };
     let (kern, args, smem) = match (tile, s.splits > 1) {
         (GemmTile::Narrow, _) => (Kern::GemmN128, split_args(), GEMM_N128_SMEM_BYTES),
-        (GemmTile::N160 | GemmTile::N192, _) => unreachable!("entry_refusal refuses the direct entry on {tile:?}"),
+        (GemmTile::N160 | GemmTile::N192 | GemmTile::N96 | GemmTile::N64, _) => {
+            unreachable!("entry_refusal refuses the direct entry on {tile:?}")
+        }
         (GemmTile::Wide, true) => (Kern::GemmSplitK, split_args(), GEMM_SMEM_BYTES),
         (GemmTile::Wide, false) => (Kern::Gemm, [tma_args, dims].concat(), GEMM_SMEM_BYTES),
     };
@@ -1275,19 +1316,15 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
     // Below SKINNY_MIN_M the GEMV's row form runs where it can (K % 32 == 0).
     let skinny = (bf16 && (shape.m >= SKINNY_MIN_M || !gemv_ok) && skinny_refusal(shape, opts).is_none())
         .then(|| SkinnyCost::of(shape, opts.sms, opts.budget));
+    // The skinny GEMM's boundary with the TMA GEMM was fitted against the wide and narrow tiles (the
+    // fitted widths are timed at M >= 128 only), so it is decided against those two; the TMA GEMM's tile
+    // is then the planner's, fitted widths included where y can take their TMA-store entries.
+    let classic = gemm_ok.then(|| GemmCost::best(shape, opts.sms, opts.budget, None));
     let gemm = gemm_ok.then(|| {
-        // The fitted widths run on the TMA-store entries alone: where those cannot (y unaligned), the
-        // others only.
         let staged = entry_refusal(WideEntry::TmaStore, GemmTile::Wide, shape, opts).is_none();
-        let mut tiles = [GemmTile::Wide; PLANNED_TILES.len()];
-        let mut count = 0;
-        for tile in PLANNED_TILES.into_iter().filter(|t| staged || t.fitted().is_none()) {
-            tiles[count] = tile;
-            count += 1;
-        }
-        GemmCost::best_of(shape, opts.sms, opts.budget, &tiles[..count])
+        GemmCost::planned(shape, opts.sms, opts.budget, staged)
     });
-    let choice = if let Some(c) = skinny.filter(|c| gemm.is_none_or(|g| c.beats(shape, &g))) {
+    let choice = if let Some(c) = skinny.filter(|c| classic.is_none_or(|g| c.beats(shape, &g))) {
         Choice::Skinny(c.plan)
     } else if gemv_ok && (gemv_streams || (!gemm_ok && m <= GEMV_ANY_M)) {
         Choice::Gemv(gemv_auto_split(shape, sms, budget), true)
@@ -1296,7 +1333,9 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
         let entry = match (c.tile, c.splits) {
             (GemmTile::Wide, 1) => wide_entry(wide, c.tile, shape, opts),
             (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, c.tile, shape, opts),
-            (GemmTile::N160 | GemmTile::N192, _) => wide_entry(FITTED_ENTRY, c.tile, shape, opts),
+            (GemmTile::N160 | GemmTile::N192 | GemmTile::N96 | GemmTile::N64, _) => {
+                wide_entry(FITTED_ENTRY, c.tile, shape, opts)
+            }
             _ => WideEntry::Direct,
         };
         Choice::Gemm(c.tile, c.splits, entry)
@@ -1730,13 +1769,14 @@ mod tests {
 
     #[test]
     fn the_plans_of_every_qwen_matrix_at_every_m_of_the_issue() {
-        use Kern::{Gemm, GemmTsN128, Gemv, Skinny};
+        use Kern::{Gemm, GemmTsFit, GemmTsN128, Gemv, Skinny};
         // M = 1..4 the GEMV (MB = 1); 8..64 the skinny GEMM by its MB bucket, split as SkinnyCost
         // predicts fastest, where it beats the narrow TMA GEMM (as measured on the H200: qkv, gate+up and
         // the router at M = 64, down from M = 32, took the narrow GEMM's 7-13 us against the skinny's
-        // 8-20 us, docs/perf/2026-12-02-s4-libraries.md).
+        // 8-20 us, docs/perf/2026-12-02-s4-libraries.md); the TMA GEMM then runs 64-column tiles, twice
+        // the CTAs of the narrow ones.
         let small = [1, 2, 4];
-        let narrow = |g| (GemmTsN128, 1, [g, 1, 1]);
+        let narrow = |g| (GemmTsFit(3), 1, [g, 1, 1]);
         for (n, k, split, gx, sk) in [
             (
                 5120,
@@ -1744,7 +1784,7 @@ mod tests {
                 // 7 slices of 320 raised to 8 of 256: whole unrolled steps.
                 8,
                 80,
-                [(Skinny(0), 2, [80, 1, 1]), (Skinny(1), 3, [120, 1, 1]), (Skinny(2), 3, [120, 1, 1]), narrow(40)],
+                [(Skinny(0), 2, [80, 1, 1]), (Skinny(1), 3, [120, 1, 1]), (Skinny(2), 3, [120, 1, 1]), narrow(80)],
             ),
             (
                 2048,
@@ -1763,16 +1803,16 @@ mod tests {
                 2048,
                 16,
                 2,
-                [(Skinny(0), 4, [4, 1, 1]), (Skinny(1), 4, [4, 1, 1]), (Skinny(2), 4, [4, 1, 1]), narrow(1)],
+                [(Skinny(0), 4, [4, 1, 1]), (Skinny(1), 4, [4, 1, 1]), (Skinny(2), 4, [4, 1, 1]), narrow(2)],
             ),
             (
                 1536,
                 2048,
                 16,
                 24,
-                [(Skinny(0), 4, [48, 1, 1]), (Skinny(1), 4, [48, 1, 1]), (Skinny(2), 4, [48, 1, 1]), narrow(12)],
+                [(Skinny(0), 4, [48, 1, 1]), (Skinny(1), 4, [48, 1, 1]), (Skinny(2), 4, [48, 1, 1]), narrow(24)],
             ),
-            (2048, 768, 6, 32, [(Skinny(0), 3, [48, 1, 1]), (Skinny(1), 3, [48, 1, 1]), narrow(16), narrow(16)]),
+            (2048, 768, 6, 32, [(Skinny(0), 3, [48, 1, 1]), (Skinny(1), 3, [48, 1, 1]), narrow(32), narrow(32)]),
             (
                 151_936,
                 2048,
@@ -1796,28 +1836,31 @@ mod tests {
                 assert_eq!(qwen(n, k, m), want, "{n}x{k} M={m}");
             }
         }
-        // QKV: 40 narrow tiles at M = 128 (13.5 us against 27 wide); 80 wide tiles at M = 512 (the same
-        // 27 us as 160 narrow ones in two waves: the tie keeps wide); M = 4096, 640 wide tiles in 5 waves.
-        assert_eq!(qwen(5120, 2048, 128), (GemmTsN128, 1, [40, 1, 1]));
-        assert_eq!(qwen(5120, 2048, 512), (Gemm, 1, [80, 1, 1]));
+        // Where the wide or narrow tiles leave part of a wave empty, a fitted width fills it (the cost
+        // model gives it under 0.9 of their time): 64 columns at M = 128 (QKV 80 tiles, 6.8 us against
+        // the narrow tile's 13.5) and for O, down, gate+up and the router at M = 512; 160 for QKV at
+        // M = 512 (128 tiles, 16.9 us against 27 wide). At M = 4096 the wide tile ties them and stays
+        // (gate+up: 384 narrow tiles in three waves), but the router's 32 narrow tiles become 64.
+        let fit = |i: usize, g| (GemmTsFit(i), 1, [g, 1, 1]);
+        assert_eq!(qwen(5120, 2048, 128), fit(3, 80));
+        assert_eq!(qwen(5120, 2048, 512), fit(0, 128));
         assert_eq!(qwen(5120, 2048, 4096), (Gemm, 1, [SMS, 1, 1]));
-        // O: narrow tiles unsplit to M = 512 (64 tiles: 24.6 us; two splits would add a 20 us reduction).
-        assert_eq!(qwen(2048, 4096, 128), (GemmTsN128, 1, [16, 1, 1]));
-        assert_eq!(qwen(2048, 4096, 512), (GemmTsN128, 1, [64, 1, 1]));
+        assert_eq!(qwen(2048, 4096, 128), fit(3, 32));
+        assert_eq!(qwen(2048, 4096, 512), fit(3, 128));
         assert_eq!(qwen(2048, 4096, 4096), (Gemm, 1, [SMS, 1, 1]));
-        // The router: one narrow tile per 128 rows, never split (was 32 one-block splits: 226-240 us).
-        assert_eq!(qwen(128, 2048, 128), (GemmTsN128, 1, [1, 1, 1]));
-        assert_eq!(qwen(128, 2048, 512), (GemmTsN128, 1, [4, 1, 1]));
-        assert_eq!(qwen(128, 2048, 4096), (GemmTsN128, 1, [32, 1, 1]));
-        // gate+up: narrow throughout; at M = 4096 384 narrow tiles are 3 waves of 13.5 us where 192 wide
-        // ones are 2 of 27.
-        assert_eq!(qwen(1536, 2048, 128), (GemmTsN128, 1, [12, 1, 1]));
-        assert_eq!(qwen(1536, 2048, 512), (GemmTsN128, 1, [48, 1, 1]));
+        // The router: never split (was 32 one-block splits: 226-240 us).
+        assert_eq!(qwen(128, 2048, 128), fit(3, 2));
+        assert_eq!(qwen(128, 2048, 512), fit(3, 8));
+        assert_eq!(qwen(128, 2048, 4096), fit(3, 64));
+        assert_eq!(qwen(1536, 2048, 128), fit(3, 24));
+        assert_eq!(qwen(1536, 2048, 512), fit(3, 96));
         assert_eq!(qwen(1536, 2048, 4096), (GemmTsN128, 1, [SMS, 1, 1]));
-        // down: narrow to M = 512; at M = 4096 256 wide tiles and 512 narrow ones tie (26.2 us): wide.
-        assert_eq!(qwen(2048, 768, 128), (GemmTsN128, 1, [16, 1, 1]));
-        assert_eq!(qwen(2048, 768, 512), (GemmTsN128, 1, [64, 1, 1]));
+        // down: at M = 4096 256 wide tiles and 512 narrow ones tie (26.2 us): wide.
+        assert_eq!(qwen(2048, 768, 128), fit(3, 32));
+        assert_eq!(qwen(2048, 768, 512), fit(3, 128));
         assert_eq!(qwen(2048, 768, 4096), (Gemm, 1, [SMS, 1, 1]));
+        // 256 x 5120: 108 tiles of 96 columns in one wave.
+        assert_eq!(qwen(5120, 2048, 256), fit(2, 108));
         // lm_head past M = 64: HBM-bound in either form (147 us for its 622 MB): the tie keeps wide.
         for m in [128, 512, 4096] {
             assert_eq!(qwen(151_936, 2048, m), (Gemm, 1, [SMS, 1, 1]), "lm_head M={m}");
@@ -1840,8 +1883,9 @@ mod tests {
         let c = GemmCost::best_of(Shape::new(4096, 1536, 2048), SMS, MAX_CTAS, &all);
         assert_eq!((c.tile, c.units), (GemmTile::Narrow, 384));
         assert_eq!(GemmCost::best(Shape::new(4096, 1536, 2048), SMS, MAX_CTAS, Some(GemmTile::N192)).ns, c.ns);
-        // Until a GPU run says where they win, the planner leaves them to forced plans.
-        assert!(PLANNED_TILES.iter().all(|t| t.fitted().is_none()));
+        // The planner weighs them after the wide and narrow tiles, widest first.
+        assert_eq!(&PLANNED_TILES[..2], &[GemmTile::Wide, GemmTile::Narrow]);
+        assert!(PLANNED_TILES.windows(2).skip(2).all(|w| w[0].n() > w[1].n()));
     }
 
     #[test]
@@ -2152,7 +2196,7 @@ mod tests {
         assert_eq!(why(f(shape, false, DenseOpts { y_aligned16: false, ..o })), ForcedRefusal::Unaligned);
         // The planner runs unsplit narrow tiles by the TMA-store entry, measured fastest on them.
         assert_eq!(NARROW_ENTRY, WideEntry::TmaStore);
-        assert_eq!(bf16(512, 2048, 4096).steps[0].kern, Kern::GemmTsN128);
+        assert_eq!(bf16(4096, 1536, 2048).steps[0].kern, Kern::GemmTsN128);
     }
 
     #[test]
@@ -2172,9 +2216,10 @@ mod tests {
             assert_eq!(kern(shape, DenseOpts { y_aligned16: false, ..o }, WideEntry::TmaStore), Kern::Gemm);
         }
         for wide in [WideEntry::TmaStore, WideEntry::Cluster] {
-            assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmTsN128);
+            assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmTsFit(3));
             assert_eq!(kern(Shape::new(1, 2048, 4096), o, wide), Kern::Gemv(0));
-            assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmTsN128);
+            assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmTsFit(3));
+            assert_eq!(kern(Shape::new(4096, 1536, 2048), o, wide), Kern::GemmTsN128);
         }
         // Whatever the switch, every plan keeps to the budget.
         for budget in [1, 2, 3, 131, MAX_CTAS] {
