@@ -845,8 +845,8 @@ impl GemmCost {
     pub const HBM_BYTES_PER_US: u64 = 4_242_000;
 
     /// The cost of `shape` in `tile` with `splits` asked on a grid of `grid` CTAs (`None` when K's blocks
-    /// keep fewer splits than asked: that plan is another candidate's).
-    /// The fitted widths have no split entry: `None` for them at more than one split.
+    /// keep fewer splits than asked: that plan is another candidate's; and for a fitted width at more
+    /// than one split, which no entry runs).
     pub fn of(shape: Shape, tile: GemmTile, splits: u32, grid: u64) -> Option<GemmCost> {
         let s = abi::GemmSplit::new(shape.m, shape.n, shape.k, tile.n(), splits);
         if s.splits != splits.max(1) || (s.splits > 1 && tile.fitted().is_some()) {
