@@ -101,13 +101,9 @@ pub struct FittedGemm {
 }
 
 impl FittedGemm {
-    /// Both entries' dynamic shared memory (`GEMM_N<W>_SMEM_BYTES`): the stages, the staging rings of
-    /// [`GEMM_TS_SMEM_BYTES`], two mbarriers a stage, the slack.
+    /// Both entries' dynamic shared memory (`GEMM_N<W>_SMEM_BYTES`), the TMA-store layout's.
     pub const fn smem_bytes(&self) -> u32 {
-        self.stages * (GEMM_TILE_M * GEMM_TILE_K * 2 + self.tile_n * GEMM_TILE_K * 2)
-            + 2 * 2 * 32 * 64 * 4
-            + 2 * self.stages * 8
-            + 1024
+        gemm_ts_smem_bytes(self.tile_n, self.stages)
     }
 
     /// Rows of the cluster entry's B box: half of the tile's W rows.
@@ -210,7 +206,13 @@ pub const GEMM_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 4 * 8 +
 pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 * 6 * 8 + 1024;
 /// The TMA-store entry's dynamic shared memory: 4 stages, each consumer's staging ring of two 32-column
 /// buffers (2 x 8 KiB), 8 mbarriers, the slack (`GEMM_TS_SMEM_BYTES`, 230,464 bytes).
-pub const GEMM_TS_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 2 * 32 * 64 * 4 + 2 * 4 * 8 + 1024;
+pub const GEMM_TS_SMEM_BYTES: u32 = gemm_ts_smem_bytes(GEMM_TILE_N, 4);
+/// A TMA-store layout's dynamic shared memory (gemm_bf16_ts.cuh's `GEMM_TS_SMEM_FOR_BN` with its module's
+/// staging): `stages` stages of the 128 x 64 A box and a `tile_n` x 64 B box, each consumer's staging ring
+/// of two 32-column buffers, two mbarriers a stage, 1 KiB of alignment slack.
+pub const fn gemm_ts_smem_bytes(tile_n: u32, stages: u32) -> u32 {
+    stages * (GEMM_TILE_M * GEMM_TILE_K * 2 + tile_n * GEMM_TILE_K * 2) + 2 * 2 * 32 * 64 * 4 + 2 * stages * 8 + 1024
+}
 /// The cluster entry's dynamic shared memory: the TMA-store entry's layout (`GEMM_MC_SMEM_BYTES`).
 pub const GEMM_MC_SMEM_BYTES: u32 = GEMM_TS_SMEM_BYTES;
 /// The cluster entry's CTAs per cluster (`__cluster_dims__`): its grid is a whole number of pairs.
@@ -219,7 +221,7 @@ pub const GEMM_MC_CLUSTER: u32 = 2;
 pub const GEMM_MC_B_BOX_ROWS: u32 = GEMM_TILE_N / GEMM_MC_CLUSTER;
 /// The narrow TMA-store entries' dynamic shared memory: 6 stages of 128 x 64 A and B tiles, the staging
 /// rings of [`GEMM_TS_SMEM_BYTES`], 12 mbarriers, the slack (`GEMM_TS_N128_SMEM_BYTES`, 230,496 bytes).
-pub const GEMM_TS_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 * 2 * 32 * 64 * 4 + 2 * 6 * 8 + 1024;
+pub const GEMM_TS_N128_SMEM_BYTES: u32 = gemm_ts_smem_bytes(GEMM_N128_TILE_N, 6);
 /// The narrow cluster entry's: the same layout (`GEMM_MC_N128_SMEM_BYTES`).
 pub const GEMM_MC_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
 /// Rows of the narrow cluster entry's B box: half of the tile's 128 W rows.

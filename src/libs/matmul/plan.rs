@@ -506,13 +506,10 @@ impl GemmTile {
 
     /// Output columns of one tile (rows of W per TMA box).
     pub const fn n(self) -> u32 {
-        match self {
-            GemmTile::Wide => abi::GEMM_TILE_N,
-            GemmTile::Narrow => abi::GEMM_N128_TILE_N,
-            GemmTile::N160 => abi::GEMM_FITTED[0].tile_n,
-            GemmTile::N192 => abi::GEMM_FITTED[1].tile_n,
-            GemmTile::N96 => abi::GEMM_FITTED[2].tile_n,
-            GemmTile::N64 => abi::GEMM_FITTED[3].tile_n,
+        match (self, self.fitted()) {
+            (GemmTile::Wide, _) => abi::GEMM_TILE_N,
+            (_, None) => abi::GEMM_N128_TILE_N,
+            (_, Some(i)) => abi::GEMM_FITTED[i].tile_n,
         }
     }
 
@@ -883,10 +880,14 @@ impl GemmCost {
     /// [`PLANNED_TILES`] that the model gives under [`FITTED_MIN_SAVING_TENTHS`] of its time, where
     /// `staged` (y can take the TMA-store entries, the fitted widths' only ones).
     pub fn planned(shape: Shape, sms: u32, budget: u32, staged: bool) -> GemmCost {
-        let classic = Self::best(shape, sms, budget, None);
+        Self::best(shape, sms, budget, None).or_fitted(shape, sms, budget, staged)
+    }
+
+    /// `self` (the wide or narrow tile's plan), or the fitted width [`GemmCost::planned`] takes instead.
+    fn or_fitted(self, shape: Shape, sms: u32, budget: u32, staged: bool) -> GemmCost {
         let fitted = PLANNED_TILES[2..].iter().filter(|_| staged);
         let costs = fitted.map(|&t| Self::best_of(shape, sms, budget, &[t]));
-        costs.fold(classic, |b, c| if c.ns * 10 < b.ns * FITTED_MIN_SAVING_TENTHS { c } else { b })
+        costs.fold(self, |b, c| if c.ns * 10 < b.ns * FITTED_MIN_SAVING_TENTHS { c } else { b })
     }
 
     /// [`GemmCost::best`] among `tiles` (not empty).
@@ -1320,9 +1321,9 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
     // fitted widths are timed at M >= 128 only), so it is decided against those two; the TMA GEMM's tile
     // is then the planner's, fitted widths included where y can take their TMA-store entries.
     let classic = gemm_ok.then(|| GemmCost::best(shape, opts.sms, opts.budget, None));
-    let gemm = gemm_ok.then(|| {
+    let gemm = classic.map(|c| {
         let staged = entry_refusal(WideEntry::TmaStore, GemmTile::Wide, shape, opts).is_none();
-        GemmCost::planned(shape, opts.sms, opts.budget, staged)
+        c.or_fitted(shape, opts.sms, opts.budget, staged)
     });
     let choice = if let Some(c) = skinny.filter(|c| classic.is_none_or(|g| c.beats(shape, &g))) {
         Choice::Skinny(c.plan)
@@ -1333,9 +1334,7 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
         let entry = match (c.tile, c.splits) {
             (GemmTile::Wide, 1) => wide_entry(wide, c.tile, shape, opts),
             (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, c.tile, shape, opts),
-            (GemmTile::N160 | GemmTile::N192 | GemmTile::N96 | GemmTile::N64, _) => {
-                wide_entry(FITTED_ENTRY, c.tile, shape, opts)
-            }
+            (tile, _) if tile.fitted().is_some() => wide_entry(FITTED_ENTRY, tile, shape, opts),
             _ => WideEntry::Direct,
         };
         Choice::Gemm(c.tile, c.splits, entry)
