@@ -64,7 +64,6 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1)
     direct_kernel(const void* ta, const void* tb, const void*, float* y, uint32_t M, uint32_t N, uint32_t K) {
   gemm_bf16_body<BN, S>(ta, tb, y, nullptr, nullptr, M, N, K, 1);
 }
-#define GEMM_DIRECT_SMEM_FOR_BN(bn, stages) ((stages) * (GEMM_A_STAGE_BYTES + (bn) * GEMM_BK * 2) + 2 * (stages) * 8 + 1024)
 
 // The Hilbert-order variants read their unit order from this table, which one() fills for each shape
 // (hopper-kernels.md section 5: fast.cu's last step, Hilbert order + TMA store, 799 -> 808 TFLOP/s).
@@ -178,7 +177,7 @@ static Variant variants[] = {
     {"ts_n96", "fit", omega_gemm_bf16_tn_ts_n96, GEMM_N96_SMEM_BYTES, 1, 0, 96},
     {"ts_n64", "fit", omega_gemm_bf16_tn_ts_n64, GEMM_N64_SMEM_BYTES, 1, 0, 64},
     {"mc_n64", "fit", omega_gemm_bf16_tn_mc_n64, GEMM_N64_SMEM_BYTES, 2, 0, 64},
-    {"direct_n48", "fit", direct_kernel<48, 8>, GEMM_DIRECT_SMEM_FOR_BN(48, 8), 1, 0, 48},
+    {"direct_n48", "fit", direct_kernel<48, 8>, GEMM_SMEM_FOR_BN(48, 8), 1, 0, 48},
     {"ts_n32", "fit", ts_kernel<8, 32, 2, 32>, GEMM_TS_SMEM_FOR_BN(32, 8, 32, 2), 1, 0, 32},
 };
 

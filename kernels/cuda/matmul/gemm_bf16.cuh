@@ -42,10 +42,11 @@
 // The narrow form (128x128 tiles, six stages) for shapes with few 128x256 tiles (M = 512 of the Qwen
 // matrices): twice the tiles, the same shared memory.
 #define GEMM_N128_STAGES 6
-#define GEMM_N128_SMEM_BYTES (GEMM_N128_STAGES * (GEMM_A_STAGE_BYTES + 128 * GEMM_BK * 2) + 2 * GEMM_N128_STAGES * 8 + 1024)
+#define GEMM_N128_SMEM_BYTES GEMM_SMEM_FOR_BN(128, GEMM_N128_STAGES)
 // The stages (1024-byte aligned for the 128B swizzle), then 2 * GEMM_STAGES mbarriers, plus the slack
 // the kernel needs to align the dynamic shared window's start.
-#define GEMM_SMEM_BYTES (GEMM_STAGES * GEMM_STAGE_BYTES + 2 * GEMM_STAGES * 8 + 1024)
+#define GEMM_SMEM_FOR_BN(bn, stages) ((stages) * (GEMM_A_STAGE_BYTES + (bn) * GEMM_BK * 2) + 2 * (stages) * 8 + 1024)
+#define GEMM_SMEM_BYTES GEMM_SMEM_FOR_BN(GEMM_BN, GEMM_STAGES)
 
 namespace omega_gemm {
 
