@@ -2061,12 +2061,11 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 /// both tiles, without and with the cluster) at each shape: an f32 output poisoned and checked at a sample against
 /// f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the entry.
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
-    use omega::libs::matmul::{ForcedPlan, GemmTile};
+    use omega::libs::matmul::{ForcedPlan, PLANNED_TILES};
     let plans = STAGED_ENTRIES.iter().map(|(_, e)| {
-        let tile = [GemmTile::Wide, GemmTile::Narrow, GemmTile::N160, GemmTile::N192, GemmTile::N96, GemmTile::N64]
-            .into_iter()
-            .find(|t| t.n() == e.tile_n)
-            .expect("every staged entry's width is a tile form's");
+        // Every tile form is a planned one, so each entry's width names its form.
+        let tile =
+            PLANNED_TILES.into_iter().find(|t| t.n() == e.tile_n).expect("every staged entry's width is a tile form's");
         (ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name; 2])
     });
     forced_f32_then_bf16(shapes, &plans.collect::<Vec<_>>())

@@ -60,5 +60,6 @@ pub use ops::{
 };
 pub use plan::{
     ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, WideEntry,
-    MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY, SKINNY_MIN_M, WIDE_ENTRY,
+    FITTED_ENTRY, FITTED_MIN_SAVING_TENTHS, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY, PLANNED_TILES,
+    SKINNY_MIN_M, WIDE_ENTRY,
 };
