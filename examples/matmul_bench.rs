@@ -7,9 +7,10 @@
 //! - one call: the median of `--iters` calls after three warm-ups, each timed by the session
 //!   (`Info::device_ns`: submit to completion of every launch on the platform clock, so one launch round
 //!   trip is inside it), printed as `<metric>_call_us`; and
-//! - back-to-back calls: the same product added [`REPS`] times to one command list (the default ordering: each
+//! - back-to-back calls: the same product added [`REPS`] times to one command list (fewer where each add's
+//!   own split-K scratch would pass [`LIST_SCRATCH_BYTES`], see [`list_reps`]; the default ordering: each
 //!   launch waits for the one before), submitted four times; per submission the completion stamps give
-//!   `(stamp of the last launch - stamp of the first product's last launch) / (REPS - 1)`, the median of the
+//!   `(stamp of the last launch - stamp of the first product's last launch) / (reps - 1)`, the median of the
 //!   last three is `<metric>_list_us` (the GPU running ahead of the host, as torch's 20-call rounds do);
 //!
 //! and prints one `omega.<metric> <value>` line per figure:
@@ -114,6 +115,19 @@ const QWEN: [(&str, u32, u32); 6] = [
 const MS: [u32; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096];
 /// Products per command list in the back-to-back timing (torch's rounds are 20 calls).
 const REPS: usize = 20;
+/// The most split-K scratch one timing list asks for: each add has its own (the list may run independent
+/// launches together), so the lm_head at M = 4096 split in two would want 20 x 5 GB.
+const LIST_SCRATCH_BYTES: u64 = 16 << 30;
+
+/// Products per timing list for a product planned as `info` says: [`REPS`], or as many (at least two) as
+/// keep the adds' split-K partial sums within [`LIST_SCRATCH_BYTES`].
+fn list_reps(info: &Info) -> usize {
+    if info.split <= 1 {
+        return REPS;
+    }
+    let per_add = u64::from(info.split) * u64::from(info.m) * u64::from(info.n) * 4;
+    REPS.min((LIST_SCRATCH_BYTES / per_add).max(2) as usize)
+}
 
 /// Calls per plan in `--alternatives` (the list timing as always): 8 plans of 32 shapes stay within a
 /// minute or two of the H200.
@@ -194,17 +208,22 @@ fn time<'s>(
     Ok((gpu, median(ts), last))
 }
 
-/// The steady time of one product in `list`, which holds `REPS` of them of `per` launches each.
-fn list_secs<'s>(gpu: Gpu<'s>, list: &mut CmdListBuilder<'_, 's>, per: usize) -> Result<(Gpu<'s>, f64), BenchError> {
+/// The steady time of one product in `list`, which holds `reps` of them of `per` launches each.
+fn list_secs<'s>(
+    gpu: Gpu<'s>,
+    list: &mut CmdListBuilder<'_, 's>,
+    per: usize,
+    reps: usize,
+) -> Result<(Gpu<'s>, f64), BenchError> {
     let mut gpu = gpu;
     let mut ts = Vec::new();
     for round in 0..4 {
         let done = gpu.submit(list).map_err(|e| e.error)?;
         gpu = done.gpu;
         let stamps = list.stamps();
-        let (first, last) = (stamps[per - 1], stamps[REPS * per - 1]);
+        let (first, last) = (stamps[per - 1], stamps[reps * per - 1]);
         if round > 0 {
-            ts.push(last.saturating_sub(first) as f64 * 1e-9 / (REPS - 1) as f64);
+            ts.push(last.saturating_sub(first) as f64 * 1e-9 / (reps - 1) as f64);
         }
     }
     Ok((gpu, median(ts)))
@@ -263,10 +282,11 @@ fn timed_bf16<'s>(
         verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
     }
     let mut list = s.cmdlist()?;
-    for _ in 0..REPS {
+    let reps = list_reps(&info);
+    for _ in 0..reps {
         mm.add_bf16(&mut list, x, w, &*y, shape)?;
     }
-    let (gpu, l) = list_secs(gpu, &mut list, info.launches as usize)?;
+    let (gpu, l) = list_secs(gpu, &mut list, info.launches as usize, reps)?;
     Ok((gpu, [t, l], info))
 }
 
@@ -392,7 +412,7 @@ fn grouped<'s>(
             for _ in 0..REPS {
                 mm.add_grouped_bf16(&mut list, &x, &w, &topk, &routing, &y, shape)?;
             }
-            let (g, lsecs) = list_secs(gpu, &mut list, info.launches as usize)?;
+            let (g, lsecs) = list_secs(gpu, &mut list, info.launches as usize, REPS)?;
             gpu = g;
             drop(list);
             println!("# moe {name} {shape}: {} touched {} experts", describe(&info), touched.len());
@@ -598,7 +618,7 @@ fn gemv_splits<'s>(s: &'s Scope<'s>, gpu: Gpu<'s>, mm: &Matmul<'s>, rng: &mut im
                     println!("# {name} {shape} split {tag}: refused: {e}");
                     continue;
                 }
-                let (g, t) = list_secs(gpu, &mut list, info.launches as usize)?;
+                let (g, t) = list_secs(gpu, &mut list, info.launches as usize, REPS)?;
                 gpu = g;
                 println!("# {name} {shape} split {tag}: {} kernel {}", describe(&info), info.kernel);
                 println!("omega.gemv_split{tag}_{m}x{n}x{k}_list_us {:.3}", t * 1e6);

@@ -223,6 +223,11 @@ fn list_steps(seed: u64, merge: Merge) {
         let (kb, vb) = (s.alloc_device_from(&k_new).unwrap(), s.alloc_device_from(&v_new).unwrap());
         let q = s.alloc_device_from(&case.q).unwrap();
         let out = s.alloc_device_from(&vec![POISON; case.q.len()]).unwrap();
+        let live = || {
+            let a = s.alloc_stats();
+            a.allocs - a.frees
+        };
+        let before = live();
         let mut list = s.cmdlist().unwrap();
         let append = AppendShape { batch: 2, max_pages: case.max_pages, advance: true };
         att.add_kv_append(&mut list, &pool, &case.layout, &kb, &vb, &tables, &dlens, append).unwrap();
@@ -242,8 +247,13 @@ fn list_steps(seed: u64, merge: Merge) {
             gpu = gpu.submit(&mut list).unwrap().gpu;
         }
         let _ = gpu;
+        let status = att.list_status().unwrap();
+        assert!(live() > before, "the adds' workspaces are allocated");
+        drop(list);
         let mut out = out;
-        (out.to_vec().unwrap(), att.list_status().unwrap())
+        assert_eq!(live(), before, "the dropped list took its adds' workspaces with it");
+        assert_eq!(att.list_status().unwrap(), 0, "a dropped list's status words went with it");
+        (out.to_vec().unwrap(), status)
     });
     assert_eq!(status, 0);
     // Every step appended the same rows at the next position.

@@ -894,6 +894,41 @@ fn launches_added_to_a_command_list_run_in_one_submission_and_replay() {
 }
 
 #[test]
+fn a_command_list_adds_workspace_goes_with_the_list_not_the_handle() {
+    with_matmul("list_workspace", |g, s, gpu, mm| {
+        // Split K (a scratch of partial sums and tickets each add) and a bf16 output (an f32 product in the
+        // scratch): the buffers a recorded product names that no caller owns.
+        let (m, n, k) = (4usize, 256usize, 4096usize);
+        let (xb, wb) = (bf16s(g, m * k), bf16s(g, n * k));
+        let (x, w) = (s.alloc_device_from(&xb).unwrap(), s.alloc_device_from(&wb).unwrap());
+        let (y, y16) = (poisoned(s, m * n), s.alloc_device_from(&vec![POISON_BF16; m * n]).unwrap());
+        let shape = Shape::new(m as u32, n as u32, k as u32);
+        let live = || {
+            let a = s.alloc_stats();
+            a.allocs - a.frees
+        };
+        let before = live();
+        let mut gpu = gpu;
+        for round in 0..3 {
+            let mut list = s.cmdlist().unwrap();
+            for _ in 0..4 {
+                let info = mm.add_bf16(&mut list, &x, &w, &y, shape).unwrap();
+                assert!(info.split > 1, "a split product has a scratch of its own: {info:?}");
+                mm.add_bf16_to_bf16(&mut list, &x, &w, &y16, shape).unwrap();
+            }
+            assert!(live() > before, "round {round}: the adds' workspaces are allocated");
+            gpu = gpu.submit(&mut list).unwrap().gpu;
+            drop(list);
+            assert_eq!(live(), before, "round {round}: the dropped list took every workspace buffer with it");
+        }
+        let _ = gpu;
+        let mut y = y;
+        let got = y.to_vec().unwrap();
+        check("list y", &got, &widen(&xb), |c| widen(&wb[c * k..][..k]), [m, n, k], &(0..n).collect::<Vec<_>>());
+    });
+}
+
+#[test]
 fn refusals_name_their_stage_and_launch_nothing() {
     with_matmul("refusals", |_g, s, gpu, mm| {
         let x = s.alloc_device::<u16>(16).unwrap();

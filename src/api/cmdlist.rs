@@ -1,5 +1,6 @@
 //! The typed shell: a list bound to a scope, filled with [`Launch`]es, submitted with the launch token.
 
+use core::any::Any;
 use core::marker::PhantomData;
 
 use crate::core::cmdlist::{CmdList, CmdListError, CmdListOpts, CmdListStats, ListCompletion, Result};
@@ -12,9 +13,12 @@ use crate::session::runtime;
 ///
 /// A [`Launch`] keeps the buffers it names borrowed for its `'k`; the list carries that `'k`, so a buffer a
 /// recorded launch names can be neither freed nor written from the CPU while the list can still submit it.
-/// Dropping the list releases its stamp area (it needs the session lock, which the scope holds).
+/// Dropping the list releases its stamp area (it needs the session lock, which the scope holds), then
+/// what it [holds](CmdListBuilder::hold).
 pub struct CmdListBuilder<'k, 's> {
+    // Declared before `held`, so the list (which can submit launches naming it) goes first.
     list: CmdList<'static>,
+    held: Vec<Box<dyn Any>>,
     _launches: PhantomData<&'k ()>,
     // Invariant in 's, like the scope's own brand.
     _scope: PhantomData<fn(&'s ()) -> &'s ()>,
@@ -39,7 +43,13 @@ impl<'s> Scope<'s> {
     pub fn cmdlist_with<'k>(&'s self, opts: CmdListOpts) -> Result<CmdListBuilder<'k, 's>> {
         // The scope's lock token proves this thread holds the lock.
         let list = CmdList::create_locked(runtime(), Some(&opts))?;
-        Ok(CmdListBuilder { list, _launches: PhantomData, _scope: PhantomData, _not_send: PhantomData })
+        Ok(CmdListBuilder {
+            list,
+            held: Vec::new(),
+            _launches: PhantomData,
+            _scope: PhantomData,
+            _not_send: PhantomData,
+        })
     }
 }
 
@@ -64,6 +74,14 @@ impl<'k, 's> CmdListBuilder<'k, 's> {
         self.list.mark_independent(index)
     }
 
+    /// Keeps `held` until the list is dropped: what recorded launches name that no caller owns (a
+    /// library's workspace of one add) lives exactly as long as the list that can submit them, so neither
+    /// a recorded launch outlives it nor does it outlive the list. Hold it before adding the launches
+    /// that name it.
+    pub fn hold(&mut self, held: impl Any) {
+        self.held.push(Box::new(held));
+    }
+
     /// Launches recorded.
     pub fn len(&self) -> usize {
         self.list.count() as usize
@@ -74,7 +92,8 @@ impl<'k, 's> CmdListBuilder<'k, 's> {
         self.len() == 0
     }
 
-    /// Forgets the recorded launches (the buffers they named stay borrowed until the list is dropped).
+    /// Forgets the recorded launches (the buffers they named stay borrowed, and what the list holds stays
+    /// held, until the list is dropped).
     pub fn reset(&mut self) -> Result<()> {
         self.list.reset()
     }

@@ -1,6 +1,7 @@
 //! The typed calls: [`Attention`], a scope's handle on the `attention` module and its workspace.
 
 use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
 use std::time::Instant;
 
 use crate::cmdlist::CmdListBuilder;
@@ -315,8 +316,9 @@ pub struct Attention<'s> {
     sms: u32,
     timeout_ms: Cell<u32>,
     workspace: RefCell<Workspace>,
-    /// The workspaces of the launches added to command lists, held until the handle is dropped.
-    recorded: RefCell<Vec<Workspace>>,
+    /// The workspaces of the launches added to command lists, each held by its list (so it goes with the
+    /// list), seen here for their status words.
+    recorded: RefCell<Vec<Weak<RefCell<Workspace>>>>,
 }
 
 impl core::fmt::Debug for Attention<'_> {
@@ -546,12 +548,12 @@ impl<'s> Attention<'s> {
         self.record(list, plan?, info, start)
     }
 
-    /// The status bits of every command-list add of this handle, ORed (0: every table was sound in every
-    /// submission so far).
+    /// The status bits of every command-list add of this handle whose list is still held, ORed (0: every
+    /// table was sound in every submission of those lists so far). A dropped list's bits go with it.
     pub fn list_status(&self) -> Result<u32, AttentionError> {
         let mut bits = 0;
-        for ws in self.recorded.borrow_mut().iter_mut() {
-            bits |= ws.status(self.scope)?;
+        for ws in self.recorded.borrow().iter().filter_map(Weak::upgrade) {
+            bits |= ws.borrow_mut().status(self.scope)?;
         }
         Ok(bits)
     }
@@ -903,8 +905,14 @@ impl<'s> Attention<'s> {
         Self::planned(&plan, &mut info);
         let mut ws = Workspace::default();
         let vas = ws.prepare(self.scope, &plan, &mut info.h2d_bytes)?;
-        // Held before the launches are added, so a list never names a workspace that is gone.
-        self.recorded.borrow_mut().push(ws);
+        // The list holds the workspace, so a handle recording many lists keeps none of a dropped list's
+        // buffers; held before the launches are added, so a list never names a workspace that is gone.
+        let ws = Rc::new(RefCell::new(ws));
+        let mut recorded = self.recorded.borrow_mut();
+        recorded.retain(|w| w.strong_count() > 0);
+        recorded.push(Rc::downgrade(&ws));
+        drop(recorded);
+        list.hold(ws);
         for step in &plan.steps {
             list.add(&self.launch_of(step, &vas, plan.work))?;
         }

@@ -225,9 +225,6 @@ pub struct Prefill<'s> {
     /// f32 out, bf16 out.
     kernels: [Kernel<'s>; 2],
     tma: RefCell<Option<Kept<Device<u8>>>>,
-    /// The descriptors of the launches added to command lists, each its own, held until the handle goes
-    /// (the lists borrow the handle, so they are gone by then).
-    recorded: RefCell<Vec<Kept<Device<u8>>>>,
 }
 
 impl core::fmt::Debug for Prefill<'_> {
@@ -281,7 +278,7 @@ impl<'s> Prefill<'s> {
     pub fn new(scope: &'s Scope<'s>) -> Result<Self, PrefillError> {
         let module = scope.load_cuda_module(PREFILL)?;
         let kernels = [module.kernel(PREFILL_BF16_F32)?, module.kernel(PREFILL_BF16)?];
-        Ok(Prefill { scope, _module: module, kernels, tma: RefCell::new(None), recorded: RefCell::new(Vec::new()) })
+        Ok(Prefill { scope, _module: module, kernels, tma: RefCell::new(None) })
     }
 
     /// Attention of bf16 `q`, `k`, `v` into an f32 `out` (layouts: module docs).
@@ -326,8 +323,9 @@ impl<'s> Prefill<'s> {
         buf.write(&maps)?;
         let kept = self.scope.keep(buf);
         let va = kept.get(self.scope)?.va();
-        // Held before the launch is added, so a list never names descriptors that are gone.
-        self.recorded.borrow_mut().push(kept);
+        // Each add's own, held by its list (so they go with it) before the launch is added, so a list never
+        // names descriptors that are gone.
+        list.hold(kept);
         list.add(&self.launch_of(0, va, out.device_va(), shape))?;
         Ok(())
     }

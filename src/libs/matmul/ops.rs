@@ -319,9 +319,6 @@ pub struct Matmul<'s> {
     forced: Cell<Option<ForcedPlan>>,
     /// The K split grouped products take instead of the planner's ([`Matmul::set_grouped_split`]).
     grouped_split: Cell<Option<u32>>,
-    /// The workspaces of the launches added to command lists: each add has its own, held until the handle
-    /// is dropped (the lists borrow the handle, so they are gone by then).
-    recorded: RefCell<Vec<Workspace>>,
 }
 
 impl core::fmt::Debug for Matmul<'_> {
@@ -398,7 +395,6 @@ impl<'s> Matmul<'s> {
             workspace: RefCell::new(workspace),
             forced: Cell::new(None),
             grouped_split: Cell::new(None),
-            recorded: RefCell::new(Vec::new()),
         })
     }
 
@@ -415,8 +411,8 @@ impl<'s> Matmul<'s> {
         }
     }
 
-    /// Keeps the module and the workspace beyond this scope (the command-list workspaces go: no list can
-    /// outlive the handle).
+    /// Keeps the module and the workspace beyond this scope (a command-list add's workspace is the list's:
+    /// no list outlives the handle).
     pub fn keep(self) -> KeptMatmul {
         let Matmul { scope, module, workspace, .. } = self;
         KeptMatmul { module: scope.keep_module(module), workspace: workspace.into_inner() }
@@ -848,11 +844,13 @@ impl<'s> Matmul<'s> {
         let Prepared { checked, ops, mut info } = prepared;
         let (plan, tma) = checked?;
         planned(&plan, &mut info);
+        // Each add has its own workspace (a list may run its launches out of order where they are marked
+        // independent), held by the list: a handle recording many lists does not keep every list's
+        // scratch. Held before the launches are added, so that even a list that kept some of them before
+        // refusing the next never names a workspace that is gone.
         let mut ws = Workspace::default();
         let vas = ws.prepare(self.scope, &plan, tma.as_ref(), ops.y, &mut info.h2d_bytes)?;
-        // Held before the launches are added, so that even a list that kept some of them before refusing
-        // the next never names a workspace that is gone.
-        self.recorded.borrow_mut().push(ws);
+        list.hold(ws);
         for step in &plan.steps {
             list.add(&self.launch_of(step, &ops, &vas, info.macs()))?;
         }

@@ -425,7 +425,8 @@ impl<'s> Qwen3Model<'s> {
         }
     }
 
-    /// The attention calls' table flags over every submission so far (0: every length and page fit).
+    /// The attention calls' table flags over every submission so far of the step lists still held (0: every
+    /// length and page fit).
     pub fn list_status(&self) -> Result<u32, Qwen3Error> {
         Ok(self.att.list_status()?)
     }
