@@ -2,8 +2,9 @@
 """Puts a benchmark's `omega.<metric>` lines beside a peer log's lines of the same metric names from the
 same run, as ratios (how many times better Omega is: time ratios for `_us`, rate ratios otherwise).
 PEERS are the peer log's prefixes to show (default `torch cublas`): for matmul, `torch` is torch's own call
-(what a caller of F.linear gets, Python launch cost included: the small-M goal's peer) and `cublas` is
-cuBLAS alone in a CUDA graph (the TFLOP/s goals' peer); attention's peer log has `torch` (SDPA) lines.
+(what a caller of F.linear gets, Python launch cost included: the small-M goal's peer), `cublas` is
+cuBLAS alone in a CUDA graph writing bf16, and `cublas32` the same writing the f32 product Omega's `bf16`
+call stores (the like-for-like peer of the TFLOP/s goals); attention's peer log has `torch` (SDPA) lines.
 
   python3 benches/gpu/compare.py OMEGA_LOG PEER_LOG [PEER ...]
 """

@@ -7,6 +7,10 @@ A harness, not part of Omega (Omega never links CUDA or PyTorch). Timing: CUDA e
 median of --iters after a warm-up (`torch.` lines), and cuBLAS alone in a CUDA graph of 20 calls (`cublas.`
 lines: no Python launch cost), the operands resident on the device, y = x @ W.T as torch's
 F.linear computes it (bf16 in, bf16 out: what a serving engine calls; the f32 path with TF32 off).
+The bf16 products are timed a third way, `cublas32.` lines: cuBLAS in a graph writing the f32 product
+(`torch.mm(x, W.T, out_dtype=torch.float32)`), the like-for-like peer of Omega's `bf16` call, which
+stores f32 (twice the output bytes of the bf16 one). A torch without that overload says so in a `#`
+line and prints no `cublas32.` figure.
 
   python3 benches/torch/matmul_peer.py [--quick]
 """
@@ -83,9 +87,25 @@ def emit(name, value, prefix="torch"):
     print(f"{prefix}.{name} {value:.4g}", flush=True)
 
 
-def emit_product(fn, iters, tag, flops, weight_bytes=None):
-    """The call figure (`torch.`) and cuBLAS's own in a graph (`cublas.`), as TFLOP/s, us and GB/s of W."""
-    for prefix, t in (("torch", timed(fn, iters)), ("cublas", graph_timed(fn, iters))):
+def f32_out_supported():
+    """Whether this torch has `torch.mm(..., out_dtype=torch.float32)` for bf16 operands (printed either way)."""
+    a = torch.ones(16, 16, device="cuda", dtype=torch.bfloat16)
+    try:
+        ok = torch.mm(a, a.t(), out_dtype=torch.float32).dtype == torch.float32
+        print(f"# cublas32: torch.mm out_dtype=float32 {'available' if ok else 'returned another dtype'}")
+        return ok
+    except (TypeError, RuntimeError) as e:
+        print(f"# cublas32: unavailable in this torch: {e}")
+        return False
+
+
+def emit_product(fn, iters, tag, flops, weight_bytes=None, f32_out=None):
+    """The call figure (`torch.`) and cuBLAS's own in a graph (`cublas.`), and with `f32_out` the graph of
+    that f32-output product (`cublas32.`), as TFLOP/s, us and GB/s of W."""
+    runs = [("torch", timed(fn, iters)), ("cublas", graph_timed(fn, iters))]
+    if f32_out is not None:
+        runs.append(("cublas32", graph_timed(f32_out, iters)))
+    for prefix, t in runs:
         if weight_bytes is not None:
             emit(f"{tag}_us", t * 1e6, prefix)
             emit(f"{tag}_gbps", weight_bytes / t / 1e9, prefix)
@@ -109,10 +129,12 @@ def main():
     emit("copy_d2d_1g_gbps", 2 * src.numel() / t / 1e9)
     del src, dst
 
+    f32_out = f32_out_supported()
+    mm32 = lambda x, w: (lambda: torch.mm(x, w.t(), out_dtype=torch.float32)) if f32_out else None
     for n in ([4096, 8192] if not args.quick else [4096]):
         x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         w = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-        emit_product(lambda: F.linear(x, w), iters, f"matmul_bf16_{n}x{n}x{n}", 2 * n**3)
+        emit_product(lambda: F.linear(x, w), iters, f"matmul_bf16_{n}x{n}x{n}", 2 * n**3, f32_out=mm32(x, w))
     n = 8192 if not args.quick else 2048
     x = torch.randn(n, n, device=dev, dtype=torch.float32)
     w = torch.randn(n, n, device=dev, dtype=torch.float32)
@@ -123,7 +145,9 @@ def main():
         w = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
         for m in MS if not args.quick else [1, 64, 512]:
             x = torch.randn(m, K, device=dev, dtype=torch.bfloat16)
-            emit_product(lambda: F.linear(x, w), iters, f"matmul_bf16_{m}x{N}x{K}", 2 * m * N * K, 2 * N * K)
+            emit_product(
+                lambda: F.linear(x, w), iters, f"matmul_bf16_{m}x{N}x{K}", 2 * m * N * K, 2 * N * K, mm32(x, w)
+            )
         del w
 
     # Grouped experts at decode: 128 experts, top-8, random routing; torch loops over the touched experts.
