@@ -1901,8 +1901,9 @@ fn matmul_convert(n: usize) -> CaseResult {
 /// tile rows leaves the last pair's second tile past M), a full wave, N % 4 == 2 and 3 stored directly.
 const STAGED_SHAPES: [[u32; 3]; 6] =
     [[1024, 1024, 1024], [1000, 1000, 1000], [4096, 2048, 2048], [257, 516, 136], [999, 1002, 520], [130, 7, 64]];
-/// The library case's shapes: ragged through y's descriptor, N % 4 == 2, a Qwen-sized product.
-const STAGED_LIB_SHAPES: [[u32; 3]; 3] = [[300, 1024, 520], [129, 258, 200], [512, 5120, 2048]];
+/// The library case's shapes: ragged through y's descriptor, N % 4 == 2, a Qwen-sized product, and N % 8
+/// == 0 past whole tiles of every width (a bf16 y's last boxes clipped).
+const STAGED_LIB_SHAPES: [[u32; 3]; 4] = [[300, 1024, 520], [129, 258, 200], [512, 5120, 2048], [200, 392, 136]];
 
 /// The completion limit of the TMA-store and cluster cases: the simulator's virtual clock needs the long
 /// one; on the GPU the largest product here takes well under a millisecond, and an entry that hangs (a
@@ -2058,17 +2059,31 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 }
 
 /// The matmul library with the TMA-store plans forced ([`omega::libs::matmul::ForcedPlan::GemmTmaStore`],
-/// both tiles, without and with the cluster) at each shape: an f32 output poisoned and checked at a sample against
-/// f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the entry.
+/// every tile, without and with the cluster) at each shape: an f32 output poisoned and checked at a sample
+/// against f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the
+/// entry: at N % 8 == 0 its `_y16` form, which stores the bf16 y itself, else the entry and the conversion.
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
     use omega::libs::matmul::{ForcedPlan, PLANNED_TILES};
-    let plans = STAGED_ENTRIES.iter().map(|(_, e)| {
-        // Every tile form is a planned one, so each entry's width names its form.
-        let tile =
-            PLANNED_TILES.into_iter().find(|t| t.n() == e.tile_n).expect("every staged entry's width is a tile form's");
-        (ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name; 2])
-    });
-    forced_f32_then_bf16(shapes, &plans.collect::<Vec<_>>())
+    let y16_of =
+        |name: &str| mm::GEMM_Y16.iter().flat_map(|f| [f.ts, f.mc]).find(|y| y.strip_suffix("_y16") == Some(name));
+    let mut seen = Vec::new();
+    for &shape in shapes {
+        let mut plans = Vec::new();
+        for (_, e) in &STAGED_ENTRIES {
+            // Every tile form is a planned one, so each entry's width names its form.
+            let tile = PLANNED_TILES
+                .into_iter()
+                .find(|t| t.n() == e.tile_n)
+                .expect("every staged entry's width is a tile form's");
+            let bf16 = match shape[1] % 8 {
+                0 => y16_of(e.name).ok_or_else(|| format!("{} has no _y16 form", e.name))?,
+                _ => e.name,
+            };
+            plans.push((ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name, bf16]));
+        }
+        seen.push(forced_f32_then_bf16(&[shape], &plans)?);
+    }
+    Ok(seen.join("; "))
 }
 
 /// The stream-K case's shapes: the library case's, one tile cut among every CTA (128 K blocks), a tile row
@@ -2341,7 +2356,7 @@ fn main() -> ExitCode {
                 .collect::<Result<Vec<_>, _>>()
                 .map(|v| v.join("; "))
         }),
-        ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs", || in_child("matmul_lib_ts")),
+        ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs (bf16 stored by the _y16 entries at N % 8 == 0)", || in_child("matmul_lib_ts")),
         ("matmul library: stream-K plans forced, both tiles, f32 and bf16 outputs", || in_child("matmul_lib_sk")),
         ("matmul library: the GEMV's bf16 output in one launch, bit for bit the f32 product rounded", matmul_gemv_y16),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),

@@ -18,6 +18,10 @@
 //! - `matmul_bf16_<n>x<n>x<n>_tflops` for n in {4096, 8192}, and `matmul_f32_8192x8192x8192_tflops`;
 //! - for each Qwen3-30B-A3B matrix (qkv, o, router, gateup, down, lmhead) at M in {1, 2, 4, 8, 16, 32, 64,
 //!   128, 512, 4096}: `matmul_bf16_<M>x<N>x<K>_us`, `_tflops` and `_gbps` (weight bytes per second);
+//! - these products stored f32 (the C entries' output); from M = 128 and for the cubes the same product
+//!   into a bf16 y (`bf16_to_bf16`, the serving engine's output) is printed as `omega16.<metric>` (`_us`,
+//!   `_tflops`), the peer of the `cublas.` figure (F.linear writes bf16), where the `omega.` figure's is
+//!   `cublas32.` (cuBLAS writing f32): `compare.py --ours omega16 ...` puts the former side by side;
 //! - the grouped expert GEMM at decode (128 experts, top-8, random routing, T in {1, 8, 64}, the gate+up and
 //!   down shapes): `moe_<name>_T<T>_us` and `_gbps` over the touched experts' weight bytes;
 //! - the host-pointer entry `omega_gpu_matmul_bf16` at a few shapes: `host_bf16_<M>x<N>x<K>_us` (end to
@@ -143,6 +147,11 @@ struct Opts {
     iters: usize,
 }
 
+/// The bf16-output products' [`Sample`] kind.
+const BF16_OUT: &str = "bf16 out";
+/// The least M whose bf16-output product is timed too (`omega16.` lines): the TMA GEMM's shapes.
+const BF16_OUT_MIN_M: u32 = 128;
+
 /// `n` random bf16 bit patterns of magnitude in [2^-7, 2^-3), either sign.
 fn bf16s(rng: &mut impl Rng, n: usize) -> Vec<u16> {
     (0..n).map(|_| (rng.random::<u16>() & 0x81ff) | 0x3c00).collect()
@@ -160,10 +169,12 @@ fn dot(x: impl Iterator<Item = f32>, w: impl Iterator<Item = f32>) -> (f64, f64)
     })
 }
 
-/// One element against its f64 value, within `K · 2^-22 · Σ|x·w|` (tests/matmul_lib.rs argues it).
+/// One element against its f64 value, within `K · 2^-22 · Σ|x·w|` (tests/matmul_lib.rs argues it), and
+/// for a bf16 output (`kind` "bf16 out") half a bf16 step of the value besides.
 fn verify(s: Sample, got: f32, (want, mag): (f64, f64)) -> Result<(), BenchError> {
     let [m, n, k] = s.shape;
-    let bound = f64::from(k) * 2f64.powi(-22) * mag;
+    let rounding = if s.kind == BF16_OUT { want.abs() * 2f64.powi(-8) } else { 0.0 };
+    let bound = f64::from(k) * 2f64.powi(-22) * mag + rounding;
     if (f64::from(got) - want).abs() <= bound {
         return Ok(());
     }
@@ -251,7 +262,15 @@ fn dense_bf16<'s>(
     let x: Mem<'s, Device<u16>> = s.alloc_device_from(&xh)?;
     let w: Mem<'s, Device<u16>> = s.alloc_device_from(&wh)?;
     let mut y = s.alloc_device::<f32>(m * n)?;
-    timed_bf16(s, gpu, mm, rng, o, o.iters, (&xh, &wh), (&x, &w, &mut y), shape)
+    let (gpu, t, info) = timed_bf16(s, gpu, mm, rng, o, o.iters, (&xh, &wh), (&x, &w, &mut y), shape)?;
+    drop(y);
+    let gpu = if shape.m >= BF16_OUT_MIN_M {
+        let tag = format!("matmul_bf16_{}x{}x{}", shape.m, shape.n, shape.k);
+        bf16_out(s, gpu, mm, rng, o, (&xh, &wh), (&x, &w), shape, &tag)?
+    } else {
+        gpu
+    };
+    Ok((gpu, t, info))
 }
 
 /// A device-only bf16 operand.
@@ -288,6 +307,46 @@ fn timed_bf16<'s>(
     }
     let (gpu, l) = list_secs(gpu, &mut list, info.launches as usize, reps)?;
     Ok((gpu, [t, l], info))
+}
+
+/// The product of `x` and `w` into a bf16 y (the serving engine's output, and F.linear's), timed as
+/// [`timed_bf16`] times the f32 one and printed as `omega16.<tag>_us` and `_tflops`: the peer of cuBLAS's
+/// own bf16-output figure (`cublas.` lines), where the `omega.` f32-output figure's is `cublas32.`.
+#[allow(clippy::too_many_arguments)]
+fn bf16_out<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+    (xh, wh): (&[u16], &[u16]),
+    (x, w): (&Bf16Mem<'s>, &Bf16Mem<'s>),
+    shape: Shape,
+    tag: &str,
+) -> Result<Gpu<'s>, BenchError> {
+    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+    let mut y = s.alloc_device::<u16>(m * n)?;
+    let (gpu, call, info) = time(gpu, o.iters, |g| mm.bf16_to_bf16(g, x, w, &mut y, shape))?;
+    if o.check {
+        let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
+        let mut got = [0u16];
+        y.read_at(r * n + c, &mut got)?;
+        let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
+        verify(Sample { kind: BF16_OUT, shape: [shape.m, shape.n, shape.k], at: [r, c] }, bf16(got[0]), want)?;
+    }
+    let mut list = s.cmdlist()?;
+    let reps = list_reps(&info);
+    for _ in 0..reps {
+        mm.add_bf16_to_bf16(&mut list, x, w, &y, shape)?;
+    }
+    let (gpu, list_t) = list_secs(gpu, &mut list, info.launches as usize, reps)?;
+    println!("# bf16 out {shape}: {} kernel {}", describe(&info), info.kernel);
+    println!("omega16.{tag}_call_us {:.3}", call * 1e6);
+    println!("omega16.{tag}_list_us {:.3}", list_t * 1e6);
+    let t = call.min(list_t);
+    println!("omega16.{tag}_us {:.3}", t * 1e6);
+    println!("omega16.{tag}_tflops {:.4}", 2.0 * (m * n * k) as f64 / t / 1e12);
+    Ok(gpu)
 }
 
 fn cubes<'s>(

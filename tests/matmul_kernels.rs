@@ -348,12 +348,12 @@ fn tmaps3<'s>(s: &'s Scope<'s>, a: TiledSpec, b: TiledSpec, y: Option<TiledSpec>
 
 /// One launch of a TMA-store entry (`omega_gemm_bf16_tn_ts` / `_mc`, either tile) with the dynamic shared
 /// memory the largest of them takes: `tmap_y` 0 when N % 4 != 0.
-fn staged_launch<'k, 's>(
+fn staged_launch<'k, 's, T: omega::DeviceScalar>(
     k: &'k omega::Kernel<'s>,
     grid: u32,
     maps: u64,
     tmap_y: u64,
-    y: &'k Mem<'s, Device<f32>>,
+    y: &'k Mem<'s, Device<T>>,
     [m, n, kk]: [u32; 3],
 ) -> Launch<'k, 's> {
     Launch::new(k)
@@ -439,6 +439,53 @@ fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_sto
                 }
             }
         }
+    });
+}
+
+#[test]
+fn the_bf16_output_gemms_store_each_product_rounded_through_ys_bf16_descriptor_and_trap_on_other_n() {
+    let mut g = rng("bf16-output tma-store gemm");
+    // Ragged rows and columns, N a multiple of 8 below, at and past a tile (160 and 96 end on a chunk
+    // that overlaps the one before), one row.
+    let shapes: [[u32; 3]; 5] = [[1, 8, 8], [129, 264, 136], [300, 520, 64], [70, 96, 72], [256, 160, 128]];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for f in mm::GEMM_Y16 {
+            for (name, b_rows, cluster) in [(f.ts, f.tile_n, 1), (f.mc, f.mc_b_box_rows(), 2)] {
+                let k = module.kernel(name).unwrap();
+                for [m, n, kk] in shapes {
+                    let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+                    let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+                    let (dx, dw) = (device(s, &xb), device(s, &wb));
+                    let mut y = device(s, &vec![0xffffu16; (m * n) as usize]);
+                    let (a, b) = (mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b_rows(dw.va(), n, kk, b_rows));
+                    let maps = tmaps3(s, a, b, Some(mm::gemm_tmap_y16(y.va(), m, n)));
+                    let tiles = m.div_ceil(mm::GEMM_TILE_M) * n.div_ceil(f.tile_n);
+                    let grid = if cluster == 2 { 2 * (tiles.div_ceil(2)).min(66) } else { tiles.min(132) };
+                    gpu = gpu.launch(&staged_launch(&k, grid, maps.va(), maps.va() + 256, &y, [m, n, kk])).unwrap().gpu;
+                    // The f32 sum rounded to bf16 (nearest even): within half a bf16 step of the f64 value,
+                    // plus what f32 accumulation over K may lose against the magnitude.
+                    let (want, mag) = mm::products_f64(&x, &w, kk as usize);
+                    let got = y.to_vec().unwrap();
+                    for (i, (&b16, (&v, &mg))) in got.iter().zip(want.iter().zip(&mag)).enumerate() {
+                        let got = f64::from(mm::bf16_to_f32(b16));
+                        let tol = v.abs() * 2f64.powi(-8) + mg * f64::from(kk) * 2f64.powi(-23);
+                        assert!((got - v).abs() <= tol, "{name} {m}x{n}x{kk} element {i}: {got} against {v}");
+                    }
+                }
+            }
+        }
+        // N % 8 != 0: no bf16 descriptor of y exists, and the kernel traps rather than store elsewhere.
+        let (m, n, kk) = (70u32, 12u32, 16u32);
+        let (xb, _) = bf16s(&mut g, (m * kk) as usize);
+        let (wb, _) = bf16s(&mut g, (n * kk) as usize);
+        let (dx, dw) = (device(s, &xb), device(s, &wb));
+        let y = device(s, &vec![0u16; (m * n) as usize]);
+        let k = module.kernel(mm::GEMM_Y16[0].ts).unwrap();
+        let maps = tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), mm::gemm_tmap_b(dw.va(), n, kk), None);
+        let (xid, e) = fault_of(gpu.launch(&staged_launch(&k, 1, maps.va(), maps.va() + 256, &y, [m, n, kk])));
+        assert!(e.contains("trap") && e.contains("N = 12"), "xid {xid}: {e}");
     });
 }
 

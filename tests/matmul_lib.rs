@@ -713,6 +713,14 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             (N64, false, refs::GEMM_FITTED[3].ts),
             (N64, true, refs::GEMM_FITTED[3].mc),
         ];
+        // Each entry's bf16-output form, by tile width.
+        let y16_of = |name: &str| {
+            refs::GEMM_Y16
+                .iter()
+                .flat_map(|f| [f.ts, f.mc])
+                .find(|y| y.strip_suffix("_y16") == Some(name))
+                .unwrap_or_else(|| panic!("{name} has a _y16 form"))
+        };
         for (tile, cluster, name) in entries {
             let forced = ForcedPlan::GemmTmaStore { tile, cluster };
             mm.set_forced_plan(Some(forced));
@@ -729,9 +737,10 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
                 assert_eq!(tmap_y == 0, shape[1] % 4 != 0, "{shape:?}: tmap_y {tmap_y:#x}");
             }
         }
-        // A bf16 output: y's descriptor at the workspace's f32 product, then the conversion; the same
-        // bits as the f32 product rounded.
-        for [m, n, k] in [[200u32, 520, 136], [70, 258, 64]] {
+        // A bf16 output: at N % 8 == 0 the entry's `_y16` form stores it through a bf16 descriptor of y (one
+        // launch); at other N (and below, into a y that is not 16-byte aligned), y's descriptor at the
+        // workspace's f32 product, then the conversion. The same bits as the f32 product rounded.
+        for [m, n, k] in [[200u32, 520, 136], [70, 258, 64], [70, 260, 64], [130, 96, 72]] {
             let (mu, nu, ku) = (m as usize, n as usize, k as usize);
             let x = s.alloc_device_from(&bf16s(g, mu * ku)).unwrap();
             let w = s.alloc_device_from(&bf16s(g, nu * ku)).unwrap();
@@ -740,13 +749,31 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             let mut y32 = poisoned(s, mu * nu);
             gpu = mm.bf16(gpu, &x, &w, &mut y32, shape).unwrap().gpu;
             let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
-            for (tile, cluster, _) in entries {
+            for (tile, cluster, name) in entries {
                 mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
                 let mut y16 = s.alloc_device_from(&vec![POISON_BF16; mu * nu]).unwrap();
                 let d = mm.bf16_to_bf16(gpu, &x, &w, &mut y16, shape).unwrap();
                 gpu = d.gpu;
-                assert_eq!((d.info.launches, d.info.bf16_out), (2, true), "{:?}", d.info);
+                let (launches, kernel) = if n % 8 == 0 { (1, y16_of(name)) } else { (2, name) };
+                assert_eq!((d.info.launches, d.info.bf16_out, d.info.kernel), (launches, true, kernel), "{:?}", d.info);
+                if n % 8 == 0 {
+                    assert_eq!(sim().launches().last().unwrap().kernel, kernel, "no conversion follows");
+                }
                 assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} {tile:?} cluster {cluster}");
+            }
+            if n % 8 == 0 {
+                // 2 bytes past a 16-byte boundary: no descriptor of y can exist, so the f32 product and the
+                // conversion.
+                let big = s.alloc_device_from(&vec![POISON_BF16; mu * nu + 1]).unwrap();
+                // SAFETY: `big` holds `m * n + 1` elements and outlives the span, its elements 1.., written
+                // by the device only through the call below while `big` is alive.
+                let mut off = unsafe { matmul::DeviceSpan::<u16>::new(big.va() + 2, mu * nu) };
+                mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile: Wide, cluster: false }));
+                let d = mm.bf16_to_bf16(gpu, &x, &w, &mut off, shape).unwrap();
+                gpu = d.gpu;
+                assert_eq!((d.info.launches, d.info.kernel), (2, refs::GEMM_BF16_TN_TS), "{:?}", d.info);
+                let mut big = big;
+                assert_eq!(&big.to_vec().unwrap()[1..], &want[..], "{m}x{n}x{k} unaligned bf16 y");
             }
         }
         // The descriptors are written when they change: the same call again writes nothing, another y

@@ -139,12 +139,19 @@ fn sealed_products_ask_the_driver_for_nothing_and_release_returns_to_normal() {
         for _ in 0..40 {
             gpu = gpu.submit(&mut list).unwrap().gpu;
         }
+        assert_eq!(counters(s), before, "300 products and 40 list submissions sealed: no driver call");
         // The list borrows its buffers: read once it is gone (still sealed). Its first submission, before
-        // the seal, wrote y too; the counters below show the 40 ran.
+        // the seal, wrote y too; the counters show the 40 ran. The list's add had its own workspace, which
+        // goes with the list: back to the memory manager's chunks, not to the driver.
         drop(list);
         listed.check("sealed list");
+        let (driver, _, live) = counters(s);
+        assert_eq!(
+            (driver, live),
+            (before.0.clone(), before.2),
+            "the list's workspace went back without a driver call"
+        );
         let big_bytes = (80u64 << 20) as usize;
-        assert_eq!(counters(s), before, "300 products and 40 list submissions sealed: no driver call");
         drop(big);
         let (driver, _, live) = counters(s);
         assert_eq!((driver, live), (before.0.clone(), before.2), "a free while sealed is held back");

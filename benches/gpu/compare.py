@@ -6,7 +6,10 @@ PEERS are the peer log's prefixes to show (default `torch cublas`): for matmul, 
 cuBLAS alone in a CUDA graph writing bf16, and `cublas32` the same writing the f32 product Omega's `bf16`
 call stores (the like-for-like peer of the TFLOP/s goals); attention's peer log has `torch` (SDPA) lines.
 
-  python3 benches/gpu/compare.py OMEGA_LOG PEER_LOG [PEER ...]
+`--ours PREFIX` reads Omega's side from `PREFIX.` lines instead of `omega.` (matmul_bench prints its
+bf16-output products as `omega16.`, the like-for-like side of `cublas`).
+
+  python3 benches/gpu/compare.py [--ours PREFIX] OMEGA_LOG PEER_LOG [PEER ...]
 """
 import os
 import sys
@@ -22,12 +25,18 @@ def ratio(key, ours, theirs):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    ours = "omega"
+    if args[:1] == ["--ours"]:
+        if len(args) < 2:
+            sys.exit(__doc__)
+        ours, args = args[1], args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    omega = load(sys.argv[1], "omega")
-    peers = {p: load(sys.argv[2], p) for p in (sys.argv[3:] or ["torch", "cublas"])}
+    omega = load(args[0], ours)
+    peers = {p: load(args[1], p) for p in (args[2:] or ["torch", "cublas"])}
     fmt = lambda v: f"{v:>10.4g}" if v is not None else f"{'-':>10}"
-    print(f"{'metric':44} {'omega':>10}" + "".join(f" {p:>10} {'/' + p:>8}" for p in peers))
+    print(f"{'metric':44} {ours:>10}" + "".join(f" {p:>10} {'/' + p:>8}" for p in peers))
     for k in sorted(k for k in omega if any(k in d for d in peers.values())):
         row = f"{k:44} {fmt(omega[k])}"
         for d in peers.values():

@@ -25,6 +25,14 @@
 // 16 bytes (N % 4 == 0). Other N take the base kernel's direct stores (a runtime branch; tmap_y is then
 // not read and may be 0).
 //
+// The `_y16` entries store a bf16 y (the f32 accumulators rounded to nearest even, as
+// omega_convert_f32_bf16 rounds them) through a bf16 descriptor ({N, M}, row stride N * 2, box {64, 64},
+// 128B swizzle; N % 8 == 0, so no direct-store branch): half the bytes of the f32 store, and no f32
+// product in a workspace converted by a second launch. A bf16 box row is the same 128 bytes as an f32
+// one, so the staging ring, its swizzle and the shared memory are the f32 entries'; a buffer holds 64
+// columns. A tile width that is no multiple of 64 (160, 96) ends with a chunk of the tile's last 64
+// columns, which stores 32 columns the chunk before stored too, with the same values.
+//
 // Everything else (tile shape, warp roles, register split, the ring of stages, K-major 128B-swizzled
 // operand boxes, the grouped tile order) is gemm_bf16.cuh's.
 #pragma once
@@ -50,8 +58,9 @@
 #define GEMM_N192_STAGES 4
 #define GEMM_N96_STAGES 6
 #define GEMM_N64_STAGES 8
-// y's TMA box: 32 floats (one 128-byte swizzle span) by a consumer's 64 rows.
+// y's TMA box: 32 floats (one 128-byte swizzle span) by a consumer's 64 rows; a bf16 y's: 64 elements.
 #define GEMM_Y_BOX_COLS 32
+#define GEMM_Y16_BOX_COLS 64
 #define GEMM_Y_BOX_ROWS 64
 #define GEMM_Y_BOX_BYTES (GEMM_Y_BOX_COLS * GEMM_Y_BOX_ROWS * 4)
 // The stages, the two consumers' staging rings, then the 2 * STAGES mbarriers, and the slack to align the
@@ -104,6 +113,13 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 
 __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// The pair (lo, hi) rounded to bf16 (nearest even) and stored as one word, lo at the lower address.
+__device__ __forceinline__ void st_shared_bf16x2(uint32_t addr, float lo, float hi) {
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(packed) : "memory");
 }
 
 __device__ __forceinline__ void named_bar(int id, int threads) {
@@ -180,6 +196,46 @@ __device__ __forceinline__ void store_acc_tma(const float (&acc)[BN / 2], Stagin
   }
 }
 
+// store_acc_tma for a bf16 y: each buffer of the ring takes one 64-column box (BN / 64 chunks, then the
+// tile's last 64 columns where BN % 64 == 32), the accumulator pairs rounded to bf16.
+template <int BN, int CHUNK, int NBUF>
+__device__ __forceinline__ void store_acc_tma_y16(const float (&acc)[BN / 2], StagingRing<CHUNK, NBUF>& ring,
+                                                  const void* tmap_y, uint32_t M, uint32_t N, uint32_t row_base,
+                                                  uint32_t col_base, int t128, int bar) {
+  using Ring = StagingRing<CHUNK, NBUF>;
+  static_assert(Ring::BUF_BYTES == GEMM_Y16_BOX_COLS * GEMM_Y_BOX_ROWS * 2, "a buffer is one bf16 box");
+  static_assert(BN % 32 == 0 && BN >= GEMM_Y16_BOX_COLS, "the last chunk lies inside the tile");
+  constexpr int CHUNKS = (BN + GEMM_Y16_BOX_COLS - 1) / GEMM_Y16_BOX_COLS;
+  const bool leader = t128 == 0;
+  const int warp = t128 / 32, lane = t128 % 32;
+  const uint32_t r0 = warp * 16 + lane / 4;
+  const uint32_t swz = (lane / 4) & 7;
+  const uint32_t word = (lane % 4) * 4;  // the bf16 pair's byte offset inside its 16-byte chunk
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    // First column of the chunk: whole boxes, the last one pulled back inside the tile.
+    const int first = c * GEMM_Y16_BOX_COLS < BN - GEMM_Y16_BOX_COLS ? c * GEMM_Y16_BOX_COLS : BN - GEMM_Y16_BOX_COLS;
+    uint8_t* buf = ring.base + (ring.seq % NBUF) * Ring::BUF_BYTES;
+    if (leader) bulk_wait_read<NBUF - 1>();
+    named_bar(bar, 128);
+#pragma unroll
+    for (int jj = 0; jj < GEMM_Y16_BOX_COLS / 8; ++jj) {
+      const int j = first / 8 + jj;  // accumulator column group: columns 8j .. 8j+7 of the tile
+      const uint32_t p = smem_addr(buf) + r0 * 128 + ((jj ^ swz) * 16) + word;
+      st_shared_bf16x2(p, acc[4 * j], acc[4 * j + 1]);
+      st_shared_bf16x2(p + 8 * 128, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    named_bar(bar, 128);
+    if (leader) {
+      const uint32_t col = col_base + first;
+      if (col < N && row_base < M) tma_store_2d(tmap_y, buf, col, row_base);
+      bulk_commit();
+    }
+    ++ring.seq;
+  }
+}
+
 // The tile order of a cluster of CLUSTER CTAs along M: unit t is the group of CLUSTER vertically adjacent
 // tiles (CLUSTER tm, tn) .. (CLUSTER tm + CLUSTER - 1, tn), in tile_of's grouped order over units.
 template <int CLUSTER>
@@ -248,7 +304,10 @@ struct GroupedOrder {
 // rows), no K split. CLUSTER 1: one CTA per tile. CLUSTER 2: launched as 2-CTA clusters along x (grid
 // even); the cluster walks pairs of tiles (2 pm + rank, tn) and W's stage slice is loaded half by each
 // CTA, multicast to both.
-template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder>
+// Y16: y is bf16 and stored only through its descriptor (the caller guarantees N % 8 == 0; a launch with
+// another N traps rather than store the f32 pairs of the direct path).
+template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder,
+          bool Y16 = false>
 __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
                                                   uint32_t M, uint32_t N, uint32_t K) {
   using namespace omega_gemm;
@@ -271,7 +330,8 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
   const int units = ((tiles_m + CLUSTER - 1) / CLUSTER) * tiles_n;
   const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
   const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
-  const bool tma_y = N % 4 == 0;
+  const bool tma_y = Y16 || N % 4 == 0;
+  if (Y16 && N % 8 != 0) __trap();
 
   // Every consumer warpgroup of the cluster reads every stage (W's part from each CTA).
   if (threadIdx.x == 0) ts_init<STAGES>(full, empty, 2 * CLUSTER, tmap_a, tmap_b, tmap_y, tma_y);
@@ -324,7 +384,9 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
       consume_kblocks<BN, STAGES, CLUSTER>(acc, smem, full, empty, consumer, t128, it, 0, kblocks);
 
       const uint32_t row_base = tm * GEMM_BM + consumer * 64;
-      if (tma_y) {
+      if constexpr (Y16) {
+        store_acc_tma_y16<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
+      } else if (tma_y) {
         store_acc_tma<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
       } else {
         const uint32_t row0 = row_base + warp * 16 + lane / 4;
@@ -390,3 +452,30 @@ OMEGA_GEMM_TS_FITTED(160)
 OMEGA_GEMM_TS_FITTED(192)
 OMEGA_GEMM_TS_FITTED(96)
 OMEGA_GEMM_TS_FITTED(64)
+
+// Every TMA-store entry above with a bf16 y (`_y16`): the same grid, B box and shared memory; tmap_y is
+// y's bf16 descriptor (N % 8 == 0) and y is not read.
+#define OMEGA_GEMM_TS_Y16(NAME, STAGES, CHUNK, NBUF, CLUSTER, BN, DIMS)                                        \
+  extern "C" __global__ void DIMS __launch_bounds__(GEMM_THREADS, 1)                                          \
+      NAME(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M, uint32_t N,         \
+           uint32_t K) {                                                                                        \
+    gemm_bf16_ts_body<STAGES, CHUNK, NBUF, CLUSTER, BN, omega_gemm::GroupedOrder, true>(tmap_a, tmap_b, tmap_y, \
+                                                                                        y, M, N, K);            \
+  }
+#define OMEGA_CLUSTER_PAIR __cluster_dims__(2, 1, 1)
+#define OMEGA_NO_CLUSTER
+OMEGA_GEMM_TS_Y16(omega_gemm_bf16_tn_ts_y16, GEMM_TS_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, GEMM_BN, OMEGA_NO_CLUSTER)
+OMEGA_GEMM_TS_Y16(omega_gemm_bf16_tn_mc_y16, GEMM_MC_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2, GEMM_BN, OMEGA_CLUSTER_PAIR)
+OMEGA_GEMM_TS_Y16(omega_gemm_bf16_tn_ts_n128_y16, GEMM_TS_N128_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, 128,
+                  OMEGA_NO_CLUSTER)
+OMEGA_GEMM_TS_Y16(omega_gemm_bf16_tn_mc_n128_y16, GEMM_MC_N128_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2, 128,
+                  OMEGA_CLUSTER_PAIR)
+#define OMEGA_GEMM_TS_FITTED_Y16(W)                                                                          \
+  OMEGA_GEMM_TS_Y16(omega_gemm_bf16_tn_ts_n##W##_y16, GEMM_N##W##_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, W,  \
+                    OMEGA_NO_CLUSTER)                                                                        \
+  OMEGA_GEMM_TS_Y16(omega_gemm_bf16_tn_mc_n##W##_y16, GEMM_N##W##_STAGES, GEMM_MC_CHUNK, GEMM_MC_NBUF, 2, W,  \
+                    OMEGA_CLUSTER_PAIR)
+OMEGA_GEMM_TS_FITTED_Y16(160)
+OMEGA_GEMM_TS_FITTED_Y16(192)
+OMEGA_GEMM_TS_FITTED_Y16(96)
+OMEGA_GEMM_TS_FITTED_Y16(64)

@@ -86,8 +86,22 @@ pub const GEMM_FITTED: [FittedGemm; 4] = [
     // 512 x 2048 (O, down) in 128 tiles, the router's 4096 x 128 in 64 (the narrow tile makes 64 and 32).
     FittedGemm { tile_n: 64, stages: 8, ts: "omega_gemm_bf16_tn_ts_n64", mc: "omega_gemm_bf16_tn_mc_n64" },
 ];
-/// A TMA-store GEMM's tile width besides the wide and narrow ones, and its two entries (one CTA a tile,
-/// and 2-CTA clusters each loading half of the tile's W rows, multicast).
+/// The TMA-store entries that store a bf16 y (`_y16`), one per tile width the planner takes (the wide,
+/// the narrow, then [`GEMM_FITTED`]'s), by [`FittedGemm`]: the parameters of [`GEMM_BF16_TN_TS`], the
+/// same grids, B boxes and shared memory as the f32 entry of their width, but `tmap_y` is y's bf16
+/// descriptor ([`gemm_tmap_y16`], so `N % 8 == 0`: the kernel traps on another N) and `y` is not read.
+/// Each accumulator is rounded to nearest even (`cvt.rn.bf16x2.f32`: a NaN becomes the canonical
+/// 0x7fff, where `omega_convert_f32_bf16` keeps its payload).
+pub const GEMM_Y16: [FittedGemm; 6] = [
+    FittedGemm { tile_n: GEMM_TILE_N, stages: 4, ts: "omega_gemm_bf16_tn_ts_y16", mc: "omega_gemm_bf16_tn_mc_y16" },
+    FittedGemm { tile_n: 128, stages: 6, ts: "omega_gemm_bf16_tn_ts_n128_y16", mc: "omega_gemm_bf16_tn_mc_n128_y16" },
+    FittedGemm { tile_n: 160, stages: 5, ts: "omega_gemm_bf16_tn_ts_n160_y16", mc: "omega_gemm_bf16_tn_mc_n160_y16" },
+    FittedGemm { tile_n: 192, stages: 4, ts: "omega_gemm_bf16_tn_ts_n192_y16", mc: "omega_gemm_bf16_tn_mc_n192_y16" },
+    FittedGemm { tile_n: 96, stages: 6, ts: "omega_gemm_bf16_tn_ts_n96_y16", mc: "omega_gemm_bf16_tn_mc_n96_y16" },
+    FittedGemm { tile_n: 64, stages: 8, ts: "omega_gemm_bf16_tn_ts_n64_y16", mc: "omega_gemm_bf16_tn_mc_n64_y16" },
+];
+/// A TMA-store GEMM's tile width and its two entries (one CTA a tile, and 2-CTA clusters each loading
+/// half of the tile's W rows, multicast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FittedGemm {
     /// Output columns of a tile (rows of W in the one-CTA entry's B box).
@@ -302,6 +316,8 @@ impl SkSchedule {
 /// y's TMA box for the TMA-store entries: 32 floats (one 128-byte swizzle span) by 64 rows (a consumer
 /// warpgroup's half of a tile).
 pub const GEMM_Y_BOX: [u32; 2] = [64, 32];
+/// A bf16 y's box for the [`GEMM_Y16`] entries: 64 elements (one 128-byte swizzle span) by 64 rows.
+pub const GEMM_Y16_BOX: [u32; 2] = [64, 64];
 /// The GEMV's W rows per CTA (`GEMV_ROWS`): `gridDim.x = ceil(N / 64)`.
 pub const GEMV_ROWS: u32 = 64;
 /// The GEMV's block (`GEMV_THREADS`).
@@ -483,6 +499,14 @@ pub fn gemm_tmap_y(y_va: u64, m: u32, n: u32) -> TiledSpec {
     TiledSpec::matrix(TmaElem::F32, y_va, [rows, cols], 4 * cols, GEMM_Y_BOX, TmaSwizzle::B128)
 }
 
+/// A bf16 y's descriptor for the [`GEMM_Y16`] entries at `y_va` (`[m, n]` bf16, rows `2n` bytes apart):
+/// boxes of 64 rows by 64 elements (the same 128-byte rows as [`gemm_tmap_y`]'s), 128-byte swizzle. Only
+/// for `n % 8 == 0`.
+pub fn gemm_tmap_y16(y_va: u64, m: u32, n: u32) -> TiledSpec {
+    let (rows, cols) = (u64::from(m), u64::from(n));
+    TiledSpec::matrix(TmaElem::Bf16, y_va, [rows, cols], 2 * cols, GEMM_Y16_BOX, TmaSwizzle::B128)
+}
+
 /// The f64 value and magnitude of one product, `(Σ_k x[k]·w[k], Σ_k |x[k]·w[k]|)`: what a test checks a
 /// matmul result against (every f32 product is exact in f64). Optimised in every build
 /// ([`omega_refmath`]), so debug-built tests check real shapes fast.
@@ -597,6 +621,18 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     fitted_spec(2, true, gemm_fitted::<2, true>),
     fitted_spec(3, false, gemm_fitted::<3, false>),
     fitted_spec(3, true, gemm_fitted::<3, true>),
+    y16_spec(0, false, gemm_y16::<0, false>),
+    y16_spec(0, true, gemm_y16::<0, true>),
+    y16_spec(1, false, gemm_y16::<1, false>),
+    y16_spec(1, true, gemm_y16::<1, true>),
+    y16_spec(2, false, gemm_y16::<2, false>),
+    y16_spec(2, true, gemm_y16::<2, true>),
+    y16_spec(3, false, gemm_y16::<3, false>),
+    y16_spec(3, true, gemm_y16::<3, true>),
+    y16_spec(4, false, gemm_y16::<4, false>),
+    y16_spec(4, true, gemm_y16::<4, true>),
+    y16_spec(5, false, gemm_y16::<5, false>),
+    y16_spec(5, true, gemm_y16::<5, true>),
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
@@ -847,6 +883,17 @@ struct Dense<'a> {
     cols: u64,
     tile_n: u64,
     fused: bool,
+    /// y is bf16, each value rounded as `cvt.rn.bf16x2.f32` rounds ([`GEMM_Y16`]); `ldy` counts elements.
+    y16: bool,
+}
+
+/// bf16 of `f` as `cvt.rn.bf16x2.f32` makes it: nearest even, a NaN the canonical quiet NaN 0x7fff.
+fn cvt_rn_bf16(f: f32) -> u16 {
+    if f.is_nan() {
+        0x7fff
+    } else {
+        math::f32_to_bf16(f)
+    }
 }
 
 impl Dense<'_> {
@@ -875,8 +922,13 @@ impl Dense<'_> {
             let mut out = vec![0f32; (m1 - m0) as usize * width];
             math::products(&a, &b, kk, self.fused, &mut out);
             for (m, row) in (m0..m1).zip(out.chunks_exact(width)) {
-                let va = self.y.wrapping_add(m.wrapping_mul(self.ldy).wrapping_add(n0).wrapping_mul(4));
-                ctx.write(va, &math::f32s_to_le(row))?;
+                let at = m.wrapping_mul(self.ldy).wrapping_add(n0);
+                if self.y16 {
+                    let bytes: Vec<u8> = row.iter().flat_map(|&v| cvt_rn_bf16(v).to_le_bytes()).collect();
+                    ctx.write(self.y.wrapping_add(at.wrapping_mul(2)), &bytes)?;
+                } else {
+                    ctx.write(self.y.wrapping_add(at.wrapping_mul(4)), &math::f32s_to_le(row))?;
+                }
             }
             i += m1 - m0;
         }
@@ -964,23 +1016,33 @@ struct GemmForm {
     b_box_rows: u32,
     smem: u32,
     args: GemmArgs,
+    /// A [`GEMM_Y16`] entry: y is bf16, stored through its descriptor only.
+    y16: bool,
 }
 
 /// y's descriptor of a TMA-store entry at `va`, checked against what the epilogue's staging buffers are
-/// laid out for (f32, 2-D, boxes of 32 floats by 64 rows, 128-byte swizzle) and against the product's
-/// shape: the kernel clips its boxes at the descriptor's dims and at nothing else, so dims other than
-/// `[N, M]` would store outside y or leave part of it unwritten. `(row 0's address, floats between rows)`.
-fn gemm_y_map(ctx: &KernelCtx<'_>, name: &str, va: u64, m: u32, n: u32) -> Result<(u64, u64), KernelError> {
+/// laid out for (f32, 2-D, boxes of 32 floats by 64 rows, 128-byte swizzle; a `y16` entry's bf16 with
+/// boxes of 64 elements) and against the product's shape: the kernel clips its boxes at the descriptor's
+/// dims and at nothing else, so dims other than `[N, M]` would store outside y or leave part of it
+/// unwritten. `(row 0's address, elements between rows)`.
+fn gemm_y_map(
+    ctx: &KernelCtx<'_>,
+    name: &str,
+    va: u64,
+    [m, n]: [u32; 2],
+    y16: bool,
+) -> Result<(u64, u64), KernelError> {
     if !va.is_multiple_of(64) {
         return Err(misaligned(name, "tmap_y", va, 64));
     }
     let mut map = TensorMap([0; TENSOR_MAP_BYTES]);
     ctx.read(va, &mut map.0)?;
     let s = decode_tiled(&map).map_err(|e| fault(name, format_args!("tmap_y at {va:#x} is not a tensor map: {e}")))?;
-    let want_box = [GEMM_Y_BOX[1], GEMM_Y_BOX[0]];
+    let (elem, bytes, y_box) = if y16 { (TmaElem::Bf16, 2, GEMM_Y16_BOX) } else { (TmaElem::F32, 4, GEMM_Y_BOX) };
+    let want_box = [y_box[1], y_box[0]];
     let want_dims = [u64::from(n), u64::from(m)];
-    let wrong = if s.elem != TmaElem::F32 {
-        Some(format!("element type {:?}, not F32", s.elem))
+    let wrong = if s.elem != elem {
+        Some(format!("element type {:?}, not {elem:?}", s.elem))
     } else if s.rank != 2 {
         Some(format!("rank {}, not 2", s.rank))
     } else if s.box_dim[..2] != want_box {
@@ -998,7 +1060,7 @@ fn gemm_y_map(ctx: &KernelCtx<'_>, name: &str, va: u64, m: u32, n: u32) -> Resul
     };
     match wrong {
         Some(why) => Err(fault(name, format_args!("tmap_y at {va:#x}: {why}; the epilogue's boxes take those"))),
-        None => Ok((s.global_address, s.global_stride[0] / 4)),
+        None => Ok((s.global_address, s.global_stride[0] / bytes)),
     }
 }
 
@@ -1067,8 +1129,13 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
     // The TMA-store entries store through y's descriptor when N % 4 == 0; the direct epilogue stores
     // float2 pairs in a tile whose columns all lie below an even N, floats elsewhere.
     let staged = matches!(f.args, GemmArgs::Staged | GemmArgs::StreamK);
-    let (y, ldy) = if staged && n.is_multiple_of(4) {
-        gemm_y_map(ctx, name, tmap_y, m, n)?
+    let (y, ldy) = if f.y16 {
+        if !n.is_multiple_of(8) {
+            return Err(fault(name, format_args!("trap: N = {n}, no multiple of 8: a bf16 y has no descriptor")));
+        }
+        gemm_y_map(ctx, name, tmap_y, [m, n], true)?
+    } else if staged && n.is_multiple_of(4) {
+        gemm_y_map(ctx, name, tmap_y, [m, n], false)?
     } else {
         aligned(name, "y", y, if n.is_multiple_of(2) && n >= f.tile_n { 8 } else { 4 })?;
         (y, u64::from(n))
@@ -1112,6 +1179,7 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             cols: u64::from(n).min(u64::from(tiles_n) * u64::from(f.tile_n)),
             tile_n: u64::from(f.tile_n),
             fused: false,
+            y16: f.y16,
         }
         .run(ctx);
     }
@@ -1167,6 +1235,7 @@ fn gemm_bf16_tn(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         b_box_rows: GEMM_TILE_N,
         smem: GEMM_SMEM_BYTES,
         args: GemmArgs::Plain,
+        y16: false,
     };
     gemm_tma(ctx, &f)
 }
@@ -1178,6 +1247,7 @@ fn gemm_bf16_tn_splitk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         b_box_rows: GEMM_TILE_N,
         smem: GEMM_SMEM_BYTES,
         args: GemmArgs::Split,
+        y16: false,
     };
     gemm_tma(ctx, &f)
 }
@@ -1189,6 +1259,7 @@ fn gemm_bf16_tn_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
         b_box_rows: GEMM_N128_TILE_N,
         smem: GEMM_N128_SMEM_BYTES,
         args: GemmArgs::Split,
+        y16: false,
     };
     gemm_tma(ctx, &f)
 }
@@ -1203,7 +1274,7 @@ fn gemm_staged(
     b_box_rows: u32,
     smem: u32,
 ) -> Result<(), KernelError> {
-    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows, smem, args: GemmArgs::Staged })
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows, smem, args: GemmArgs::Staged, y16: false })
 }
 
 fn gemm_bf16_tn_ts(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
@@ -1241,14 +1312,28 @@ fn gemm_fitted<const I: usize, const CLUSTER: bool>(ctx: &mut KernelCtx<'_>) -> 
     gemm_staged(ctx, name, f.tile_n, b_rows, f.smem_bytes())
 }
 
+/// [`GEMM_Y16`]'s entry `I` (one CTA, or `CLUSTER`): the f32 entry of its width's product, stored bf16.
+fn gemm_y16<const I: usize, const CLUSTER: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GEMM_Y16[I];
+    let (name, b_box_rows) = if CLUSTER { (f.mc, f.mc_b_box_rows()) } else { (f.ts, f.tile_n) };
+    let form = GemmForm { name, tile_n: f.tile_n, b_box_rows, smem: f.smem_bytes(), args: GemmArgs::Staged, y16: true };
+    gemm_tma(ctx, &form)
+}
+
+/// The host spec of [`GEMM_Y16`]'s entry `i`: the TMA-store entries' parameters.
+const fn y16_spec(i: usize, cluster: bool, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+    let f = GEMM_Y16[i];
+    HostSpec { name: if cluster { f.mc } else { f.ts }, ..fitted_spec(0, false, run) }
+}
+
 fn gemm_bf16_tn_sk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (name, tile_n, smem) = (GEMM_BF16_TN_SK, GEMM_TILE_N, GEMM_SK_SMEM_BYTES);
-    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::StreamK })
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::StreamK, y16: false })
 }
 
 fn gemm_bf16_tn_sk_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let (name, tile_n, smem) = (GEMM_BF16_TN_SK_N128, GEMM_N128_TILE_N, GEMM_SK_N128_SMEM_BYTES);
-    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::StreamK })
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::StreamK, y16: false })
 }
 
 /// A stream-K launch after [`gemm_tma`]'s checks: its operands' descriptors, where y's rows lie.
@@ -1453,8 +1538,20 @@ fn gemm_simt_cover(
         aligned(name, "y", y, 4)?;
     }
     let rows = |va: u64, rows: u64| Rows { elem, va, row_bytes: k * elem.bytes(), rows, loaded: k, check_align: true };
-    Dense { kernel: name, a: rows(x, m), b: rows(w, n), kk: k, y, ldy: n, rows: out_rows, cols, tile_n, fused: true }
-        .run(ctx)
+    Dense {
+        kernel: name,
+        a: rows(x, m),
+        b: rows(w, n),
+        kk: k,
+        y,
+        ldy: n,
+        rows: out_rows,
+        cols,
+        tile_n,
+        fused: true,
+        y16: false,
+    }
+    .run(ctx)
 }
 
 fn gemm_f32_tn_v2<const I: usize>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {

@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 use crate::cmdlist::CmdListBuilder;
-use crate::kernels::matmul::{gemm_tmap_a, gemm_tmap_b_rows, gemm_tmap_y};
+use crate::kernels::matmul::{gemm_tmap_a, gemm_tmap_b_rows, gemm_tmap_y, gemm_tmap_y16};
 use crate::tma::{encode_tiled, TiledSpec};
 use crate::{Cached, Data, Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, Launch, Mem, Module, Scope, Stage};
 
@@ -185,8 +185,9 @@ pub struct Workspace {
 #[derive(Clone, Copy, Debug)]
 struct Descriptors {
     ab: [u8; 2 * TMA_DESC_BYTES],
-    /// The f32 product's place (`Arg::Y` or `Arg::Scratch`) and its `[M, N]`, for the TMA-store entries.
-    y: Option<(Arg, Shape)>,
+    /// The product's place (`Arg::Y` or `Arg::Scratch`), its `[M, N]` and whether it is bf16 (the
+    /// `_y16` entries'; f32 otherwise), for the TMA-store entries.
+    y: Option<(Arg, Shape, bool)>,
 }
 
 /// The workspace's addresses for one plan.
@@ -246,14 +247,14 @@ impl Workspace {
             let mut area = [0u8; TMA_AREA_BYTES];
             area[..2 * TMA_DESC_BYTES].copy_from_slice(&d.ab);
             let mut len = 2 * TMA_DESC_BYTES;
-            if let Some((at, shape)) = d.y {
+            if let Some((at, shape, y16)) = d.y {
                 let va = match at {
                     Arg::Scratch(off) => vas.scratch + off,
                     Arg::Y(off) => y_va + off,
                     other => unreachable!("y's descriptor points at the product, not at {other:?}"),
                 };
-                let map = encode_tiled(&gemm_tmap_y(va, shape.m, shape.n))
-                    .map_err(|source| MatmulError::Tma { operand: Operand::Y, source })?;
+                let spec = if y16 { gemm_tmap_y16(va, shape.m, shape.n) } else { gemm_tmap_y(va, shape.m, shape.n) };
+                let map = encode_tiled(&spec).map_err(|source| MatmulError::Tma { operand: Operand::Y, source })?;
                 area[len..len + TMA_DESC_BYTES].copy_from_slice(&map.0);
                 len += TMA_DESC_BYTES;
             }
@@ -691,7 +692,7 @@ impl<'s> Matmul<'s> {
             let tma = match plan.tma {
                 Some(t) => Some(Descriptors {
                     ab: descriptor_pair(x.device_va(), w.device_va(), shape, t.b_rows)?,
-                    y: t.y.map(|at| (at, shape)),
+                    y: t.y.map(|at| (at, shape, t.y16)),
                 }),
                 None => None,
             };

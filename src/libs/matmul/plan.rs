@@ -140,14 +140,17 @@ pub(crate) enum Kern {
     GemmTsFit(usize),
     /// Its cluster form (`omega_gemm_bf16_tn_mc_n<W>`).
     GemmMcFit(usize),
+    /// A TMA-store entry storing a bf16 y: [`abi::GEMM_Y16`] entry `i` (by [`GemmTile::y16`]), the
+    /// cluster form when `true`.
+    GemmY16(usize, bool),
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
 /// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries, the
-/// two stream-K entries and the fitted widths' two entries each.
-pub(crate) const KERNEL_NAMES: [&str; 40] = [
+/// two stream-K entries, the fitted widths' two entries each, and every width's two bf16-output entries.
+pub(crate) const KERNEL_NAMES: [&str; 52] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -192,6 +195,18 @@ pub(crate) const KERNEL_NAMES: [&str; 40] = [
     abi::GEMM_FITTED[2].mc,
     abi::GEMM_FITTED[3].ts,
     abi::GEMM_FITTED[3].mc,
+    abi::GEMM_Y16[0].ts,
+    abi::GEMM_Y16[0].mc,
+    abi::GEMM_Y16[1].ts,
+    abi::GEMM_Y16[1].mc,
+    abi::GEMM_Y16[2].ts,
+    abi::GEMM_Y16[2].mc,
+    abi::GEMM_Y16[3].ts,
+    abi::GEMM_Y16[3].mc,
+    abi::GEMM_Y16[4].ts,
+    abi::GEMM_Y16[4].mc,
+    abi::GEMM_Y16[5].ts,
+    abi::GEMM_Y16[5].mc,
 ];
 
 impl Kern {
@@ -220,6 +235,7 @@ impl Kern {
             Kern::GemmSkN128 => 31,
             Kern::GemmTsFit(i) => 32 + 2 * i,
             Kern::GemmMcFit(i) => 33 + 2 * i,
+            Kern::GemmY16(i, cluster) => 40 + 2 * i + cluster as usize,
         }
     }
 }
@@ -318,6 +334,8 @@ pub(crate) struct TmaPlan {
     /// output). `None` without a TMA-store entry, and for N % 4 != 0, where no descriptor of y can exist
     /// (its row stride is not whole 16-byte units) and the entry stores directly.
     pub(crate) y: Option<Arg>,
+    /// y's descriptor is a bf16 y's ([`abi::gemm_tmap_y16`]): a [`Kern::GemmY16`] entry stores the output.
+    pub(crate) y16: bool,
 }
 
 impl Plan {
@@ -522,6 +540,15 @@ impl GemmTile {
             GemmTile::N192 => Some(1),
             GemmTile::N96 => Some(2),
             GemmTile::N64 => Some(3),
+        }
+    }
+
+    /// Its bf16-output entries in [`abi::GEMM_Y16`] (every tile has them).
+    pub(crate) const fn y16(self) -> usize {
+        match (self, self.fitted()) {
+            (GemmTile::Wide, _) => 0,
+            (_, None) => 1,
+            (_, Some(i)) => 2 + i,
         }
     }
 }
@@ -1149,6 +1176,7 @@ fn gemm_step(
     sms: u64,
     budget: u64,
     out: Arg,
+    y16: bool,
     scratch: &mut u64,
 ) -> (Step, u64, TmaPlan) {
     let (m, n) = (u64::from(shape.m), u64::from(shape.n));
@@ -1177,7 +1205,7 @@ fn gemm_step(
             };
             let step =
                 Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
-            return (step, 2 * grid, TmaPlan { b_rows: tile.n(), y: y_map.then_some(out) });
+            return (step, 2 * grid, TmaPlan { b_rows: tile.n(), y: y_map.then_some(out), y16: false });
         }
         let args = [&maps[..], &dims[..]].concat();
         let tiles = u64::from(s.tiles);
@@ -1203,9 +1231,11 @@ fn gemm_step(
                 (_, Some(i)) => (Kern::GemmTsFit(i), grid, abi::GEMM_FITTED[i].smem_bytes(), tile.n()),
             }
         };
+        // The bf16-output entry of the same width and form: the same grid, B box and shared memory.
+        let kern = if y16 { Kern::GemmY16(tile.y16(), entry == WideEntry::Cluster) } else { kern };
         let step =
             Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
-        return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out) });
+        return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out), y16 });
     }
     let tma_args = [Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), out];
     let work = if s.splits > 1 {
@@ -1240,7 +1270,7 @@ fn gemm_step(
         args,
     };
     let tickets = if s.splits > 1 { u64::from(s.tiles) } else { 0 };
-    (step, tickets, TmaPlan { b_rows: tile.n(), y: None })
+    (step, tickets, TmaPlan { b_rows: tile.n(), y: None, y16: false })
 }
 
 /// The path the planner takes for a dense product (before the SIMT fallback).
@@ -1427,9 +1457,14 @@ fn gemm_refusal(k: u64, opts: DenseOpts) -> Option<ForcedRefusal> {
 fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     let (m, n, k) = (u64::from(shape.m), u64::from(shape.n), u64::from(shape.k));
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
-    // The skinny GEMM and the GEMV store a bf16 output themselves; the others' f32 product of one lies at
-    // the workspace's start and a conversion follows.
-    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(..));
+    // The skinny GEMM, the GEMV and the unsplit TMA-store tiles (where y can have a bf16 descriptor: N % 8
+    // == 0, y 16-byte aligned) store a bf16 output themselves; the others' f32 product of one lies at the
+    // workspace's start and a conversion follows.
+    let y16 = opts.out_bf16
+        && matches!(choice, Choice::Gemm(_, _, WideEntry::TmaStore | WideEntry::Cluster))
+        && shape.n.is_multiple_of(8)
+        && opts.y_aligned16;
+    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(..)) || y16;
     let out_bf16 = opts.out_bf16 && !direct;
     let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
     let mut scratch = if out_bf16 { round_up(m * n, 64) } else { 0 };
@@ -1447,7 +1482,7 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
             (path, tickets, tma, split) = (Path::Skinny, t, None, p.splits);
         }
         Choice::Gemm(tile, s, entry) => {
-            let (step, t, maps) = gemm_step(shape, tile, s, entry, sms, budget, out(0), &mut scratch);
+            let (step, t, maps) = gemm_step(shape, tile, s, entry, sms, budget, out(0), y16, &mut scratch);
             steps.push(step);
             (path, tickets, tma, split) = (Path::Gemm, t, Some(maps), s);
         }
@@ -2036,13 +2071,13 @@ mod tests {
         assert_eq!(s.args[4..], [Arg::Word(512), Arg::Word(2048), Arg::Word(4096)]);
         assert_eq!(
             (p.tma, p.split, p.tickets, p.scratch),
-            (Some(TmaPlan { b_rows: 256, y: Some(Arg::Y(0)) }), 1, 0, 0)
+            (Some(TmaPlan { b_rows: 256, y: Some(Arg::Y(0)), y16: false }), 1, 0, 0)
         );
         // The cluster entry: 2 pairs of tile rows by 8 columns, two CTAs each; half the W rows per box.
         let p = f(shape, true, o).unwrap();
         let s = &p.steps[0];
         assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmMc, [32, 1, 1], abi::GEMM_MC_SMEM_BYTES));
-        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_B_BOX_ROWS, y: Some(Arg::Y(0)) }));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_B_BOX_ROWS, y: Some(Arg::Y(0)), y16: false }));
         // 4096 x 5120: 320 pairs, 66 clusters fill the 132 SMs; a budget of 7 holds 3 clusters, of 1 none.
         let big = Shape::new(4096, 5120, 2048);
         assert_eq!(f(big, true, o).unwrap().steps[0].grid, [132, 1, 1]);
@@ -2138,7 +2173,7 @@ mod tests {
             ]
         );
         assert_eq!((p.scratch, p.tickets, p.split), (132 * 2 * 64 * 128, 2 * 132, 1));
-        assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)) }));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)), y16: false }));
         // Few iterations: GEMM_SK_MIN_ITERS (16) a CTA (1 x 1 x 8 is one iteration, one CTA; 10 still one;
         // 40 make 2 CTAs; the router's 128 x 128 x 2048, 32 K blocks, 2); the budget caps the grid.
         assert_eq!(f(Shape::new(1, 1, 8), GemmTile::Wide, o).unwrap().steps[0].grid, [1, 1, 1]);
@@ -2176,12 +2211,12 @@ mod tests {
         let s = &p.steps[0];
         assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmTsN128, [64, 1, 1], abi::GEMM_TS_N128_SMEM_BYTES));
         assert_eq!(s.args[..4], [Arg::Tma(0), Arg::Tma(128), Arg::Tma(256), Arg::Y(0)]);
-        assert_eq!((p.tma, p.split, p.tickets), (Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)) }), 1, 0));
+        assert_eq!((p.tma, p.split, p.tickets), (Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)), y16: false }), 1, 0));
         // The cluster form: 2 pairs of tile rows by 16 columns, two CTAs each; 64 W rows per box.
         let p = f(shape, true, o).unwrap();
         let s = &p.steps[0];
         assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmMcN128, [64, 1, 1], abi::GEMM_MC_N128_SMEM_BYTES));
-        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_N128_B_BOX_ROWS, y: Some(Arg::Y(0)) }));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_N128_B_BOX_ROWS, y: Some(Arg::Y(0)), y16: false }));
         // gate+up at M = 4096: 32 x 12 = 384 tiles, 192 pairs: the persistent grids fill the SMs.
         let gate_up = Shape::new(4096, 1536, 2048);
         assert_eq!(f(gate_up, false, o).unwrap().steps[0].grid, [132, 1, 1]);
@@ -2196,6 +2231,63 @@ mod tests {
         // The planner runs unsplit narrow tiles by the TMA-store entry, measured fastest on them.
         assert_eq!(NARROW_ENTRY, WideEntry::TmaStore);
         assert_eq!(bf16(4096, 1536, 2048).steps[0].kern, Kern::GemmTsN128);
+    }
+
+    #[test]
+    fn a_bf16_output_of_an_unsplit_tma_store_plan_is_stored_by_its_y16_entry_where_y_can_have_a_descriptor() {
+        let o = opts(MAX_CTAS, true);
+        // The planner's QKV at 512 (n160), O at 512 (n64) and the wide cube: one launch, no workspace
+        // product, y's bf16 descriptor at y itself; the same grid and shared memory as the f32 entry.
+        for (m, n, k) in [(512, 5120, 2048), (512, 2048, 4096), (4096, 4096, 4096)] {
+            let shape = Shape::new(m, n, k);
+            let (f32_plan, p) =
+                (super::dense(Elem::Bf16, shape, opts(MAX_CTAS, false)), super::dense(Elem::Bf16, shape, o));
+            let (s32, s) = (&f32_plan.steps[0], &p.steps[0]);
+            let tile =
+                PLANNED_TILES.into_iter().find(|t| s32.kern == gemm_kern(*t, s32.kern)).expect("a TMA-store tile");
+            assert_eq!(s.kern, Kern::GemmY16(tile.y16(), s32.kern == gemm_kern(tile, Kern::GemmMc)), "{m}x{n}x{k}");
+            assert_eq!((s.grid, s.dynamic_shared, &s.args), (s32.grid, s32.dynamic_shared, &s32.args), "{m}x{n}x{k}");
+            assert_eq!((p.steps.len(), p.scratch), (1, 0), "{m}x{n}x{k}: no f32 product, no conversion");
+            assert_eq!(p.tma.map(|t| (t.y, t.y16)), Some((Some(Arg::Y(0)), true)));
+        }
+        // No bf16 descriptor of y: N % 8 != 0, or y not 16-byte aligned. The f32 product in the workspace
+        // and the conversion, as before.
+        let y8 = DenseOpts { y_aligned16: false, ..o };
+        for (shape, o) in [(Shape::new(512, 2044, 4096), o), (Shape::new(512, 2048, 4096), y8)] {
+            let p = super::dense(Elem::Bf16, shape, o);
+            assert_eq!(p.steps.last().map(|s| s.kern), Some(Kern::Convert), "{shape:?}");
+            assert!(!p.tma.is_some_and(|t| t.y16) && p.scratch > 0, "{shape:?}");
+        }
+        // Split-K products sum slices in the workspace first: they keep the conversion.
+        let split = dense_forced(
+            Elem::Bf16,
+            Shape::new(512, 2048, 4096),
+            o,
+            ForcedPlan::Gemm { tile: GemmTile::Narrow, splits: Some(2) },
+        )
+        .unwrap();
+        assert_eq!(split.steps.last().map(|s| s.kern), Some(Kern::Convert));
+        // Every width's two y16 entries are named, in KERNEL_NAMES order.
+        for (i, f) in abi::GEMM_Y16.iter().enumerate() {
+            assert_eq!(KERNEL_NAMES[Kern::GemmY16(i, false).index()], f.ts);
+            assert_eq!(KERNEL_NAMES[Kern::GemmY16(i, true).index()], f.mc);
+        }
+        for t in PLANNED_TILES {
+            assert_eq!(abi::GEMM_Y16[t.y16()].tile_n, t.n(), "{t:?}");
+        }
+    }
+
+    /// The TMA-store kernel of `tile` in the form `form` (`GemmTs*` or `GemmMc*`) names.
+    fn gemm_kern(tile: GemmTile, form: Kern) -> Kern {
+        let cluster = matches!(form, Kern::GemmMc | Kern::GemmMcN128 | Kern::GemmMcFit(_));
+        match (tile, tile.fitted(), cluster) {
+            (GemmTile::Wide, _, false) => Kern::GemmTs,
+            (GemmTile::Wide, _, true) => Kern::GemmMc,
+            (_, None, false) => Kern::GemmTsN128,
+            (_, None, true) => Kern::GemmMcN128,
+            (_, Some(i), false) => Kern::GemmTsFit(i),
+            (_, Some(i), true) => Kern::GemmMcFit(i),
+        }
     }
 
     #[test]
