@@ -4,7 +4,7 @@
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
 //        -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda
-//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|hilbert|sk|fit|all|<name>]
+//   /tmp/gemm_check [--check] [--variant base|ts|mc|n128|hilbert|sk|fit|pp|all|<name>]
 //
 // Variants: `base` (omega_gemm_bf16_tn), `ts` (omega_gemm_bf16_tn_ts and other stage/staging splits of its
 // template: ts_s<stages>c<chunk columns>x<buffers>), `mc` (omega_gemm_bf16_tn_mc, 2-CTA clusters with W
@@ -17,7 +17,9 @@
 // launch); `fit` (tile widths that make the Qwen3 shapes' tile counts whole waves of 132 SMs, each
 // `<form>_n<width>` in the TMA-store form, the cluster form or, for 48, the direct one: n160 is
 // 512 x 5120 in 128 tiles, n192 4096 x 1536 in 256, n64 512 x 2048 in 128, n48 512 x 1536 in 128, n32
-// 4096 x 128 in 128); `all` (the default) runs every one; a variant's full name runs that one alone.
+// 4096 x 128 in 128); `pp` (gemm_pingpong.cuh: the two consumers on alternate whole tiles, so one's
+// epilogue overlaps the other's mainloop, at widths 128, 96 and 64); `all` (the default) runs every one;
+// a variant's full name runs that one alone.
 // For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
 // (cublasGemmEx, bf16 in, f32 out, f32 compute) runs once; then for every variant y is poisoned (all-ones
 // bits, a NaN), the kernel runs, every element is compared with cuBLAS's on the device and 4096 sampled
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "gemm_bf16_sk.cuh"
+#include "gemm_pingpong.cuh"
 
 #include "check_common.cuh"
 
@@ -179,6 +182,12 @@ static Variant variants[] = {
     {"mc_n64", "fit", omega_gemm_bf16_tn_mc_n64, GEMM_N64_SMEM_BYTES, 2, 0, 64},
     {"direct_n48", "fit", direct_kernel<48, 8>, GEMM_SMEM_FOR_BN(48, 8), 1, 0, 48},
     {"ts_n32", "fit", ts_kernel<8, 32, 2, 32>, GEMM_TS_SMEM_FOR_BN(32, 8, 32, 2), 1, 0, 32},
+    // Ping-pong consumers (each on whole 128 x BN tiles), with the TMA-store staging of the entries of their
+    // width, and the narrow width with a deeper staging ring.
+    {"pp_n128", "pp", pp_kernel<6, 32, 2, 128>, GEMM_TS_SMEM_FOR_BN(128, 6, 32, 2), 1, 0, 128},
+    {"pp_n128_s5c32x4", "pp", pp_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 1, 0, 128},
+    {"pp_n96", "pp", pp_kernel<6, 32, 2, 96>, GEMM_TS_SMEM_FOR_BN(96, 6, 32, 2), 1, 0, 96},
+    {"pp_n64", "pp", pp_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 1, 0, 64},
 };
 
 static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
@@ -432,7 +441,7 @@ int main(int argc, char** argv) {
     } else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
       run.want = argv[++i];
     } else {
-      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|hilbert|sk|fit|all|<name>]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--check] [--variant base|ts|mc|n128|hilbert|sk|fit|pp|all|<name>]\n", argv[0]);
       return 2;
     }
   }

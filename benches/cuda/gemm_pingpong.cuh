@@ -1,0 +1,113 @@
+// A harness-side candidate (gemm_check's `pp` family), not in the matmul module: the TMA-store GEMM with
+// its two consumer warpgroups in ping-pong (CUTLASS's KernelTmaWarpSpecializedPingpong schedule) instead
+// of sharing each tile.
+//
+// In the module's body both consumers take one 128 x BN tile (64 rows each), so they reach the epilogue
+// together and the tensor cores idle while both stage and store. At short K (down: K = 768 is 12 K
+// blocks) the f32 store of a tile (128 x 256 x 4 = 128 KB) takes about as long as its mainloop, so that
+// idle time is most of the gap to cuBLAS. Here each consumer owns whole tiles (128 x BN, both 64-row
+// halves: 2 x BN / 2 accumulators a thread, so BN <= 128), the CTA's tiles alternating between them. The
+// producer fills the stage ring in tile order, so the consumer of tile j + 1 starts its mainloop as the
+// consumer of tile j drains the stages of its last K blocks, and runs it while that one stages and
+// stores: one consumer's epilogue hides under the other's MMAs. Each stage is read by one consumer, so its
+// empty barrier counts one arrival. Stages, staging ring, barriers, descriptors and tile order are the
+// TMA-store body's (gemm_bf16_ts.cuh); one CTA a tile (no cluster form).
+#pragma once
+#include <stdint.h>
+
+#include "gemm_bf16_ts.cuh"
+
+template <int STAGES, int CHUNK, int NBUF, int BN>
+__device__ __forceinline__ void gemm_bf16_pp_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
+                                                  uint32_t M, uint32_t N, uint32_t K) {
+  using namespace omega_gemm;
+  using Ring = StagingRing<CHUNK, NBUF>;
+  static_assert(BN % GEMM_Y_BOX_COLS == 0 && BN <= 128, "two 64-row halves of accumulators a thread");
+  using Smem = TsSmem<STAGES, CHUNK, NBUF, BN>;
+  constexpr int STAGE_BYTES = Smem::STAGE_BYTES;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const Smem sm(smem_raw);
+  uint8_t* smem = sm.stages;
+  uint64_t *full = sm.full, *empty = sm.empty;
+
+  const int wg = threadIdx.x / 128;
+  const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
+  const bool tma_y = N % 4 == 0;
+
+  // One consumer reads each stage.
+  if (threadIdx.x == 0) ts_init<STAGES>(full, empty, 1, tmap_a, tmap_b, tmap_y, tma_y);
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      uint32_t it = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_of(t, tiles_m, tiles_n, &tm, &tn);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const uint32_t s = it % STAGES;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          uint8_t* a = smem + s * STAGE_BYTES;
+          mbar_expect_tx(&full[s], STAGE_BYTES);
+          tma_load_2d(a, tmap_a, &full[s], kb * GEMM_BK, tm * GEMM_BM);
+          tma_load_2d(a + GEMM_A_STAGE_BYTES, tmap_b, &full[s], kb * GEMM_BK, tn * BN);
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int consumer = wg - 1;
+    const int t128 = threadIdx.x % 128;
+    const int warp = t128 / 32, lane = t128 % 32;
+    Ring ring{sm.staging + consumer * Ring::BYTES, 0};
+    float acc0[BN / 2], acc1[BN / 2];
+    // The CTA's j-th tile is blockIdx.x + j * gridDim.x; this consumer takes j = consumer, consumer + 2, ..
+    for (int j = consumer, t = blockIdx.x + consumer * gridDim.x; t < tiles; j += 2, t += 2 * gridDim.x) {
+      int tm, tn;
+      tile_of(t, tiles_m, tiles_n, &tm, &tn);
+      uint32_t it = (uint32_t)j * kblocks;
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        const uint32_t s = it % STAGES;
+        mbar_wait(&full[s], (it / STAGES) & 1);
+        const uint8_t* a = smem + s * STAGE_BYTES;
+        const uint8_t* b = a + GEMM_A_STAGE_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < GEMM_BK / 16; ++k) {
+          const int accumulate = (kb > 0 || k > 0) ? 1 : 0;
+          wgmma_bf16_ss<BN>(acc0, wgmma_desc(a + k * 32), wgmma_desc(b + k * 32), accumulate);
+          wgmma_bf16_ss<BN>(acc1, wgmma_desc(a + 64 * GEMM_BK * 2 + k * 32), wgmma_desc(b + k * 32), accumulate);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (kb > 0 && t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
+
+      const uint32_t row_base = tm * GEMM_BM;
+      if (tma_y) {
+        store_acc_tma<BN, CHUNK, NBUF>(acc0, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
+        store_acc_tma<BN, CHUNK, NBUF>(acc1, ring, tmap_y, M, N, row_base + 64, tn * BN, t128,
+                                       GEMM_TS_BAR0 + consumer);
+      } else {
+        const uint32_t col0 = tn * BN + 2 * (lane % 4);
+        const bool full_cols = tn * BN + BN <= N && (N % 2 == 0);
+        store_acc<BN>(acc0, y, M, N, row_base + warp * 16 + lane / 4, col0, full_cols);
+        store_acc<BN>(acc1, y, M, N, row_base + 64 + warp * 16 + lane / 4, col0, full_cols);
+      }
+    }
+    if (tma_y && t128 == 0) bulk_wait_all();
+  }
+}
+
+template <int STAGES, int CHUNK, int NBUF, int BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    pp_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_pp_body<STAGES, CHUNK, NBUF, BN>(ta, tb, ty, y, M, N, K);
+}
