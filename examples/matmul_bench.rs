@@ -242,8 +242,13 @@ fn list_secs<'s>(
 
 /// Prints the call and list figures of `tag` and returns the shorter (the peer's rule).
 fn report(tag: &str, call: f64, list: f64) -> f64 {
-    println!("omega.{tag}_call_us {:.3}", call * 1e6);
-    println!("omega.{tag}_list_us {:.3}", list * 1e6);
+    report_as("omega", tag, call, list)
+}
+
+/// [`report`] on `prefix.` lines.
+fn report_as(prefix: &str, tag: &str, call: f64, list: f64) -> f64 {
+    println!("{prefix}.{tag}_call_us {:.3}", call * 1e6);
+    println!("{prefix}.{tag}_list_us {:.3}", list * 1e6);
     call.min(list)
 }
 
@@ -276,11 +281,85 @@ fn dense_bf16<'s>(
 /// A device-only bf16 operand.
 type Bf16Mem<'s> = Mem<'s, Device<u16>>;
 
+/// An output element of the dense bf16 product: f32 ([`Matmul::bf16`]) or bf16 ([`Matmul::bf16_to_bf16`]).
+trait Out: omega::DeviceScalar + Default {
+    /// Its [`Sample`] kind.
+    const KIND: &'static str;
+    /// Its value.
+    fn value(self) -> f32;
+    /// The product into `y`.
+    fn call<'s>(
+        mm: &Matmul<'s>,
+        gpu: Gpu<'s>,
+        xw: (&Bf16Mem<'s>, &Bf16Mem<'s>),
+        y: &mut Mem<'s, Device<Self>>,
+        shape: Shape,
+    ) -> Result<matmul::Done<'s>, matmul::Failed<'s>>;
+    /// The product into `y`, added to `list`.
+    fn add<'k, 's>(
+        mm: &'k Matmul<'s>,
+        list: &mut CmdListBuilder<'k, 's>,
+        xw: (&'k Bf16Mem<'s>, &'k Bf16Mem<'s>),
+        y: &'k Mem<'s, Device<Self>>,
+        shape: Shape,
+    ) -> Result<Info, MatmulError>;
+}
+
+impl Out for f32 {
+    const KIND: &'static str = "bf16";
+    fn value(self) -> f32 {
+        self
+    }
+    fn call<'s>(
+        mm: &Matmul<'s>,
+        gpu: Gpu<'s>,
+        (x, w): (&Bf16Mem<'s>, &Bf16Mem<'s>),
+        y: &mut Mem<'s, Device<f32>>,
+        shape: Shape,
+    ) -> Result<matmul::Done<'s>, matmul::Failed<'s>> {
+        mm.bf16(gpu, x, w, y, shape)
+    }
+    fn add<'k, 's>(
+        mm: &'k Matmul<'s>,
+        list: &mut CmdListBuilder<'k, 's>,
+        (x, w): (&'k Bf16Mem<'s>, &'k Bf16Mem<'s>),
+        y: &'k Mem<'s, Device<f32>>,
+        shape: Shape,
+    ) -> Result<Info, MatmulError> {
+        mm.add_bf16(list, x, w, y, shape)
+    }
+}
+
+impl Out for u16 {
+    const KIND: &'static str = BF16_OUT;
+    fn value(self) -> f32 {
+        bf16(self)
+    }
+    fn call<'s>(
+        mm: &Matmul<'s>,
+        gpu: Gpu<'s>,
+        (x, w): (&Bf16Mem<'s>, &Bf16Mem<'s>),
+        y: &mut Mem<'s, Device<u16>>,
+        shape: Shape,
+    ) -> Result<matmul::Done<'s>, matmul::Failed<'s>> {
+        mm.bf16_to_bf16(gpu, x, w, y, shape)
+    }
+    fn add<'k, 's>(
+        mm: &'k Matmul<'s>,
+        list: &mut CmdListBuilder<'k, 's>,
+        (x, w): (&'k Bf16Mem<'s>, &'k Bf16Mem<'s>),
+        y: &'k Mem<'s, Device<u16>>,
+        shape: Shape,
+    ) -> Result<Info, MatmulError> {
+        mm.add_bf16_to_bf16(list, x, w, y, shape)
+    }
+}
+
 /// The product of `x` and `w` (whose host copies are `xh`, `wh`) into `y`, timed as one call (`iters`
 /// of them) and back to back; with `--check`, one random element verified. Returns the token, the call
 /// and list seconds, and the call's info.
 #[allow(clippy::too_many_arguments)]
-fn timed_bf16<'s>(
+fn timed_bf16<'s, Y: Out>(
     s: &'s Scope<'s>,
     gpu: Gpu<'s>,
     mm: &Matmul<'s>,
@@ -288,22 +367,22 @@ fn timed_bf16<'s>(
     o: &Opts,
     iters: usize,
     (xh, wh): (&[u16], &[u16]),
-    (x, w, y): (&Bf16Mem<'s>, &Bf16Mem<'s>, &mut Mem<'s, Device<f32>>),
+    (x, w, y): (&Bf16Mem<'s>, &Bf16Mem<'s>, &mut Mem<'s, Device<Y>>),
     shape: Shape,
 ) -> Result<(Gpu<'s>, [f64; 2], Info), BenchError> {
     let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
-    let (gpu, t, info) = time(gpu, iters, |g| mm.bf16(g, x, w, &mut *y, shape))?;
+    let (gpu, t, info) = time(gpu, iters, |g| Y::call(mm, g, (x, w), &mut *y, shape))?;
     if o.check {
         let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
-        let mut got = [0f32];
+        let mut got = [Y::default()];
         y.read_at(r * n + c, &mut got)?;
         let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
-        verify(Sample { kind: "bf16", shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0], want)?;
+        verify(Sample { kind: Y::KIND, shape: [shape.m, shape.n, shape.k], at: [r, c] }, got[0].value(), want)?;
     }
     let mut list = s.cmdlist()?;
     let reps = list_reps(&info);
     for _ in 0..reps {
-        mm.add_bf16(&mut list, x, w, &*y, shape)?;
+        Y::add(mm, &mut list, (x, w), &*y, shape)?;
     }
     let (gpu, l) = list_secs(gpu, &mut list, info.launches as usize, reps)?;
     Ok((gpu, [t, l], info))
@@ -319,33 +398,20 @@ fn bf16_out<'s>(
     mm: &Matmul<'s>,
     rng: &mut impl Rng,
     o: &Opts,
-    (xh, wh): (&[u16], &[u16]),
+    hosts: (&[u16], &[u16]),
     (x, w): (&Bf16Mem<'s>, &Bf16Mem<'s>),
     shape: Shape,
     tag: &str,
 ) -> Result<Gpu<'s>, BenchError> {
-    let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
-    let mut y = s.alloc_device::<u16>(m * n)?;
-    let (gpu, call, info) = time(gpu, o.iters, |g| mm.bf16_to_bf16(g, x, w, &mut y, shape))?;
-    if o.check {
-        let (r, c) = (rng.random_range(0..m), rng.random_range(0..n));
-        let mut got = [0u16];
-        y.read_at(r * n + c, &mut got)?;
-        let want = dot(xh[r * k..][..k].iter().map(|&b| bf16(b)), wh[c * k..][..k].iter().map(|&b| bf16(b)));
-        verify(Sample { kind: BF16_OUT, shape: [shape.m, shape.n, shape.k], at: [r, c] }, bf16(got[0]), want)?;
-    }
-    let mut list = s.cmdlist()?;
-    let reps = list_reps(&info);
-    for _ in 0..reps {
-        mm.add_bf16_to_bf16(&mut list, x, w, &y, shape)?;
-    }
-    let (gpu, list_t) = list_secs(gpu, &mut list, info.launches as usize, reps)?;
+    let mut y = s.alloc_device::<u16>(shape.m as usize * shape.n as usize)?;
+    let (gpu, [call, list], info) = timed_bf16(s, gpu, mm, rng, o, o.iters, hosts, (x, w, &mut y), shape)?;
     println!("# bf16 out {shape}: {} kernel {}", describe(&info), info.kernel);
-    println!("omega16.{tag}_call_us {:.3}", call * 1e6);
-    println!("omega16.{tag}_list_us {:.3}", list_t * 1e6);
-    let t = call.min(list_t);
+    let t = report_as("omega16", tag, call, list);
     println!("omega16.{tag}_us {:.3}", t * 1e6);
-    println!("omega16.{tag}_tflops {:.4}", 2.0 * (m * n * k) as f64 / t / 1e12);
+    println!(
+        "omega16.{tag}_tflops {:.4}",
+        2.0 * f64::from(shape.m) * f64::from(shape.n) * f64::from(shape.k) / t / 1e12
+    );
     Ok(gpu)
 }
 
