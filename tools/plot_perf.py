@@ -5,9 +5,10 @@
   tools/plot_perf.py attention OMEGA_LOG PEER_LOG OUT_DIR
 
 matmul: one SVG per Qwen3-30B-A3B matrix, TFLOP/s and weight GB/s against M. OMEGA_LOG holds
-`omega.<metric> <value>` lines (examples/matmul_bench), PEER_LOG `torch.<metric>` and `cublas.<metric>`
-lines (benches/torch/matmul_peer.py; cuBLAS in a CUDA graph is drawn when present), metrics
-`matmul_bf16_{M}x{N}x{K}_{tflops,gbps}`.
+`omega.<metric> <value>` lines (examples/matmul_bench; its bf16-output `omega16.` lines too, when
+present), PEER_LOG `torch.<metric>`, `cublas.<metric>` and `cublas32.<metric>` lines
+(benches/torch/matmul_peer.py; cuBLAS in a CUDA graph, writing bf16 and f32, is drawn when present),
+metrics `matmul_bf16_{M}x{N}x{K}_{tflops,gbps}`.
 
 attention: one SVG per KV page size (16, 64) of the paged decode, one panel per batch, GB/s of the KV
 bytes against the KV length, with each side's measured copy bandwidth as a dashed line. OMEGA_LOG holds
@@ -31,8 +32,14 @@ MATRICES = {
     "down": (2048, 768, "expert down"),
     "lmhead": (151936, 2048, "lm_head"),
 }
-COLORS = {"omega": "#1f77b4", "torch": "#d62728", "cublas": "#ff7f0e"}
-MATMUL_LABELS = {"omega": "Omega", "torch": "torch call (cuBLAS)", "cublas": "cuBLAS in a CUDA graph"}
+COLORS = {"omega": "#1f77b4", "omega16": "#17becf", "torch": "#d62728", "cublas": "#ff7f0e", "cublas32": "#8c564b"}
+MATMUL_LABELS = {
+    "omega": "Omega, f32 out",
+    "omega16": "Omega, bf16 out",
+    "torch": "torch call (cuBLAS, bf16 out)",
+    "cublas": "cuBLAS in a CUDA graph, bf16 out",
+    "cublas32": "cuBLAS in a CUDA graph, f32 out",
+}
 ATTN_LABELS = {"omega": "Omega paged decode", "torch": "torch SDPA (dense KV)"}
 PAGES = (16, 64)
 BATCHES = (1, 4, 16, 64)
@@ -145,7 +152,9 @@ def main():
     peers = {"omega": load(omega_log, "omega")}
     os.makedirs(out_dir, exist_ok=True)
     if kind == "matmul":
-        peers.update({who: load(peer_log, who) for who in ("torch", "cublas")})
+        # The bf16-output lines (`omega16.`, `cublas32.` for the f32 peer) where the logs have them.
+        peers["omega16"] = load(omega_log, "omega16")
+        peers.update({who: load(peer_log, who) for who in ("torch", "cublas", "cublas32")})
         for name in MATRICES:
             print(matmul_chart(name, peers, out_dir))
     else:
