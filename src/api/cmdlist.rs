@@ -74,10 +74,9 @@ impl<'k, 's> CmdListBuilder<'k, 's> {
         self.list.mark_independent(index)
     }
 
-    /// Keeps `held` until the list is dropped: what recorded launches name that no caller owns (a
-    /// library's workspace of one add) lives exactly as long as the list that can submit them, so neither
-    /// a recorded launch outlives it nor does it outlive the list. Hold it before adding the launches
-    /// that name it.
+    /// Keeps `held` until the list is dropped (it goes after the list itself). What recorded launches
+    /// name that no caller owns (a library add's own workspace) then lives exactly as long as the list
+    /// that can submit them. Hold it before adding the launches that name it.
     pub fn hold(&mut self, held: impl Any) {
         self.held.push(Box::new(held));
     }

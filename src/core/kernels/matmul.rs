@@ -95,10 +95,10 @@ pub const GEMM_FITTED: [FittedGemm; 4] = [
 pub const GEMM_Y16: [FittedGemm; 6] = [
     FittedGemm { tile_n: GEMM_TILE_N, stages: 4, ts: "omega_gemm_bf16_tn_ts_y16", mc: "omega_gemm_bf16_tn_mc_y16" },
     FittedGemm { tile_n: 128, stages: 6, ts: "omega_gemm_bf16_tn_ts_n128_y16", mc: "omega_gemm_bf16_tn_mc_n128_y16" },
-    FittedGemm { tile_n: 160, stages: 5, ts: "omega_gemm_bf16_tn_ts_n160_y16", mc: "omega_gemm_bf16_tn_mc_n160_y16" },
-    FittedGemm { tile_n: 192, stages: 4, ts: "omega_gemm_bf16_tn_ts_n192_y16", mc: "omega_gemm_bf16_tn_mc_n192_y16" },
-    FittedGemm { tile_n: 96, stages: 6, ts: "omega_gemm_bf16_tn_ts_n96_y16", mc: "omega_gemm_bf16_tn_mc_n96_y16" },
-    FittedGemm { tile_n: 64, stages: 8, ts: "omega_gemm_bf16_tn_ts_n64_y16", mc: "omega_gemm_bf16_tn_mc_n64_y16" },
+    FittedGemm { ts: "omega_gemm_bf16_tn_ts_n160_y16", mc: "omega_gemm_bf16_tn_mc_n160_y16", ..GEMM_FITTED[0] },
+    FittedGemm { ts: "omega_gemm_bf16_tn_ts_n192_y16", mc: "omega_gemm_bf16_tn_mc_n192_y16", ..GEMM_FITTED[1] },
+    FittedGemm { ts: "omega_gemm_bf16_tn_ts_n96_y16", mc: "omega_gemm_bf16_tn_mc_n96_y16", ..GEMM_FITTED[2] },
+    FittedGemm { ts: "omega_gemm_bf16_tn_ts_n64_y16", mc: "omega_gemm_bf16_tn_mc_n64_y16", ..GEMM_FITTED[3] },
 ];
 /// A TMA-store GEMM's tile width and its two entries (one CTA a tile, and 2-CTA clusters each loading
 /// half of the tile's W rows, multicast).

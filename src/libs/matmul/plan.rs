@@ -2272,8 +2272,15 @@ mod tests {
             assert_eq!(KERNEL_NAMES[Kern::GemmY16(i, false).index()], f.ts);
             assert_eq!(KERNEL_NAMES[Kern::GemmY16(i, true).index()], f.mc);
         }
+        // Each width's f32 entry's shared memory (the same stages and staging ring).
         for t in PLANNED_TILES {
-            assert_eq!(abi::GEMM_Y16[t.y16()].tile_n, t.n(), "{t:?}");
+            let f32_smem = match (t, t.fitted()) {
+                (GemmTile::Wide, _) => abi::GEMM_TS_SMEM_BYTES,
+                (_, None) => abi::GEMM_TS_N128_SMEM_BYTES,
+                (_, Some(i)) => abi::GEMM_FITTED[i].smem_bytes(),
+            };
+            let y16 = abi::GEMM_Y16[t.y16()];
+            assert_eq!((y16.tile_n, y16.smem_bytes()), (t.n(), f32_smem), "{t:?}");
         }
     }
 
