@@ -2064,8 +2064,6 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 /// entry: at N % 8 == 0 its `_y16` form, which stores the bf16 y itself, else the entry and the conversion.
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
     use omega::libs::matmul::{ForcedPlan, PLANNED_TILES};
-    let y16_of =
-        |name: &str| mm::GEMM_Y16.iter().flat_map(|f| [f.ts, f.mc]).find(|y| y.strip_suffix("_y16") == Some(name));
     let mut seen = Vec::new();
     for &shape in shapes {
         let mut plans = Vec::new();
@@ -2076,7 +2074,7 @@ fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
                 .find(|t| t.n() == e.tile_n)
                 .expect("every staged entry's width is a tile form's");
             let bf16 = match shape[1] % 8 {
-                0 => y16_of(e.name).ok_or_else(|| format!("{} has no _y16 form", e.name))?,
+                0 => mm::y16_form(e.name).ok_or_else(|| format!("{} has no _y16 form", e.name))?,
                 _ => e.name,
             };
             plans.push((ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name, bf16]));

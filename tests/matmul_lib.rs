@@ -713,14 +713,8 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             (N64, false, refs::GEMM_FITTED[3].ts),
             (N64, true, refs::GEMM_FITTED[3].mc),
         ];
-        // Each entry's bf16-output form, by tile width.
-        let y16_of = |name: &str| {
-            refs::GEMM_Y16
-                .iter()
-                .flat_map(|f| [f.ts, f.mc])
-                .find(|y| y.strip_suffix("_y16") == Some(name))
-                .unwrap_or_else(|| panic!("{name} has a _y16 form"))
-        };
+        // Each entry's bf16-output form.
+        let y16_of = |name: &str| refs::y16_form(name).unwrap_or_else(|| panic!("{name} has a _y16 form"));
         for (tile, cluster, name) in entries {
             let forced = ForcedPlan::GemmTmaStore { tile, cluster };
             mm.set_forced_plan(Some(forced));

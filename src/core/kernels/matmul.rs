@@ -100,6 +100,11 @@ pub const GEMM_Y16: [FittedGemm; 6] = [
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n96_y16", mc: "omega_gemm_bf16_tn_mc_n96_y16", ..GEMM_FITTED[2] },
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n64_y16", mc: "omega_gemm_bf16_tn_mc_n64_y16", ..GEMM_FITTED[3] },
 ];
+/// The `_y16` form (in [`GEMM_Y16`]) of the TMA-store or cluster entry `name`, if it has one.
+pub fn y16_form(name: &str) -> Option<&'static str> {
+    GEMM_Y16.iter().flat_map(|f| [f.ts, f.mc]).find(|y| y.strip_suffix("_y16") == Some(name))
+}
+
 /// A TMA-store GEMM's tile width and its two entries (one CTA a tile, and 2-CTA clusters each loading
 /// half of the tile's W rows, multicast).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
