@@ -4,8 +4,9 @@
 //
 // In the module's body both consumers take one 128 x BN tile (64 rows each), so they reach the epilogue
 // together and the tensor cores idle while both stage and store. At short K (down: K = 768 is 12 K
-// blocks) the f32 store of a tile (128 x 256 x 4 = 128 KB) takes about as long as its mainloop, so that
-// idle time is most of the gap to cuBLAS. Here each consumer owns whole tiles (128 x BN, both 64-row
+// blocks) a tile's f32 store (128 x 256 x 4 = 128 KB, about 5 us at an SM's share of HBM) is estimated
+// to take about as long as its mainloop; whether that idle time is the gap to cuBLAS at down and
+// gate+up at M = 4096 is what this family measures. Here each consumer owns whole tiles (128 x BN, both 64-row
 // halves: 2 x BN / 2 accumulators a thread, so BN <= 128), the CTA's tiles alternating between them. The
 // producer fills the stage ring in tile order, so the consumer of tile j + 1 starts its mainloop as the
 // consumer of tile j drains the stages of its last K blocks, and runs it while that one stages and
