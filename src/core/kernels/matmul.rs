@@ -93,8 +93,18 @@ pub const GEMM_FITTED: [FittedGemm; 4] = [
 /// Each accumulator is rounded to nearest even (`cvt.rn.bf16x2.f32`: a NaN becomes the canonical
 /// 0x7fff, where `omega_convert_f32_bf16` keeps its payload).
 pub const GEMM_Y16: [FittedGemm; 6] = [
-    FittedGemm { tile_n: GEMM_TILE_N, stages: 4, ts: "omega_gemm_bf16_tn_ts_y16", mc: "omega_gemm_bf16_tn_mc_y16" },
-    FittedGemm { tile_n: 128, stages: 6, ts: "omega_gemm_bf16_tn_ts_n128_y16", mc: "omega_gemm_bf16_tn_mc_n128_y16" },
+    FittedGemm {
+        tile_n: GEMM_TILE_N,
+        stages: GEMM_TS_STAGES,
+        ts: "omega_gemm_bf16_tn_ts_y16",
+        mc: "omega_gemm_bf16_tn_mc_y16",
+    },
+    FittedGemm {
+        tile_n: GEMM_N128_TILE_N,
+        stages: GEMM_TS_N128_STAGES,
+        ts: "omega_gemm_bf16_tn_ts_n128_y16",
+        mc: "omega_gemm_bf16_tn_mc_n128_y16",
+    },
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n160_y16", mc: "omega_gemm_bf16_tn_mc_n160_y16", ..GEMM_FITTED[0] },
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n192_y16", mc: "omega_gemm_bf16_tn_mc_n192_y16", ..GEMM_FITTED[1] },
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n96_y16", mc: "omega_gemm_bf16_tn_mc_n96_y16", ..GEMM_FITTED[2] },
@@ -225,7 +235,11 @@ pub const GEMM_SMEM_BYTES: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 2 * 4 * 8 +
 pub const GEMM_N128_SMEM_BYTES: u32 = 6 * (128 * 64 * 2 + 128 * 64 * 2) + 2 * 6 * 8 + 1024;
 /// The TMA-store entry's dynamic shared memory: 4 stages, each consumer's staging ring of two 32-column
 /// buffers (2 x 8 KiB), 8 mbarriers, the slack (`GEMM_TS_SMEM_BYTES`, 230,464 bytes).
-pub const GEMM_TS_SMEM_BYTES: u32 = gemm_ts_smem_bytes(GEMM_TILE_N, 4);
+pub const GEMM_TS_SMEM_BYTES: u32 = gemm_ts_smem_bytes(GEMM_TILE_N, GEMM_TS_STAGES);
+/// The wide TMA-store and cluster entries' stages (`GEMM_TS_STAGES`, `GEMM_MC_STAGES`).
+pub const GEMM_TS_STAGES: u32 = 4;
+/// The narrow ones' (`GEMM_TS_N128_STAGES`, `GEMM_MC_N128_STAGES`).
+pub const GEMM_TS_N128_STAGES: u32 = 6;
 /// A TMA-store layout's dynamic shared memory (gemm_bf16_ts.cuh's `GEMM_TS_SMEM_FOR_BN` with its module's
 /// staging): `stages` stages of the 128 x 64 A box and a `tile_n` x 64 B box, each consumer's staging ring
 /// of two 32-column buffers, two mbarriers a stage, 1 KiB of alignment slack.
@@ -240,7 +254,7 @@ pub const GEMM_MC_CLUSTER: u32 = 2;
 pub const GEMM_MC_B_BOX_ROWS: u32 = GEMM_TILE_N / GEMM_MC_CLUSTER;
 /// The narrow TMA-store entries' dynamic shared memory: 6 stages of 128 x 64 A and B tiles, the staging
 /// rings of [`GEMM_TS_SMEM_BYTES`], 12 mbarriers, the slack (`GEMM_TS_N128_SMEM_BYTES`, 230,496 bytes).
-pub const GEMM_TS_N128_SMEM_BYTES: u32 = gemm_ts_smem_bytes(GEMM_N128_TILE_N, 6);
+pub const GEMM_TS_N128_SMEM_BYTES: u32 = gemm_ts_smem_bytes(GEMM_N128_TILE_N, GEMM_TS_N128_STAGES);
 /// The narrow cluster entry's: the same layout (`GEMM_MC_N128_SMEM_BYTES`).
 pub const GEMM_MC_N128_SMEM_BYTES: u32 = GEMM_TS_N128_SMEM_BYTES;
 /// Rows of the narrow cluster entry's B box: half of the tile's 128 W rows.
@@ -618,26 +632,26 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_sk_n128,
     },
-    fitted_spec(0, false, gemm_fitted::<0, false>),
-    fitted_spec(0, true, gemm_fitted::<0, true>),
-    fitted_spec(1, false, gemm_fitted::<1, false>),
-    fitted_spec(1, true, gemm_fitted::<1, true>),
-    fitted_spec(2, false, gemm_fitted::<2, false>),
-    fitted_spec(2, true, gemm_fitted::<2, true>),
-    fitted_spec(3, false, gemm_fitted::<3, false>),
-    fitted_spec(3, true, gemm_fitted::<3, true>),
-    y16_spec(0, false, gemm_y16::<0, false>),
-    y16_spec(0, true, gemm_y16::<0, true>),
-    y16_spec(1, false, gemm_y16::<1, false>),
-    y16_spec(1, true, gemm_y16::<1, true>),
-    y16_spec(2, false, gemm_y16::<2, false>),
-    y16_spec(2, true, gemm_y16::<2, true>),
-    y16_spec(3, false, gemm_y16::<3, false>),
-    y16_spec(3, true, gemm_y16::<3, true>),
-    y16_spec(4, false, gemm_y16::<4, false>),
-    y16_spec(4, true, gemm_y16::<4, true>),
-    y16_spec(5, false, gemm_y16::<5, false>),
-    y16_spec(5, true, gemm_y16::<5, true>),
+    table_spec(&GEMM_FITTED, 0, false, gemm_table::<false, 0, false>),
+    table_spec(&GEMM_FITTED, 0, true, gemm_table::<false, 0, true>),
+    table_spec(&GEMM_FITTED, 1, false, gemm_table::<false, 1, false>),
+    table_spec(&GEMM_FITTED, 1, true, gemm_table::<false, 1, true>),
+    table_spec(&GEMM_FITTED, 2, false, gemm_table::<false, 2, false>),
+    table_spec(&GEMM_FITTED, 2, true, gemm_table::<false, 2, true>),
+    table_spec(&GEMM_FITTED, 3, false, gemm_table::<false, 3, false>),
+    table_spec(&GEMM_FITTED, 3, true, gemm_table::<false, 3, true>),
+    table_spec(&GEMM_Y16, 0, false, gemm_table::<true, 0, false>),
+    table_spec(&GEMM_Y16, 0, true, gemm_table::<true, 0, true>),
+    table_spec(&GEMM_Y16, 1, false, gemm_table::<true, 1, false>),
+    table_spec(&GEMM_Y16, 1, true, gemm_table::<true, 1, true>),
+    table_spec(&GEMM_Y16, 2, false, gemm_table::<true, 2, false>),
+    table_spec(&GEMM_Y16, 2, true, gemm_table::<true, 2, true>),
+    table_spec(&GEMM_Y16, 3, false, gemm_table::<true, 3, false>),
+    table_spec(&GEMM_Y16, 3, true, gemm_table::<true, 3, true>),
+    table_spec(&GEMM_Y16, 4, false, gemm_table::<true, 4, false>),
+    table_spec(&GEMM_Y16, 4, true, gemm_table::<true, 4, true>),
+    table_spec(&GEMM_Y16, 5, false, gemm_table::<true, 5, false>),
+    table_spec(&GEMM_Y16, 5, true, gemm_table::<true, 5, true>),
     gemv_spec(0, 0, gemv_bf16_tn::<0>),
     gemv_spec(1, 0, gemv_bf16_tn::<1>),
     gemv_spec(2, 0, gemv_bf16_tn::<2>),
@@ -1298,10 +1312,15 @@ fn gemm_bf16_tn_mc_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     gemm_staged(ctx, GEMM_BF16_TN_MC_N128, GEMM_N128_TILE_N, GEMM_MC_N128_B_BOX_ROWS, GEMM_MC_N128_SMEM_BYTES)
 }
 
-/// The host spec of fitted width `i`'s one-CTA (`cluster` false) or cluster entry: the TMA-store entries'
-/// parameters, no static shared memory, no stack.
-const fn fitted_spec(i: usize, cluster: bool, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
-    let f = GEMM_FITTED[i];
+/// The host spec of `table[i]`'s one-CTA (`cluster` false) or cluster entry ([`GEMM_FITTED`] or
+/// [`GEMM_Y16`]): the TMA-store entries' parameters, no static shared memory, no stack.
+const fn table_spec(
+    table: &[FittedGemm],
+    i: usize,
+    cluster: bool,
+    run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>,
+) -> HostSpec {
+    let f = table[i];
     HostSpec {
         name: if cluster { f.mc } else { f.ts },
         param_sizes: &[8, 8, 8, 8, 4, 4, 4],
@@ -1311,24 +1330,16 @@ const fn fitted_spec(i: usize, cluster: bool, run: fn(&mut KernelCtx<'_>) -> Res
     }
 }
 
-fn gemm_fitted<const I: usize, const CLUSTER: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f = GEMM_FITTED[I];
-    let (name, b_rows) = if CLUSTER { (f.mc, f.mc_b_box_rows()) } else { (f.ts, f.tile_n) };
-    gemm_staged(ctx, name, f.tile_n, b_rows, f.smem_bytes())
-}
-
-/// [`GEMM_Y16`]'s entry `I` (one CTA, or `CLUSTER`): the f32 entry of its width's product, stored bf16.
-fn gemm_y16<const I: usize, const CLUSTER: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
-    let f = GEMM_Y16[I];
+/// Entry `I` of [`GEMM_Y16`] (`Y16`: the product stored bf16) or of [`GEMM_FITTED`], one CTA or in
+/// clusters (`CLUSTER`).
+fn gemm_table<const Y16: bool, const I: usize, const CLUSTER: bool>(
+    ctx: &mut KernelCtx<'_>,
+) -> Result<(), KernelError> {
+    let table: &[FittedGemm] = if Y16 { &GEMM_Y16 } else { &GEMM_FITTED };
+    let f = table[I];
     let (name, b_box_rows) = if CLUSTER { (f.mc, f.mc_b_box_rows()) } else { (f.ts, f.tile_n) };
-    let form = GemmForm { name, tile_n: f.tile_n, b_box_rows, smem: f.smem_bytes(), args: GemmArgs::Staged, y16: true };
+    let form = GemmForm { name, tile_n: f.tile_n, b_box_rows, smem: f.smem_bytes(), args: GemmArgs::Staged, y16: Y16 };
     gemm_tma(ctx, &form)
-}
-
-/// The host spec of [`GEMM_Y16`]'s entry `i`: the TMA-store entries' parameters.
-const fn y16_spec(i: usize, cluster: bool, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
-    let f = GEMM_Y16[i];
-    HostSpec { name: if cluster { f.mc } else { f.ts }, ..fitted_spec(0, false, run) }
 }
 
 fn gemm_bf16_tn_sk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
