@@ -13,10 +13,25 @@
 // stores: one consumer's epilogue hides under the other's MMAs. Each stage is read by one consumer, so its
 // empty barrier counts one arrival. Stages, staging ring, barriers, descriptors and tile order are the
 // TMA-store body's (gemm_bf16_ts.cuh); one CTA a tile (no cluster form).
+//
+// The two mainloops take turns (CUTLASS's ordered math barrier): tile j + 1's consumer starts waiting on
+// the full barriers only once tile j's consumer has passed all of its own. A full barrier's wait is by
+// parity, so a waiter must be less than one phase ahead of the producer; without the turn, tile j + 1's
+// consumer waits STAGES-fold ahead at a short K (16 K blocks over 4 stages is 4 phases), passes an older
+// phase of the same parity, reads a stage not yet loaded and arrives on empty barriers out of order. That
+// hung session 20's run at the first shape that gave a CTA two tiles (1000 x 4095 x 1000).
 #pragma once
 #include <stdint.h>
 
 #include "gemm_bf16_ts.cuh"
+
+// Named barriers 1 to 3 are the module's (the base body's and GEMM_TS_BAR0 + consumer).
+#define GEMM_PP_TURN0 4  // consumer 0's mainloop has passed its full barriers: consumer 1's turn
+#define GEMM_PP_TURN1 5  // and consumer 1's: consumer 0's turn
+
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 template <int STAGES, int CHUNK, int NBUF, int BN>
 __device__ __forceinline__ void gemm_bf16_pp_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
@@ -72,6 +87,8 @@ __device__ __forceinline__ void gemm_bf16_pp_body(const void* tmap_a, const void
       int tm, tn;
       tile_of(t, tiles_m, tiles_n, &tm, &tn);
       uint32_t it = (uint32_t)j * kblocks;
+      // Wait for the turn only where the other consumer had the tile before this one.
+      if (j > 0) named_bar(consumer == 0 ? GEMM_PP_TURN1 : GEMM_PP_TURN0, 256);
       for (int kb = 0; kb < kblocks; ++kb, ++it) {
         const uint32_t s = it % STAGES;
         mbar_wait(&full[s], (it / STAGES) & 1);
@@ -88,6 +105,9 @@ __device__ __forceinline__ void gemm_bf16_pp_body(const void* tmap_a, const void
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         if (kb > 0 && t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
       }
+      // Every full barrier of this tile has been passed: hand the turn over, where a next tile exists
+      // (an arrival nobody waits for would be left on the barrier at exit).
+      if (t + gridDim.x < tiles) named_bar_arrive(consumer == 0 ? GEMM_PP_TURN0 : GEMM_PP_TURN1, 256);
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       if (t128 == 0) mbar_arrive(&empty[(it + STAGES - 1) % STAGES]);
 
