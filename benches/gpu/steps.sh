@@ -43,6 +43,8 @@
 #                          variants beside cudaMemcpy's copy
 #   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
 #                          variant or the named family / variant, beside cuBLAS
+#   gemmsw                 benches/cuda/gemm_swiglu_check.cu (built here): the gate+up GEMM with SwiGLU in its
+#                          epilogue beside the GEMM and SwiGLU launches it replaces, and cuBLAS's
 #   anything else          `gpu_suite --case <step>`
 set -u
 BIN=${BIN:-.gpu}
@@ -114,6 +116,7 @@ command_of() {
         prefillchk) echo "timeout 300 /tmp/prefill_check --cubin /tmp/prefill.cubin" ;;
         prefillpeer) echo "python3 benches/torch/prefill_peer.py" ;;
         gemmchk_*) echo "timeout 300 /tmp/gemm_check --variant ${1#gemmchk_}" ;;
+        gemmsw) echo "timeout 300 /tmp/gemm_swiglu_check" ;;
         *) echo "$BIN/gpu_suite --case $1" ;;
     esac
 }
@@ -130,6 +133,11 @@ for step in $STEPS; do
     if [ "${step%%_*}" = gemmchk ] && [ ! -x /tmp/gemm_check ]; then
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
             -o /tmp/gemm_check benches/cuda/gemm_check.cu -lcublas -lcuda >"$OUT/gemmchk-nvcc.log" 2>&1 || status=1
+    fi
+    if [ "$step" = gemmsw ] && [ ! -x /tmp/gemm_swiglu_check ]; then
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
+            -Ikernels/cuda -o /tmp/gemm_swiglu_check benches/cuda/gemm_swiglu_check.cu -lcublas -lcuda \
+            >"$OUT/gemmsw-nvcc.log" 2>&1 || status=1
     fi
     if [ "$step" = prefillchk ] && [ ! -x /tmp/prefill_check ]; then
         { /usr/local/cuda/bin/nvcc -cubin -arch=sm_90a -O3 -std=c++17 -Ikernels/cuda -o /tmp/prefill.cubin \
@@ -158,7 +166,7 @@ for name in $STEPS; do
         step=$(basename "$log" .log)
         echo "== $step"
         head -1 "$log"
-        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio |_tflops ' \
+        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio |_tflops |^swiglu\.|^check .*FAIL' \
             "$log" | tail -20
         tail -1 "$log"
     done

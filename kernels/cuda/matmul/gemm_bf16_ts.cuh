@@ -306,14 +306,25 @@ struct GroupedOrder {
 // CTA, multicast to both.
 // Y16: y is bf16 and stored only through its descriptor (the caller guarantees N % 8 == 0; a launch with
 // another N traps rather than store the f32 pairs of the direct path).
+// SWIGLU: y = silu(x . Wg^T) * (x . Wu^T), the gate+up projection's SwiGLU in its epilogue. W is the fused
+// gate+up weight [2N, K] (gate rows first, then up: the layout the elementwise library's fused SwiGLU
+// reads the product in) and y is [M, N]. A tile's BN accumulator columns are BN / 2 gate rows and the
+// same BN / 2 up rows (two boxes of BN / 2 rows into one stage, tmap_b's box {64, BN / 2}), so a thread
+// holds each output's gate and up values itself (accumulator groups j and j + BN / 16) and the tile
+// stores BN / 2 columns through y's descriptor only (f32: N % 4 == 0, else a trap). silu is the
+// elementwise kernel's (swiglu.cuh: g / (1 + e^-g) by __fdividef). One CTA a tile; a gate box of the last
+// column tile that runs past N reads up rows, whose columns the store clips.
 template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder,
-          bool Y16 = false>
+          bool Y16 = false, bool SWIGLU = false>
 __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
                                                   uint32_t M, uint32_t N, uint32_t K) {
   using namespace omega_gemm;
   using Ring = StagingRing<CHUNK, NBUF>;
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs at most: fast.cu saw larger clusters lose");
   static_assert(BN % GEMM_Y_BOX_COLS == 0 && BN <= 256, "whole y boxes a tile, one wgmma wide");
+  static_assert(!SWIGLU || (CLUSTER == 1 && BN % 64 == 0), "SwiGLU: whole y boxes of BN / 2 columns, no cluster");
+  // y's columns a tile stores.
+  constexpr int BN_OUT = SWIGLU ? BN / 2 : BN;
   using Smem = TsSmem<STAGES, CHUNK, NBUF, BN>;
   constexpr int STAGE_BYTES = Smem::STAGE_BYTES;
   // The part of W's box each CTA of the cluster loads (and multicasts): BN / CLUSTER rows.
@@ -326,12 +337,12 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
   const int wg = threadIdx.x / 128;
   const uint32_t rank = CLUSTER == 1 ? 0 : cluster_rank();
   const int tiles_m = (M + GEMM_BM - 1) / GEMM_BM;
-  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles_n = (N + BN_OUT - 1) / BN_OUT;
   const int units = ((tiles_m + CLUSTER - 1) / CLUSTER) * tiles_n;
   const int kblocks = (K + GEMM_BK - 1) / GEMM_BK;
   const int first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
-  const bool tma_y = Y16 || N % 4 == 0;
-  if (Y16 && N % 8 != 0) __trap();
+  const bool tma_y = Y16 || SWIGLU || N % 4 == 0;
+  if ((Y16 && N % 8 != 0) || (SWIGLU && N % 4 != 0)) __trap();
 
   // Every consumer warpgroup of the cluster reads every stage (W's part from each CTA).
   if (threadIdx.x == 0) ts_init<STAGES>(full, empty, 2 * CLUSTER, tmap_a, tmap_b, tmap_y, tma_y);
@@ -360,7 +371,10 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
           mbar_expect_tx(&full[s], STAGE_BYTES);
           // A tile row past M (the odd last row of pairs) reads zeros: the TMA unit fills them.
           tma_load_2d(a, tmap_a, &full[s], kb * GEMM_BK, tm * GEMM_BM);
-          if constexpr (CLUSTER == 1)
+          if constexpr (SWIGLU) {
+            tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * BN_OUT);
+            tma_load_2d(b + BN_OUT * GEMM_BK * 2, tmap_b, &full[s], kb * GEMM_BK, (int)N + tn * BN_OUT);
+          } else if constexpr (CLUSTER == 1)
             tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * BN);
           else
             tma_load_2d_multicast(b + rank * B_PART_BYTES, tmap_b, &full[s], kb * GEMM_BK,
@@ -384,7 +398,21 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
       consume_kblocks<BN, STAGES, CLUSTER>(acc, smem, full, empty, consumer, t128, it, 0, kblocks);
 
       const uint32_t row_base = tm * GEMM_BM + consumer * 64;
-      if constexpr (Y16) {
+      if constexpr (SWIGLU) {
+        // Group j of the output is gate group j and up group j + BN / 16 (BN / 2 columns on).
+        float h[BN_OUT / 2];
+#pragma unroll
+        for (int i = 0; i < BN_OUT / 2; ++i) {
+          const float g = acc[i], u = acc[i + BN_OUT / 2];
+          h[i] = __fdividef(g, 1.0f + __expf(-g)) * u;
+        }
+        if constexpr (Y16)
+          store_acc_tma_y16<BN_OUT, CHUNK, NBUF>(h, ring, tmap_y, M, N, row_base, tn * BN_OUT, t128,
+                                                 GEMM_TS_BAR0 + consumer);
+        else
+          store_acc_tma<BN_OUT, CHUNK, NBUF>(h, ring, tmap_y, M, N, row_base, tn * BN_OUT, t128,
+                                             GEMM_TS_BAR0 + consumer);
+      } else if constexpr (Y16) {
         store_acc_tma_y16<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
       } else if (tma_y) {
         store_acc_tma<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
