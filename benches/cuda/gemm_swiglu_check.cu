@@ -16,6 +16,8 @@
 //   cublas16  cuBLAS writing the bf16 product (as F.linear does), then omega_swiglu_bf16: torch's two calls
 //             with Omega's SwiGLU kernel in place of torch's silu and mul (two more launches there)
 //   cublas_gemm  cuBLAS's bf16-output GEMM alone: the floor a fused launch is measured against
+//   gemm16, gemm16_stm  the 192-column bf16-output GEMM alone, its y staged by st.shared or by stmatrix
+//             (fused16_*_stm are the fused forms with stmatrix; both are checked through the fused forms)
 // Checks: every fused variant's y poisoned (all-ones bits), then compared on the device element by element
 // with omega32's path over cuBLAS's f32 product (cuBLAS GEMM + omega_swiglu_f32 / _f32_bf16), and at 4096
 // sampled elements (all of them on small shapes) with an f64 CPU reference.
@@ -39,19 +41,20 @@
 
 #include "check_common.cuh"
 
-template <int STAGES, int BN, bool Y16>
+template <int STAGES, int BN, bool Y16, bool STM = false>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     fused_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
-  gemm_bf16_ts_body<STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, BN, omega_gemm::GroupedOrder, Y16, true>(ta, tb, ty, y, M,
-                                                                                                    N, K);
+  gemm_bf16_ts_body<STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, BN, omega_gemm::GroupedOrder, Y16, true, STM>(ta, tb, ty, y,
+                                                                                                         M, N, K);
 }
 
 // The module's 192-column TMA-store entry in either output type (its _y16 form is left out of this build).
-template <bool Y16>
+// STM: its bf16 staging by stmatrix.
+template <bool Y16, bool STM = false>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     n192_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
-  gemm_bf16_ts_body<GEMM_N192_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, 192, omega_gemm::GroupedOrder, Y16>(ta, tb, ty,
-                                                                                                         y, M, N, K);
+  gemm_bf16_ts_body<GEMM_N192_STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, 192, omega_gemm::GroupedOrder, Y16, false, STM>(
+      ta, tb, ty, y, M, N, K);
 }
 
 typedef void (*Entry)(const void*, const void*, const void*, float*, uint32_t, uint32_t, uint32_t);
@@ -70,6 +73,9 @@ static Fused fused[] = {
     {"fused16_n256", fused_kernel<GEMM_TS_STAGES, 256, true>, GEMM_TS_SMEM_BYTES, 256, true},
     {"fused16_n192", fused_kernel<GEMM_N192_STAGES, 192, true>, GEMM_N192_SMEM_BYTES, 192, true},
     {"fused16_n128", fused_kernel<GEMM_TS_N128_STAGES, 128, true>, GEMM_TS_N128_SMEM_BYTES, 128, true},
+    // hopper-kernels.md section 5's stmatrix staging of the bf16 y.
+    {"fused16_n192_stm", fused_kernel<GEMM_N192_STAGES, 192, true, true>, GEMM_N192_SMEM_BYTES, 192, true},
+    {"fused16_n128_stm", fused_kernel<GEMM_TS_N128_STAGES, 128, true, true>, GEMM_TS_N128_SMEM_BYTES, 128, true},
 };
 #define FUSED ((int)(sizeof(fused) / sizeof(fused[0])))
 
@@ -291,18 +297,27 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
       return ms * 1e3 / reps;
     };
     // Best of two rounds of every path, in turn (the clock drifts with heat).
-    const char* names[4] = {"omega32", "omega16", "cublas16", "cublas_gemm"};
-    double base[4] = {1e30, 1e30, 1e30, 1e30};
+    const char* names[6] = {"omega32", "omega16", "cublas16", "cublas_gemm", "gemm16", "gemm16_stm"};
+    double base[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+    const dim3 grid192(grid_of(N2, 192));
     std::vector<double> best(FUSED, 1e30);
     for (int round = 0; round < 2; ++round) {
       base[0] = fmin(base[0], time(omega32));
       base[1] = fmin(base[1], time(omega16));
       base[2] = fmin(base[2], time(cublas16));
       base[3] = fmin(base[3], time([&] { cublas(dgu16, CUDA_R_16BF); }));
+      base[4] = fmin(base[4], time([&] {
+        n192_kernel<true><<<grid192, GEMM_THREADS, GEMM_N192_SMEM_BYTES>>>(&dmaps[0], &dmaps[4], &dmaps[8],
+                                                                           (float*)dgu16, M, N2, K);
+      }));
+      base[5] = fmin(base[5], time([&] {
+        n192_kernel<true, true><<<grid192, GEMM_THREADS, GEMM_N192_SMEM_BYTES>>>(&dmaps[0], &dmaps[4], &dmaps[8],
+                                                                                 (float*)dgu16, M, N2, K);
+      }));
       for (int fi = 0; fi < FUSED; ++fi) best[fi] = fmin(best[fi], time([&] { launch_fused(fused[fi]); }));
     }
     CK(cudaGetLastError());
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 6; ++i)
       printf("swiglu.%ux%ux%u.%s_us %.2f\nswiglu.%ux%ux%u.%s_vs_omega32 %.3f\n", M, I, K, names[i], base[i], M, I, K,
              names[i], base[0] / base[i]);
     for (int fi = 0; fi < FUSED; ++fi)
@@ -332,6 +347,8 @@ int main(int argc, char** argv) {
   for (auto& f : fused) CK(cudaFuncSetAttribute(f.entry, cudaFuncAttributeMaxDynamicSharedMemorySize, f.smem));
   CK(cudaFuncSetAttribute(n192_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_N192_SMEM_BYTES));
   CK(cudaFuncSetAttribute(n192_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_N192_SMEM_BYTES));
+  CK(cudaFuncSetAttribute(n192_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          GEMM_N192_SMEM_BYTES));
   cublasCreate(&run.h);
   int passed = 0, failed = 0;
   // I % 8 == 0 (a bf16 y's descriptor); ragged M, I past a tile's width and K past a K block.

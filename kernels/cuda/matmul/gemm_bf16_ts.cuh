@@ -115,11 +115,15 @@ __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b)
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 
-// The pair (lo, hi) rounded to bf16 (nearest even) and stored as one word, lo at the lower address.
-__device__ __forceinline__ void st_shared_bf16x2(uint32_t addr, float lo, float hi) {
+// The pair (lo, hi) rounded to bf16 (nearest even) as one word, lo in the low half (the lower address).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t packed;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(packed) : "memory");
+  return packed;
+}
+
+__device__ __forceinline__ void st_shared_bf16x2(uint32_t addr, float lo, float hi) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(pack_bf16x2(lo, hi)) : "memory");
 }
 
 __device__ __forceinline__ void named_bar(int id, int threads) {
@@ -198,7 +202,10 @@ __device__ __forceinline__ void store_acc_tma(const float (&acc)[BN / 2], Stagin
 
 // store_acc_tma for a bf16 y: each buffer of the ring takes one 64-column box (BN / 64 chunks, then the
 // tile's last 64 columns where BN % 64 == 32), the accumulator pairs rounded to bf16.
-template <int BN, int CHUNK, int NBUF>
+// STM: the pairs are staged by `stmatrix` (fast.cu's epilogue) instead of one `st.shared.u32` each: a
+// warp's m16n8 accumulator fragment is two 8 x 8 b16 matrices, so one `stmatrix.x4` stores two column
+// groups of its 16 rows, each lane naming one 16-byte row of one matrix (its swizzled chunk).
+template <int BN, int CHUNK, int NBUF, bool STM = false>
 __device__ __forceinline__ void store_acc_tma_y16(const float (&acc)[BN / 2], StagingRing<CHUNK, NBUF>& ring,
                                                   const void* tmap_y, uint32_t M, uint32_t N, uint32_t row_base,
                                                   uint32_t col_base, int t128, int bar) {
@@ -218,12 +225,27 @@ __device__ __forceinline__ void store_acc_tma_y16(const float (&acc)[BN / 2], St
     uint8_t* buf = ring.base + (ring.seq % NBUF) * Ring::BUF_BYTES;
     if (leader) bulk_wait_read<NBUF - 1>();
     named_bar(bar, 128);
+    if constexpr (STM) {
+      // Lanes 8i .. 8i + 7 address matrix i's rows: matrices 0, 1 are group jj's rows 0-7 and 8-15 of the
+      // warp's 16, matrices 2, 3 group jj + 1's.
+      const uint32_t row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-    for (int jj = 0; jj < GEMM_Y16_BOX_COLS / 8; ++jj) {
-      const int j = first / 8 + jj;  // accumulator column group: columns 8j .. 8j+7 of the tile
-      const uint32_t p = smem_addr(buf) + r0 * 128 + ((jj ^ swz) * 16) + word;
-      st_shared_bf16x2(p, acc[4 * j], acc[4 * j + 1]);
-      st_shared_bf16x2(p + 8 * 128, acc[4 * j + 2], acc[4 * j + 3]);
+      for (int jj = 0; jj < GEMM_Y16_BOX_COLS / 8; jj += 2) {
+        const int j = first / 8 + jj;
+        const uint32_t p = smem_addr(buf) + row * 128 + (((jj + (lane >> 4)) ^ (lane & 7)) * 16);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(p),
+                     "r"(pack_bf16x2(acc[4 * j], acc[4 * j + 1])), "r"(pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3])),
+                     "r"(pack_bf16x2(acc[4 * j + 4], acc[4 * j + 5])), "r"(pack_bf16x2(acc[4 * j + 6], acc[4 * j + 7]))
+                     : "memory");
+      }
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < GEMM_Y16_BOX_COLS / 8; ++jj) {
+        const int j = first / 8 + jj;  // accumulator column group: columns 8j .. 8j+7 of the tile
+        const uint32_t p = smem_addr(buf) + r0 * 128 + ((jj ^ swz) * 16) + word;
+        st_shared_bf16x2(p, acc[4 * j], acc[4 * j + 1]);
+        st_shared_bf16x2(p + 8 * 128, acc[4 * j + 2], acc[4 * j + 3]);
+      }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     named_bar(bar, 128);
@@ -315,7 +337,7 @@ struct GroupedOrder {
 // elementwise kernel's (swiglu.cuh: g / (1 + e^-g) by __fdividef). One CTA a tile; a gate box of the last
 // column tile that runs past N reads up rows, whose columns the store clips.
 template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder,
-          bool Y16 = false, bool SWIGLU = false>
+          bool Y16 = false, bool SWIGLU = false, bool STM = false>
 __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y,
                                                   uint32_t M, uint32_t N, uint32_t K) {
   using namespace omega_gemm;
@@ -407,13 +429,14 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
           h[i] = __fdividef(g, 1.0f + __expf(-g)) * u;
         }
         if constexpr (Y16)
-          store_acc_tma_y16<BN_OUT, CHUNK, NBUF>(h, ring, tmap_y, M, N, row_base, tn * BN_OUT, t128,
+          store_acc_tma_y16<BN_OUT, CHUNK, NBUF, STM>(h, ring, tmap_y, M, N, row_base, tn * BN_OUT, t128,
                                                  GEMM_TS_BAR0 + consumer);
         else
           store_acc_tma<BN_OUT, CHUNK, NBUF>(h, ring, tmap_y, M, N, row_base, tn * BN_OUT, t128,
                                              GEMM_TS_BAR0 + consumer);
       } else if constexpr (Y16) {
-        store_acc_tma_y16<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
+        store_acc_tma_y16<BN, CHUNK, NBUF, STM>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128,
+                                                GEMM_TS_BAR0 + consumer);
       } else if (tma_y) {
         store_acc_tma<BN, CHUNK, NBUF>(acc, ring, tmap_y, M, N, row_base, tn * BN, t128, GEMM_TS_BAR0 + consumer);
       } else {
