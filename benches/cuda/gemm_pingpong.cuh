@@ -17,7 +17,8 @@
 // The two mainloops take turns (CUTLASS's ordered math barrier): tile j + 1's consumer starts waiting on
 // the full barriers only once tile j's consumer has passed all of its own. A full barrier's wait is by
 // parity, so a waiter must be less than one phase ahead of the producer; without the turn, tile j + 1's
-// consumer waits STAGES-fold ahead at a short K (16 K blocks over 4 stages is 4 phases), passes an older
+// consumer waits two or more phases ahead at a short K (tile 1 starts at K block 16 of a 6-stage ring at
+// K = 1000, while the producer is about 6 blocks in), passes an older
 // phase of the same parity, reads a stage not yet loaded and arrives on empty barriers out of order. That
 // hung session 20's run at the first shape that gave a CTA two tiles (1000 x 4095 x 1000).
 #pragma once
