@@ -77,6 +77,25 @@ static double graph_us(cudaStream_t st, int calls, int copies, F&& body) {
   return best * 1e3 / calls;
 }
 
+// Microseconds per launch of `body()` over `reps` back-to-back launches on the default stream, after
+// three to warm up (cudaEvent, no graph: each launch's own cost counted, as a caller's loop pays it).
+template <typename F>
+static double launches_us(int reps, F&& body) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) body();
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; ++i) body();
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  float ms;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return ms * 1e3 / reps;
+}
+
 // A 1 GiB device-to-device copy's (read + write) GB/s.
 static double copy_gbps(cudaStream_t st) {
   const size_t bytes = 1ull << 30;

@@ -47,6 +47,7 @@
 #include "gemm_pingpong.cuh"
 
 #include "check_common.cuh"
+#include "tma_encode.cuh"
 
 // The template's other splits of shared memory between stages and the staging ring (the module's entries
 // are ts_s4c32x2 and mc_s4c32x2).
@@ -191,21 +192,6 @@ static Variant variants[] = {
     {"pp_n96", "pp", pp_kernel<6, 32, 2, 96>, GEMM_TS_SMEM_FOR_BN(96, 6, 32, 2), 1, 0, 96},
     {"pp_n64", "pp", pp_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 1, 0, 64},
 };
-
-static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
-                   uint64_t outer, uint32_t box_inner, uint32_t box_outer) {
-  cuuint64_t dims[2] = {inner, outer};
-  cuuint64_t strides[1] = {inner * elem_bytes};
-  cuuint32_t box[2] = {box_inner, box_outer};
-  cuuint32_t estr[2] = {1, 1};
-  CUresult r = cuTensorMapEncodeTiled(m, type, 2, base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", (int)r);
-    exit(2);
-  }
-}
 
 // max |a - b| over n floats into *out (as the bits of a non-negative float; a NaN counts as +inf).
 __global__ void max_abs_diff(const float* a, const float* b, size_t n, unsigned int* out) {
@@ -386,21 +372,9 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
   }
 
   if (bench) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     const double flops = 2.0 * M * N * K;
-    int reps = (int)fmax(5.0, fmin(200.0, 2e13 / flops));
-    auto time = [&](auto&& f) {
-      for (int i = 0; i < 3; ++i) f();
-      CK(cudaEventRecord(e0));
-      for (int i = 0; i < reps; ++i) f();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      return flops * reps / (ms * 1e-3) / 1e12;
-    };
+    const int reps = (int)fmax(5.0, fmin(200.0, 2e13 / flops));
+    auto time = [&](auto&& f) { return flops / (launches_us(reps, f) * 1e-6) / 1e12; };
     const int nv = sizeof(variants) / sizeof(variants[0]);
     std::vector<double> best(nv, 0.0);
     double tc = 0;
@@ -419,8 +393,6 @@ static bool one(Run& run, uint32_t M, uint32_t N, uint32_t K, bool bench, uint64
              N, K, variants[i].name, best[i] / tc);
     }
     fflush(stdout);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
   }
   CK(cudaFree(dx));
   CK(cudaFree(dw));

@@ -40,6 +40,7 @@
 #include "elementwise/swiglu.cuh"
 
 #include "check_common.cuh"
+#include "tma_encode.cuh"
 
 template <int STAGES, int BN, bool Y16, bool STM = false>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
@@ -78,21 +79,6 @@ static Fused fused[] = {
     {"fused16_n128_stm", fused_kernel<GEMM_TS_N128_STAGES, 128, true, true>, GEMM_TS_N128_SMEM_BYTES, 128, true},
 };
 #define FUSED ((int)(sizeof(fused) / sizeof(fused[0])))
-
-static void encode(CUtensorMap* m, CUtensorMapDataType type, int elem_bytes, void* base, uint64_t inner,
-                   uint64_t outer, uint32_t box_inner, uint32_t box_outer) {
-  cuuint64_t dims[2] = {inner, outer};
-  cuuint64_t strides[1] = {inner * elem_bytes};
-  cuuint32_t box[2] = {box_inner, box_outer};
-  cuuint32_t estr[2] = {1, 1};
-  CUresult r = cuTensorMapEncodeTiled(m, type, 2, base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", (int)r);
-    exit(2);
-  }
-}
 
 __device__ __forceinline__ float load_y(const float* y, size_t i) { return y[i]; }
 __device__ __forceinline__ float load_y(const uint16_t* y, size_t i) { return __uint_as_float((uint32_t)y[i] << 16); }
@@ -283,21 +269,9 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
   }
 
   if (bench) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     const double flops = 2.0 * M * N2 * K;
     const int reps = (int)fmax(5.0, fmin(200.0, 2e13 / flops));
-    auto time = [&](auto&& body) {
-      for (int i = 0; i < 3; ++i) body();
-      CK(cudaEventRecord(e0));
-      for (int i = 0; i < reps; ++i) body();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      return ms * 1e3 / reps;
-    };
+    auto time = [&](auto&& body) { return launches_us(reps, body); };
     // Best of two rounds of every path, in turn (the clock drifts with heat).
     const char* names[6] = {"omega32", "omega16", "cublas16", "cublas_gemm", "gemm16", "gemm16_stm"};
     double base[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
@@ -326,8 +300,6 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
       printf("swiglu.%ux%ux%u.%s_us %.2f\nswiglu.%ux%ux%u.%s_vs_omega32 %.3f\n", M, I, K, fused[fi].name, best[fi], M,
              I, K, fused[fi].name, base[0] / best[fi]);
     fflush(stdout);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
   }
   for (void* p : {dx, dw, dy, dref, dgu, dgu16, (void*)dref16, (void*)didx, (void*)dsamp, (void*)ddiff, (void*)dmaps})
     CK(cudaFree(p));
