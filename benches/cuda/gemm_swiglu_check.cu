@@ -117,7 +117,7 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
   for (auto& v : hx) v = random_bf16(s);
   for (auto& v : hw) v = random_bf16(s);
   const size_t MI = (size_t)M * I, MN2 = (size_t)M * N2;
-  void *dx, *dw, *dy, *dref, *dgu, *dgu16;
+  void *dx, *dw, *dy, *dgu, *dgu16;
   float *dsamp, *dref32;
   uint16_t* dref16;
   size_t* didx;
@@ -126,11 +126,10 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
   CK(cudaMalloc(&dx, hx.size() * 2));
   CK(cudaMalloc(&dw, hw.size() * 2));
   CK(cudaMalloc(&dy, MI * 4));
-  CK(cudaMalloc(&dref, MI * 4));
+  CK(cudaMalloc(&dref32, MI * 4));
   CK(cudaMalloc(&dgu, MN2 * 4));
   CK(cudaMalloc(&dgu16, MN2 * 2));
   CK(cudaMalloc(&ddiff, 4));
-  dref32 = (float*)dref;
   CK(cudaMalloc(&dref16, MI * 2));
   CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dw, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
@@ -301,7 +300,7 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
              I, K, fused[fi].name, base[0] / best[fi]);
     fflush(stdout);
   }
-  for (void* p : {dx, dw, dy, dref, dgu, dgu16, (void*)dref16, (void*)didx, (void*)dsamp, (void*)ddiff, (void*)dmaps})
+  for (void* p : {dx, dw, dy, (void*)dref32, dgu, dgu16, (void*)dref16, (void*)didx, (void*)dsamp, (void*)ddiff, (void*)dmaps})
     CK(cudaFree(p));
   return all_ok;
 }

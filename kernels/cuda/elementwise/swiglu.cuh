@@ -11,13 +11,12 @@
 // gate and up 16-byte aligned and y aligned to its V elements (16 bytes, or 8 for f32 -> bf16); the kernel
 // checks and takes the scalar path otherwise.
 //
-// silu's quotient is `__fdividef` (2 ulp, 0 past a 2^126 denominator, where silu is below 2^-119): the
-// IEEE division took 37 registers, 6 CTAs an SM; with it the kernel fits `__launch_bounds__(256, 8)`
-// without spills, 2048 threads an SM.
+// silu is silu.cuh's (its fast quotient is what lets the kernel fit 8 CTAs an SM).
 //
 // block: 256 (`__launch_bounds__(256, 8)`).
 #pragma once
 #include "common.cuh"
+#include "silu.cuh"
 
 template <typename T, typename Y, int V>
 __device__ __forceinline__ void swiglu_rows(const T* __restrict__ g, const T* __restrict__ u, Y* __restrict__ y,
@@ -30,7 +29,7 @@ __device__ __forceinline__ void swiglu_rows(const T* __restrict__ g, const T* __
       ew_load<V>(g + in + c, gv);
       ew_load<V>(u + in + c, uv);
 #pragma unroll
-      for (int j = 0; j < V; ++j) gv[j] = __fdividef(gv[j], 1.0f + __expf(-gv[j])) * uv[j];
+      for (int j = 0; j < V; ++j) gv[j] = omega_silu(gv[j]) * uv[j];
       ew_store<V>(y + out + c, gv);
     }
   }

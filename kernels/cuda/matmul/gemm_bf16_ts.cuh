@@ -38,6 +38,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "../elementwise/silu.cuh"
 #include "gemm_bf16.cuh"
 
 // Stages and staging ring of the module's entries (the harness instantiates others).
@@ -334,7 +335,7 @@ struct GroupedOrder {
 // same BN / 2 up rows (two boxes of BN / 2 rows into one stage, tmap_b's box {64, BN / 2}), so a thread
 // holds each output's gate and up values itself (accumulator groups j and j + BN / 16) and the tile
 // stores BN / 2 columns through y's descriptor only (f32: N % 4 == 0, else a trap). silu is the
-// elementwise kernel's (swiglu.cuh: g / (1 + e^-g) by __fdividef). One CTA a tile; a gate box of the last
+// elementwise SwiGLU's (elementwise/silu.cuh). One CTA a tile; a gate box of the last
 // column tile that runs past N reads up rows, whose columns the store clips.
 template <int STAGES, int CHUNK, int NBUF, int CLUSTER, int BN = GEMM_BN, class Order = omega_gemm::GroupedOrder,
           bool Y16 = false, bool SWIGLU = false, bool STM = false>
@@ -426,7 +427,7 @@ __device__ __forceinline__ void gemm_bf16_ts_body(const void* tmap_a, const void
 #pragma unroll
         for (int i = 0; i < BN_OUT / 2; ++i) {
           const float g = acc[i], u = acc[i + BN_OUT / 2];
-          h[i] = __fdividef(g, 1.0f + __expf(-g)) * u;
+          h[i] = omega_silu(g) * u;
         }
         if constexpr (Y16)
           store_acc_tma_y16<BN_OUT, CHUNK, NBUF, STM>(h, ring, tmap_y, M, N, row_base, tn * BN_OUT, t128,
