@@ -158,11 +158,13 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
     const CUtensorMap* tb = &dmaps[half == 128 ? 1 : half == 96 ? 2 : 3];
     f.entry<<<grid_of(I, half), GEMM_THREADS, f.smem>>>(&dmaps[0], tb, &dmaps[f.y16 ? 6 : 5], (float*)dy, M, I, K);
   };
-  // SwiGLU over the fused product [M, 2I] (gate columns first): the elementwise library's launch shape.
-  auto swiglu_grid = [&] {
-    const uint32_t x = (I + 256 * 8 - 1) / (256 * 8);
-    const uint32_t rows = (uint32_t)(8 * run.sms) / x;
-    return dim3(x, rows < M ? rows : M);
+  // SwiGLU over the fused product [M, 2I] (gate columns first), in the elementwise library's launch shape
+  // (plan_swiglu): chunks of 256 threads x V inputs (V = 4 f32, 8 bf16) across, rows down, one wave of
+  // 8 CTAs an SM in all.
+  auto swiglu_grid = [&](uint32_t v) {
+    const uint32_t wave = 8 * run.sms, chunks = (I + 256 * v - 1) / (256 * v);
+    const uint32_t x = chunks < wave ? chunks : wave, rows = wave / x > 1 ? wave / x : 1;
+    return dim3(x, std::min({M, 65535u, rows}));
   };
   const float one_f = 1.0f, zero_f = 0.0f;
   auto cublas = [&](void* out, cudaDataType t) {
@@ -176,22 +178,22 @@ static bool one(Run& run, uint32_t M, uint32_t I, uint32_t K, bool bench, uint64
   auto omega32 = [&] {
     n192_kernel<false><<<grid_of(N2, 192), GEMM_THREADS, GEMM_N192_SMEM_BYTES>>>(&dmaps[0], &dmaps[4], &dmaps[7],
                                                                                  (float*)dgu, M, N2, K);
-    omega_swiglu_f32_bf16<<<swiglu_grid(), 256>>>((float*)dgu, (float*)dgu + I, (uint16_t*)dy, M, I, N2);
+    omega_swiglu_f32_bf16<<<swiglu_grid(4), 256>>>((float*)dgu, (float*)dgu + I, (uint16_t*)dy, M, I, N2);
   };
   auto omega16 = [&] {
     n192_kernel<true><<<grid_of(N2, 192), GEMM_THREADS, GEMM_N192_SMEM_BYTES>>>(&dmaps[0], &dmaps[4], &dmaps[8],
                                                                                 (float*)dgu16, M, N2, K);
-    omega_swiglu_bf16<<<swiglu_grid(), 256>>>((uint16_t*)dgu16, (uint16_t*)dgu16 + I, (uint16_t*)dy, M, I, N2);
+    omega_swiglu_bf16<<<swiglu_grid(8), 256>>>((uint16_t*)dgu16, (uint16_t*)dgu16 + I, (uint16_t*)dy, M, I, N2);
   };
   auto cublas16 = [&] {
     cublas(dgu16, CUDA_R_16BF);
-    omega_swiglu_bf16<<<swiglu_grid(), 256>>>((uint16_t*)dgu16, (uint16_t*)dgu16 + I, (uint16_t*)dy, M, I, N2);
+    omega_swiglu_bf16<<<swiglu_grid(8), 256>>>((uint16_t*)dgu16, (uint16_t*)dgu16 + I, (uint16_t*)dy, M, I, N2);
   };
 
   // The two-launch references over cuBLAS's f32 product: f32 and bf16 y.
   cublas(dgu, CUDA_R_32F);
-  omega_swiglu_f32<<<swiglu_grid(), 256>>>((float*)dgu, (float*)dgu + I, dref32, M, I, N2);
-  omega_swiglu_f32_bf16<<<swiglu_grid(), 256>>>((float*)dgu, (float*)dgu + I, dref16, M, I, N2);
+  omega_swiglu_f32<<<swiglu_grid(4), 256>>>((float*)dgu, (float*)dgu + I, dref32, M, I, N2);
+  omega_swiglu_f32_bf16<<<swiglu_grid(4), 256>>>((float*)dgu, (float*)dgu + I, dref16, M, I, N2);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
 
