@@ -166,7 +166,7 @@ for name in $STEPS; do
         step=$(basename "$log" .log)
         echo "== $step"
         head -1 "$log"
-        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio |_tflops |^swiglu\.|^check .*FAIL' \
+        grep -E 'passed, .* failed|^FAIL| FAIL$|^[^#].*check: |qwen3 decode B=|profile total|sealed: [0-9]+ driver|peer qwen3 best|^best |gemv_variants failed|ew_variants failed|^# .* split auto|_of_copy |_of_floor |_goal_|copy_ratio |_tflops |^swiglu\.' \
             "$log" | tail -20
         tail -1 "$log"
     done
