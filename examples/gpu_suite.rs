@@ -1901,6 +1901,18 @@ fn matmul_convert(n: usize) -> CaseResult {
 /// tile rows leaves the last pair's second tile past M), a full wave, N % 4 == 2 and 3 stored directly.
 const STAGED_SHAPES: [[u32; 3]; 6] =
     [[1024, 1024, 1024], [1000, 1000, 1000], [4096, 2048, 2048], [257, 516, 136], [999, 1002, 520], [130, 7, 64]];
+/// The ping-pong case's: the staged cases' (a CTA with one tile or two), the shape whose two tiles a CTA hung
+/// the harness's first form (the mainloops not yet taking turns), and down at M = 4096 (four tiles a CTA).
+const PINGPONG_SHAPES: [[u32; 3]; 8] = [
+    STAGED_SHAPES[0],
+    STAGED_SHAPES[1],
+    STAGED_SHAPES[2],
+    STAGED_SHAPES[3],
+    STAGED_SHAPES[4],
+    STAGED_SHAPES[5],
+    [1000, 4095, 1000],
+    [4096, 2048, 768],
+];
 /// The library case's shapes: ragged through y's descriptor, N % 4 == 2, a Qwen-sized product, and N % 8
 /// == 0 past whole tiles of every width (a bf16 y's last boxes clipped).
 const STAGED_LIB_SHAPES: [[u32; 3]; 4] = [[300, 1024, 520], [129, 258, 200], [512, 5120, 2048], [200, 392, 136]];
@@ -1940,8 +1952,8 @@ const fn fitted_entry(i: usize, cluster: bool) -> StagedEntry {
 }
 
 /// The staged cases' entries, by case name: the wide, narrow and fitted tiles, one CTA or 2-CTA
-/// clusters.
-const STAGED_ENTRIES: [(&str, StagedEntry); 12] = [
+/// clusters, then the narrow tile's ping-pong entry.
+const STAGED_ENTRIES: [(&str, StagedEntry); 13] = [
     (
         "matmul_ts",
         StagedEntry {
@@ -1990,6 +2002,16 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 12] = [
     ("matmul_mc_n96", fitted_entry(2, true)),
     ("matmul_ts_n64", fitted_entry(3, false)),
     ("matmul_mc_n64", fitted_entry(3, true)),
+    (
+        "matmul_pp_n128",
+        StagedEntry {
+            name: mm::GEMM_BF16_TN_PP_N128,
+            tile_n: mm::GEMM_N128_TILE_N,
+            b_rows: mm::GEMM_N128_TILE_N,
+            smem: mm::GEMM_TS_N128_SMEM_BYTES,
+            cluster: false,
+        },
+    ),
 ];
 
 /// A TMA-store GEMM entry (`omega_gemm_bf16_tn_ts`, its 2-CTA cluster form `omega_gemm_bf16_tn_mc` with
@@ -2059,7 +2081,7 @@ fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
 }
 
 /// The matmul library with the TMA-store plans forced ([`omega::libs::matmul::ForcedPlan::GemmTmaStore`],
-/// every tile, without and with the cluster) at each shape: an f32 output poisoned and checked at a sample
+/// every tile, without and with the cluster, and the narrow tile's `GemmPingPong`) at each shape: an f32 output poisoned and checked at a sample
 /// against f64, then the bf16 output against that f32 product rounded, bit for bit; the info must name the
 /// entry: at N % 8 == 0 its `_y16` form, which stores the bf16 y itself, else the entry and the conversion.
 fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
@@ -2077,7 +2099,12 @@ fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
                 0 => mm::y16_form(e.name).ok_or_else(|| format!("{} has no _y16 form", e.name))?,
                 _ => e.name,
             };
-            plans.push((ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }, [e.name, bf16]));
+            let forced = if e.name == mm::GEMM_BF16_TN_PP_N128 {
+                ForcedPlan::GemmPingPong { tile }
+            } else {
+                ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }
+            };
+            plans.push((forced, [e.name, bf16]));
         }
         seen.push(forced_f32_then_bf16(&[shape], &plans)?);
     }
@@ -2274,6 +2301,7 @@ fn main() -> ExitCode {
             // The suite runs it in process; a case of its own to run it alone.
             "matmul_skinny" => matmul_skinny(&SKINNY_MS, 5120, 2048),
             "elementwise" => elementwise::all(),
+            "matmul_pp_n128" => matmul_tma_store(STAGED_ENTRIES[12].1, &PINGPONG_SHAPES),
             other => match STAGED_ENTRIES.iter().find(|(case, _)| *case == other) {
                 Some(&(_, e)) => matmul_tma_store(e, &STAGED_SHAPES),
                 None => Err(format!("no case {other}")),
@@ -2347,14 +2375,17 @@ fn main() -> ExitCode {
             in_child("matmul_mc_n128")
         }),
         ("matmul: fitted TMA-store GEMMs bf16 (128x{160,192,96,64} tiles, one CTA and 2-CTA clusters)", || {
-            STAGED_ENTRIES[4..]
+            STAGED_ENTRIES[4..12]
                 .iter()
                 .map(|&(case, _)| case)
                 .map(|case| in_child(case).map_err(|e| format!("{case}: {e}")))
                 .collect::<Result<Vec<_>, _>>()
                 .map(|v| v.join("; "))
         }),
-        ("matmul library: TMA-store and cluster plans forced, f32 and bf16 outputs (bf16 stored by the _y16 entries at N % 8 == 0)", || in_child("matmul_lib_ts")),
+        ("matmul: ping-pong GEMM bf16 (128x128 tiles, consumers on alternate tiles, TMA stores)", || {
+            in_child("matmul_pp_n128")
+        }),
+        ("matmul library: TMA-store, cluster and ping-pong plans forced, f32 and bf16 outputs (bf16 stored by the _y16 entries at N % 8 == 0)", || in_child("matmul_lib_ts")),
         ("matmul library: stream-K plans forced, both tiles, f32 and bf16 outputs", || in_child("matmul_lib_sk")),
         ("matmul library: the GEMV's bf16 output in one launch, bit for bit the f32 product rounded", matmul_gemv_y16),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),

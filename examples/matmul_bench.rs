@@ -45,7 +45,7 @@
 //! GEMV (planner's split; M <= 64 only, past that its passes over W take tens of milliseconds), the
 //! unsplit wide and narrow TMA GEMMs, the narrow one in 2 K splits, each tile by the TMA-store
 //! entry, by the cluster entry and in stream-K order (`wide_ts`, `wide_mc`, `narrow_ts`, `narrow_mc`,
-//! `wide_sk`, `narrow_sk`), and the skinny GEMM
+//! `wide_sk`, `narrow_sk`), the narrow tile in ping-pong (`narrow_pp`), and the skinny GEMM
 //! (M <= 64) at the planner's split and unsplit; each timed as above (call and list, [`ALT_ITERS`] calls) and printed
 //! as `omega.alt_<plan>_<M>x<N>x<K>_us` (with `_call_us` and `_list_us`), a `#` line naming the kernel,
 //! a `# ... refused: <error>` line for a plan the shape cannot take. With `--quick`: 256^3, three small
@@ -665,6 +665,7 @@ fn alternatives<'s>(
         ForcedPlan::GemmTmaStore { tile: GemmTile::N64, cluster: false },
         ForcedPlan::GemmStreamK { tile: GemmTile::Wide },
         ForcedPlan::GemmStreamK { tile: GemmTile::Narrow },
+        ForcedPlan::GemmPingPong { tile: GemmTile::Narrow },
         ForcedPlan::Skinny { split: None },
         ForcedPlan::Skinny { split: Some(1) },
     ];

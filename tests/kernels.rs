@@ -74,6 +74,8 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
         mm::GEMM_BF16_TN_MC_N128,
         mm::GEMM_BF16_TN_SK,
         mm::GEMM_BF16_TN_SK_N128,
+        mm::GEMM_BF16_TN_PP_N128,
+        mm::GEMM_BF16_TN_PP_N128_Y16,
     ]
     .into_iter()
     .chain(mm::GEMM_FITTED.iter().flat_map(|f| [f.ts, f.mc]))
@@ -118,7 +120,14 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     }
     // The stream-K entries take the TMA-store layouts: their fix-up goes through global memory.
     assert_eq!((mm::GEMM_SK_SMEM_BYTES, mm::GEMM_SK_N128_SMEM_BYTES), (230_464, 230_496));
-    let one_cta = [mm::GEMM_BF16_TN_TS, mm::GEMM_BF16_TN_TS_N128, mm::GEMM_BF16_TN_SK, mm::GEMM_BF16_TN_SK_N128];
+    let one_cta = [
+        mm::GEMM_BF16_TN_TS,
+        mm::GEMM_BF16_TN_TS_N128,
+        mm::GEMM_BF16_TN_SK,
+        mm::GEMM_BF16_TN_SK_N128,
+        mm::GEMM_BF16_TN_PP_N128,
+        mm::GEMM_BF16_TN_PP_N128_Y16,
+    ];
     for ts in one_cta.into_iter().chain(mm::GEMM_FITTED.map(|f| f.ts)) {
         assert_eq!(m.kernel(ts).unwrap().cluster_dims, None, "{ts}");
     }

@@ -403,12 +403,14 @@ fn the_tma_store_and_cluster_gemms_match_f64_through_ys_descriptor_or_direct_sto
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let mut gpu = gpu;
-        // (entry, tile columns, W rows per box, CTAs per cluster): every tile in both forms.
+        // (entry, tile columns, W rows per box, CTAs per cluster): every tile in both forms, and the
+        // narrow tile in ping-pong.
         let entries = [
             (mm::GEMM_BF16_TN_TS, mm::GEMM_TILE_N, mm::GEMM_TILE_N, 1),
             (mm::GEMM_BF16_TN_MC, mm::GEMM_TILE_N, mm::GEMM_MC_B_BOX_ROWS, 2),
             (mm::GEMM_BF16_TN_TS_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_TILE_N, 1),
             (mm::GEMM_BF16_TN_MC_N128, mm::GEMM_N128_TILE_N, mm::GEMM_MC_N128_B_BOX_ROWS, 2),
+            (mm::GEMM_BF16_TN_PP_N128, mm::GEMM_N128_TILE_N, mm::GEMM_N128_TILE_N, 1),
         ];
         let fitted = mm::GEMM_FITTED
             .iter()
@@ -451,8 +453,14 @@ fn the_bf16_output_gemms_store_each_product_rounded_through_ys_bf16_descriptor_a
     on_sim(|s, gpu| {
         let module = s.load_module(module()).unwrap();
         let mut gpu = gpu;
-        for f in mm::GEMM_Y16 {
-            for (name, b_rows, cluster) in [(f.ts, f.tile_n, 1), (f.mc, f.mc_b_box_rows(), 2)] {
+        let pp = (mm::GEMM_BF16_TN_PP_N128_Y16, mm::GEMM_N128_TILE_N);
+        for (f, pp) in mm::GEMM_Y16.into_iter().map(|f| (f, None)).chain([(mm::GEMM_Y16[1], Some(pp))]) {
+            // Each width's two entries; the narrow width once more for the ping-pong entry alone.
+            let forms = match pp {
+                None => vec![(f.ts, f.tile_n, 1), (f.mc, f.mc_b_box_rows(), 2)],
+                Some((name, b_rows)) => vec![(name, b_rows, 1)],
+            };
+            for (name, b_rows, cluster) in forms {
                 let k = module.kernel(name).unwrap();
                 for [m, n, kk] in shapes {
                     let (xb, x) = bf16s(&mut g, (m * kk) as usize);

@@ -713,10 +713,15 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             (N64, false, refs::GEMM_FITTED[3].ts),
             (N64, true, refs::GEMM_FITTED[3].mc),
         ];
+        // Each as its forced plan, and the ping-pong entry (the narrow tile's, one CTA a tile).
+        let entries: Vec<(ForcedPlan, bool, &str)> = entries
+            .into_iter()
+            .map(|(tile, cluster, name)| (ForcedPlan::GemmTmaStore { tile, cluster }, cluster, name))
+            .chain([(ForcedPlan::GemmPingPong { tile: Narrow }, false, refs::GEMM_BF16_TN_PP_N128)])
+            .collect();
         // Each entry's bf16-output form.
         let y16_of = |name: &str| refs::y16_form(name).unwrap_or_else(|| panic!("{name} has a _y16 form"));
-        for (tile, cluster, name) in entries {
-            let forced = ForcedPlan::GemmTmaStore { tile, cluster };
+        for &(forced, cluster, name) in &entries {
             mm.set_forced_plan(Some(forced));
             for shape in shapes {
                 let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{forced} {shape:?}"), shape);
@@ -743,8 +748,8 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
             let mut y32 = poisoned(s, mu * nu);
             gpu = mm.bf16(gpu, &x, &w, &mut y32, shape).unwrap().gpu;
             let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
-            for (tile, cluster, name) in entries {
-                mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
+            for &(forced, cluster, name) in &entries {
+                mm.set_forced_plan(Some(forced));
                 let mut y16 = s.alloc_device_from(&vec![POISON_BF16; mu * nu]).unwrap();
                 let d = mm.bf16_to_bf16(gpu, &x, &w, &mut y16, shape).unwrap();
                 gpu = d.gpu;
@@ -753,7 +758,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
                 if n % 8 == 0 {
                     assert_eq!(sim().launches().last().unwrap().kernel, kernel, "no conversion follows");
                 }
-                assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} {tile:?} cluster {cluster}");
+                assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k} {forced} cluster {cluster}");
             }
             if n % 8 == 0 {
                 // 2 bytes past a 16-byte boundary: no descriptor of y can exist, so the f32 product and the
@@ -808,8 +813,7 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // SAFETY: `big` holds `m * n + 2` floats and outlives the span; the span is its elements 2.., all
         // inside it, written by the device only through the calls below while `big` is alive.
         let mut off = unsafe { matmul::DeviceSpan::<f32>::new(big.va() + 8, m * n) };
-        for (tile, cluster, _) in entries {
-            let forced = ForcedPlan::GemmTmaStore { tile, cluster };
+        for &(forced, _, _) in &entries {
             mm.set_forced_plan(Some(forced));
             let f = mm.bf16(gpu, &x, &w, &mut off, shape).unwrap_err();
             assert_eq!(f.error.stage(), Stage::MatmulPlan);
@@ -839,8 +843,8 @@ fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f6
         // SAFETY: as above, for `m * n2` floats inside `big`'s `m * n2 + 2`.
         let mut off = unsafe { matmul::DeviceSpan::<f32>::new(big.va() + 8, m * n2) };
         let cols2: Vec<usize> = (0..n2).collect();
-        for (tile, cluster, _) in entries {
-            mm.set_forced_plan(Some(ForcedPlan::GemmTmaStore { tile, cluster }));
+        for &(forced, _, _) in &entries {
+            mm.set_forced_plan(Some(forced));
             gpu = mm.bf16(gpu, &x, &w2, &mut off, Shape::new(m as u32, n2 as u32, k as u32)).unwrap().gpu;
             let got = big.to_vec().unwrap();
             assert!(got[0].is_nan() && got[1].is_nan(), "nothing stored before y");

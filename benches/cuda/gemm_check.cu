@@ -17,8 +17,9 @@
 // launch); `fit` (tile widths that make the Qwen3 shapes' tile counts whole waves of 132 SMs, each
 // `<form>_n<width>` in the TMA-store form, the cluster form or, for 48, the direct one: n160 is
 // 512 x 5120 in 128 tiles, n192 4096 x 1536 in 256, n64 512 x 2048 in 128, n48 512 x 1536 in 128, n32
-// 4096 x 128 in 128); `pp` (gemm_pingpong.cuh: the two consumers on alternate whole tiles, so one's
-// epilogue overlaps the other's mainloop, at widths 128, 96 and 64); `all` (the default) runs every one;
+// 4096 x 128 in 128); `pp` (gemm_bf16_pp.cuh: the two consumers on alternate whole tiles, so one's
+// epilogue overlaps the other's mainloop: the module's omega_gemm_bf16_tn_pp_n128, and its body at widths
+// 96 and 64 and with a deeper staging ring); `all` (the default) runs every one;
 // a variant's full name runs that one alone.
 // For each shape: x [M,K] and W [N,K] bf16 from a seeded generator; cuBLAS
 // (cublasGemmEx, bf16 in, f32 out, f32 compute) runs once; then for every variant y is poisoned (all-ones
@@ -44,7 +45,7 @@
 // The module's bf16-output entries are checked under Omega (the suite's library case), not here.
 #define OMEGA_GEMM_NO_Y16_ENTRIES
 #include "gemm_bf16_sk.cuh"
-#include "gemm_pingpong.cuh"
+#include "gemm_bf16_pp.cuh"
 
 #include "check_common.cuh"
 #include "tma_encode.cuh"
@@ -61,6 +62,13 @@ template <int S, int C, int B, int BN = GEMM_BN>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_THREADS, 1)
     mc_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
   gemm_bf16_ts_body<S, C, B, 2, BN>(ta, tb, ty, y, M, N, K);
+}
+
+// The ping-pong body at other stages, staging rings and widths than the module's entry.
+template <int S, int C, int B, int BN>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    pp_kernel(const void* ta, const void* tb, const void* ty, float* y, uint32_t M, uint32_t N, uint32_t K) {
+  gemm_bf16_pp_body<S, C, B, BN>(ta, tb, ty, y, M, N, K);
 }
 
 // The base kernel's direct-store body at another tile width (widths the staging ring's 32-column chunks do
@@ -185,9 +193,9 @@ static Variant variants[] = {
     {"mc_n64", "fit", omega_gemm_bf16_tn_mc_n64, GEMM_N64_SMEM_BYTES, 2, 0, 64},
     {"direct_n48", "fit", direct_kernel<48, 8>, GEMM_SMEM_FOR_BN(48, 8), 1, 0, 48},
     {"ts_n32", "fit", ts_kernel<8, 32, 2, 32>, GEMM_TS_SMEM_FOR_BN(32, 8, 32, 2), 1, 0, 32},
-    // Ping-pong consumers (each on whole 128 x BN tiles), with the TMA-store staging of the entries of their
-    // width, and the narrow width with a deeper staging ring.
-    {"pp_n128", "pp", pp_kernel<6, 32, 2, 128>, GEMM_TS_SMEM_FOR_BN(128, 6, 32, 2), 1, 0, 128},
+    // Ping-pong consumers (each on whole 128 x BN tiles): the module's entry, the narrow width with a deeper
+    // staging ring, and the other widths with the TMA-store staging of the entries of their width.
+    {"pp_n128", "pp", omega_gemm_bf16_tn_pp_n128, GEMM_TS_N128_SMEM_BYTES, 1, 0, 128},
     {"pp_n128_s5c32x4", "pp", pp_kernel<5, 32, 4, 128>, GEMM_TS_SMEM_FOR_BN(128, 5, 32, 4), 1, 0, 128},
     {"pp_n96", "pp", pp_kernel<6, 32, 2, 96>, GEMM_TS_SMEM_FOR_BN(96, 6, 32, 2), 1, 0, 96},
     {"pp_n64", "pp", pp_kernel<8, 32, 2, 64>, GEMM_TS_SMEM_FOR_BN(64, 8, 32, 2), 1, 0, 64},

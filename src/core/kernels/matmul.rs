@@ -110,9 +110,11 @@ pub const GEMM_Y16: [FittedGemm; 6] = [
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n96_y16", mc: "omega_gemm_bf16_tn_mc_n96_y16", ..GEMM_FITTED[2] },
     FittedGemm { ts: "omega_gemm_bf16_tn_ts_n64_y16", mc: "omega_gemm_bf16_tn_mc_n64_y16", ..GEMM_FITTED[3] },
 ];
-/// The `_y16` form (in [`GEMM_Y16`]) of the TMA-store or cluster entry `name`, if it has one.
+/// The `_y16` form (in [`GEMM_Y16`], or the ping-pong entry's) of the TMA-store, cluster or ping-pong
+/// entry `name`, if it has one.
 pub fn y16_form(name: &str) -> Option<&'static str> {
-    GEMM_Y16.iter().flat_map(|f| [f.ts, f.mc]).find(|y| y.strip_suffix("_y16") == Some(name))
+    let staged = GEMM_Y16.iter().flat_map(|f| [f.ts, f.mc]);
+    staged.chain([GEMM_BF16_TN_PP_N128_Y16]).find(|y| y.strip_suffix("_y16") == Some(name))
 }
 
 /// A TMA-store GEMM's tile width and its two entries (one CTA a tile, and 2-CTA clusters each loading
@@ -149,6 +151,14 @@ pub const GEMM_BF16_TN_SK: &str = "omega_gemm_bf16_tn_sk";
 /// [`GEMM_BF16_TN_SK`] on the narrow tile (128 x 128, six stages; B boxes of [`GEMM_N128_TILE_N`] rows).
 /// The same parameters.
 pub const GEMM_BF16_TN_SK_N128: &str = "omega_gemm_bf16_tn_sk_n128";
+/// [`GEMM_BF16_TN_TS_N128`] with its two consumer warpgroups on alternate whole tiles (`gemm_bf16_pp.cuh`,
+/// CUTLASS's ping-pong schedule): one consumer's epilogue runs under the other's mainloop, and the two
+/// mainloops take turns. The same parameters, grid, B box ([`GEMM_N128_TILE_N`] rows) and shared memory
+/// ([`GEMM_TS_N128_SMEM_BYTES`]) as the TMA-store entry; N % 4 != 0 stores directly into `y`.
+pub const GEMM_BF16_TN_PP_N128: &str = "omega_gemm_bf16_tn_pp_n128";
+/// [`GEMM_BF16_TN_PP_N128`] storing a bf16 y through its bf16 descriptor ([`gemm_tmap_y16`], `N % 8 ==
+/// 0`, else a trap), as the [`GEMM_Y16`] entries do; `y` is not read.
+pub const GEMM_BF16_TN_PP_N128_Y16: &str = "omega_gemm_bf16_tn_pp_n128_y16";
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -631,6 +641,20 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         static_shared_bytes: 0,
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_sk_n128,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_PP_N128,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_pp_n128::<false>,
+    },
+    HostSpec {
+        name: GEMM_BF16_TN_PP_N128_Y16,
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run: gemm_bf16_tn_pp_n128::<true>,
     },
     table_spec(&GEMM_FITTED, 0, false, gemm_table::<false, 0, false>),
     table_spec(&GEMM_FITTED, 0, true, gemm_table::<false, 0, true>),
@@ -1310,6 +1334,14 @@ fn gemm_bf16_tn_ts_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
 
 fn gemm_bf16_tn_mc_n128(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     gemm_staged(ctx, GEMM_BF16_TN_MC_N128, GEMM_N128_TILE_N, GEMM_MC_N128_B_BOX_ROWS, GEMM_MC_N128_SMEM_BYTES)
+}
+
+/// The ping-pong entry (`Y16`: its bf16-output form): the narrow TMA-store entry's product, tiles and
+/// requirements; which consumer takes a tile changes no value of y.
+fn gemm_bf16_tn_pp_n128<const Y16: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let name = if Y16 { GEMM_BF16_TN_PP_N128_Y16 } else { GEMM_BF16_TN_PP_N128 };
+    let (tile_n, smem) = (GEMM_N128_TILE_N, GEMM_TS_N128_SMEM_BYTES);
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::Staged, y16: Y16 })
 }
 
 /// The host spec of `table[i]`'s one-CTA (`cluster` false) or cluster entry ([`GEMM_FITTED`] or

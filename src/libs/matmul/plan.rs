@@ -143,14 +143,18 @@ pub(crate) enum Kern {
     /// A TMA-store entry storing a bf16 y: [`abi::GEMM_Y16`] entry `i` (by [`GemmTile::y16`]), the
     /// cluster form when `true`.
     GemmY16(usize, bool),
+    /// The narrow TMA-store form with its consumers in ping-pong (`omega_gemm_bf16_tn_pp_n128`), its
+    /// bf16-output form when `true` (`_pp_n128_y16`).
+    GemmPp(bool),
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
 /// the router, the two SIMT GEMMs, the conversion, the TMA GEMM's split-K entry, its 128x128 form, its
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
 /// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries, the
-/// two stream-K entries, the fitted widths' two entries each, and every width's two bf16-output entries.
-pub(crate) const KERNEL_NAMES: [&str; 52] = [
+/// two stream-K entries, the fitted widths' two entries each, every width's two bf16-output entries, and
+/// the ping-pong entry in both outputs.
+pub(crate) const KERNEL_NAMES: [&str; 54] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -207,6 +211,8 @@ pub(crate) const KERNEL_NAMES: [&str; 52] = [
     abi::GEMM_Y16[4].mc,
     abi::GEMM_Y16[5].ts,
     abi::GEMM_Y16[5].mc,
+    abi::GEMM_BF16_TN_PP_N128,
+    abi::GEMM_BF16_TN_PP_N128_Y16,
 ];
 
 impl Kern {
@@ -236,6 +242,7 @@ impl Kern {
             Kern::GemmTsFit(i) => 32 + 2 * i,
             Kern::GemmMcFit(i) => 33 + 2 * i,
             Kern::GemmY16(i, cluster) => 40 + 2 * i + cluster as usize,
+            Kern::GemmPp(y16) => 52 + y16 as usize,
         }
     }
 }
@@ -574,6 +581,10 @@ pub enum WideEntry {
     /// and two zeroed flags). Forced only (`ForcedPlan::GemmStreamK`): on the H100 it beat the planner by
     /// 2-4 % at a few few-tile shapes and lost everywhere else (docs/perf/2026-12-07-s16-h100-libraries.md).
     StreamK,
+    /// `omega_gemm_bf16_tn_pp_n128`, the narrow tile only: the TMA-store entry with its two consumers on
+    /// alternate whole tiles, one's epilogue under the other's mainloop. Its grid is the TMA-store
+    /// entry's. The planner's where [`pingpong_pays`].
+    PingPong,
 }
 
 impl WideEntry {
@@ -584,6 +595,7 @@ impl WideEntry {
             WideEntry::TmaStore => "tma_store",
             WideEntry::Cluster => "cluster",
             WideEntry::StreamK => "stream_k",
+            WideEntry::PingPong => "ping_pong",
         }
     }
 }
@@ -619,6 +631,29 @@ pub const FITTED_MIN_SAVING_TENTHS: u64 = 9;
 /// against 0.880).
 pub const FITTED_ENTRY: WideEntry = WideEntry::TmaStore;
 
+/// The longest K at which the planner runs the ping-pong entry ([`pingpong_pays`]).
+pub const PINGPONG_MAX_K: u32 = 2048;
+/// The fewest rows at which the planner runs it: the M its wins were measured at. Below it (lm_head at M =
+/// 128-512 also gives every CTA two narrow tiles) the cost model's plan stays until matmul_bench
+/// `--alternatives` (`narrow_pp`) has timed the entry there.
+pub const PINGPONG_MIN_M: u32 = 4096;
+
+/// Whether the planner runs an unsplit product of `shape` on the ping-pong entry (narrow tile) instead of
+/// the tile and entry its cost model chose: where K is at most [`PINGPONG_MAX_K`], M at least
+/// [`PINGPONG_MIN_M`] and the narrow tiles give every CTA of the grid two or more, so each consumer's
+/// epilogue has the other's mainloop to hide under.
+/// On the H200 beside cuBLAS (gemm_check `pp`, docs/perf/2026-12-07-s21-h200-pingpong-swiglu.md, f32 y,
+/// TFLOP/s) it took down 4096 x 2048 x 768 to 521 against the planner's wide cluster plan's 504 (cuBLAS
+/// 474), gate+up 4096 x 1536 x 2048 to 615 against the 192-column tile's 589 (cuBLAS 652), lm_head at M
+/// = 4096 729 against 717, QKV at 4096 690 against 691 (a tie); at K = 4096 it lost (O at 4096 686
+/// against 712, 4096^3 710 against 756), as it did where a CTA has one tile (M = 512).
+pub fn pingpong_pays(shape: Shape, sms: u32, budget: u32) -> bool {
+    let tiles = ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M))
+        * ceil(u64::from(shape.n), u64::from(abi::GEMM_N128_TILE_N));
+    let grid = u64::from(sms.max(1)).min(clamp_budget(budget));
+    shape.k <= PINGPONG_MAX_K && shape.m >= PINGPONG_MIN_M && tiles >= 2 * grid
+}
+
 /// A plan the caller chooses instead of the planner ([`super::Matmul::set_forced_plan`]), so one run can
 /// time the alternatives of a shape. Dense bf16 products only; a forced plan the shape cannot take is
 /// refused ([`PlanError::Forced`], stage `matmul plan`), never replaced by another.
@@ -653,6 +688,12 @@ pub enum ForcedPlan {
         /// The tile form.
         tile: GemmTile,
     },
+    /// The TMA GEMM in `tile` with its consumers in ping-pong (`omega_gemm_bf16_tn_pp_n128`: the narrow
+    /// tile only).
+    GemmPingPong {
+        /// The tile form.
+        tile: GemmTile,
+    },
     /// The skinny GEMM (M <= [`abi::SKINNY_MAX_M`]) with `split` K slices of whole 64-element stages;
     /// `None`: the planner's split ([`abi::skinny_plan`]).
     Skinny {
@@ -664,7 +705,7 @@ pub enum ForcedPlan {
 impl ForcedPlan {
     /// A short name for reports and metric names: `gemv` (the planner's split), `gemv_split<s>`; `wide`
     /// and `narrow` unsplit, `<tile>_split<s>`, `<tile>_auto` (the planner's split); `<tile>_ts`,
-    /// `<tile>_mc`, `<tile>_sk`; `skinny` (the planner's split), `skinny_split<s>`.
+    /// `<tile>_mc`, `<tile>_sk`, `<tile>_pp`; `skinny` (the planner's split), `skinny_split<s>`.
     pub fn tag(&self) -> String {
         let gemm = |tile: &str, splits: Option<u32>| match splits {
             None => format!("{tile}_auto"),
@@ -678,6 +719,7 @@ impl ForcedPlan {
             ForcedPlan::GemmTmaStore { tile, cluster: false } => format!("{}_ts", tile.name()),
             ForcedPlan::GemmTmaStore { tile, cluster: true } => format!("{}_mc", tile.name()),
             ForcedPlan::GemmStreamK { tile } => format!("{}_sk", tile.name()),
+            ForcedPlan::GemmPingPong { tile } => format!("{}_pp", tile.name()),
             ForcedPlan::Skinny { split: None } => "skinny".to_string(),
             ForcedPlan::Skinny { split: Some(s) } => format!("skinny_split{s}"),
         }
@@ -781,6 +823,9 @@ impl core::fmt::Display for ForcedPlan {
                 write!(f, "the {} TMA GEMM with a TMA-store epilogue{clusters}", tile.name())
             }
             ForcedPlan::GemmStreamK { tile } => write!(f, "the {} TMA GEMM in stream-K order", tile.name()),
+            ForcedPlan::GemmPingPong { tile } => {
+                write!(f, "the {} TMA GEMM with its consumers in ping-pong", tile.name())
+            }
             ForcedPlan::Skinny { split: s } => write!(f, "the skinny GEMM with {} split", split(s)),
         }
     }
@@ -1238,13 +1283,20 @@ fn gemm_step(
         } else {
             let grid = tiles.min(sms).min(budget);
             match (tile, tile.fitted()) {
+                (GemmTile::Narrow, _) if entry == WideEntry::PingPong => {
+                    (Kern::GemmPp(y16), grid, abi::GEMM_TS_N128_SMEM_BYTES, tile.n())
+                }
                 (GemmTile::Wide, _) => (Kern::GemmTs, grid, abi::GEMM_TS_SMEM_BYTES, tile.n()),
                 (_, None) => (Kern::GemmTsN128, grid, abi::GEMM_TS_N128_SMEM_BYTES, tile.n()),
                 (_, Some(i)) => (Kern::GemmTsFit(i), grid, abi::GEMM_FITTED[i].smem_bytes(), tile.n()),
             }
         };
         // The bf16-output entry of the same width and form: the same grid, B box and shared memory.
-        let kern = if y16 { Kern::GemmY16(tile.y16(), entry == WideEntry::Cluster) } else { kern };
+        let kern = match kern {
+            Kern::GemmPp(_) => kern,
+            _ if y16 => Kern::GemmY16(tile.y16(), entry == WideEntry::Cluster),
+            _ => kern,
+        };
         let step =
             Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
         return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out), y16 });
@@ -1299,7 +1351,9 @@ enum Choice {
 /// Why `entry` cannot run an unsplit product of `shape` in `tile` (the TMA GEMM's own requirements
 /// checked).
 fn entry_refusal(entry: WideEntry, tile: GemmTile, shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
-    if tile.fitted().is_some() && matches!(entry, WideEntry::Direct | WideEntry::StreamK) {
+    if tile.fitted().is_some() && matches!(entry, WideEntry::Direct | WideEntry::StreamK)
+        || entry == WideEntry::PingPong && tile != GemmTile::Narrow
+    {
         return Some(ForcedRefusal::NoEntryForTile { tile, entry });
     }
     let budget = clamp_budget(opts.budget);
@@ -1325,6 +1379,7 @@ fn wide_entry(wanted: WideEntry, tile: GemmTile, shape: Shape, opts: DenseOpts) 
     let tries: &[WideEntry] = match wanted {
         WideEntry::Cluster => &[WideEntry::Cluster, WideEntry::TmaStore],
         WideEntry::StreamK => &[WideEntry::StreamK, WideEntry::TmaStore],
+        WideEntry::PingPong => &[WideEntry::PingPong, WideEntry::TmaStore],
         WideEntry::TmaStore => &[WideEntry::TmaStore],
         WideEntry::Direct => &[],
     };
@@ -1374,13 +1429,18 @@ fn dense_with(elem: Elem, shape: Shape, opts: DenseOpts, wide: WideEntry) -> Pla
         Choice::Gemv(gemv_auto_split(shape, sms, budget), true)
     } else if gemm_ok {
         let c = gemm.expect("gemm_ok");
+        let pingpong = c.splits == 1
+            && pingpong_pays(shape, opts.sms, opts.budget)
+            && entry_refusal(WideEntry::PingPong, GemmTile::Narrow, shape, opts).is_none();
         let entry = match (c.tile, c.splits) {
+            _ if pingpong => WideEntry::PingPong,
             (GemmTile::Wide, 1) => wide_entry(wide, c.tile, shape, opts),
             (GemmTile::Narrow, 1) => wide_entry(NARROW_ENTRY, c.tile, shape, opts),
             (tile, _) if tile.fitted().is_some() => wide_entry(FITTED_ENTRY, tile, shape, opts),
             _ => WideEntry::Direct,
         };
-        Choice::Gemm(c.tile, c.splits, entry)
+        let tile = if pingpong { GemmTile::Narrow } else { c.tile };
+        Choice::Gemm(tile, c.splits, entry)
     } else {
         Choice::Simt
     };
@@ -1439,6 +1499,13 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             }
             Choice::Gemm(tile, 1, entry)
         }
+        ForcedPlan::GemmPingPong { tile } => {
+            let entry = WideEntry::PingPong;
+            if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, tile, shape, opts)) {
+                return refuse(why);
+            }
+            Choice::Gemm(tile, 1, entry)
+        }
         ForcedPlan::GemmStreamK { tile } => {
             let entry = WideEntry::StreamK;
             if let Some(why) = gemm_refusal(k, opts).or_else(|| entry_refusal(entry, tile, shape, opts)) {
@@ -1474,7 +1541,7 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     // == 0, y 16-byte aligned) store a bf16 output themselves; the others' f32 product of one lies at the
     // workspace's start and a conversion follows.
     let y16 = opts.out_bf16
-        && matches!(choice, Choice::Gemm(_, _, WideEntry::TmaStore | WideEntry::Cluster))
+        && matches!(choice, Choice::Gemm(_, _, WideEntry::TmaStore | WideEntry::Cluster | WideEntry::PingPong))
         && shape.n.is_multiple_of(8)
         && opts.y_aligned16;
     let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(..)) || y16;
@@ -1891,7 +1958,9 @@ mod tests {
         let fit = |i: usize, g| (GemmTsFit(i), 1, [g, 1, 1]);
         assert_eq!(qwen(5120, 2048, 128), fit(3, 80));
         assert_eq!(qwen(5120, 2048, 512), fit(0, 128));
-        assert_eq!(qwen(5120, 2048, 4096), (Gemm, 1, [SMS, 1, 1]));
+        // At M = 4096 and K <= 2048 every CTA has three or more narrow tiles: the ping-pong entry.
+        let pp = (Kern::GemmPp(false), 1, [SMS, 1, 1]);
+        assert_eq!(qwen(5120, 2048, 4096), pp);
         assert_eq!(qwen(2048, 4096, 128), fit(3, 32));
         assert_eq!(qwen(2048, 4096, 512), fit(3, 128));
         assert_eq!(qwen(2048, 4096, 4096), (Gemm, 1, [SMS, 1, 1]));
@@ -1901,18 +1970,19 @@ mod tests {
         assert_eq!(qwen(128, 2048, 4096), fit(3, 64));
         assert_eq!(qwen(1536, 2048, 128), fit(3, 24));
         assert_eq!(qwen(1536, 2048, 512), fit(3, 96));
-        // At M = 4096 192 columns tie the narrow tile in the model and are wider: 256 tiles.
-        assert_eq!(qwen(1536, 2048, 4096), fit(1, SMS));
-        // down: at M = 4096 256 wide tiles and 512 narrow ones tie (26.2 us): wide.
+        // At M = 4096 gate+up and down run in ping-pong (the model's choices were 192 columns and the wide
+        // tile).
+        assert_eq!(qwen(1536, 2048, 4096), pp);
         assert_eq!(qwen(2048, 768, 128), fit(3, 32));
         assert_eq!(qwen(2048, 768, 512), fit(3, 128));
-        assert_eq!(qwen(2048, 768, 4096), (Gemm, 1, [SMS, 1, 1]));
+        assert_eq!(qwen(2048, 768, 4096), pp);
         // 256 x 5120: 108 tiles of 96 columns in one wave.
         assert_eq!(qwen(5120, 2048, 256), fit(2, 108));
         // lm_head past M = 64: HBM-bound in either form (147 us for its 622 MB): the tie keeps wide.
-        for m in [128, 512, 4096] {
+        for m in [128, 512] {
             assert_eq!(qwen(151_936, 2048, m), (Gemm, 1, [SMS, 1, 1]), "lm_head M={m}");
         }
+        assert_eq!(qwen(151_936, 2048, 4096), pp);
     }
 
     #[test]
@@ -2248,11 +2318,55 @@ mod tests {
     }
 
     #[test]
+    fn the_ping_pong_entry_runs_where_every_cta_has_two_narrow_tiles_at_short_k_and_only_on_the_narrow_tile() {
+        let kern = |m, n, k, o: DenseOpts| super::dense(Elem::Bf16, Shape::new(m, n, k), o).steps[0].kern;
+        let o = opts(MAX_CTAS, false);
+        // down at 4096: 512 narrow tiles on 132 CTAs, K = 768; the TMA-store entry's grid and shared memory.
+        let p = super::dense(Elem::Bf16, Shape::new(4096, 2048, 768), o);
+        let s = &p.steps[0];
+        assert_eq!(
+            (s.kern, s.grid, s.dynamic_shared),
+            (Kern::GemmPp(false), [SMS, 1, 1], abi::GEMM_TS_N128_SMEM_BYTES)
+        );
+        assert_eq!(KERNEL_NAMES[s.kern.index()], abi::GEMM_BF16_TN_PP_N128);
+        assert_eq!(p.tma.map(|t| t.b_rows), Some(abi::GEMM_N128_TILE_N));
+        // At the bounds: K one block past PINGPONG_MAX_K, M one row short, fewer than two tiles a CTA
+        // (1024 x 2048: 128 tiles), and y not 16-byte aligned (no descriptor of y) keep the model's plan.
+        assert_ne!(kern(4096, 2048, PINGPONG_MAX_K + 64, o), Kern::GemmPp(false));
+        assert_eq!(kern(4096, 2048, PINGPONG_MAX_K, o), Kern::GemmPp(false));
+        assert_ne!(kern(PINGPONG_MIN_M - 1, 2048, 768, o), Kern::GemmPp(false));
+        assert_ne!(kern(PINGPONG_MIN_M, 256, 768, o), Kern::GemmPp(false), "64 tiles");
+        assert_eq!(kern(4096, 2048, 768, DenseOpts { y_aligned16: false, ..o }), Kern::Gemm, "the wide direct entry");
+        // A small budget gives each CTA more tiles: still ping-pong, on the budget's grid.
+        let p = super::dense(Elem::Bf16, Shape::new(4096, 2048, 768), opts(7, false));
+        assert_eq!((p.steps[0].kern, p.steps[0].grid), (Kern::GemmPp(false), [7, 1, 1]));
+        // A bf16 output: its _y16 form (N % 8 == 0), else the f32 entry into the workspace and the conversion.
+        assert_eq!(kern(4096, 2048, 768, opts(MAX_CTAS, true)), Kern::GemmPp(true));
+        let p = super::dense(Elem::Bf16, Shape::new(4096, 2044, 768), opts(MAX_CTAS, true));
+        assert_eq!(p.steps.iter().map(|s| s.kern).collect::<Vec<_>>(), [Kern::GemmPp(false), Kern::Convert]);
+        // Forced: the narrow tile runs at any shape; the others have no ping-pong kernel.
+        let forced = |tile| ForcedPlan::GemmPingPong { tile };
+        let p = dense_forced(Elem::Bf16, Shape::new(130, 7, 64), o, forced(GemmTile::Narrow)).unwrap();
+        assert_eq!(
+            (p.steps[0].kern, p.steps[0].grid, p.tma.unwrap().y),
+            (Kern::GemmPp(false), [2, 1, 1], None),
+            "two tiles"
+        );
+        assert_eq!(forced(GemmTile::Narrow).tag(), "narrow_pp");
+        for tile in [GemmTile::Wide, GemmTile::N192, GemmTile::N64] {
+            let e = dense_forced(Elem::Bf16, Shape::new(4096, 2048, 768), o, forced(tile)).unwrap_err();
+            let want = ForcedRefusal::NoEntryForTile { tile, entry: WideEntry::PingPong };
+            assert!(matches!(e, PlanError::Forced { why, .. } if why == want), "{tile:?}: {e:?}");
+        }
+    }
+
+    #[test]
     fn a_bf16_output_of_an_unsplit_tma_store_plan_is_stored_by_its_y16_entry_where_y_can_have_a_descriptor() {
         let o = opts(MAX_CTAS, true);
-        // The planner's QKV at 512 (n160), O at 512 (n64) and the wide cube: one launch, no workspace
-        // product, y's bf16 descriptor at y itself; the same grid and shared memory as the f32 entry.
-        for (m, n, k) in [(512, 5120, 2048), (512, 2048, 4096), (4096, 4096, 4096)] {
+        // The planner's QKV at 512 (n160), O at 512 (n64), the wide cube and down at 4096 (ping-pong): one
+        // launch, no workspace product, y's bf16 descriptor at y itself; the same grid and shared memory as
+        // the f32 entry.
+        for (m, n, k) in [(512, 5120, 2048), (512, 2048, 4096), (4096, 4096, 4096), (4096, 2048, 768)] {
             let shape = Shape::new(m, n, k);
             let (f32_plan, p) =
                 (super::dense(Elem::Bf16, shape, opts(MAX_CTAS, false)), super::dense(Elem::Bf16, shape, o));
@@ -2303,8 +2417,8 @@ mod tests {
         assert_eq!(bf16(4096, 4096, 4096).steps[0].kern, Kern::GemmMc);
         let kern = |shape: Shape, o: DenseOpts, wide| super::dense_with(Elem::Bf16, shape, o, wide).steps[0].kern;
         let o = opts(MAX_CTAS, false);
-        // 4096^3 and QKV at M = 4096 plan unsplit wide tiles; the router's narrow and the GEMV stay.
-        for shape in [Shape::new(4096, 4096, 4096), Shape::new(4096, 5120, 2048)] {
+        // 4096^3 and O at M = 4096 plan unsplit wide tiles; the router's narrow and the GEMV stay.
+        for shape in [Shape::new(4096, 4096, 4096), Shape::new(4096, 2048, 4096)] {
             assert_eq!(kern(shape, o, WideEntry::Direct), Kern::Gemm);
             assert_eq!(kern(shape, o, WideEntry::TmaStore), Kern::GemmTs);
             assert_eq!(kern(shape, o, WideEntry::Cluster), Kern::GemmMc);
@@ -2317,7 +2431,7 @@ mod tests {
             assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmTsFit(3));
             assert_eq!(kern(Shape::new(1, 2048, 4096), o, wide), Kern::Gemv(0));
             assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmTsFit(3));
-            assert_eq!(kern(Shape::new(4096, 1536, 2048), o, wide), Kern::GemmTsFit(1));
+            assert_eq!(kern(Shape::new(4096, 1536, 2048), o, wide), Kern::GemmPp(false));
             assert_eq!(kern(Shape::new(1024, 2048, 2048), o, wide), Kern::GemmTsN128);
         }
         // Whatever the switch, every plan keeps to the budget.
@@ -2351,6 +2465,7 @@ mod tests {
                     ForcedPlan::GemmTmaStore { tile: GemmTile::Narrow, cluster: true },
                     ForcedPlan::GemmStreamK { tile: GemmTile::Wide },
                     ForcedPlan::GemmStreamK { tile: GemmTile::Narrow },
+                    ForcedPlan::GemmPingPong { tile: GemmTile::Narrow },
                 ] {
                     if let Ok(plan) = dense_forced(Elem::Bf16, Shape::new(m, n, k), opts(budget, false), forced) {
                         assert!(within(&plan), "{forced} {m}x{n}x{k} budget {budget}: {:?}", plan.steps);
