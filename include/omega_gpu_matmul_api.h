@@ -334,6 +334,26 @@ int omega_gpu_matmul_bf16_mem(uint32_t m, uint32_t n, uint32_t k, const OmegaGpu
 // - `info` is NULL or points to a writable, aligned `OmegaGpuMatmulInfo`.
 int omega_gpu_matmul_bf16_to_bf16_mem(uint32_t m, uint32_t n, uint32_t k, const OmegaGpuMem *x, const OmegaGpuMem *w, const OmegaGpuMem *y, OmegaGpuMatmulInfo *info);
 
+// EXPERIMENTAL. The gate+up projection and its SwiGLU in one launch, over device buffers of the open
+// session: `y[i, j] = silu(x[i] . W[j]) * (x[i] . W[N + j])`, `silu(g) = g / (1 + e^-g)`, with x `[M, K]`
+// and the fused gate+up weight W `[2N, K]` (the N gate rows first, then the N up rows) bf16, y `[M, N]`
+// f32. Needs K % 8 == 0, N % 4 == 0 and 16-byte aligned buffers (whole `OmegaGpuMem`s are); other
+// products are refused, `OMEGA_GPU_MATMUL_ERR_PLAN`, and nothing runs. A buffer shorter than its
+// operand is refused, `_SHAPE`. Takes the session lock itself, as the other entries.
+//
+// # Safety
+// - `x`, `w` and `y` are each NULL (refused) or point to a readable, aligned `OmegaGpuMem`.
+// - `info` is NULL or points to a writable, aligned `OmegaGpuMatmulInfo`.
+int omega_gpu_matmul_swiglu_bf16_mem(uint32_t m, uint32_t n, uint32_t k, const OmegaGpuMem *x, const OmegaGpuMem *w, const OmegaGpuMem *y, OmegaGpuMatmulInfo *info);
+
+// EXPERIMENTAL. As `omega_gpu_matmul_swiglu_bf16_mem` with a bf16 output: y `[M, N]` of `uint16_t`, each
+// value rounded to nearest even; N % 8 == 0.
+//
+// # Safety
+// - `x`, `w` and `y` are each NULL (refused) or point to a readable, aligned `OmegaGpuMem`.
+// - `info` is NULL or points to a writable, aligned `OmegaGpuMatmulInfo`.
+int omega_gpu_matmul_swiglu_bf16_to_bf16_mem(uint32_t m, uint32_t n, uint32_t k, const OmegaGpuMem *x, const OmegaGpuMem *w, const OmegaGpuMem *y, OmegaGpuMatmulInfo *info);
+
 // EXPERIMENTAL. `omega_gpu_matmul_f32` over device buffers of the open session (as
 // `omega_gpu_matmul_bf16_mem`, every operand f32).
 //

@@ -497,6 +497,91 @@ fn the_bf16_output_gemms_store_each_product_rounded_through_ys_bf16_descriptor_a
     });
 }
 
+#[test]
+fn the_swiglu_gemms_store_silu_of_the_gate_product_times_the_up_product_and_trap_on_n_without_a_descriptor() {
+    let mut g = rng("swiglu gemm");
+    // y's width N (W is [2N, K]): ragged rows and columns, a last column tile whose gate box runs into the
+    // up rows, one row; N % 8 == 0 for both outputs, 100 and 20 (N % 8 == 4) for the f32 one only.
+    let shapes: [[u32; 3]; 6] =
+        [[1, 8, 8], [129, 264, 136], [300, 520, 64], [70, 96, 72], [256, 100, 128], [3, 20, 1000]];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for f in mm::GEMM_SWIGLU {
+            for y16 in [false, true] {
+                let name = if y16 { f.y16 } else { f.f32 };
+                let k = module.kernel(name).unwrap();
+                for [m, n, kk] in shapes.into_iter().filter(|s| !y16 || s[1] % 8 == 0) {
+                    let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+                    let (wb, w) = bf16s(&mut g, (2 * n * kk) as usize);
+                    let (dx, dw) = (device(s, &xb), device(s, &wb));
+                    let len = (m * n) as usize;
+                    let (mut y32, mut y16m) = (poisoned(s, len), device(s, &vec![0xffffu16; len]));
+                    let ymap = if y16 { mm::gemm_tmap_y16(y16m.va(), m, n) } else { mm::gemm_tmap_y(y32.va(), m, n) };
+                    let b = mm::gemm_tmap_b_rows(dw.va(), 2 * n, kk, f.b_box_rows());
+                    let maps = tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), b, Some(ymap));
+                    let tiles = m.div_ceil(mm::GEMM_TILE_M) * n.div_ceil(f.b_box_rows());
+                    // The library's grid and one CTA: the same y.
+                    for grid in [tiles.min(132), 1] {
+                        let l = if y16 {
+                            staged_launch(&k, grid, maps.va(), maps.va() + 256, &y16m, [m, n, kk])
+                        } else {
+                            staged_launch(&k, grid, maps.va(), maps.va() + 256, &y32, [m, n, kk])
+                        };
+                        gpu = gpu.launch(&l).unwrap().gpu;
+                        let got: Vec<f64> = if y16 {
+                            y16m.to_vec().unwrap().iter().map(|&b| f64::from(mm::bf16_to_f32(b))).collect()
+                        } else {
+                            y32.to_vec().unwrap().iter().map(|&v| f64::from(v)).collect()
+                        };
+                        // The gate and up products in f64, each within f32 accumulation's error of the
+                        // kernel's; silu(g) * u moves by at most 1.1 |u| per unit of g and |silu(g)| per unit
+                        // of u; then __expf / __fdividef's few ulp and, for a bf16 y, half a bf16 step.
+                        let (p, mag) = mm::products_f64(&x, &w, kk as usize);
+                        let (nu, two_n) = (n as usize, 2 * n as usize);
+                        for (i, &got) in got.iter().enumerate() {
+                            let (r, j) = (i / nu, i % nu);
+                            let (gv, uv) = (p[r * two_n + j], p[r * two_n + nu + j]);
+                            let err = |at: usize| mag[r * two_n + at] * f64::from(kk) * 2f64.powi(-22);
+                            let silu = gv / (1.0 + (-gv).exp());
+                            let want = silu * uv;
+                            let round = if y16 { 2f64.powi(-8) } else { 2f64.powi(-20) };
+                            let tol =
+                                1.1 * uv.abs() * err(j) + (silu.abs() + err(j)) * err(nu + j) + want.abs() * round;
+                            assert!(
+                                (got - want).abs() <= tol + 1e-30,
+                                "{name} grid {grid} {m}x{n}x{kk}: y[{r}, {j}] = {got:e}, want {want:e} within {tol:e}"
+                            );
+                        }
+                        if y16 {
+                            y16m.write(&vec![0xffffu16; len]).unwrap();
+                        } else {
+                            y32.write(&vec![POISON; len]).unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    });
+    // No descriptor of y: N % 4 != 0 (f32), N % 8 != 0 (bf16). The kernel traps (a fault ends the scope's
+    // token, so one scope each).
+    for (name, n) in [(mm::GEMM_SWIGLU[1].f32, 6u32), (mm::GEMM_SWIGLU[1].y16, 12)] {
+        let (xid, e) = on_sim(|s, gpu| {
+            let module = s.load_module(module()).unwrap();
+            let (m, kk) = (70u32, 16u32);
+            let (xb, _) = bf16s(&mut g, (m * kk) as usize);
+            let (wb, _) = bf16s(&mut g, (2 * n * kk) as usize);
+            let (dx, dw) = (device(s, &xb), device(s, &wb));
+            let y = device(s, &vec![0u16; (2 * m * n) as usize]);
+            let k = module.kernel(name).unwrap();
+            let b = mm::gemm_tmap_b_rows(dw.va(), 2 * n, kk, mm::GEMM_SWIGLU[1].b_box_rows());
+            let maps = tmaps3(s, mm::gemm_tmap_a(dx.va(), m, kk), b, None);
+            fault_of(gpu.launch(&staged_launch(&k, 1, maps.va(), maps.va() + 256, &y, [m, n, kk])))
+        });
+        assert!(e.contains("trap") && e.contains(&format!("N = {n}")), "{name}: xid {xid}: {e}");
+    }
+}
+
 /// One launch of a stream-K entry on `grid` CTAs: `tmap_y` 0 when N % 4 != 0.
 #[allow(clippy::too_many_arguments)]
 fn stream_k_launch<'k, 's>(

@@ -1154,3 +1154,105 @@ fn resident_tensors_through_the_c_entries_upload_multiply_report_their_shape_and
     omega_gpu_device_close();
     println!("resident: done");
 }
+
+/// A call's refusal: its stage, its text and the token it handed back.
+fn refusal<'s>(r: Result<matmul::Done<'s>, matmul::Failed<'s>>) -> (Stage, String, Gpu<'s>) {
+    let f = r.unwrap_err();
+    (f.error.stage(), f.error.to_string(), f.gpu.expect("a refusal hands the token back"))
+}
+
+/// `got[r * n + j]` against `silu(g) * u` of x's row r with W's rows j (g) and n + j (u) in f64, within
+/// f32 accumulation's error of each product carried through SwiGLU, the epilogue's few ulp and, for a bf16
+/// y (`half_step`), half a bf16 step.
+fn check_swiglu(what: &str, got: &[f32], x: &[f32], w: &[f32], [m, n, k]: [usize; 3], half_step: bool) {
+    assert_eq!(got.len(), m * n, "{what}: output length");
+    for r in 0..m {
+        let xr = &x[r * k..][..k];
+        for j in 0..n {
+            let (g, gmag) = refs::dot_f64(xr, &w[j * k..][..k]);
+            let (u, umag) = refs::dot_f64(xr, &w[(n + j) * k..][..k]);
+            let (eg, eu) = (gmag * k as f64 * 2f64.powi(-22), umag * k as f64 * 2f64.powi(-22));
+            let silu = g / (1.0 + (-g).exp());
+            let want = silu * u;
+            let round = if half_step { 2f64.powi(-8) } else { 2f64.powi(-20) };
+            let tol = 1.1 * u.abs() * eg + (silu.abs() + eg) * eu + want.abs() * round + 1e-30;
+            let v = f64::from(got[r * n + j]);
+            assert!((v - want).abs() <= tol, "{what} {m}x{n}x{k}: y[{r}, {j}] = {v:e}, want {want:e} within {tol:e}");
+        }
+    }
+}
+
+#[test]
+fn the_swiglu_product_runs_in_one_launch_into_either_output_and_refuses_what_its_kernel_cannot_store() {
+    with_matmul("swiglu", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        // (M, N, K, the width the planner takes): one row; an expert's gate+up at 200 rows; N % 8 == 4 (f32
+        // only); a last column tile whose gate box runs into the up rows.
+        for (m, n, k) in [(1usize, 8usize, 8usize), (200, 768, 136), (70, 260, 64), (130, 100, 72)] {
+            let (xb, wb) = (bf16s(g, m * k), bf16s(g, 2 * n * k));
+            let x = s.alloc_device_from(&xb).unwrap();
+            let w = s.alloc_device_from(&wb).unwrap();
+            let shape = Shape::new(m as u32, n as u32, k as u32);
+            let mut y = poisoned(s, m * n);
+            let before = sim().stats().launches;
+            let d = mm.swiglu_bf16(gpu, &x, &w, &mut y, shape).unwrap();
+            gpu = d.gpu;
+            assert_eq!(sim().stats().launches - before, 1, "one launch");
+            assert_eq!((d.info.path, d.info.launches, d.info.bf16_out, d.info.split), (Some(Path::Gemm), 1, false, 1));
+            assert!(refs::GEMM_SWIGLU.iter().any(|f| f.f32 == d.info.kernel), "{:?}", d.info);
+            let got = y.to_vec().unwrap();
+            check_swiglu("swiglu f32", &got, &widen(&xb), &widen(&wb), [m, n, k], false);
+            if n % 8 == 0 {
+                let mut y16 = s.alloc_device_from(&vec![POISON_BF16; m * n]).unwrap();
+                let d = mm.swiglu_bf16_to_bf16(gpu, &x, &w, &mut y16, shape).unwrap();
+                gpu = d.gpu;
+                assert!(refs::GEMM_SWIGLU.iter().any(|f| f.y16 == d.info.kernel), "{:?}", d.info);
+                assert_eq!((d.info.launches, d.info.bf16_out), (1, true));
+                // The same accumulators, rounded: the f32 y's values to nearest even.
+                let want: Vec<u16> = got.iter().map(|&v| refs::f32_to_bf16(v)).collect();
+                assert_eq!(y16.to_vec().unwrap(), want, "{m}x{n}x{k}: bf16 y");
+            }
+        }
+        // Refused, nothing launched: N % 4 != 0; a bf16 y at N % 8 != 0; K % 8 != 0; a W of N rows (the
+        // fused weight has 2N); a y 8 bytes past a 16-byte boundary.
+        let (m, n, k) = (64usize, 260usize, 64usize);
+        let x = s.alloc_device_from(&bf16s(g, m * k)).unwrap();
+        let w = s.alloc_device_from(&bf16s(g, 2 * n * k)).unwrap();
+        let w_half = s.alloc_device_from(&bf16s(g, n * k)).unwrap();
+        let mut y = poisoned(s, m * n + 2);
+        let mut y16 = s.alloc_device_from(&vec![POISON_BF16; m * n]).unwrap();
+        let before = sim().stats().launches;
+        let (stage, e, g1) = refusal(mm.swiglu_bf16(gpu, &x, &w, &mut y, Shape::new(64, 258, 64)));
+        assert_eq!(stage, Stage::MatmulPlan);
+        assert_eq!(
+            e,
+            "matmul plan: SwiGLU M=64 N=258 K=64: the gate+up GEMM with SwiGLU in its epilogue cannot run it: N is \
+             not a multiple of 4"
+        );
+        let (_, e, g1) = refusal(mm.swiglu_bf16_to_bf16(g1, &x, &w, &mut y16, Shape::new(64, 260, 64)));
+        assert!(e.ends_with("N is not a multiple of 8"), "{e}");
+        let (_, e, g1) = refusal(mm.swiglu_bf16(g1, &x, &w, &mut y, Shape::new(64, 260, 60)));
+        assert!(e.ends_with("K is not a multiple of 8"), "{e}");
+        let (stage, e, g1) = refusal(mm.swiglu_bf16(g1, &x, &w_half, &mut y, Shape::new(64, 260, 64)));
+        assert_eq!(stage, Stage::MatmulShape);
+        assert!(e.contains("the product SwiGLU M=64 N=260 K=64 needs w [520, 64]"), "{e}");
+        // SAFETY: `y` holds `m * n + 2` floats and outlives the span, its elements 2.., written by the
+        // device only through the call below while `y` is alive.
+        let mut off = unsafe { matmul::DeviceSpan::<f32>::new(y.va() + 8, m * n) };
+        let (_, e, g1) = refusal(mm.swiglu_bf16(g1, &x, &w, &mut off, Shape::new(64, 260, 64)));
+        assert!(e.ends_with("x, W or y does not start 16-byte aligned"), "{e}");
+        assert_eq!(sim().stats().launches, before, "no refusal launched anything");
+        // In a command list: the same y as the call.
+        let shape = Shape::new(m as u32, n as u32, k as u32);
+        let mut want = poisoned(s, m * n);
+        let g1 = mm.swiglu_bf16(g1, &x, &w, &mut want, shape).unwrap().gpu;
+        let listed = poisoned(s, m * n);
+        let mut list = s.cmdlist().unwrap();
+        let info = mm.add_swiglu_bf16(&mut list, &x, &w, &listed, shape).unwrap();
+        assert_eq!(info.launches, 1);
+        let _gpu = g1.submit(&mut list).unwrap().gpu;
+        drop(list);
+        let mut listed = listed;
+        assert_eq!(listed.to_vec().unwrap(), want.to_vec().unwrap());
+    });
+}

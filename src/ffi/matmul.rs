@@ -1258,6 +1258,64 @@ pub unsafe extern "C" fn omega_gpu_matmul_bf16_to_bf16_mem(
     })
 }
 
+/// EXPERIMENTAL. The gate+up projection and its SwiGLU in one launch, over device buffers of the open
+/// session: `y[i, j] = silu(x[i] . W[j]) * (x[i] . W[N + j])`, `silu(g) = g / (1 + e^-g)`, with x `[M, K]`
+/// and the fused gate+up weight W `[2N, K]` (the N gate rows first, then the N up rows) bf16, y `[M, N]`
+/// f32. Needs K % 8 == 0, N % 4 == 0 and 16-byte aligned buffers (whole `OmegaGpuMem`s are); other
+/// products are refused, `OMEGA_GPU_MATMUL_ERR_PLAN`, and nothing runs. A buffer shorter than its
+/// operand is refused, `_SHAPE`. Takes the session lock itself, as the other entries.
+///
+/// # Safety
+/// - `x`, `w` and `y` are each NULL (refused) or point to a readable, aligned `OmegaGpuMem`.
+/// - `info` is NULL or points to a writable, aligned `OmegaGpuMatmulInfo`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_matmul_swiglu_bf16_mem(
+    m: u32,
+    n: u32,
+    k: u32,
+    x: *const GpuMem,
+    w: *const GpuMem,
+    y: *const GpuMem,
+    info: *mut OmegaGpuMatmulInfo,
+) -> c_int {
+    let start = Instant::now();
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_matmul_swiglu_bf16_mem", OMEGA_GPU_MATMUL_ERR_INTERNAL, || unsafe {
+        let shape = Shape::new(m, n, k);
+        let o = dense_mem::<u16, f32>(shape, false, x, w, y, |mm, gpu, x, w, y| {
+            mm.swiglu_bf16(gpu, x, w, y, shape).map(|d| d.info)
+        });
+        finish(info, start, o)
+    })
+}
+
+/// EXPERIMENTAL. As `omega_gpu_matmul_swiglu_bf16_mem` with a bf16 output: y `[M, N]` of `uint16_t`, each
+/// value rounded to nearest even; N % 8 == 0.
+///
+/// # Safety
+/// - `x`, `w` and `y` are each NULL (refused) or point to a readable, aligned `OmegaGpuMem`.
+/// - `info` is NULL or points to a writable, aligned `OmegaGpuMatmulInfo`.
+#[no_mangle]
+pub unsafe extern "C" fn omega_gpu_matmul_swiglu_bf16_to_bf16_mem(
+    m: u32,
+    n: u32,
+    k: u32,
+    x: *const GpuMem,
+    w: *const GpuMem,
+    y: *const GpuMem,
+    info: *mut OmegaGpuMatmulInfo,
+) -> c_int {
+    let start = Instant::now();
+    // SAFETY: forwarded from the caller.
+    guard("omega_gpu_matmul_swiglu_bf16_to_bf16_mem", OMEGA_GPU_MATMUL_ERR_INTERNAL, || unsafe {
+        let shape = Shape::new(m, n, k);
+        let o = dense_mem::<u16, u16>(shape, true, x, w, y, |mm, gpu, x, w, y| {
+            mm.swiglu_bf16_to_bf16(gpu, x, w, y, shape).map(|d| d.info)
+        });
+        finish(info, start, o)
+    })
+}
+
 /// EXPERIMENTAL. `omega_gpu_matmul_f32` over device buffers of the open session (as
 /// `omega_gpu_matmul_bf16_mem`, every operand f32).
 ///

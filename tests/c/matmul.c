@@ -333,6 +333,42 @@ static void device_products(void) {
     CHECK_RC(omega_gpu_matmul_bf16_mem(M, N, K, &x, &w, &stale, &info), OMEGA_GPU_MATMUL_ERR_ARGS);
     CHECK_LIB_ERROR("matmul args: handle");
 
+    /* SwiGLU over the same W read as the fused [2 * 148, K] weight (its first 296 rows): y[i, j] =
+       silu(g) * u of the product's columns j and 148 + j; the bf16 form at 144 columns is that f32 value
+       rounded. N = 150 is no multiple of 4 (and 148 none of 8): refused by name, nothing runs. */
+    enum { SN = 148, SN16 = 144 };
+    float ysw[M * SN], ysw16[M * SN16];
+    uint16_t ysw_b[M * SN16];
+    OmegaGpuMem swm = device_buffer(NULL, sizeof ysw), sw16m = device_buffer(NULL, sizeof ysw_b);
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_mem(M, SN, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_OK);
+    CHECK(info.path == OMEGA_GPU_MATMUL_PATH_GEMM && info.n == SN && info.flags == 0);
+    read_back(&swm, ysw, sizeof ysw);
+    int close = 1;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < SN; j++) {
+            float g = y[i * N + j], u = y[i * N + SN + j];
+            float want = g / (1.0f + expf(-g)) * u;
+            close &= fabsf(ysw[i * SN + j] - want) <= 1e-4f * (1.0f + fabsf(want));
+        }
+    }
+    CHECK(close);
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_mem(M, SN16, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_OK);
+    read_back(&swm, ysw16, sizeof ysw16);
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_to_bf16_mem(M, SN16, K, &x, &w, &sw16m, &info), OMEGA_GPU_MATMUL_OK);
+    CHECK(info.flags == OMEGA_GPU_MATMUL_FLAG_BF16_OUT);
+    read_back(&sw16m, ysw_b, sizeof ysw_b);
+    same = 1;
+    for (int i = 0; i < M * SN16; i++) same &= ysw_b[i] == to_bf16(ysw16[i]);
+    CHECK(same);
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_mem(M, 150, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_ERR_PLAN);
+    CHECK_LIB_ERROR("matmul plan: SwiGLU M=4 N=150 K=64: the gate+up GEMM with SwiGLU in its epilogue cannot run it");
+    CHECK_LIB_ERROR_HAS("N is not a multiple of 4");
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_to_bf16_mem(M, SN, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_ERR_PLAN);
+    CHECK_LIB_ERROR_HAS("N is not a multiple of 8");
+    /* W holds 300 rows, the fused weight of N = 152 needs 304: refused as any short buffer. */
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_mem(M, 152, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_ERR_SHAPE);
+    CHECK_LIB_ERROR_HAS("needs w [304, 64]");
+
     enum { FM = 6, FN = 5, FK = 11 };
     float xs[FM * FK], ws[FN * FK], ys[FM * FN];
     fill_f32(xs, FM * FK);

@@ -534,3 +534,25 @@ OMEGA_GEMM_TS_FITTED_Y16(192)
 OMEGA_GEMM_TS_FITTED_Y16(96)
 OMEGA_GEMM_TS_FITTED_Y16(64)
 #endif  // OMEGA_GEMM_NO_Y16_ENTRIES
+
+// The gate+up GEMM with SwiGLU in its epilogue (the body's SWIGLU form), on BN accumulator columns a tile
+// (BN / 2 gate and BN / 2 up rows of W, BN / 2 columns of y): W is the fused gate+up weight [2N, K]
+// (gate rows first), tmap_b's box {64, BN / 2}, y [M, N]; N is y's width. Grid [min(tiles, SMs), 1, 1]
+// with tiles = ceil(M/128) * ceil(N / (BN/2)), dynamic shared that of the TMA-store entry of width BN
+// (GEMM_TS_SMEM_BYTES, GEMM_N192_SMEM_BYTES, GEMM_TS_N128_SMEM_BYTES). f32 y: tmap_y is y's f32 descriptor
+// (N % 4 == 0, else a trap); `_y16`: y's bf16 descriptor (N % 8 == 0). `y` is not read.
+#define OMEGA_GEMM_SWIGLU(NAME, STAGES, BN, Y16)                                                             \
+  extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)                                              \
+      NAME(const void* tmap_a, const void* tmap_b, const void* tmap_y, float* y, uint32_t M, uint32_t N,         \
+           uint32_t K) {                                                                                        \
+    gemm_bf16_ts_body<STAGES, GEMM_TS_CHUNK, GEMM_TS_NBUF, 1, BN, omega_gemm::GroupedOrder, Y16, true>(        \
+        tmap_a, tmap_b, tmap_y, y, M, N, K);                                                                   \
+  }
+OMEGA_GEMM_SWIGLU(omega_gemm_bf16_tn_swiglu_n256, GEMM_TS_STAGES, 256, false)
+OMEGA_GEMM_SWIGLU(omega_gemm_bf16_tn_swiglu_n192, GEMM_N192_STAGES, 192, false)
+OMEGA_GEMM_SWIGLU(omega_gemm_bf16_tn_swiglu_n128, GEMM_TS_N128_STAGES, 128, false)
+#ifndef OMEGA_GEMM_NO_Y16_ENTRIES
+OMEGA_GEMM_SWIGLU(omega_gemm_bf16_tn_swiglu_n256_y16, GEMM_TS_STAGES, 256, true)
+OMEGA_GEMM_SWIGLU(omega_gemm_bf16_tn_swiglu_n192_y16, GEMM_N192_STAGES, 192, true)
+OMEGA_GEMM_SWIGLU(omega_gemm_bf16_tn_swiglu_n128_y16, GEMM_TS_N128_STAGES, 128, true)
+#endif  // OMEGA_GEMM_NO_Y16_ENTRIES

@@ -159,6 +159,60 @@ pub const GEMM_BF16_TN_PP_N128: &str = "omega_gemm_bf16_tn_pp_n128";
 /// [`GEMM_BF16_TN_PP_N128`] storing a bf16 y through its bf16 descriptor ([`gemm_tmap_y16`], `N % 8 ==
 /// 0`, else a trap), as the [`GEMM_Y16`] entries do; `y` is not read.
 pub const GEMM_BF16_TN_PP_N128_Y16: &str = "omega_gemm_bf16_tn_pp_n128_y16";
+/// The gate+up GEMM with SwiGLU in its epilogue (`gemm_bf16_ts.cuh`, `OMEGA_GEMM_SWIGLU`), one entry pair
+/// per tile width by [`SwigluGemm`]: `(tmap_a, tmap_b, tmap_y, y, M, N, K)` as [`GEMM_BF16_TN_TS`], with N
+/// y's width: `y[m, j] = silu(x[m] . W[j]) * (x[m] . W[N + j])` for the fused gate+up weight `W` `[2N, K]`
+/// (gate rows first). A tile's accumulators are `tile_n / 2` gate and as many up rows (B's box
+/// [`SwigluGemm::b_box_rows`]), combined in registers; y is stored through its descriptor only (f32: N %
+/// 4 == 0, `_y16`: N % 8 == 0, else a trap), `y` not read. Grid `[min(tiles, SMs), 1, 1]` with tiles =
+/// `ceil(M/128) * ceil(N / (tile_n/2))`. `silu(g) = g / (1 + e^-g)` as the elementwise SwiGLU's
+/// (`__fdividef`, `__expf`).
+pub const GEMM_SWIGLU: [SwigluGemm; 3] = [
+    SwigluGemm {
+        tile_n: GEMM_TILE_N,
+        stages: GEMM_TS_STAGES,
+        f32: "omega_gemm_bf16_tn_swiglu_n256",
+        y16: "omega_gemm_bf16_tn_swiglu_n256_y16",
+    },
+    SwigluGemm {
+        tile_n: 192,
+        stages: GEMM_FITTED[1].stages,
+        f32: "omega_gemm_bf16_tn_swiglu_n192",
+        y16: "omega_gemm_bf16_tn_swiglu_n192_y16",
+    },
+    SwigluGemm {
+        tile_n: GEMM_N128_TILE_N,
+        stages: GEMM_TS_N128_STAGES,
+        f32: "omega_gemm_bf16_tn_swiglu_n128",
+        y16: "omega_gemm_bf16_tn_swiglu_n128_y16",
+    },
+];
+
+/// A SwiGLU GEMM's tile width and its two entries ([`GEMM_SWIGLU`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwigluGemm {
+    /// Accumulator columns of a tile: half gate, half up rows of W.
+    pub tile_n: u32,
+    /// The ring's stages (those of the TMA-store entry of this width).
+    pub stages: u32,
+    /// The f32-output entry.
+    pub f32: &'static str,
+    /// The bf16-output entry.
+    pub y16: &'static str,
+}
+
+impl SwigluGemm {
+    /// Both entries' dynamic shared memory: the TMA-store layout of `tile_n` columns.
+    pub const fn smem_bytes(&self) -> u32 {
+        gemm_ts_smem_bytes(self.tile_n, self.stages)
+    }
+
+    /// Rows of its B box, and columns of y a tile stores: half the tile's accumulator columns.
+    pub const fn b_box_rows(&self) -> u32 {
+        self.tile_n / 2
+    }
+}
+
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -656,6 +710,12 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
         local_bytes_per_thread: 0,
         run: gemm_bf16_tn_pp_n128::<true>,
     },
+    swiglu_spec(0, false, gemm_swiglu::<0, false>),
+    swiglu_spec(0, true, gemm_swiglu::<0, true>),
+    swiglu_spec(1, false, gemm_swiglu::<1, false>),
+    swiglu_spec(1, true, gemm_swiglu::<1, true>),
+    swiglu_spec(2, false, gemm_swiglu::<2, false>),
+    swiglu_spec(2, true, gemm_swiglu::<2, true>),
     table_spec(&GEMM_FITTED, 0, false, gemm_table::<false, 0, false>),
     table_spec(&GEMM_FITTED, 0, true, gemm_table::<false, 0, true>),
     table_spec(&GEMM_FITTED, 1, false, gemm_table::<false, 1, false>),
@@ -928,6 +988,8 @@ struct Dense<'a> {
     fused: bool,
     /// y is bf16, each value rounded as `cvt.rn.bf16x2.f32` rounds ([`GEMM_Y16`]); `ldy` counts elements.
     y16: bool,
+    /// SwiGLU ([`GEMM_SWIGLU`]): output n is `silu(product with b's row n) * (product with row up + n)`.
+    swiglu_up: Option<u64>,
 }
 
 /// bf16 of `f` as `cvt.rn.bf16x2.f32` makes it: nearest even, a NaN the canonical quiet NaN 0x7fff.
@@ -953,17 +1015,33 @@ impl Dense<'_> {
             let (nb, m0) = (i / self.rows, i % self.rows);
             let m1 = self.rows.min(m0 + (items.end - i));
             let (n0, n1) = (nb * self.tile_n, self.cols.min((nb + 1) * self.tile_n));
-            let mut b = Vec::with_capacity((n1 - n0) as usize * kk);
+            let mut b = Vec::with_capacity((n1 - n0) as usize * kk * if self.swiglu_up.is_some() { 2 } else { 1 });
             for n in n0..n1 {
                 b.extend(self.b.row(ctx, self.kernel, "a W row", n, kk)?);
+            }
+            if let Some(up) = self.swiglu_up {
+                for n in n0..n1 {
+                    b.extend(self.b.row(ctx, self.kernel, "an up row of W", up + n, kk)?);
+                }
             }
             let mut a = Vec::with_capacity((m1 - m0) as usize * kk);
             for m in m0..m1 {
                 a.extend(self.a.row(ctx, self.kernel, "an x row", m, kk)?);
             }
             let width = (n1 - n0) as usize;
-            let mut out = vec![0f32; (m1 - m0) as usize * width];
+            let products = if self.swiglu_up.is_some() { 2 * width } else { width };
+            let mut out = vec![0f32; (m1 - m0) as usize * products];
             math::products(&a, &b, kk, self.fused, &mut out);
+            if self.swiglu_up.is_some() {
+                // Each row's gate products, then its up products: the output is their SwiGLU.
+                out = out
+                    .chunks_exact(products)
+                    .flat_map(|r| {
+                        let (g, u) = r.split_at(width);
+                        g.iter().zip(u).map(|(&g, &u)| super::elementwise::silu_mul(g, u)).collect::<Vec<_>>()
+                    })
+                    .collect();
+            }
             for (m, row) in (m0..m1).zip(out.chunks_exact(width)) {
                 let at = m.wrapping_mul(self.ldy).wrapping_add(n0);
                 if self.y16 {
@@ -1223,6 +1301,7 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             tile_n: u64::from(f.tile_n),
             fused: false,
             y16: f.y16,
+            swiglu_up: None,
         }
         .run(ctx);
     }
@@ -1342,6 +1421,81 @@ fn gemm_bf16_tn_pp_n128<const Y16: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), 
     let name = if Y16 { GEMM_BF16_TN_PP_N128_Y16 } else { GEMM_BF16_TN_PP_N128 };
     let (tile_n, smem) = (GEMM_N128_TILE_N, GEMM_TS_N128_SMEM_BYTES);
     gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows: tile_n, smem, args: GemmArgs::Staged, y16: Y16 })
+}
+
+/// The host spec of [`GEMM_SWIGLU`] entry `i`'s f32 or bf16 (`y16`) form: the TMA-store parameters.
+const fn swiglu_spec(i: usize, y16: bool, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+    let f = GEMM_SWIGLU[i];
+    HostSpec {
+        name: if y16 { f.y16 } else { f.f32 },
+        param_sizes: &[8, 8, 8, 8, 4, 4, 4],
+        static_shared_bytes: 0,
+        local_bytes_per_thread: 0,
+        run,
+    }
+}
+
+/// [`GEMM_SWIGLU`] entry `I` (`Y16`: its bf16 form): `y[m, j] = silu(g) * u` with `g`, `u` the products of
+/// x's row m with W's rows j and N + j as the descriptor reads them (rows past its dims zero), for the
+/// tiles the kernel's count covers; y through its descriptor only.
+fn gemm_swiglu<const I: usize, const Y16: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GEMM_SWIGLU[I];
+    let name = if Y16 { f.y16 } else { f.f32 };
+    let (tmap_a, tmap_b, tmap_y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
+    let [m, n, k] = [ctx.word(8), ctx.word(9), ctx.word(10)];
+    require_block(ctx, name, GEMM_THREADS)?;
+    if ctx.dynamic_shared_bytes < f.smem_bytes() {
+        return Err(fault(
+            name,
+            format_args!(
+                "out-of-range shared address: {} bytes of dynamic shared memory, its stages need {}",
+                ctx.dynamic_shared_bytes,
+                f.smem_bytes()
+            ),
+        ));
+    }
+    let unit = if Y16 { 8 } else { 4 };
+    if !n.is_multiple_of(unit) {
+        return Err(fault(name, format_args!("trap: N = {n}, no multiple of {unit}: y has no descriptor")));
+    }
+    let out_cols = f.b_box_rows();
+    let tiles_m = m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
+    let tiles_n = n.wrapping_add(out_cols - 1) / out_cols;
+    if (tiles_m as i32).wrapping_mul(tiles_n as i32) <= 0 {
+        return Ok(());
+    }
+    let kblocks = k.wrapping_add(GEMM_TILE_K - 1) / GEMM_TILE_K;
+    if kblocks == 0 {
+        return Err(fault(name, "K = 0: no K block is loaded and the accumulators are stored unwritten"));
+    }
+    let a = gemm_tensor_map(ctx, tmap_a, "tmap_a", GEMM_TILE_M)?;
+    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", f.b_box_rows())?;
+    let (y, ldy) = gemm_y_map(ctx, name, tmap_y, [m, n], Y16)?;
+    let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
+    let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
+    let rows = |s: &TiledSpec, loaded: u64| Rows {
+        elem: Elem::Bf16,
+        va: s.global_address,
+        row_bytes: s.global_stride[0],
+        rows: s.global_dim[1],
+        loaded,
+        check_align: false,
+    };
+    Dense {
+        kernel: name,
+        a: rows(&a, ka),
+        b: rows(&b, kb),
+        kk: ka.min(kb),
+        y,
+        ldy,
+        rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
+        cols: u64::from(n).min(u64::from(tiles_n) * u64::from(out_cols)),
+        tile_n: u64::from(out_cols),
+        fused: false,
+        y16: Y16,
+        swiglu_up: Some(u64::from(n)),
+    }
+    .run(ctx)
 }
 
 /// The host spec of `table[i]`'s one-CTA (`cluster` false) or cluster entry ([`GEMM_FITTED`] or
@@ -1598,6 +1752,7 @@ fn gemm_simt_cover(
         tile_n,
         fused: true,
         y16: false,
+        swiglu_up: None,
     }
     .run(ctx)
 }

@@ -5,7 +5,7 @@ use crate::cmdlist::CmdListError;
 use crate::tma::TmaError;
 use crate::{Error, Stage};
 
-use super::plan::{ForcedPlan, ForcedRefusal, GroupedShape, Shape};
+use super::plan::{ForcedPlan, ForcedRefusal, GroupedShape, Shape, SwigluRefusal};
 
 /// A product's shape, dense or grouped, as failures name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +14,9 @@ pub enum AnyShape {
     Dense(Shape),
     /// The grouped (mixture-of-experts) product.
     Grouped(GroupedShape),
+    /// The gate+up product's SwiGLU: `y[M, N] = silu(x . Wg^T) * (x . Wu^T)` with the fused weight `W`
+    /// `[2N, K]`.
+    Swiglu(Shape),
 }
 
 impl core::fmt::Display for AnyShape {
@@ -21,6 +24,7 @@ impl core::fmt::Display for AnyShape {
         match self {
             AnyShape::Dense(s) => s.fmt(f),
             AnyShape::Grouped(g) => g.fmt(f),
+            AnyShape::Swiglu(s) => write!(f, "SwiGLU {s}"),
         }
     }
 }
@@ -68,9 +72,10 @@ impl Operand {
     pub fn dims(self, shape: AnyShape) -> Dims {
         let d = |v: &[u64]| Dims::new(v);
         match (self, shape) {
-            (Operand::X, AnyShape::Dense(s)) => d(&[s.m.into(), s.k.into()]),
+            (Operand::X, AnyShape::Dense(s) | AnyShape::Swiglu(s)) => d(&[s.m.into(), s.k.into()]),
             (Operand::W, AnyShape::Dense(s)) => d(&[s.n.into(), s.k.into()]),
-            (Operand::Y, AnyShape::Dense(s)) => d(&[s.m.into(), s.n.into()]),
+            (Operand::W, AnyShape::Swiglu(s)) => d(&[2 * u64::from(s.n), s.k.into()]),
+            (Operand::Y, AnyShape::Dense(s) | AnyShape::Swiglu(s)) => d(&[s.m.into(), s.n.into()]),
             (Operand::X, AnyShape::Grouped(g)) => d(&[g.tokens.into(), g.k.into()]),
             (Operand::W, AnyShape::Grouped(g)) => d(&[g.experts.into(), g.n.into(), g.k.into()]),
             (Operand::Y, AnyShape::Grouped(g)) => d(&[g.choices(), g.n.into()]),
@@ -87,7 +92,7 @@ impl Operand {
                 | Operand::RouterW
                 | Operand::Logits
                 | Operand::TopKWeights,
-                AnyShape::Dense(_),
+                AnyShape::Dense(_) | AnyShape::Swiglu(_),
             ) => d(&[]),
         }
     }
@@ -225,6 +230,15 @@ pub enum PlanError {
         /// Why.
         why: ForcedRefusal,
     },
+    /// A SwiGLU product the fused gate+up GEMM cannot run; nothing else was chosen in its place (compute
+    /// the product with [`super::Matmul::bf16`] and the elementwise library's SwiGLU).
+    #[error("SwiGLU {shape}: the gate+up GEMM with SwiGLU in its epilogue cannot run it: {why}")]
+    Swiglu {
+        /// The shape (y `[M, N]`, W `[2N, K]`).
+        shape: Shape,
+        /// Why.
+        why: SwigluRefusal,
+    },
 }
 
 /// A failure of the matmul library.
@@ -306,6 +320,11 @@ mod tests {
                 shape: Shape::new(2, 3, 8),
                 why: ForcedRefusal::KNotMultiple { of: 32 },
             }),
+            MatmulError::Plan(PlanError::Swiglu {
+                shape: Shape::new(2, 6, 8),
+                why: SwigluRefusal::NNotMultiple { of: 4 },
+            }),
+            MatmulError::Shape(ShapeError::ZeroSide { shape: AnyShape::Swiglu(Shape::new(0, 4, 8)) }),
             MatmulError::Tma { operand: Operand::X, source: TmaError::Rank { rank: 0 } },
             MatmulError::Device(Error::NotOpen(Stage::Alloc)),
         ];

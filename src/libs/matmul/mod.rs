@@ -59,7 +59,7 @@ pub use ops::{
     RouterOperands, Workspace,
 };
 pub use plan::{
-    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, WideEntry,
-    FITTED_ENTRY, FITTED_MIN_SAVING_TENTHS, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY, PLANNED_TILES,
-    SKINNY_MIN_M, WIDE_ENTRY,
+    ForcedPlan, ForcedRefusal, GemmCost, GemmTile, GroupedShape, Path, RoutingLayout, Shape, SkinnyCost, SwigluRefusal,
+    WideEntry, FITTED_ENTRY, FITTED_MIN_SAVING_TENTHS, MAX_CTAS, MAX_SPLITS, MIN_SPLIT_KBLOCKS, NARROW_ENTRY,
+    PLANNED_TILES, SKINNY_MIN_M, WIDE_ENTRY,
 };

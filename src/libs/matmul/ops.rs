@@ -488,6 +488,69 @@ impl<'s> Matmul<'s> {
         self.run(gpu, prepared, start)
     }
 
+    /// The gate+up projection and its SwiGLU in one launch: `y[m, j] = silu(x[m] . W[j]) * (x[m] . W[N +
+    /// j])`, `silu(g) = g / (1 + e^-g)`, for x `[M, K]` and the fused gate+up weight W `[2N, K]` (the N
+    /// gate rows first, then the N up rows) bf16, y `[M, N]` f32 (`shape` is y's `M, N` and x's `K`). The
+    /// products accumulate in f32 and never leave the SM: no `[M, 2N]` product is written or read again.
+    /// Runs where the SwiGLU GEMM can (K % 8 == 0, N % 4 == 0, x, W and y 16-byte aligned), else refused
+    /// with [`crate::libs::matmul::PlanError::Swiglu`] (stage `matmul plan`) and nothing runs. Forced
+    /// plans ([`Matmul::set_forced_plan`]) do not apply: the width is the planner's.
+    pub fn swiglu_bf16<B: Bf16>(
+        &self,
+        gpu: Gpu<'s>,
+        x: &impl Input<B>,
+        w: &impl Input<B>,
+        y: &mut impl Output<f32>,
+        shape: Shape,
+    ) -> Result<Done<'s>, Failed<'s>> {
+        let start = Instant::now();
+        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, false);
+        self.run(gpu, prepared, start)
+    }
+
+    /// As [`Matmul::swiglu_bf16`] into a bf16 y, each value rounded to nearest even (`cvt.rn`; N % 8 ==
+    /// 0).
+    pub fn swiglu_bf16_to_bf16<B: Bf16>(
+        &self,
+        gpu: Gpu<'s>,
+        x: &impl Input<B>,
+        w: &impl Input<B>,
+        y: &mut impl Output<B>,
+        shape: Shape,
+    ) -> Result<Done<'s>, Failed<'s>> {
+        let start = Instant::now();
+        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, true);
+        self.run(gpu, prepared, start)
+    }
+
+    /// Adds the launch of [`Matmul::swiglu_bf16`] to `list`.
+    pub fn add_swiglu_bf16<'k, B: Bf16>(
+        &'k self,
+        list: &mut CmdListBuilder<'k, 's>,
+        x: &'k impl Input<B>,
+        w: &'k impl Input<B>,
+        y: &'k impl Output<f32>,
+        shape: Shape,
+    ) -> Result<Info, MatmulError> {
+        let start = Instant::now();
+        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, false);
+        self.record(list, prepared, start)
+    }
+
+    /// Adds the launch of [`Matmul::swiglu_bf16_to_bf16`] to `list`.
+    pub fn add_swiglu_bf16_to_bf16<'k, B: Bf16>(
+        &'k self,
+        list: &mut CmdListBuilder<'k, 's>,
+        x: &'k impl Input<B>,
+        w: &'k impl Input<B>,
+        y: &'k impl Output<B>,
+        shape: Shape,
+    ) -> Result<Info, MatmulError> {
+        let start = Instant::now();
+        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, true);
+        self.record(list, prepared, start)
+    }
+
     /// `y = x . W^T` in f32 (f32 FMA, no TF32), any shape.
     pub fn f32(
         &self,
@@ -700,6 +763,49 @@ impl<'s> Matmul<'s> {
         })();
         let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, ..Operands::default() };
         info.weight_bytes = u64::from(shape.n) * u64::from(shape.k) * size_of::<T>() as u64;
+        Prepared::new(checked, ops, info)
+    }
+
+    /// Checks a SwiGLU product (W `[2N, K]`) and plans it.
+    fn prepare_swiglu<B: Bf16>(
+        &self,
+        x: &impl Input<B>,
+        w: &impl Input<B>,
+        y_va: u64,
+        y_len: usize,
+        shape: Shape,
+        out_bf16: bool,
+    ) -> Prepared {
+        let budget = cta_budget();
+        let mut info =
+            Info { bf16_out: out_bf16, m: shape.m, n: shape.n, k: shape.k, cta_budget: budget, ..Info::default() };
+        let any = AnyShape::Swiglu(shape);
+        let checked = (|| {
+            if shape.m == 0 || shape.n == 0 || shape.k == 0 {
+                return Err(MatmulError::from(ShapeError::ZeroSide { shape: any }));
+            }
+            check_operand(any, Operand::X, x.elements(), 2)?;
+            check_operand(any, Operand::W, w.elements(), 2)?;
+            check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
+            let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
+            let (y_aligned, y_aligned16) = (y_va.is_multiple_of(8), y_va.is_multiple_of(16));
+            let opts = DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned, y_aligned16 };
+            let plan = plan::swiglu(shape, opts)?;
+            let t = plan.tma.expect("the SwiGLU GEMM reads descriptors");
+            // W's descriptor spans both halves, 2N rows.
+            let Some(w_n) = shape.n.checked_mul(2) else {
+                let operand = Operand::W;
+                return Err(ShapeError::Overflow { shape: any, operand, dims: operand.dims(any) }.into());
+            };
+            let w_rows = Shape::new(shape.m, w_n, shape.k);
+            let tma = Descriptors {
+                ab: descriptor_pair(x.device_va(), w.device_va(), w_rows, t.b_rows)?,
+                y: t.y.map(|at| (at, shape, t.y16)),
+            };
+            Ok((plan, Some(tma)))
+        })();
+        let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, ..Operands::default() };
+        info.weight_bytes = 2 * u64::from(shape.n) * u64::from(shape.k) * 2;
         Prepared::new(checked, ops, info)
     }
 

@@ -146,6 +146,9 @@ pub(crate) enum Kern {
     /// The narrow TMA-store form with its consumers in ping-pong (`omega_gemm_bf16_tn_pp_n128`), its
     /// bf16-output form when `true` (`_pp_n128_y16`).
     GemmPp(bool),
+    /// The gate+up GEMM with SwiGLU in its epilogue: [`abi::GEMM_SWIGLU`] entry `i`, its bf16-output form
+    /// when `true`.
+    Swiglu(usize, bool),
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
@@ -153,8 +156,8 @@ pub(crate) enum Kern {
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
 /// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries, the
 /// two stream-K entries, the fitted widths' two entries each, every width's two bf16-output entries, and
-/// the ping-pong entry in both outputs.
-pub(crate) const KERNEL_NAMES: [&str; 54] = [
+/// the ping-pong entry in both outputs, and the SwiGLU GEMM's widths in both outputs.
+pub(crate) const KERNEL_NAMES: [&str; 60] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -213,6 +216,12 @@ pub(crate) const KERNEL_NAMES: [&str; 54] = [
     abi::GEMM_Y16[5].mc,
     abi::GEMM_BF16_TN_PP_N128,
     abi::GEMM_BF16_TN_PP_N128_Y16,
+    abi::GEMM_SWIGLU[0].f32,
+    abi::GEMM_SWIGLU[0].y16,
+    abi::GEMM_SWIGLU[1].f32,
+    abi::GEMM_SWIGLU[1].y16,
+    abi::GEMM_SWIGLU[2].f32,
+    abi::GEMM_SWIGLU[2].y16,
 ];
 
 impl Kern {
@@ -243,6 +252,7 @@ impl Kern {
             Kern::GemmMcFit(i) => 33 + 2 * i,
             Kern::GemmY16(i, cluster) => 40 + 2 * i + cluster as usize,
             Kern::GemmPp(y16) => 52 + y16 as usize,
+            Kern::Swiglu(i, y16) => 54 + 2 * i + y16 as usize,
         }
     }
 }
@@ -632,7 +642,7 @@ pub const FITTED_MIN_SAVING_TENTHS: u64 = 9;
 pub const FITTED_ENTRY: WideEntry = WideEntry::TmaStore;
 
 /// The longest K at which the planner runs the ping-pong entry ([`pingpong_pays`]).
-pub const PINGPONG_MAX_K: u32 = 2048;
+pub const PINGPONG_MAX_K: u32 = 1024;
 /// The fewest rows at which the planner runs it: the M its wins were measured at. Below it (lm_head at M =
 /// 128-512 also gives every CTA two narrow tiles) the cost model's plan stays until matmul_bench
 /// `--alternatives` (`narrow_pp`) has timed the entry there.
@@ -642,11 +652,14 @@ pub const PINGPONG_MIN_M: u32 = 4096;
 /// the tile and entry its cost model chose: where K is at most [`PINGPONG_MAX_K`], M at least
 /// [`PINGPONG_MIN_M`] and the narrow tiles give every CTA of the grid two or more, so each consumer's
 /// epilogue has the other's mainloop to hide under.
-/// On the H200 beside cuBLAS (gemm_check `pp`, docs/perf/2026-12-07-s21-h200-pingpong-swiglu.md, f32 y,
-/// TFLOP/s) it took down 4096 x 2048 x 768 to 521 against the planner's wide cluster plan's 504 (cuBLAS
-/// 474), gate+up 4096 x 1536 x 2048 to 615 against the 192-column tile's 589 (cuBLAS 652), lm_head at M
-/// = 4096 729 against 717, QKV at 4096 690 against 691 (a tie); at K = 4096 it lost (O at 4096 686
-/// against 712, 4096^3 710 against 756), as it did where a CTA has one tile (M = 512).
+/// Its win is at short K, where a tile's epilogue is as long as its mainloop. down 4096 x 2048 x 768: on
+/// the H200 (gemm_check `pp`, docs/perf/2026-12-07-s21-h200-pingpong-swiglu.md, f32 y) 521 TFLOP/s
+/// against the planner's wide cluster plan's 504 (cuBLAS 474); on an H100 under Omega's launches
+/// (matmul_bench `--alternatives`, docs/perf/2026-12-07-s22-h100-pingpong-entry.md) 25.1 us against the
+/// wide TMA-store tile's 27.0 and the cluster's 28.1. At K = 2048 the two machines disagree: on the H200
+/// harness it was ahead by 0-4 % (gate+up, QKV, lm_head at 4096), on the H100 library 8 % behind the
+/// 192-column tile at gate+up and 7 % behind the wide tile at QKV; at K = 4096 it lost on both, as it did
+/// where a CTA has one tile (M = 512). So the rule keeps K <= 1024.
 pub fn pingpong_pays(shape: Shape, sms: u32, budget: u32) -> bool {
     let tiles = ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M))
         * ceil(u64::from(shape.n), u64::from(abi::GEMM_N128_TILE_N));
@@ -1631,6 +1644,96 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
     Plan { path, steps, scratch, tickets, tma, split }
 }
 
+/// Why the SwiGLU GEMM cannot run a product ([`PlanError::Swiglu`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SwigluRefusal {
+    /// K is not a multiple of 8: TMA strides rows in whole 16-byte units.
+    KNotMultiple,
+    /// x or W does not start 16-byte aligned (their descriptors' addresses), or y does not (its
+    /// descriptor's: the epilogue stores through it only).
+    Unaligned,
+    /// y's width is not a multiple of `of` (4 for an f32 y, 8 for a bf16 one): its rows are no whole
+    /// number of 16-byte units, so no descriptor of y exists.
+    NNotMultiple {
+        /// What N must be a multiple of.
+        of: u32,
+    },
+}
+
+impl core::fmt::Display for SwigluRefusal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            SwigluRefusal::KNotMultiple => f.write_str("K is not a multiple of 8"),
+            SwigluRefusal::Unaligned => f.write_str("x, W or y does not start 16-byte aligned"),
+            SwigluRefusal::NNotMultiple { of } => write!(f, "N is not a multiple of {of}"),
+        }
+    }
+}
+
+/// The cost the planner weighs a SwiGLU width by, ns: [`GemmCost`]'s unsplit form over the tile's
+/// accumulator columns (`waves * tile_n / 256 * (EPILOGUE + kblocks * KBLOCK)`), with `tiles =
+/// ceil(M / 128) * ceil(N / (tile_n / 2))` on `min(tiles, SMs, budget)` CTAs.
+fn swiglu_cost(shape: Shape, f: abi::SwigluGemm, sms: u64, budget: u64) -> u64 {
+    let tiles =
+        ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M)) * ceil(u64::from(shape.n), u64::from(f.b_box_rows()));
+    let grid = tiles.min(sms).min(budget).max(1);
+    let kblocks = ceil(u64::from(shape.k), u64::from(abi::GEMM_TILE_K));
+    tiles.div_ceil(grid) * u64::from(f.tile_n) * (GemmCost::EPILOGUE_NS + kblocks * GemmCost::KBLOCK_NS) / 256
+}
+
+/// The plan of `y = silu(x . Wg^T) * (x . Wu^T)` (`shape` checked: no side is 0; y `[M, N]`, W the fused
+/// gate+up weight `[2N, K]`, gate rows first): ONE launch of the SwiGLU GEMM ([`abi::GEMM_SWIGLU`]) at the
+/// width [`swiglu_cost`] gives the least time, ties kept by the wider (as [`GemmCost::planned`] keeps
+/// them: fewer loads of x, wider wgmmas). On the H200 (gemm_swiglu_check, docs/perf/
+/// 2026-12-07-s21-h200-pingpong-swiglu.md, bf16 y) the model's widths were the measured best at every
+/// shape timed: 192 at 4096 x 768 x 2048 (37.3 us; 128: 41.3, 256: 46.2), 128 at 512 (14.1; 192: 18.0),
+/// 256 at 8192 (81.0; 192: 82.0) and at 4096 x 6144 (316.0; 192: 319.3). Refused where the kernel cannot
+/// run ([`SwigluRefusal`]); nothing else is chosen in its place.
+pub(crate) fn swiglu(shape: Shape, opts: DenseOpts) -> Result<Plan, PlanError> {
+    let refuse = |why| Err(PlanError::Swiglu { shape, why });
+    if !shape.k.is_multiple_of(8) {
+        return refuse(SwigluRefusal::KNotMultiple);
+    }
+    if !opts.aligned || !opts.y_aligned16 {
+        return refuse(SwigluRefusal::Unaligned);
+    }
+    let of = if opts.out_bf16 { 8 } else { 4 };
+    if !shape.n.is_multiple_of(of) {
+        return refuse(SwigluRefusal::NNotMultiple { of });
+    }
+    let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
+    // The widest first: a narrower width replaces it only where strictly cheaper.
+    let (i, f) = abi::GEMM_SWIGLU
+        .iter()
+        .copied()
+        .enumerate()
+        .fold(None::<(usize, abi::SwigluGemm)>, |best, (i, f)| match best {
+            Some((_, b)) if swiglu_cost(shape, b, sms, budget) <= swiglu_cost(shape, f, sms, budget) => best,
+            _ => Some((i, f)),
+        })
+        .expect("GEMM_SWIGLU is not empty");
+    let tiles =
+        ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M)) * ceil(u64::from(shape.n), u64::from(f.b_box_rows()));
+    let args = vec![
+        Arg::Tma(0),
+        Arg::Tma(TMA_DESC_BYTES as u64),
+        Arg::Tma(2 * TMA_DESC_BYTES as u64),
+        Arg::Y(0),
+        Arg::Word(shape.m),
+        Arg::Word(shape.n),
+        Arg::Word(shape.k),
+    ];
+    let step = Step {
+        kern: Kern::Swiglu(i, opts.out_bf16),
+        grid: [word(tiles.min(sms).min(budget)), 1, 1],
+        block: [abi::GEMM_THREADS, 1, 1],
+        dynamic_shared: f.smem_bytes(),
+        args,
+    };
+    let tma = Some(TmaPlan { b_rows: f.b_box_rows(), y: Some(Arg::Y(0)), y16: opts.out_bf16 });
+    Ok(Plan { path: Path::Gemm, steps: vec![step], scratch: 0, tickets: 0, tma, split: 1 })
+}
+
 /// The plan of a grouped product (`shape` checked: no side is 0, K % 32 == 0): its routing launch, then
 /// ONE grouped GEMV over the list of touched experts that launch wrote. Refused when one expert's 64-row
 /// blocks alone are past the budget.
@@ -1958,9 +2061,7 @@ mod tests {
         let fit = |i: usize, g| (GemmTsFit(i), 1, [g, 1, 1]);
         assert_eq!(qwen(5120, 2048, 128), fit(3, 80));
         assert_eq!(qwen(5120, 2048, 512), fit(0, 128));
-        // At M = 4096 and K <= 2048 every CTA has three or more narrow tiles: the ping-pong entry.
-        let pp = (Kern::GemmPp(false), 1, [SMS, 1, 1]);
-        assert_eq!(qwen(5120, 2048, 4096), pp);
+        assert_eq!(qwen(5120, 2048, 4096), (Gemm, 1, [SMS, 1, 1]));
         assert_eq!(qwen(2048, 4096, 128), fit(3, 32));
         assert_eq!(qwen(2048, 4096, 512), fit(3, 128));
         assert_eq!(qwen(2048, 4096, 4096), (Gemm, 1, [SMS, 1, 1]));
@@ -1970,19 +2071,20 @@ mod tests {
         assert_eq!(qwen(128, 2048, 4096), fit(3, 64));
         assert_eq!(qwen(1536, 2048, 128), fit(3, 24));
         assert_eq!(qwen(1536, 2048, 512), fit(3, 96));
-        // At M = 4096 gate+up and down run in ping-pong (the model's choices were 192 columns and the wide
-        // tile).
-        assert_eq!(qwen(1536, 2048, 4096), pp);
+        // At M = 4096 192 columns tie the narrow tile in the model and are wider: 256 tiles.
+        assert_eq!(qwen(1536, 2048, 4096), fit(1, SMS));
+        // down at M = 4096 (K = 768, four narrow tiles a CTA) runs in ping-pong; the model chose the wide
+        // tile.
+        let pp = (Kern::GemmPp(false), 1, [SMS, 1, 1]);
         assert_eq!(qwen(2048, 768, 128), fit(3, 32));
         assert_eq!(qwen(2048, 768, 512), fit(3, 128));
         assert_eq!(qwen(2048, 768, 4096), pp);
         // 256 x 5120: 108 tiles of 96 columns in one wave.
         assert_eq!(qwen(5120, 2048, 256), fit(2, 108));
         // lm_head past M = 64: HBM-bound in either form (147 us for its 622 MB): the tie keeps wide.
-        for m in [128, 512] {
+        for m in [128, 512, 4096] {
             assert_eq!(qwen(151_936, 2048, m), (Gemm, 1, [SMS, 1, 1]), "lm_head M={m}");
         }
-        assert_eq!(qwen(151_936, 2048, 4096), pp);
     }
 
     #[test]
@@ -2361,6 +2463,51 @@ mod tests {
     }
 
     #[test]
+    fn the_swiglu_gemm_takes_the_width_its_cost_gives_least_time_and_refuses_what_it_cannot_store() {
+        let width = |m, n, k, out_bf16| {
+            let p = swiglu(Shape::new(m, n, k), opts(MAX_CTAS, out_bf16)).unwrap();
+            let s = &p.steps[0];
+            let Kern::Swiglu(i, y16) = s.kern else { panic!("{:?}", s.kern) };
+            let f = abi::GEMM_SWIGLU[i];
+            assert_eq!((y16, s.dynamic_shared, p.steps.len(), p.scratch), (out_bf16, f.smem_bytes(), 1, 0));
+            assert_eq!(p.tma.map(|t| (t.b_rows, t.y, t.y16)), Some((f.b_box_rows(), Some(Arg::Y(0)), out_bf16)));
+            assert_eq!(KERNEL_NAMES[s.kern.index()], if y16 { f.y16 } else { f.f32 });
+            (f.tile_n, s.grid[0])
+        };
+        // The widths measured best on the H200 (gemm_swiglu_check, s21): an expert's gate+up at 4096 rows
+        // in 192 (256 tiles; 256 columns make 192, 1.45 waves), at 512 in 128 (48 tiles), at 8192 and the
+        // dense 4096 x 6144 in 256 (ties, the wider kept).
+        for out_bf16 in [false, true] {
+            assert_eq!(width(4096, 768, 2048, out_bf16), (192, SMS));
+            assert_eq!(width(512, 768, 2048, out_bf16), (128, 48));
+            assert_eq!(width(8192, 768, 2048, out_bf16), (256, SMS));
+            assert_eq!(width(4096, 6144, 2048, out_bf16), (256, SMS));
+        }
+        // The budget bounds the grid.
+        let p = swiglu(Shape::new(4096, 768, 2048), opts(5, false)).unwrap();
+        assert_eq!(p.steps[0].grid, [5, 1, 1]);
+        let refused = |shape, o| swiglu(shape, o).unwrap_err();
+        let o = opts(MAX_CTAS, false);
+        let why = |e: PlanError| match e {
+            PlanError::Swiglu { why, .. } => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(why(refused(Shape::new(64, 768, 100), o)), SwigluRefusal::KNotMultiple);
+        assert_eq!(why(refused(Shape::new(64, 770, 128), o)), SwigluRefusal::NNotMultiple { of: 4 });
+        assert_eq!(why(refused(Shape::new(64, 772, 128), opts(MAX_CTAS, true))), SwigluRefusal::NNotMultiple { of: 8 });
+        assert_eq!(
+            why(refused(Shape::new(64, 768, 128), DenseOpts { y_aligned16: false, ..o })),
+            SwigluRefusal::Unaligned
+        );
+        assert_eq!(why(refused(Shape::new(64, 768, 128), DenseOpts { aligned: false, ..o })), SwigluRefusal::Unaligned);
+        assert_eq!(
+            refused(Shape::new(64, 770, 128), o).to_string(),
+            "SwiGLU M=64 N=770 K=128: the gate+up GEMM with SwiGLU in its epilogue cannot run it: N is not a \
+             multiple of 4"
+        );
+    }
+
+    #[test]
     fn a_bf16_output_of_an_unsplit_tma_store_plan_is_stored_by_its_y16_entry_where_y_can_have_a_descriptor() {
         let o = opts(MAX_CTAS, true);
         // The planner's QKV at 512 (n160), O at 512 (n64), the wide cube and down at 4096 (ping-pong): one
@@ -2417,8 +2564,8 @@ mod tests {
         assert_eq!(bf16(4096, 4096, 4096).steps[0].kern, Kern::GemmMc);
         let kern = |shape: Shape, o: DenseOpts, wide| super::dense_with(Elem::Bf16, shape, o, wide).steps[0].kern;
         let o = opts(MAX_CTAS, false);
-        // 4096^3 and O at M = 4096 plan unsplit wide tiles; the router's narrow and the GEMV stay.
-        for shape in [Shape::new(4096, 4096, 4096), Shape::new(4096, 2048, 4096)] {
+        // 4096^3 and QKV at M = 4096 plan unsplit wide tiles; the router's narrow and the GEMV stay.
+        for shape in [Shape::new(4096, 4096, 4096), Shape::new(4096, 5120, 2048)] {
             assert_eq!(kern(shape, o, WideEntry::Direct), Kern::Gemm);
             assert_eq!(kern(shape, o, WideEntry::TmaStore), Kern::GemmTs);
             assert_eq!(kern(shape, o, WideEntry::Cluster), Kern::GemmMc);
@@ -2431,7 +2578,7 @@ mod tests {
             assert_eq!(kern(Shape::new(128, 128, 2048), o, wide), Kern::GemmTsFit(3));
             assert_eq!(kern(Shape::new(1, 2048, 4096), o, wide), Kern::Gemv(0));
             assert_eq!(kern(Shape::new(512, 2048, 4096), o, wide), Kern::GemmTsFit(3));
-            assert_eq!(kern(Shape::new(4096, 1536, 2048), o, wide), Kern::GemmPp(false));
+            assert_eq!(kern(Shape::new(4096, 1536, 2048), o, wide), Kern::GemmTsFit(1));
             assert_eq!(kern(Shape::new(1024, 2048, 2048), o, wide), Kern::GemmTsN128);
         }
         // Whatever the switch, every plan keeps to the budget.
