@@ -2206,6 +2206,77 @@ fn forced_f32_then_bf16(shapes: &[[u32; 3]], plans: &[(omega::libs::matmul::Forc
     })
 }
 
+/// The SwiGLU library call (`Matmul::swiglu_bf16`, `_to_bf16`: the gate+up GEMM with SwiGLU in its
+/// epilogue) at an expert's gate+up at 4096 and 512 rows, a ragged product, and N % 8 == 4 (f32 only):
+/// fresh random x and fused weight W `[2N, K]`, an f32 y poisoned and checked at a sample against f64
+/// `silu(g) * u`, then the bf16 y poisoned, bit for bit the f32 y rounded; one launch each.
+fn matmul_lib_swiglu() -> CaseResult {
+    use omega::libs::matmul::{Matmul, Shape};
+    let mut g = rng();
+    with_scope(|s, mut gpu| {
+        let lib = Matmul::new(s).map_err(err)?;
+        lib.set_timeout_ms(staged_timeout_ms(s.platform()));
+        let mut seen = Vec::new();
+        for [m, n, k] in [[4096u32, 768, 2048], [512, 768, 2048], [129, 264, 136], [300, 100, 520]] {
+            let (xb, x) = random_bf16(&mut g, (m * k) as usize);
+            let (wb, w) = random_bf16(&mut g, (2 * n * k) as usize);
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let at = sample_positions(&mut g, mu, nu);
+            let dx = s.alloc_device_from(&xb).map_err(err)?;
+            let dw = s.alloc_device_from(&wb).map_err(err)?;
+            let shape = Shape::new(m, n, k);
+            let mut y = common::poisoned_f32(s, mu * nu).map_err(err)?;
+            let done = lib.swiglu_bf16(gpu, &dx, &dw, &mut y, shape).map_err(|f| format!("SwiGLU {shape}: {f}"))?;
+            gpu = done.gpu;
+            let got = y.to_vec().map_err(err)?;
+            if let Some(i) = got.iter().position(|v| v.is_nan()) {
+                return Err(format!("SwiGLU {shape}: y[{}, {}] is NaN: never written", i / nu, i % nu));
+            }
+            for &(i, j) in &at {
+                let xr = &x[i * ku..][..ku];
+                let (gv, gmag) = mm::dot_f64(xr, &w[j * ku..][..ku]);
+                let (uv, umag) = mm::dot_f64(xr, &w[(nu + j) * ku..][..ku]);
+                let (eg, eu) = (gmag * ku as f64 * 2f64.powi(-22), umag * ku as f64 * 2f64.powi(-22));
+                let silu = gv / (1.0 + (-gv).exp());
+                let want = silu * uv;
+                let tol = 1.1 * uv.abs() * eg + (silu.abs() + eg) * eu + want.abs() * 2f64.powi(-20) + 1e-30;
+                let v = f64::from(got[i * nu + j]);
+                if (v - want).abs() > tol {
+                    return Err(format!("SwiGLU {shape}: y[{i}, {j}] = {v:e}, want {want:e} within {tol:e}"));
+                }
+            }
+            let mut line = format!(
+                "{} {m}x{n}x{k} ({} positions): {}",
+                done.info.kernel,
+                at.len(),
+                matmul_rate(s.platform(), done.info.device_ns, f64::from(m) * f64::from(2 * n) * f64::from(k))
+            );
+            if n % 8 == 0 {
+                let mut y16 = s.alloc::<u16>(mu * nu).map_err(err)?;
+                y16.fill(0x7fc1).map_err(err)?;
+                let d16 = lib
+                    .swiglu_bf16_to_bf16(gpu, &dx, &dw, &mut y16, shape)
+                    .map_err(|f| format!("SwiGLU {shape} bf16: {f}"))?;
+                gpu = d16.gpu;
+                let got16 = y16.to_vec().map_err(err)?;
+                if let Some(i) = (0..got.len()).find(|&i| got16[i] != mm::f32_to_bf16(got[i])) {
+                    return Err(format!(
+                        "{} {shape} bf16 output [{}, {}] = {:#06x}, want {:#06x} (the f32 y rounded)",
+                        d16.info.kernel,
+                        i / nu,
+                        i % nu,
+                        got16[i],
+                        mm::f32_to_bf16(got[i])
+                    ));
+                }
+                line.push_str(&format!(", {} bit for bit its rounding", d16.info.kernel));
+            }
+            seen.push(line);
+        }
+        Ok(seen.join("; "))
+    })
+}
+
 fn in_child(case: &str) -> CaseResult {
     in_child_env(case, &[])
 }
@@ -2286,6 +2357,7 @@ fn main() -> ExitCode {
             "chains" => chains_under_switch(),
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "matmul_lib_sk" => matmul_lib_stream_k(),
+            "matmul_lib_swiglu" => matmul_lib_swiglu(),
             "matmul_gemv_y16" => matmul_gemv_y16(),
             "moe_route" => matmul_moe_route(),
             "moe_router" => matmul_moe_router(),
@@ -2387,6 +2459,9 @@ fn main() -> ExitCode {
         }),
         ("matmul library: TMA-store, cluster and ping-pong plans forced, f32 and bf16 outputs (bf16 stored by the _y16 entries at N % 8 == 0)", || in_child("matmul_lib_ts")),
         ("matmul library: stream-K plans forced, both tiles, f32 and bf16 outputs", || in_child("matmul_lib_sk")),
+        ("matmul library: SwiGLU over the fused gate+up weight in one launch, f32 against f64, bf16 its rounding", || {
+            in_child("matmul_lib_swiglu")
+        }),
         ("matmul library: the GEMV's bf16 output in one launch, bit for bit the f32 product rounded", matmul_gemv_y16),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
         ("matmul: SIMT GEMM f32 513x257x1000", || matmul_simt_f32(513, 257, 1000)),

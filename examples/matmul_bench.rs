@@ -22,6 +22,11 @@
 //!   into a bf16 y (`bf16_to_bf16`, the serving engine's output) is printed as `omega16.<metric>` (`_us`,
 //!   `_tflops`), the peer of the `cublas.` figure (F.linear writes bf16), where the `omega.` figure's is
 //!   `cublas32.` (cuBLAS writing f32): `compare.py --ours omega16 ...` puts the former side by side;
+//! - the SwiGLU call over the fused gate+up weight (an expert's N = 768 at M in {512, 4096, 8192}):
+//!   `swiglu_<M>x<N>x<K>_us` (f32 y, one call's median), `omega16.swiglu_<M>x<N>x<K>_us` (bf16 y) and
+//!   `omega16.swiglu_gemm_<M>x<N>x<K>_us`, the library's bf16 GEMM of the `[M, 2N]` product alone; the
+//!   peer prints torch's F.linear + silu + mul (`torch.`, and `torchgraph.` in a graph) and cuBLAS's GEMM
+//!   alone (`cublas.swiglu_gemm_`);
 //! - the grouped expert GEMM at decode (128 experts, top-8, random routing, T in {1, 8, 64}, the gate+up and
 //!   down shapes): `moe_<name>_T<T>_us` and `_gbps` over the touched experts' weight bytes;
 //! - the host-pointer entry `omega_gpu_matmul_bf16` at a few shapes: `host_bf16_<M>x<N>x<K>_us` (end to
@@ -136,6 +141,10 @@ fn list_reps(info: &Info) -> usize {
 /// Calls per plan in `--alternatives` (the list timing as always): 8 plans of 32 shapes stay within a
 /// minute or two of the H200.
 const ALT_ITERS: usize = 5;
+
+/// The SwiGLU products `(M, N, K)` (y `[M, N]`, the fused gate+up weight `[2N, K]`): an expert's gate+up at
+/// 512, 4096 and 8192 rows (benches/torch/matmul_peer.py's `SWIGLU`).
+const SWIGLU_SHAPES: [(u32, u32, u32); 3] = [(512, 768, 2048), (4096, 768, 2048), (8192, 768, 2048)];
 /// The M of the Qwen matrices in `--alternatives`.
 const ALT_MS: [u32; 7] = [1, 8, 16, 32, 64, 512, 4096];
 /// The GEMV is timed up to this M.
@@ -481,6 +490,63 @@ fn qwen<'s>(
     Ok(gpu)
 }
 
+/// The SwiGLU call ([`Matmul::swiglu_bf16`], `_to_bf16`) at [`SWIGLU_SHAPES`] on fresh random operands, each
+/// output timed as a call (`omega.swiglu_<M>x<N>x<K>_us`, f32 y; `omega16.`, bf16 y), and beside it the
+/// library's bf16 GEMM of the same `[M, 2N]` product alone (`omega16.swiglu_gemm_..._us`): what the fused
+/// epilogue adds to the GEMM. With `--check`, one sampled element of each output against f64.
+fn swiglu<'s>(
+    s: &'s Scope<'s>,
+    gpu: Gpu<'s>,
+    mm: &Matmul<'s>,
+    rng: &mut impl Rng,
+    o: &Opts,
+) -> Result<Gpu<'s>, BenchError> {
+    let mut gpu = gpu;
+    let shapes: &[(u32, u32, u32)] = if o.quick { &[(256, 256, 256)] } else { &SWIGLU_SHAPES };
+    for &(m, n, k) in shapes {
+        let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+        let (xh, wh) = (bf16s(rng, mu * ku), bf16s(rng, 2 * nu * ku));
+        let x: Mem<'s, Device<u16>> = s.alloc_device_from(&xh)?;
+        let w: Mem<'s, Device<u16>> = s.alloc_device_from(&wh)?;
+        let shape = Shape::new(m, n, k);
+        let tag = format!("swiglu_{m}x{n}x{k}");
+        // The f32 product element (r, c) of the [M, 2N] GEMM, then its SwiGLU.
+        let prod = |r: usize, c: usize| {
+            dot(xh[r * ku..][..ku].iter().map(|&b| bf16(b)), wh[c * ku..][..ku].iter().map(|&b| bf16(b)))
+        };
+        let want = |r: usize, c: usize| {
+            let ((g, gm), (u, um)) = (prod(r, c), prod(r, nu + c));
+            let silu = g / (1.0 + (-g).exp());
+            (silu * u, (gm * u.abs() + silu.abs() * um) * 1.1 + (silu * u).abs())
+        };
+        let mut y32 = s.alloc_device::<f32>(mu * nu)?;
+        let (g, t, info) = time(gpu, o.iters, |g| mm.swiglu_bf16(g, &x, &w, &mut y32, shape))?;
+        gpu = g;
+        println!("# swiglu {shape}: {} kernel {}", describe(&info), info.kernel);
+        println!("omega.{tag}_us {:.3}", t * 1e6);
+        let mut y16 = s.alloc_device::<u16>(mu * nu)?;
+        let (g, t16, info16) = time(gpu, o.iters, |g| mm.swiglu_bf16_to_bf16(g, &x, &w, &mut y16, shape))?;
+        gpu = g;
+        println!("# swiglu bf16 out {shape}: {} kernel {}", describe(&info16), info16.kernel);
+        println!("omega16.{tag}_us {:.3}", t16 * 1e6);
+        if o.check {
+            let (r, c) = (rng.random_range(0..mu), rng.random_range(0..nu));
+            let (mut a, mut b) = ([0f32], [0u16]);
+            y32.read_at(r * nu + c, &mut a)?;
+            y16.read_at(r * nu + c, &mut b)?;
+            // `want`'s magnitude carries each product's error through SwiGLU; the bf16 y half a step more.
+            verify(Sample { kind: "swiglu", shape: [m, n, k], at: [r, c] }, a[0], want(r, c))?;
+            verify(Sample { kind: BF16_OUT, shape: [m, n, k], at: [r, c] }, bf16(b[0]), want(r, c))?;
+        }
+        let gemm = Shape::new(m, 2 * n, k);
+        let mut p16 = s.alloc_device::<u16>(mu * 2 * nu)?;
+        let (g, tg, _) = time(gpu, o.iters, |g| mm.bf16_to_bf16(g, &x, &w, &mut p16, gemm))?;
+        gpu = g;
+        println!("omega16.swiglu_gemm_{m}x{n}x{k}_us {:.3}", tg * 1e6);
+    }
+    Ok(gpu)
+}
+
 fn grouped<'s>(
     s: &'s Scope<'s>,
     gpu: Gpu<'s>,
@@ -800,6 +866,7 @@ fn main() -> Result<(), BenchError> {
         }
         let gpu = cubes(s, gpu, &mm, &mut rng, &o)?;
         let gpu = qwen(s, gpu, &mm, &mut rng, &o)?;
+        let gpu = swiglu(s, gpu, &mm, &mut rng, &o)?;
         grouped(s, gpu, &mm, &mut rng, &o)?;
         Ok(())
     });

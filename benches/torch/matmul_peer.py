@@ -29,6 +29,9 @@ QWEN = {  # name: (N, K), as a linear layer stores W [N, K]
     "lmhead": (151936, 2048),
 }
 MS = [1, 2, 4, 8, 16, 32, 64, 128, 512, 4096]
+# The SwiGLU products (M, N, K): y [M, N] from x [M, K] and the fused gate+up weight [2N, K]; an expert's
+# gate+up (N = 768) at 512, 4096 and 8192 rows. matmul_bench's SWIGLU_SHAPES.
+SWIGLU = [(512, 768, 2048), (4096, 768, 2048), (8192, 768, 2048)]
 
 
 def timed(fn, iters):
@@ -149,6 +152,23 @@ def main():
                 lambda: F.linear(x, w), iters, f"matmul_bf16_{m}x{N}x{K}", 2 * m * N * K, 2 * N * K, mm32(x, w)
             )
         del w
+
+    # The gate+up projection and its SwiGLU (the peer of Matmul::swiglu_bf16_to_bf16): F.linear into [M,
+    # 2N] bf16, then silu of the gate half times the up half, as a call (`torch.`) and in a graph
+    # (`torchgraph.`: three kernels, no Python launch cost); and cuBLAS's [M, 2N] GEMM alone in a graph
+    # (`cublas.swiglu_gemm_`), the floor a fused launch is measured against.
+    for M, N, K in SWIGLU if not args.quick else SWIGLU[:1]:
+        x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(2 * N, K, device=dev, dtype=torch.bfloat16)
+
+        def swiglu():
+            p = F.linear(x, w)
+            return F.silu(p[:, :N]) * p[:, N:]
+
+        emit(f"swiglu_{M}x{N}x{K}_us", timed(swiglu, iters) * 1e6)
+        emit(f"swiglu_{M}x{N}x{K}_us", graph_timed(swiglu, iters) * 1e6, "torchgraph")
+        emit(f"swiglu_gemm_{M}x{N}x{K}_us", graph_timed(lambda: F.linear(x, w), iters) * 1e6, "cublas")
+        del x, w
 
     # Grouped experts at decode: 128 experts, top-8, random routing; torch loops over the touched experts.
     E, top = 128, 8
