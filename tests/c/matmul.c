@@ -365,9 +365,13 @@ static void device_products(void) {
     CHECK_LIB_ERROR_HAS("N is not a multiple of 4");
     CHECK_RC(omega_gpu_matmul_swiglu_bf16_to_bf16_mem(M, SN, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_ERR_PLAN);
     CHECK_LIB_ERROR_HAS("N is not a multiple of 8");
-    /* W holds 300 rows, the fused weight of N = 152 needs 304: refused as any short buffer. */
-    CHECK_RC(omega_gpu_matmul_swiglu_bf16_mem(M, 152, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_ERR_SHAPE);
-    CHECK_LIB_ERROR_HAS("needs w [304, 64]");
+    /* A fused weight of more rows than W's buffer holds (its 300 rows rounded up to whole pages): refused
+       as any short buffer, naming the [2N, K] it needs. */
+    uint32_t held = (uint32_t)(w.size / (K * 2)), short_n = (held / 2 + 4) & ~3u;
+    char needs[64];
+    snprintf(needs, sizeof needs, "needs w [%u, %d]", 2 * short_n, K);
+    CHECK_RC(omega_gpu_matmul_swiglu_bf16_mem(M, short_n, K, &x, &w, &swm, &info), OMEGA_GPU_MATMUL_ERR_SHAPE);
+    CHECK_LIB_ERROR_HAS(needs);
 
     enum { FM = 6, FN = 5, FK = 11 };
     float xs[FM * FK], ws[FN * FK], ys[FM * FN];
