@@ -11,6 +11,7 @@
 //   omega_gemm_bf16_tn_{ts,mc}_n{160,192,96,64}  those two on tiles fitted to whole waves (gemm_bf16_ts.cuh)
 //   omega_gemm_bf16_tn_sk[_n128] the TMA-store form in stream-K order, either tile (gemm_bf16_sk.cuh)
 //   omega_gemm_bf16_tn_pp_n128[_y16] the narrow TMA-store form with its consumers on alternate tiles (gemm_bf16_pp.cuh)
+//   omega_gemm_bf16_tn_swiglu_n{256,192,128}[_y16] gate+up with SwiGLU in the epilogue (gemm_bf16_ts.cuh)
 //   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh); _y16: bf16 out
 //   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)
 //   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
