@@ -469,7 +469,8 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let prepared = self.prepare_dense(Elem::Bf16, x, w, y.device_va(), y.elements(), shape, false);
+        let prepared =
+            self.prepare_dense(DenseKind::Product(Elem::Bf16), x, w, y.device_va(), y.elements(), shape, false);
         self.run(gpu, prepared, start)
     }
 
@@ -484,7 +485,8 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let prepared = self.prepare_dense(Elem::Bf16, x, w, y.device_va(), y.elements(), shape, true);
+        let prepared =
+            self.prepare_dense(DenseKind::Product(Elem::Bf16), x, w, y.device_va(), y.elements(), shape, true);
         self.run(gpu, prepared, start)
     }
 
@@ -504,7 +506,7 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, false);
+        let prepared = self.prepare_dense(DenseKind::Swiglu, x, w, y.device_va(), y.elements(), shape, false);
         self.run(gpu, prepared, start)
     }
 
@@ -519,7 +521,7 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, true);
+        let prepared = self.prepare_dense(DenseKind::Swiglu, x, w, y.device_va(), y.elements(), shape, true);
         self.run(gpu, prepared, start)
     }
 
@@ -533,7 +535,7 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Info, MatmulError> {
         let start = Instant::now();
-        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, false);
+        let prepared = self.prepare_dense(DenseKind::Swiglu, x, w, y.device_va(), y.elements(), shape, false);
         self.record(list, prepared, start)
     }
 
@@ -547,7 +549,7 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Info, MatmulError> {
         let start = Instant::now();
-        let prepared = self.prepare_swiglu(x, w, y.device_va(), y.elements(), shape, true);
+        let prepared = self.prepare_dense(DenseKind::Swiglu, x, w, y.device_va(), y.elements(), shape, true);
         self.record(list, prepared, start)
     }
 
@@ -561,7 +563,8 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Done<'s>, Failed<'s>> {
         let start = Instant::now();
-        let prepared = self.prepare_dense(Elem::F32, x, w, y.device_va(), y.elements(), shape, false);
+        let prepared =
+            self.prepare_dense(DenseKind::Product(Elem::F32), x, w, y.device_va(), y.elements(), shape, false);
         self.run(gpu, prepared, start)
     }
 
@@ -601,7 +604,8 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Info, MatmulError> {
         let start = Instant::now();
-        let prepared = self.prepare_dense(Elem::Bf16, x, w, y.device_va(), y.elements(), shape, false);
+        let prepared =
+            self.prepare_dense(DenseKind::Product(Elem::Bf16), x, w, y.device_va(), y.elements(), shape, false);
         self.record(list, prepared, start)
     }
 
@@ -615,7 +619,8 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Info, MatmulError> {
         let start = Instant::now();
-        let prepared = self.prepare_dense(Elem::Bf16, x, w, y.device_va(), y.elements(), shape, true);
+        let prepared =
+            self.prepare_dense(DenseKind::Product(Elem::Bf16), x, w, y.device_va(), y.elements(), shape, true);
         self.record(list, prepared, start)
     }
 
@@ -629,7 +634,8 @@ impl<'s> Matmul<'s> {
         shape: Shape,
     ) -> Result<Info, MatmulError> {
         let start = Instant::now();
-        let prepared = self.prepare_dense(Elem::F32, x, w, y.device_va(), y.elements(), shape, false);
+        let prepared =
+            self.prepare_dense(DenseKind::Product(Elem::F32), x, w, y.device_va(), y.elements(), shape, false);
         self.record(list, prepared, start)
     }
 
@@ -721,11 +727,11 @@ impl<'s> Matmul<'s> {
         self.record(list, prepared, start)
     }
 
-    /// Checks a dense product and plans it.
+    /// Checks a dense call and plans it.
     #[allow(clippy::too_many_arguments)]
     fn prepare_dense<T: DeviceScalar>(
         &self,
-        elem: Elem,
+        kind: DenseKind,
         x: &impl Input<T>,
         w: &impl Input<T>,
         y_va: u64,
@@ -736,25 +742,39 @@ impl<'s> Matmul<'s> {
         let budget = cta_budget();
         let mut info =
             Info { bf16_out: out_bf16, m: shape.m, n: shape.n, k: shape.k, cta_budget: budget, ..Info::default() };
-        let any = AnyShape::Dense(shape);
+        let any = match kind {
+            DenseKind::Product(_) => AnyShape::Dense(shape),
+            DenseKind::Swiglu => AnyShape::Swiglu(shape),
+        };
+        let e = size_of::<T>() as u64;
         let checked = (|| {
             if shape.m == 0 || shape.n == 0 || shape.k == 0 {
                 return Err(MatmulError::from(ShapeError::ZeroSide { shape: any }));
             }
-            let e = size_of::<T>() as u64;
             check_operand(any, Operand::X, x.elements(), e)?;
             check_operand(any, Operand::W, w.elements(), e)?;
             check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
             let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
             let (y_aligned, y_aligned16) = (y_va.is_multiple_of(8), y_va.is_multiple_of(16));
             let opts = DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned, y_aligned16 };
-            let plan = match self.forced.get() {
-                Some(forced) => plan::dense_forced(elem, shape, opts, forced)?,
-                None => plan::dense(elem, shape, opts),
+            // W's rows as its descriptor spans them: the SwiGLU's fused weight holds both halves, 2N.
+            let (plan, w_rows) = match kind {
+                DenseKind::Product(elem) => match self.forced.get() {
+                    Some(forced) => (plan::dense_forced(elem, shape, opts, forced)?, shape.n),
+                    None => (plan::dense(elem, shape, opts), shape.n),
+                },
+                DenseKind::Swiglu => {
+                    let Some(rows) = shape.n.checked_mul(2) else {
+                        let operand = Operand::W;
+                        return Err(ShapeError::Overflow { shape: any, operand, dims: operand.dims(any) }.into());
+                    };
+                    (plan::swiglu(shape, opts)?, rows)
+                }
             };
+            let w_shape = Shape::new(shape.m, w_rows, shape.k);
             let tma = match plan.tma {
                 Some(t) => Some(Descriptors {
-                    ab: descriptor_pair(x.device_va(), w.device_va(), shape, t.b_rows)?,
+                    ab: descriptor_pair(x.device_va(), w.device_va(), w_shape, t.b_rows)?,
                     y: t.y.map(|at| (at, shape, t.y16)),
                 }),
                 None => None,
@@ -762,50 +782,7 @@ impl<'s> Matmul<'s> {
             Ok((plan, tma))
         })();
         let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, ..Operands::default() };
-        info.weight_bytes = u64::from(shape.n) * u64::from(shape.k) * size_of::<T>() as u64;
-        Prepared::new(checked, ops, info)
-    }
-
-    /// Checks a SwiGLU product (W `[2N, K]`) and plans it.
-    fn prepare_swiglu<B: Bf16>(
-        &self,
-        x: &impl Input<B>,
-        w: &impl Input<B>,
-        y_va: u64,
-        y_len: usize,
-        shape: Shape,
-        out_bf16: bool,
-    ) -> Prepared {
-        let budget = cta_budget();
-        let mut info =
-            Info { bf16_out: out_bf16, m: shape.m, n: shape.n, k: shape.k, cta_budget: budget, ..Info::default() };
-        let any = AnyShape::Swiglu(shape);
-        let checked = (|| {
-            if shape.m == 0 || shape.n == 0 || shape.k == 0 {
-                return Err(MatmulError::from(ShapeError::ZeroSide { shape: any }));
-            }
-            check_operand(any, Operand::X, x.elements(), 2)?;
-            check_operand(any, Operand::W, w.elements(), 2)?;
-            check_operand(any, Operand::Y, y_len, if out_bf16 { 2 } else { 4 })?;
-            let aligned = x.device_va().is_multiple_of(16) && w.device_va().is_multiple_of(16);
-            let (y_aligned, y_aligned16) = (y_va.is_multiple_of(8), y_va.is_multiple_of(16));
-            let opts = DenseOpts { sms: self.sms, budget, out_bf16, aligned, y_aligned, y_aligned16 };
-            let plan = plan::swiglu(shape, opts)?;
-            let t = plan.tma.expect("the SwiGLU GEMM reads descriptors");
-            // W's descriptor spans both halves, 2N rows.
-            let Some(w_n) = shape.n.checked_mul(2) else {
-                let operand = Operand::W;
-                return Err(ShapeError::Overflow { shape: any, operand, dims: operand.dims(any) }.into());
-            };
-            let w_rows = Shape::new(shape.m, w_n, shape.k);
-            let tma = Descriptors {
-                ab: descriptor_pair(x.device_va(), w.device_va(), w_rows, t.b_rows)?,
-                y: t.y.map(|at| (at, shape, t.y16)),
-            };
-            Ok((plan, Some(tma)))
-        })();
-        let ops = Operands { x: x.device_va(), w: w.device_va(), y: y_va, ..Operands::default() };
-        info.weight_bytes = 2 * u64::from(shape.n) * u64::from(shape.k) * 2;
+        info.weight_bytes = Operand::W.dims(any).elements().unwrap_or(u64::MAX).saturating_mul(e);
         Prepared::new(checked, ops, info)
     }
 
@@ -964,6 +941,14 @@ impl<'s> Matmul<'s> {
         info.host_ns = start.elapsed().as_nanos() as u64;
         Ok(info)
     }
+}
+
+/// What a dense call computes: a product of `Elem` operands, or the gate+up product's SwiGLU (bf16 x and
+/// the fused weight `[2N, K]`).
+#[derive(Clone, Copy)]
+enum DenseKind {
+    Product(Elem),
+    Swiglu,
 }
 
 /// Where a grouped product's routing comes from.
