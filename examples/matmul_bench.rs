@@ -23,7 +23,7 @@
 //!   `_tflops`), the peer of the `cublas.` figure (F.linear writes bf16), where the `omega.` figure's is
 //!   `cublas32.` (cuBLAS writing f32): `compare.py --ours omega16 ...` puts the former side by side;
 //! - the SwiGLU call over the fused gate+up weight (an expert's N = 768 at M in {512, 4096, 8192}):
-//!   `swiglu_<M>x<N>x<K>_us` (f32 y, one call's median), `omega16.swiglu_<M>x<N>x<K>_us` (bf16 y) and
+//!   `swiglu_<M>x<N>x<K>_us` (f32 y), `omega16.swiglu_<M>x<N>x<K>_us` (bf16 y) and
 //!   `omega16.swiglu_gemm_<M>x<N>x<K>_us`, the library's bf16 GEMM of the `[M, 2N]` product alone; the
 //!   peer prints torch's F.linear + silu + mul (`torch.`, and `torchgraph.` in a graph) and cuBLAS's GEMM
 //!   alone (`cublas.swiglu_gemm_`);
@@ -491,7 +491,8 @@ fn qwen<'s>(
 }
 
 /// The SwiGLU call ([`Matmul::swiglu_bf16`], `_to_bf16`) at [`SWIGLU_SHAPES`] on fresh random operands, each
-/// output timed as a call (`omega.swiglu_<M>x<N>x<K>_us`, f32 y; `omega16.`, bf16 y), and beside it the
+/// output timed as a call and back to back in a list, the shorter printed (`omega.swiglu_<M>x<N>x<K>_us`,
+/// f32 y; `omega16.`, bf16 y; `_call_us` and `_list_us` beside), and beside it the
 /// library's bf16 GEMM of the same `[M, 2N]` product alone (`omega16.swiglu_gemm_..._us`): what the fused
 /// epilogue adds to the GEMM. With `--check`, one sampled element of each output against f64.
 fn swiglu<'s>(
@@ -521,14 +522,25 @@ fn swiglu<'s>(
         };
         let mut y32 = s.alloc_device::<f32>(mu * nu)?;
         let (g, t, info) = time(gpu, o.iters, |g| mm.swiglu_bf16(g, &x, &w, &mut y32, shape))?;
-        gpu = g;
+        let mut list = s.cmdlist()?;
+        for _ in 0..REPS {
+            mm.add_swiglu_bf16(&mut list, &x, &w, &y32, shape)?;
+        }
+        let (g, l) = list_secs(g, &mut list, 1, REPS)?;
+        drop(list);
         println!("# swiglu {shape}: {} kernel {}", describe(&info), info.kernel);
-        println!("omega.{tag}_us {:.3}", t * 1e6);
+        println!("omega.{tag}_us {:.3}", report(&tag, t, l) * 1e6);
         let mut y16 = s.alloc_device::<u16>(mu * nu)?;
-        let (g, t16, info16) = time(gpu, o.iters, |g| mm.swiglu_bf16_to_bf16(g, &x, &w, &mut y16, shape))?;
+        let (g, t16, info16) = time(g, o.iters, |g| mm.swiglu_bf16_to_bf16(g, &x, &w, &mut y16, shape))?;
+        let mut list = s.cmdlist()?;
+        for _ in 0..REPS {
+            mm.add_swiglu_bf16_to_bf16(&mut list, &x, &w, &y16, shape)?;
+        }
+        let (g, l16) = list_secs(g, &mut list, 1, REPS)?;
+        drop(list);
         gpu = g;
         println!("# swiglu bf16 out {shape}: {} kernel {}", describe(&info16), info16.kernel);
-        println!("omega16.{tag}_us {:.3}", t16 * 1e6);
+        println!("omega16.{tag}_us {:.3}", report_as("omega16", &tag, t16, l16) * 1e6);
         if o.check {
             let (r, c) = (rng.random_range(0..mu), rng.random_range(0..nu));
             let (mut a, mut b) = ([0f32], [0u16]);
@@ -540,9 +552,10 @@ fn swiglu<'s>(
         }
         let gemm = Shape::new(m, 2 * n, k);
         let mut p16 = s.alloc_device::<u16>(mu * 2 * nu)?;
-        let (g, tg, _) = time(gpu, o.iters, |g| mm.bf16_to_bf16(g, &x, &w, &mut p16, gemm))?;
+        let (g, [call, list], _) = timed_bf16(s, gpu, mm, rng, o, o.iters, (&xh, &wh), (&x, &w, &mut p16), gemm)?;
         gpu = g;
-        println!("omega16.swiglu_gemm_{m}x{n}x{k}_us {:.3}", tg * 1e6);
+        let tag = format!("swiglu_gemm_{m}x{n}x{k}");
+        println!("omega16.{tag}_us {:.3}", report_as("omega16", &tag, call, list) * 1e6);
     }
     Ok(gpu)
 }
