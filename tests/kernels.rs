@@ -79,6 +79,7 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     ]
     .into_iter()
     .chain(mm::GEMM_FITTED.iter().flat_map(|f| [f.ts, f.mc]))
+    .chain(mm::GEMM_SWIGLU.iter().flat_map(|f| [f.f32, f.y16]))
     {
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
@@ -128,7 +129,8 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
         mm::GEMM_BF16_TN_PP_N128,
         mm::GEMM_BF16_TN_PP_N128_Y16,
     ];
-    for ts in one_cta.into_iter().chain(mm::GEMM_FITTED.map(|f| f.ts)) {
+    let swiglu = mm::GEMM_SWIGLU.iter().flat_map(|f| [f.f32, f.y16]);
+    for ts in one_cta.into_iter().chain(mm::GEMM_FITTED.map(|f| f.ts)).chain(swiglu) {
         assert_eq!(m.kernel(ts).unwrap().cluster_dims, None, "{ts}");
     }
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();

@@ -175,7 +175,7 @@ pub const GEMM_SWIGLU: [SwigluGemm; 3] = [
         y16: "omega_gemm_bf16_tn_swiglu_n256_y16",
     },
     SwigluGemm {
-        tile_n: 192,
+        tile_n: GEMM_FITTED[1].tile_n,
         stages: GEMM_FITTED[1].stages,
         f32: "omega_gemm_bf16_tn_swiglu_n192",
         y16: "omega_gemm_bf16_tn_swiglu_n192_y16",
