@@ -1929,7 +1929,8 @@ fn staged_timeout_ms(platform: &str) -> u32 {
 }
 
 /// A TMA-store entry of the staged cases: its kernel, tile columns, W rows per box, dynamic shared
-/// memory, and whether it runs in 2-CTA clusters.
+/// memory, whether it runs in 2-CTA clusters, and whether it is the ping-pong entry (its own shapes, its
+/// own forced plan).
 #[derive(Clone, Copy)]
 struct StagedEntry {
     name: &'static str,
@@ -1937,6 +1938,7 @@ struct StagedEntry {
     b_rows: u32,
     smem: u32,
     cluster: bool,
+    pingpong: bool,
 }
 
 /// A fitted width's entry ([`mm::GEMM_FITTED`]), one CTA or 2-CTA clusters.
@@ -1948,6 +1950,7 @@ const fn fitted_entry(i: usize, cluster: bool) -> StagedEntry {
         b_rows: if cluster { f.mc_b_box_rows() } else { f.tile_n },
         smem: f.smem_bytes(),
         cluster,
+        pingpong: false,
     }
 }
 
@@ -1962,6 +1965,7 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 13] = [
             b_rows: mm::GEMM_TILE_N,
             smem: mm::GEMM_TS_SMEM_BYTES,
             cluster: false,
+            pingpong: false,
         },
     ),
     (
@@ -1972,6 +1976,7 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 13] = [
             b_rows: mm::GEMM_MC_B_BOX_ROWS,
             smem: mm::GEMM_MC_SMEM_BYTES,
             cluster: true,
+            pingpong: false,
         },
     ),
     (
@@ -1982,6 +1987,7 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 13] = [
             b_rows: mm::GEMM_N128_TILE_N,
             smem: mm::GEMM_TS_N128_SMEM_BYTES,
             cluster: false,
+            pingpong: false,
         },
     ),
     (
@@ -1992,6 +1998,7 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 13] = [
             b_rows: mm::GEMM_MC_N128_B_BOX_ROWS,
             smem: mm::GEMM_MC_N128_SMEM_BYTES,
             cluster: true,
+            pingpong: false,
         },
     ),
     ("matmul_ts_n160", fitted_entry(0, false)),
@@ -2010,18 +2017,20 @@ const STAGED_ENTRIES: [(&str, StagedEntry); 13] = [
             b_rows: mm::GEMM_N128_TILE_N,
             smem: mm::GEMM_TS_N128_SMEM_BYTES,
             cluster: false,
+            pingpong: true,
         },
     ),
 ];
 
 /// A TMA-store GEMM entry (`omega_gemm_bf16_tn_ts`, its 2-CTA cluster form `omega_gemm_bf16_tn_mc` with
-/// W multicast, and both on the narrow tile), launched through Omega at each shape of `shapes`: x's, W's
-/// and y's descriptors encoded on the host (y's only for N % 4 == 0: other N store directly, `tmap_y`
+/// W multicast, and both on the narrow tile), launched through Omega at each of [`STAGED_SHAPES`] (the
+/// ping-pong entry's [`PINGPONG_SHAPES`]): x's, W's and y's descriptors encoded on the host (y's only for N % 4 == 0: other N store directly, `tmap_y`
 /// 0), the grid the library gives them (one CTA per tile up to the SMs; whole pairs for the cluster), y
 /// poisoned, checked at a sample against f64 and scanned for an unwritten output. The first TMA stores
 /// and the first multicast under Omega's own launches: a child runs it, so a hang latches only the child.
-fn matmul_tma_store(e: StagedEntry, shapes: &[[u32; 3]]) -> CaseResult {
-    let StagedEntry { name, tile_n, b_rows, smem, cluster } = e;
+fn matmul_tma_store(e: StagedEntry) -> CaseResult {
+    let StagedEntry { name, tile_n, b_rows, smem, cluster, pingpong } = e;
+    let shapes: &[[u32; 3]] = if pingpong { &PINGPONG_SHAPES } else { &STAGED_SHAPES };
     let mut g = rng();
     let sms = device_sms()?;
     with_scope(|s, mut gpu| {
@@ -2099,7 +2108,7 @@ fn matmul_lib_tma_store(shapes: &[[u32; 3]]) -> CaseResult {
                 0 => mm::y16_form(e.name).ok_or_else(|| format!("{} has no _y16 form", e.name))?,
                 _ => e.name,
             };
-            let forced = if e.name == mm::GEMM_BF16_TN_PP_N128 {
+            let forced = if e.pingpong {
                 ForcedPlan::GemmPingPong { tile }
             } else {
                 ForcedPlan::GemmTmaStore { tile, cluster: e.cluster }
@@ -2234,12 +2243,7 @@ fn matmul_lib_swiglu() -> CaseResult {
             }
             for &(i, j) in &at {
                 let xr = &x[i * ku..][..ku];
-                let (gv, gmag) = mm::dot_f64(xr, &w[j * ku..][..ku]);
-                let (uv, umag) = mm::dot_f64(xr, &w[(nu + j) * ku..][..ku]);
-                let (eg, eu) = (gmag * ku as f64 * 2f64.powi(-22), umag * ku as f64 * 2f64.powi(-22));
-                let silu = gv / (1.0 + (-gv).exp());
-                let want = silu * uv;
-                let tol = 1.1 * uv.abs() * eg + (silu.abs() + eg) * eu + want.abs() * 2f64.powi(-20) + 1e-30;
+                let (want, tol) = mm::swiglu_f64(xr, &w[j * ku..][..ku], &w[(nu + j) * ku..][..ku]);
                 let v = f64::from(got[i * nu + j]);
                 if (v - want).abs() > tol {
                     return Err(format!("SwiGLU {shape}: y[{i}, {j}] = {v:e}, want {want:e} within {tol:e}"));
@@ -2373,9 +2377,8 @@ fn main() -> ExitCode {
             // The suite runs it in process; a case of its own to run it alone.
             "matmul_skinny" => matmul_skinny(&SKINNY_MS, 5120, 2048),
             "elementwise" => elementwise::all(),
-            "matmul_pp_n128" => matmul_tma_store(STAGED_ENTRIES[12].1, &PINGPONG_SHAPES),
             other => match STAGED_ENTRIES.iter().find(|(case, _)| *case == other) {
-                Some(&(_, e)) => matmul_tma_store(e, &STAGED_SHAPES),
+                Some(&(_, e)) => matmul_tma_store(e),
                 None => Err(format!("no case {other}")),
             },
         };

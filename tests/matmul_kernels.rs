@@ -534,22 +534,15 @@ fn the_swiglu_gemms_store_silu_of_the_gate_product_times_the_up_product_and_trap
                         } else {
                             y32.to_vec().unwrap().iter().map(|&v| f64::from(v)).collect()
                         };
-                        // The gate and up products in f64, each within f32 accumulation's error of the
-                        // kernel's; silu(g) * u moves by at most 1.1 |u| per unit of g and |silu(g)| per unit
-                        // of u; then __expf / __fdividef's few ulp and, for a bf16 y, half a bf16 step.
-                        let (p, mag) = mm::products_f64(&x, &w, kk as usize);
-                        let (nu, two_n) = (n as usize, 2 * n as usize);
+                        // silu(g) * u in f64 within the SwiGLU bound, a bf16 y half a step more.
+                        let (nu, ku) = (n as usize, kk as usize);
                         for (i, &got) in got.iter().enumerate() {
                             let (r, j) = (i / nu, i % nu);
-                            let (gv, uv) = (p[r * two_n + j], p[r * two_n + nu + j]);
-                            let err = |at: usize| mag[r * two_n + at] * f64::from(kk) * 2f64.powi(-22);
-                            let silu = gv / (1.0 + (-gv).exp());
-                            let want = silu * uv;
-                            let round = if y16 { 2f64.powi(-8) } else { 2f64.powi(-20) };
-                            let tol =
-                                1.1 * uv.abs() * err(j) + (silu.abs() + err(j)) * err(nu + j) + want.abs() * round;
+                            let (gate, up) = (&w[j * ku..][..ku], &w[(nu + j) * ku..][..ku]);
+                            let (want, bound) = mm::swiglu_f64(&x[r * ku..][..ku], gate, up);
+                            let tol = bound + if y16 { want.abs() * 2f64.powi(-8) } else { 0.0 };
                             assert!(
-                                (got - want).abs() <= tol + 1e-30,
+                                (got - want).abs() <= tol,
                                 "{name} grid {grid} {m}x{n}x{kk}: y[{r}, {j}] = {got:e}, want {want:e} within {tol:e}"
                             );
                         }

@@ -1162,20 +1162,14 @@ fn refusal<'s>(r: Result<matmul::Done<'s>, matmul::Failed<'s>>) -> (Stage, Strin
 }
 
 /// `got[r * n + j]` against `silu(g) * u` of x's row r with W's rows j (g) and n + j (u) in f64, within
-/// f32 accumulation's error of each product carried through SwiGLU, the epilogue's few ulp and, for a bf16
-/// y (`half_step`), half a bf16 step.
+/// [`refs::swiglu_f64`]'s bound and, for a bf16 y (`half_step`), half a bf16 step more.
 fn check_swiglu(what: &str, got: &[f32], x: &[f32], w: &[f32], [m, n, k]: [usize; 3], half_step: bool) {
     assert_eq!(got.len(), m * n, "{what}: output length");
     for r in 0..m {
         let xr = &x[r * k..][..k];
         for j in 0..n {
-            let (g, gmag) = refs::dot_f64(xr, &w[j * k..][..k]);
-            let (u, umag) = refs::dot_f64(xr, &w[(n + j) * k..][..k]);
-            let (eg, eu) = (gmag * k as f64 * 2f64.powi(-22), umag * k as f64 * 2f64.powi(-22));
-            let silu = g / (1.0 + (-g).exp());
-            let want = silu * u;
-            let round = if half_step { 2f64.powi(-8) } else { 2f64.powi(-20) };
-            let tol = 1.1 * u.abs() * eg + (silu.abs() + eg) * eu + want.abs() * round + 1e-30;
+            let (want, bound) = refs::swiglu_f64(xr, &w[j * k..][..k], &w[(n + j) * k..][..k]);
+            let tol = bound + if half_step { want.abs() * 2f64.powi(-8) } else { 0.0 };
             let v = f64::from(got[r * n + j]);
             assert!((v - want).abs() <= tol, "{what} {m}x{n}x{k}: y[{r}, {j}] = {v:e}, want {want:e} within {tol:e}");
         }

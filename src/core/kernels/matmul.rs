@@ -166,7 +166,7 @@ pub const GEMM_BF16_TN_PP_N128_Y16: &str = "omega_gemm_bf16_tn_pp_n128_y16";
 /// [`SwigluGemm::b_box_rows`]), combined in registers; y is stored through its descriptor only (f32: N %
 /// 4 == 0, `_y16`: N % 8 == 0, else a trap), `y` not read. Grid `[min(tiles, SMs), 1, 1]` with tiles =
 /// `ceil(M/128) * ceil(N / (tile_n/2))`. `silu(g) = g / (1 + e^-g)` as the elementwise SwiGLU's
-/// (`__fdividef`, `__expf`).
+/// (`__fdividef`, `__expf`). Widest first: the planner keeps the first of equal costs.
 pub const GEMM_SWIGLU: [SwigluGemm; 3] = [
     SwigluGemm {
         tile_n: GEMM_TILE_N,
@@ -595,6 +595,19 @@ pub fn gemm_tmap_y16(y_va: u64, m: u32, n: u32) -> TiledSpec {
 /// ([`omega_refmath`]), so debug-built tests check real shapes fast.
 pub fn dot_f64(x: &[f32], w: &[f32]) -> (f64, f64) {
     math::dot_f64(x, w)
+}
+
+/// `silu(g) * u` in f64 of x's row `x` with W's gate row `gate` (g) and up row `up` (u), and the bound a
+/// SwiGLU GEMM's value lies within: each product's f32 accumulation error (`K 2^-22 Σ|x·w|`, as for a
+/// product) carried through SwiGLU (`silu` moves by at most 1.1 per unit of g), plus `2^-20` of the value
+/// for the epilogue's `__expf` / `__fdividef`. A bf16 output adds half a bf16 step of its own.
+pub fn swiglu_f64(x: &[f32], gate: &[f32], up: &[f32]) -> (f64, f64) {
+    let k = x.len() as f64;
+    let ((g, gmag), (u, umag)) = (dot_f64(x, gate), dot_f64(x, up));
+    let (eg, eu) = (gmag * k * 2f64.powi(-22), umag * k * 2f64.powi(-22));
+    let silu = g / (1.0 + (-g).exp());
+    let want = silu * u;
+    (want, 1.1 * u.abs() * eg + (silu.abs() + eg) * eu + want.abs() * 2f64.powi(-20) + 1e-30)
 }
 
 /// [`dot_f64`] of every row of `x` (`[m, k]`) with every row of `w` (`[n, k]`): `[m, n]` values and
@@ -1038,7 +1051,7 @@ impl Dense<'_> {
                     .chunks_exact(products)
                     .flat_map(|r| {
                         let (g, u) = r.split_at(width);
-                        g.iter().zip(u).map(|(&g, &u)| super::elementwise::silu_mul(g, u)).collect::<Vec<_>>()
+                        g.iter().zip(u).map(|(&g, &u)| super::elementwise::silu_mul(g, u))
                     })
                     .collect();
             }
@@ -1127,6 +1140,10 @@ enum GemmArgs {
     Staged,
     /// `tmap_y, y, partials, flags, M, N, K` (the stream-K entries).
     StreamK,
+    /// `tmap_y, y, M, N, K` as [`GemmArgs::Staged`], for the SwiGLU entries ([`GEMM_SWIGLU`]): N is y's
+    /// width, a tile's `tile_n` accumulator columns are `tile_n / 2` gate rows of W and the up rows N on,
+    /// and y is stored through its descriptor only.
+    Swiglu,
 }
 
 /// One of the TMA GEMM's entries (`gemm_bf16_body` or `gemm_bf16_ts_body`): its name, tile width, the
@@ -1211,7 +1228,8 @@ fn tma_rows(ctx: &KernelCtx<'_>, s: &TiledSpec, rows: Range<u64>, k: Range<u64>)
 /// ceil(kblocks / splits)`, `ceil(kblocks / per)` splits kept) unit u is tile `u / splits` (in the
 /// kernel's grouped order) over split `u % splits`: its partial sums go to slice `split` of `work`, it
 /// takes the tile's ticket in device memory, and the unit that takes `splits - 1` adds the slices in
-/// split order into y and puts the ticket back to zero.
+/// split order into y and puts the ticket back to zero. A SwiGLU entry ([`GemmArgs::Swiglu`]) stores
+/// `silu(g) * u` of the products with W's rows n and N + n instead.
 fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
     let name = f.name;
     let (tmap_a, tmap_b) = (ctx.u64_at(0), ctx.u64_at(2));
@@ -1220,7 +1238,9 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
         GemmArgs::Split => {
             (0, ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8), [ctx.word(10), ctx.word(11), ctx.word(12)], ctx.word(13))
         }
-        GemmArgs::Staged => (ctx.u64_at(4), ctx.u64_at(6), 0, 0, [ctx.word(8), ctx.word(9), ctx.word(10)], 1),
+        GemmArgs::Staged | GemmArgs::Swiglu => {
+            (ctx.u64_at(4), ctx.u64_at(6), 0, 0, [ctx.word(8), ctx.word(9), ctx.word(10)], 1)
+        }
         GemmArgs::StreamK => {
             (ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8), ctx.u64_at(10), [ctx.word(12), ctx.word(13), ctx.word(14)], 1)
         }
@@ -1235,9 +1255,12 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             ),
         ));
     }
-    // The kernel's `int` arithmetic: `(M + 127) / 128` in 32 bits, the tile count as an int.
+    // The kernel's `int` arithmetic: `(M + 127) / 128` in 32 bits, the tile count as an int. A SwiGLU
+    // tile stores half its accumulator columns.
+    let swiglu = f.args == GemmArgs::Swiglu;
+    let out_cols = if swiglu { f.tile_n / 2 } else { f.tile_n };
     let tiles_m = m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
-    let tiles_n = n.wrapping_add(f.tile_n - 1) / f.tile_n;
+    let tiles_n = n.wrapping_add(out_cols - 1) / out_cols;
     if (tiles_m as i32).wrapping_mul(tiles_n as i32) <= 0 {
         return Ok(());
     }
@@ -1255,6 +1278,11 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             return Err(fault(name, format_args!("trap: N = {n}, no multiple of 8: a bf16 y has no descriptor")));
         }
         gemm_y_map(ctx, name, tmap_y, [m, n], true)?
+    } else if swiglu {
+        if !n.is_multiple_of(4) {
+            return Err(fault(name, format_args!("trap: N = {n}, no multiple of 4: y has no descriptor")));
+        }
+        gemm_y_map(ctx, name, tmap_y, [m, n], false)?
     } else if staged && n.is_multiple_of(4) {
         gemm_y_map(ctx, name, tmap_y, [m, n], false)?
     } else {
@@ -1297,11 +1325,11 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             y,
             ldy,
             rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
-            cols: u64::from(n).min(u64::from(tiles_n) * u64::from(f.tile_n)),
-            tile_n: u64::from(f.tile_n),
+            cols: u64::from(n).min(u64::from(tiles_n) * u64::from(out_cols)),
+            tile_n: u64::from(out_cols),
             fused: false,
             y16: f.y16,
-            swiglu_up: None,
+            swiglu_up: swiglu.then_some(u64::from(n)),
         }
         .run(ctx);
     }
@@ -1441,61 +1469,8 @@ const fn swiglu_spec(i: usize, y16: bool, run: fn(&mut KernelCtx<'_>) -> Result<
 fn gemm_swiglu<const I: usize, const Y16: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
     let f = GEMM_SWIGLU[I];
     let name = if Y16 { f.y16 } else { f.f32 };
-    let (tmap_a, tmap_b, tmap_y) = (ctx.u64_at(0), ctx.u64_at(2), ctx.u64_at(4));
-    let [m, n, k] = [ctx.word(8), ctx.word(9), ctx.word(10)];
-    require_block(ctx, name, GEMM_THREADS)?;
-    if ctx.dynamic_shared_bytes < f.smem_bytes() {
-        return Err(fault(
-            name,
-            format_args!(
-                "out-of-range shared address: {} bytes of dynamic shared memory, its stages need {}",
-                ctx.dynamic_shared_bytes,
-                f.smem_bytes()
-            ),
-        ));
-    }
-    let unit = if Y16 { 8 } else { 4 };
-    if !n.is_multiple_of(unit) {
-        return Err(fault(name, format_args!("trap: N = {n}, no multiple of {unit}: y has no descriptor")));
-    }
-    let out_cols = f.b_box_rows();
-    let tiles_m = m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
-    let tiles_n = n.wrapping_add(out_cols - 1) / out_cols;
-    if (tiles_m as i32).wrapping_mul(tiles_n as i32) <= 0 {
-        return Ok(());
-    }
-    let kblocks = k.wrapping_add(GEMM_TILE_K - 1) / GEMM_TILE_K;
-    if kblocks == 0 {
-        return Err(fault(name, "K = 0: no K block is loaded and the accumulators are stored unwritten"));
-    }
-    let a = gemm_tensor_map(ctx, tmap_a, "tmap_a", GEMM_TILE_M)?;
-    let b = gemm_tensor_map(ctx, tmap_b, "tmap_b", f.b_box_rows())?;
-    let (y, ldy) = gemm_y_map(ctx, name, tmap_y, [m, n], Y16)?;
-    let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
-    let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
-    let rows = |s: &TiledSpec, loaded: u64| Rows {
-        elem: Elem::Bf16,
-        va: s.global_address,
-        row_bytes: s.global_stride[0],
-        rows: s.global_dim[1],
-        loaded,
-        check_align: false,
-    };
-    Dense {
-        kernel: name,
-        a: rows(&a, ka),
-        b: rows(&b, kb),
-        kk: ka.min(kb),
-        y,
-        ldy,
-        rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
-        cols: u64::from(n).min(u64::from(tiles_n) * u64::from(out_cols)),
-        tile_n: u64::from(out_cols),
-        fused: false,
-        y16: Y16,
-        swiglu_up: Some(u64::from(n)),
-    }
-    .run(ctx)
+    let (tile_n, b_box_rows, smem) = (f.tile_n, f.b_box_rows(), f.smem_bytes());
+    gemm_tma(ctx, &GemmForm { name, tile_n, b_box_rows, smem, args: GemmArgs::Swiglu, y16: Y16 })
 }
 
 /// The host spec of `table[i]`'s one-CTA (`cluster` false) or cluster entry ([`GEMM_FITTED`] or

@@ -1674,11 +1674,15 @@ impl core::fmt::Display for SwigluRefusal {
 /// accumulator columns (`waves * tile_n / 256 * (EPILOGUE + kblocks * KBLOCK)`), with `tiles =
 /// ceil(M / 128) * ceil(N / (tile_n / 2))` on `min(tiles, SMs, budget)` CTAs.
 fn swiglu_cost(shape: Shape, f: abi::SwigluGemm, sms: u64, budget: u64) -> u64 {
-    let tiles =
-        ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M)) * ceil(u64::from(shape.n), u64::from(f.b_box_rows()));
+    let tiles = swiglu_tiles(shape, f);
     let grid = tiles.min(sms).min(budget).max(1);
     let kblocks = ceil(u64::from(shape.k), u64::from(abi::GEMM_TILE_K));
     tiles.div_ceil(grid) * u64::from(f.tile_n) * (GemmCost::EPILOGUE_NS + kblocks * GemmCost::KBLOCK_NS) / 256
+}
+
+/// The SwiGLU GEMM's tiles of `shape` in `f`'s width: `tile_n / 2` columns of y each.
+fn swiglu_tiles(shape: Shape, f: abi::SwigluGemm) -> u64 {
+    ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M)) * ceil(u64::from(shape.n), u64::from(f.b_box_rows()))
 }
 
 /// The plan of `y = silu(x . Wg^T) * (x . Wu^T)` (`shape` checked: no side is 0; y `[M, N]`, W the fused
@@ -1702,18 +1706,14 @@ pub(crate) fn swiglu(shape: Shape, opts: DenseOpts) -> Result<Plan, PlanError> {
         return refuse(SwigluRefusal::NNotMultiple { of });
     }
     let (sms, budget) = (u64::from(opts.sms.max(1)), clamp_budget(opts.budget));
-    // The widest first: a narrower width replaces it only where strictly cheaper.
+    // GEMM_SWIGLU is widest first, and `min_by_key` keeps the first of equal costs.
     let (i, f) = abi::GEMM_SWIGLU
         .iter()
         .copied()
         .enumerate()
-        .fold(None::<(usize, abi::SwigluGemm)>, |best, (i, f)| match best {
-            Some((_, b)) if swiglu_cost(shape, b, sms, budget) <= swiglu_cost(shape, f, sms, budget) => best,
-            _ => Some((i, f)),
-        })
+        .min_by_key(|&(_, f)| swiglu_cost(shape, f, sms, budget))
         .expect("GEMM_SWIGLU is not empty");
-    let tiles =
-        ceil(u64::from(shape.m), u64::from(abi::GEMM_TILE_M)) * ceil(u64::from(shape.n), u64::from(f.b_box_rows()));
+    let tiles = swiglu_tiles(shape, f);
     let args = vec![
         Arg::Tma(0),
         Arg::Tma(TMA_DESC_BYTES as u64),
