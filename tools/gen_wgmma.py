@@ -15,7 +15,7 @@ def operand_lines(n_regs: int, last: str) -> list:
     for i, c in enumerate(chunks):
         out.append(f'      "{c}{", " if i < len(chunks) - 1 else ""}"')
     out.append(last)
-    ops = [", ".join(f'"+f"(d[{i}])' for i in range(k, k + 8)) for k in range(0, n_regs, 8)]
+    ops = [", ".join(f'"+f"(d[{i}])' for i in range(k, min(k + 8, n_regs))) for k in range(0, n_regs, 8)]
     out.append("      : " + ",\n        ".join(ops))
     return out
 
@@ -66,8 +66,9 @@ def write_rs(n: int) -> None:
 
 # The GEMM tile widths: the module's 256 and 128, and the widths that fit the Qwen3 shapes' tile counts to
 # whole waves of 132 SMs (160: 512 x 5120 in 128 tiles; 192: 4096 x 1536 in 256; 64 and 32: N = 2048 and
-# N = 128 at M = 512 and 4096; 96 and 48: N = 1536 at M = 512).
-SS_WIDTHS = (256, 192, 160, 128, 96, 64, 48, 32)
+# N = 128 at M = 512 and 4096; 96 and 48: N = 1536 at M = 512), and 16 and 8 for the swapped small-M
+# entries, whose tile width is x's rows (gemm_swapab.cuh).
+SS_WIDTHS = (256, 192, 160, 128, 96, 64, 48, 32, 16, 8)
 
 
 def write_dispatch() -> None:

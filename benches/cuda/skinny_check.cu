@@ -3,7 +3,7 @@
 // uses them).
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
-//        -o .gpu/skinny_check benches/cuda/skinny_check.cu -lcublas
+//        -o /tmp/skinny_check benches/cuda/skinny_check.cu -lcublas -lcuda   (steps.sh's `skchk`)
 //   .gpu/skinny_check            # SKINNY_SPLIT=<s> forces the K split (tuning)
 //
 // For the Qwen3-30B-A3B matrices (N x K) at M = 1, 2, 4, 8, 16, 32, 64: x and W from a seeded generator,
@@ -12,10 +12,17 @@
 // f32 output rounded to nearest even (the two entries share accumulators), the tickets checked back at
 // zero; then device time per call of each kernel, captured in a CUDA graph of back-to-back calls that
 // cycle through enough copies of W (>= 256 MiB) that no call finds its weights in L2. Bandwidth = W
-// bytes / time, beside a 1 GiB D2D cudaMemcpy's (read + write) / time in the same process. Output:
+// bytes / time, beside a 1 GiB D2D cudaMemcpy's (read + write) / time in the same process.
+//
+// The swapped-operand TMA GEMM (gemm_swapab.cuh, x box of 8-64 rows) runs beside them unsplit and at
+// every K split that keeps its units within 8 waves, each checked as above (f32 against f64, bf16 the
+// f32 rounded, tickets back at zero), its best split's time beside the skinny GEMM's and cuBLAS's. Output:
 //   copy_d2d_gbps <G>
 //   check <M> <N> <K> splits <s> grid <g> max_rel <e> bf16 <ok> tickets <ok> PASS|FAIL
 //   skinny.<M>x<N>x<K>.{omega_us,gemv_us,cublas_us,omega_gbps,frac_copy,vs_cublas,vs_gemv} <v>
+//   check_swapab <M> <N> <K> mb <b> splits <s> grid <g> max_rel <e> bf16 <ok> tickets <ok> PASS|FAIL
+//   swapab.<M>x<N>x<K>.s<s>_us <t>, .best_us <t>, .best_split <s>, .frac_copy <f>, .vs_skinny <r>,
+//   .vs_cublas <r>
 //   <p> passed, <f> failed
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -29,8 +36,36 @@
 
 #include "gemv_bf16.cuh"
 #include "gemm_skinny.cuh"
+#include "gemm_swapab.cuh"
 
 #include "check_common.cuh"
+#include "tma_encode.cuh"
+
+typedef void (*SwapabEntry)(const void*, const void*, void*, float*, uint32_t*, uint32_t, uint32_t, uint32_t,
+                            uint32_t);
+
+// The swapped entries for M rows (f32 y, bf16 y): their x box height and dynamic shared memory.
+struct Swapab {
+  SwapabEntry entry[2];
+  uint32_t mb, smem;
+};
+
+static Swapab swapab_for(uint32_t M) {
+#define SWAPAB(MB) \
+  {{omega_gemm_bf16_tn_swapab_m##MB, omega_gemm_bf16_tn_swapab_m##MB##_y16}, MB, \
+   GEMM_SWAPAB_SMEM(MB, GEMM_SWAPAB_STAGES_M##MB)}
+  if (M <= 8) return SWAPAB(8);
+  if (M <= 16) return SWAPAB(16);
+  if (M <= 32) return SWAPAB(32);
+  return SWAPAB(64);
+#undef SWAPAB
+}
+
+// The splits the body actually makes of `asked` (it drops splits past what K's blocks fill).
+static uint32_t swapab_splits(uint32_t K, uint32_t asked) {
+  const uint32_t kblocks = (K + GEMM_BK - 1) / GEMM_BK, per = (kblocks + asked - 1) / asked;
+  return (kblocks + per - 1) / per;
+}
 
 typedef void (*SkinnyEntry)(const uint16_t*, const uint16_t*, void*, float*, uint32_t*, uint32_t, uint32_t, uint32_t,
                             uint32_t, uint32_t, uint32_t);
@@ -130,6 +165,9 @@ int main() {
   for (int mb : {1, 2, 4, 8})
     CK(cudaFuncSetAttribute(skinny_entry(mb), cudaFuncAttributeMaxDynamicSharedMemorySize,
                             omega_skinny::smem_bytes(mb)));
+  for (uint32_t m : {8u, 16u, 32u, 64u})
+    for (SwapabEntry entry : swapab_for(m).entry)
+      CK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, swapab_for(m).smem));
   const double copy = copy_gbps(st);
   printf("copy_d2d_gbps %.0f\n", copy);
 
@@ -146,6 +184,12 @@ int main() {
     uint16_t* dw;
     CK(cudaMalloc(&dw, wbytes * copies));
     for (int c = 0; c < copies; ++c) CK(cudaMemcpy(dw + (size_t)c * N * K, hw.data(), wbytes, cudaMemcpyHostToDevice));
+    // W's descriptor for each copy (the swapped entry's A operand: boxes of 128 rows), then x's.
+    std::vector<CUtensorMap> maps(copies + 1);
+    for (int c = 0; c < copies; ++c)
+      encode(&maps[c], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dw + (size_t)c * N * K, K, N, GEMM_BK, GEMM_BM);
+    CUtensorMap* dmaps;
+    CK(cudaMalloc(&dmaps, maps.size() * sizeof(CUtensorMap)));
     for (uint32_t M : ms_list) {
       std::vector<uint16_t> hx((size_t)M * K);
       for (auto& v : hx) v = random_bf16(seed);
@@ -200,6 +244,56 @@ int main() {
       const double to = graph_us(st, calls, copies, [&](int c) { omega(c, b.y, 0); });
       const double tg = graph_us(st, calls, copies, gemv);
       const double tc = graph_us(st, calls, copies, cublas);
+
+      // The swapped entry at every split within 8 waves of units.
+      const Swapab sw = swapab_for(M);
+      encode(&maps[copies], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b.x, K, M, GEMM_BK, sw.mb);
+      CK(cudaMemcpy(dmaps, maps.data(), maps.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+      const uint32_t tiles = (N + GEMM_BM - 1) / GEMM_BM, kblocks = (K + GEMM_BK - 1) / GEMM_BK;
+      double sw_best = 1e30;
+      uint32_t sw_best_split = 0, last_splits = 0;
+      for (uint32_t asked = 1; asked <= kblocks; ++asked) {
+        const uint32_t splits = swapab_splits(K, asked);
+        if (splits == last_splits) continue;
+        last_splits = splits;
+        if (splits > 1 && tiles * splits > 8u * sms) break;
+        const uint32_t grid = std::min<uint32_t>(tiles * splits, sms);
+        float* work;
+        uint32_t* tk;
+        CK(cudaMalloc(&work, std::max<size_t>(1, (size_t)splits * out) * 4));
+        CK(cudaMalloc(&tk, tiles * 4));
+        CK(cudaMemset(tk, 0, tiles * 4));
+        auto run = [&](int c, void* y, uint32_t bf16) {
+          sw.entry[bf16]<<<grid, GEMM_THREADS, sw.smem, st>>>(&dmaps[c], &dmaps[copies], y, work, tk, M, N, K, splits);
+        };
+        CK(cudaMemset(b.y, 0xFF, out * 4));
+        CK(cudaMemset(b.y16, 0xFF, out * 2));
+        run(0, b.y, 0);
+        run(0, b.y16, 1);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+        std::vector<uint32_t> stk(tiles);
+        CK(cudaMemcpy(hy.data(), b.y, out * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hy16.data(), b.y16, out * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(stk.data(), tk, tiles * 4, cudaMemcpyDeviceToHost));
+        const double srel = max_rel_error(hy, hx, hw, M, N, K);
+        bool s16 = true;
+        for (size_t i = 0; i < out; ++i) s16 = s16 && hy16[i] == to_bf16(hy[i]);
+        const bool stk_ok = std::all_of(stk.begin(), stk.end(), [](uint32_t t) { return t == 0; });
+        const bool sok = srel <= 1e-6 * sqrt((double)K) + 1e-6 && s16 && stk_ok;
+        printf("check_swapab %u %u %u mb %u splits %u grid %u max_rel %.3g bf16 %s tickets %s %s\n", M, N, K, sw.mb,
+               splits, grid, srel, s16 ? "ok" : "BAD", stk_ok ? "ok" : "BAD", sok ? "PASS" : "FAIL");
+        (sok ? passed : failed)++;
+        const double ts = graph_us(st, calls, copies, [&](int c) { run(c, b.y, 0); });
+        printf("swapab.%ux%ux%u.s%u_us %.2f\n", M, N, K, splits, ts);
+        if (ts < sw_best) sw_best = ts, sw_best_split = splits;
+        CK(cudaFree(work));
+        CK(cudaFree(tk));
+      }
+      printf("swapab.%ux%ux%u.best_us %.2f\nswapab.%ux%ux%u.best_split %u\n", M, N, K, sw_best, M, N, K,
+             sw_best_split);
+      printf("swapab.%ux%ux%u.frac_copy %.3f\nswapab.%ux%ux%u.vs_skinny %.2f\nswapab.%ux%ux%u.vs_cublas %.2f\n", M,
+             N, K, wbytes / (sw_best * 1e-6) / 1e9 / copy, M, N, K, to / sw_best, M, N, K, tc / sw_best);
       const double gbps = wbytes / (to * 1e-6) / 1e9;
       const char* tag = "skinny";
       printf("%s.%ux%ux%u.omega_us %.2f\n%s.%ux%ux%u.gemv_us %.2f\n%s.%ux%ux%u.cublas_us %.2f\n", tag, M, N, K, to,
@@ -215,6 +309,7 @@ int main() {
       CK(cudaFree(b.tickets));
     }
     CK(cudaFree(dw));
+    CK(cudaFree(dmaps));
   }
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

@@ -43,6 +43,8 @@
 #                          variants beside cudaMemcpy's copy
 #   gemmchk[_<variant>]    benches/cuda/gemm_check.cu (built here with the machine's nvcc and cuBLAS), every
 #                          variant or the named family / variant, beside cuBLAS
+#   skchk                  benches/cuda/skinny_check.cu (built here): the skinny GEMM, the GEMV and the
+#                          swapped-operand small-M TMA GEMM at every split beside cuBLAS, M = 1..64
 #   gemmsw                 benches/cuda/gemm_swiglu_check.cu (built here): the gate+up GEMM with SwiGLU in its
 #                          epilogue beside the GEMM and SwiGLU launches it replaces, and cuBLAS's
 #   anything else          `gpu_suite --case <step>`
@@ -117,6 +119,7 @@ command_of() {
         prefillpeer) echo "python3 benches/torch/prefill_peer.py" ;;
         gemmchk_*) echo "timeout 300 /tmp/gemm_check --variant ${1#gemmchk_}" ;;
         gemmsw) echo "timeout 300 /tmp/gemm_swiglu_check" ;;
+        skchk) echo "timeout 300 /tmp/skinny_check" ;;
         *) echo "$BIN/gpu_suite --case $1" ;;
     esac
 }
@@ -138,6 +141,10 @@ for step in $STEPS; do
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
             -Ikernels/cuda -o /tmp/gemm_swiglu_check benches/cuda/gemm_swiglu_check.cu -lcublas -lcuda \
             >"$OUT/gemmsw-nvcc.log" 2>&1 || status=1
+    fi
+    if [ "$step" = skchk ] && [ ! -x /tmp/skinny_check ]; then
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Ikernels/cuda/matmul \
+            -o /tmp/skinny_check benches/cuda/skinny_check.cu -lcublas -lcuda >"$OUT/skchk-nvcc.log" 2>&1 || status=1
     fi
     if [ "$step" = prefillchk ] && [ ! -x /tmp/prefill_check ]; then
         { /usr/local/cuda/bin/nvcc -cubin -arch=sm_90a -O3 -std=c++17 -Ikernels/cuda -o /tmp/prefill.cubin \

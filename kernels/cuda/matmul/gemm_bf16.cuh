@@ -133,6 +133,29 @@ __device__ __forceinline__ void store_acc(const float (&acc)[BN / 2], float* out
   }
 }
 
+// store_acc for the swapped product of the small-M entries (gemm_swapab.cuh): the accumulators' rows are
+// y's columns and their columns y's rows, so element (row, col) goes to y[col][row] of the [cols, rows]
+// matrix `out` (f32, or bf16 rounded to nearest even when `bf16`). A warp's store instruction covers
+// 8 consecutive rows (32 or 16 contiguous bytes) of four columns: y is small beside W at these shapes.
+template <int BN, typename T>
+__device__ __forceinline__ void store_acc_swapped(const float (&acc)[BN / 2], T* out, uint32_t rows, uint32_t cols,
+                                                  uint32_t row0, uint32_t col0) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t row = row0 + 8 * (e / 2), col = col0 + 8 * j + e % 2;
+      if (row >= rows || col >= cols) continue;
+      if constexpr (sizeof(T) == 2) {
+        uint16_t h;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(acc[4 * j + e]));
+        out[(size_t)col * rows + row] = h;
+      } else
+        out[(size_t)col * rows + row] = acc[4 * j + e];
+    }
+  }
+}
+
 // The mbarrier at `bar` in the shared memory of the cluster's CTA `rank` (a shared::cluster address).
 __device__ __forceinline__ uint32_t mbar_in_cta(uint64_t* bar, uint32_t rank) {
   uint32_t remote;
@@ -192,10 +215,16 @@ __device__ __forceinline__ void consume_kblocks(float (&acc)[BN / 2], const uint
 // needs are dropped). With one split a unit stores its tile into y; with more it stores its partial sums
 // into slice s of `work` ([splits][M][N] f32), and the unit that takes the tile's ticket last adds the
 // slices in split order into y and puts the ticket back to zero, so y does not depend on timing.
-template <int BN, int STAGES>
-__device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* tmap_b, float* y, float* work,
+//
+// SWAPPED computes the product with its operands' roles exchanged (gemm_swapab.cuh): A is W, B is x, so
+// M and N here are y's N and M, and every store, partial slices included, goes to the transposed
+// position; `y` is then f32, or bf16 when Y_BF16 (a template parameter: with the choice made at run time
+// ptxas serialises the wgmmas). Unswapped, y is f32.
+template <int BN, int STAGES, bool SWAPPED = false, bool Y_BF16 = false>
+__device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* tmap_b, void* y, float* work,
                                                uint32_t* tickets, uint32_t M, uint32_t N, uint32_t K,
                                                uint32_t splits_asked) {
+  static_assert(SWAPPED || !Y_BF16, "the unswapped body stores f32");
   using namespace omega_gemm;
   constexpr int STAGE_BYTES = GEMM_A_STAGE_BYTES + BN * GEMM_BK * 2;
   constexpr int ACC = BN / 2;  // f32 accumulators per consumer thread: 64 rows x BN / 128 threads
@@ -269,10 +298,26 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
     // 8j + 2*(lane%4) + {0,1}; register 4j+{2,3} the same columns 8 rows further down.
     const uint32_t row0 = tm * GEMM_BM + consumer * 64 + warp * 16 + lane / 4;
     const uint32_t col0 = tn * BN + 2 * (lane % 4);
-    const bool full_cols = tn * BN + BN <= N && (N % 2 == 0);
-    float* out = splits == 1 ? y : work + (size_t)split * M * N;
-    store_acc<BN>(acc, out, M, N, row0, col0, full_cols);
-    if (splits == 1) continue;
+    const bool full_cols = !SWAPPED && tn * BN + BN <= N && (N % 2 == 0);
+    // Where element (row, col) of this product lies in y and in a partial slice.
+    auto at = [&](uint32_t row, uint32_t col) { return SWAPPED ? (size_t)col * M + row : (size_t)row * N + col; };
+    auto store_y = [&]() {
+      if constexpr (!SWAPPED)
+        store_acc<BN>(acc, static_cast<float*>(y), M, N, row0, col0, full_cols);
+      else if constexpr (Y_BF16)
+        store_acc_swapped<BN>(acc, static_cast<uint16_t*>(y), M, N, row0, col0);
+      else
+        store_acc_swapped<BN>(acc, static_cast<float*>(y), M, N, row0, col0);
+    };
+    if (splits == 1) {
+      store_y();
+      continue;
+    }
+    float* slice = work + (size_t)split * M * N;
+    if constexpr (SWAPPED)
+      store_acc_swapped<BN>(acc, slice, M, N, row0, col0);
+    else
+      store_acc<BN>(acc, slice, M, N, row0, col0, full_cols);
 
     // Both consumer warpgroups have stored their halves; one thread takes the tile's ticket.
     __shared__ uint32_t last_unit;
@@ -300,19 +345,18 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
         for (int h = 0; h < 2; ++h) {
           const uint32_t row = row0 + 8 * h;
           if (row >= M) continue;
-          const float* at = src + (size_t)row * N + col;
           if (full_cols) {
-            const float2 v = __ldcg(reinterpret_cast<const float2*>(at));
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(src + at(row, col)));
             acc[4 * j + 2 * h] += v.x;
             acc[4 * j + 2 * h + 1] += v.y;
           } else {
-            if (col < N) acc[4 * j + 2 * h] += __ldcg(at);
-            if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcg(at + 1);
+            if (col < N) acc[4 * j + 2 * h] += __ldcg(src + at(row, col));
+            if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcg(src + at(row, col + 1));
           }
         }
       }
     }
-    store_acc<BN>(acc, y, M, N, row0, col0, full_cols);
+    store_y();
   }
 }
 

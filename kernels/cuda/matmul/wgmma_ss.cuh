@@ -11,6 +11,8 @@
 #include "wgmma_m64n64k16.cuh"
 #include "wgmma_m64n48k16.cuh"
 #include "wgmma_m64n32k16.cuh"
+#include "wgmma_m64n16k16.cuh"
+#include "wgmma_m64n8k16.cuh"
 template <int N>
 __device__ __forceinline__ void wgmma_bf16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   if constexpr (N == 256)
@@ -29,6 +31,10 @@ __device__ __forceinline__ void wgmma_bf16_ss(float (&d)[N / 2], uint64_t desc_a
     wgmma_m64n48k16_bf16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 32)
     wgmma_m64n32k16_bf16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 16)
+    wgmma_m64n16k16_bf16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 8)
+    wgmma_m64n8k16_bf16(d, desc_a, desc_b, scale_d);
   else
     static_assert(N == 0, "a tile width tools/gen_wgmma.py does not generate");
 }
