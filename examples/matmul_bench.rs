@@ -747,6 +747,8 @@ fn alternatives<'s>(
         ForcedPlan::GemmPingPong { tile: GemmTile::Narrow },
         ForcedPlan::Skinny { split: None },
         ForcedPlan::Skinny { split: Some(1) },
+        ForcedPlan::Swapab { splits: None },
+        ForcedPlan::Swapab { splits: Some(1) },
     ];
     let iters = o.iters.min(ALT_ITERS);
     let mut gpu = gpu;

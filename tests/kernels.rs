@@ -80,6 +80,7 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     .into_iter()
     .chain(mm::GEMM_FITTED.iter().flat_map(|f| [f.ts, f.mc]))
     .chain(mm::GEMM_SWIGLU.iter().flat_map(|f| [f.f32, f.y16]))
+    .chain(mm::GEMM_SWAPAB.iter().flat_map(|f| [f.f32, f.y16]))
     {
         assert_eq!(threads(name), Some(mm::GEMM_THREADS), "{name}");
         assert!(m.kernel(name).unwrap().reg_reconfig, "{name}: its register split needs setmaxnreg");
@@ -119,6 +120,11 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
     for mc in [mm::GEMM_BF16_TN_MC, mm::GEMM_BF16_TN_MC_N128].into_iter().chain(mm::GEMM_FITTED.map(|f| f.mc)) {
         assert_eq!(m.kernel(mc).unwrap().cluster_dims, Some([mm::GEMM_MC_CLUSTER, 1, 1]), "{mc}");
     }
+    // The swapped small-M entries: the deepest ring of W's 16 KiB and x's box beside 227 KiB (9 stages at
+    // 64 rows, 13 at 8).
+    let swapab = mm::GEMM_SWAPAB.map(|f| (f.mb, f.smem_bytes()));
+    assert_eq!(swapab, [(8, 227_536), (16, 222_400), (32, 226_480), (64, 222_352)]);
+    assert!(mm::GEMM_SWAPAB.iter().all(|f| f.smem_bytes() <= 227 * 1024));
     // The stream-K entries take the TMA-store layouts: their fix-up goes through global memory.
     assert_eq!((mm::GEMM_SK_SMEM_BYTES, mm::GEMM_SK_N128_SMEM_BYTES), (230_464, 230_496));
     let one_cta = [
@@ -130,7 +136,8 @@ fn the_matmul_kernels_launch_bounds_are_the_block_shapes_their_references_take()
         mm::GEMM_BF16_TN_PP_N128_Y16,
     ];
     let swiglu = mm::GEMM_SWIGLU.iter().flat_map(|f| [f.f32, f.y16]);
-    for ts in one_cta.into_iter().chain(mm::GEMM_FITTED.map(|f| f.ts)).chain(swiglu) {
+    let swapab = mm::GEMM_SWAPAB.iter().flat_map(|f| [f.f32, f.y16]);
+    for ts in one_cta.into_iter().chain(mm::GEMM_FITTED.map(|f| f.ts)).chain(swiglu).chain(swapab) {
         assert_eq!(m.kernel(ts).unwrap().cluster_dims, None, "{ts}");
     }
     let src = omega::kernels::cuda_module_source(mm::MATMUL).unwrap();

@@ -230,6 +230,64 @@ fn the_split_k_and_narrow_gemms_add_their_splits_in_order_and_leave_the_tickets_
 }
 
 #[test]
+fn the_swapped_small_m_gemms_match_f64_split_or_not_into_f32_and_bf16_and_leave_the_tickets_zero() {
+    let mut g = rng("swapped gemm");
+    // M up to each box (1, the box, one under it), a ragged last W tile, K ragged in its last block and
+    // K of one block; M past the box takes a second tile row (the entry still computes it).
+    let shapes: [[u32; 3]; 5] = [[1, 1, 8], [7, 300, 1000], [64, 129, 136], [33, 256, 64], [70, 130, 200]];
+    on_sim(|s, gpu| {
+        let module = s.load_module(module()).unwrap();
+        let mut gpu = gpu;
+        for f in mm::GEMM_SWAPAB {
+            for [m, n, kk] in shapes.into_iter().filter(|s| s[0] <= f.mb || f.mb == 64) {
+                let (xb, x) = bf16s(&mut g, (m * kk) as usize);
+                let (wb, w) = bf16s(&mut g, (n * kk) as usize);
+                let (dx, dw) = (device(s, &xb), device(s, &wb));
+                // A is W's descriptor (128-row boxes), B x's (boxes of the entry's rows).
+                let maps = tmaps(s, mm::gemm_tmap_a(dw.va(), n, kk), mm::gemm_tmap_b_rows(dx.va(), m, kk, f.mb));
+                let want = mm::products_f64(&x, &w, kk as usize);
+                let len = (m * n) as usize;
+                let tiles = n.div_ceil(mm::GEMM_TILE_M) * m.div_ceil(f.mb);
+                for asked in [1, 3, 40] {
+                    // The split as the body makes it: its splits over K's blocks, no more.
+                    let split = mm::GemmSplit::new(n, m, kk, f.mb, asked);
+                    let work = poisoned(s, split.work_floats(m, n).max(1) as usize);
+                    let mut tickets = device(s, &vec![0u32; tiles as usize]);
+                    for (y16, grid) in [(false, split.units.min(132)), (true, split.units.min(132)), (false, 1)] {
+                        let k = module.kernel(if y16 { f.y16 } else { f.f32 }).unwrap();
+                        let mut y32 = poisoned(s, len);
+                        let mut yb = device(s, &vec![0xffffu16; len]);
+                        let l = Launch::new(&k)
+                            .grid([grid, 1, 1])
+                            .block([mm::GEMM_THREADS, 1, 1])
+                            .dynamic_shared(f.smem_bytes())
+                            .arg(maps.va())
+                            .arg(maps.va() + 128);
+                        let l = if y16 { l.arg(&yb) } else { l.arg(&y32) };
+                        let l = l.arg(&work).arg(&tickets).arg(m).arg(n).arg(kk).arg(asked);
+                        gpu = gpu.launch(&l).unwrap().gpu;
+                        let what = format!("{} {m}x{n}x{kk} {split:?} grid {grid}", if y16 { f.y16 } else { f.f32 });
+                        if y16 {
+                            // The f32 product rounded once: within its bound and half a bf16 step.
+                            for (i, &b) in yb.to_vec().unwrap().iter().enumerate() {
+                                let (got, v, a) = (f64::from(mm::bf16_to_f32(b)), want.0[i], want.1[i]);
+                                let tol = v.abs() * 2f64.powi(-8) + a * f64::from(kk) * 2f64.powi(-22);
+                                assert!((got - v).abs() <= tol, "{what} element {i}: {got} against {v}");
+                            }
+                            yb.write(&vec![0xffffu16; len]).unwrap();
+                        } else {
+                            check_against(&what, &y32.to_vec().unwrap(), &want, [m, n, kk].map(|v| v as usize));
+                            y32.write(&vec![POISON; len]).unwrap();
+                        }
+                        assert!(tickets.to_vec().unwrap().iter().all(|&t| t == 0), "{what}: tickets left non-zero");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
 fn the_tma_gemm_reads_through_its_descriptors_dims_and_strides() {
     // x is the left 40 columns of a [50, 48] matrix (rows 96 bytes apart) and W the first 20 rows of a
     // [30, 40] one: the descriptors say so, the kernel's M, N, K only bound the tiles and the stores.

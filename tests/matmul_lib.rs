@@ -690,6 +690,72 @@ fn a_forced_plan_runs_what_it_names_checked_against_f64_or_is_refused_by_name() 
 }
 
 #[test]
+fn the_swapped_small_m_gemm_runs_forced_at_every_box_into_f32_and_bf16_and_refuses_what_it_cannot_run() {
+    use matmul::{ForcedPlan, ForcedRefusal};
+    with_matmul("swapab", |g, s, gpu, mm| {
+        let mut gpu = gpu;
+        // (shape, splits asked, the entry): every box height, ragged W tiles and K, the planner's split.
+        let cases = [
+            ([1u32, 300, 1000], Some(1), 0),
+            ([8, 129, 136], Some(3), 0),
+            ([16, 77, 2048], None, 1),
+            ([31, 256, 520], Some(2), 2),
+            ([64, 130, 1000], None, 3),
+        ];
+        for (shape, splits, v) in cases {
+            let forced = ForcedPlan::Swapab { splits };
+            mm.set_forced_plan(Some(forced));
+            let (next, info) = bf16_case(s, gpu, &mm, g, &format!("{forced} {shape:?}"), shape);
+            gpu = next;
+            let f = refs::GEMM_SWAPAB[v];
+            assert_eq!((info.path, info.kernel, info.launches), (Some(Path::Gemm), f.f32, 1), "{forced} {shape:?}");
+            if let Some(asked) = splits {
+                assert_eq!(info.split, asked, "{forced} {shape:?}");
+            }
+            // A bf16 y: the `_y16` entry stores the f32 product rounded, in the same one launch.
+            let [m, n, k] = shape.map(|d| d as usize);
+            let x = s.alloc_device_from(&bf16s(g, m * k)).unwrap();
+            let w = s.alloc_device_from(&bf16s(g, n * k)).unwrap();
+            let mut y32 = poisoned(s, m * n);
+            let shape = Shape::new(shape[0], shape[1], shape[2]);
+            gpu = mm.bf16(gpu, &x, &w, &mut y32, shape).unwrap().gpu;
+            let want: Vec<u16> = y32.to_vec().unwrap().iter().map(|&v| refs::f32_to_bf16(v)).collect();
+            let mut y16 = s.alloc_device_from(&vec![POISON_BF16; m * n]).unwrap();
+            let d = mm.bf16_to_bf16(gpu, &x, &w, &mut y16, shape).unwrap();
+            gpu = d.gpu;
+            assert_eq!((d.info.launches, d.info.kernel), (1, f.y16), "{:?}", d.info);
+            assert_eq!(y16.to_vec().unwrap(), want, "{forced} {shape}: bf16 y");
+        }
+        // Refused by name, nothing launched: past 64 rows, K % 8 != 0, a split of 0, a split K's blocks
+        // do not keep (32 blocks in 3 splits of 11 keep 3; 5 of 7 keep 4).
+        let x = s.alloc_device::<u16>(65 * 2048).unwrap();
+        let w = s.alloc_device::<u16>(256 * 2048).unwrap();
+        let mut y = s.alloc_device::<f32>(65 * 256).unwrap();
+        let before = sim().stats().launches;
+        let refusals = [
+            ([65, 256, 2048], None, ForcedRefusal::MPastPath { max: 64 }),
+            ([64, 256, 2044], None, ForcedRefusal::KNotMultiple { of: 8 }),
+            ([64, 256, 2048], Some(0), ForcedRefusal::ZeroSplit),
+            ([64, 256, 448], Some(5), ForcedRefusal::SplitNotKept { asked: 5, kept: 4 }),
+        ];
+        for ([m, n, k], splits, why) in refusals {
+            mm.set_forced_plan(Some(ForcedPlan::Swapab { splits }));
+            let f = mm.bf16(gpu, &x, &w, &mut y, Shape::new(m, n, k)).unwrap_err();
+            assert!(
+                matches!(f.error, MatmulError::Plan(PlanError::Forced { why: w, .. }) if w == why),
+                "{m}x{n}x{k}: {}",
+                f.error
+            );
+            assert_eq!(f.error.stage(), Stage::MatmulPlan);
+            gpu = f.gpu.unwrap();
+        }
+        assert_eq!(sim().stats().launches, before, "no refusal launched anything");
+        mm.set_forced_plan(None);
+        let _gpu = gpu;
+    });
+}
+
+#[test]
 fn the_tma_store_and_cluster_entries_run_forced_through_the_library_and_match_f64() {
     use matmul::{ForcedPlan, ForcedRefusal};
     with_matmul("tma store", |g, s, gpu, mm| {

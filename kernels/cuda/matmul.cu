@@ -14,6 +14,7 @@
 //   omega_gemm_bf16_tn_swiglu_n{256,192,128}[_y16] gate+up with SwiGLU in the epilogue (gemm_bf16_ts.cuh)
 //   omega_gemv_bf16_tn_m{1,2,4,8}  small M: weight streaming, split-K (gemv_bf16.cuh); _y16: bf16 out
 //   omega_skinny_bf16_tn_m{1,2,4,8} small M (1..64): W streamed through a cp.async ring, mma.sync (gemm_skinny.cuh)
+//   omega_gemm_bf16_tn_swapab_m{8,16,32,64}[_y16]  small M: the TMA GEMM with W as the 64-row operand (gemm_swapab.cuh)
 //   omega_moe_gemv_bf16_m{1,2,4,8} grouped experts, routing read on the device (gemv_bf16.cuh)
 //   omega_moe_route             top-k choices -> the grouped kernels' CSR routing (moe_route.cuh)
 //   omega_moe_router_route      router product + top k + that routing in one launch (moe_router.cuh)
@@ -32,6 +33,7 @@
 #include "matmul/gemm_sgemm.cuh"
 #include "matmul/gemm_simt.cuh"
 #include "matmul/gemm_skinny.cuh"
+#include "matmul/gemm_swapab.cuh"
 #include "matmul/gemv_bf16.cuh"
 #include "matmul/moe_route.cuh"
 #include "matmul/moe_router.cuh"

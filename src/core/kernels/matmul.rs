@@ -213,6 +213,49 @@ impl SwigluGemm {
     }
 }
 
+/// The small-M GEMM with its operands' roles swapped (`gemm_swapab.cuh`): `y^T = W . x^T` on the TMA
+/// GEMM's body, W as wgmma's 64-row A operand (tiles of [`GEMM_TILE_M`] W rows, two consumers) and x as
+/// its B operand in a box of [`SwapabGemm::mb`] rows, so no MMA row and no x box row past `mb` is wasted
+/// at M <= 64. `(tmap_w, tmap_x, y, work, tickets, M, N, K, splits)`, M and N y's: tmap_w is
+/// [`gemm_tmap_a`] over W (`[N, K]`), tmap_x [`gemm_tmap_b_rows`] over x with `mb`-row boxes; y is f32
+/// (`_y16`: bf16, rounded as `cvt.rn.bf16.f32`), stored element by element (4- or 2-byte aligned); with
+/// `splits > 1` the partial sums go to `work` (`splits * M * N` f32, y's layout) and `tickets`
+/// (`ceil(N / 128) * ceil(M / mb)` zeroed words, left zero) as the split-K entries'. K % 8 == 0. Any M
+/// works (tiles of `mb` x rows); M <= `mb` is what it is for. Grid `[min(units, SMs), 1, 1]`, units =
+/// tiles * splits. Narrowest first; [`swapab_variant`] picks the entry for M.
+pub const GEMM_SWAPAB: [SwapabGemm; 4] = [
+    SwapabGemm { mb: 8, stages: 13, f32: "omega_gemm_bf16_tn_swapab_m8", y16: "omega_gemm_bf16_tn_swapab_m8_y16" },
+    SwapabGemm { mb: 16, stages: 12, f32: "omega_gemm_bf16_tn_swapab_m16", y16: "omega_gemm_bf16_tn_swapab_m16_y16" },
+    SwapabGemm { mb: 32, stages: 11, f32: "omega_gemm_bf16_tn_swapab_m32", y16: "omega_gemm_bf16_tn_swapab_m32_y16" },
+    SwapabGemm { mb: 64, stages: 9, f32: "omega_gemm_bf16_tn_swapab_m64", y16: "omega_gemm_bf16_tn_swapab_m64_y16" },
+];
+
+/// One x box height of [`GEMM_SWAPAB`] and its two entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwapabGemm {
+    /// x's box rows: the wgmma's N, and the most rows of y the entry computes.
+    pub mb: u32,
+    /// The ring's stages: as many as fit beside 227 KiB.
+    pub stages: u32,
+    /// The f32-output entry.
+    pub f32: &'static str,
+    /// The bf16-output entry.
+    pub y16: &'static str,
+}
+
+impl SwapabGemm {
+    /// Dynamic shared memory: the stages (W's 128-row box and x's `mb`-row box), their barriers and the
+    /// alignment slack (`GEMM_SMEM_FOR_BN(mb, stages)`).
+    pub const fn smem_bytes(&self) -> u32 {
+        self.stages * (GEMM_TILE_M * GEMM_TILE_K * 2 + self.mb * GEMM_TILE_K * 2) + 2 * self.stages * 8 + 1024
+    }
+}
+
+/// The [`GEMM_SWAPAB`] entry for `m` rows of x: the narrowest whose box holds them (`None` past 64).
+pub fn swapab_variant(m: u32) -> Option<usize> {
+    GEMM_SWAPAB.iter().position(|g| m <= g.mb)
+}
+
 /// Small M: `omega_gemv_bf16_tn_m{1,2,4,8}(x, w, y, work, tickets, M, N, K, k_per_split)`, by
 /// [`GEMV_MB`] (index with [`gemv_variant`]).
 pub const GEMV_BF16_TN: [&str; 4] =
@@ -644,20 +687,19 @@ pub fn f32_to_bf16(f: f32) -> u16 {
 
 /// The matmul module's kernels with their host references, by symbol name.
 pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
-    // The TMA GEMMs' one static word: `last_unit`, a split's ticket answer. Stack: an 8-byte spill frame
-    // (608 bytes per thread with the headroom) where nvcc 13.0 spills, as the cubin says.
+    // The TMA GEMMs' one static word: `last_unit`, a split's ticket answer.
     HostSpec {
         name: GEMM_BF16_TN,
         param_sizes: &[8, 8, 8, 4, 4, 4],
         static_shared_bytes: 4,
-        local_bytes_per_thread: SPILL_FRAME,
+        local_bytes_per_thread: 0,
         run: gemm_bf16_tn,
     },
     HostSpec {
         name: GEMM_BF16_TN_SPLITK,
         param_sizes: &[8, 8, 8, 8, 8, 4, 4, 4, 4],
         static_shared_bytes: 4,
-        local_bytes_per_thread: SPILL_FRAME,
+        local_bytes_per_thread: 0,
         run: gemm_bf16_tn_splitk,
     },
     HostSpec {
@@ -729,6 +771,14 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
     swiglu_spec(1, true, gemm_swiglu::<1, true>),
     swiglu_spec(2, false, gemm_swiglu::<2, false>),
     swiglu_spec(2, true, gemm_swiglu::<2, true>),
+    swapab_spec(0, false, gemm_swapab::<0, false>),
+    swapab_spec(0, true, gemm_swapab::<0, true>),
+    swapab_spec(1, false, gemm_swapab::<1, false>),
+    swapab_spec(1, true, gemm_swapab::<1, true>),
+    swapab_spec(2, false, gemm_swapab::<2, false>),
+    swapab_spec(2, true, gemm_swapab::<2, true>),
+    swapab_spec(3, false, gemm_swapab::<3, false>),
+    swapab_spec(3, true, gemm_swapab::<3, true>),
     table_spec(&GEMM_FITTED, 0, false, gemm_table::<false, 0, false>),
     table_spec(&GEMM_FITTED, 0, true, gemm_table::<false, 0, true>),
     table_spec(&GEMM_FITTED, 1, false, gemm_table::<false, 1, false>),
@@ -821,10 +871,6 @@ pub const MATMUL_HOST_SPECS: &[HostSpec] = &[
 
 /// The SIMT GEMMs' two double-buffered `[16][128 + 4]` f32 tiles (rows padded against bank conflicts).
 const SIMT_SHARED_BYTES: u32 = 2 * 2 * 16 * (SIMT_TILE + 4) * 4;
-
-/// Stack bytes per thread of a kernel nvcc 13.0 gives an 8-byte spill frame (the frame and the
-/// headroom, as the cubin records them).
-const SPILL_FRAME: u32 = 608;
 
 const fn sgemm_spec<const I: usize>() -> HostSpec {
     HostSpec {
@@ -1144,6 +1190,10 @@ enum GemmArgs {
     /// width, a tile's `tile_n` accumulator columns are `tile_n / 2` gate rows of W and the up rows N on,
     /// and y is stored through its descriptor only.
     Swiglu,
+    /// `y, work, tickets, M, N, K, splits` as [`GemmArgs::Split`], for the swapped small-M entries
+    /// ([`GEMM_SWAPAB`]): A (`tmap_a`) is W's descriptor and B x's, M and N are y's, and y and the
+    /// partial slices hold `y[m, n]` at `m * N + n`, stored element by element.
+    Swapped,
 }
 
 /// One of the TMA GEMM's entries (`gemm_bf16_body` or `gemm_bf16_ts_body`): its name, tile width, the
@@ -1235,7 +1285,7 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
     let (tmap_a, tmap_b) = (ctx.u64_at(0), ctx.u64_at(2));
     let (tmap_y, y, work, tickets, [m, n, k], splits_asked) = match f.args {
         GemmArgs::Plain => (0, ctx.u64_at(4), 0, 0, [ctx.word(6), ctx.word(7), ctx.word(8)], 1),
-        GemmArgs::Split => {
+        GemmArgs::Split | GemmArgs::Swapped => {
             (0, ctx.u64_at(4), ctx.u64_at(6), ctx.u64_at(8), [ctx.word(10), ctx.word(11), ctx.word(12)], ctx.word(13))
         }
         GemmArgs::Staged | GemmArgs::Swiglu => {
@@ -1256,11 +1306,13 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
         ));
     }
     // The kernel's `int` arithmetic: `(M + 127) / 128` in 32 bits, the tile count as an int. A SwiGLU
-    // tile stores half its accumulator columns.
+    // tile stores half its accumulator columns; a swapped entry's tile rows are W's (y's columns).
     let swiglu = f.args == GemmArgs::Swiglu;
+    let swapped = f.args == GemmArgs::Swapped;
     let out_cols = if swiglu { f.tile_n / 2 } else { f.tile_n };
-    let tiles_m = m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
-    let tiles_n = n.wrapping_add(out_cols - 1) / out_cols;
+    let [body_m, body_n] = if swapped { [n, m] } else { [m, n] };
+    let tiles_m = body_m.wrapping_add(GEMM_TILE_M - 1) / GEMM_TILE_M;
+    let tiles_n = body_n.wrapping_add(out_cols - 1) / out_cols;
     if (tiles_m as i32).wrapping_mul(tiles_n as i32) <= 0 {
         return Ok(());
     }
@@ -1273,7 +1325,10 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
     // The TMA-store entries store through y's descriptor when N % 4 == 0; the direct epilogue stores
     // float2 pairs in a tile whose columns all lie below an even N, floats elsewhere.
     let staged = matches!(f.args, GemmArgs::Staged | GemmArgs::StreamK);
-    let (y, ldy) = if f.y16 {
+    let (y, ldy) = if swapped {
+        aligned(name, "y", y, if f.y16 { 2 } else { 4 })?;
+        (y, u64::from(n))
+    } else if f.y16 {
         if !n.is_multiple_of(8) {
             return Err(fault(name, format_args!("trap: N = {n}, no multiple of 8: a bf16 y has no descriptor")));
         }
@@ -1304,11 +1359,19 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
             u64::from(kblocks),
         );
     }
-    let split = GemmSplit::new(m, n, k, f.tile_n, splits_asked);
+    let split = GemmSplit::new(body_m, body_n, k, f.tile_n, splits_asked);
+    // y's rows come from x's descriptor and its columns from W's; so do a tile's, in y's orientation
+    // (`(x descriptor, W descriptor, y rows a tile, y columns a tile)`).
+    let (xs, ws, tile_rows, tile_cols) = if swapped {
+        (&b, &a, u64::from(f.tile_n), u64::from(GEMM_TILE_M))
+    } else {
+        (&a, &b, u64::from(GEMM_TILE_M), u64::from(out_cols))
+    };
+    let [y_tiles_m, y_tiles_n] = if swapped { [tiles_n, tiles_m] } else { [tiles_m, tiles_n] }.map(u64::from);
     if split.splits == 1 {
         let kmax = u64::from(kblocks) * u64::from(GEMM_TILE_K);
         // Elements past a descriptor's inner dim read as zero: the product runs over the K both hold.
-        let (ka, kb) = (kmax.min(a.global_dim[0]), kmax.min(b.global_dim[0]));
+        let (ka, kb) = (kmax.min(xs.global_dim[0]), kmax.min(ws.global_dim[0]));
         let rows = |s: &TiledSpec, loaded: u64| Rows {
             elem: Elem::Bf16,
             va: s.global_address,
@@ -1319,14 +1382,14 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
         };
         return Dense {
             kernel: name,
-            a: rows(&a, ka),
-            b: rows(&b, kb),
+            a: rows(xs, ka),
+            b: rows(ws, kb),
             kk: ka.min(kb),
             y,
             ldy,
-            rows: u64::from(m).min(u64::from(tiles_m) * u64::from(GEMM_TILE_M)),
-            cols: u64::from(n).min(u64::from(tiles_n) * u64::from(out_cols)),
-            tile_n: u64::from(out_cols),
+            rows: u64::from(m).min(y_tiles_m * tile_rows),
+            cols: u64::from(n).min(y_tiles_n * tile_cols),
+            tile_n: tile_cols,
             fused: false,
             y16: f.y16,
             swiglu_up: swiglu.then_some(u64::from(n)),
@@ -1334,22 +1397,24 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
         .run(ctx);
     }
     let (mm, nn) = (u64::from(m), u64::from(n));
-    let (tiles_m, tiles_n, tile_n) = (u64::from(tiles_m), u64::from(tiles_n), u64::from(f.tile_n));
+    let (tiles_m, tiles_n) = (u64::from(tiles_m), u64::from(tiles_n));
     let (per, splits) = (u64::from(split.per), u64::from(split.splits));
     let units = tiles_m * tiles_n * splits;
-    let cost = u64::from(GEMM_TILE_M) * tile_n * per;
+    let cost = u64::from(GEMM_TILE_M) * u64::from(f.tile_n) * per;
     for u in take_items(ctx, units, cost) {
         let (tile, s) = (u / splits, u % splits);
         let (tm, tn) = tile_of(tile, tiles_m, tiles_n);
-        let rows = tm * u64::from(GEMM_TILE_M)..mm.min((tm + 1) * u64::from(GEMM_TILE_M));
-        let cols = tn * tile_n..nn.min((tn + 1) * tile_n);
+        let (ym, yn) = if swapped { (tn, tm) } else { (tm, tn) };
+        let rows = ym * tile_rows..mm.min((ym + 1) * tile_rows);
+        let cols = yn * tile_cols..nn.min((yn + 1) * tile_cols);
         let ks = s * per * u64::from(GEMM_TILE_K)..u64::from(kblocks).min((s + 1) * per) * u64::from(GEMM_TILE_K);
-        let x = tma_rows(ctx, &a, rows.clone(), ks.clone())?;
-        let w = tma_rows(ctx, &b, cols.clone(), ks.clone())?;
+        let x = tma_rows(ctx, xs, rows.clone(), ks.clone())?;
+        let w = tma_rows(ctx, ws, cols.clone(), ks.clone())?;
         let width = (cols.end - cols.start) as usize;
         let mut part = vec![0f32; (rows.end - rows.start) as usize * width];
         math::products(&x, &w, (ks.end - ks.start) as usize, false, &mut part);
-        let full_cols = (tn + 1) * tile_n <= nn && nn.is_multiple_of(2);
+        // The swapped entries store element by element.
+        let full_cols = !swapped && (yn + 1) * tile_cols <= nn && nn.is_multiple_of(2);
         let align = if full_cols { 8 } else { 4 };
         let slice = |p: u64| work.wrapping_add(p.wrapping_mul(mm * nn).wrapping_mul(4));
         aligned(name, "work", slice(s), align)?;
@@ -1372,7 +1437,12 @@ fn gemm_tma(ctx: &mut KernelCtx<'_>, f: &GemmForm) -> Result<(), KernelError> {
                     *acc += v;
                 }
             }
-            ctx.write(y.wrapping_add(at), &math::f32s_to_le(&sum))?;
+            if f.y16 {
+                let bytes: Vec<u8> = sum.iter().flat_map(|&v| cvt_rn_bf16(v).to_le_bytes()).collect();
+                ctx.write(y.wrapping_add(at / 2), &bytes)?;
+            } else {
+                ctx.write(y.wrapping_add(at), &math::f32s_to_le(&sum))?;
+            }
         }
     }
     Ok(())
@@ -1461,6 +1531,29 @@ const fn swiglu_spec(i: usize, y16: bool, run: fn(&mut KernelCtx<'_>) -> Result<
         local_bytes_per_thread: 0,
         run,
     }
+}
+
+/// The host spec of [`GEMM_SWAPAB`] entry `i`'s f32 or bf16 (`y16`) form: the split-K parameters and
+/// the ticket's static word.
+const fn swapab_spec(i: usize, y16: bool, run: fn(&mut KernelCtx<'_>) -> Result<(), KernelError>) -> HostSpec {
+    let f = GEMM_SWAPAB[i];
+    HostSpec {
+        name: if y16 { f.y16 } else { f.f32 },
+        param_sizes: &[8, 8, 8, 8, 8, 4, 4, 4, 4],
+        static_shared_bytes: 4,
+        local_bytes_per_thread: 0,
+        run,
+    }
+}
+
+/// [`GEMM_SWAPAB`] entry `I` (`Y16`: its bf16 form): `y = x . W^T` with W read through the A descriptor
+/// (128-row boxes) and x through the B descriptor (`mb`-row boxes), split over K as the split-K entries.
+fn gemm_swapab<const I: usize, const Y16: bool>(ctx: &mut KernelCtx<'_>) -> Result<(), KernelError> {
+    let f = GEMM_SWAPAB[I];
+    let name = if Y16 { f.y16 } else { f.f32 };
+    let form =
+        GemmForm { name, tile_n: f.mb, b_box_rows: f.mb, smem: f.smem_bytes(), args: GemmArgs::Swapped, y16: Y16 };
+    gemm_tma(ctx, &form)
 }
 
 /// [`GEMM_SWIGLU`] entry `I` (`Y16`: its bf16 form): `y[m, j] = silu(g) * u` with `g`, `u` the products of

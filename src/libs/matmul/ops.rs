@@ -11,8 +11,8 @@ use crate::{Cached, Data, Device, DeviceScalar, Gpu, Kept, KeptModule, Kernel, L
 
 use super::error::{AnyShape, MatmulError, Operand, ShapeError};
 use super::plan::{
-    self, Arg, DenseOpts, Elem, ForcedPlan, GroupedShape, Path, Plan, Shape, Step, KERNEL_NAMES, TMA_AREA_BYTES,
-    TMA_DESC_BYTES,
+    self, Arg, DenseOpts, Elem, ForcedPlan, GroupedShape, Path, Plan, Shape, Step, TmaPlan, KERNEL_NAMES,
+    TMA_AREA_BYTES, TMA_DESC_BYTES,
 };
 
 mod sealed {
@@ -358,10 +358,18 @@ fn check_operand(shape: AnyShape, operand: Operand, len: usize, bytes: u64) -> R
 
 /// The TMA descriptors of x and W as the GEMM reads them (the module's specs): boxes of 128 rows of x and
 /// `b_rows` rows of W, 64 elements of K.
-fn descriptor_pair(x: u64, w: u64, shape: Shape, b_rows: u32) -> Result<[u8; 2 * TMA_DESC_BYTES], MatmulError> {
+///
+/// Swapped ([`TmaPlan::swapped`]), W's descriptor comes first in the A form (128-row boxes) and x's
+/// second in boxes of `b_rows` rows.
+fn descriptor_pair(x: u64, w: u64, shape: Shape, t: TmaPlan) -> Result<[u8; 2 * TMA_DESC_BYTES], MatmulError> {
     let encode = |operand, spec: TiledSpec| encode_tiled(&spec).map_err(|source| MatmulError::Tma { operand, source });
-    let a = encode(Operand::X, gemm_tmap_a(x, shape.m, shape.k))?;
-    let b = encode(Operand::W, gemm_tmap_b_rows(w, shape.n, shape.k, b_rows))?;
+    let (a, b) = if t.swapped {
+        let w_map = encode(Operand::W, gemm_tmap_a(w, shape.n, shape.k))?;
+        (w_map, encode(Operand::X, gemm_tmap_b_rows(x, shape.m, shape.k, t.b_rows))?)
+    } else {
+        let x_map = encode(Operand::X, gemm_tmap_a(x, shape.m, shape.k))?;
+        (x_map, encode(Operand::W, gemm_tmap_b_rows(w, shape.n, shape.k, t.b_rows))?)
+    };
     let mut pair = [0u8; 2 * TMA_DESC_BYTES];
     pair[..TMA_DESC_BYTES].copy_from_slice(&a.0);
     pair[TMA_DESC_BYTES..].copy_from_slice(&b.0);
@@ -774,7 +782,7 @@ impl<'s> Matmul<'s> {
             let w_shape = Shape::new(shape.m, w_rows, shape.k);
             let tma = match plan.tma {
                 Some(t) => Some(Descriptors {
-                    ab: descriptor_pair(x.device_va(), w.device_va(), w_shape, t.b_rows)?,
+                    ab: descriptor_pair(x.device_va(), w.device_va(), w_shape, t)?,
                     y: t.y.map(|at| (at, shape, t.y16)),
                 }),
                 None => None,

@@ -149,6 +149,9 @@ pub(crate) enum Kern {
     /// The gate+up GEMM with SwiGLU in its epilogue: [`abi::GEMM_SWIGLU`] entry `i`, its bf16-output form
     /// when `true`.
     Swiglu(usize, bool),
+    /// The small-M GEMM with its operands swapped: [`abi::GEMM_SWAPAB`] entry `i`, its bf16-output form
+    /// when `true`.
+    Swapab(usize, bool),
 }
 
 /// The module's kernel names, in [`Kern`] order: the TMA GEMM, the four GEMVs, the four grouped GEMVs,
@@ -156,8 +159,9 @@ pub(crate) enum Kern {
 /// TMA-store entry and that entry's cluster form, those two on the narrow tile, the four skinny GEMMs, the
 /// four GEMVs with a bf16 output, the fused router, the grouped and dense row-streaming entries, the
 /// two stream-K entries, the fitted widths' two entries each, every width's two bf16-output entries, and
-/// the ping-pong entry in both outputs, and the SwiGLU GEMM's widths in both outputs.
-pub(crate) const KERNEL_NAMES: [&str; 60] = [
+/// the ping-pong entry in both outputs, the SwiGLU GEMM's widths in both outputs, and the swapped small-M
+/// GEMM's box heights in both outputs.
+pub(crate) const KERNEL_NAMES: [&str; 68] = [
     abi::GEMM_BF16_TN,
     abi::GEMV_BF16_TN[0],
     abi::GEMV_BF16_TN[1],
@@ -222,6 +226,14 @@ pub(crate) const KERNEL_NAMES: [&str; 60] = [
     abi::GEMM_SWIGLU[1].y16,
     abi::GEMM_SWIGLU[2].f32,
     abi::GEMM_SWIGLU[2].y16,
+    abi::GEMM_SWAPAB[0].f32,
+    abi::GEMM_SWAPAB[0].y16,
+    abi::GEMM_SWAPAB[1].f32,
+    abi::GEMM_SWAPAB[1].y16,
+    abi::GEMM_SWAPAB[2].f32,
+    abi::GEMM_SWAPAB[2].y16,
+    abi::GEMM_SWAPAB[3].f32,
+    abi::GEMM_SWAPAB[3].y16,
 ];
 
 impl Kern {
@@ -253,6 +265,7 @@ impl Kern {
             Kern::GemmY16(i, cluster) => 40 + 2 * i + cluster as usize,
             Kern::GemmPp(y16) => 52 + y16 as usize,
             Kern::Swiglu(i, y16) => 54 + 2 * i + y16 as usize,
+            Kern::Swapab(i, y16) => 60 + 2 * i + y16 as usize,
         }
     }
 }
@@ -353,6 +366,9 @@ pub(crate) struct TmaPlan {
     pub(crate) y: Option<Arg>,
     /// y's descriptor is a bf16 y's ([`abi::gemm_tmap_y16`]): a [`Kern::GemmY16`] entry stores the output.
     pub(crate) y16: bool,
+    /// The operands' roles are swapped ([`Kern::Swapab`]): the first descriptor is W's, in boxes of
+    /// [`abi::GEMM_TILE_M`] rows, the second x's, in boxes of `b_rows` rows.
+    pub(crate) swapped: bool,
 }
 
 impl Plan {
@@ -713,12 +729,19 @@ pub enum ForcedPlan {
         /// K slices, or the planner's.
         split: Option<u32>,
     },
+    /// The TMA GEMM with its operands swapped (M <= [`abi::SKINNY_MAX_M`]; [`abi::GEMM_SWAPAB`]) with
+    /// `splits` K splits of whole 64-element blocks; `None`: the planner's split ([`swapab_splits`]).
+    Swapab {
+        /// K splits, or the planner's.
+        splits: Option<u32>,
+    },
 }
 
 impl ForcedPlan {
     /// A short name for reports and metric names: `gemv` (the planner's split), `gemv_split<s>`; `wide`
     /// and `narrow` unsplit, `<tile>_split<s>`, `<tile>_auto` (the planner's split); `<tile>_ts`,
-    /// `<tile>_mc`, `<tile>_sk`, `<tile>_pp`; `skinny` (the planner's split), `skinny_split<s>`.
+    /// `<tile>_mc`, `<tile>_sk`, `<tile>_pp`; `skinny` (the planner's split), `skinny_split<s>`; `swapab`
+    /// (the planner's split), `swapab_split<s>`.
     pub fn tag(&self) -> String {
         let gemm = |tile: &str, splits: Option<u32>| match splits {
             None => format!("{tile}_auto"),
@@ -735,6 +758,8 @@ impl ForcedPlan {
             ForcedPlan::GemmPingPong { tile } => format!("{}_pp", tile.name()),
             ForcedPlan::Skinny { split: None } => "skinny".to_string(),
             ForcedPlan::Skinny { split: Some(s) } => format!("skinny_split{s}"),
+            ForcedPlan::Swapab { splits: None } => "swapab".to_string(),
+            ForcedPlan::Swapab { splits: Some(s) } => format!("swapab_split{s}"),
         }
     }
 }
@@ -840,6 +865,9 @@ impl core::fmt::Display for ForcedPlan {
                 write!(f, "the {} TMA GEMM with its consumers in ping-pong", tile.name())
             }
             ForcedPlan::Skinny { split: s } => write!(f, "the skinny GEMM with {} split", split(s)),
+            ForcedPlan::Swapab { splits: s } => {
+                write!(f, "the TMA GEMM with its operands swapped, with {} split", split(s))
+            }
         }
     }
 }
@@ -1157,6 +1185,26 @@ fn skinny_forced(shape: Shape, opts: DenseOpts, split: Option<u32>) -> Result<ab
     }
 }
 
+/// The most K splits [`swapab_splits`] chooses.
+pub const SWAPAB_MAX_SPLITS: u32 = 16;
+
+/// What a work unit of the swapped small-M GEMM costs beyond its K blocks, in K blocks: the ring's fill
+/// at the unit's start and its store or partial slice at the end.
+const SWAPAB_UNIT_BLOCKS: u64 = 2;
+
+/// The planner's K split of the swapped small-M GEMM for `shape`: the split (of those K's blocks keep, up
+/// to [`SWAPAB_MAX_SPLITS`]) that makes the fewest block-times on the busiest CTA, counting
+/// [`SWAPAB_UNIT_BLOCKS`] a unit; ties keep the fewer splits.
+pub(crate) fn swapab_splits(shape: Shape, sms: u32, budget: u32) -> u32 {
+    let Some(v) = abi::swapab_variant(shape.m) else { return 1 };
+    let grid = u64::from(sms.max(1)).min(clamp_budget(budget));
+    let kblocks = shape.k.div_ceil(abi::GEMM_TILE_K).max(1);
+    (1..=SWAPAB_MAX_SPLITS.min(kblocks))
+        .map(|asked| abi::GemmSplit::new(shape.n, shape.m, shape.k, abi::GEMM_SWAPAB[v].mb, asked))
+        .min_by_key(|s| ceil(u64::from(s.units), grid) * (u64::from(s.per) + SWAPAB_UNIT_BLOCKS))
+        .map_or(1, |s| s.splits)
+}
+
 /// Why the skinny GEMM cannot run `shape`: bf16 only, 16-byte chunks of x and W rows (K % 8 == 0, aligned
 /// operands), at most 64 rows of x.
 fn skinny_refusal(shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
@@ -1275,7 +1323,7 @@ fn gemm_step(
             };
             let step =
                 Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
-            return (step, 2 * grid, TmaPlan { b_rows: tile.n(), y: y_map.then_some(out), y16: false });
+            return (step, 2 * grid, TmaPlan { b_rows: tile.n(), y: y_map.then_some(out), y16: false, swapped: false });
         }
         let args = [&maps[..], &dims[..]].concat();
         let tiles = u64::from(s.tiles);
@@ -1312,7 +1360,7 @@ fn gemm_step(
         };
         let step =
             Step { kern, grid: [word(grid), 1, 1], block: [abi::GEMM_THREADS, 1, 1], dynamic_shared: smem, args };
-        return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out), y16 });
+        return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out), y16, swapped: false });
     }
     let tma_args = [Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), out];
     let work = if s.splits > 1 {
@@ -1347,7 +1395,7 @@ fn gemm_step(
         args,
     };
     let tickets = if s.splits > 1 { u64::from(s.tiles) } else { 0 };
-    (step, tickets, TmaPlan { b_rows: tile.n(), y: None, y16: false })
+    (step, tickets, TmaPlan { b_rows: tile.n(), y: None, y16: false, swapped: false })
 }
 
 /// The path the planner takes for a dense product (before the SIMT fallback).
@@ -1356,6 +1404,8 @@ enum Choice {
     /// forced plan names the m1 entry and gets it).
     Gemv(u64, bool),
     Skinny(abi::SkinnyPlan),
+    /// The swapped small-M TMA GEMM: its [`abi::GEMM_SWAPAB`] entry and K splits.
+    Swapab(usize, u32),
     /// The TMA GEMM: its tile, K splits and entry (not [`WideEntry::Direct`] only unsplit).
     Gemm(GemmTile, u32, WideEntry),
     Simt,
@@ -1530,6 +1580,28 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             Ok(plan) => Choice::Skinny(plan),
             Err(why) => return refuse(why),
         },
+        ForcedPlan::Swapab { splits } => {
+            // Its stores are element by element: y needs only its element's alignment.
+            if !k.is_multiple_of(8) {
+                return refuse(ForcedRefusal::KNotMultiple { of: 8 });
+            }
+            if !opts.aligned {
+                return refuse(ForcedRefusal::Unaligned);
+            }
+            let Some(v) = abi::swapab_variant(shape.m).filter(|_| shape.m <= abi::SKINNY_MAX_M) else {
+                return refuse(ForcedRefusal::MPastPath { max: abi::SKINNY_MAX_M });
+            };
+            let splits = match splits {
+                None => swapab_splits(shape, opts.sms, opts.budget),
+                Some(0) => return refuse(ForcedRefusal::ZeroSplit),
+                Some(s) => s,
+            };
+            let kept = abi::GemmSplit::new(shape.n, shape.m, shape.k, abi::GEMM_SWAPAB[v].mb, splits).splits;
+            if kept != splits {
+                return refuse(ForcedRefusal::SplitNotKept { asked: splits, kept });
+            }
+            Choice::Swapab(v, splits)
+        }
     };
     Ok(build(elem, shape, opts, choice))
 }
@@ -1557,7 +1629,7 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
         && matches!(choice, Choice::Gemm(_, _, WideEntry::TmaStore | WideEntry::Cluster | WideEntry::PingPong))
         && shape.n.is_multiple_of(8)
         && opts.y_aligned16;
-    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(..)) || y16;
+    let direct = matches!(choice, Choice::Skinny(_) | Choice::Gemv(..) | Choice::Swapab(..)) || y16;
     let out_bf16 = opts.out_bf16 && !direct;
     let out = |off: u64| if out_bf16 { Arg::Scratch(off) } else { Arg::Y(off) };
     let mut scratch = if out_bf16 { round_up(m * n, 64) } else { 0 };
@@ -1573,6 +1645,33 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
             let (step, t) = skinny_step(shape, p, out(0), opts.out_bf16, &mut scratch);
             steps.push(step);
             (path, tickets, tma, split) = (Path::Skinny, t, None, p.splits);
+        }
+        Choice::Swapab(v, s) => {
+            let f = abi::GEMM_SWAPAB[v];
+            // The body's split of y's transpose: tiles of 128 W rows by `mb` x rows.
+            let sp = abi::GemmSplit::new(shape.n, shape.m, shape.k, f.mb, s);
+            let work = if sp.splits > 1 {
+                let at = Arg::Scratch(scratch * 4);
+                scratch += u64::from(sp.splits) * m * n;
+                at
+            } else {
+                // Not read with one split.
+                out(0)
+            };
+            let dims = [shape.m, shape.n, shape.k, sp.splits].map(Arg::Word);
+            let args =
+                [&[Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), out(0), work, Arg::Tickets(0)][..], &dims].concat();
+            let grid = u64::from(sp.units).min(sms).min(budget);
+            steps.push(Step {
+                kern: Kern::Swapab(v, opts.out_bf16),
+                grid: [word(grid), 1, 1],
+                block: [abi::GEMM_THREADS, 1, 1],
+                dynamic_shared: f.smem_bytes(),
+                args,
+            });
+            let maps = TmaPlan { b_rows: f.mb, y: None, y16: false, swapped: true };
+            let words = if sp.splits > 1 { u64::from(sp.tiles) } else { 0 };
+            (path, tickets, tma, split) = (Path::Gemm, words, Some(maps), sp.splits);
         }
         Choice::Gemm(tile, s, entry) => {
             let (step, t, maps) = gemm_step(shape, tile, s, entry, sms, budget, out(0), y16, &mut scratch);
@@ -1730,7 +1829,7 @@ pub(crate) fn swiglu(shape: Shape, opts: DenseOpts) -> Result<Plan, PlanError> {
         dynamic_shared: f.smem_bytes(),
         args,
     };
-    let tma = Some(TmaPlan { b_rows: f.b_box_rows(), y: Some(Arg::Y(0)), y16: opts.out_bf16 });
+    let tma = Some(TmaPlan { b_rows: f.b_box_rows(), y: Some(Arg::Y(0)), y16: opts.out_bf16, swapped: false });
     Ok(Plan { path: Path::Gemm, steps: vec![step], scratch: 0, tickets: 0, tma, split: 1 })
 }
 
@@ -2257,13 +2356,16 @@ mod tests {
         assert_eq!(s.args[4..], [Arg::Word(512), Arg::Word(2048), Arg::Word(4096)]);
         assert_eq!(
             (p.tma, p.split, p.tickets, p.scratch),
-            (Some(TmaPlan { b_rows: 256, y: Some(Arg::Y(0)), y16: false }), 1, 0, 0)
+            (Some(TmaPlan { b_rows: 256, y: Some(Arg::Y(0)), y16: false, swapped: false }), 1, 0, 0)
         );
         // The cluster entry: 2 pairs of tile rows by 8 columns, two CTAs each; half the W rows per box.
         let p = f(shape, true, o).unwrap();
         let s = &p.steps[0];
         assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmMc, [32, 1, 1], abi::GEMM_MC_SMEM_BYTES));
-        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_B_BOX_ROWS, y: Some(Arg::Y(0)), y16: false }));
+        assert_eq!(
+            p.tma,
+            Some(TmaPlan { b_rows: abi::GEMM_MC_B_BOX_ROWS, y: Some(Arg::Y(0)), y16: false, swapped: false })
+        );
         // 4096 x 5120: 320 pairs, 66 clusters fill the 132 SMs; a budget of 7 holds 3 clusters, of 1 none.
         let big = Shape::new(4096, 5120, 2048);
         assert_eq!(f(big, true, o).unwrap().steps[0].grid, [132, 1, 1]);
@@ -2359,7 +2461,7 @@ mod tests {
             ]
         );
         assert_eq!((p.scratch, p.tickets, p.split), (132 * 2 * 64 * 128, 2 * 132, 1));
-        assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)), y16: false }));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)), y16: false, swapped: false }));
         // Few iterations: GEMM_SK_MIN_ITERS (16) a CTA (1 x 1 x 8 is one iteration, one CTA; 10 still one;
         // 40 make 2 CTAs; the router's 128 x 128 x 2048, 32 K blocks, 2); the budget caps the grid.
         assert_eq!(f(Shape::new(1, 1, 8), GemmTile::Wide, o).unwrap().steps[0].grid, [1, 1, 1]);
@@ -2397,12 +2499,18 @@ mod tests {
         let s = &p.steps[0];
         assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmTsN128, [64, 1, 1], abi::GEMM_TS_N128_SMEM_BYTES));
         assert_eq!(s.args[..4], [Arg::Tma(0), Arg::Tma(128), Arg::Tma(256), Arg::Y(0)]);
-        assert_eq!((p.tma, p.split, p.tickets), (Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)), y16: false }), 1, 0));
+        assert_eq!(
+            (p.tma, p.split, p.tickets),
+            (Some(TmaPlan { b_rows: 128, y: Some(Arg::Y(0)), y16: false, swapped: false }), 1, 0)
+        );
         // The cluster form: 2 pairs of tile rows by 16 columns, two CTAs each; 64 W rows per box.
         let p = f(shape, true, o).unwrap();
         let s = &p.steps[0];
         assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::GemmMcN128, [64, 1, 1], abi::GEMM_MC_N128_SMEM_BYTES));
-        assert_eq!(p.tma, Some(TmaPlan { b_rows: abi::GEMM_MC_N128_B_BOX_ROWS, y: Some(Arg::Y(0)), y16: false }));
+        assert_eq!(
+            p.tma,
+            Some(TmaPlan { b_rows: abi::GEMM_MC_N128_B_BOX_ROWS, y: Some(Arg::Y(0)), y16: false, swapped: false })
+        );
         // gate+up at M = 4096: 32 x 12 = 384 tiles, 192 pairs: the persistent grids fill the SMs.
         let gate_up = Shape::new(4096, 1536, 2048);
         assert_eq!(f(gate_up, false, o).unwrap().steps[0].grid, [132, 1, 1]);
