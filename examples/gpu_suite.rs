@@ -2160,6 +2160,24 @@ fn matmul_gemv_y16() -> CaseResult {
     Ok(seen.join("; "))
 }
 
+/// The swapped small-M GEMM (`omega_gemm_bf16_tn_swapab_m*`, W as wgmma's 64-row operand) forced through
+/// the library at every box height: Qwen3's QKV, O, down, gate+up and lm_head at decode's M, and ragged
+/// shapes (K and W's last tile), unsplit and at the planner's split; f32 against f64, bf16 its rounding.
+fn matmul_lib_swapab() -> CaseResult {
+    use omega::libs::matmul::ForcedPlan;
+    let shapes =
+        [[1, 5120, 2048], [8, 2048, 4096], [16, 2048, 768], [32, 5120, 2048], [64, 1536, 2048], [64, 151936, 2048]];
+    let ragged = [[13, 77, 1000], [47, 300, 136]];
+    let mut seen = Vec::new();
+    for splits in [None, Some(1)] {
+        for &[m, n, k] in shapes.iter().chain(&ragged) {
+            let f = mm::GEMM_SWAPAB[mm::swapab_variant(m).ok_or("M past the swapped entries")?];
+            seen.push(forced_f32_then_bf16(&[[m, n, k]], &[(ForcedPlan::Swapab { splits }, [f.f32, f.y16])])?);
+        }
+    }
+    Ok(seen.join("; "))
+}
+
 /// Each shape under each forced plan: an f32 output poisoned, the entry named `kernels[0]`, checked at a
 /// sample against f64; then the bf16 output poisoned, the entry `kernels[1]`, against that f32 product
 /// rounded, bit for bit.
@@ -2362,6 +2380,7 @@ fn main() -> ExitCode {
             "matmul_lib_ts" => matmul_lib_tma_store(&STAGED_LIB_SHAPES),
             "matmul_lib_sk" => matmul_lib_stream_k(),
             "matmul_lib_swiglu" => matmul_lib_swiglu(),
+            "matmul_lib_swapab" => matmul_lib_swapab(),
             "matmul_gemv_y16" => matmul_gemv_y16(),
             "moe_route" => matmul_moe_route(),
             "moe_router" => matmul_moe_router(),
@@ -2464,6 +2483,9 @@ fn main() -> ExitCode {
         ("matmul library: stream-K plans forced, both tiles, f32 and bf16 outputs", || in_child("matmul_lib_sk")),
         ("matmul library: SwiGLU over the fused gate+up weight in one launch, f32 against f64, bf16 its rounding", || {
             in_child("matmul_lib_swiglu")
+        }),
+        ("matmul library: the swapped small-M GEMM forced (every x box, QKV/O/down/gate+up/lm_head at M <= 64, ragged), f32 and bf16", || {
+            in_child("matmul_lib_swapab")
         }),
         ("matmul library: the GEMV's bf16 output in one launch, bit for bit the f32 product rounded", matmul_gemv_y16),
         ("attention: prefill bf16 FA3-style, GQA 32/4/128, causal and full, seq 1..16K", || in_child("prefill")),
