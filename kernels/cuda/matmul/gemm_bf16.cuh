@@ -135,7 +135,7 @@ __device__ __forceinline__ void store_acc(const float (&acc)[BN / 2], float* out
 
 // store_acc for the swapped product of the small-M entries (gemm_swapab.cuh): the accumulators' rows are
 // y's columns and their columns y's rows, so element (row, col) goes to y[col][row] of the [cols, rows]
-// matrix `out` (f32, or bf16 rounded to nearest even when `bf16`). A warp's store instruction covers
+// matrix `out` (float, or uint16_t: bf16 rounded to nearest even). A warp's store instruction covers
 // 8 consecutive rows (32 or 16 contiguous bytes) of four columns: y is small beside W at these shapes.
 template <int BN, typename T>
 __device__ __forceinline__ void store_acc_swapped(const float (&acc)[BN / 2], T* out, uint32_t rows, uint32_t cols,
