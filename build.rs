@@ -16,9 +16,15 @@
 //! Without a tool the build still succeeds and every lookup of what it would have built says why there is
 //! none; with it, a source it rejects fails the build with the tool's own message.
 //!
-//! nvcc is slow (about a second a file, far more for template-heavy code), so each CUDA cubin is kept in
-//! `$OUT_DIR/cuda/` under a hash of everything that goes into it (the source, every header in
-//! `kernels/cuda/`, the flags, the nvcc path and version) and compiled again only when that changes.
+//! nvcc is slow (about a second a file, a minute for the template-heavy matmul module), so each CUDA cubin
+//! is kept under a hash of everything that goes into it (the source, every header in `kernels/cuda/`, the
+//! flags, the nvcc path and version) and compiled again only when that changes. The cache is shared by
+//! every build of the checkout (`target/cubin-cache/`, or `$OMEGA_CUBIN_CACHE`): the debug and release
+//! builds, clippy's, the simulator-only feature set, the loom build's own target directory and trybuild's
+//! all compile the same sources, which made `make test` run nvcc over every module six times. Each build
+//! copies its cubins into `$OUT_DIR/cuda/` and includes that copy, so another build replacing the shared
+//! cache's files never changes one already made. Where the checkout cannot be written, `$OUT_DIR/cuda/`
+//! is the cache.
 
 use std::collections::hash_map::DefaultHasher;
 use std::env;
@@ -44,7 +50,7 @@ fn main() {
 
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=tools/find_cuda_tool.sh");
-    for var in ["OMEGA_PTXAS", "OMEGA_NVCC", "OMEGA_PYTHON", "PYENV_ROOT", "CUDA_HOME"] {
+    for var in ["OMEGA_PTXAS", "OMEGA_NVCC", "OMEGA_PYTHON", "PYENV_ROOT", "CUDA_HOME", "OMEGA_CUBIN_CACHE"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     // A tool installed or removed later is only noticed through PATH.
@@ -84,13 +90,14 @@ fn main() {
     let (modules, libraries) = match &nvcc {
         Ok(nvcc) => {
             let key = CudaKey::new(nvcc, &cuda_dir);
-            let cache = out_dir.join("cuda");
-            fs::create_dir_all(&cache).unwrap_or_else(|e| fail(&format!("create {}: {e}", cache.display())));
+            let own = out_dir.join("cuda");
+            fs::create_dir_all(&own).unwrap_or_else(|e| fail(&format!("create {}: {e}", own.display())));
+            let shared = shared_cache(&manifest_dir).unwrap_or_else(|| own.clone());
             let build = |list: Vec<(String, PathBuf)>, relocatable: bool| -> Vec<Built> {
                 list.into_iter()
                     .map(|(name, source)| {
-                        let cubin = key.compile(&source, &cache, &name, relocatable);
-                        (name, source, cubin)
+                        let cubin = key.compile(&source, &shared, &name, relocatable);
+                        (name, source, copy_into(&cubin, &own))
                     })
                     .collect()
             };
@@ -105,6 +112,44 @@ fn main() {
     let mut generated = generate(&ptxas, &cubins);
     generated.push_str(&generate_cuda(&nvcc, &modules, &libraries));
     fs::write(out_dir.join("cubins.rs"), generated).expect("write $OUT_DIR/cubins.rs");
+}
+
+/// The cubin cache every build of this checkout shares (`$OMEGA_CUBIN_CACHE`, else `target/cubin-cache/`
+/// under the checkout), or `None` where it cannot be made (a read-only checkout: each build keeps its own).
+fn shared_cache(manifest_dir: &Path) -> Option<PathBuf> {
+    let dir = env::var_os("OMEGA_CUBIN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir.join("target").join("cubin-cache"));
+    fs::create_dir_all(&dir).ok().map(|()| dir)
+}
+
+/// Removes the cubins in `dir` named `<stem><other hash>.cubin`: a source's earlier versions, of no further
+/// use. A half-written file (`.partial<pid>`, `.copy<pid>`) is left alone: another build may be writing it.
+fn remove_other_versions(dir: &Path, stem: &str, keep: &Path) {
+    for old in fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()) {
+        let file = old.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        if file.starts_with(stem) && file.ends_with(".cubin") && old != keep {
+            let _ = fs::remove_file(&old);
+        }
+    }
+}
+
+/// `cubin` copied into `dir` under its own name (kept when that file is already there: the name carries
+/// the hash of everything that went into it), the copy's path; the copies of its earlier versions there
+/// are removed.
+fn copy_into(cubin: &Path, dir: &Path) -> PathBuf {
+    let file = cubin.file_name().and_then(|f| f.to_str()).expect("a cubin path names a file");
+    let copy = dir.join(file);
+    // `<name>.<kind>.<arch>.<hash>.cubin`: what comes before the hash.
+    let stem_len = file.rsplitn(3, '.').nth(2).map_or(0, |s| s.len() + 1);
+    remove_other_versions(dir, &file[..stem_len], &copy);
+    if copy != cubin && !copy.is_file() {
+        // Under another name first, as `CudaKey::compile` writes: a copy never looks done half written.
+        let partial = copy.with_extension(format!("copy{}", std::process::id()));
+        fs::copy(cubin, &partial).unwrap_or_else(|e| fail(&format!("copy {}: {e}", cubin.display())));
+        fs::rename(&partial, &copy).unwrap_or_else(|e| fail(&format!("rename {}: {e}", partial.display())));
+    }
+    copy
 }
 
 /// `(name, path)` of every `<dir>/*.cu`, sorted by name (none when the directory does not exist).
@@ -185,18 +230,13 @@ impl CudaKey {
         let kind = if relocatable { "lib" } else { "module" };
         let stem = format!("{name}.{kind}.{CUDA_ARCH}.");
         let cubin = cache.join(format!("{stem}{:016x}.cubin", h.finish()));
-        // Cubins of this source's earlier versions are of no further use.
-        for old in fs::read_dir(cache).into_iter().flatten().flatten().map(|e| e.path()) {
-            let file = old.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-            if file.starts_with(&stem) && old != cubin {
-                let _ = fs::remove_file(&old);
-            }
-        }
+        remove_other_versions(cache, &stem, &cubin);
         if cubin.is_file() {
             return cubin;
         }
-        // Written under another name first, so an interrupted build never leaves a cubin that looks done.
-        let partial = cubin.with_extension("partial");
+        // Written under another name first, so an interrupted build never leaves a cubin that looks done;
+        // the process's own name, since builds of other profiles may compile the same source at once.
+        let partial = cubin.with_extension(format!("partial{}", std::process::id()));
         let output = Command::new(&self.nvcc)
             .args(&flags)
             .arg("-o")
