@@ -22,7 +22,8 @@
 //   skinny.<M>x<N>x<K>.{omega_us,gemv_us,cublas_us,omega_gbps,frac_copy,vs_cublas,vs_gemv} <v>
 //   check_swapab <M> <N> <K> mb <b> splits <s> grid <g> max_rel <e> bf16 <ok> tickets <ok> PASS|FAIL
 //   swapab.<M>x<N>x<K>.s<s>_us <t>, .best_us <t>, .best_split <s>, .frac_copy <f>, .vs_skinny <r>,
-//   .vs_cublas <r>
+//   .vs_cublas <r>, then at the best split with shallower rings: check_swapab_stages ... PASS|FAIL and
+//   swapab.<M>x<N>x<K>.st<S>_us <t>
 //   <p> passed, <f> failed
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -60,6 +61,25 @@ static Swapab swapab_for(uint32_t M) {
   return SWAPAB(64);
 #undef SWAPAB
 }
+
+// The swapped body at shallower rings than the entries' (which take the deepest that fits), f32 y: how
+// much of the time is the bytes in flight.
+template <int MB, int S>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    swapab_stages(const void* tw, const void* tx, void* y, float* work, uint32_t* tk, uint32_t M, uint32_t N, uint32_t K,
+                  uint32_t splits) {
+  gemm_bf16_body<MB, S, true>(tw, tx, y, work, tk, N, M, K, splits);
+}
+
+struct StageVariant {
+  uint32_t mb, stages;
+  SwapabEntry entry;
+};
+
+static const StageVariant stage_variants[] = {
+    {64, 4, swapab_stages<64, 4>}, {64, 6, swapab_stages<64, 6>}, {32, 4, swapab_stages<32, 4>},
+    {32, 7, swapab_stages<32, 7>}, {16, 4, swapab_stages<16, 4>}, {8, 4, swapab_stages<8, 4>},
+};
 
 // The splits the body actually makes of `asked` (it drops splits past what K's blocks fill).
 static uint32_t swapab_splits(uint32_t K, uint32_t asked) {
@@ -168,6 +188,8 @@ int main() {
   for (uint32_t m : {8u, 16u, 32u, 64u})
     for (SwapabEntry entry : swapab_for(m).entry)
       CK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, swapab_for(m).smem));
+  for (const StageVariant& v : stage_variants)
+    CK(cudaFuncSetAttribute(v.entry, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_SWAPAB_SMEM(v.mb, v.stages)));
   const double copy = copy_gbps(st);
   printf("copy_d2d_gbps %.0f\n", copy);
 
@@ -292,6 +314,32 @@ int main() {
       }
       printf("swapab.%ux%ux%u.best_us %.2f\nswapab.%ux%ux%u.best_split %u\n", M, N, K, sw_best, M, N, K,
              sw_best_split);
+      for (const StageVariant& v : stage_variants) {
+        if (v.mb != sw.mb) continue;
+        const uint32_t splits = sw_best_split, grid = std::min<uint32_t>(tiles * splits, sms);
+        const uint32_t smem = GEMM_SWAPAB_SMEM(v.mb, v.stages);
+        float* work;
+        uint32_t* tk;
+        CK(cudaMalloc(&work, std::max<size_t>(1, (size_t)splits * out) * 4));
+        CK(cudaMalloc(&tk, tiles * 4));
+        CK(cudaMemset(tk, 0, tiles * 4));
+        auto run = [&](int c) {
+          v.entry<<<grid, GEMM_THREADS, smem, st>>>(&dmaps[c], &dmaps[copies], b.y, work, tk, M, N, K, splits);
+        };
+        CK(cudaMemset(b.y, 0xFF, out * 4));
+        run(0);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(hy.data(), b.y, out * 4, cudaMemcpyDeviceToHost));
+        const double srel = max_rel_error(hy, hx, hw, M, N, K);
+        const bool sok = srel <= 1e-6 * sqrt((double)K) + 1e-6;
+        printf("check_swapab_stages %u %u %u mb %u stages %u splits %u max_rel %.3g %s\n", M, N, K, v.mb, v.stages,
+               splits, srel, sok ? "PASS" : "FAIL");
+        (sok ? passed : failed)++;
+        printf("swapab.%ux%ux%u.st%u_us %.2f\n", M, N, K, v.stages, graph_us(st, calls, copies, run));
+        CK(cudaFree(work));
+        CK(cudaFree(tk));
+      }
       printf("swapab.%ux%ux%u.frac_copy %.3f\nswapab.%ux%ux%u.vs_skinny %.2f\nswapab.%ux%ux%u.vs_cublas %.2f\n", M,
              N, K, wbytes / (sw_best * 1e-6) / 1e9 / copy, M, N, K, to / sw_best, M, N, K, tc / sw_best);
       const double gbps = wbytes / (to * 1e-6) / 1e9;
