@@ -23,7 +23,8 @@
 //   check_swapab <M> <N> <K> mb <b> splits <s> grid <g> max_rel <e> bf16 <ok> tickets <ok> PASS|FAIL
 //   swapab.<M>x<N>x<K>.s<s>_us <t>, .best_us <t>, .best_split <s>, .frac_copy <f>, .vs_skinny <r>,
 //   .vs_cublas <r>, then at the best split with shallower rings: check_swapab_stages ... PASS|FAIL and
-//   swapab.<M>x<N>x<K>.st<S>_us <t>
+//   swapab.<M>x<N>x<K>.st<S>_us <t>; and with x in 8 copies (W tile t reading copy t % 8, so the CTAs
+//   do not read the same x lines at once): check_swapab_xcopies ... and swapab.<M>x<N>x<K>.xcopies_us <t>
 //   <p> passed, <f> failed
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -64,11 +65,22 @@ static Swapab swapab_for(uint32_t M) {
 
 // The swapped body at shallower rings than the entries' (which take the deepest that fits), f32 y: how
 // much of the time is the bytes in flight.
+#define X_COPIES 8
+
 template <int MB, int S>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
     swapab_stages(const void* tw, const void* tx, void* y, float* work, uint32_t* tk, uint32_t M, uint32_t N, uint32_t K,
                   uint32_t splits) {
   gemm_bf16_body<MB, S, true>(tw, tx, y, work, tk, N, M, K, splits);
+}
+
+// The swapped entry's body reading x through 8 descriptors of 8 copies of x, W tile t through copy t % 8:
+// whether the CTAs' reads of the same x lines in L2 at once are what slows a wide grid at small M.
+template <int MB, int S>
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+    swapab_xcopies(const void* tw, const void* tx, void* y, float* work, uint32_t* tk, uint32_t M, uint32_t N,
+                   uint32_t K, uint32_t splits) {
+  gemm_bf16_body<MB, S, true, false, X_COPIES>(tw, tx, y, work, tk, N, M, K, splits);
 }
 
 struct StageVariant {
@@ -80,6 +92,16 @@ static const StageVariant stage_variants[] = {
     {64, 4, swapab_stages<64, 4>}, {64, 6, swapab_stages<64, 6>}, {32, 4, swapab_stages<32, 4>},
     {32, 7, swapab_stages<32, 7>}, {16, 4, swapab_stages<16, 4>}, {8, 4, swapab_stages<8, 4>},
 };
+
+// The x-copies diagnostic for each box height, at the entry's ring.
+static SwapabEntry xcopies_for(uint32_t mb) {
+  switch (mb) {
+    case 8: return swapab_xcopies<8, GEMM_SWAPAB_STAGES_M8>;
+    case 16: return swapab_xcopies<16, GEMM_SWAPAB_STAGES_M16>;
+    case 32: return swapab_xcopies<32, GEMM_SWAPAB_STAGES_M32>;
+    default: return swapab_xcopies<64, GEMM_SWAPAB_STAGES_M64>;
+  }
+}
 
 // The splits the body actually makes of `asked` (it drops splits past what K's blocks fill).
 static uint32_t swapab_splits(uint32_t K, uint32_t asked) {
@@ -190,6 +212,8 @@ int main() {
       CK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, swapab_for(m).smem));
   for (const StageVariant& v : stage_variants)
     CK(cudaFuncSetAttribute(v.entry, cudaFuncAttributeMaxDynamicSharedMemorySize, GEMM_SWAPAB_SMEM(v.mb, v.stages)));
+  for (uint32_t m : {8u, 16u, 32u, 64u})
+    CK(cudaFuncSetAttribute(xcopies_for(m), cudaFuncAttributeMaxDynamicSharedMemorySize, swapab_for(m).smem));
   const double copy = copy_gbps(st);
   printf("copy_d2d_gbps %.0f\n", copy);
 
@@ -339,6 +363,44 @@ int main() {
         printf("swapab.%ux%ux%u.st%u_us %.2f\n", M, N, K, v.stages, graph_us(st, calls, copies, run));
         CK(cudaFree(work));
         CK(cudaFree(tk));
+      }
+      {
+        // The same launch with x in X_COPIES copies, W tile t reading copy t % X_COPIES.
+        const uint32_t splits = sw_best_split, grid = std::min<uint32_t>(tiles * splits, sms);
+        uint16_t* xs;
+        CK(cudaMalloc(&xs, (size_t)X_COPIES * M * K * 2));
+        std::vector<CUtensorMap> xmaps(X_COPIES);
+        for (int c = 0; c < X_COPIES; ++c) {
+          CK(cudaMemcpy(xs + (size_t)c * M * K, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+          encode(&xmaps[c], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, xs + (size_t)c * M * K, K, M, GEMM_BK, sw.mb);
+        }
+        CUtensorMap* dx;
+        CK(cudaMalloc(&dx, X_COPIES * sizeof(CUtensorMap)));
+        CK(cudaMemcpy(dx, xmaps.data(), X_COPIES * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+        float* work;
+        uint32_t* tk;
+        CK(cudaMalloc(&work, std::max<size_t>(1, (size_t)splits * out) * 4));
+        CK(cudaMalloc(&tk, tiles * 4));
+        CK(cudaMemset(tk, 0, tiles * 4));
+        const SwapabEntry entry = xcopies_for(sw.mb);
+        auto run = [&](int c) {
+          entry<<<grid, GEMM_THREADS, sw.smem, st>>>(&dmaps[c], dx, b.y, work, tk, M, N, K, splits);
+        };
+        CK(cudaMemset(b.y, 0xFF, out * 4));
+        run(0);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(hy.data(), b.y, out * 4, cudaMemcpyDeviceToHost));
+        const double srel = max_rel_error(hy, hx, hw, M, N, K);
+        const bool sok = srel <= 1e-6 * sqrt((double)K) + 1e-6;
+        printf("check_swapab_xcopies %u %u %u mb %u copies %d splits %u max_rel %.3g %s\n", M, N, K, sw.mb, X_COPIES,
+               splits, srel, sok ? "PASS" : "FAIL");
+        (sok ? passed : failed)++;
+        printf("swapab.%ux%ux%u.xcopies_us %.2f\n", M, N, K, graph_us(st, calls, copies, run));
+        CK(cudaFree(work));
+        CK(cudaFree(tk));
+        CK(cudaFree(dx));
+        CK(cudaFree(xs));
       }
       printf("swapab.%ux%ux%u.frac_copy %.3f\nswapab.%ux%ux%u.vs_skinny %.2f\nswapab.%ux%ux%u.vs_cublas %.2f\n", M,
              N, K, wbytes / (sw_best * 1e-6) / 1e9 / copy, M, N, K, to / sw_best, M, N, K, tc / sw_best);

@@ -220,7 +220,11 @@ __device__ __forceinline__ void consume_kblocks(float (&acc)[BN / 2], const uint
 // M and N here are y's N and M, and every store, partial slices included, goes to the transposed
 // position; `y` is then f32, or bf16 when Y_BF16 (a template parameter: with the choice made at run time
 // ptxas serialises the wgmmas). Unswapped, y is f32.
-template <int BN, int STAGES, bool SWAPPED = false, bool Y_BF16 = false>
+//
+// B_COPIES > 1 (a harness's diagnostic, benches/cuda/skinny_check.cu): tmap_b is that many descriptors,
+// 128 bytes apart, of copies of the same B; tile row tm loads through copy tm % B_COPIES, so that at
+// small M the CTAs do not all read the same lines of x from L2 at once.
+template <int BN, int STAGES, bool SWAPPED = false, bool Y_BF16 = false, int B_COPIES = 1>
 __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* tmap_b, void* y, float* work,
                                                uint32_t* tickets, uint32_t M, uint32_t N, uint32_t K,
                                                uint32_t splits_asked) {
@@ -272,7 +276,8 @@ __device__ __forceinline__ void gemm_bf16_body(const void* tmap_a, const void* t
           uint8_t* b = a + GEMM_A_STAGE_BYTES;
           mbar_expect_tx(&full[s], STAGE_BYTES);
           tma_load_2d(a, tmap_a, &full[s], kb * GEMM_BK, tm * GEMM_BM);
-          tma_load_2d(b, tmap_b, &full[s], kb * GEMM_BK, tn * BN);
+          const void* tb = static_cast<const uint8_t*>(tmap_b) + (tm % B_COPIES) * 128;
+          tma_load_2d(b, tb, &full[s], kb * GEMM_BK, tn * BN);
         }
       }
     }
