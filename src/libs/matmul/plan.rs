@@ -2030,6 +2030,36 @@ mod tests {
     }
 
     #[test]
+    fn the_swapped_plan_fills_a_wave_of_units_and_stores_a_bf16_y_itself() {
+        // The split with the fewest block-times on the busiest CTA on 132 SMs: QKV's 40 W tiles take 3
+        // splits (120 units of 11 blocks), O's 16 take 8, gate+up's 12 take 11 (132 units of 3), down's 16
+        // take 6 (12 blocks in 2s), the router's one tile the most (16), lm_head's 1187 none.
+        let splits = |m, n, k| swapab_splits(Shape::new(m, n, k), SMS, MAX_CTAS);
+        assert_eq!(splits(64, 5120, 2048), 3);
+        assert_eq!(splits(64, 2048, 4096), 8);
+        assert_eq!(splits(32, 1536, 2048), 11);
+        assert_eq!(splits(64, 2048, 768), 6);
+        assert_eq!(splits(64, 128, 2048), SWAPAB_MAX_SPLITS);
+        assert_eq!(splits(8, 151936, 2048), 1);
+        // A budget of 40 CTAs: QKV's tiles make one wave unsplit.
+        assert_eq!(swapab_splits(Shape::new(64, 5120, 2048), SMS, 40), 1);
+        let o = opts(MAX_CTAS, true);
+        let p = dense_forced(Elem::Bf16, Shape::new(64, 5120, 2048), o, ForcedPlan::Swapab { splits: None }).unwrap();
+        let s = &p.steps[0];
+        let f = abi::GEMM_SWAPAB[3];
+        assert_eq!((s.kern, s.grid, s.dynamic_shared), (Kern::Swapab(3, true), [120, 1, 1], f.smem_bytes()));
+        assert_eq!(s.args[..5], [Arg::Tma(0), Arg::Tma(128), Arg::Y(0), Arg::Scratch(0), Arg::Tickets(0)]);
+        assert_eq!(s.args[5..], [Arg::Word(64), Arg::Word(5120), Arg::Word(2048), Arg::Word(3)]);
+        // One launch (no conversion), 3 slices of y's size, a ticket a tile, W's descriptor first.
+        assert_eq!((p.steps.len(), p.scratch, p.tickets, p.split), (1, 3 * 64 * 5120, 40, 3));
+        assert_eq!(p.tma, Some(TmaPlan { b_rows: 64, y: None, y16: false, swapped: true }));
+        // Unsplit: no scratch, no tickets; M = 5 takes the 8-row box.
+        let one = ForcedPlan::Swapab { splits: Some(1) };
+        let p = dense_forced(Elem::Bf16, Shape::new(5, 300, 1000), opts(MAX_CTAS, false), one).unwrap();
+        assert_eq!((p.steps[0].kern, p.scratch, p.tickets), (Kern::Swapab(0, false), 0, 0));
+    }
+
+    #[test]
     fn the_skinny_plan_is_the_headers_and_stores_bf16_itself() {
         // qkv at M = 64 (MB = 8, a stage 24 KiB, a unit's partial sums 32 KiB): 40 tiles of 32 blocks;
         // 4 splits are one wave of 160 units at 8 * 24 + 4 * 32 = 320 KiB, the least of 1..8.
