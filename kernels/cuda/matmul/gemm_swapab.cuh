@@ -15,7 +15,8 @@
 //
 // Descriptors (128B swizzle): tmap_w is W's, {K, N} with box {64, 128} (the A descriptor's box over W);
 // tmap_x is x's, {K, M} with box {64, MB}. K % 8 == 0 (16-byte row strides), x and W 16-byte aligned.
-// work: splits * M * N floats and tickets ceil(N / 128) zeroed words when splits > 1 (left zero).
+// work: splits * M * N floats and tickets ceil(N / 128) * ceil(M / MB) zeroed words when splits > 1 (left
+// zero). Any M runs (more tiles of MB x rows); M <= MB is what the entries are for.
 #pragma once
 #include <stdint.h>
 
