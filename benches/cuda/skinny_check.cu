@@ -22,9 +22,10 @@
 //   skinny.<M>x<N>x<K>.{omega_us,gemv_us,cublas_us,omega_gbps,frac_copy,vs_cublas,vs_gemv} <v>
 //   check_swapab <M> <N> <K> mb <b> splits <s> grid <g> max_rel <e> bf16 <ok> tickets <ok> PASS|FAIL
 //   swapab.<M>x<N>x<K>.s<s>_us <t>, .best_us <t>, .best_split <s>, .frac_copy <f>, .vs_skinny <r>,
-//   .vs_cublas <r>, then at the best split with shallower rings: check_swapab_stages ... PASS|FAIL and
-//   swapab.<M>x<N>x<K>.st<S>_us <t>; and with x in 8 copies (W tile t reading copy t % 8, so the CTAs
-//   do not read the same x lines at once): check_swapab_xcopies ... and swapab.<M>x<N>x<K>.xcopies_us <t>
+//   .vs_cublas <r>; then at the best split, with shallower rings
+//   check_swapab_stages st<S> <M> <N> <K> ... PASS|FAIL and swapab.<M>x<N>x<K>.st<S>_us <t>,
+//   and with x in 8 copies (W tile t reading copy t % 8, so the CTAs do not read the same x lines at once)
+//   check_swapab_xcopies xcopies <M> <N> <K> ... PASS|FAIL and swapab.<M>x<N>x<K>.xcopies_us <t>
 //   <p> passed, <f> failed
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -34,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gemv_bf16.cuh"
@@ -338,35 +340,42 @@ int main() {
       }
       printf("swapab.%ux%ux%u.best_us %.2f\nswapab.%ux%ux%u.best_split %u\n", M, N, K, sw_best, M, N, K,
              sw_best_split);
-      for (const StageVariant& v : stage_variants) {
-        if (v.mb != sw.mb) continue;
-        const uint32_t splits = sw_best_split, grid = std::min<uint32_t>(tiles * splits, sms);
-        const uint32_t smem = GEMM_SWAPAB_SMEM(v.mb, v.stages);
+      // Another form of the swapped launch at the best split, `launch(copy, work, tickets)`: y poisoned, one
+      // launch checked against f64 (f32 y), then timed as `swapab.<shape>.<name>_us`.
+      auto other_form = [&](const char* check, const char* name, auto&& launch) {
+        const uint32_t splits = sw_best_split;
         float* work;
         uint32_t* tk;
         CK(cudaMalloc(&work, std::max<size_t>(1, (size_t)splits * out) * 4));
         CK(cudaMalloc(&tk, tiles * 4));
         CK(cudaMemset(tk, 0, tiles * 4));
-        auto run = [&](int c) {
-          v.entry<<<grid, GEMM_THREADS, smem, st>>>(&dmaps[c], &dmaps[copies], b.y, work, tk, M, N, K, splits);
-        };
         CK(cudaMemset(b.y, 0xFF, out * 4));
-        run(0);
+        launch(0, work, tk);
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(st));
         CK(cudaMemcpy(hy.data(), b.y, out * 4, cudaMemcpyDeviceToHost));
         const double srel = max_rel_error(hy, hx, hw, M, N, K);
         const bool sok = srel <= 1e-6 * sqrt((double)K) + 1e-6;
-        printf("check_swapab_stages %u %u %u mb %u stages %u splits %u max_rel %.3g %s\n", M, N, K, v.mb, v.stages,
-               splits, srel, sok ? "PASS" : "FAIL");
+        printf("%s %s %u %u %u mb %u splits %u max_rel %.3g %s\n", check, name, M, N, K, sw.mb, splits, srel,
+               sok ? "PASS" : "FAIL");
         (sok ? passed : failed)++;
-        printf("swapab.%ux%ux%u.st%u_us %.2f\n", M, N, K, v.stages, graph_us(st, calls, copies, run));
+        const double t = graph_us(st, calls, copies, [&](int c) { launch(c, work, tk); });
+        printf("swapab.%ux%ux%u.%s_us %.2f\n", M, N, K, name, t);
         CK(cudaFree(work));
         CK(cudaFree(tk));
+      };
+      const uint32_t best_grid = std::min<uint32_t>(tiles * sw_best_split, sms);
+      for (const StageVariant& v : stage_variants) {
+        if (v.mb != sw.mb) continue;
+        const uint32_t smem = GEMM_SWAPAB_SMEM(v.mb, v.stages);
+        const std::string name = "st" + std::to_string(v.stages);
+        other_form("check_swapab_stages", name.c_str(), [&](int c, float* work, uint32_t* tk) {
+          v.entry<<<best_grid, GEMM_THREADS, smem, st>>>(&dmaps[c], &dmaps[copies], b.y, work, tk, M, N, K,
+                                                         sw_best_split);
+        });
       }
       {
-        // The same launch with x in X_COPIES copies, W tile t reading copy t % X_COPIES.
-        const uint32_t splits = sw_best_split, grid = std::min<uint32_t>(tiles * splits, sms);
+        // x in X_COPIES copies, W tile t reading copy t % X_COPIES.
         uint16_t* xs;
         CK(cudaMalloc(&xs, (size_t)X_COPIES * M * K * 2));
         std::vector<CUtensorMap> xmaps(X_COPIES);
@@ -377,28 +386,10 @@ int main() {
         CUtensorMap* dx;
         CK(cudaMalloc(&dx, X_COPIES * sizeof(CUtensorMap)));
         CK(cudaMemcpy(dx, xmaps.data(), X_COPIES * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
-        float* work;
-        uint32_t* tk;
-        CK(cudaMalloc(&work, std::max<size_t>(1, (size_t)splits * out) * 4));
-        CK(cudaMalloc(&tk, tiles * 4));
-        CK(cudaMemset(tk, 0, tiles * 4));
         const SwapabEntry entry = xcopies_for(sw.mb);
-        auto run = [&](int c) {
-          entry<<<grid, GEMM_THREADS, sw.smem, st>>>(&dmaps[c], dx, b.y, work, tk, M, N, K, splits);
-        };
-        CK(cudaMemset(b.y, 0xFF, out * 4));
-        run(0);
-        CK(cudaGetLastError());
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(hy.data(), b.y, out * 4, cudaMemcpyDeviceToHost));
-        const double srel = max_rel_error(hy, hx, hw, M, N, K);
-        const bool sok = srel <= 1e-6 * sqrt((double)K) + 1e-6;
-        printf("check_swapab_xcopies %u %u %u mb %u copies %d splits %u max_rel %.3g %s\n", M, N, K, sw.mb, X_COPIES,
-               splits, srel, sok ? "PASS" : "FAIL");
-        (sok ? passed : failed)++;
-        printf("swapab.%ux%ux%u.xcopies_us %.2f\n", M, N, K, graph_us(st, calls, copies, run));
-        CK(cudaFree(work));
-        CK(cudaFree(tk));
+        other_form("check_swapab_xcopies", "xcopies", [&](int c, float* work, uint32_t* tk) {
+          entry<<<best_grid, GEMM_THREADS, sw.smem, st>>>(&dmaps[c], dx, b.y, work, tk, M, N, K, sw_best_split);
+        });
         CK(cudaFree(dx));
         CK(cudaFree(xs));
       }
