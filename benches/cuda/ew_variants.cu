@@ -1,5 +1,6 @@
 // CUDA-side study of the elementwise kernels that miss issue 13's bandwidth goal, on the GPU machine: the
-// RMSNorm forms (one CTA a row, one warp a row) and QK-norm + RoPE under other load widths and register
+// RMSNorm forms (one CTA a row, one warp a row, and the warp form with w in registers and 1, 2 or 4 rows
+// a warp in flight) and QK-norm + RoPE under other load widths and register
 // caps, each timed beside cudaMemcpy's device-to-device copy in the same process. This program uses CUDA;
 // Omega never does. It answers, in one run, which form of each kernel the library should take.
 //
@@ -124,6 +125,65 @@ NORM_ROPE_ROWS(nr_u2_hoist_b3_bf16, uint16_t, 2, true, 3)
 NORM_ROPE_ROWS(nr_u2_hoist_b2_bf16, uint16_t, 2, true, 2)
 NORM_ROPE_ROWS(nr_u4_b3_bf16, uint16_t, 4, false, 3)
 
+// RMSNorm a warp a row (the module's warp form, rmsnorm_warp_rows) with w held in registers for the whole
+// kernel (loaded once, not once a row after the reduction) and U rows a warp in flight: every row's x loads
+// are issued before the first row's reduction. bf16 rows are half an f32 row's bytes, so what a row costs
+// beyond its bytes (the reduction, w's loads behind it) weighs twice as much: the bf16 miss on the H200
+// (0.869 of copy against f32's 0.986, s21).
+template <typename T, int U>
+__device__ __forceinline__ void rms_warp_wreg(const T* __restrict__ x, const T* __restrict__ w, T* y, uint32_t rows,
+                                              uint32_t cols, float eps) {
+  constexpr int V = RmsWarpCfg<T>::V, ITEMS = RmsWarpCfg<T>::ITEMS;
+  using R = typename EwRaw<T, V>::type;
+  const uint32_t lane = threadIdx.x % 32, warps = blockDim.x / 32, nv = cols / V;
+  const uint32_t stride = gridDim.x * warps;
+  R wr[ITEMS];
+  rms_warp_load<T, V, ITEMS>(w, lane, nv, wr);
+  for (uint32_t r0 = blockIdx.x * warps + threadIdx.x / 32; r0 < rows; r0 += U * stride) {
+    R keep[U][ITEMS];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (r0 + u * stride < rows) rms_warp_load<T, V, ITEMS>(x + static_cast<size_t>(r0 + u * stride) * cols, lane, nv, keep[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t r = r0 + u * stride;
+      if (r >= rows) break;
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        if (lane + 32 * i < nv) {
+          float v[V];
+          ew_unpack<T, V>(keep[u][i], v);
+#pragma unroll
+          for (int j = 0; j < V; ++j) ss = fmaf(v[j], v[j], ss);
+        }
+      }
+      const float inv = rsqrtf(ew_warp_sum(ss) / static_cast<float>(cols) + eps);
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const uint32_t k = lane + 32 * i;
+        if (k < nv) {
+          float v[V], wv[V];
+          ew_unpack<T, V>(keep[u][i], v);
+          ew_unpack<T, V>(wr[i], wv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) v[j] = v[j] * inv * wv[j];
+          ew_store<V>(y + static_cast<size_t>(r) * cols + static_cast<size_t>(k) * V, v);
+        }
+      }
+    }
+  }
+}
+#define RMS_WREG(NAME, T, U)                                                                                 \
+  __global__ void __launch_bounds__(256) NAME(const T* x, T*, const T* w, T* y, uint32_t rows, uint32_t cols, \
+                                              float eps) {                                                   \
+    rms_warp_wreg<T, U>(x, w, y, rows, cols, eps);                                                           \
+  }
+RMS_WREG(rms_wreg_u1_f32, float, 1)
+RMS_WREG(rms_wreg_u1_bf16, uint16_t, 1)
+RMS_WREG(rms_wreg_u2_bf16, uint16_t, 2)
+RMS_WREG(rms_wreg_u4_bf16, uint16_t, 4)
+
 typedef void (*RmsFn)(const void*, void*, const void*, void*, uint32_t, uint32_t, float);
 typedef void (*RopeFn)(const void*, const void*, const float*, const float*, void*, uint32_t, uint32_t, uint32_t,
                        float);
@@ -142,6 +202,10 @@ static const Variant VARIANTS[] = {
     {"rmsnorm_warp_f32", (const void*)omega_rmsnorm_warp_f32, 256, 8, false, 0},
     {"rmsnorm_block_bf16", (const void*)omega_rmsnorm_bf16, 128, 1, true, 0},
     {"rmsnorm_warp_bf16", (const void*)omega_rmsnorm_warp_bf16, 256, 8, true, 0},
+    {"rms_wreg_u1_f32", (const void*)rms_wreg_u1_f32, 256, 8, false, 0},
+    {"rms_wreg_u1_bf16", (const void*)rms_wreg_u1_bf16, 256, 8, true, 0},
+    {"rms_wreg_u2_bf16", (const void*)rms_wreg_u2_bf16, 256, 8, true, 0},
+    {"rms_wreg_u4_bf16", (const void*)rms_wreg_u4_bf16, 256, 8, true, 0},
     {"add_rmsnorm_block_bf16", (const void*)omega_add_rmsnorm_bf16, 128, 1, true, 1},
     {"add_rmsnorm_warp_bf16", (const void*)omega_add_rmsnorm_warp_bf16, 256, 8, true, 1},
     {"norm_rope_f32", (const void*)omega_norm_rope_f32, 256, 16, false, 2},
