@@ -1205,8 +1205,9 @@ pub(crate) fn swapab_splits(shape: Shape, sms: u32, budget: u32) -> u32 {
         .map_or(1, |s| s.splits)
 }
 
-/// Why the skinny GEMM cannot run `shape`: bf16 only, 16-byte chunks of x and W rows (K % 8 == 0, aligned
-/// operands), at most 64 rows of x.
+/// Why the small-M paths (the skinny GEMM and the swapped TMA GEMM) cannot run `shape`: bf16 only, 16-byte
+/// chunks of x and W rows (K % 8 == 0, aligned operands), at most 64 rows of x. Both store y element by
+/// element, so y needs only its element's alignment.
 fn skinny_refusal(shape: Shape, opts: DenseOpts) -> Option<ForcedRefusal> {
     if !shape.k.is_multiple_of(8) {
         Some(ForcedRefusal::KNotMultiple { of: 8 })
@@ -1581,16 +1582,10 @@ pub(crate) fn dense_forced(elem: Elem, shape: Shape, opts: DenseOpts, forced: Fo
             Err(why) => return refuse(why),
         },
         ForcedPlan::Swapab { splits } => {
-            // Its stores are element by element: y needs only its element's alignment.
-            if !k.is_multiple_of(8) {
-                return refuse(ForcedRefusal::KNotMultiple { of: 8 });
+            if let Some(why) = skinny_refusal(shape, opts) {
+                return refuse(why);
             }
-            if !opts.aligned {
-                return refuse(ForcedRefusal::Unaligned);
-            }
-            let Some(v) = abi::swapab_variant(shape.m).filter(|_| shape.m <= abi::SKINNY_MAX_M) else {
-                return refuse(ForcedRefusal::MPastPath { max: abi::SKINNY_MAX_M });
-            };
+            let v = abi::swapab_variant(shape.m).expect("a box holds every M up to SKINNY_MAX_M");
             let splits = match splits {
                 None => swapab_splits(shape, opts.sms, opts.budget),
                 Some(0) => return refuse(ForcedRefusal::ZeroSplit),
