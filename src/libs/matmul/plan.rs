@@ -1133,18 +1133,22 @@ impl SkinnyCost {
     }
 }
 
+/// A kernel's work buffer: `floats` more of the scratch when it needs any, else `out`, which a kernel with
+/// nothing to keep (one split) takes in that argument's place and does not read.
+fn scratch_or(floats: u64, out: Arg, scratch: &mut u64) -> Arg {
+    if floats == 0 {
+        return out;
+    }
+    let at = Arg::Scratch(*scratch * 4);
+    *scratch += floats;
+    at
+}
+
 /// The skinny GEMM's launch of `plan` into `out` (f32, or bf16 stored directly when `bf16`), its scratch
 /// and tickets.
 fn skinny_step(shape: Shape, plan: abi::SkinnyPlan, out: Arg, bf16: bool, scratch: &mut u64) -> (Step, u64) {
     let floats = abi::skinny_work_floats(plan.variant, plan.tiles, plan.splits);
-    let work = if floats > 0 {
-        let at = Arg::Scratch(*scratch * 4);
-        *scratch += floats;
-        at
-    } else {
-        // Not read unsplit.
-        out
-    };
+    let work = scratch_or(floats, out, scratch);
     let step = Step {
         kern: Kern::Skinny(plan.variant),
         grid: [plan.grid, 1, 1],
@@ -1249,13 +1253,7 @@ fn gemv_step(shape: Shape, split: u64, budget: u64, out: Arg, y16: bool, rows_en
     let blocks = ceil(n, u64::from(abi::GEMV_ROWS));
     let kps = round_up(ceil(k, split), 32);
     let gx = blocks.min((budget / split).max(1));
-    let work = if split > 1 || y16 {
-        let at = Arg::Scratch(*scratch * 4);
-        *scratch += split * m * n;
-        at
-    } else {
-        out
-    };
+    let work = scratch_or(if split > 1 || y16 { split * m * n } else { 0 }, out, scratch);
     // One row of x streamed unsplit (the kernel's row form, K >= ROWS_MIN_K) takes the dense rows entry:
     // lm_head at batch 1, 143 us against the m1 entry's 152-155 (docs/perf/2026-12-04-s10-gemv-variants.md).
     let kern = if y16 {
@@ -1364,14 +1362,7 @@ fn gemm_step(
         return (step, 0, TmaPlan { b_rows, y: y_map.then_some(out), y16, swapped: false });
     }
     let tma_args = [Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), out];
-    let work = if s.splits > 1 {
-        let at = Arg::Scratch(*scratch * 4);
-        *scratch += u64::from(s.splits) * m * n;
-        at
-    } else {
-        // Not read with one split.
-        out
-    };
+    let work = scratch_or(if s.splits > 1 { u64::from(s.splits) * m * n } else { 0 }, out, scratch);
     let split_args = || {
         let mut args = tma_args.to_vec();
         args.extend([work, Arg::Tickets(0)]);
@@ -1645,14 +1636,8 @@ fn build(elem: Elem, shape: Shape, opts: DenseOpts, choice: Choice) -> Plan {
             let f = abi::GEMM_SWAPAB[v];
             // The body's split of y's transpose: tiles of 128 W rows by `mb` x rows.
             let sp = abi::GemmSplit::new(shape.n, shape.m, shape.k, f.mb, s);
-            let work = if sp.splits > 1 {
-                let at = Arg::Scratch(scratch * 4);
-                scratch += u64::from(sp.splits) * m * n;
-                at
-            } else {
-                // Not read with one split.
-                out(0)
-            };
+            let slices = if sp.splits > 1 { u64::from(sp.splits) * m * n } else { 0 };
+            let work = scratch_or(slices, out(0), &mut scratch);
             let dims = [shape.m, shape.n, shape.k, sp.splits].map(Arg::Word);
             let args =
                 [&[Arg::Tma(0), Arg::Tma(TMA_DESC_BYTES as u64), out(0), work, Arg::Tickets(0)][..], &dims].concat();
