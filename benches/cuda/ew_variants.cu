@@ -143,34 +143,15 @@ __device__ __forceinline__ void rms_warp_wreg(const T* __restrict__ x, const T* 
     R keep[U][ITEMS];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (r0 + u * stride < rows) rms_warp_load<T, V, ITEMS>(x + static_cast<size_t>(r0 + u * stride) * cols, lane, nv, keep[u]);
+      if (r0 + u * stride < rows)
+        rms_warp_load<T, V, ITEMS>(x + static_cast<size_t>(r0 + u * stride) * cols, lane, nv, keep[u]);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const uint32_t r = r0 + u * stride;
       if (r >= rows) break;
-      float ss = 0.0f;
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        if (lane + 32 * i < nv) {
-          float v[V];
-          ew_unpack<T, V>(keep[u][i], v);
-#pragma unroll
-          for (int j = 0; j < V; ++j) ss = fmaf(v[j], v[j], ss);
-        }
-      }
-      const float inv = rsqrtf(ew_warp_sum(ss) / static_cast<float>(cols) + eps);
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        const uint32_t k = lane + 32 * i;
-        if (k < nv) {
-          float v[V], wv[V];
-          ew_unpack<T, V>(keep[u][i], v);
-          ew_unpack<T, V>(wr[i], wv);
-#pragma unroll
-          for (int j = 0; j < V; ++j) v[j] = v[j] * inv * wv[j];
-          ew_store<V>(y + static_cast<size_t>(r) * cols + static_cast<size_t>(k) * V, v);
-        }
-      }
+      const float inv = rms_warp_inv<T, V, ITEMS>(keep[u], lane, nv, cols, eps);
+      rms_warp_scale_store<T, V, ITEMS>(keep[u], inv, lane, nv, y + static_cast<size_t>(r) * cols,
+                                        [&](int i, uint32_t, float (&wv)[V]) { ew_unpack<T, V>(wr[i], wv); });
     }
   }
 }

@@ -127,6 +127,42 @@ __device__ __forceinline__ void rms_warp_load(const T* row, uint32_t lane, uint3
   }
 }
 
+// 1 / RMS of the row a warp holds in `keep` (a lane's vectors lane, lane + 32, ... below nv), + eps.
+template <typename T, int V, int ITEMS>
+__device__ __forceinline__ float rms_warp_inv(const typename EwRaw<T, V>::type (&keep)[ITEMS], uint32_t lane,
+                                              uint32_t nv, uint32_t cols, float eps) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (lane + 32 * i < nv) {
+      float v[V];
+      ew_unpack<T, V>(keep[i], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss = fmaf(v[j], v[j], ss);
+    }
+  }
+  return rsqrtf(ew_warp_sum(ss) / static_cast<float>(cols) + eps);
+}
+
+// y_row = keep * inv * w for the row a warp holds; `weight(i, k, wv)` gives the lane's i-th vector of w
+// (vector k of the row) as floats.
+template <typename T, int V, int ITEMS, typename W>
+__device__ __forceinline__ void rms_warp_scale_store(const typename EwRaw<T, V>::type (&keep)[ITEMS], float inv,
+                                                     uint32_t lane, uint32_t nv, T* y_row, W&& weight) {
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const uint32_t k = lane + 32 * i;
+    if (k < nv) {
+      float v[V], wv[V];
+      ew_unpack<T, V>(keep[i], v);
+      weight(i, k, wv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = v[j] * inv * wv[j];
+      ew_store<V>(y_row + static_cast<size_t>(k) * V, v);
+    }
+  }
+}
+
 template <typename T, bool ADD>
 __device__ __forceinline__ void rmsnorm_warp_rows(const T* __restrict__ x, T* h, const T* __restrict__ w, T* y,
                                                   uint32_t rows, uint32_t cols, float eps) {
@@ -156,29 +192,10 @@ __device__ __forceinline__ void rmsnorm_warp_rows(const T* __restrict__ x, T* h,
         }
       }
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if (lane + 32 * i < nv) {
-        float v[V];
-        ew_unpack<T, V>(keep[i], v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) ss = fmaf(v[j], v[j], ss);
-      }
-    }
-    const float inv = rsqrtf(ew_warp_sum(ss) / static_cast<float>(cols) + eps);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const uint32_t k = lane + 32 * i;
-      if (k < nv) {
-        float v[V], wv[V];
-        ew_unpack<T, V>(keep[i], v);
-        ew_load<V>(w + static_cast<size_t>(k) * V, wv);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = v[j] * inv * wv[j];
-        ew_store<V>(y + base + static_cast<size_t>(k) * V, v);
-      }
-    }
+    const float inv = rms_warp_inv<T, V, ITEMS>(keep, lane, nv, cols, eps);
+    rms_warp_scale_store<T, V, ITEMS>(keep, inv, lane, nv, y + base, [&](int, uint32_t k, float (&wv)[V]) {
+      ew_load<V>(w + static_cast<size_t>(k) * V, wv);
+    });
   }
 }
 
